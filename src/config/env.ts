@@ -1,0 +1,140 @@
+import { z } from 'zod';
+import { parseDurationMs } from './duration.js';
+
+const DEFAULT_RETRY_SCHEDULE = '0s,5s,5m,30m,2h,5h,10h,14h,20h,24h';
+
+const duration = (fallback: string) =>
+  z
+    .string()
+    .default(fallback)
+    .transform((text, ctx) => {
+      const ms = parseDurationMs(text);
+      if (ms === undefined) {
+        ctx.addIssue({ code: 'custom', message: `expected a duration such as 500ms, 15s, 5m or 2h (got "${text}")` });
+        return z.NEVER;
+      }
+      return ms;
+    });
+
+const port = (fallback: number) =>
+  z.coerce
+    .number({ message: 'expected a port number' })
+    .int('expected an integer port')
+    .min(0, 'expected a port between 0 and 65535')
+    .max(65535, 'expected a port between 0 and 65535')
+    .default(fallback);
+
+const boolean = (fallback: boolean) =>
+  z
+    .enum(['true', 'false', '1', '0', 'yes', 'no'], { message: 'expected true or false' })
+    .default(fallback ? 'true' : 'false')
+    .transform((v) => v === 'true' || v === '1' || v === 'yes');
+
+/** The environment variables Hookline reads, with defaults; README's table and .env.example mirror it. */
+export const envSchema = z.object({
+  REDIS_URL: z
+    .string()
+    .trim()
+    .min(1)
+    .refine((v) => /^rediss?:\/\//.test(v), 'expected a redis:// or rediss:// URL')
+    .optional(),
+  HOOKLINE_REDIS_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9_.-]{1,32}$/, 'expected 1-32 letters, digits, dots, dashes or underscores')
+    .default('hl'),
+  HOOKLINE_API_HOST: z.string().trim().min(1).default('127.0.0.1'),
+  HOOKLINE_API_PORT: port(8080),
+  HOOKLINE_METRICS_PORT: port(9464),
+  HOOKLINE_SECRET_KEY: z
+    .string()
+    .trim()
+    .refine((v) => Buffer.from(v, 'base64').length === 32, 'expected 32 random bytes written in base64 (openssl rand -base64 32)')
+    .optional(),
+  HOOKLINE_ALLOW_PRIVATE_TARGETS: boolean(false),
+  HOOKLINE_WORKER_CONCURRENCY: z.coerce
+    .number({ message: 'expected an integer' })
+    .int('expected an integer')
+    .min(1, 'expected at least 1')
+    .max(10_000, 'expected at most 10000')
+    .default(50),
+  HOOKLINE_RETRY_SCHEDULE: z
+    .string()
+    .default(DEFAULT_RETRY_SCHEDULE)
+    .transform((text, ctx) => {
+      const parts = text.split(',').map((p) => p.trim());
+      const delays = parts.map(parseDurationMs);
+      const bad = parts.find((_, i) => delays[i] === undefined);
+      if (bad !== undefined || parts.length > 50) {
+        ctx.addIssue({
+          code: 'custom',
+          message:
+            bad !== undefined
+              ? `"${bad}" is not a duration; expected a comma-separated list such as ${DEFAULT_RETRY_SCHEDULE}`
+              : 'expected at most 50 attempts',
+        });
+        return z.NEVER;
+      }
+      return delays as number[];
+    }),
+  HOOKLINE_DELIVERY_TIMEOUT: duration('15s'),
+  HOOKLINE_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  HOOKLINE_DATA_DIR: z.string().trim().min(1).default('.hookline'),
+  HOOKLINE_EMBEDDED_REDIS_PORT: port(0),
+  HOOKLINE_API_BODY_LIMIT_BYTES: z.coerce
+    .number({ message: 'expected a number of bytes' })
+    .int('expected an integer number of bytes')
+    .min(1024, 'expected at least 1024 bytes')
+    .max(64 * 1024 * 1024, 'expected at most 64 MiB')
+    .default(1024 * 1024),
+});
+
+export interface Config {
+  /** Unset: `hookline start` runs an embedded local redis-server. */
+  readonly redisUrl: string | undefined;
+  readonly redisPrefix: string;
+  readonly apiHost: string;
+  readonly apiPort: number;
+  readonly metricsPort: number;
+  /** AES-256-GCM key for webhook secrets at rest; resolved by the CLI for the embedded default. */
+  readonly secretKey: Buffer | undefined;
+  readonly allowPrivateTargets: boolean;
+  readonly workerConcurrency: number;
+  readonly retryScheduleMs: readonly number[];
+  readonly deliveryTimeoutMs: number;
+  readonly logLevel: z.infer<typeof envSchema>['HOOKLINE_LOG_LEVEL'];
+  readonly dataDir: string;
+  readonly embeddedRedisPort: number;
+  readonly apiBodyLimitBytes: number;
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** Parses the environment once; throws ConfigError naming every bad variable and why. */
+export function loadConfig(env: NodeJS.ProcessEnv): Config {
+  // Empty strings mean "unset", as in most .env loaders.
+  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const parsed = envSchema.safeParse(present);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((issue) => `  ${issue.path.join('.') || '(environment)'}: ${issue.message}`);
+    throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
+  }
+  const e = parsed.data;
+  return Object.freeze({
+    redisUrl: e.REDIS_URL,
+    redisPrefix: e.HOOKLINE_REDIS_PREFIX,
+    apiHost: e.HOOKLINE_API_HOST,
+    apiPort: e.HOOKLINE_API_PORT,
+    metricsPort: e.HOOKLINE_METRICS_PORT,
+    secretKey: e.HOOKLINE_SECRET_KEY === undefined ? undefined : Buffer.from(e.HOOKLINE_SECRET_KEY, 'base64'),
+    allowPrivateTargets: e.HOOKLINE_ALLOW_PRIVATE_TARGETS,
+    workerConcurrency: e.HOOKLINE_WORKER_CONCURRENCY,
+    retryScheduleMs: Object.freeze([...e.HOOKLINE_RETRY_SCHEDULE]),
+    deliveryTimeoutMs: e.HOOKLINE_DELIVERY_TIMEOUT,
+    logLevel: e.HOOKLINE_LOG_LEVEL,
+    dataDir: e.HOOKLINE_DATA_DIR,
+    embeddedRedisPort: e.HOOKLINE_EMBEDDED_REDIS_PORT,
+    apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
+  });
+}

@@ -1,0 +1,39 @@
+/**
+ * The one place Redis key names are built. Every key starts with `{<prefix>:` and carries a hash tag,
+ * so keys that one script or transaction touches together share a Redis Cluster slot.
+ */
+export function redisKeys(prefix: string) {
+  const tag = (area: string) => `{${prefix}:${area}}`;
+  return {
+    /** SCAN pattern matching every key of this prefix (tests and tooling). */
+    all: `{${prefix}:*`,
+    apiKeys: {
+      /** hash: sha256(key) → key record JSON */
+      byHash: `${tag('keys')}:by-hash`,
+      /** hash: key id → sha256(key) */
+      hashById: `${tag('keys')}:hash-by-id`,
+    },
+    webhooks: {
+      /** hash: webhook id → webhook record JSON */
+      byId: `${tag('webhooks')}:by-id`,
+      /** hash: `${vendorId}\n${eventType}` → webhook id; the uniqueness index and the matcher's lookup */
+      byVendorType: `${tag('webhooks')}:by-vendor-type`,
+      /** set of one vendor's webhook ids */
+      ofVendor: (vendorId: string) => `${tag('webhooks')}:vendor:${vendorId}`,
+    },
+    machines: {
+      /** hash: machine id → Machine JSON */
+      docs: `${tag('machines')}:docs`,
+      /** hash: machine id → compact index record JSON */
+      index: `${tag('machines')}:index`,
+      /** hash: machine id → version (event time, ms) of the last applied write, removals included */
+      versions: `${tag('machines')}:versions`,
+      /** stream of changed machine ids; listing processes tail it to keep their in-memory index fresh */
+      changes: `${tag('machines')}:changes`,
+    },
+    task: (taskId: string) => tag(`task:${taskId}`),
+    agent: (deploymentId: string) => tag(`agent:${deploymentId}`),
+  } as const;
+}
+
+export type RedisKeys = ReturnType<typeof redisKeys>;
