@@ -78,6 +78,7 @@ export const envSchema = z.object({
     }),
   HOOKLINE_DELIVERY_TIMEOUT: duration('15s'),
   HOOKLINE_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  HOOKLINE_LOG_FORMAT: z.enum(['auto', 'json', 'pretty'], { message: 'expected auto, json or pretty' }).default('auto'),
   HOOKLINE_DATA_DIR: z.string().trim().min(1).default('.hookline'),
   HOOKLINE_EMBEDDED_REDIS_PORT: port(0),
   HOOKLINE_API_BODY_LIMIT_BYTES: z.coerce
@@ -102,6 +103,8 @@ export interface Config {
   readonly retryScheduleMs: readonly number[];
   readonly deliveryTimeoutMs: number;
   readonly logLevel: z.infer<typeof envSchema>['HOOKLINE_LOG_LEVEL'];
+  /** `auto`: pretty in a terminal, JSON lines otherwise. */
+  readonly logFormat: 'auto' | 'json' | 'pretty';
   readonly dataDir: string;
   readonly embeddedRedisPort: number;
   readonly apiBodyLimitBytes: number;
@@ -133,6 +136,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     retryScheduleMs: Object.freeze([...e.HOOKLINE_RETRY_SCHEDULE]),
     deliveryTimeoutMs: e.HOOKLINE_DELIVERY_TIMEOUT,
     logLevel: e.HOOKLINE_LOG_LEVEL,
+    logFormat: e.HOOKLINE_LOG_FORMAT,
     dataDir: e.HOOKLINE_DATA_DIR,
     embeddedRedisPort: e.HOOKLINE_EMBEDDED_REDIS_PORT,
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,

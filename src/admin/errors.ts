@@ -1,0 +1,48 @@
+/** Every error the admin API answers with, by stable code. The body is `{ error, code }`. */
+export const ERRORS = {
+  unauthorized: { status: 401, message: 'Missing or invalid API key' },
+  forbidden: { status: 403, message: 'This API key does not have the required role' },
+  no_vendor: { status: 403, message: 'This API key is not bound to a vendor' },
+  invalid_request: { status: 400, message: 'Invalid request' },
+  invalid_json: { status: 400, message: 'The request body is not valid JSON' },
+  unsupported_media_type: { status: 415, message: 'The request body must be application/json' },
+  body_too_large: { status: 413, message: 'The request body is too large' },
+  invalid_task_id: { status: 400, message: 'Invalid task_id format' },
+  task_not_found: { status: 404, message: 'Task not found' },
+  invalid_deployment_id: { status: 400, message: 'Invalid deployment_id format' },
+  deployment_not_found: { status: 404, message: 'Deployment not found' },
+  invalid_webhook_id: { status: 400, message: 'Invalid webhook_id format' },
+  webhook_not_found: { status: 404, message: 'Webhook not found' },
+  webhook_conflict: { status: 409, message: 'A webhook for this event_type is already registered' },
+  invalid_filter: { status: 400, message: 'Invalid filter' },
+  machine_not_found: { status: 404, message: 'Machine not found' },
+  route_not_found: { status: 404, message: 'Route not found' },
+  method_not_allowed: { status: 405, message: 'Method not allowed' },
+  storage_unavailable: { status: 503, message: 'Storage is unreachable; try again shortly' },
+  internal: { status: 500, message: 'Internal server error' },
+} as const satisfies Record<string, { status: number; message: string }>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+/** Thrown by handlers and hooks; the error handler turns it into `{ error, code }`. */
+export class ApiError extends Error {
+  readonly statusCode: number;
+
+  constructor(
+    readonly code: ErrorCode,
+    message: string = ERRORS[code].message,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+    this.statusCode = ERRORS[code].status;
+  }
+}
+
+export interface ErrorBody {
+  error: string;
+  code: ErrorCode;
+}
+
+export function errorBody(code: ErrorCode, message: string = ERRORS[code].message): ErrorBody {
+  return { error: message, code };
+}

@@ -1,0 +1,28 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+
+/** `/healthz` (the process is alive) and `/readyz` (its storage answers); no key needed. */
+export function healthRoutes(deps: { isReady: () => Promise<boolean> }): FastifyPluginAsyncZod {
+  return async (app) => {
+    app.get(
+      '/healthz',
+      { schema: { tags: ['health'], security: [], summary: 'Liveness', response: { 200: z.object({ status: z.literal('ok') }) } } },
+      async () => ({ status: 'ok' as const }),
+    );
+    app.get(
+      '/readyz',
+      {
+        schema: {
+          tags: ['health'],
+          security: [],
+          summary: 'Readiness: Redis answers',
+          response: { 200: z.object({ status: z.literal('ready') }), 503: z.object({ status: z.literal('unavailable'), error: z.string() }) },
+        },
+      },
+      async (_request, reply) =>
+        (await deps.isReady())
+          ? reply.code(200).send({ status: 'ready' as const })
+          : reply.code(503).send({ status: 'unavailable' as const, error: 'Redis is unreachable' }),
+    );
+  };
+}

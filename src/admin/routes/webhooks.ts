@@ -1,0 +1,108 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { isUuid } from '../../domain/ids.js';
+import { toWebhookResource, webhookCreateSchema, webhookPatchSchema, webhookResourceSchema } from '../../domain/webhook.js';
+import type { WebhookRegistry } from '../../store/webhooks.js';
+import { vendorOf, type Authorizer } from '../auth.js';
+import { ApiError } from '../errors.js';
+import { errorResponses } from '../schemas.js';
+
+const idParams = z.object({ webhook_id: z.string().describe('Webhook id (UUID) as returned on registration.') });
+
+function checkedId(webhookId: string): string {
+  if (!isUuid(webhookId)) throw new ApiError('invalid_webhook_id');
+  return webhookId.toLowerCase();
+}
+
+function conflict(eventType: string): ApiError {
+  return new ApiError('webhook_conflict', `A webhook for ${eventType} is already registered for this vendor`);
+}
+
+/** Webhook CRUD under `/vendors/v1/webhooks`, scoped to the key's vendor (role vendor). */
+export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRegistry }): FastifyPluginAsyncZod {
+  return async (app) => {
+    const onRequest = deps.authorize('vendor');
+
+    app.post(
+      '/vendors/v1/webhooks',
+      {
+        onRequest,
+        schema: {
+          tags: ['webhooks'],
+          summary: 'Register a webhook',
+          description: 'One webhook per event_type and vendor: a second registration answers 409.',
+          body: webhookCreateSchema,
+          response: { 201: z.object({ webhook_id: z.string() }), ...errorResponses(400, 401, 403, 409, 413, 415, 500) },
+        },
+      },
+      async (request, reply) => {
+        const body = request.body;
+        const result = await deps.webhooks.create(vendorOf(request), {
+          eventType: body.event_type,
+          callbackUrl: body.callback_url,
+          ...(body.secret === undefined ? {} : { secret: body.secret }),
+        });
+        if (!result.ok) throw conflict(body.event_type);
+        return reply.code(201).send({ webhook_id: result.webhook.id });
+      },
+    );
+
+    app.get(
+      '/vendors/v1/webhooks',
+      {
+        onRequest,
+        schema: {
+          tags: ['webhooks'],
+          summary: 'List the vendor’s webhooks',
+          response: { 200: z.object({ webhooks: z.array(webhookResourceSchema) }), ...errorResponses(401, 403, 500) },
+        },
+      },
+      async (request) => ({ webhooks: (await deps.webhooks.list(vendorOf(request))).map(toWebhookResource) }),
+    );
+
+    app.patch(
+      '/vendors/v1/webhooks/:webhook_id',
+      {
+        onRequest,
+        schema: {
+          tags: ['webhooks'],
+          summary: 'Update a webhook',
+          description: 'Any of event_type, callback_url, secret, with the rules of registration. Answers the whole webhook.',
+          params: idParams,
+          body: webhookPatchSchema,
+          response: { 200: webhookResourceSchema, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 500) },
+        },
+      },
+      async (request) => {
+        const webhookId = checkedId(request.params.webhook_id);
+        const body = request.body;
+        const result = await deps.webhooks.update(vendorOf(request), webhookId, {
+          ...(body.event_type === undefined ? {} : { eventType: body.event_type }),
+          ...(body.callback_url === undefined ? {} : { callbackUrl: body.callback_url }),
+          ...(body.secret === undefined ? {} : { secret: body.secret }),
+        });
+        if (result.ok) return toWebhookResource(result.webhook);
+        if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');
+        throw new ApiError('webhook_not_found');
+      },
+    );
+
+    app.delete(
+      '/vendors/v1/webhooks/:webhook_id',
+      {
+        onRequest,
+        schema: {
+          tags: ['webhooks'],
+          summary: 'Delete a webhook',
+          params: idParams,
+          response: { 204: z.null().describe('Deleted.'), ...errorResponses(400, 401, 403, 404, 500) },
+        },
+      },
+      async (request, reply) => {
+        const webhookId = checkedId(request.params.webhook_id);
+        if (!(await deps.webhooks.delete(vendorOf(request), webhookId))) throw new ApiError('webhook_not_found');
+        return reply.code(204).send(null);
+      },
+    );
+  };
+}

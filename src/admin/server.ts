@@ -1,0 +1,142 @@
+import fastifySwagger from '@fastify/swagger';
+import fastifySwaggerUi from '@fastify/swagger-ui';
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type RawServerDefault } from 'fastify';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import {
+  hasZodFastifySchemaValidationErrors,
+  jsonSchemaTransform,
+  jsonSchemaTransformObject,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
+import type { AgentStatus } from '../domain/agent.js';
+import type { Task } from '../domain/task.js';
+import type { Logger } from '../logger.js';
+import type { ApiKeyLookup } from '../store/api-keys.js';
+import type { MachineListing } from '../store/machines.js';
+import type { DocLookup } from '../store/versioned-docs.js';
+import type { WebhookRegistry } from '../store/webhooks.js';
+import { VERSION } from '../version.js';
+import { createAuthorizer } from './auth.js';
+import { ApiError, errorBody, type ErrorCode } from './errors.js';
+import { agentRoutes } from './routes/agents.js';
+import { healthRoutes } from './routes/health.js';
+import { machineRoutes } from './routes/machines.js';
+import { taskRoutes } from './routes/tasks.js';
+import { webhookRoutes } from './routes/webhooks.js';
+
+/** Everything the admin API needs, passed in by the composition root (the CLI) or a test. */
+export interface AdminDeps {
+  logger: Logger;
+  bodyLimitBytes: number;
+  apiKeys: ApiKeyLookup;
+  webhooks: WebhookRegistry;
+  tasks: DocLookup<Task>;
+  agents: DocLookup<AgentStatus>;
+  machines: MachineListing;
+  /** Resolves true when the engine's storage answers. */
+  isReady: () => Promise<boolean>;
+}
+
+export type AdminServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
+
+/** The ioredis errors that mean "Redis is unreachable right now", as opposed to a bug. */
+function isStorageOutage(error: Error): boolean {
+  return (
+    error.name === 'MaxRetriesPerRequestError' ||
+    /Connection is closed|ECONNREFUSED|ETIMEDOUT|Stream isn't writeable|enableOfflineQueue/.test(error.message)
+  );
+}
+
+const FASTIFY_CODES: Partial<Record<string, ErrorCode>> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
+  FST_ERR_CTP_BODY_TOO_LARGE: 'body_too_large',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'invalid_request',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
+  FST_ERR_CTP_INVALID_JSON_BODY: 'invalid_json',
+};
+
+/** "body", "querystring", "params" → the words a client understands. */
+const CONTEXT_WORDS: Record<string, string> = { body: 'request body', querystring: 'query parameters', params: 'path parameters' };
+
+function validationMessage(error: FastifyError): string {
+  const issues = (error.validation ?? []).map((issue) => {
+    const path = issue.instancePath.replace(/^\//, '').replaceAll('/', '.');
+    const message = issue.message ?? 'is invalid';
+    // Our schemas' messages name their field; zod's generic ones get the path in front.
+    return path && !message.includes(path.split('.').at(-1) ?? path) ? `${path}: ${message}` : message;
+  });
+  const where = CONTEXT_WORDS[error.validationContext ?? ''] ?? 'request';
+  return `Invalid ${where}: ${[...new Set(issues)].join('; ')}`;
+}
+
+/**
+ * Builds the admin API (seed endpoints, OpenAPI, health). It never listens by itself: the CLI calls
+ * listen(), tests call inject().
+ */
+export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
+  const app = Fastify({
+    loggerInstance: deps.logger as FastifyBaseLogger,
+    bodyLimit: deps.bodyLimitBytes,
+    return503OnClosing: true,
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 512 },
+  }).withTypeProvider<ZodTypeProvider>();
+  // JSON only: without this, Fastify would hand text/plain bodies to the validators as strings.
+  app.removeContentTypeParser('text/plain');
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    if (error instanceof ApiError) return reply.code(error.statusCode).send(errorBody(error.code, error.message));
+    if (hasZodFastifySchemaValidationErrors(error)) return reply.code(400).send(errorBody('invalid_request', validationMessage(error)));
+    const mapped = error.code ? FASTIFY_CODES[error.code] : undefined;
+    if (mapped) return reply.code(error.statusCode ?? 400).send(errorBody(mapped));
+    if (error instanceof SyntaxError || (error.statusCode === 400 && /JSON/i.test(error.message))) {
+      return reply.code(400).send(errorBody('invalid_json'));
+    }
+    if (isStorageOutage(error)) {
+      request.log.warn({ err: error }, 'storage unreachable while serving a request');
+      return reply.code(503).header('retry-after', '1').send(errorBody('storage_unavailable'));
+    }
+    if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
+      return reply.code(error.statusCode).send(errorBody('invalid_request', error.message));
+    }
+    request.log.error({ err: error }, 'unexpected error while serving a request');
+    return reply.code(500).send(errorBody('internal'));
+  });
+  app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));
+
+  await app.register(fastifySwagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Hookline admin API',
+        version: VERSION,
+        description:
+          'Webhook registration for vendors, task and agent-status lookups and the machine listing of the rental platform. ' +
+          'Every error answers `{ "error": "<message>", "code": "<stable code>" }`.',
+      },
+      components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' } } },
+      security: [{ apiKey: [] }],
+      tags: [
+        { name: 'webhooks', description: 'A vendor’s webhooks (scoped to the key’s vendor)' },
+        { name: 'rental', description: 'Tasks, agent status and the machine listing' },
+        { name: 'health', description: 'Liveness and readiness' },
+      ],
+    },
+    transform: jsonSchemaTransform,
+    transformObject: jsonSchemaTransformObject,
+  });
+  await app.register(fastifySwaggerUi, { routePrefix: '/docs' });
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+
+  const authorize = createAuthorizer(deps.apiKeys);
+  await app.register(healthRoutes({ isReady: deps.isReady }));
+  await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks }));
+  await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
+  await app.register(agentRoutes({ authorize, agents: deps.agents }));
+  await app.register(machineRoutes({ authorize, machines: deps.machines }));
+  await app.ready();
+  return app;
+}

@@ -1,0 +1,18 @@
+import { z } from 'zod';
+
+export const TASK_STATUSES = ['pending', 'in_progress', 'success', 'failed'] as const;
+export type TaskStatus = (typeof TASK_STATUSES)[number];
+
+export const taskSchema = z
+  .object({
+    task_id: z.uuid({ message: 'task_id must be a UUID' }).describe('Unique identifier of the task (UUID).'),
+    status: z.enum(TASK_STATUSES).describe('pending, in_progress, success or failed; success and failed are terminal.'),
+    fail_reason: z.string().max(4096).nullable().describe('Why the task failed; null unless status is failed.'),
+  })
+  .meta({ id: 'Task' });
+
+export type Task = z.infer<typeof taskSchema>;
+
+export function isTerminalTask(task: Task): boolean {
+  return task.status === 'success' || task.status === 'failed';
+}

@@ -1,0 +1,122 @@
+import { z } from 'zod';
+import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
+
+export const CALLBACK_URL_MAX_CHARS = 2048;
+export const SECRET_MAX_CHARS = 512;
+
+const requiredString = (field: string) =>
+  z.string({ error: (issue) => (issue.input === undefined ? `${field} is required` : `${field} must be a string`) });
+
+/** Why `text` is not an acceptable callback URL, or undefined when it is. */
+export function callbackUrlProblem(text: string): string | undefined {
+  if (text.length === 0) return 'callback_url must not be empty';
+  if (text.length > CALLBACK_URL_MAX_CHARS) return `callback_url must be at most ${CALLBACK_URL_MAX_CHARS} characters`;
+  if (text.trim() !== text || /\s/.test(text)) return 'callback_url must not contain whitespace';
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return 'callback_url must be a valid absolute URL';
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return 'callback_url must use http or https';
+  if (url.hostname === '') return 'callback_url must name a host';
+  // Credentials in a URL end up in logs and proxies; a secret header or the signature is the way.
+  if (url.username !== '' || url.password !== '') return 'callback_url must not contain credentials';
+  if (url.hash !== '') return 'callback_url must not contain a fragment';
+  return undefined;
+}
+
+/** Why `text` is not an acceptable signing secret, or undefined when it is. */
+export function secretProblem(text: string): string | undefined {
+  if (text.length === 0) return 'secret must not be empty';
+  if (text.length > SECRET_MAX_CHARS) return `secret must be at most ${SECRET_MAX_CHARS} characters`;
+  if (text.startsWith('whsec_')) {
+    // Standard Webhooks secrets: the part after the prefix is the base64 key.
+    const rest = text.slice('whsec_'.length);
+    if (!/^[A-Za-z0-9+/]+={0,2}$/.test(rest) || Buffer.from(rest, 'base64').length < 16) {
+      return 'a secret starting with whsec_ must be followed by base64 of at least 16 bytes';
+    }
+  }
+  return undefined;
+}
+
+const withProblem = (schema: z.ZodString, problem: (text: string) => string | undefined) =>
+  schema.superRefine((text, ctx) => {
+    const message = problem(text);
+    if (message !== undefined) ctx.addIssue({ code: 'custom', message });
+  });
+
+export const eventTypeSchema = z
+  .enum(WEBHOOK_EVENT_TYPES, {
+    error: (issue) =>
+      issue.input === undefined
+        ? 'event_type is required'
+        : `event_type must be one of ${WEBHOOK_EVENT_TYPES.join(', ')}`,
+  })
+  .describe('The event type this webhook receives.');
+
+export const callbackUrlSchema = withProblem(requiredString('callback_url'), callbackUrlProblem).describe(
+  'http(s) URL that receives the events; at most 2048 characters, no credentials or fragment.',
+);
+
+export const secretSchema = withProblem(requiredString('secret'), secretProblem).describe(
+  'Shared secret for the HMAC signatures; non-empty, at most 512 characters. A `whsec_` prefix marks a base64 key (Standard Webhooks).',
+);
+
+export const webhookCreateSchema = z.strictObject(
+  {
+    event_type: eventTypeSchema,
+    callback_url: callbackUrlSchema,
+    secret: secretSchema.optional(),
+  },
+  { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
+);
+
+export const webhookPatchSchema = z
+  .strictObject(
+    {
+      event_type: eventTypeSchema.optional(),
+      callback_url: callbackUrlSchema.optional(),
+      secret: secretSchema.optional(),
+    },
+    { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
+  )
+  .refine((body) => Object.keys(body).length > 0, 'the body must set at least one of event_type, callback_url, secret');
+
+export const webhookResourceSchema = z
+  .object({
+    webhook_id: z.string().describe('Assigned by the service (UUID).'),
+    event_type: z.enum(WEBHOOK_EVENT_TYPES),
+    callback_url: z.string(),
+    secret: z.string().optional().describe('Present only when the webhook has a secret.'),
+    created_at: z.string().describe('ISO 8601 time of registration.'),
+    updated_at: z.string().describe('ISO 8601 time of the last change.'),
+  })
+  .meta({ id: 'Webhook' });
+
+export type WebhookCreate = z.infer<typeof webhookCreateSchema>;
+export type WebhookPatch = z.infer<typeof webhookPatchSchema>;
+export type WebhookResource = z.infer<typeof webhookResourceSchema>;
+
+/** A webhook as the engine holds it, with its secret in plaintext (only ever in memory). */
+export interface Webhook {
+  id: string;
+  vendorId: string;
+  eventType: WebhookEventType;
+  callbackUrl: string;
+  secret: string | undefined;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** The interface's resource shape; `secret` only when one is set. */
+export function toWebhookResource(webhook: Webhook): WebhookResource {
+  return {
+    webhook_id: webhook.id,
+    event_type: webhook.eventType,
+    callback_url: webhook.callbackUrl,
+    ...(webhook.secret === undefined ? {} : { secret: webhook.secret }),
+    created_at: webhook.createdAt,
+    updated_at: webhook.updatedAt,
+  };
+}

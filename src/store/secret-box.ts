@@ -1,0 +1,39 @@
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+
+const VERSION = 'v1';
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
+
+/**
+ * Encrypts webhook secrets at rest with AES-256-GCM. The associated data binds a ciphertext to the
+ * record it belongs to, so a ciphertext copied onto another webhook does not decrypt.
+ */
+export class SecretBox {
+  readonly #key: Buffer;
+
+  constructor(key: Buffer) {
+    if (key.length !== 32) throw new Error('SecretBox needs a 32-byte key');
+    this.#key = Buffer.from(key);
+  }
+
+  /** Returns `v1.<iv>.<tag>.<ciphertext>` (base64url parts). */
+  seal(plaintext: string, associatedData: string): string {
+    const iv = randomBytes(IV_BYTES);
+    const cipher = createCipheriv('aes-256-gcm', this.#key, iv, { authTagLength: TAG_BYTES });
+    cipher.setAAD(Buffer.from(associatedData, 'utf8'));
+    const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
+    return [VERSION, iv.toString('base64url'), cipher.getAuthTag().toString('base64url'), body.toString('base64url')].join('.');
+  }
+
+  /** Reverses seal(); throws when the key, the associated data or the ciphertext does not match. */
+  open(sealed: string, associatedData: string): string {
+    const [version, iv, tag, body] = sealed.split('.');
+    if (version !== VERSION || iv === undefined || tag === undefined || body === undefined) {
+      throw new Error('sealed secret has an unknown format');
+    }
+    const decipher = createDecipheriv('aes-256-gcm', this.#key, Buffer.from(iv, 'base64url'), { authTagLength: TAG_BYTES });
+    decipher.setAAD(Buffer.from(associatedData, 'utf8'));
+    decipher.setAuthTag(Buffer.from(tag, 'base64url'));
+    return Buffer.concat([decipher.update(Buffer.from(body, 'base64url')), decipher.final()]).toString('utf8');
+  }
+}

@@ -1,0 +1,187 @@
+import { z } from 'zod';
+import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js';
+import { newId } from '../domain/ids.js';
+import type { Webhook } from '../domain/webhook.js';
+import type { RedisKeys } from './keys.js';
+import type { Redis } from './redis.js';
+import type { SecretBox } from './secret-box.js';
+
+const recordSchema = z.object({
+  id: z.string(),
+  vendorId: z.string(),
+  eventType: z.enum(WEBHOOK_EVENT_TYPES),
+  callbackUrl: z.string(),
+  secretSealed: z.string().optional(),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+});
+
+type WebhookRecord = z.infer<typeof recordSchema>;
+
+export type CreateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'conflict'; existingId: string };
+export type UpdateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'not_found' | 'conflict' };
+
+export interface WebhookChanges {
+  eventType?: WebhookEventType;
+  callbackUrl?: string;
+  secret?: string;
+}
+
+/** The vendor-scoped webhook registry the admin routes use. Another vendor's webhook is "not found". */
+export interface WebhookRegistry {
+  create(vendorId: string, input: { eventType: WebhookEventType; callbackUrl: string; secret?: string }): Promise<CreateResult>;
+  list(vendorId: string): Promise<Webhook[]>;
+  get(vendorId: string, webhookId: string): Promise<Webhook | undefined>;
+  update(vendorId: string, webhookId: string, changes: WebhookChanges): Promise<UpdateResult>;
+  delete(vendorId: string, webhookId: string): Promise<boolean>;
+}
+
+// One webhook per (vendor, event type): the index field is claimed atomically with the record.
+const CREATE_LUA = `
+local holder = redis.call('HGET', KEYS[2], ARGV[2])
+if holder then return holder end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[1])
+return false`;
+
+// Compare-and-set: the caller computed ARGV[3] from ARGV[2]; if the record moved meanwhile, it retries.
+const UPDATE_LUA = `
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then return 'not_found' end
+if current ~= ARGV[2] then return 'changed' end
+if ARGV[4] ~= ARGV[5] then
+  local holder = redis.call('HGET', KEYS[2], ARGV[5])
+  if holder and holder ~= ARGV[1] then return 'conflict' end
+  if redis.call('HGET', KEYS[2], ARGV[4]) == ARGV[1] then redis.call('HDEL', KEYS[2], ARGV[4]) end
+  redis.call('HSET', KEYS[2], ARGV[5], ARGV[1])
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 'ok'`;
+
+const DELETE_LUA = `
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then return 0 end
+local record = cjson.decode(current)
+if record.vendorId ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+local field = record.vendorId .. '\\n' .. record.eventType
+if redis.call('HGET', KEYS[2], field) == ARGV[1] then redis.call('HDEL', KEYS[2], field) end
+redis.call('SREM', KEYS[3], ARGV[1])
+return 1`;
+
+const LIST_LUA = `
+local ids = redis.call('SMEMBERS', KEYS[2])
+if #ids == 0 then return {} end
+return redis.call('HMGET', KEYS[1], unpack(ids))`;
+
+interface WebhookScripts {
+  hooklineWebhookCreate(byId: string, byVendorType: string, ofVendor: string, id: string, field: string, json: string): Promise<string | null>;
+  hooklineWebhookUpdate(byId: string, byVendorType: string, id: string, expected: string, next: string, oldField: string, newField: string): Promise<string>;
+  hooklineWebhookDelete(byId: string, byVendorType: string, ofVendor: string, id: string, vendorId: string): Promise<number>;
+  hooklineWebhookList(byId: string, ofVendor: string): Promise<(string | null)[]>;
+}
+
+const indexField = (vendorId: string, eventType: string) => `${vendorId}\n${eventType}`;
+const CAS_ATTEMPTS = 8;
+
+/** Webhooks in Redis under one hash tag; secrets sealed with AES-256-GCM bound to the webhook id. */
+export class RedisWebhookStore implements WebhookRegistry {
+  private readonly scripts: WebhookScripts;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: RedisKeys,
+    private readonly box: SecretBox,
+    private readonly now: () => Date = () => new Date(),
+  ) {
+    redis.defineCommand('hooklineWebhookCreate', { numberOfKeys: 3, lua: CREATE_LUA });
+    redis.defineCommand('hooklineWebhookUpdate', { numberOfKeys: 2, lua: UPDATE_LUA });
+    redis.defineCommand('hooklineWebhookDelete', { numberOfKeys: 3, lua: DELETE_LUA });
+    redis.defineCommand('hooklineWebhookList', { numberOfKeys: 2, lua: LIST_LUA });
+    this.scripts = redis as unknown as WebhookScripts;
+  }
+
+  async create(vendorId: string, input: { eventType: WebhookEventType; callbackUrl: string; secret?: string }): Promise<CreateResult> {
+    const id = newId();
+    const at = this.now().toISOString();
+    const record: WebhookRecord = {
+      id,
+      vendorId,
+      eventType: input.eventType,
+      callbackUrl: input.callbackUrl,
+      ...(input.secret === undefined ? {} : { secretSealed: this.box.seal(input.secret, id) }),
+      createdAt: at,
+      updatedAt: at,
+    };
+    const { byId, byVendorType, ofVendor } = this.keys.webhooks;
+    const holder = await this.scripts.hooklineWebhookCreate(byId, byVendorType, ofVendor(vendorId), id, indexField(vendorId, input.eventType), JSON.stringify(record));
+    if (holder !== null) return { ok: false, reason: 'conflict', existingId: holder };
+    return { ok: true, webhook: this.toWebhook(record) };
+  }
+
+  async list(vendorId: string): Promise<Webhook[]> {
+    const rows = await this.scripts.hooklineWebhookList(this.keys.webhooks.byId, this.keys.webhooks.ofVendor(vendorId));
+    return rows
+      .filter((row): row is string => row !== null)
+      .map((row) => this.toWebhook(recordSchema.parse(JSON.parse(row))))
+      .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
+  }
+
+  async get(vendorId: string, webhookId: string): Promise<Webhook | undefined> {
+    const found = await this.readRecord(vendorId, webhookId);
+    return found && this.toWebhook(found.record);
+  }
+
+  async update(vendorId: string, webhookId: string, changes: WebhookChanges): Promise<UpdateResult> {
+    for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt += 1) {
+      const found = await this.readRecord(vendorId, webhookId);
+      if (!found) return { ok: false, reason: 'not_found' };
+      const { record, raw } = found;
+      const next: WebhookRecord = {
+        ...record,
+        ...(changes.eventType === undefined ? {} : { eventType: changes.eventType }),
+        ...(changes.callbackUrl === undefined ? {} : { callbackUrl: changes.callbackUrl }),
+        ...(changes.secret === undefined ? {} : { secretSealed: this.box.seal(changes.secret, webhookId) }),
+        updatedAt: this.now().toISOString(),
+      };
+      const outcome = await this.scripts.hooklineWebhookUpdate(
+        this.keys.webhooks.byId,
+        this.keys.webhooks.byVendorType,
+        webhookId,
+        raw,
+        JSON.stringify(next),
+        indexField(vendorId, record.eventType),
+        indexField(vendorId, next.eventType),
+      );
+      if (outcome === 'ok') return { ok: true, webhook: this.toWebhook(next) };
+      if (outcome === 'not_found' || outcome === 'conflict') return { ok: false, reason: outcome };
+      // 'changed': another writer got there first; read again and re-apply the patch.
+    }
+    throw new Error(`webhook ${webhookId} kept changing during update`);
+  }
+
+  async delete(vendorId: string, webhookId: string): Promise<boolean> {
+    const { byId, byVendorType, ofVendor } = this.keys.webhooks;
+    return (await this.scripts.hooklineWebhookDelete(byId, byVendorType, ofVendor(vendorId), webhookId, vendorId)) === 1;
+  }
+
+  private async readRecord(vendorId: string, webhookId: string): Promise<{ record: WebhookRecord; raw: string } | undefined> {
+    const raw = await this.redis.hget(this.keys.webhooks.byId, webhookId);
+    if (raw === null) return undefined;
+    const record = recordSchema.parse(JSON.parse(raw));
+    return record.vendorId === vendorId ? { record, raw } : undefined;
+  }
+
+  private toWebhook(record: WebhookRecord): Webhook {
+    return {
+      id: record.id,
+      vendorId: record.vendorId,
+      eventType: record.eventType,
+      callbackUrl: record.callbackUrl,
+      secret: record.secretSealed === undefined ? undefined : this.box.open(record.secretSealed, record.id),
+      createdAt: record.createdAt,
+      updatedAt: record.updatedAt,
+    };
+  }
+}

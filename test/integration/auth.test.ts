@@ -1,0 +1,81 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROLES, type Role } from '../../src/domain/roles.js';
+import { testApp, type TestApp } from '../helpers/app.js';
+
+const SOME_UUID = '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f';
+
+/** Every protected route with the role it needs and a well-formed request. */
+const ROUTES: { method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; role: Role; payload?: object }[] = [
+  { method: 'GET', url: `/rental/v1/tasks/${SOME_UUID}`, role: 'tasks:read' },
+  { method: 'GET', url: '/rental/v1/machines', role: 'machines:read' },
+  { method: 'GET', url: '/rental/v1/machines/agents/dep-1', role: 'agents:read' },
+  { method: 'POST', url: '/vendors/v1/webhooks', role: 'vendor', payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example.com/' } },
+  { method: 'GET', url: '/vendors/v1/webhooks', role: 'vendor' },
+  { method: 'PATCH', url: `/vendors/v1/webhooks/${SOME_UUID}`, role: 'vendor', payload: { callback_url: 'https://b.example.com/' } },
+  { method: 'DELETE', url: `/vendors/v1/webhooks/${SOME_UUID}`, role: 'vendor' },
+];
+
+describe('authentication and roles', () => {
+  let t: TestApp;
+  let revokedKey: string;
+
+  beforeAll(async () => {
+    t = await testApp();
+    const { key, record } = await t.apiKeys.create({ name: 'to revoke', roles: [...ROLES], vendorId: 'vendor-1' });
+    revokedKey = key;
+    expect(await t.apiKeys.revoke(record.id)).toBe(true);
+  });
+  afterAll(async () => t.close());
+
+  describe.each(ROUTES)('$method $url (role $role)', (route) => {
+    const call = (headers: Record<string, string>) =>
+      t.app.inject({ method: route.method, url: route.url, headers, ...(route.payload ? { payload: route.payload } : {}) });
+
+    it('answers 401 without a key', async () => {
+      const res = await call({});
+      expect(res.statusCode).toBe(401);
+      expect(res.json()).toEqual({ error: 'Missing or invalid API key', code: 'unauthorized' });
+    });
+
+    it('answers 401 for an unknown, a malformed and a revoked key', async () => {
+      for (const key of ['hk_doesnotexist', 'garbage', revokedKey, ' ']) {
+        expect((await call({ 'x-api-key': key })).statusCode).toBe(401);
+      }
+    });
+
+    it('answers 401 before looking at a malformed body', async () => {
+      if (!route.payload) return;
+      const res = await t.app.inject({ method: route.method, url: route.url, headers: { 'content-type': 'application/json' }, payload: '{oops' });
+      expect(res.statusCode).toBe(401);
+    });
+
+    it('answers 403 for a valid key without the role', async () => {
+      const otherRoles = ROLES.filter((r) => r !== route.role && r !== 'admin');
+      const key = await t.keyFor(otherRoles, 'vendor-1');
+      const res = await call({ 'x-api-key': key });
+      expect(res.statusCode).toBe(403);
+      expect(res.json()).toEqual({ error: `This API key does not have the ${route.role} role`, code: 'forbidden' });
+    });
+
+    it('lets the role (and admin) through', async () => {
+      for (const roles of [[route.role], ['admin']] as Role[][]) {
+        const key = await t.keyFor(roles, 'vendor-1');
+        expect([401, 403]).not.toContain((await call({ 'x-api-key': key })).statusCode);
+      }
+    });
+  });
+
+  it('answers 403 on vendor routes for a key bound to no vendor', async () => {
+    const key = await t.keyFor(['admin']);
+    const res = await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } });
+    expect(res.statusCode).toBe(403);
+    expect(res.json()).toEqual({ error: 'This API key is not bound to a vendor', code: 'no_vendor' });
+  });
+
+  it('stores only a hash of each key', async () => {
+    const key = await t.keyFor(['tasks:read']);
+    const dump = JSON.stringify(await t.redis.hgetall(t.keys.apiKeys.byHash)) + JSON.stringify(await t.redis.hgetall(t.keys.apiKeys.hashById));
+    expect(dump).not.toContain(key);
+    expect(dump).not.toContain(key.slice(3));
+  });
+});

@@ -1,0 +1,243 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { WEBHOOK_EVENT_TYPES } from '../../src/domain/events.js';
+import { testApp, type TestApp } from '../helpers/app.js';
+
+const URL_A = 'https://vendor.example.com/hooks/a';
+
+describe('webhook API (/vendors/v1/webhooks)', () => {
+  let t: TestApp;
+  let key: string;
+  let otherVendorKey: string;
+
+  beforeEach(async () => {
+    t = await testApp();
+    key = await t.keyFor(['vendor'], 'vendor-1');
+    otherVendorKey = await t.keyFor(['vendor'], 'vendor-2');
+  });
+  afterEach(async () => t.close());
+
+  const post = (body: unknown, apiKey = key) =>
+    t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': apiKey }, payload: body as object });
+  const list = (apiKey = key) => t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': apiKey } });
+  const patch = (id: string, body: unknown, apiKey = key) =>
+    t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': apiKey }, payload: body as object });
+  const del = (id: string, apiKey = key) => t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': apiKey } });
+
+  async function register(eventType: string = WEBHOOK_EVENT_TYPES[0], extra: object = {}): Promise<string> {
+    const res = await post({ event_type: eventType, callback_url: URL_A, ...extra });
+    expect(res.statusCode).toBe(201);
+    return res.json<{ webhook_id: string }>().webhook_id;
+  }
+
+  describe('POST', () => {
+    it('registers a webhook for each of the six event types and answers 201 {webhook_id}', async () => {
+      for (const eventType of WEBHOOK_EVENT_TYPES) {
+        const res = await post({ event_type: eventType, callback_url: URL_A, secret: 's3cret' });
+        expect(res.statusCode).toBe(201);
+        const body = res.json<Record<string, unknown>>();
+        expect(Object.keys(body)).toEqual(['webhook_id']);
+        expect(body.webhook_id).toMatch(/^[0-9a-f-]{36}$/);
+      }
+      expect((await list()).json<{ webhooks: unknown[] }>().webhooks).toHaveLength(6);
+    });
+
+    it.each([
+      ['missing event_type', { callback_url: URL_A }, 'event_type is required'],
+      ['empty event_type', { event_type: '', callback_url: URL_A }, 'event_type must be one of'],
+      ['unknown event_type', { event_type: 'EVENT_TYPE_NOPE', callback_url: URL_A }, 'event_type must be one of'],
+      ['non-string event_type', { event_type: 7, callback_url: URL_A }, 'event_type must be one of'],
+      ['missing callback_url', { event_type: WEBHOOK_EVENT_TYPES[0] }, 'callback_url is required'],
+      ['empty callback_url', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: '' }, 'callback_url must not be empty'],
+      ['relative callback_url', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: '/hooks' }, 'callback_url must be a valid absolute URL'],
+      ['ftp callback_url', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'ftp://example.com/x' }, 'callback_url must use http or https'],
+      ['callback_url with credentials', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://u:p@example.com/' }, 'must not contain credentials'],
+      ['callback_url with spaces', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://example.com/a b' }, 'must not contain whitespace'],
+      ['too long callback_url', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: `https://example.com/${'a'.repeat(2100)}` }, 'at most 2048'],
+      ['non-string callback_url', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 42 }, 'callback_url must be a string'],
+      ['empty secret', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: '' }, 'secret must not be empty'],
+      ['null secret', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: null }, 'secret must be a string'],
+      ['bad whsec_ secret', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: 'whsec_!!' }, 'whsec_'],
+      ['unknown field', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, callbackUrl: URL_A }, 'unknown field "callbackUrl"'],
+      ['array body', [], 'the body must be a JSON object'],
+    ])('answers 400 for %s', async (_name, body, message) => {
+      const res = await post(body);
+      expect(res.statusCode).toBe(400);
+      const error = res.json<{ error: string; code: string }>();
+      expect(error.code).toBe('invalid_request');
+      expect(error.error).toContain(message);
+      expect((await list()).json<{ webhooks: unknown[] }>().webhooks).toHaveLength(0);
+    });
+
+    it('answers 400 for malformed JSON, 415 for another content type and 413 for an oversized body', async () => {
+      const headers = { 'x-api-key': key, 'content-type': 'application/json' };
+      const malformed = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers, payload: '{"event_type":' });
+      expect(malformed.statusCode).toBe(400);
+      expect(malformed.json()).toEqual({ error: 'The request body is not valid JSON', code: 'invalid_json' });
+
+      const empty = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers, payload: '' });
+      expect(empty.statusCode).toBe(400);
+
+      const text = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key, 'content-type': 'text/plain' }, payload: 'hi' });
+      expect(text.statusCode).toBe(415);
+      expect(text.json<{ code: string }>().code).toBe('unsupported_media_type');
+
+      const huge = await t.app.inject({
+        method: 'POST',
+        url: '/vendors/v1/webhooks',
+        headers,
+        payload: JSON.stringify({ event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: 'x'.repeat(2 * 1024 * 1024) }),
+      });
+      expect(huge.statusCode).toBe(413);
+      expect(huge.json<{ code: string }>().code).toBe('body_too_large');
+      expect((await list()).json<{ webhooks: unknown[] }>().webhooks).toHaveLength(0);
+    });
+
+    it('answers 409 for a second webhook of the same event_type, and allows it for another vendor', async () => {
+      await register();
+      const second = await post({ event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://other.example.com/' });
+      expect(second.statusCode).toBe(409);
+      expect(second.json()).toEqual({ error: `A webhook for ${WEBHOOK_EVENT_TYPES[0]} is already registered for this vendor`, code: 'webhook_conflict' });
+      const otherVendor = await post({ event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A }, otherVendorKey);
+      expect(otherVendor.statusCode).toBe(201);
+    });
+
+    it('lets exactly one of 25 racing registrations of the same event_type win', async () => {
+      const results = await Promise.all(
+        Array.from({ length: 25 }, (_, i) => post({ event_type: WEBHOOK_EVENT_TYPES[1], callback_url: `https://race.example.com/${i}` })),
+      );
+      const codes = results.map((r) => r.statusCode).sort();
+      expect(codes.filter((c) => c === 201)).toHaveLength(1);
+      expect(codes.filter((c) => c === 409)).toHaveLength(24);
+      const webhooks = (await list()).json<{ webhooks: { webhook_id: string }[] }>().webhooks;
+      expect(webhooks).toHaveLength(1);
+      const winner = results.find((r) => r.statusCode === 201)?.json<{ webhook_id: string }>();
+      expect(webhooks[0]?.webhook_id).toBe(winner?.webhook_id);
+    });
+  });
+
+  describe('GET', () => {
+    it('lists only the calling vendor’s webhooks, with secret only when one is set', async () => {
+      const withSecret = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'topsecret' });
+      const withoutSecret = await register(WEBHOOK_EVENT_TYPES[3]);
+      await post({ event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A }, otherVendorKey);
+
+      const res = await list();
+      expect(res.statusCode).toBe(200);
+      const webhooks = res.json<{ webhooks: Record<string, unknown>[] }>().webhooks;
+      expect(webhooks.map((w) => w.webhook_id)).toEqual([withSecret, withoutSecret]);
+      expect(webhooks[0]).toMatchObject({ webhook_id: withSecret, event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: 'topsecret' });
+      expect(webhooks[1]).toMatchObject({ webhook_id: withoutSecret, event_type: WEBHOOK_EVENT_TYPES[3], callback_url: URL_A });
+      expect(webhooks[1]).not.toHaveProperty('secret');
+      expect((await list(otherVendorKey)).json<{ webhooks: unknown[] }>().webhooks).toHaveLength(1);
+    });
+
+    it('answers an empty list for a vendor with no webhooks', async () => {
+      expect((await list()).json()).toEqual({ webhooks: [] });
+    });
+
+    it('stores the secret encrypted: the plaintext is nowhere in Redis', async () => {
+      await register(WEBHOOK_EVENT_TYPES[0], { secret: 'plaintext-canary-7f3a' });
+      const raw = await t.redis.hvals(t.keys.webhooks.byId);
+      expect(raw).toHaveLength(1);
+      expect(raw[0]).not.toContain('plaintext-canary-7f3a');
+      expect(raw[0]).toMatch(/"secretSealed":"v1\./);
+    });
+  });
+
+  describe('PATCH', () => {
+    it('updates any combination of fields and answers the full resource', async () => {
+      const id = await register(WEBHOOK_EVENT_TYPES[0]);
+      const urlOnly = await patch(id, { callback_url: 'https://new.example.com/h' });
+      expect(urlOnly.statusCode).toBe(200);
+      expect(urlOnly.json()).toMatchObject({ webhook_id: id, event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://new.example.com/h' });
+      expect(urlOnly.json()).not.toHaveProperty('secret');
+
+      const secretOnly = await patch(id, { secret: 'rotated' });
+      expect(secretOnly.json()).toMatchObject({ webhook_id: id, callback_url: 'https://new.example.com/h', secret: 'rotated' });
+
+      const all = await patch(id, { event_type: WEBHOOK_EVENT_TYPES[5], callback_url: URL_A, secret: 'again' });
+      expect(all.json()).toMatchObject({ webhook_id: id, event_type: WEBHOOK_EVENT_TYPES[5], callback_url: URL_A, secret: 'again' });
+      expect((await list()).json<{ webhooks: unknown[] }>().webhooks).toEqual([all.json()]);
+    });
+
+    it('frees the old event_type when it changes, so it can be registered again', async () => {
+      const id = await register(WEBHOOK_EVENT_TYPES[0]);
+      expect((await patch(id, { event_type: WEBHOOK_EVENT_TYPES[1] })).statusCode).toBe(200);
+      await register(WEBHOOK_EVENT_TYPES[0]);
+      expect((await post({ event_type: WEBHOOK_EVENT_TYPES[1], callback_url: URL_A })).statusCode).toBe(409);
+    });
+
+    it('answers 409 when the new event_type is taken by another of the vendor’s webhooks', async () => {
+      const first = await register(WEBHOOK_EVENT_TYPES[0]);
+      await register(WEBHOOK_EVENT_TYPES[1]);
+      const res = await patch(first, { event_type: WEBHOOK_EVENT_TYPES[1] });
+      expect(res.statusCode).toBe(409);
+      expect(res.json<{ code: string }>().code).toBe('webhook_conflict');
+      const unchanged = (await list()).json<{ webhooks: { webhook_id: string; event_type: string }[] }>().webhooks;
+      expect(unchanged.find((w) => w.webhook_id === first)?.event_type).toBe(WEBHOOK_EVENT_TYPES[0]);
+    });
+
+    it('accepts an unchanged event_type (no self-conflict)', async () => {
+      const id = await register(WEBHOOK_EVENT_TYPES[2]);
+      expect((await patch(id, { event_type: WEBHOOK_EVENT_TYPES[2] })).statusCode).toBe(200);
+    });
+
+    it.each([
+      ['an empty body', {}, 'at least one of'],
+      ['an empty callback_url', { callback_url: '' }, 'callback_url must not be empty'],
+      ['an invalid URL', { callback_url: 'not a url' }, 'callback_url'],
+      ['an empty secret', { secret: '' }, 'secret must not be empty'],
+      ['an unknown event_type', { event_type: 'EVENT_TYPE_X' }, 'event_type must be one of'],
+      ['an unknown field', { enabled: 'yes' }, 'unknown field "enabled"'],
+    ])('answers 400 for %s and changes nothing', async (_name, body, message) => {
+      const id = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'keep' });
+      const res = await patch(id, body);
+      expect(res.statusCode).toBe(400);
+      expect(res.json<{ error: string }>().error).toContain(message);
+      expect((await list()).json<{ webhooks: unknown[] }>().webhooks[0]).toMatchObject({ callback_url: URL_A, secret: 'keep' });
+    });
+
+    it('answers 400 for a malformed webhook_id, 404 for an unknown one and for another vendor’s', async () => {
+      const id = await register();
+      const malformed = await patch('not-a-uuid', { callback_url: URL_A });
+      expect(malformed.statusCode).toBe(400);
+      expect(malformed.json()).toEqual({ error: 'Invalid webhook_id format', code: 'invalid_webhook_id' });
+      const unknown = await patch('00000000-0000-4000-8000-000000000000', { callback_url: URL_A });
+      expect(unknown.statusCode).toBe(404);
+      expect(unknown.json()).toEqual({ error: 'Webhook not found', code: 'webhook_not_found' });
+      const foreign = await patch(id, { callback_url: 'https://evil.example.com/' }, otherVendorKey);
+      expect(foreign.statusCode).toBe(404);
+      expect((await list()).json<{ webhooks: { callback_url: string }[] }>().webhooks[0]?.callback_url).toBe(URL_A);
+    });
+
+    it('keeps the uniqueness index consistent under concurrent event_type changes', async () => {
+      const ids = [await register(WEBHOOK_EVENT_TYPES[0]), await register(WEBHOOK_EVENT_TYPES[1]), await register(WEBHOOK_EVENT_TYPES[2])];
+      const results = await Promise.all(ids.map((id) => patch(id, { event_type: WEBHOOK_EVENT_TYPES[5] })));
+      expect(results.filter((r) => r.statusCode === 200)).toHaveLength(1);
+      expect(results.filter((r) => r.statusCode === 409)).toHaveLength(2);
+      const types = (await list()).json<{ webhooks: { event_type: string }[] }>().webhooks.map((w) => w.event_type);
+      expect(new Set(types).size).toBe(3);
+      const index = await t.redis.hgetall(t.keys.webhooks.byVendorType);
+      expect(Object.keys(index).sort()).toEqual(types.map((type) => `vendor-1\n${type}`).sort());
+    });
+  });
+
+  describe('DELETE', () => {
+    it('answers 204 with an empty body, then 404; the event_type is free again', async () => {
+      const id = await register();
+      const res = await del(id);
+      expect(res.statusCode).toBe(204);
+      expect(res.body).toBe('');
+      expect((await del(id)).statusCode).toBe(404);
+      expect((await list()).json()).toEqual({ webhooks: [] });
+      await register();
+    });
+
+    it('answers 400 for a malformed id and 404 for another vendor’s webhook, which survives', async () => {
+      const id = await register();
+      expect((await del('123')).json()).toEqual({ error: 'Invalid webhook_id format', code: 'invalid_webhook_id' });
+      expect((await del(id, otherVendorKey)).statusCode).toBe(404);
+      expect((await list()).json<{ webhooks: unknown[] }>().webhooks).toHaveLength(1);
+    });
+  });
+});

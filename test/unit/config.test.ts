@@ -1,0 +1,98 @@
+import { describe, expect, it } from 'vitest';
+import { formatDurationMs, parseDurationMs } from '../../src/config/duration.js';
+import { ConfigError, loadConfig } from '../../src/config/env.js';
+
+describe('durations', () => {
+  it.each([
+    ['500ms', 500],
+    ['15s', 15_000],
+    ['5m', 300_000],
+    ['2h', 7_200_000],
+    ['1d', 86_400_000],
+    ['0s', 0],
+    ['1.5s', 1_500],
+    [' 5m ', 300_000],
+  ])('parses %s', (text, ms) => expect(parseDurationMs(text)).toBe(ms));
+
+  it.each(['', '5', 'm', '5 m', '-5s', '5min', '1e3s', 'abc'])('rejects %j', (text) => expect(parseDurationMs(text)).toBeUndefined());
+
+  it.each([
+    [300_000, '5m'],
+    [7_200_000, '2h'],
+    [1_500, '1500ms'],
+    [0, '0ms'],
+  ])('formats %d as %s', (ms, text) => expect(formatDurationMs(ms)).toBe(text));
+});
+
+describe('loadConfig', () => {
+  it('applies the documented defaults', () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({
+      redisUrl: undefined,
+      redisPrefix: 'hl',
+      apiHost: '127.0.0.1',
+      apiPort: 8080,
+      metricsPort: 9464,
+      secretKey: undefined,
+      allowPrivateTargets: false,
+      workerConcurrency: 50,
+      deliveryTimeoutMs: 15_000,
+      logLevel: 'info',
+      logFormat: 'auto',
+      dataDir: '.hookline',
+      embeddedRedisPort: 0,
+    });
+    expect(config.retryScheduleMs).toEqual([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000]);
+    expect(Object.isFrozen(config)).toBe(true);
+  });
+
+  it('parses every variable', () => {
+    const key = Buffer.alloc(32, 7).toString('base64');
+    const config = loadConfig({
+      REDIS_URL: 'redis://localhost:6380/2',
+      HOOKLINE_API_PORT: '9000',
+      HOOKLINE_SECRET_KEY: key,
+      HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
+      HOOKLINE_WORKER_CONCURRENCY: '8',
+      HOOKLINE_RETRY_SCHEDULE: '0s, 1s,500ms',
+      HOOKLINE_DELIVERY_TIMEOUT: '2s',
+      HOOKLINE_LOG_LEVEL: 'debug',
+    });
+    expect(config).toMatchObject({ redisUrl: 'redis://localhost:6380/2', apiPort: 9000, allowPrivateTargets: true, workerConcurrency: 8, deliveryTimeoutMs: 2_000, logLevel: 'debug' });
+    expect(config.retryScheduleMs).toEqual([0, 1_000, 500]);
+    expect(config.secretKey?.equals(Buffer.alloc(32, 7))).toBe(true);
+  });
+
+  it('treats empty strings as unset', () => {
+    expect(loadConfig({ REDIS_URL: '', HOOKLINE_API_PORT: '' }).apiPort).toBe(8080);
+  });
+
+  it.each([
+    [{ HOOKLINE_API_PORT: 'abc' }, 'HOOKLINE_API_PORT'],
+    [{ HOOKLINE_API_PORT: '70000' }, 'HOOKLINE_API_PORT: expected a port between 0 and 65535'],
+    [{ REDIS_URL: 'http://x' }, 'REDIS_URL: expected a redis:// or rediss:// URL'],
+    [{ HOOKLINE_SECRET_KEY: 'short' }, 'HOOKLINE_SECRET_KEY: expected 32 random bytes'],
+    [{ HOOKLINE_RETRY_SCHEDULE: '0s,5x' }, 'HOOKLINE_RETRY_SCHEDULE: "5x" is not a duration'],
+    [{ HOOKLINE_DELIVERY_TIMEOUT: '15' }, 'HOOKLINE_DELIVERY_TIMEOUT: expected a duration'],
+    [{ HOOKLINE_ALLOW_PRIVATE_TARGETS: 'maybe' }, 'HOOKLINE_ALLOW_PRIVATE_TARGETS: expected true or false'],
+    [{ HOOKLINE_WORKER_CONCURRENCY: '0' }, 'HOOKLINE_WORKER_CONCURRENCY: expected at least 1'],
+    [{ HOOKLINE_LOG_LEVEL: 'loud' }, 'HOOKLINE_LOG_LEVEL'],
+    [{ HOOKLINE_REDIS_PREFIX: 'a b' }, 'HOOKLINE_REDIS_PREFIX'],
+  ])('rejects %j naming the variable', (env, message) => {
+    expect(() => loadConfig(env)).toThrow(ConfigError);
+    expect(() => loadConfig(env)).toThrow(message);
+  });
+
+  it('names every bad variable at once and never echoes the secret key', () => {
+    try {
+      loadConfig({ HOOKLINE_API_PORT: 'x', HOOKLINE_METRICS_PORT: 'y', HOOKLINE_SECRET_KEY: 'sekrit-value' });
+      expect.unreachable();
+    } catch (error) {
+      const message = (error as Error).message;
+      expect(message).toContain('HOOKLINE_API_PORT');
+      expect(message).toContain('HOOKLINE_METRICS_PORT');
+      expect(message).toContain('HOOKLINE_SECRET_KEY');
+      expect(message).not.toContain('sekrit-value');
+    }
+  });
+});

@@ -1,0 +1,32 @@
+import { describe, expect, it } from 'vitest';
+import { SecretBox } from '../../src/store/secret-box.js';
+
+const key = Buffer.alloc(32, 1);
+
+describe('SecretBox (AES-256-GCM)', () => {
+  it('round-trips and never repeats a ciphertext', () => {
+    const box = new SecretBox(key);
+    const a = box.seal('whsec_abc', 'wh-1');
+    const b = box.seal('whsec_abc', 'wh-1');
+    expect(a).not.toBe(b);
+    expect(a).not.toContain('whsec_abc');
+    expect(a.startsWith('v1.')).toBe(true);
+    expect(box.open(a, 'wh-1')).toBe('whsec_abc');
+    expect(box.open(b, 'wh-1')).toBe('whsec_abc');
+  });
+
+  it('refuses another key, other associated data and a tampered ciphertext', () => {
+    const sealed = new SecretBox(key).seal('s3cret', 'wh-1');
+    expect(() => new SecretBox(Buffer.alloc(32, 2)).open(sealed, 'wh-1')).toThrow();
+    expect(() => new SecretBox(key).open(sealed, 'wh-2')).toThrow();
+    const parts = sealed.split('.');
+    const body = Buffer.from(parts[3] ?? '', 'base64url');
+    body[0] = (body[0] ?? 0) ^ 1;
+    expect(() => new SecretBox(key).open([parts[0], parts[1], parts[2], body.toString('base64url')].join('.'), 'wh-1')).toThrow();
+    expect(() => new SecretBox(key).open('garbage', 'wh-1')).toThrow('unknown format');
+  });
+
+  it('needs a 32-byte key', () => {
+    expect(() => new SecretBox(Buffer.alloc(16))).toThrow();
+  });
+});

@@ -1,0 +1,46 @@
+import { describe, expect, it } from 'vitest';
+import { callbackUrlProblem, secretProblem, webhookCreateSchema, webhookPatchSchema } from '../../src/domain/webhook.js';
+
+describe('callbackUrlProblem', () => {
+  it.each(['https://example.com/hook', 'http://127.0.0.1:8080/x?y=1', 'https://[::1]:9000/', 'https://xn--bcher-kva.example/'])('accepts %s', (url) =>
+    expect(callbackUrlProblem(url)).toBeUndefined(),
+  );
+  it.each([
+    ['', 'must not be empty'],
+    ['example.com/hook', 'valid absolute URL'],
+    ['javascript:alert(1)', 'http or https'],
+    ['file:///etc/passwd', 'http or https'],
+    ['https://user:pw@example.com/', 'credentials'],
+    ['https://example.com/#frag', 'fragment'],
+    [' https://example.com/', 'whitespace'],
+    ['https://exa mple.com/', 'whitespace'],
+    [`https://example.com/${'x'.repeat(2048)}`, 'at most 2048'],
+  ])('rejects %j', (url, reason) => expect(callbackUrlProblem(url)).toContain(reason));
+});
+
+describe('secretProblem', () => {
+  it.each(['s', 'a long shared secret', `whsec_${Buffer.alloc(24, 9).toString('base64')}`])('accepts %j', (secret) =>
+    expect(secretProblem(secret)).toBeUndefined(),
+  );
+  it.each([
+    ['', 'must not be empty'],
+    ['x'.repeat(513), 'at most 512'],
+    ['whsec_', 'base64'],
+    ['whsec_not base64!', 'base64'],
+    [`whsec_${Buffer.alloc(8).toString('base64')}`, 'at least 16 bytes'],
+  ])('rejects %j', (secret, reason) => expect(secretProblem(secret)).toContain(reason));
+});
+
+describe('webhook body schemas', () => {
+  it('parses a full create body and leaves secret optional', () => {
+    expect(webhookCreateSchema.parse({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/' })).toEqual({
+      event_type: 'EVENT_TYPE_MACHINE_CREATED',
+      callback_url: 'https://a.example/',
+    });
+  });
+  it('requires at least one field on PATCH and rejects unknown fields', () => {
+    expect(webhookPatchSchema.safeParse({}).success).toBe(false);
+    expect(webhookPatchSchema.safeParse({ secret: 'x' }).success).toBe(true);
+    expect(webhookPatchSchema.safeParse({ secret: 'x', extra: 1 }).success).toBe(false);
+  });
+});
