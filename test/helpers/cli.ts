@@ -1,0 +1,56 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+
+export const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
+const CLI = ['--import', 'tsx', path.join(REPO_ROOT, 'src/cli.ts')];
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `hookline <args>` from source to completion (bounded by `timeoutMs`). */
+export function runCli(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 30_000): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...CLI, ...args], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`hookline ${args.join(' ')} timed out; stderr: ${stderr}`));
+    }, timeoutMs);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** Starts a long-running `hookline <args>` and resolves once a stdout line matches `ready`. */
+export function startCli(args: string[], env: NodeJS.ProcessEnv, ready: RegExp, timeoutMs = 60_000): Promise<{ child: ChildProcess; output: () => string; exited: Promise<number | null> }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...CLI, ...args], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`hookline ${args.join(' ')} did not become ready; output: ${output}`));
+    }, timeoutMs);
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      if (ready.test(output)) {
+        clearTimeout(timer);
+        resolve({ child, output: () => output, exited });
+      }
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`hookline ${args.join(' ')} exited with ${code} before it was ready; output: ${output}`));
+    });
+  });
+}

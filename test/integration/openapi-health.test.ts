@@ -1,0 +1,94 @@
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildAdminServer } from '../../src/admin/server.js';
+import { connectRedis, pingRedis } from '../../src/store/redis.js';
+import { freeLoopbackPort } from '../../src/store/redis-server.js';
+import { testApp, type TestApp } from '../helpers/app.js';
+
+describe('OpenAPI, docs and health', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await testApp();
+  });
+  afterAll(async () => t.close());
+
+  it('serves an OpenAPI 3 document covering every seed endpoint, generated from the route schemas', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/openapi.json' });
+    expect(res.statusCode).toBe(200);
+    const doc = res.json<{ openapi: string; paths: Record<string, Record<string, { parameters?: { name: string }[]; requestBody?: unknown; responses: Record<string, unknown> }>>; components: { schemas: Record<string, unknown>; securitySchemes: Record<string, unknown> } }>();
+    expect(doc.openapi).toMatch(/^3\./);
+    expect(Object.keys(doc.paths).sort()).toEqual(
+      [
+        '/healthz',
+        '/readyz',
+        '/rental/v1/machines',
+        '/rental/v1/machines/agents/{deployment_id}',
+        '/rental/v1/tasks/{task_id}',
+        '/vendors/v1/webhooks',
+        '/vendors/v1/webhooks/{webhook_id}',
+      ].sort(),
+    );
+    expect(Object.keys(doc.paths['/vendors/v1/webhooks'] ?? {}).sort()).toEqual(['get', 'post']);
+    expect(Object.keys(doc.paths['/vendors/v1/webhooks/{webhook_id}'] ?? {}).sort()).toEqual(['delete', 'patch']);
+    expect(Object.keys(doc.paths['/vendors/v1/webhooks']?.post?.responses ?? {})).toEqual(expect.arrayContaining(['201', '400', '401', '409']));
+    expect(doc.paths['/vendors/v1/webhooks']?.post?.requestBody).toBeDefined();
+    expect(doc.paths['/rental/v1/machines']?.get?.parameters?.map((p) => p.name).sort()).toEqual(['filter', 'page', 'page_size']);
+    expect(Object.keys(doc.paths['/rental/v1/tasks/{task_id}']?.get?.responses ?? {})).toEqual(expect.arrayContaining(['200', '400', '404']));
+    expect(doc.components.securitySchemes).toHaveProperty('apiKey');
+    expect(Object.keys(doc.components.schemas)).toEqual(expect.arrayContaining(['Webhook', 'Task', 'AgentDeploymentStatus', 'Error']));
+  });
+
+  it('serves the docs UI at /docs', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/docs/' });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers['content-type']).toContain('text/html');
+    expect(res.body).toContain('swagger');
+  });
+
+  it('answers /healthz and /readyz without a key', async () => {
+    expect((await t.app.inject({ method: 'GET', url: '/healthz' })).json()).toEqual({ status: 'ok' });
+    const ready = await t.app.inject({ method: 'GET', url: '/readyz' });
+    expect(ready.statusCode).toBe(200);
+    expect(ready.json()).toEqual({ status: 'ready' });
+  });
+
+  it('answers 404 {error} for an unknown route and 405-free JSON for wrong methods', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/nope' });
+    expect(res.statusCode).toBe(404);
+    expect(res.json()).toEqual({ error: 'Route not found', code: 'route_not_found' });
+    expect((await t.app.inject({ method: 'PUT', url: '/vendors/v1/webhooks' })).statusCode).toBe(404);
+  });
+});
+
+describe('readiness when Redis is unreachable', () => {
+  it('answers /readyz 503 and a protected route 503 instead of hanging or crashing', async () => {
+    const deadPort = await freeLoopbackPort();
+    const redis = connectRedis(`redis://127.0.0.1:${deadPort}`, { connectionName: 'dead', maxRetriesPerRequest: 1 });
+    redis.on('error', () => undefined);
+    const { RedisApiKeyStore } = await import('../../src/store/api-keys.js');
+    const { redisKeys } = await import('../../src/store/keys.js');
+    const t = await testApp();
+    const app = await buildAdminServer({
+      logger: pino({ level: 'silent' }),
+      bodyLimitBytes: 1024,
+      apiKeys: new RedisApiKeyStore(redis, redisKeys('dead')),
+      webhooks: t.webhooks,
+      tasks: t.tasks,
+      agents: t.agents,
+      machines: t.machines,
+      isReady: () => pingRedis(redis, 300),
+    });
+    try {
+      const ready = await app.inject({ method: 'GET', url: '/readyz' });
+      expect(ready.statusCode).toBe(503);
+      expect(ready.json()).toEqual({ status: 'unavailable', error: 'Redis is unreachable' });
+      const res = await app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': 'hk_whatever' } });
+      expect(res.statusCode).toBe(503);
+      expect(res.json()).toEqual({ error: 'Storage is unreachable; try again shortly', code: 'storage_unavailable' });
+    } finally {
+      await app.close();
+      redis.disconnect();
+      await t.close();
+    }
+  });
+});
