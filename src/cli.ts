@@ -48,6 +48,9 @@ async function serveApi(config: Config, logger: Logger): Promise<void> {
   const redis = connectRedis(endpoint.url, { connectionName: 'hookline-api', maxRetriesPerRequest: 2 });
   redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
   const keys = redisKeys(config.redisPrefix);
+  const machines = new RedisMachineStore(redis, keys);
+  // Load the listing's in-memory index now rather than on the first request.
+  await machines.refresh();
   const app = await buildAdminServer({
     logger,
     bodyLimitBytes: config.apiBodyLimitBytes,
@@ -55,7 +58,7 @@ async function serveApi(config: Config, logger: Logger): Promise<void> {
     webhooks: new RedisWebhookStore(redis, keys, new SecretBox(secretKey)),
     tasks: createTaskStore(redis, keys),
     agents: createAgentStatusStore(redis, keys),
-    machines: new RedisMachineStore(redis, keys),
+    machines,
     isReady: () => pingRedis(redis, 1_000),
   });
   const address = await app.listen({ host: config.apiHost, port: config.apiPort });

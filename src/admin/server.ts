@@ -76,8 +76,9 @@ function validationMessage(error: FastifyError): string {
  * listen(), tests call inject().
  */
 export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
+  const loggerInstance: FastifyBaseLogger = deps.logger;
   const app = Fastify({
-    loggerInstance: deps.logger as FastifyBaseLogger,
+    loggerInstance,
     bodyLimit: deps.bodyLimitBytes,
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 512 },

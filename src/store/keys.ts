@@ -28,6 +28,8 @@ export function redisKeys(prefix: string) {
       index: `${tag('machines')}:index`,
       /** hash: machine id → version (event time, ms) of the last applied write, removals included */
       versions: `${tag('machines')}:versions`,
+      /** sorted set: removed machine id → removal version; bounds how long `versions` keeps tombstones */
+      tombstones: `${tag('machines')}:tombstones`,
       /** stream of changed machine ids; listing processes tail it to keep their in-memory index fresh */
       changes: `${tag('machines')}:changes`,
     },

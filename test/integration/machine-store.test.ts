@@ -1,0 +1,418 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { Machine } from '../../src/domain/machine.js';
+import { parseMachineFilter, type MachineFilter } from '../../src/domain/machine-filter.js';
+import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
+import { RedisMachineStore } from '../../src/store/machines.js';
+import { connectRedis, type Redis } from '../../src/store/redis.js';
+import { testRedis, type TestRedis } from '../helpers/redis.js';
+
+interface Shape {
+  status?: string;
+  memory?: number;
+  cores?: number;
+  storage?: number;
+  cpu?: string;
+  gpus?: string[];
+}
+
+function machine(id: string, shape: Shape = {}): Machine {
+  const bare = shape.memory === undefined && shape.cores === undefined && shape.cpu === undefined && shape.gpus === undefined;
+  return {
+    status: shape.status ?? 'available',
+    metadata: { machine_id: id, geo_location: { country: 'Germany', city: 'Berlin' }, cuda_version: '12.4' },
+    ...(bare
+      ? {}
+      : {
+          hardware_specs: {
+            cpu: { model: shape.cpu ?? 'Generic CPU', cpu_arch: 'x86_64', cores: shape.cores ?? 1, threads: (shape.cores ?? 1) * 2 },
+            memory: { total_memory: shape.memory ?? 1, memory_required: 1 },
+            storage: { disk_space_available: shape.storage ?? 10, disk_type: 'NVMe', disk_name: 'nvme0n1' },
+            gpus: (shape.gpus ?? []).map((name, i) => ({ id: `${id}-gpu-${i}`, name, memory: 24 })),
+          },
+        }),
+    network_info: { bandwidth: 1000 },
+    machine_prices: [{ id: `${id}-price`, amount: '1.25', currency: 'USD' }],
+  };
+}
+
+/** A small fleet covering every filter; inserted out of order on purpose. */
+const FLEET: Machine[] = [
+  machine('m-04', { memory: 16, cores: 4, storage: 250, cpu: 'Intel Core i9-13900K', gpus: ['NVIDIA GeForce RTX 4090', 'NVIDIA GeForce RTX 3090'] }),
+  machine('m-01', { memory: 32, cores: 8, storage: 500, cpu: 'Intel Xeon Gold 6338', gpus: ['NVIDIA GeForce RTX 3090'] }),
+  machine('m-07', { status: 'unavailable', memory: 256, cores: 64, storage: 4000, cpu: 'Intel Xeon Platinum 8480+', gpus: ['NVIDIA H100', 'NVIDIA A100 40GB'] }),
+  machine('m-02', { memory: 64, cores: 16, storage: 1000, cpu: 'AMD EPYC 7763', gpus: ['NVIDIA A100 80GB PCIe', 'NVIDIA A100 80GB PCIe'] }),
+  machine('m-06'),
+  machine('m-03', { status: 'unavailable', memory: 128, cores: 32, storage: 2000, cpu: 'AMD EPYC 9654', gpus: ['NVIDIA H100'] }),
+  machine('m-05', { memory: 24, cores: 12, storage: 100, cpu: 'AMD Ryzen 9 7950X', gpus: [] }),
+];
+
+function filter(text: string | string[] = ''): MachineFilter {
+  const parsed = parseMachineFilter(text);
+  if (!parsed.ok) throw new Error(parsed.error);
+  return parsed.filter;
+}
+
+const ids = (machines: Machine[]) => machines.map((m) => m.metadata.machine_id);
+
+let t: TestRedis;
+let keys: RedisKeys;
+let store: RedisMachineStore;
+const extraConnections: Redis[] = [];
+
+/** A second connection to the same Redis, as another process would have. */
+function otherConnection(): Redis {
+  const redis = connectRedis(t.url, { connectionName: `hookline-test-${t.prefix}-b`, maxRetriesPerRequest: 3 });
+  extraConnections.push(redis);
+  return redis;
+}
+
+async function seed(target: RedisMachineStore, machines: Machine[], versionMs = 1_000): Promise<void> {
+  for (const m of machines) expect(await target.upsert(m, versionMs)).toBe('applied');
+}
+
+async function allIds(target: RedisMachineStore, text: string | string[] = ''): Promise<string[]> {
+  const page = await target.list({ filter: filter(text), page: 1, pageSize: 100_000 });
+  expect(page.machines).toHaveLength(page.total);
+  return ids(page.machines);
+}
+
+beforeEach(() => {
+  t = testRedis();
+  keys = redisKeys(t.prefix);
+  store = new RedisMachineStore(t.redis, keys);
+});
+
+afterEach(async () => {
+  store.close();
+  await Promise.all(extraConnections.splice(0).map((redis) => redis.quit()));
+  await t.cleanup();
+});
+
+describe('RedisMachineStore writes', () => {
+  it('stores a machine and reads it back whole', async () => {
+    const m = FLEET[0]!;
+    expect(await store.upsert(m, 1_000)).toBe('applied');
+    expect(await store.get('m-04')).toEqual(m);
+    expect(await store.get('m-99')).toBeUndefined();
+  });
+
+  it('keeps documents, index records, versions and the change stream under one hash tag', async () => {
+    await store.upsert(FLEET[0]!, 1_700_000_000_000);
+    const tag = `{${t.prefix}:machines}`;
+    for (const key of [keys.machines.docs, keys.machines.index, keys.machines.versions, keys.machines.changes]) {
+      expect(key.startsWith(tag)).toBe(true);
+    }
+    expect(JSON.parse((await t.redis.hget(keys.machines.index, 'm-04'))!)).toEqual({
+      s: 'available',
+      m: 16,
+      c: 4,
+      d: 250,
+      cpu: 'Intel Core i9-13900K',
+      gpu: ['NVIDIA GeForce RTX 4090', 'NVIDIA GeForce RTX 3090'],
+    });
+    expect(await t.redis.hget(keys.machines.versions, 'm-04')).toBe('1700000000000');
+    const entries = await t.redis.xrange(keys.machines.changes, '-', '+');
+    expect(entries.map(([, fields]) => fields)).toEqual([['id', 'm-04', 'op', 'upsert']]);
+  });
+
+  it('ignores a write older than the stored version and applies an equal one', async () => {
+    const newer = machine('m-1', { status: 'unavailable', memory: 64 });
+    expect(await store.upsert(newer, 2_000)).toBe('applied');
+    expect(await store.upsert(machine('m-1', { memory: 8 }), 1_999)).toBe('stale');
+    expect(await store.get('m-1')).toEqual(newer);
+    expect(await t.redis.xlen(keys.machines.changes)).toBe(1);
+
+    const same = machine('m-1', { memory: 128 });
+    expect(await store.upsert(same, 2_000)).toBe('applied');
+    expect(await store.get('m-1')).toEqual(same);
+    expect(await store.upsert(same, 2_000)).toBe('applied');
+    expect(await store.get('m-1')).toEqual(same);
+  });
+
+  it('removes a machine and keeps a tombstone so an older create cannot bring it back', async () => {
+    await store.upsert(machine('m-1'), 1_000);
+    await store.upsert(machine('m-2'), 1_000);
+    expect(await allIds(store)).toEqual(['m-1', 'm-2']);
+
+    expect(await store.remove('m-1', 900)).toBe('stale');
+    expect(await store.get('m-1')).toBeDefined();
+
+    expect(await store.remove('m-1', 2_000)).toBe('applied');
+    expect(await store.get('m-1')).toBeUndefined();
+    expect(await t.redis.hexists(keys.machines.index, 'm-1')).toBe(0);
+    expect(await allIds(store)).toEqual(['m-2']);
+
+    expect(await store.upsert(machine('m-1'), 1_500)).toBe('stale');
+    expect(await store.get('m-1')).toBeUndefined();
+    expect(await allIds(store)).toEqual(['m-2']);
+
+    expect(await store.remove('m-1', 2_000)).toBe('missing');
+    expect(await store.upsert(machine('m-1', { status: 'unavailable' }), 3_000)).toBe('applied');
+    expect((await store.get('m-1'))?.status).toBe('unavailable');
+    expect(await allIds(store)).toEqual(['m-1', 'm-2']);
+  });
+
+  it('records a removal that arrives before the create it follows', async () => {
+    expect(await store.remove('m-9', 5_000)).toBe('missing');
+    expect(await store.upsert(machine('m-9'), 4_000)).toBe('stale');
+    expect(await store.get('m-9')).toBeUndefined();
+    expect(await store.upsert(machine('m-9'), 6_000)).toBe('applied');
+  });
+
+  it('forgets tombstones older than the TTL when a later removal runs', async () => {
+    let now = 10_000;
+    const aging = new RedisMachineStore(t.redis, keys, { tombstoneTtlMs: 1_000, nowMs: () => now });
+    await aging.upsert(machine('old'), 9_000);
+    expect(await aging.remove('old', 9_500)).toBe('applied');
+    expect(await t.redis.zscore(keys.machines.tombstones, 'old')).toBe('9500');
+
+    now = 10_400; // horizon 9_400: the tombstone (9_500) is still young
+    expect(await aging.remove('other', 10_400)).toBe('missing');
+    expect(await t.redis.hget(keys.machines.versions, 'old')).toBe('9500');
+
+    now = 20_000; // horizon 19_000: both tombstones so far are expired
+    expect(await aging.remove('third', 20_000)).toBe('missing');
+    expect(await t.redis.hget(keys.machines.versions, 'old')).toBeNull();
+    expect(await t.redis.hget(keys.machines.versions, 'other')).toBeNull();
+    expect(await t.redis.zrange(keys.machines.tombstones, 0, -1)).toEqual(['third']);
+    // Past the TTL an old create is accepted again: the documented bound of the guarantee.
+    expect(await aging.upsert(machine('old'), 9_000)).toBe('applied');
+    expect(await t.redis.zscore(keys.machines.tombstones, 'old')).toBeNull();
+  });
+
+  it('rejects a version that is not a finite number', async () => {
+    await expect(store.upsert(machine('m-1'), Number.NaN)).rejects.toThrow(TypeError);
+    await expect(store.remove('m-1', Number.POSITIVE_INFINITY)).rejects.toThrow(TypeError);
+  });
+});
+
+describe('RedisMachineStore listing', () => {
+  beforeEach(async () => {
+    await seed(store, FLEET);
+  });
+
+  it('lists every machine in machine id order with documents intact', async () => {
+    const page = await store.list({ filter: filter(), page: 1, pageSize: 20 });
+    expect(page.total).toBe(7);
+    expect(page.unknownMachineId).toBe(false);
+    expect(ids(page.machines)).toEqual(['m-01', 'm-02', 'm-03', 'm-04', 'm-05', 'm-06', 'm-07']);
+    expect(page.machines[3]).toEqual(FLEET[0]);
+  });
+
+  it('orders by machine id code units, not by number or locale', async () => {
+    await seed(store, [machine('a'), machine('B'), machine('10'), machine('9')]);
+    expect(await allIds(store)).toEqual(['10', '9', 'B', 'a', 'm-01', 'm-02', 'm-03', 'm-04', 'm-05', 'm-06', 'm-07']);
+  });
+
+  it.each<[string, string[]]>([
+    ['gpu_name:rtx 3090', ['m-01', 'm-04']],
+    ['gpu_name:NVIDIA GeForce RTX 4090', ['m-04']],
+    ['gpu_name:a100', ['m-02', 'm-07']],
+    ['gpu_name:Nvidia%20H100', ['m-03', 'm-07']],
+    ['gpu_name:nvidia', ['m-01', 'm-02', 'm-03', 'm-04', 'm-07']],
+    ['gpu_name:rtx 5090', []],
+    ['cpu_name:epyc', ['m-02', 'm-03']],
+    ['cpu_name:INTEL XEON', ['m-01', 'm-07']],
+    ['memory_size:64GB', ['m-02', 'm-03', 'm-07']],
+    ['memory_size:65', ['m-03', 'm-07']],
+    ['memory_size:0GB', ['m-01', 'm-02', 'm-03', 'm-04', 'm-05', 'm-07']],
+    ['cpu_cores:16', ['m-02', 'm-03', 'm-07']],
+    ['storage_size:1000GB', ['m-02', 'm-03', 'm-07']],
+    ['storage_size:1001 gb', ['m-03', 'm-07']],
+    ['machine_status:available', ['m-01', 'm-02', 'm-04', 'm-05', 'm-06']],
+    ['status:unavailable', ['m-03', 'm-07']],
+    ['status:Available', []],
+    ['status:retired', []],
+    ['machine_id:m-05', ['m-05']],
+  ])('filter %s', async (text, expected) => {
+    expect(await allIds(store, text)).toEqual(expected);
+  });
+
+  it('matches a multi-GPU machine when any of its GPUs matches, each needle on its own GPU', async () => {
+    expect(await allIds(store, 'gpu_name:4090,gpu_name:3090')).toEqual(['m-04']);
+    expect(await allIds(store, 'gpu_name:h100,gpu_name:a100 40gb')).toEqual(['m-07']);
+  });
+
+  it.each<[string | string[], string[]]>([
+    ['gpu_name:nvidia,memory_size:32GB,status:available', ['m-01', 'm-02']],
+    ['cpu_name:amd,cpu_cores:16,storage_size:1500', ['m-03']],
+    [['gpu_name:h100', 'machine_status:available'], []],
+    [['cpu_name:intel', 'cpu_name:core'], ['m-04']],
+    ['machine_id:m-02,gpu_name:a100,memory_size:64GB', ['m-02']],
+    ['machine_id:m-02,status:unavailable', []],
+    ['status:available,status:unavailable', []],
+  ])('ANDs several conditions: %s', async (text, expected) => {
+    expect(await allIds(store, text)).toEqual(expected);
+  });
+
+  it('pages through the result with a stable order and the full total on every page', async () => {
+    const pages = [];
+    for (const page of [1, 2, 3, 4, 50]) pages.push(await store.list({ filter: filter(), page, pageSize: 3 }));
+    expect(pages.map((p) => p.total)).toEqual([7, 7, 7, 7, 7]);
+    expect(pages.map((p) => ids(p.machines))).toEqual([['m-01', 'm-02', 'm-03'], ['m-04', 'm-05', 'm-06'], ['m-07'], [], []]);
+
+    const filtered = await store.list({ filter: filter('gpu_name:nvidia'), page: 2, pageSize: 2 });
+    expect(filtered.total).toBe(5);
+    expect(ids(filtered.machines)).toEqual(['m-03', 'm-04']);
+    const pastEnd = await store.list({ filter: filter('gpu_name:nvidia'), page: 4, pageSize: 2 });
+    expect(pastEnd).toEqual({ total: 5, machines: [], unknownMachineId: false });
+  });
+
+  it('flags a machine_id filter that names no known machine', async () => {
+    expect(await store.list({ filter: filter('machine_id:m-99'), page: 1, pageSize: 20 })).toEqual({
+      total: 0,
+      machines: [],
+      unknownMachineId: true,
+    });
+    expect((await store.list({ filter: filter('machine_id:m-01,machine_id:m-99'), page: 1, pageSize: 20 })).unknownMachineId).toBe(true);
+    const bothKnown = await store.list({ filter: filter('machine_id:m-01,machine_id:m-02'), page: 1, pageSize: 20 });
+    expect(bothKnown).toEqual({ total: 0, machines: [], unknownMachineId: false });
+    const mismatch = await store.list({ filter: filter('machine_id:m-03,status:available'), page: 1, pageSize: 20 });
+    expect(mismatch).toEqual({ total: 0, machines: [], unknownMachineId: false });
+    const nothingMatches = await store.list({ filter: filter('gpu_name:tpu'), page: 1, pageSize: 20 });
+    expect(nothingMatches.unknownMachineId).toBe(false);
+
+    await store.remove('m-01', 2_000);
+    expect((await store.list({ filter: filter('machine_id:m-01'), page: 1, pageSize: 20 })).unknownMachineId).toBe(true);
+  });
+
+  it('sees its own writes on the next list', async () => {
+    expect(await allIds(store, 'status:unavailable')).toEqual(['m-03', 'm-07']);
+    await store.upsert(machine('m-01', { status: 'unavailable', memory: 32 }), 2_000);
+    await store.upsert(machine('m-00', { status: 'unavailable' }), 2_000);
+    await store.remove('m-07', 2_000);
+    expect(await allIds(store, 'status:unavailable')).toEqual(['m-00', 'm-01', 'm-03']);
+    expect(await allIds(store, 'memory_size:32')).toEqual(['m-01', 'm-02', 'm-03']);
+  });
+
+  it('rejects a page or page size below 1', async () => {
+    await expect(store.list({ filter: filter(), page: 0, pageSize: 20 })).rejects.toThrow(RangeError);
+    await expect(store.list({ filter: filter(), page: 1, pageSize: 0 })).rejects.toThrow(RangeError);
+    await expect(store.list({ filter: filter(), page: 1.5, pageSize: 20 })).rejects.toThrow(RangeError);
+  });
+
+  it('shares one reload between concurrent first calls', async () => {
+    const connection = otherConnection();
+    const fresh = new RedisMachineStore(connection, keys);
+    const scans = vi.spyOn(connection, 'hscan');
+    const pages = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => fresh.list({ filter: filter(i % 2 ? 'status:available' : ''), page: 1, pageSize: 20 })),
+    );
+    expect(pages.map((p) => p.total)).toEqual([7, 5, 7, 5, 7, 5, 7, 5]);
+    expect(scans).toHaveBeenCalledTimes(1);
+    fresh.close();
+  });
+
+  it('loads ahead of the first request with refresh()', async () => {
+    const connection = otherConnection();
+    const warmed = new RedisMachineStore(connection, keys);
+    const scans = vi.spyOn(connection, 'hscan');
+    await warmed.refresh();
+    expect(scans).toHaveBeenCalledTimes(1);
+    expect((await warmed.list({ filter: filter(), page: 1, pageSize: 1 })).total).toBe(7);
+    expect(scans).toHaveBeenCalledTimes(1);
+    warmed.close();
+  });
+
+  it('reloads after close()', async () => {
+    expect(await allIds(store)).toHaveLength(7);
+    store.close();
+    await store.upsert(machine('m-08'), 2_000);
+    expect(await allIds(store)).toHaveLength(8);
+  });
+});
+
+describe('RedisMachineStore across instances', () => {
+  let writer: RedisMachineStore;
+  let reader: RedisMachineStore;
+  let readerRedis: Redis;
+
+  beforeEach(async () => {
+    writer = store;
+    readerRedis = otherConnection();
+    reader = new RedisMachineStore(readerRedis, keys);
+    await seed(writer, FLEET);
+    expect(await allIds(reader)).toHaveLength(7);
+  });
+
+  afterEach(() => reader.close());
+
+  /** What a store that starts from scratch lists: the truth in Redis. */
+  async function truth(text = ''): Promise<string[]> {
+    const fresh = new RedisMachineStore(t.redis, keys);
+    try {
+      return await allIds(fresh, text);
+    } finally {
+      fresh.close();
+    }
+  }
+
+  it('catches up with creates, updates and removals made through another instance', async () => {
+    await writer.upsert(machine('m-08', { memory: 512, gpus: ['NVIDIA H100'] }), 2_000);
+    await writer.upsert(machine('m-01', { status: 'unavailable', memory: 32 }), 2_000);
+    await writer.remove('m-05', 2_000);
+    expect(await allIds(reader)).toEqual(['m-01', 'm-02', 'm-03', 'm-04', 'm-06', 'm-07', 'm-08']);
+    expect(await allIds(reader, 'status:unavailable')).toEqual(['m-01', 'm-03', 'm-07']);
+    expect(await allIds(reader, 'gpu_name:h100,memory_size:200GB')).toEqual(['m-07', 'm-08']);
+    expect(await allIds(reader, 'gpu_name:h100,memory_size:300GB')).toEqual(['m-08']);
+    expect((await reader.list({ filter: filter('machine_id:m-05'), page: 1, pageSize: 20 })).unknownMachineId).toBe(true);
+  });
+
+  it('merges a large batch of changes in one catch-up', async () => {
+    const batch = Array.from({ length: 40 }, (_, i) => machine(`n-${String(i).padStart(3, '0')}`, { memory: i, gpus: ['NVIDIA L4'] }));
+    await seed(writer, batch, 2_000);
+    for (let i = 0; i < 40; i += 2) await writer.remove(`n-${String(i).padStart(3, '0')}`, 3_000);
+    await writer.remove('m-02', 3_000);
+    await writer.upsert(machine('a-first', { memory: 1 }), 3_000);
+    await writer.upsert(machine('m-03', { status: 'available', memory: 128, cores: 32, storage: 2000, cpu: 'AMD EPYC 9654' }), 3_000);
+
+    const odd = Array.from({ length: 20 }, (_, i) => `n-${String(i * 2 + 1).padStart(3, '0')}`);
+    expect(await allIds(reader)).toEqual(['a-first', 'm-01', 'm-03', 'm-04', 'm-05', 'm-06', 'm-07', ...odd]);
+    expect(await allIds(reader, 'gpu_name:l4,memory_size:30')).toEqual(['n-031', 'n-033', 'n-035', 'n-037', 'n-039']);
+    expect(await allIds(reader, 'status:available,cpu_name:epyc')).toEqual(['m-03']);
+    expect(await allIds(reader)).toEqual(await truth());
+  });
+
+  it('catches up over more change entries than one round trip reads', async () => {
+    const many = Array.from({ length: 1_200 }, (_, i) => machine(`x-${String(i).padStart(4, '0')}`, { memory: 8 }));
+    await Promise.all(many.map((m) => writer.upsert(m, 2_000)));
+    // Six fleet machines (m-…) state at least 8 GB and sort before the x-… ones.
+    const page = await reader.list({ filter: filter('memory_size:8'), page: 13, pageSize: 100 });
+    expect(page.total).toBe(1_206);
+    expect(ids(page.machines)).toEqual(['x-1194', 'x-1195', 'x-1196', 'x-1197', 'x-1198', 'x-1199']);
+  });
+
+  it('reloads in full when the change stream was deleted, and converges', async () => {
+    const scans = vi.spyOn(readerRedis, 'hscan');
+    await writer.upsert(machine('lost-1', { memory: 2048 }), 2_000);
+    await writer.remove('m-03', 2_000);
+    await t.redis.del(keys.machines.changes);
+    // Nothing written since the deletion: the reader must still notice what it missed.
+    expect(await allIds(reader, 'memory_size:100')).toEqual(['lost-1', 'm-07']);
+    expect(scans).toHaveBeenCalledTimes(1);
+
+    await writer.upsert(machine('seen-1'), 3_000);
+    expect(await allIds(reader)).toContain('seen-1');
+    expect(scans).toHaveBeenCalledTimes(1);
+    await writer.upsert(machine('lost-2'), 3_000);
+    await t.redis.del(keys.machines.changes);
+    await writer.upsert(machine('after-1'), 3_000);
+    expect(await allIds(reader)).toEqual(await truth());
+    expect(await allIds(reader)).toContain('lost-2');
+    expect(scans).toHaveBeenCalledTimes(2);
+
+    // Back on the incremental path: one more write costs no scan.
+    await writer.upsert(machine('after-2'), 3_000);
+    expect(await allIds(reader)).toContain('after-2');
+    expect(scans).toHaveBeenCalledTimes(2);
+  });
+
+  it('reloads in full when the change stream was trimmed past its last entry, and converges', async () => {
+    await writer.upsert(machine('trimmed-1', { status: 'unavailable' }), 2_000);
+    await writer.upsert(machine('m-01', { status: 'unavailable' }), 2_000);
+    await t.redis.xtrim(keys.machines.changes, 'MAXLEN', 0);
+    await writer.upsert(machine('kept-1', { status: 'unavailable' }), 2_000);
+    expect(await allIds(reader, 'status:unavailable')).toEqual(['kept-1', 'm-01', 'm-03', 'm-07', 'trimmed-1']);
+    expect(await allIds(reader)).toEqual(await truth());
+  });
+});
