@@ -89,21 +89,15 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
   const config = (): Config => loadConfig(env);
   const serverLogger = (c: Config) => createLogger({ level: c.logLevel, format: c.logFormat, fd: 1 });
 
+  const serve = async () => {
+    const c = config();
+    await serveApi(c, serverLogger(c));
+  };
   program
     .command('start')
-    .description('Run the API and the delivery worker in one process; without REDIS_URL, start an embedded local Redis.')
-    .action(async () => {
-      const c = config();
-      await serveApi(c, serverLogger(c));
-    });
-
-  program
-    .command('api')
-    .description('Run only the admin API.')
-    .action(async () => {
-      const c = config();
-      await serveApi(c, serverLogger(c));
-    });
+    .description('Run the engine in one process; without REDIS_URL, start an embedded local Redis.')
+    .action(serve);
+  program.command('api').description('Run only the admin API.').action(serve);
 
   const keysCommand = program.command('keys').description('Issue, list and revoke API keys.');
   keysCommand
