@@ -33,8 +33,8 @@ export class RedisServerUnavailableError extends Error {
 const SEARCH_DIRS = ['/usr/bin', '/usr/local/bin', '/usr/sbin', '/opt/homebrew/bin', '/snap/bin'];
 
 /** Finds a `redis-server` executable on PATH or in the usual install folders. */
-export async function findRedisServerBinary(envPath = process.env.PATH ?? ''): Promise<string | undefined> {
-  const dirs = [...envPath.split(path.delimiter).filter(Boolean), ...SEARCH_DIRS];
+export async function findRedisServerBinary(envPath = process.env.PATH ?? '', extraDirs: readonly string[] = SEARCH_DIRS): Promise<string | undefined> {
+  const dirs = [...envPath.split(path.delimiter).filter(Boolean), ...extraDirs];
   for (const dir of dirs) {
     const candidate = path.join(dir, 'redis-server');
     try {
@@ -63,10 +63,14 @@ function isDebianRoot(): boolean {
  * Returns a `redis-server` binary, installing Debian's package with apt-get when this is Debian or
  * Ubuntu and we are root; otherwise throws RedisServerUnavailableError listing the ways forward.
  */
-export async function ensureRedisServerBinary(say: (line: string) => void): Promise<string> {
-  const found = await findRedisServerBinary();
+export async function ensureRedisServerBinary(
+  say: (line: string) => void,
+  host: { find?: () => Promise<string | undefined>; canInstall?: boolean } = {},
+): Promise<string> {
+  const find = host.find ?? (() => findRedisServerBinary());
+  const found = await find();
   if (found) return found;
-  if (!isDebianRoot()) throw new RedisServerUnavailableError(`redis-server was not found.\n${WAYS_FORWARD}`);
+  if (!(host.canInstall ?? isDebianRoot())) throw new RedisServerUnavailableError(`redis-server was not found.\n${WAYS_FORWARD}`);
   say('redis-server was not found; installing Debian\'s redis-server package with apt-get (running as root)…');
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
   for (const args of [['update'], ['install', '-y', '--no-install-recommends', 'redis-server']]) {
@@ -76,7 +80,7 @@ export async function ensureRedisServerBinary(say: (line: string) => void): Prom
       throw new RedisServerUnavailableError(`apt-get ${args.join(' ')} failed (exit ${result.status ?? 'signal'}).\n${WAYS_FORWARD}`);
     }
   }
-  const installed = await findRedisServerBinary();
+  const installed = await find();
   if (!installed) throw new RedisServerUnavailableError(`redis-server is still missing after apt-get.\n${WAYS_FORWARD}`);
   return installed;
 }
