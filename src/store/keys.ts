@@ -33,6 +33,22 @@ export function redisKeys(prefix: string) {
       /** stream of changed machine ids; listing processes tail it to keep their in-memory index fresh */
       changes: `${tag('machines')}:changes`,
     },
+    events: {
+      /** string with TTL: set once an event id has been fully ingested (idempotency window) */
+      seen: (eventId: string) => tag(`event:${eventId}`),
+      /** stream producers may XADD events to; consumed by the group below */
+      stream: `${tag('ingest')}:events`,
+    },
+    /** BullMQ prefix of delivery queue partition `n`: every key of one queue shares this hash tag */
+    deliveryQueuePrefix: (partition: number) => tag(`q${partition}`),
+    deliveries: {
+      /** sorted set: delivery id → accepted time (ms), a webhook's recent deliveries */
+      ofWebhook: (webhookId: string) => `${tag(`wh:${webhookId}`)}:deliveries`,
+      /** string: delivery record JSON (status, attempts) */
+      record: (webhookId: string, deliveryId: string) => `${tag(`wh:${webhookId}`)}:delivery:${deliveryId}`,
+      /** sorted set: dead-lettered delivery id → time (ms) */
+      dead: (webhookId: string) => `${tag(`wh:${webhookId}`)}:dead`,
+    },
     task: (taskId: string) => tag(`task:${taskId}`),
     agent: (deploymentId: string) => tag(`agent:${deploymentId}`),
   } as const;
