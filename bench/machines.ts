@@ -4,13 +4,10 @@ import type { Machine } from '../src/domain/machine.js';
 import { pino } from 'pino';
 import { Pool } from 'undici';
 import { buildAdminServer } from '../src/admin/server.js';
-import { RedisApiKeyStore } from '../src/store/api-keys.js';
+import { composeStores } from '../src/compose.js';
 import { redisKeys } from '../src/store/keys.js';
 import { RedisMachineStore } from '../src/store/machines.js';
-import { createAgentStatusStore, createTaskStore } from '../src/store/read-models.js';
 import { connectRedis, pingRedis, type Redis } from '../src/store/redis.js';
-import { SecretBox } from '../src/store/secret-box.js';
-import { RedisWebhookStore } from '../src/store/webhooks.js';
 
 export interface MachineListingBenchOptions {
   machines: number;
@@ -201,18 +198,19 @@ export async function benchMachineListing(opts: MachineListingBenchOptions): Pro
   const writerRedis = connectRedis(opts.redisUrl, { connectionName: `hookline-bench-${prefix}-writer`, maxRetriesPerRequest: 3 });
   const readerRedis = connectRedis(opts.redisUrl, { connectionName: `hookline-bench-${prefix}-reader`, maxRetriesPerRequest: 3 });
   const writer = new RedisMachineStore(writerRedis, keys);
-  const reader = new RedisMachineStore(readerRedis, keys);
-  const apiKeys = new RedisApiKeyStore(readerRedis, keys);
-  const app = await buildAdminServer({
-    logger: pino({ level: 'silent' }),
-    bodyLimitBytes: 1024 * 1024,
-    apiKeys,
-    webhooks: new RedisWebhookStore(readerRedis, keys, new SecretBox(randomBytes(32))),
-    tasks: createTaskStore(readerRedis, keys),
-    agents: createAgentStatusStore(readerRedis, keys),
-    machines: reader,
-    isReady: () => pingRedis(readerRedis, 1_000),
+  const queueConnection = connectRedis(opts.redisUrl, { connectionName: `hookline-bench-${prefix}-queues`, maxRetriesPerRequest: null, autoPipelining: false });
+  const stores = composeStores({
+    redis: readerRedis,
+    queueConnection,
+    redisPrefix: prefix,
+    secretKey: randomBytes(32),
+    retryScheduleMs: [0],
+    queuePartitions: 1,
+    secretRotationOverlapMs: 0,
   });
+  const reader = stores.machines;
+  const apiKeys = stores.apiKeys;
+  const app = await buildAdminServer(stores.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1024 * 1024, isReady: () => pingRedis(readerRedis, 1_000) }));
   const origin = await app.listen({ host: '127.0.0.1', port: 0 });
   const http = new Pool(origin, { connections: 1 });
   const { key } = await apiKeys.create({ name: 'bench', roles: ['machines:read'] });
@@ -280,6 +278,7 @@ export async function benchMachineListing(opts: MachineListingBenchOptions): Pro
     writer.close();
     reader.close();
     await deleteKeys(writerRedis, keys.all);
-    await Promise.all([writerRedis.quit(), readerRedis.quit()]);
+    await stores.queues.close();
+    await Promise.all([writerRedis.quit(), readerRedis.quit(), queueConnection.quit()]);
   }
 }

@@ -5,15 +5,14 @@ import { EXTERNAL_ID_RE } from './domain/ids.js';
 import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
 import { buildAdminServer } from './admin/server.js';
+import { createServer } from 'node:http';
+import { composeStores, composeWorker } from './compose.js';
+import { StreamIngestSource } from './ingest/stream-source.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
 import { resolveRedis, resolveSecretKey, type RedisEndpoint } from './store/embedded.js';
 import { redisKeys } from './store/keys.js';
-import { RedisMachineStore } from './store/machines.js';
-import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
 import { RedisServerUnavailableError } from './store/redis-server.js';
 import { connectRedis, pingRedis, type Redis } from './store/redis.js';
-import { SecretBox } from './store/secret-box.js';
-import { RedisWebhookStore } from './store/webhooks.js';
 import { VERSION } from './version.js';
 
 /** Errors whose message is the whole story for a user: printed without a stack trace. */
@@ -41,35 +40,85 @@ function shutdownSignal(): Promise<NodeJS.Signals> {
   });
 }
 
-/** `hookline start` / `hookline api`: serve the admin API until a shutdown signal. */
-async function serveApi(config: Config, logger: Logger): Promise<void> {
+type EngineRole = 'all' | 'api' | 'worker';
+
+/** A tiny health server for the standalone worker (its own port): /healthz and /readyz. */
+async function startWorkerHealthServer(config: Config, isReady: () => Promise<boolean>, logger: Logger): Promise<{ close(): Promise<void> }> {
+  const server = createServer((request, response) => {
+    const send = (status: number, body: object) => response.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    if (request.url === '/healthz') return send(200, { status: 'ok' });
+    if (request.url === '/readyz') {
+      void isReady().then((ready) => (ready ? send(200, { status: 'ready' }) : send(503, { status: 'unavailable', error: 'Redis is unreachable' })));
+      return;
+    }
+    send(404, { error: 'Route not found', code: 'route_not_found' });
+  });
+  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(config.metricsPort, config.apiHost, resolve));
+  logger.info(`worker health on http://${config.apiHost}:${config.metricsPort}/healthz`);
+  return { close: () => new Promise((resolve) => server.close(() => resolve())) };
+}
+
+/** Runs the admin API, the delivery worker, or both, until SIGINT/SIGTERM; then shuts down in order. */
+async function runEngine(config: Config, logger: Logger, role: EngineRole): Promise<void> {
   const secretKey = resolveSecretKey(config);
   const endpoint = await resolveRedis(config, (line) => logger.info(line));
-  const redis = connectRedis(endpoint.url, { connectionName: 'hookline-api', maxRetriesPerRequest: 2 });
-  redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
-  const keys = redisKeys(config.redisPrefix);
-  const machines = new RedisMachineStore(redis, keys);
-  // Load the listing's in-memory index now rather than on the first request.
-  await machines.refresh();
-  const app = await buildAdminServer({
-    logger,
-    bodyLimitBytes: config.apiBodyLimitBytes,
-    apiKeys: new RedisApiKeyStore(redis, keys),
-    webhooks: new RedisWebhookStore(redis, keys, new SecretBox(secretKey)),
-    tasks: createTaskStore(redis, keys),
-    agents: createAgentStatusStore(redis, keys),
-    machines,
-    isReady: () => pingRedis(redis, 1_000),
+  const redis = connectRedis(endpoint.url, { connectionName: `hookline-${role}`, maxRetriesPerRequest: 2 });
+  const queueConnection = connectRedis(endpoint.url, { connectionName: `hookline-${role}-queues`, maxRetriesPerRequest: null, autoPipelining: false });
+  for (const connection of [redis, queueConnection]) connection.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
+  const isReady = () => pingRedis(redis, 1_000);
+  const stores = composeStores({
+    redis,
+    queueConnection,
+    redisPrefix: config.redisPrefix,
+    secretKey,
+    retryScheduleMs: config.retryScheduleMs,
+    queuePartitions: config.queuePartitions,
+    secretRotationOverlapMs: config.secretRotationOverlapMs,
   });
-  const address = await app.listen({ host: config.apiHost, port: config.apiPort });
-  logger.info(
-    { redis: endpoint.origin === 'configured' ? 'REDIS_URL' : `embedded ${endpoint.url} (data in ${config.dataDir}/redis)`, version: VERSION },
-    `Hookline API listening on ${address} (OpenAPI at ${address}/openapi.json, docs at ${address}/docs)`,
-  );
+  const stops: (() => Promise<unknown>)[] = [];
+
+  if (role !== 'worker') {
+    // Load the listing's in-memory index now rather than on the first request.
+    await stores.machines.refresh();
+    const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady }));
+    const address = await app.listen({ host: config.apiHost, port: config.apiPort });
+    stops.push(() => app.close());
+    logger.info(
+      { redis: endpoint.origin === 'configured' ? 'REDIS_URL' : `embedded ${endpoint.url} (data in ${config.dataDir}/redis)`, version: VERSION },
+      `Hookline API listening on ${address} (OpenAPI at ${address}/openapi.json, docs at ${address}/docs)`,
+    );
+  }
+  if (role !== 'api') {
+    const workerConnection = connectRedis(endpoint.url, { connectionName: 'hookline-worker-jobs', maxRetriesPerRequest: null, autoPipelining: false });
+    workerConnection.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
+    const worker = composeWorker(stores, {
+      workerConnection,
+      logger,
+      concurrency: config.workerConcurrency,
+      retryScheduleMs: config.retryScheduleMs,
+      deliveryTimeoutMs: config.deliveryTimeoutMs,
+      allowPrivateTargets: config.allowPrivateTargets,
+      sustainedFailureWindowMs: config.sustainedFailureWindowMs,
+    });
+    const stream = config.ingestStream ? new StreamIngestSource({ redis, keys: stores.keys, ingestor: stores.ingestor, logger }) : undefined;
+    const health = role === 'worker' ? await startWorkerHealthServer(config, isReady, logger) : undefined;
+    worker.pool.start();
+    stream?.start();
+    stops.push(async () => {
+      await stream?.stop();
+      const ended = await worker.close(config.shutdownGraceMs);
+      logger.info({ ended }, ended === 'drained' ? 'in-flight deliveries finished' : 'grace period over; unfinished deliveries return to the queue');
+      await workerConnection.quit().catch(() => undefined);
+      await health?.close();
+    });
+    logger.info({ concurrency: config.workerConcurrency, partitions: config.queuePartitions, stream: config.ingestStream }, 'delivery worker running');
+  }
+
   const signal = await shutdownSignal();
   logger.info({ signal }, 'shutting down');
-  await app.close();
-  await redis.quit().catch(() => undefined);
+  for (const stop of stops) await stop();
+  await stores.queues.close();
+  await Promise.all([redis.quit(), queueConnection.quit()].map((p) => p.catch(() => undefined)));
   await endpoint.release();
   logger.info('stopped');
 }
@@ -89,15 +138,19 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
   const config = (): Config => loadConfig(env);
   const serverLogger = (c: Config) => createLogger({ level: c.logLevel, format: c.logFormat, fd: 1 });
 
-  const serve = async () => {
+  const serve = (role: EngineRole) => async () => {
     const c = config();
-    await serveApi(c, serverLogger(c));
+    await runEngine(c, serverLogger(c), role);
   };
   program
     .command('start')
-    .description('Run the engine in one process; without REDIS_URL, start an embedded local Redis.')
-    .action(serve);
-  program.command('api').description('Run only the admin API.').action(serve);
+    .description('Run the admin API and the delivery worker in one process; without REDIS_URL, start an embedded local Redis.')
+    .action(serve('all'));
+  program.command('api').description('Run only the admin API (with event ingest over HTTP).').action(serve('api'));
+  program
+    .command('worker')
+    .description('Run only the delivery worker (and the ingest stream consumer), with /healthz on HOOKLINE_METRICS_PORT.')
+    .action(serve('worker'));
 
   const keysCommand = program.command('keys').description('Issue, list and revoke API keys.');
   keysCommand

@@ -12,6 +12,7 @@ import {
 } from 'fastify-type-provider-zod';
 import type { AgentStatus } from '../domain/agent.js';
 import type { Task } from '../domain/task.js';
+import type { Ingestor } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
 import type { ApiKeyLookup } from '../store/api-keys.js';
 import type { MachineListing } from '../store/machines.js';
@@ -21,6 +22,7 @@ import { VERSION } from '../version.js';
 import { createAuthorizer } from './auth.js';
 import { ApiError, errorBody, type ErrorCode } from './errors.js';
 import { agentRoutes } from './routes/agents.js';
+import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
 import { healthRoutes } from './routes/health.js';
 import { machineRoutes } from './routes/machines.js';
 import { taskRoutes } from './routes/tasks.js';
@@ -35,6 +37,10 @@ export interface AdminDeps {
   tasks: DocLookup<Task>;
   agents: DocLookup<AgentStatus>;
   machines: MachineListing;
+  /** Event ingest (`POST /internal/v1/events`). */
+  ingestor: Pick<Ingestor, 'ingest'>;
+  /** Delivery log, dead-letter replays and test events. */
+  deliveries: Omit<DeliveryRouteDeps, 'authorize' | 'webhooks'>;
   /** Resolves true when the engine's storage answers. */
   isReady: () => Promise<boolean>;
 }
@@ -122,6 +128,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
       security: [{ apiKey: [] }],
       tags: [
         { name: 'webhooks', description: 'A vendor’s webhooks (scoped to the key’s vendor)' },
+        { name: 'deliveries', description: 'A webhook’s deliveries, attempts, dead letters, replays and test events' },
         { name: 'rental', description: 'Tasks, agent status and the machine listing' },
         { name: 'health', description: 'Liveness and readiness' },
       ],
@@ -135,6 +142,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   const authorize = createAuthorizer(deps.apiKeys);
   await app.register(healthRoutes({ isReady: deps.isReady }));
   await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks }));
+  await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
   await app.register(agentRoutes({ authorize, agents: deps.agents }));
   await app.register(machineRoutes({ authorize, machines: deps.machines }));

@@ -77,6 +77,16 @@ export const envSchema = z.object({
       return delays as number[];
     }),
   HOOKLINE_DELIVERY_TIMEOUT: duration('15s'),
+  HOOKLINE_QUEUE_PARTITIONS: z.coerce
+    .number({ message: 'expected an integer' })
+    .int('expected an integer')
+    .min(1, 'expected at least 1')
+    .max(256, 'expected at most 256')
+    .default(4),
+  HOOKLINE_SECRET_ROTATION_OVERLAP: duration('24h'),
+  HOOKLINE_SUSTAINED_FAILURE_WINDOW: duration('5d'),
+  HOOKLINE_SHUTDOWN_GRACE: duration('30s'),
+  HOOKLINE_INGEST_STREAM: boolean(true),
   HOOKLINE_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   HOOKLINE_LOG_FORMAT: z.enum(['auto', 'json', 'pretty'], { message: 'expected auto, json or pretty' }).default('auto'),
   HOOKLINE_DATA_DIR: z.string().trim().min(1).default('.hookline'),
@@ -102,6 +112,16 @@ export interface Config {
   readonly workerConcurrency: number;
   readonly retryScheduleMs: readonly number[];
   readonly deliveryTimeoutMs: number;
+  /** Delivery queues (each its own hash tag, so Redis Cluster spreads them); webhooks hash onto them. */
+  readonly queuePartitions: number;
+  /** How long a replaced webhook secret keeps signing beside the new one. */
+  readonly secretRotationOverlapMs: number;
+  /** A webhook whose every attempt failed for this long is disabled. */
+  readonly sustainedFailureWindowMs: number;
+  /** How long SIGTERM waits for in-flight attempts. */
+  readonly shutdownGraceMs: number;
+  /** Consume the ingest Redis stream (in processes that run the worker). */
+  readonly ingestStream: boolean;
   readonly logLevel: z.infer<typeof envSchema>['HOOKLINE_LOG_LEVEL'];
   /** `auto`: pretty in a terminal, JSON lines otherwise. */
   readonly logFormat: 'auto' | 'json' | 'pretty';
@@ -135,6 +155,11 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     workerConcurrency: e.HOOKLINE_WORKER_CONCURRENCY,
     retryScheduleMs: Object.freeze([...e.HOOKLINE_RETRY_SCHEDULE]),
     deliveryTimeoutMs: e.HOOKLINE_DELIVERY_TIMEOUT,
+    queuePartitions: e.HOOKLINE_QUEUE_PARTITIONS,
+    secretRotationOverlapMs: e.HOOKLINE_SECRET_ROTATION_OVERLAP,
+    sustainedFailureWindowMs: e.HOOKLINE_SUSTAINED_FAILURE_WINDOW,
+    shutdownGraceMs: e.HOOKLINE_SHUTDOWN_GRACE,
+    ingestStream: e.HOOKLINE_INGEST_STREAM,
     logLevel: e.HOOKLINE_LOG_LEVEL,
     logFormat: e.HOOKLINE_LOG_FORMAT,
     dataDir: e.HOOKLINE_DATA_DIR,

@@ -2,6 +2,8 @@ import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 
 export const CALLBACK_URL_MAX_CHARS = 2048;
+export const DISABLED_REASONS = ['gone', 'failing', 'paused'] as const;
+export type DisabledReason = (typeof DISABLED_REASONS)[number];
 export const SECRET_MAX_CHARS = 512;
 
 const requiredString = (field: string) =>
@@ -77,11 +79,17 @@ export const webhookPatchSchema = z
     {
       event_type: eventTypeSchema.optional(),
       callback_url: callbackUrlSchema.optional(),
-      secret: secretSchema.optional(),
+      secret: secretSchema
+        .optional()
+        .describe('A new secret starts a rotation: the previous secret keeps signing beside it for the overlap period (24 h by default).'),
+      enabled: z
+        .boolean({ error: 'enabled must be true or false' })
+        .optional()
+        .describe('true re-enables a webhook that was disabled (410 Gone or sustained failures); false pauses it.'),
     },
     { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
   )
-  .refine((body) => Object.keys(body).length > 0, 'the body must set at least one of event_type, callback_url, secret');
+  .refine((body) => Object.keys(body).length > 0, 'the body must set at least one of event_type, callback_url, secret, enabled');
 
 export const webhookResourceSchema = z
   .object({
@@ -89,6 +97,11 @@ export const webhookResourceSchema = z
     event_type: z.enum(WEBHOOK_EVENT_TYPES),
     callback_url: z.string(),
     secret: z.string().optional().describe('Present only when the webhook has a secret.'),
+    enabled: z.boolean().describe('false when deliveries are paused: disabled by the engine or by the vendor.'),
+    disabled_reason: z
+      .enum(DISABLED_REASONS)
+      .optional()
+      .describe('Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused (PATCH enabled=false).'),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })
@@ -98,15 +111,26 @@ export type WebhookCreate = z.infer<typeof webhookCreateSchema>;
 export type WebhookPatch = z.infer<typeof webhookPatchSchema>;
 export type WebhookResource = z.infer<typeof webhookResourceSchema>;
 
-/** A webhook as the engine holds it, with its secret in plaintext (only ever in memory). */
+/** A webhook as the engine holds it, with its secrets in plaintext (only ever in memory). */
 export interface Webhook {
   id: string;
   vendorId: string;
   eventType: WebhookEventType;
   callbackUrl: string;
   secret: string | undefined;
+  /** The secret replaced by the last rotation, still signing until `untilMs`. */
+  previousSecret: { secret: string; untilMs: number } | undefined;
+  /** Set while deliveries are paused. */
+  disabled: { reason: DisabledReason; atMs: number } | undefined;
   createdAt: string;
   updatedAt: string;
+}
+
+/** The secrets that sign a delivery at `nowMs`: the current one first, then one in its rotation overlap. */
+export function signingSecrets(webhook: Webhook, nowMs: number): string[] {
+  const secrets = webhook.secret === undefined ? [] : [webhook.secret];
+  if (webhook.previousSecret && webhook.previousSecret.untilMs > nowMs) secrets.push(webhook.previousSecret.secret);
+  return secrets;
 }
 
 /** The interface's resource shape; `secret` only when one is set. */
@@ -116,6 +140,8 @@ export function toWebhookResource(webhook: Webhook): WebhookResource {
     event_type: webhook.eventType,
     callback_url: webhook.callbackUrl,
     ...(webhook.secret === undefined ? {} : { secret: webhook.secret }),
+    enabled: webhook.disabled === undefined,
+    ...(webhook.disabled === undefined ? {} : { disabled_reason: webhook.disabled.reason }),
     created_at: webhook.createdAt,
     updated_at: webhook.updatedAt,
   };

@@ -41,13 +41,19 @@ export function redisKeys(prefix: string) {
     },
     /** BullMQ prefix of delivery queue partition `n`: every key of one queue shares this hash tag */
     deliveryQueuePrefix: (partition: number) => tag(`q${partition}`),
+    /** BullMQ prefix of the control queue (bulk replays) */
+    controlQueuePrefix: tag('control'),
     deliveries: {
       /** sorted set: delivery id → accepted time (ms), a webhook's recent deliveries */
       ofWebhook: (webhookId: string) => `${tag(`wh:${webhookId}`)}:deliveries`,
-      /** string: delivery record JSON (status, attempts) */
+      /** hash: the delivery record (ids, status, attempt count, last outcome, body) */
       record: (webhookId: string, deliveryId: string) => `${tag(`wh:${webhookId}`)}:delivery:${deliveryId}`,
+      /** list: the delivery's attempt records (JSON), oldest first */
+      attempts: (webhookId: string, deliveryId: string) => `${tag(`wh:${webhookId}`)}:attempts:${deliveryId}`,
       /** sorted set: dead-lettered delivery id → time (ms) */
       dead: (webhookId: string) => `${tag(`wh:${webhookId}`)}:dead`,
+      /** string: when (ms) the webhook's current run of failed attempts began; absent after a success */
+      failingSince: (webhookId: string) => `${tag(`wh:${webhookId}`)}:failing-since`,
     },
     task: (taskId: string) => tag(`task:${taskId}`),
     agent: (deploymentId: string) => tag(`agent:${deploymentId}`),

@@ -10,6 +10,8 @@ export interface RedisConnectOptions {
    * a small number for request paths that should fail fast and answer 503.
    */
   maxRetriesPerRequest: number | null;
+  /** Batch concurrent commands into pipelines (default on; off for BullMQ's own connections). */
+  autoPipelining?: boolean;
 }
 
 /** Opens an ioredis connection with Hookline's defaults (auto-pipelining, bounded reconnect back-off). */
@@ -17,7 +19,7 @@ export function connectRedis(url: string, options: RedisConnectOptions): Redis {
   const redisOptions: RedisOptions = {
     connectionName: options.connectionName,
     maxRetriesPerRequest: options.maxRetriesPerRequest,
-    enableAutoPipelining: true,
+    enableAutoPipelining: options.autoPipelining ?? true,
     retryStrategy: (attempt) => Math.min(attempt * 200, 5_000),
   };
   return new Redis(url, redisOptions);

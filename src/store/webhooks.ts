@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
-import type { Webhook } from '../domain/webhook.js';
+import { DISABLED_REASONS, type DisabledReason, type Webhook } from '../domain/webhook.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import type { SecretBox } from './secret-box.js';
@@ -12,6 +12,10 @@ const recordSchema = z.object({
   eventType: z.enum(WEBHOOK_EVENT_TYPES),
   callbackUrl: z.string(),
   secretSealed: z.string().optional(),
+  previousSecretSealed: z.string().optional(),
+  previousSecretUntilMs: z.number().optional(),
+  disabledReason: z.enum(DISABLED_REASONS).optional(),
+  disabledAtMs: z.number().optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });
@@ -24,7 +28,21 @@ export type UpdateResult = { ok: true; webhook: Webhook } | { ok: false; reason:
 export interface WebhookChanges {
   eventType?: WebhookEventType;
   callbackUrl?: string;
+  /** A different secret starts a rotation: the old one keeps signing for the overlap period. */
   secret?: string;
+  /** true re-enables; false pauses (reason `paused`). */
+  enabled?: boolean;
+}
+
+/** What ingest needs: the webhook id subscribed to each (vendor, event type), one round trip per batch. */
+export interface SubscriptionLookup {
+  matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<(string | undefined)[]>;
+}
+
+/** What the delivery worker needs: any webhook by id, and a way to disable one. */
+export interface WebhookSource {
+  getById(webhookId: string): Promise<Webhook | undefined>;
+  disable(webhookId: string, reason: Exclude<DisabledReason, 'paused'>): Promise<boolean>;
 }
 
 /** The vendor-scoped webhook registry the admin routes use. Another vendor's webhook is "not found". */
@@ -86,7 +104,7 @@ const indexField = (vendorId: string, eventType: string) => `${vendorId}\n${even
 const CAS_ATTEMPTS = 8;
 
 /** Webhooks in Redis under one hash tag; secrets sealed with AES-256-GCM bound to the webhook id. */
-export class RedisWebhookStore implements WebhookRegistry {
+export class RedisWebhookStore implements WebhookRegistry, SubscriptionLookup, WebhookSource {
   private readonly scripts: WebhookScripts;
 
   constructor(
@@ -94,6 +112,8 @@ export class RedisWebhookStore implements WebhookRegistry {
     private readonly keys: RedisKeys,
     private readonly box: SecretBox,
     private readonly now: () => Date = () => new Date(),
+    /** How long a replaced secret keeps signing beside the new one. */
+    private readonly rotationOverlapMs: number = 24 * 3_600_000,
   ) {
     redis.defineCommand('hooklineWebhookCreate', { numberOfKeys: 3, lua: CREATE_LUA });
     redis.defineCommand('hooklineWebhookUpdate', { numberOfKeys: 2, lua: UPDATE_LUA });
@@ -138,13 +158,7 @@ export class RedisWebhookStore implements WebhookRegistry {
       const found = await this.readRecord(vendorId, webhookId);
       if (!found) return { ok: false, reason: 'not_found' };
       const { record, raw } = found;
-      const next: WebhookRecord = {
-        ...record,
-        ...(changes.eventType === undefined ? {} : { eventType: changes.eventType }),
-        ...(changes.callbackUrl === undefined ? {} : { callbackUrl: changes.callbackUrl }),
-        ...(changes.secret === undefined ? {} : { secretSealed: this.box.seal(changes.secret, webhookId) }),
-        updatedAt: this.now().toISOString(),
-      };
+      const next = this.applyChanges(record, changes);
       const outcome = await this.scripts.hooklineWebhookUpdate(
         this.keys.webhooks.byId,
         this.keys.webhooks.byVendorType,
@@ -161,6 +175,33 @@ export class RedisWebhookStore implements WebhookRegistry {
     throw new Error(`webhook ${webhookId} kept changing during update`);
   }
 
+  async matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<(string | undefined)[]> {
+    if (pairs.length === 0) return [];
+    const ids = await this.redis.hmget(this.keys.webhooks.byVendorType, ...pairs.map((p) => indexField(p.vendorId, p.eventType)));
+    return ids.map((id) => id ?? undefined);
+  }
+
+  async getById(webhookId: string): Promise<Webhook | undefined> {
+    const raw = await this.redis.hget(this.keys.webhooks.byId, webhookId);
+    return raw === null ? undefined : this.toWebhook(recordSchema.parse(JSON.parse(raw)));
+  }
+
+  /** Disables a webhook (410 Gone, sustained failures); false when it is gone or already disabled. */
+  async disable(webhookId: string, reason: Exclude<DisabledReason, 'paused'>): Promise<boolean> {
+    for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt += 1) {
+      const raw = await this.redis.hget(this.keys.webhooks.byId, webhookId);
+      if (raw === null) return false;
+      const record = recordSchema.parse(JSON.parse(raw));
+      if (record.disabledReason !== undefined) return false;
+      const next: WebhookRecord = { ...record, disabledReason: reason, disabledAtMs: this.now().getTime(), updatedAt: this.now().toISOString() };
+      const field = indexField(record.vendorId, record.eventType);
+      const outcome = await this.scripts.hooklineWebhookUpdate(this.keys.webhooks.byId, this.keys.webhooks.byVendorType, webhookId, raw, JSON.stringify(next), field, field);
+      if (outcome === 'ok') return true;
+      if (outcome === 'not_found') return false;
+    }
+    throw new Error(`webhook ${webhookId} kept changing while being disabled`);
+  }
+
   async delete(vendorId: string, webhookId: string): Promise<boolean> {
     const { byId, byVendorType, ofVendor } = this.keys.webhooks;
     return (await this.scripts.hooklineWebhookDelete(byId, byVendorType, ofVendor(vendorId), webhookId, vendorId)) === 1;
@@ -173,13 +214,48 @@ export class RedisWebhookStore implements WebhookRegistry {
     return record.vendorId === vendorId ? { record, raw } : undefined;
   }
 
+  /** The record after a PATCH: a new secret rotates, `enabled` toggles the pause. */
+  private applyChanges(record: WebhookRecord, changes: WebhookChanges): WebhookRecord {
+    const now = this.now();
+    const next: WebhookRecord = {
+      ...record,
+      ...(changes.eventType === undefined ? {} : { eventType: changes.eventType }),
+      ...(changes.callbackUrl === undefined ? {} : { callbackUrl: changes.callbackUrl }),
+      updatedAt: now.toISOString(),
+    };
+    if (changes.secret !== undefined) {
+      const current = record.secretSealed === undefined ? undefined : this.box.open(record.secretSealed, record.id);
+      if (current !== changes.secret) {
+        next.secretSealed = this.box.seal(changes.secret, record.id);
+        delete next.previousSecretSealed;
+        delete next.previousSecretUntilMs;
+        if (current !== undefined) {
+          next.previousSecretSealed = this.box.seal(current, record.id);
+          next.previousSecretUntilMs = now.getTime() + this.rotationOverlapMs;
+        }
+      }
+    }
+    if (changes.enabled === true) {
+      delete next.disabledReason;
+      delete next.disabledAtMs;
+    } else if (changes.enabled === false && record.disabledReason === undefined) {
+      next.disabledReason = 'paused';
+      next.disabledAtMs = now.getTime();
+    }
+    return next;
+  }
+
   private toWebhook(record: WebhookRecord): Webhook {
+    const open = (sealed: string | undefined) => (sealed === undefined ? undefined : this.box.open(sealed, record.id));
+    const previous = open(record.previousSecretSealed);
     return {
       id: record.id,
       vendorId: record.vendorId,
       eventType: record.eventType,
       callbackUrl: record.callbackUrl,
-      secret: record.secretSealed === undefined ? undefined : this.box.open(record.secretSealed, record.id),
+      secret: open(record.secretSealed),
+      previousSecret: previous === undefined || record.previousSecretUntilMs === undefined ? undefined : { secret: previous, untilMs: record.previousSecretUntilMs },
+      disabled: record.disabledReason === undefined ? undefined : { reason: record.disabledReason, atMs: record.disabledAtMs ?? 0 },
       createdAt: record.createdAt,
       updatedAt: record.updatedAt,
     };

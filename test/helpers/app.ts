@@ -1,68 +1,61 @@
 import { randomBytes } from 'node:crypto';
 import { pino } from 'pino';
 import { buildAdminServer, type AdminServer } from '../../src/admin/server.js';
+import { composeStores, type Stores } from '../../src/compose.js';
 import type { Role } from '../../src/domain/roles.js';
-import { RedisApiKeyStore } from '../../src/store/api-keys.js';
-import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
-import { RedisMachineStore } from '../../src/store/machines.js';
-import { createAgentStatusStore, createTaskStore } from '../../src/store/read-models.js';
-import { pingRedis, type Redis } from '../../src/store/redis.js';
-import { SecretBox } from '../../src/store/secret-box.js';
-import { RedisWebhookStore } from '../../src/store/webhooks.js';
+import { connectRedis, pingRedis, type Redis } from '../../src/store/redis.js';
 import { testRedis } from './redis.js';
 
-export interface TestApp {
+export type TestApp = Stores & {
   app: AdminServer;
   redis: Redis;
-  keys: RedisKeys;
-  apiKeys: RedisApiKeyStore;
-  webhooks: RedisWebhookStore;
-  tasks: ReturnType<typeof createTaskStore>;
-  agents: ReturnType<typeof createAgentStatusStore>;
-  machines: RedisMachineStore;
+  url: string;
+  prefix: string;
   secretKey: Buffer;
   /** Issues a real API key with these roles (and vendor) and returns it. */
   keyFor(roles: Role[], vendorId?: string): Promise<string>;
   close(): Promise<void>;
+};
+
+export interface TestAppOptions {
+  bodyLimitBytes?: number;
+  retryScheduleMs?: readonly number[];
+  queuePartitions?: number;
+  secretRotationOverlapMs?: number;
 }
 
-/** The admin API built on the suite's real Redis under a fresh key prefix. */
-export async function testApp(options: { bodyLimitBytes?: number } = {}): Promise<TestApp> {
+/** The admin API and every store, built on the suite's real Redis under a fresh key prefix. */
+export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
   const t = testRedis();
-  const keys = redisKeys(t.prefix);
   const secretKey = randomBytes(32);
-  const apiKeys = new RedisApiKeyStore(t.redis, keys);
-  const webhooks = new RedisWebhookStore(t.redis, keys, new SecretBox(secretKey));
-  const tasks = createTaskStore(t.redis, keys);
-  const agents = createAgentStatusStore(t.redis, keys);
-  const machines = new RedisMachineStore(t.redis, keys);
-  const app = await buildAdminServer({
-    logger: pino({ level: 'silent' }),
-    bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
-    apiKeys,
-    webhooks,
-    tasks,
-    agents,
-    machines,
-    isReady: () => pingRedis(t.redis, 1_000),
+  const queueConnection = connectRedis(t.url, { connectionName: `hookline-test-queues-${t.prefix}`, maxRetriesPerRequest: null, autoPipelining: false });
+  const stores = composeStores({
+    redis: t.redis,
+    queueConnection,
+    redisPrefix: t.prefix,
+    secretKey,
+    retryScheduleMs: options.retryScheduleMs ?? [0, 5_000, 300_000],
+    queuePartitions: options.queuePartitions ?? 2,
+    secretRotationOverlapMs: options.secretRotationOverlapMs ?? 24 * 3_600_000,
   });
-  return {
+  const app = await buildAdminServer(
+    stores.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024, isReady: () => pingRedis(t.redis, 1_000) }),
+  );
+  return Object.assign(stores, {
     app,
     redis: t.redis,
-    keys,
-    apiKeys,
-    webhooks,
-    tasks,
-    agents,
-    machines,
+    url: t.url,
+    prefix: t.prefix,
     secretKey,
-    async keyFor(roles, vendorId) {
-      const { key } = await apiKeys.create({ name: `test ${roles.join('+')}`, roles, ...(vendorId === undefined ? {} : { vendorId }) });
+    async keyFor(roles: Role[], vendorId?: string) {
+      const { key } = await stores.apiKeys.create({ name: `test ${roles.join('+')}`, roles, ...(vendorId === undefined ? {} : { vendorId }) });
       return key;
     },
     async close() {
       await app.close();
+      await stores.queues.close();
+      await queueConnection.quit();
       await t.cleanup();
     },
-  };
+  });
 }

@@ -69,14 +69,8 @@ describe('readiness when Redis is unreachable', () => {
     const { redisKeys } = await import('../../src/store/keys.js');
     const t = await testApp();
     const app = await buildAdminServer({
-      logger: pino({ level: 'silent' }),
-      bodyLimitBytes: 1024,
+      ...t.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1024, isReady: () => pingRedis(redis, 300) }),
       apiKeys: new RedisApiKeyStore(redis, redisKeys('dead')),
-      webhooks: t.webhooks,
-      tasks: t.tasks,
-      agents: t.agents,
-      machines: t.machines,
-      isReady: () => pingRedis(redis, 300),
     });
     try {
       const ready = await app.inject({ method: 'GET', url: '/readyz' });

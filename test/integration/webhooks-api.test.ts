@@ -188,7 +188,8 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       ['an invalid URL', { callback_url: 'not a url' }, 'callback_url'],
       ['an empty secret', { secret: '' }, 'secret must not be empty'],
       ['an unknown event_type', { event_type: 'EVENT_TYPE_X' }, 'event_type must be one of'],
-      ['an unknown field', { enabled: 'yes' }, 'unknown field "enabled"'],
+      ['an unknown field', { paused: true }, 'unknown field "paused"'],
+      ['a non-boolean enabled', { enabled: 'yes' }, 'enabled must be true or false'],
     ])('answers 400 for %s and changes nothing', async (_name, body, message) => {
       const id = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'keep' });
       const res = await patch(id, body);

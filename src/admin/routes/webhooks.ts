@@ -80,6 +80,7 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
           ...(body.event_type === undefined ? {} : { eventType: body.event_type }),
           ...(body.callback_url === undefined ? {} : { callbackUrl: body.callback_url }),
           ...(body.secret === undefined ? {} : { secret: body.secret }),
+          ...(body.enabled === undefined ? {} : { enabled: body.enabled }),
         });
         if (result.ok) return toWebhookResource(result.webhook);
         if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');

@@ -1,0 +1,191 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { isUuid } from '../../domain/ids.js';
+import type { Webhook } from '../../domain/webhook.js';
+import type { DeadLetterReplayer } from '../../delivery/replay.js';
+import type { TestEventSender } from '../../delivery/test-event.js';
+import { DELIVERY_STATUSES, type AttemptRecord, type DeliveryHistory, type DeliverySummary } from '../../store/delivery-log.js';
+import type { WebhookRegistry } from '../../store/webhooks.js';
+import { vendorOf, type Authorizer } from '../auth.js';
+import { ApiError } from '../errors.js';
+import { errorResponses } from '../schemas.js';
+
+const iso = (ms: number | undefined) => (ms === undefined ? null : new Date(ms).toISOString());
+
+const deliverySchema = z
+  .object({
+    delivery_id: z.string(),
+    event_id: z.string(),
+    event_type: z.string(),
+    status: z.enum(DELIVERY_STATUSES).describe('pending, retrying, delivered, dead (dead letter), dropped (webhook deleted) or replayed.'),
+    attempts: z.number().int(),
+    last_outcome: z.string().nullable().describe('delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network or webhook_disabled.'),
+    last_status_code: z.number().int().nullable(),
+    created_at: z.string().describe('When the event was accepted.'),
+    updated_at: z.string(),
+    next_attempt_at: z.string().nullable(),
+    replay_of: z.string().nullable().describe('The dead letter this delivery replays.'),
+  })
+  .meta({ id: 'Delivery' });
+
+const attemptSchema = z
+  .object({
+    attempt: z.number().int(),
+    attempted_at: z.string(),
+    outcome: z.string(),
+    status_code: z.number().int().nullable(),
+    duration_ms: z.number(),
+    error: z.string().nullable(),
+    response_snippet: z.string().nullable().describe('The first 4 KiB of the response body.'),
+  })
+  .meta({ id: 'DeliveryAttempt' });
+
+function toDelivery(d: DeliverySummary): z.infer<typeof deliverySchema> {
+  return {
+    delivery_id: d.deliveryId,
+    event_id: d.eventId,
+    event_type: d.eventType,
+    status: d.status,
+    attempts: d.attempts,
+    last_outcome: d.lastOutcome ?? null,
+    last_status_code: d.lastStatusCode ?? null,
+    created_at: iso(d.acceptedAtMs) ?? '',
+    updated_at: iso(d.updatedAtMs) ?? '',
+    next_attempt_at: d.status === 'retrying' ? iso(d.nextAttemptAtMs) : null,
+    replay_of: d.replayOf ?? null,
+  };
+}
+
+function toAttempt(a: AttemptRecord): z.infer<typeof attemptSchema> {
+  return {
+    attempt: a.attempt,
+    attempted_at: new Date(a.atMs).toISOString(),
+    outcome: a.outcome,
+    status_code: a.statusCode ?? null,
+    duration_ms: Math.round(a.durationMs),
+    error: a.error ?? null,
+    response_snippet: a.responseSnippet ?? null,
+  };
+}
+
+const webhookParams = z.object({ webhook_id: z.string().describe('Webhook id (UUID).') });
+const deliveryParams = webhookParams.extend({ delivery_id: z.string().describe('Delivery id (UUID).') });
+const limitQuery = z.object({
+  limit: z
+    .string()
+    .regex(/^\d{1,3}$/, 'limit must be a whole number from 1 to 100')
+    .transform(Number)
+    .refine((n) => n >= 1 && n <= 100, 'limit must be a whole number from 1 to 100')
+    .optional()
+    .describe('How many, newest first (1-100, default 20).'),
+});
+
+export interface DeliveryRouteDeps {
+  authorize: Authorizer;
+  webhooks: WebhookRegistry;
+  history: DeliveryHistory;
+  replayer: Pick<DeadLetterReplayer, 'replayOne' | 'startReplayAll'>;
+  testEvents: Pick<TestEventSender, 'send'>;
+}
+
+/**
+ * A webhook's delivery log, dead letters, replays and test events, under
+ * `/vendors/v1/webhooks/{webhook_id}/…`, scoped to the key's vendor (role vendor).
+ */
+export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
+  /** The vendor's webhook named in the path, or 400/404. */
+  async function ownWebhook(request: FastifyRequest, webhookId: string): Promise<Webhook> {
+    if (!isUuid(webhookId)) throw new ApiError('invalid_webhook_id');
+    const webhook = await deps.webhooks.get(vendorOf(request), webhookId.toLowerCase());
+    if (!webhook) throw new ApiError('webhook_not_found');
+    return webhook;
+  }
+  const checkedDeliveryId = (deliveryId: string) => {
+    if (!isUuid(deliveryId)) throw new ApiError('invalid_delivery_id');
+    return deliveryId.toLowerCase();
+  };
+
+  return async (app) => {
+    const onRequest = deps.authorize('vendor');
+    const tags = ['deliveries'];
+
+    app.get(
+      '/vendors/v1/webhooks/:webhook_id/deliveries',
+      { onRequest, schema: { tags, summary: 'Recent deliveries of a webhook', params: webhookParams, querystring: limitQuery, response: { 200: z.object({ deliveries: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) } } },
+      async (request) => {
+        const webhook = await ownWebhook(request, request.params.webhook_id);
+        return { deliveries: (await deps.history.recent(webhook.id, request.query.limit ?? 20)).map(toDelivery) };
+      },
+    );
+
+    app.get(
+      '/vendors/v1/webhooks/:webhook_id/deliveries/:delivery_id',
+      {
+        onRequest,
+        schema: { tags, summary: 'One delivery with every attempt', params: deliveryParams, response: { 200: z.object({ delivery: deliverySchema, attempts: z.array(attemptSchema) }), ...errorResponses(400, 401, 403, 404) } },
+      },
+      async (request) => {
+        const webhook = await ownWebhook(request, request.params.webhook_id);
+        const found = await deps.history.get(webhook.id, checkedDeliveryId(request.params.delivery_id));
+        if (!found) throw new ApiError('delivery_not_found');
+        return { delivery: toDelivery(found.delivery), attempts: found.attempts.map(toAttempt) };
+      },
+    );
+
+    app.get(
+      '/vendors/v1/webhooks/:webhook_id/dead-letters',
+      { onRequest, schema: { tags, summary: 'Dead letters of a webhook (every attempt failed)', params: webhookParams, querystring: limitQuery, response: { 200: z.object({ dead_letters: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) } } },
+      async (request) => {
+        const webhook = await ownWebhook(request, request.params.webhook_id);
+        return { dead_letters: (await deps.history.deadLetters(webhook.id, request.query.limit ?? 20)).map(toDelivery) };
+      },
+    );
+
+    app.post(
+      '/vendors/v1/webhooks/:webhook_id/dead-letters/:delivery_id/replay',
+      {
+        onRequest,
+        schema: { tags, summary: 'Replay one dead letter', description: 'Queues a new delivery of the same event; answers its id.', params: deliveryParams, response: { 202: z.object({ delivery_id: z.string(), replay_of: z.string() }), ...errorResponses(400, 401, 403, 404, 409) } },
+      },
+      async (request, reply) => {
+        const webhook = await ownWebhook(request, request.params.webhook_id);
+        const deliveryId = checkedDeliveryId(request.params.delivery_id);
+        const result = await deps.replayer.replayOne(webhook.id, deliveryId);
+        if (!result.ok) throw new ApiError(result.reason === 'not_found' ? 'delivery_not_found' : 'not_dead_letter');
+        return reply.code(202).send({ delivery_id: result.deliveryId, replay_of: deliveryId });
+      },
+    );
+
+    app.post(
+      '/vendors/v1/webhooks/:webhook_id/dead-letters/replay',
+      {
+        onRequest,
+        schema: {
+          tags,
+          summary: 'Replay every dead letter of a webhook',
+          description: 'Runs as a task: poll GET /rental/v1/tasks/{task_id} (with a tasks:read key) for status and progress.',
+          params: webhookParams,
+          response: { 202: z.object({ task_id: z.string() }), ...errorResponses(400, 401, 403, 404) },
+        },
+      },
+      async (request, reply) => {
+        const webhook = await ownWebhook(request, request.params.webhook_id);
+        return reply.code(202).send({ task_id: await deps.replayer.startReplayAll(webhook.vendorId, webhook.id) });
+      },
+    );
+
+    app.post(
+      '/vendors/v1/webhooks/:webhook_id/test',
+      {
+        onRequest,
+        schema: { tags, summary: 'Send a test event', description: 'Queues a signed event of the webhook’s type with data {"test": true}.', params: webhookParams, response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }), ...errorResponses(400, 401, 403, 404) } },
+      },
+      async (request, reply) => {
+        const webhook = await ownWebhook(request, request.params.webhook_id);
+        const sent = await deps.testEvents.send(webhook);
+        return reply.code(202).send({ delivery_id: sent.deliveryId, event_id: sent.eventId });
+      },
+    );
+  };
+}

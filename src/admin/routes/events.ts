@@ -1,0 +1,79 @@
+import { validatorCompiler, type FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { EVENT_BATCH_SIZE_MAX, eventResultSchema, ingestEventSchema } from '../../domain/event.js';
+import type { Ingestor } from '../../ingest/ingest.js';
+import type { Authorizer } from '../auth.js';
+import { errorResponses } from '../schemas.js';
+
+/** Largest request body of the ingest route: 1000 events of a few KiB each fit with room to spare. */
+export const EVENTS_BODY_LIMIT_BYTES = 5 * 1024 * 1024;
+
+/** What the OpenAPI document shows: one event, or a batch of them. */
+const documentedBody = z.union([
+  ingestEventSchema,
+  z
+    .object({ events: z.array(ingestEventSchema).min(1).max(EVENT_BATCH_SIZE_MAX) })
+    .meta({ description: `A batch of 1-${EVENT_BATCH_SIZE_MAX} events, each accepted, duplicate or rejected on its own.` }),
+]);
+
+/**
+ * What the route validates: only the outer shape. Each event is validated by the Ingestor, so one
+ * bad event is rejected alone instead of failing the whole batch with a 400. A body with an
+ * `events` field is a batch; any other object is one event.
+ */
+const outerShape = z
+  .record(z.string(), z.unknown(), { error: 'the body must be a JSON object: one event, or { "events": [ … ] }' })
+  .superRefine((body, ctx) => {
+    if (!('events' in body)) return;
+    const events = body.events;
+    const problem = !Array.isArray(events)
+      ? 'events must be an array of event objects'
+      : events.length === 0
+        ? 'events must hold at least one event'
+        : events.length > EVENT_BATCH_SIZE_MAX
+          ? `events: a batch holds at most ${EVENT_BATCH_SIZE_MAX} events, got ${events.length}; split it`
+          : undefined;
+    if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['events'], message: problem });
+  });
+
+const acceptedResponse = z.object({
+  results: z.array(eventResultSchema).describe('One result per event, in request order.'),
+  accepted: z.int().min(0),
+  duplicates: z.int().min(0),
+  rejected: z.int().min(0),
+});
+
+/** `POST /internal/v1/events` (role events:write): producers hand over one event or a batch. */
+export function eventRoutes(deps: { authorize: Authorizer; ingestor: Pick<Ingestor, 'ingest'> }): FastifyPluginAsyncZod {
+  return async (app) => {
+    app.post(
+      '/internal/v1/events',
+      {
+        onRequest: deps.authorize('events:write'),
+        bodyLimit: EVENTS_BODY_LIMIT_BYTES,
+        // The body schema documents the events; validation checks only the outer shape (see outerShape).
+        validatorCompiler: (route) => validatorCompiler({ ...route, schema: outerShape }),
+        schema: {
+          tags: ['ingest'],
+          summary: 'Ingest events',
+          description:
+            `One event, or { "events": [ … ] } with 1-${EVENT_BATCH_SIZE_MAX} events (body at most 5 MiB). ` +
+            'Answers 202 with a result per event: accepted (with the number of deliveries created), duplicate ' +
+            '(the event_id was ingested before; nothing is done again) or rejected with a reason. Invalid events do not ' +
+            'affect the valid ones. On 202 the accepted events are durable and their deliveries exist; on a 5xx nothing ' +
+            'was acknowledged and re-sending the same events (same event_id) is safe.',
+          body: documentedBody,
+          response: { 202: acceptedResponse, ...errorResponses(400, 401, 403, 413, 415, 500, 503) },
+        },
+      },
+      async (request, reply) => {
+        // Typed by the documented schema, but only the outer shape has been checked.
+        const body = request.body as unknown as Record<string, unknown>;
+        const events = Array.isArray(body.events) ? (body.events as unknown[]) : [body];
+        const results = await deps.ingestor.ingest(events, 'http');
+        const count = (status: string) => results.filter((r) => r.status === status).length;
+        return reply.code(202).send({ results, accepted: count('accepted'), duplicates: count('duplicate'), rejected: count('rejected') });
+      },
+    );
+  };
+}

@@ -1,0 +1,143 @@
+import type { AdminDeps } from './admin/server.js';
+import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions } from './delivery/breaker.js';
+import { HttpSender } from './delivery/http-sender.js';
+import { createDeliveryProcessor, type FinishedOutcome } from './delivery/processor.js';
+import { DeliveryQueues } from './delivery/queue.js';
+import { DeadLetterReplayer } from './delivery/replay.js';
+import { TestEventSender } from './delivery/test-event.js';
+import { CachedWebhookSource } from './delivery/webhook-cache.js';
+import { DeliveryWorkerPool } from './delivery/worker.js';
+import { Ingestor } from './ingest/ingest.js';
+import type { Logger } from './logger.js';
+import { RedisApiKeyStore } from './store/api-keys.js';
+import { RedisDeliveryLog } from './store/delivery-log.js';
+import { redisKeys } from './store/keys.js';
+import { RedisMachineStore } from './store/machines.js';
+import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
+import type { Redis } from './store/redis.js';
+import { SecretBox } from './store/secret-box.js';
+import { RedisWebhookStore } from './store/webhooks.js';
+import { VERSION } from './version.js';
+
+export interface StoreSettings {
+  /** The application connection (auto-pipelined). */
+  redis: Redis;
+  /** A connection for BullMQ's queues (no auto-pipelining). */
+  queueConnection: Redis;
+  redisPrefix: string;
+  secretKey: Buffer;
+  retryScheduleMs: readonly number[];
+  queuePartitions: number;
+  secretRotationOverlapMs: number;
+  nowMs?: () => number;
+}
+
+/** Every store and service of the engine over one Redis: what the API, the worker and tests share. */
+export function composeStores(settings: StoreSettings) {
+  const nowMs = settings.nowMs ?? Date.now;
+  const { redis } = settings;
+  const keys = redisKeys(settings.redisPrefix);
+  const webhooks = new RedisWebhookStore(redis, keys, new SecretBox(settings.secretKey), () => new Date(nowMs()), settings.secretRotationOverlapMs);
+  const tasks = createTaskStore(redis, keys);
+  const agents = createAgentStatusStore(redis, keys);
+  const machines = new RedisMachineStore(redis, keys);
+  const deliveryLog = new RedisDeliveryLog(redis, keys);
+  const queues = new DeliveryQueues({ connection: settings.queueConnection, keys, partitions: settings.queuePartitions, retryScheduleMs: settings.retryScheduleMs });
+  const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, nowMs });
+  const testEvents = new TestEventSender({ queues, nowMs });
+  const ingestor = new Ingestor({ redis, keys, machines, agents, tasks, subscriptions: webhooks, deliveries: queues, nowMs });
+  return {
+    keys,
+    apiKeys: new RedisApiKeyStore(redis, keys),
+    webhooks,
+    tasks,
+    agents,
+    machines,
+    deliveryLog,
+    queues,
+    replayer,
+    testEvents,
+    ingestor,
+    /** The admin API's dependencies. */
+    adminDeps(options: { logger: Logger; bodyLimitBytes: number; isReady: () => Promise<boolean> }): AdminDeps {
+      return {
+        ...options,
+        apiKeys: this.apiKeys,
+        webhooks,
+        tasks,
+        agents,
+        machines,
+        ingestor,
+        deliveries: { history: deliveryLog, replayer, testEvents },
+      };
+    },
+  };
+}
+
+export type Stores = ReturnType<typeof composeStores>;
+
+export interface WorkerSettings {
+  /** A connection for BullMQ's workers (maxRetriesPerRequest null, no auto-pipelining). */
+  workerConnection: Redis;
+  logger: Logger;
+  concurrency: number;
+  retryScheduleMs: readonly number[];
+  deliveryTimeoutMs: number;
+  allowPrivateTargets: boolean;
+  sustainedFailureWindowMs: number;
+  /** A killed worker's in-flight jobs run again after this. */
+  lockDurationMs?: number;
+  /** How long a worker trusts its cached copy of a webhook. */
+  webhookCacheTtlMs?: number;
+  /** Circuit-breaker tuning; defaults in DEFAULT_BREAKER_OPTIONS. */
+  breaker?: Partial<BreakerOptions>;
+  onOutcome?: (outcome: FinishedOutcome) => void;
+  onBreakerChange?: (endpoint: string, state: 'open' | 'half_open' | 'closed') => void;
+  nowMs?: () => number;
+}
+
+/** The delivery worker of one process over the shared stores. */
+export function composeWorker(stores: Stores, settings: WorkerSettings) {
+  const nowMs = settings.nowMs ?? Date.now;
+  const sender = new HttpSender({
+    allowPrivateTargets: settings.allowPrivateTargets,
+    connectTimeoutMs: Math.min(5_000, settings.deliveryTimeoutMs),
+    maxResponseBytes: 64 * 1024,
+    snippetBytes: 4 * 1024,
+    userAgent: `Hookline/${VERSION}`,
+    connections: Math.max(10, settings.concurrency),
+  });
+  const breakers = new EndpointBreakers({ ...DEFAULT_BREAKER_OPTIONS, ...settings.breaker }, settings.onBreakerChange);
+  const processor = createDeliveryProcessor({
+    webhooks: new CachedWebhookSource(stores.webhooks, settings.webhookCacheTtlMs ?? 2_000, nowMs),
+    sender,
+    recorder: stores.deliveryLog,
+    breakers,
+    logger: settings.logger,
+    retryScheduleMs: settings.retryScheduleMs,
+    deliveryTimeoutMs: settings.deliveryTimeoutMs,
+    sustainedFailureMs: settings.sustainedFailureWindowMs,
+    nowMs,
+    random: Math.random,
+    ...(settings.onOutcome ? { onOutcome: settings.onOutcome } : {}),
+  });
+  const pool = new DeliveryWorkerPool({
+    connection: settings.workerConnection,
+    keys: stores.keys,
+    partitions: stores.queues.partitions.length,
+    concurrency: settings.concurrency,
+    processor,
+    replayer: stores.replayer,
+    logger: settings.logger,
+    lockDurationMs: settings.lockDurationMs ?? 30_000,
+  });
+  return {
+    pool,
+    breakers,
+    async close(graceMs: number) {
+      const result = await pool.close(graceMs);
+      await sender.close();
+      return result;
+    },
+  };
+}

@@ -1,0 +1,119 @@
+import type { AttemptErrorClass, SendResult } from './http-sender.js';
+
+/** What one attempt amounted to: the label of the attempt log and the outcome metrics. */
+export type AttemptOutcome = 'delivered' | 'http_3xx' | 'http_4xx' | 'http_5xx' | AttemptErrorClass;
+
+/** What the worker does with a delivery after an attempt. */
+export type Decision =
+  | { action: 'delivered' }
+  | { action: 'retry'; delayMs: number }
+  | { action: 'dead' }
+  | { action: 'disable'; reason: 'gone' };
+
+export interface DecideInput {
+  result: SendResult;
+  /** Attempts made so far, this one included (1-based). */
+  attemptsMade: number;
+  /** The delay before each attempt; its length is the number of attempts and [0] precedes the first. */
+  scheduleMs: readonly number[];
+  nowMs: number;
+  /** A source of numbers in [0, 1) for the jitter. */
+  random: () => number;
+}
+
+const SECOND_MS = 1_000;
+const DAY_MS = 24 * 60 * 60 * SECOND_MS;
+const JITTER_FRACTION = 0.2;
+/** A receiver's Retry-After may stretch the schedule at most this much. */
+const RETRY_AFTER_STRETCH = 2;
+/** The floor under the Retry-After cap, so a zero in the schedule still lets a receiver ask for a pause. */
+const RETRY_AFTER_CAP_FLOOR_MS = 2 * SECOND_MS;
+
+/** 2xx → delivered, 3xx/4xx/5xx by class, an error by its class; a status outside 200-499 counts as a 5xx. */
+export function attemptOutcome(result: SendResult): AttemptOutcome {
+  if (result.kind === 'error') return result.errorClass;
+  const { status } = result;
+  if (status >= 200 && status < 300) return 'delivered';
+  if (status >= 300 && status < 400) return 'http_3xx';
+  if (status >= 400 && status < 500) return 'http_4xx';
+  return 'http_5xx';
+}
+
+/**
+ * The delivery rules: 2xx is delivered; 410 Gone disables the webhook at once; anything else retries
+ * after the next scheduled delay (±20 % jitter) while attempts remain, and is dead after the last one.
+ * A 429 or 503 with a valid Retry-After waits what the receiver asked instead (no jitter), capped at
+ * twice the next scheduled delay (at least 2 s, for schedules with a 0) and at 24 h.
+ */
+export function decide(input: DecideInput): Decision {
+  const { result, attemptsMade, scheduleMs, nowMs, random } = input;
+  if (!Number.isSafeInteger(attemptsMade) || attemptsMade < 1) {
+    throw new RangeError('attemptsMade must be a positive integer');
+  }
+  const outcome = attemptOutcome(result);
+  if (outcome === 'delivered') return { action: 'delivered' };
+  if (result.kind === 'response' && result.status === 410) return { action: 'disable', reason: 'gone' };
+
+  const nextMs = scheduleMs[attemptsMade];
+  if (nextMs === undefined) return { action: 'dead' };
+
+  if (result.kind === 'response' && (result.status === 429 || result.status === 503)) {
+    const askedMs = parseRetryAfterMs(result.retryAfter, nowMs);
+    if (askedMs !== undefined) {
+      const capMs = Math.min(Math.max(nextMs * RETRY_AFTER_STRETCH, RETRY_AFTER_CAP_FLOOR_MS), DAY_MS);
+      return { action: 'retry', delayMs: Math.min(askedMs, capMs) };
+    }
+  }
+  return { action: 'retry', delayMs: jitteredDelayMs(nextMs, random) };
+}
+
+const IMF_FIXDATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (\d{2}) ([A-Z][a-z]{2}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) GMT$/;
+const RFC850_DATE = /^(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), (\d{2})-([A-Z][a-z]{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) GMT$/;
+const ASCTIME_DATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) ([ \d]\d) (\d{2}):(\d{2}):(\d{2}) (\d{4})$/;
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+
+/**
+ * A Retry-After header as milliseconds from `nowMs`: delta-seconds, or an HTTP-date (IMF-fixdate,
+ * RFC 850 or asctime, all GMT) where a past date means 0. Undefined when absent or malformed.
+ */
+export function parseRetryAfterMs(value: string | undefined, nowMs: number): number | undefined {
+  if (value === undefined) return undefined;
+  const text = value.trim();
+  if (/^\d+$/.test(text)) return Number(text) * SECOND_MS;
+  const dateMs = httpDateMs(text, nowMs);
+  return dateMs === undefined ? undefined : Math.max(0, dateMs - nowMs);
+}
+
+/** `baseMs` spread uniformly over ±20 %, rounded to whole milliseconds. */
+export function jitteredDelayMs(baseMs: number, random: () => number): number {
+  return Math.round(baseMs * (1 - JITTER_FRACTION + 2 * JITTER_FRACTION * random()));
+}
+
+type DateParts = [day: string, month: string, year: string, hours: string, minutes: string, seconds: string];
+
+/** The groups of `match` at these positions, as day, month, year, hours, minutes, seconds. */
+function pick(match: RegExpExecArray, ...positions: number[]): DateParts {
+  return positions.map((i) => match[i] ?? '') as DateParts;
+}
+
+function httpDateMs(text: string, nowMs: number): number | undefined {
+  const imf = IMF_FIXDATE.exec(text);
+  const rfc850 = imf ? null : RFC850_DATE.exec(text);
+  const asctime = imf || rfc850 ? null : ASCTIME_DATE.exec(text);
+  const parts = imf ? pick(imf, 1, 2, 3, 4, 5, 6) : rfc850 ? pick(rfc850, 1, 2, 3, 4, 5, 6) : asctime ? pick(asctime, 2, 1, 6, 3, 4, 5) : undefined;
+  if (parts === undefined) return undefined;
+  const [day, month, yearText, hours, minutes, seconds] = parts;
+  let year = Number(yearText);
+  if (rfc850) {
+    // RFC 9110: a two-digit year that would be more than 50 years ahead is in the past century.
+    const nowYear = new Date(nowMs).getUTCFullYear();
+    year += Math.floor(nowYear / 100) * 100;
+    if (year > nowYear + 50) year -= 100;
+  }
+  const fields = [year, MONTHS.indexOf(month), Number(day), Number(hours), Number(minutes), Number(seconds)] as const;
+  const ms = Date.UTC(...fields);
+  // Date.UTC rolls 31 Feb over into March and 25:00 into the next day; such a date is malformed.
+  const back = new Date(ms);
+  const roundTrip = [back.getUTCFullYear(), back.getUTCMonth(), back.getUTCDate(), back.getUTCHours(), back.getUTCMinutes(), back.getUTCSeconds()];
+  return roundTrip.every((value, i) => value === fields[i]) ? ms : undefined;
+}

@@ -1,0 +1,274 @@
+import dns from 'node:dns';
+import type { LookupAddress, LookupOptions } from 'node:dns';
+import type { LookupFunction } from 'node:net';
+import { Agent, request as undiciRequest } from 'undici';
+import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
+
+/** Why an attempt got no HTTP response. */
+export type AttemptErrorClass = 'timeout' | 'dns' | 'connect' | 'tls' | 'ssrf_blocked' | 'network';
+
+export interface SendRequest {
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+  /** The whole attempt: connecting, sending and reading the response. */
+  timeoutMs: number;
+}
+
+export type SendResult =
+  | { kind: 'response'; status: number; retryAfter: string | undefined; bodySnippet: string; durationMs: number }
+  | { kind: 'error'; errorClass: AttemptErrorClass; message: string; durationMs: number };
+
+export interface HttpSenderOptions {
+  /** Lifts the SSRF guard (development and tests only). */
+  allowPrivateTargets: boolean;
+  connectTimeoutMs: number;
+  /** Response bytes read at most (64 KiB by default in the config); the rest is never read. */
+  maxResponseBytes: number;
+  /** Response bytes kept as the snippet (4 KiB). */
+  snippetBytes: number;
+  userAgent: string;
+  /** Connections per origin; default 50. */
+  connections?: number;
+  /** Name resolution; default `dns.lookup`. Tests inject answers here. */
+  lookup?: typeof dns.lookup;
+}
+
+/** Raised inside connect when a name resolves to a blocked address; classified as `ssrf_blocked`. */
+export class SsrfBlockedError extends Error {
+  override name = 'SsrfBlockedError';
+  readonly code = 'ERR_HOOKLINE_SSRF_BLOCKED';
+}
+
+/** The attempt's own deadline, the reason its AbortSignal carries. */
+class AttemptTimeoutError extends Error {
+  override name = 'AttemptTimeoutError';
+  readonly code = 'ERR_HOOKLINE_ATTEMPT_TIMEOUT';
+}
+
+const MESSAGE_MAX_CHARS = 500;
+
+/**
+ * POSTs webhook deliveries over one pooled keep-alive undici Agent. Never follows redirects, bounds
+ * every attempt by its timeout and the response read by `maxResponseBytes`, and (unless private
+ * targets are allowed) refuses to connect to blocked addresses: IP-literal hosts are checked before
+ * anything touches the network, names through a lookup that checks every resolved address and pins
+ * the socket to the checked one. Every outcome is a value; `send` never throws.
+ */
+export class HttpSender {
+  readonly #options: HttpSenderOptions;
+  readonly #agent: Agent;
+
+  constructor(options: HttpSenderOptions) {
+    this.#options = options;
+    const lookup = options.allowPrivateTargets ? options.lookup : guardedLookup(options.lookup ?? dns.lookup);
+    this.#agent = new Agent({
+      connections: options.connections ?? 50,
+      connect: { timeout: options.connectTimeoutMs, ...(lookup === undefined ? {} : { lookup }) },
+    });
+  }
+
+  /** One delivery attempt: a response of any status, or the class of error that prevented one. */
+  async send(request: SendRequest): Promise<SendResult> {
+    const started = performance.now();
+    const durationMs = () => Math.round(performance.now() - started);
+    const failure = (errorClass: AttemptErrorClass, message: string): SendResult => ({
+      kind: 'error',
+      errorClass,
+      message: redact(message, request.headers),
+      durationMs: durationMs(),
+    });
+
+    // 1. Refuse what must never reach the network: unparsable URLs and blocked IP literals.
+    let url: URL;
+    try {
+      url = new URL(request.url);
+    } catch {
+      return failure('network', 'the callback URL is not a valid absolute URL');
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+      return failure('network', `the callback URL scheme ${url.protocol} is not http or https`);
+    }
+    if (!this.#options.allowPrivateTargets) {
+      const literal = parseIpLiteralHost(url.hostname);
+      const reason = literal === undefined ? undefined : blockedAddressReason(literal);
+      if (reason !== undefined) return failure('ssrf_blocked', `${url.hostname} is a blocked address (${reason})`);
+    }
+
+    // 2. One deadline covers the whole attempt; undici's own timeouts back it up.
+    const controller = new AbortController();
+    const deadline = setTimeout(
+      () => controller.abort(new AttemptTimeoutError(`no response within ${request.timeoutMs} ms`)),
+      request.timeoutMs,
+    );
+    try {
+      // 3. Send. A 3xx comes back as a response like any other: no redirect is followed.
+      let response: Awaited<ReturnType<typeof undiciRequest>>;
+      try {
+        response = await undiciRequest(url, {
+          dispatcher: this.#agent,
+          method: 'POST',
+          headers: { ...request.headers, 'content-type': 'application/json', 'user-agent': this.#options.userAgent },
+          body: request.body,
+          signal: controller.signal,
+          headersTimeout: request.timeoutMs,
+          bodyTimeout: request.timeoutMs,
+        });
+      } catch (error) {
+        if (controller.signal.aborted) return failure('timeout', `no response within ${request.timeoutMs} ms`);
+        return failure(attemptErrorClass(error), describe(error));
+      }
+
+      // 4. Read at most maxResponseBytes, then drop the stream. The status has arrived in time, so a
+      //    body that stalls or breaks leaves a response with a shorter snippet, not a failed attempt.
+      const retryAfter = [response.headers['retry-after']].flat()[0];
+      const chunks: Buffer[] = [];
+      let receivedBytes = 0;
+      try {
+        for await (const chunk of response.body as AsyncIterable<Buffer>) {
+          const room = this.#options.maxResponseBytes - receivedBytes;
+          chunks.push(chunk.length > room ? chunk.subarray(0, room) : chunk);
+          receivedBytes += Math.min(chunk.length, room);
+          if (receivedBytes >= this.#options.maxResponseBytes) break;
+        }
+      } catch {
+        // The snippet is best effort; the status decides the outcome.
+      } finally {
+        response.body.destroy();
+      }
+      return {
+        kind: 'response',
+        status: response.statusCode,
+        retryAfter,
+        bodySnippet: utf8Prefix(Buffer.concat(chunks), this.#options.snippetBytes),
+        durationMs: durationMs(),
+      };
+    } finally {
+      clearTimeout(deadline);
+    }
+  }
+
+  /** Closes the pooled connections once in-flight attempts have finished. */
+  async close(): Promise<void> {
+    await this.#agent.close();
+  }
+}
+
+/**
+ * Wraps a resolver so a name that resolves to ANY blocked address is refused, even when others are
+ * public: a rebinding name that mixes a public and a private answer must not get a second chance
+ * when the socket falls back to the next address. The socket connects to the addresses checked
+ * here, so there is no second resolution between the check and the connection.
+ */
+export function guardedLookup(resolve: typeof dns.lookup): LookupFunction {
+  return (hostname: string, options: LookupOptions, callback) => {
+    resolve(hostname, { ...options, all: true }, (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => {
+      if (error) return callback(error, '');
+      for (const { address } of addresses) {
+        const reason = blockedAddressReason(address);
+        if (reason !== undefined) {
+          return callback(new SsrfBlockedError(`${hostname} resolves to a blocked address ${address} (${reason})`), '');
+        }
+      }
+      const [first] = addresses;
+      if (first === undefined) {
+        return callback(Object.assign(new Error(`${hostname} resolves to no address`), { code: 'ENOTFOUND' }), '');
+      }
+      // net asks for every address when it races IPv4 and IPv6 (autoSelectFamily), else for one.
+      if (options.all === true) callback(null, addresses);
+      else callback(null, first.address, first.family);
+    });
+  };
+}
+
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_ABORTED', 'ABORT_ERR', 'ERR_HOOKLINE_ATTEMPT_TIMEOUT']);
+const DNS_CODES = new Set(['ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'EAI_NONAME', 'EAI_NODATA', 'ENODATA']);
+const CONNECT_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EHOSTDOWN',
+  'ENETDOWN',
+  'EADDRNOTAVAIL',
+  'ETIMEDOUT',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+const TLS_CODE = /^(ERR_TLS_|ERR_SSL_|ERR_OSSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|HOSTNAME_MISMATCH|EPROTO)/;
+
+/**
+ * The class of a failed attempt's error, judged over the error, its causes and, for an
+ * AggregateError (several addresses tried), the errors inside. SSRF wins, then timeout, TLS, DNS, connect.
+ */
+export function attemptErrorClass(error: unknown): AttemptErrorClass {
+  const found = new Set<AttemptErrorClass>();
+  for (const item of errorChain(error)) {
+    if (item instanceof SsrfBlockedError) found.add('ssrf_blocked');
+    const code = (item as { code?: unknown }).code;
+    const name = (item as { name?: unknown }).name;
+    if (name === 'TimeoutError' || name === 'AbortError') found.add('timeout');
+    if (typeof code !== 'string') continue;
+    if (code === 'ERR_HOOKLINE_SSRF_BLOCKED') found.add('ssrf_blocked');
+    else if (TIMEOUT_CODES.has(code)) found.add('timeout');
+    else if (TLS_CODE.test(code)) found.add('tls');
+    else if (DNS_CODES.has(code)) found.add('dns');
+    else if (CONNECT_CODES.has(code)) found.add('connect');
+  }
+  const order: AttemptErrorClass[] = ['ssrf_blocked', 'timeout', 'tls', 'dns', 'connect'];
+  return order.find((errorClass) => found.has(errorClass)) ?? 'network';
+}
+
+/** The error, its `cause`s and AggregateError members, breadth first, at most 16 of them. */
+function errorChain(error: unknown): object[] {
+  const seen: object[] = [];
+  const queue: unknown[] = [error];
+  while (queue.length > 0 && seen.length < 16) {
+    const item = queue.shift();
+    if (typeof item !== 'object' || item === null || seen.includes(item)) continue;
+    seen.push(item);
+    queue.push((item as { cause?: unknown }).cause);
+    if (item instanceof AggregateError) queue.push(...(item.errors as unknown[]));
+  }
+  return seen;
+}
+
+/** `CODE: message` of the error and its first cause, for the attempt log. */
+function describe(error: unknown): string {
+  const [outer, inner] = errorChain(error) as { code?: unknown; message?: unknown }[];
+  const one = (e: { code?: unknown; message?: unknown }) =>
+    [typeof e.code === 'string' ? e.code : undefined, typeof e.message === 'string' && e.message !== '' ? e.message : undefined]
+      .filter((part) => part !== undefined)
+      .join(': ');
+  const text = [outer, inner]
+    .filter((e) => e !== undefined)
+    .map(one)
+    .filter((t) => t !== '')
+    .join(' <- ')
+    .replace(/\s+/g, ' ')
+    .trim();
+  return text === '' ? 'request failed' : text;
+}
+
+/** Keeps messages short and free of header values: signatures must never reach the attempt log. */
+function redact(message: string, headers: Record<string, string>): string {
+  let text = message;
+  for (const value of Object.values(headers)) {
+    if (value.length >= 8) text = text.split(value).join('[redacted]');
+  }
+  return text.length > MESSAGE_MAX_CHARS ? `${text.slice(0, MESSAGE_MAX_CHARS - 1)}…` : text;
+}
+
+/** At most `maxBytes` of UTF-8 text from `bytes`, never ending in a split character. */
+function utf8Prefix(bytes: Buffer, maxBytes: number): string {
+  const cut = (buffer: Buffer) => {
+    if (buffer.length <= maxBytes) return buffer;
+    let end = maxBytes;
+    // Step back over continuation bytes (10xxxxxx) so the cut falls between characters.
+    for (let i = 0; i < 3 && end > 0 && ((buffer[end] ?? 0) & 0xc0) === 0x80; i++) end--;
+    return buffer.subarray(0, end);
+  };
+  const text = cut(bytes).toString('utf8');
+  // Invalid bytes decode to U+FFFD (3 bytes), which can push the text past the limit; cut once more.
+  const encoded = Buffer.from(text, 'utf8');
+  return encoded.length <= maxBytes ? text : cut(encoded).toString('utf8');
+}

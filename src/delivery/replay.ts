@@ -1,0 +1,77 @@
+import { newId } from '../domain/ids.js';
+import type { Task } from '../domain/task.js';
+import type { DeliveryHistory } from '../store/delivery-log.js';
+import type { DocWriter } from '../store/versioned-docs.js';
+import type { DeliverJob } from './jobs.js';
+import type { DeliveryQueues } from './queue.js';
+
+export type ReplayOneResult = { ok: true; deliveryId: string } | { ok: false; reason: 'not_found' | 'not_dead' };
+
+/** Dead-letter replays: one at once, or all of a webhook as an async task. */
+export class DeadLetterReplayer {
+  constructor(
+    private readonly deps: {
+      history: DeliveryHistory;
+      queues: Pick<DeliveryQueues, 'add' | 'addReplayAll'>;
+      tasks: DocWriter<Task>;
+      nowMs: () => number;
+    },
+  ) {}
+
+  /** Queues a fresh delivery of a dead letter (a new delivery id; `replayOf` names the old one). */
+  async replayOne(webhookId: string, deliveryId: string): Promise<ReplayOneResult> {
+    const found = await this.deps.history.get(webhookId, deliveryId);
+    if (!found || found.body === undefined) return { ok: false, reason: 'not_found' };
+    if (found.delivery.status !== 'dead') return { ok: false, reason: 'not_dead' };
+    // Taking it out of the dead-letter set first makes two racing replays queue it once.
+    if (!(await this.deps.history.markReplayed(webhookId, deliveryId, this.deps.nowMs()))) return { ok: false, reason: 'not_dead' };
+    const job: DeliverJob = {
+      deliveryId: newId(),
+      eventId: found.delivery.eventId,
+      eventType: found.delivery.eventType as DeliverJob['eventType'],
+      vendorId: found.delivery.vendorId,
+      webhookId,
+      body: found.body,
+      acceptedAtMs: this.deps.nowMs(),
+      replayOf: deliveryId,
+    };
+    await this.deps.queues.add([job]);
+    return { ok: true, deliveryId: job.deliveryId };
+  }
+
+  /** Creates a pending task and queues the bulk replay; the worker runs it (runReplayAll). */
+  async startReplayAll(vendorId: string, webhookId: string): Promise<string> {
+    const taskId = newId();
+    await this.deps.tasks.put({ task_id: taskId, status: 'pending', fail_reason: null }, this.deps.nowMs());
+    await this.deps.queues.addReplayAll({ taskId, vendorId, webhookId });
+    return taskId;
+  }
+
+  /**
+   * Replays the dead letters a webhook has when the run starts, in pages, reporting progress. Dead
+   * letters that arrive during the run wait for the next one, so the run always ends.
+   */
+  async runReplayAll(taskId: string, webhookId: string, pageSize = 100): Promise<{ replayed: number }> {
+    const report = (status: Task['status'], done: number, total: number, failReason: string | null = null) =>
+      this.deps.tasks.put({ task_id: taskId, status, fail_reason: failReason, progress: { total, done } }, this.deps.nowMs());
+    const total = (await this.deps.history.deadLetterIds(webhookId, 1_000_000)).length;
+    let done = 0;
+    try {
+      await report('in_progress', 0, total);
+      while (done < total) {
+        const ids = await this.deps.history.deadLetterIds(webhookId, Math.min(pageSize, total - done));
+        if (ids.length === 0) break;
+        for (const id of ids) {
+          await this.replayOne(webhookId, id);
+          done += 1;
+        }
+        await report('in_progress', done, total);
+      }
+      await report('success', done, total);
+      return { replayed: done };
+    } catch (error) {
+      await report('failed', done, total, `replay stopped after ${done} of ${total}: ${(error as Error).message}`);
+      throw error;
+    }
+  }
+}

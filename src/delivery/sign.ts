@@ -1,0 +1,57 @@
+import { createHmac } from 'node:crypto';
+
+/** Standard Webhooks marks a base64 key with this prefix. */
+const STANDARD_SECRET_PREFIX = 'whsec_';
+
+/** The HMAC key for a webhook secret: the base64-decoded rest after `whsec_`, else the secret's UTF-8 bytes. */
+export function secretKeyBytes(secret: string): Buffer {
+  return secret.startsWith(STANDARD_SECRET_PREFIX)
+    ? Buffer.from(secret.slice(STANDARD_SECRET_PREFIX.length), 'base64')
+    : Buffer.from(secret, 'utf8');
+}
+
+/** Base64 HMAC-SHA256 over `{webhookId}.{timestampSec}.{body}`: the part after `v1,` in `webhook-signature`. */
+export function standardSignature(key: Buffer, webhookId: string, timestampSec: number | string, body: string | Uint8Array): string {
+  // Hashing the prefix and the body separately keeps raw body bytes exact (no string round trip).
+  return createHmac('sha256', key).update(`${webhookId}.${timestampSec}.`, 'utf8').update(body).digest('base64');
+}
+
+/** Hex HMAC-SHA256 of the body keyed by the secret's UTF-8 bytes: the part after `sha256=` in `x-webhook-signature`. */
+export function legacySignature(secret: string, body: string | Uint8Array): string {
+  // The platform's legacy scheme never decoded whsec_ secrets, so neither do we.
+  return createHmac('sha256', Buffer.from(secret, 'utf8')).update(body).digest('hex');
+}
+
+export interface SignatureInput {
+  /** The event id; the same on every retry. */
+  webhookId: string;
+  /** Unix seconds of this attempt. */
+  timestampSec: number;
+  /** The exact body bytes that will be sent. */
+  body: string;
+  /** Current secret first, then the previous one during a rotation; empty when the webhook has none. */
+  secrets: readonly string[];
+}
+
+/**
+ * The signature headers of one attempt (lowercase names): always `webhook-id` and `webhook-timestamp`;
+ * with secrets also `webhook-signature` (one `v1,` entry per secret) and the legacy `x-webhook-signature`
+ * from the first secret.
+ */
+export function signatureHeaders(input: SignatureInput): Record<string, string> {
+  const { webhookId, timestampSec, body, secrets } = input;
+  if (!Number.isSafeInteger(timestampSec) || timestampSec < 0) {
+    throw new RangeError('timestampSec must be a non-negative integer number of seconds');
+  }
+  const headers: Record<string, string> = {
+    'webhook-id': webhookId,
+    'webhook-timestamp': String(timestampSec),
+  };
+  const [current] = secrets;
+  if (current === undefined) return headers;
+  headers['webhook-signature'] = secrets
+    .map((secret) => `v1,${standardSignature(secretKeyBytes(secret), webhookId, timestampSec, body)}`)
+    .join(' ');
+  headers['x-webhook-signature'] = `sha256=${legacySignature(current, body)}`;
+  return headers;
+}

@@ -1,0 +1,34 @@
+import type { Webhook } from '../domain/webhook.js';
+import type { WebhookSource } from '../store/webhooks.js';
+
+/**
+ * A short-lived per-process cache in front of the webhook registry, so a burst of deliveries to one
+ * webhook reads it once. A change (PATCH, DELETE, disable) reaches workers within `ttlMs`.
+ */
+export class CachedWebhookSource implements WebhookSource {
+  private readonly entries = new Map<string, { webhook: Webhook | undefined; expiresAtMs: number }>();
+
+  constructor(
+    private readonly source: WebhookSource,
+    private readonly ttlMs: number,
+    private readonly nowMs: () => number = Date.now,
+    private readonly maxEntries = 10_000,
+  ) {}
+
+  async getById(webhookId: string): Promise<Webhook | undefined> {
+    const now = this.nowMs();
+    const hit = this.entries.get(webhookId);
+    if (hit && hit.expiresAtMs > now) return hit.webhook;
+    const webhook = await this.source.getById(webhookId);
+    if (this.ttlMs > 0) {
+      if (this.entries.size >= this.maxEntries) this.entries.clear();
+      this.entries.set(webhookId, { webhook, expiresAtMs: now + this.ttlMs });
+    }
+    return webhook;
+  }
+
+  async disable(webhookId: string, reason: 'gone' | 'failing'): Promise<boolean> {
+    this.entries.delete(webhookId);
+    return this.source.disable(webhookId, reason);
+  }
+}

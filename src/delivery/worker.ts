@@ -1,0 +1,81 @@
+import { Worker, type Job } from 'bullmq';
+import type { Logger } from '../logger.js';
+import type { RedisKeys } from '../store/keys.js';
+import type { Redis } from '../store/redis.js';
+import { JOBS } from './jobs.js';
+import { backoffFromError, type FinishedOutcome } from './processor.js';
+import { CONTROL_QUEUE_NAME, DELIVERY_QUEUE_NAME } from './queue.js';
+import type { DeadLetterReplayer } from './replay.js';
+
+export interface DeliveryWorkerPoolOptions {
+  /** A connection made for BullMQ (maxRetriesPerRequest null, no auto-pipelining). */
+  connection: Redis;
+  keys: RedisKeys;
+  partitions: number;
+  /** Deliveries in flight in this process, over all partitions. */
+  concurrency: number;
+  processor: (job: Job, token?: string) => Promise<FinishedOutcome>;
+  replayer: DeadLetterReplayer;
+  logger: Logger;
+  /** How long a job's lock lasts without renewal; a killed worker's jobs return after this. */
+  lockDurationMs: number;
+}
+
+/** The BullMQ workers of one process: one per delivery partition, plus the control queue. */
+export class DeliveryWorkerPool {
+  private readonly workers: Worker[];
+
+  constructor(options: DeliveryWorkerPoolOptions) {
+    const perPartition = Math.max(1, Math.ceil(options.concurrency / options.partitions));
+    const common = {
+      connection: options.connection,
+      lockDuration: options.lockDurationMs,
+      // A killed worker's jobs are re-run, never failed for having stalled.
+      maxStalledCount: 1_000,
+      stalledInterval: Math.max(1_000, Math.floor(options.lockDurationMs / 2)),
+      settings: { backoffStrategy: backoffFromError },
+      autorun: false,
+    };
+    this.workers = Array.from(
+      { length: options.partitions },
+      (_, n) => new Worker(DELIVERY_QUEUE_NAME, options.processor, { ...common, prefix: options.keys.deliveryQueuePrefix(n), concurrency: perPartition }),
+    );
+    this.workers.push(
+      new Worker(
+        CONTROL_QUEUE_NAME,
+        async (job) => {
+          const data = JOBS.replayDeadLetters.schema.parse(job.data);
+          return options.replayer.runReplayAll(data.taskId, data.webhookId);
+        },
+        { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 1 },
+      ),
+    );
+    for (const worker of this.workers) {
+      worker.on('error', (error) => options.logger.warn({ err: error.message }, 'queue worker error'));
+      worker.on('failed', (job, error) => {
+        if (error.name !== 'RetryLaterError') options.logger.warn({ jobId: job?.id, err: error.message }, 'job failed unexpectedly');
+      });
+    }
+  }
+
+  /** Starts fetching jobs. */
+  start(): void {
+    for (const worker of this.workers) void worker.run();
+  }
+
+  /**
+   * Stops fetching and lets in-flight attempts finish for up to `graceMs`; past that, closes anyway
+   * and the unfinished jobs return to the queue when their locks expire (nothing is lost).
+   */
+  async close(graceMs: number): Promise<'drained' | 'forced'> {
+    let timer: NodeJS.Timeout | undefined;
+    const graceful = Promise.all(this.workers.map((w) => w.close())).then(() => 'drained' as const);
+    const deadline = new Promise<'forced'>((resolve) => {
+      timer = setTimeout(() => resolve('forced'), graceMs);
+    });
+    const result = await Promise.race([graceful, deadline]);
+    clearTimeout(timer);
+    if (result === 'forced') await Promise.all(this.workers.map((w) => w.close(true)));
+    return result;
+  }
+}

@@ -1,0 +1,239 @@
+import { z } from 'zod';
+import { agentStatusSchema } from './agent.js';
+import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
+import { externalIdSchema, isUuid } from './ids.js';
+import { machineSchema } from './machine.js';
+import { taskSchema } from './task.js';
+
+/**
+ * The events ingest accepts (DESIGN "Where read models come from", "Ingest"): the six webhook event
+ * types, which are projected into the read models and delivered, and `TASK_UPDATED`, which only
+ * updates the task read model and is never delivered.
+ */
+
+export const TASK_UPDATED = 'TASK_UPDATED';
+
+export const INGEST_EVENT_TYPES = [...WEBHOOK_EVENT_TYPES, TASK_UPDATED] as const;
+
+export type IngestEventType = (typeof INGEST_EVENT_TYPES)[number];
+
+/** Most events one ingest request (or one producer batch) may carry. */
+export const EVENT_BATCH_SIZE_MAX = 1000;
+
+/** The version field of the envelope vendors receive. */
+export const ENVELOPE_VERSION = '1.0';
+
+/** Longest reason a rejected event gets, in characters. */
+const REASON_LENGTH_MAX = 500;
+/** Issues one reason names; the rest are counted. */
+const REASON_ISSUES_MAX = 3;
+
+const eventIdSchema = z
+  .string()
+  .refine(isUuid, 'must be a UUID (8-4-4-4-12 hex digits)')
+  .describe('Idempotency key (UUID); assigned at acceptance when absent. Re-sending the same event_id is a no-op for at least 24 h.');
+
+const timestampSchema = z.iso
+  .datetime({ offset: true, error: 'must be an ISO 8601 date-time with a UTC offset, e.g. 2024-05-01T12:00:00Z' })
+  .describe('When the event happened (ISO 8601 with Z or ±hh:mm); defaults to the time of acceptance. Orders read-model updates: an older event never overwrites newer state.');
+
+const vendorIdSchema = externalIdSchema.describe('The vendor the event concerns; its webhook for this event_type receives the event.');
+
+/** What a machine removal needs: the id of the machine. */
+export const machineRefSchema = z
+  .object({
+    metadata: z.object({ machine_id: externalIdSchema.describe('Unique identifier of the machine.') }),
+  })
+  .meta({ id: 'MachineRef', description: 'Identifies a machine by metadata.machine_id.' });
+
+/**
+ * A removal's data: the full Machine when it validates as one (and is delivered so), otherwise just
+ * `{ metadata: { machine_id } }`.
+ */
+const machineRemovedDataSchema = z.union([machineSchema, machineRefSchema]);
+
+function webhookEvent<const T extends WebhookEventType, D extends z.ZodType>(eventType: T, data: D, description: string) {
+  return z
+    .object({
+      event_id: eventIdSchema.optional(),
+      event_type: z.literal(eventType),
+      vendor_id: vendorIdSchema,
+      timestamp: timestampSchema.optional(),
+      data,
+    })
+    .meta({ description });
+}
+
+const taskUpdatedEvent = z
+  .object({
+    event_id: eventIdSchema.optional(),
+    event_type: z.literal(TASK_UPDATED),
+    vendor_id: vendorIdSchema.optional(),
+    timestamp: timestampSchema.optional(),
+    data: taskSchema,
+  })
+  .meta({ description: 'A task changed status; updates GET /rental/v1/tasks/{task_id} and is never delivered to webhooks.' });
+
+/** One ingest event, discriminated by `event_type`. Unknown fields are dropped. */
+export const ingestEventSchema = z
+  .discriminatedUnion(
+    'event_type',
+    [
+      webhookEvent('EVENT_TYPE_MACHINE_CREATED', machineSchema, 'A machine was created; data is the Machine.'),
+      webhookEvent('EVENT_TYPE_MACHINE_UPDATED', machineSchema, 'A machine changed; data is the whole Machine.'),
+      webhookEvent(
+        'EVENT_TYPE_MACHINE_REMOVED',
+        machineRemovedDataSchema,
+        'A machine was removed; data needs only metadata.machine_id (a full Machine is accepted too).',
+      ),
+      webhookEvent('EVENT_TYPE_DEPLOYMENT_CREATED', agentStatusSchema, 'A deployment was created; data is its agent deployment status.'),
+      webhookEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', agentStatusSchema, 'A deployment changed; data is its agent deployment status.'),
+      webhookEvent('EVENT_TYPE_DEPLOYMENT_STOPPED', agentStatusSchema, 'A deployment stopped; data is its agent deployment status.'),
+      taskUpdatedEvent,
+    ],
+    {
+      error: (issue) =>
+        (issue.input as { event_type?: unknown } | undefined)?.event_type === undefined
+          ? `required: one of ${INGEST_EVENT_TYPES.join(', ')}`
+          : `must be one of ${INGEST_EVENT_TYPES.join(', ')}`,
+    },
+  )
+  .meta({ id: 'IngestEvent', description: 'An event for ingest: event_type decides the shape of data.' });
+
+/** An event as a producer writes it. */
+export type IngestEventInput = z.input<typeof ingestEventSchema>;
+
+type ParsedEvent = z.output<typeof ingestEventSchema>;
+
+type Normalised<E> = E extends unknown
+  ? Omit<E, 'event_id' | 'timestamp'> & {
+      /** Lower-case UUID, given or assigned. */
+      event_id: string;
+      /** ISO 8601, UTC, milliseconds. */
+      timestamp: string;
+      /** The same instant in Unix ms: the version of the read-model write. */
+      timestampMs: number;
+    }
+  : never;
+
+/** A validated event with its id and time settled. */
+export type AcceptedEvent = Normalised<ParsedEvent>;
+
+/** An accepted event that is delivered to webhooks (every type but TASK_UPDATED). */
+export type WebhookEvent = Exclude<AcceptedEvent, { event_type: typeof TASK_UPDATED }>;
+
+export function isWebhookEvent(event: AcceptedEvent): event is WebhookEvent {
+  return event.event_type !== TASK_UPDATED;
+}
+
+/** The outcome of one event of an ingest batch, in input order. */
+export const eventResultSchema = z
+  .object({
+    event_id: z.string().optional().describe('The event id (assigned when the event had none); absent for a rejected event without a valid one.'),
+    status: z.enum(['accepted', 'duplicate', 'rejected']).describe('duplicate: this event_id was already ingested; nothing was done again.'),
+    reason: z.string().optional().describe('Why the event was rejected, naming the field.'),
+    deliveries: z.int().min(0).optional().describe('Deliveries created for an accepted event (0 when no webhook matches).'),
+  })
+  .meta({ id: 'EventResult' });
+
+export type EventResult = z.infer<typeof eventResultSchema>;
+
+export type EventParse = { ok: true; event: AcceptedEvent } | { ok: false; reason: string; event_id?: string };
+
+/** Missing fields read "required" rather than zod's "expected string, received undefined". */
+const parseError = (issue: z.core.$ZodRawIssue): string | undefined =>
+  issue.code === 'invalid_type' && issue.input === undefined ? 'required' : undefined;
+
+/**
+ * Validates one raw event and settles its id and time: a missing `event_id` gets `newId()`, ids
+ * are lower-cased (so the same UUID in another case is the same event), a missing `timestamp` is
+ * the acceptance time, and every timestamp is normalised to UTC with milliseconds. Never throws.
+ */
+export function parseEvent(raw: unknown, defaults: { acceptedAtMs: number; newId: () => string }): EventParse {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return { ok: false, reason: 'the event must be a JSON object' };
+  const result = ingestEventSchema.safeParse(raw, { error: parseError });
+  if (!result.success) {
+    const givenId = (raw as { event_id?: unknown }).event_id;
+    return {
+      ok: false,
+      reason: describeEventIssues(result.error),
+      ...(typeof givenId === 'string' && isUuid(givenId) ? { event_id: givenId.toLowerCase() } : {}),
+    };
+  }
+  const parsed = result.data;
+  const timestampMs = parsed.timestamp === undefined ? defaults.acceptedAtMs : Date.parse(parsed.timestamp);
+  if (!Number.isFinite(timestampMs)) return { ok: false, reason: 'timestamp: is not a representable date-time' };
+  const event: AcceptedEvent = {
+    ...parsed,
+    event_id: (parsed.event_id ?? defaults.newId()).toLowerCase(),
+    timestamp: new Date(timestampMs).toISOString(),
+    timestampMs,
+  };
+  return { ok: true, event };
+}
+
+const IDENTIFIER_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const PATH_KEY_LENGTH_MAX = 40;
+
+/** `data.hardware_specs.gpus[0].name`; odd keys (record keys) are quoted and shortened. */
+function formatPath(path: readonly PropertyKey[]): string {
+  let text = '';
+  for (const segment of path) {
+    if (typeof segment === 'number') text += `[${segment}]`;
+    else if (typeof segment === 'string' && IDENTIFIER_RE.test(segment)) text += text === '' ? segment : `.${segment}`;
+    else {
+      const key = String(segment);
+      text += `[${JSON.stringify(key.length > PATH_KEY_LENGTH_MAX ? `${key.slice(0, PATH_KEY_LENGTH_MAX)}…` : key)}]`;
+    }
+  }
+  return text;
+}
+
+/**
+ * The issues to report: a failed union (a removal's data) reports the branch that came closest,
+ * i.e. the one with the fewest issues, with its paths made absolute.
+ */
+function flattenIssues(issues: readonly z.core.$ZodIssue[], prefix: readonly PropertyKey[] = []): { path: PropertyKey[]; message: string }[] {
+  return issues.flatMap((issue) => {
+    const path = [...prefix, ...issue.path];
+    if (issue.code === 'invalid_union' && issue.errors.length > 0) {
+      const closest = issue.errors.reduce((best, branch) => (branch.length < best.length ? branch : best));
+      return flattenIssues(closest, path);
+    }
+    return [{ path, message: issue.message }];
+  });
+}
+
+/** A short human reason for a failed event validation, naming the fields, e.g. `data.metadata.machine_id: required`. */
+export function describeEventIssues(error: z.ZodError): string {
+  const issues = flattenIssues(error.issues);
+  const parts = [...new Set(issues.slice(0, REASON_ISSUES_MAX).map(({ path, message }) => (path.length === 0 ? message : `${formatPath(path)}: ${message}`)))];
+  const more = issues.length - REASON_ISSUES_MAX;
+  const reason = parts.join('; ') + (more > 0 ? ` (and ${more} more)` : '');
+  return reason.length > REASON_LENGTH_MAX ? `${reason.slice(0, REASON_LENGTH_MAX - 1)}…` : reason;
+}
+
+/** What `buildEnvelope` needs of an event. */
+export interface EnvelopeSource {
+  event_id: string;
+  event_type: WebhookEventType;
+  /** Any ISO 8601 date-time; it is normalised to UTC with milliseconds. */
+  timestamp: string;
+  data: unknown;
+}
+
+/**
+ * The exact JSON body a vendor receives (DESIGN "What a vendor receives"):
+ * `{"version":"1.0","event_id":…,"event_type":…,"timestamp":…,"data":…}`, in this key order.
+ */
+export function buildEnvelope(event: EnvelopeSource): string {
+  const timestampMs = Date.parse(event.timestamp);
+  if (!Number.isFinite(timestampMs)) throw new RangeError(`envelope timestamp is not a date-time: ${event.timestamp}`);
+  return JSON.stringify({
+    version: ENVELOPE_VERSION,
+    event_id: event.event_id,
+    event_type: event.event_type,
+    timestamp: new Date(timestampMs).toISOString(),
+    data: event.data,
+  });
+}

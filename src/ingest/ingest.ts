@@ -1,0 +1,224 @@
+import type { AgentStatus } from '../domain/agent.js';
+import {
+  buildEnvelope,
+  isWebhookEvent,
+  parseEvent,
+  type AcceptedEvent,
+  type EventResult,
+  type WebhookEvent,
+} from '../domain/event.js';
+import type { WebhookEventType } from '../domain/events.js';
+import { newId } from '../domain/ids.js';
+import type { Task } from '../domain/task.js';
+import type { RedisKeys } from '../store/keys.js';
+import type { MachineWriter } from '../store/machines.js';
+import type { Redis } from '../store/redis.js';
+import type { DocWriter } from '../store/versioned-docs.js';
+
+export type { EventResult } from '../domain/event.js';
+
+/** One delivery to create: an event matched to one webhook. */
+export interface DeliveryRequest {
+  eventId: string;
+  eventType: WebhookEventType;
+  vendorId: string;
+  webhookId: string;
+  /** The exact JSON body vendors receive. */
+  body: string;
+  acceptedAtMs: number;
+}
+
+/** The delivery side's intake. Durable when it resolves; idempotent per (eventId, webhookId). */
+export interface DeliveryEnqueuer {
+  enqueue(requests: readonly DeliveryRequest[]): Promise<void>;
+}
+
+/** Finds the webhook of each (vendor, event type), in one round trip for the whole batch. */
+export interface SubscriptionLookup {
+  matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<(string | undefined)[]>;
+}
+
+/** Where a batch came from; only reported to `observe`. */
+export type IngestSource = 'http' | 'stream';
+
+/** Counts of one ingested batch, for metrics. */
+export interface IngestBatchSummary {
+  source: IngestSource;
+  accepted: number;
+  duplicates: number;
+  rejected: number;
+  deliveries: number;
+}
+
+/** How long an ingested event id is remembered: re-sends within it are duplicates (DESIGN promises ≥ 24 h). */
+export const DEDUPE_TTL_MS_DEFAULT = 48 * 3_600_000;
+
+export interface IngestorDeps {
+  /** Holds the seen-event marks (`keys.events.seen`). */
+  redis: Pick<Redis, 'exists' | 'set'>;
+  keys: Pick<RedisKeys, 'events'>;
+  machines: MachineWriter;
+  agents: DocWriter<AgentStatus>;
+  tasks: DocWriter<Task>;
+  subscriptions: SubscriptionLookup;
+  deliveries: DeliveryEnqueuer;
+  /** Clock, Unix ms; default Date.now. */
+  nowMs?: () => number;
+  /** Default DEDUPE_TTL_MS_DEFAULT (48 h). */
+  dedupeTtlMs?: number;
+  /** Ids for events that come without one; default random UUIDs. */
+  newId?: () => string;
+  /** Called once per successfully ingested batch (metrics). */
+  observe?: (summary: IngestBatchSummary) => void;
+}
+
+/**
+ * Validates, dedupes, projects, matches and enqueues batches of events (DESIGN "Data flow").
+ *
+ * Why the order of the steps is safe: an event id is marked seen (step 6) only after its read-model
+ * writes (3) and its deliveries (5) are durable in Redis. A crash or a Redis error anywhere before
+ * step 6 rejects the whole call, so nothing is acknowledged (no 202, no XACK) and the producer or the
+ * stream re-sends the batch; re-ingesting then repeats only idempotent work: read-model writes are
+ * versioned by event time (the same version is re-applied, an older one is ignored) and the
+ * enqueuer creates one delivery per (eventId, webhookId). The reverse order (mark, then work) would
+ * turn such a crash into a lost event, because the re-sent event would be taken for a duplicate.
+ * Two concurrent ingests of one id (a producer retry racing its first try) both pass step 2 and
+ * meet at the enqueuer's idempotency. Every call costs a fixed number of Redis round trips, not one
+ * per event: the commands of a step are issued together and travel pipelined on the connection.
+ */
+export class Ingestor {
+  private readonly nowMs: () => number;
+  private readonly dedupeTtlMs: number;
+  private readonly newId: () => string;
+
+  constructor(private readonly deps: IngestorDeps) {
+    this.nowMs = deps.nowMs ?? Date.now;
+    this.dedupeTtlMs = deps.dedupeTtlMs ?? DEDUPE_TTL_MS_DEFAULT;
+    this.newId = deps.newId ?? newId;
+    if (!Number.isInteger(this.dedupeTtlMs) || this.dedupeTtlMs <= 0) throw new RangeError(`dedupeTtlMs must be a positive integer, got ${this.dedupeTtlMs}`);
+  }
+
+  /**
+   * Ingests a batch and answers one result per input event, in input order. Invalid events are
+   * rejected with a reason while the rest proceed. Rejects (and acknowledges nothing) when Redis or
+   * the enqueuer fails; calling again with the same events is then safe.
+   */
+  async ingest(rawEvents: readonly unknown[], source: IngestSource): Promise<EventResult[]> {
+    const acceptedAtMs = this.nowMs();
+    const results: EventResult[] = new Array<EventResult>(rawEvents.length);
+
+    // 1. Validate each event on its own; a bad one is rejected with a reason naming the field.
+    const valid: { index: number; event: AcceptedEvent }[] = [];
+    rawEvents.forEach((raw, index) => {
+      const parsed = parseEvent(raw, { acceptedAtMs, newId: this.newId });
+      if (parsed.ok) valid.push({ index, event: parsed.event });
+      else results[index] = { ...(parsed.event_id === undefined ? {} : { event_id: parsed.event_id }), status: 'rejected', reason: parsed.reason };
+    });
+
+    // 2. Dedupe: the first occurrence of an id within the batch wins; then one pipelined EXISTS per id.
+    const firstOfId = new Set<string>();
+    const unique: { index: number; event: AcceptedEvent }[] = [];
+    for (const candidate of valid) {
+      if (firstOfId.has(candidate.event.event_id)) results[candidate.index] = { event_id: candidate.event.event_id, status: 'duplicate' };
+      else {
+        firstOfId.add(candidate.event.event_id);
+        unique.push(candidate);
+      }
+    }
+    const seen = await this.wereSeen(unique.map(({ event }) => event.event_id));
+    const fresh = unique.filter((candidate, i) => {
+      if (!seen[i]) return true;
+      results[candidate.index] = { event_id: candidate.event.event_id, status: 'duplicate' };
+      return false;
+    });
+
+    let deliveryCount = 0;
+    if (fresh.length > 0) {
+      // 3. Project into the read models (versioned by event time, so a late older event is ignored)
+      // and 4. match the webhook events to subscriptions. Independent, so they share a round trip.
+      const webhookEvents = fresh.flatMap((candidate) => (isWebhookEvent(candidate.event) ? [{ ...candidate, event: candidate.event }] : []));
+      const [, webhookIds] = await Promise.all([
+        this.project(fresh.map(({ event }) => event)),
+        webhookEvents.length === 0
+          ? Promise.resolve([])
+          : this.deps.subscriptions.matchMany(webhookEvents.map(({ event }) => ({ vendorId: event.vendor_id, eventType: event.event_type }))),
+      ]);
+
+      // 5. Enqueue every delivery of the batch in one call; the body is built once, here, so every
+      // attempt sends the same bytes.
+      const deliveriesOf = new Map<number, number>();
+      const requests: DeliveryRequest[] = [];
+      webhookEvents.forEach(({ index, event }, i) => {
+        const webhookId = webhookIds[i];
+        if (webhookId === undefined) return;
+        requests.push(deliveryRequest(event, webhookId, acceptedAtMs));
+        deliveriesOf.set(index, (deliveriesOf.get(index) ?? 0) + 1);
+      });
+      if (requests.length > 0) await this.deps.deliveries.enqueue(requests);
+
+      // 6. Only now remember the ids: everything above is durable, so a re-send may be skipped.
+      await this.markSeen(fresh.map(({ event }) => event.event_id));
+
+      for (const { index, event } of fresh) {
+        const deliveries = deliveriesOf.get(index) ?? 0;
+        deliveryCount += deliveries;
+        results[index] = { event_id: event.event_id, status: 'accepted', deliveries };
+      }
+    }
+
+    this.deps.observe?.({
+      source,
+      accepted: fresh.length,
+      duplicates: results.filter((r) => r.status === 'duplicate').length,
+      rejected: rawEvents.length - valid.length,
+      deliveries: deliveryCount,
+    });
+    return results;
+  }
+
+  private async wereSeen(eventIds: readonly string[]): Promise<boolean[]> {
+    // One EXISTS per key rather than one multi-key command: each id has its own hash tag (cluster slot).
+    const { seen } = this.deps.keys.events;
+    const counts = await Promise.all(eventIds.map((id) => this.deps.redis.exists(seen(id))));
+    return counts.map((count) => count > 0);
+  }
+
+  private async markSeen(eventIds: readonly string[]): Promise<void> {
+    const { seen } = this.deps.keys.events;
+    await Promise.all(eventIds.map((id) => this.deps.redis.set(seen(id), '1', 'PX', this.dedupeTtlMs)));
+  }
+
+  /** Applies each event to its read model; stale writes are expected and ignored. */
+  private async project(events: readonly AcceptedEvent[]): Promise<void> {
+    const { machines, agents, tasks } = this.deps;
+    await Promise.all(
+      events.map((event): Promise<unknown> => {
+        switch (event.event_type) {
+          case 'EVENT_TYPE_MACHINE_CREATED':
+          case 'EVENT_TYPE_MACHINE_UPDATED':
+            return machines.upsert(event.data, event.timestampMs);
+          case 'EVENT_TYPE_MACHINE_REMOVED':
+            return machines.remove(event.data.metadata.machine_id, event.timestampMs);
+          case 'EVENT_TYPE_DEPLOYMENT_CREATED':
+          case 'EVENT_TYPE_DEPLOYMENT_UPDATED':
+          case 'EVENT_TYPE_DEPLOYMENT_STOPPED':
+            return agents.put(event.data, event.timestampMs);
+          case 'TASK_UPDATED':
+            // The task lookup lower-cases the id it is asked for, so tasks are stored under that form.
+            return tasks.put({ ...event.data, task_id: event.data.task_id.toLowerCase() }, event.timestampMs);
+        }
+      }),
+    );
+  }
+}
+
+function deliveryRequest(event: WebhookEvent, webhookId: string, acceptedAtMs: number): DeliveryRequest {
+  return {
+    eventId: event.event_id,
+    eventType: event.event_type,
+    vendorId: event.vendor_id,
+    webhookId,
+    body: buildEnvelope(event),
+    acceptedAtMs,
+  };
+}

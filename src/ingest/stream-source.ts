@@ -1,0 +1,320 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { Logger } from '../logger.js';
+import type { RedisKeys } from '../store/keys.js';
+import type { Redis } from '../store/redis.js';
+import type { Ingestor } from './ingest.js';
+
+/** The consumer group Hookline reads the ingest stream with. */
+export const STREAM_GROUP_DEFAULT = 'hookline-ingest';
+/** The entry field that holds one event as JSON: `XADD <stream> * event '{"event_type":…}'`. */
+export const STREAM_EVENT_FIELD = 'event';
+
+export interface StreamIngestSourceOptions {
+  /** Commands (XACK, XAUTOCLAIM, XTRIM, …); a duplicate of it is opened for the blocking reads. */
+  redis: Redis;
+  keys: Pick<RedisKeys, 'events'>;
+  ingestor: Pick<Ingestor, 'ingest'>;
+  logger: Pick<Logger, 'info' | 'warn' | 'error'>;
+  /** Default STREAM_GROUP_DEFAULT. */
+  group?: string;
+  /** This consumer's name in the group; default host, pid and a random suffix. */
+  consumer?: string;
+  /** Entries per read and per ingest call; default 500, at most 1000. */
+  batchSize?: number;
+  /** How long one XREADGROUP waits for new entries; default 2 s (also bounds how long stop() waits for it). */
+  blockMs?: number;
+  /** Pending entries idle this long belong to a consumer presumed dead and are claimed; default 60 s. */
+  claimMinIdleMs?: number;
+  /** How often stale entries are claimed, the stream trimmed and idle consumers pruned; default 30 s. */
+  maintenanceIntervalMs?: number;
+  /** Other consumers with nothing pending and idle this long are removed from the group; default 24 h. */
+  consumerIdleMaxMs?: number;
+  /** Back-off after a failed batch: base doubling per failure up to max, with jitter; defaults 200 ms and 10 s. */
+  retryBaseMs?: number;
+  retryMaxMs?: number;
+  /** Clock, Unix ms; default Date.now. */
+  nowMs?: () => number;
+}
+
+/** [entry id, flat field/value list]; the fields are null for an entry trimmed while it was pending. */
+type StreamEntry = [id: string, fields: string[] | null];
+
+/** Claim rounds per maintenance pass, so a huge backlog of stale entries cannot stall reading. */
+const CLAIM_ROUNDS_MAX = 10;
+/** Consumers removed per maintenance pass. */
+const CONSUMERS_PRUNED_MAX = 100;
+/** Beyond blockMs, how long stop() waits for a blocked read before closing its connection. */
+const STOP_GRACE_MS = 1_000;
+
+type Decoded = { ok: true; event: unknown } | { ok: false; reason: string };
+
+/** Reads the event of one entry; never throws. */
+function decodeEntry(fields: string[] | null): Decoded {
+  if (fields === null) return { ok: false, reason: 'the entry was trimmed from the stream before it was ingested' };
+  let json: string | undefined;
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    if (fields[i] === STREAM_EVENT_FIELD) json = fields[i + 1];
+  }
+  if (json === undefined) return { ok: false, reason: `the entry has no "${STREAM_EVENT_FIELD}" field` };
+  try {
+    return { ok: true, event: JSON.parse(json) as unknown };
+  } catch (error) {
+    return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field is not valid JSON: ${(error as Error).message}` };
+  }
+}
+
+/** The entries of an XREADGROUP reply for one stream (null when the read timed out). */
+function entriesOf(reply: unknown): StreamEntry[] {
+  if (!Array.isArray(reply)) return [];
+  const stream = reply[0] as [string, StreamEntry[]] | undefined;
+  return stream?.[1] ?? [];
+}
+
+/** A flat [name, value, …] reply (XINFO) as a map. */
+function fieldMap(flat: unknown): Map<string, unknown> {
+  const map = new Map<string, unknown>();
+  if (Array.isArray(flat)) for (let i = 0; i + 1 < flat.length; i += 2) map.set(String(flat[i]), flat[i + 1]);
+  return map;
+}
+
+function compareIds(a: string, b: string): number {
+  const [aMs = 0n, aSeq = 0n] = a.split('-').map(BigInt);
+  const [bMs = 0n, bSeq = 0n] = b.split('-').map(BigInt);
+  return aMs === bMs ? Number(aSeq - bSeq) : aMs < bMs ? -1 : 1;
+}
+
+/**
+ * Ingests events producers append to the Redis stream `keys.events.stream` (one event as JSON in
+ * the field `event` of each entry), through a consumer group, so many engine processes share the
+ * work. An entry is acknowledged only after the Ingestor resolved for its batch, so an acknowledged
+ * event's deliveries exist. Malformed and rejected entries are logged and acknowledged too: they
+ * can never succeed and must not wedge the group. A failed batch stays pending, is read again from
+ * this consumer's pending list after a back-off, and if this process dies, another one claims it
+ * (XAUTOCLAIM) once it has been idle for `claimMinIdleMs`. The stream is trimmed below the oldest
+ * entry not yet acknowledged, so it stays bounded without losing unread events.
+ */
+export class StreamIngestSource {
+  private readonly redis: Redis;
+  private readonly stream: string;
+  private readonly group: string;
+  private readonly consumer: string;
+  private readonly batchSize: number;
+  private readonly blockMs: number;
+  private readonly claimMinIdleMs: number;
+  private readonly maintenanceIntervalMs: number;
+  private readonly consumerIdleMaxMs: number;
+  private readonly retryBaseMs: number;
+  private readonly retryMaxMs: number;
+  private readonly nowMs: () => number;
+
+  private reader: Redis | undefined;
+  private loop: Promise<void> | undefined;
+  private stopping = false;
+  private wake: (() => void) | undefined;
+
+  constructor(private readonly options: StreamIngestSourceOptions) {
+    this.redis = options.redis;
+    this.stream = options.keys.events.stream;
+    this.group = options.group ?? STREAM_GROUP_DEFAULT;
+    this.consumer = options.consumer ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+    this.batchSize = options.batchSize ?? 500;
+    this.blockMs = options.blockMs ?? 2_000;
+    this.claimMinIdleMs = options.claimMinIdleMs ?? 60_000;
+    this.maintenanceIntervalMs = options.maintenanceIntervalMs ?? 30_000;
+    this.consumerIdleMaxMs = options.consumerIdleMaxMs ?? 24 * 3_600_000;
+    this.retryBaseMs = options.retryBaseMs ?? 200;
+    this.retryMaxMs = options.retryMaxMs ?? 10_000;
+    this.nowMs = options.nowMs ?? Date.now;
+    if (!Number.isInteger(this.batchSize) || this.batchSize < 1 || this.batchSize > 1000) {
+      throw new RangeError(`batchSize must be a whole number from 1 to 1000, got ${this.batchSize}`);
+    }
+  }
+
+  /** This consumer's name in the group. */
+  get consumerName(): string {
+    return this.consumer;
+  }
+
+  /** Creates the group (and the stream) when missing, then consumes in the background until stop(). */
+  async start(): Promise<void> {
+    if (this.loop || this.stopping) throw new Error('the stream ingest source can be started once');
+    await this.ensureGroup();
+    // A connection of its own: a blocking read would hold up every other command queued behind it.
+    this.reader = this.redis.duplicate({
+      connectionName: `${this.redis.options.connectionName ?? 'hookline'}-ingest-stream`,
+      enableAutoPipelining: false,
+    });
+    this.loop = this.run(this.reader);
+  }
+
+  /**
+   * Stops consuming: a batch being ingested is finished and acknowledged first; a blocked read is
+   * given `blockMs` to return (its entries are then ingested too) before its connection is closed.
+   */
+  async stop(): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.wake?.();
+    if (!this.loop || !this.reader) return;
+    const reader = this.reader;
+    const force = setTimeout(() => reader.disconnect(), this.blockMs + STOP_GRACE_MS);
+    try {
+      await this.loop;
+    } finally {
+      clearTimeout(force);
+      reader.disconnect();
+    }
+    await this.leaveGroupIfIdle();
+  }
+
+  private async ensureGroup(): Promise<void> {
+    try {
+      // From id 0: events appended before the group first existed are ingested too.
+      await this.redis.xgroup('CREATE', this.stream, this.group, '0', 'MKSTREAM');
+    } catch (error) {
+      if (!/BUSYGROUP/.test((error as Error).message)) throw error;
+    }
+  }
+
+  private async run(reader: Redis): Promise<void> {
+    let failures = 0;
+    // Start with this consumer's own pending entries (a restart under the same name) and return
+    // to them after every failure: a batch whose ingest failed is still pending with us.
+    let ownPendingFirst = true;
+    let maintenanceDueAtMs = 0;
+    while (!this.stopping) {
+      try {
+        if (this.nowMs() >= maintenanceDueAtMs) {
+          maintenanceDueAtMs = this.nowMs() + this.maintenanceIntervalMs;
+          await this.maintain();
+        }
+        const entries = await this.read(reader, ownPendingFirst ? '0' : '>');
+        if (entries.length > 0) await this.process(entries);
+        else ownPendingFirst = false;
+        failures = 0;
+      } catch (error) {
+        if (this.stopping) break;
+        failures += 1;
+        ownPendingFirst = true;
+        if (/NOGROUP/.test((error as Error).message)) {
+          // The stream or the group was deleted under us; recreate them.
+          await this.ensureGroup().catch(() => undefined);
+        }
+        const delayMs = this.backoffMs(failures);
+        this.options.logger.error({ err: error, failures, retryInMs: delayMs }, 'ingest stream: batch failed; its entries stay pending and are retried');
+        await this.pause(delayMs);
+      }
+    }
+  }
+
+  /** One XREADGROUP; `'>'` for new entries (blocking), `'0'` for this consumer's pending ones. */
+  private async read(reader: Redis, from: '>' | '0'): Promise<StreamEntry[]> {
+    const reply: unknown = await reader.xreadgroup(
+      'GROUP', this.group, this.consumer,
+      'COUNT', this.batchSize,
+      'BLOCK', this.blockMs,
+      'STREAMS', this.stream, from,
+    );
+    return entriesOf(reply);
+  }
+
+  /** Ingests one batch of entries, then acknowledges all of them (never before ingest resolved). */
+  private async process(entries: readonly StreamEntry[]): Promise<void> {
+    const events: unknown[] = [];
+    const eventEntryIds: string[] = [];
+    for (const [entryId, fields] of entries) {
+      const decoded = decodeEntry(fields);
+      if (decoded.ok) {
+        events.push(decoded.event);
+        eventEntryIds.push(entryId);
+      } else {
+        this.options.logger.warn({ entryId, reason: decoded.reason }, 'ingest stream: entry skipped');
+      }
+    }
+    if (events.length > 0) {
+      const results = await this.options.ingestor.ingest(events, 'stream');
+      results.forEach((result, i) => {
+        if (result.status === 'rejected') {
+          this.options.logger.warn({ entryId: eventEntryIds[i], event_id: result.event_id, reason: result.reason }, 'ingest stream: event rejected');
+        }
+      });
+    }
+    await this.redis.xack(this.stream, this.group, ...entries.map(([entryId]) => entryId));
+  }
+
+  /** Claims stale entries of dead consumers (and ingests them), then tidies the stream and the group. */
+  private async maintain(): Promise<void> {
+    let cursor = '0-0';
+    for (let round = 0; round < CLAIM_ROUNDS_MAX; round += 1) {
+      const reply = (await this.redis.xautoclaim(this.stream, this.group, this.consumer, this.claimMinIdleMs, cursor, 'COUNT', this.batchSize)) as [string, StreamEntry[]];
+      const [next, claimed] = reply;
+      if (claimed.length > 0) {
+        this.options.logger.info({ entries: claimed.length }, 'ingest stream: claimed stale entries of another consumer');
+        await this.process(claimed);
+      }
+      cursor = next;
+      if (cursor === '0-0') break;
+    }
+    // Housekeeping only: a failure here must not hold up ingest.
+    try {
+      await this.trim();
+      await this.pruneIdleConsumers();
+    } catch (error) {
+      this.options.logger.warn({ err: error }, 'ingest stream: trimming or pruning failed; retried at the next maintenance');
+    }
+  }
+
+  /**
+   * Deletes the entries every consumer is done with: those below the oldest pending entry, or, when
+   * nothing is pending, below the group's last-delivered id. The group is read before its pending
+   * list, so an entry delivered between the two reads has a larger id than the trim bound.
+   */
+  private async trim(): Promise<void> {
+    const groups = (await this.redis.xinfo('GROUPS', this.stream)) as unknown[];
+    const ours = groups.map(fieldMap).find((group) => group.get('name') === this.group);
+    const lastDelivered = ours?.get('last-delivered-id');
+    if (typeof lastDelivered !== 'string' || lastDelivered === '0-0') return;
+    const [pendingCount, oldestPending] = (await this.redis.xpending(this.stream, this.group)) as [number, string | null];
+    const bound = pendingCount > 0 && oldestPending !== null && compareIds(oldestPending, lastDelivered) < 0 ? oldestPending : lastDelivered;
+    await this.redis.xtrim(this.stream, 'MINID', '~', bound);
+  }
+
+  /** Removes consumers that left nothing pending and have been silent for consumerIdleMaxMs (crashed processes). */
+  private async pruneIdleConsumers(): Promise<void> {
+    const consumers = ((await this.redis.xinfo('CONSUMERS', this.stream, this.group)) as unknown[]).map(fieldMap);
+    const idle = consumers
+      .filter((c) => c.get('name') !== this.consumer && Number(c.get('pending')) === 0 && Number(c.get('idle')) > this.consumerIdleMaxMs)
+      .slice(0, CONSUMERS_PRUNED_MAX);
+    for (const consumer of idle) await this.redis.xgroup('DELCONSUMER', this.stream, this.group, String(consumer.get('name')));
+  }
+
+  /** On a clean stop, removes this consumer from the group unless it still holds pending entries. */
+  private async leaveGroupIfIdle(): Promise<void> {
+    try {
+      const mine = await this.redis.xpending(this.stream, this.group, '-', '+', 1, this.consumer);
+      if (mine.length === 0) await this.redis.xgroup('DELCONSUMER', this.stream, this.group, this.consumer);
+    } catch (error) {
+      this.options.logger.warn({ err: error }, 'ingest stream: could not leave the consumer group');
+    }
+  }
+
+  private backoffMs(failures: number): number {
+    const ceiling = Math.min(this.retryMaxMs, this.retryBaseMs * 2 ** Math.min(failures - 1, 20));
+    return Math.round(ceiling * (0.5 + Math.random() / 2));
+  }
+
+  /** Sleeps, unless stop() comes first. */
+  private pause(delayMs: number): Promise<void> {
+    if (this.stopping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.wake = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, delayMs);
+      this.wake = done;
+    });
+  }
+}

@@ -1,0 +1,180 @@
+import fastifySwagger from '@fastify/swagger';
+import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import {
+  hasZodFastifySchemaValidationErrors,
+  jsonSchemaTransform,
+  jsonSchemaTransformObject,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
+import { randomBytes } from 'node:crypto';
+import { createAuthorizer } from '../../src/admin/auth.js';
+import { ApiError, errorBody } from '../../src/admin/errors.js';
+import { eventRoutes } from '../../src/admin/routes/events.js';
+import type { AgentStatus } from '../../src/domain/agent.js';
+import type { IngestEventInput } from '../../src/domain/event.js';
+import type { WebhookEventType } from '../../src/domain/events.js';
+import type { Machine } from '../../src/domain/machine.js';
+import type { Role } from '../../src/domain/roles.js';
+import type { Task } from '../../src/domain/task.js';
+import { Ingestor, type DeliveryEnqueuer, type DeliveryRequest } from '../../src/ingest/ingest.js';
+import { RedisApiKeyStore } from '../../src/store/api-keys.js';
+import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
+import { RedisMachineStore } from '../../src/store/machines.js';
+import { createAgentStatusStore, createTaskStore } from '../../src/store/read-models.js';
+import type { Redis } from '../../src/store/redis.js';
+import { SecretBox } from '../../src/store/secret-box.js';
+import { RedisWebhookStore } from '../../src/store/webhooks.js';
+import { testRedis, type TestRedis } from './redis.js';
+
+/** Records every enqueue call (a stand-in for the delivery queues, not for Redis); can be made to fail. */
+export class RecordingEnqueuer implements DeliveryEnqueuer {
+  readonly calls: DeliveryRequest[][] = [];
+  /** While set, enqueue rejects with it and records nothing. */
+  failure: Error | undefined;
+
+  get requests(): DeliveryRequest[] {
+    return this.calls.flat();
+  }
+
+  async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
+    if (this.failure) throw this.failure;
+    this.calls.push([...requests]);
+  }
+}
+
+/** 2024-05-01T12:00:00.000Z, the fixtures' "now". */
+export const NOW_MS = Date.UTC(2024, 4, 1, 12);
+
+export interface IngestFixture {
+  t: TestRedis;
+  redis: Redis;
+  keys: RedisKeys;
+  machines: RedisMachineStore;
+  agents: ReturnType<typeof createAgentStatusStore>;
+  tasks: ReturnType<typeof createTaskStore>;
+  webhooks: RedisWebhookStore;
+  enqueuer: RecordingEnqueuer;
+  ingestor: Ingestor;
+  /** The ingestor's clock; tests may move it. */
+  clock: { nowMs: number };
+  /** Registers a webhook and returns its id. */
+  subscribe(vendorId: string, eventType: WebhookEventType): Promise<string>;
+  cleanup(): Promise<void>;
+}
+
+/** An Ingestor over the suite's real Redis (fresh key prefix), real stores and a recording enqueuer. */
+export function ingestFixture(): IngestFixture {
+  const t = testRedis();
+  const keys = redisKeys(t.prefix);
+  const machines = new RedisMachineStore(t.redis, keys);
+  const agents = createAgentStatusStore(t.redis, keys);
+  const tasks = createTaskStore(t.redis, keys);
+  const webhooks = new RedisWebhookStore(t.redis, keys, new SecretBox(randomBytes(32)));
+  const enqueuer = new RecordingEnqueuer();
+  const clock = { nowMs: NOW_MS };
+  const ingestor = new Ingestor({
+    redis: t.redis,
+    keys,
+    machines,
+    agents,
+    tasks,
+    subscriptions: webhooks,
+    deliveries: enqueuer,
+    nowMs: () => clock.nowMs,
+  });
+  return {
+    t,
+    redis: t.redis,
+    keys,
+    machines,
+    agents,
+    tasks,
+    webhooks,
+    enqueuer,
+    ingestor,
+    clock,
+    async subscribe(vendorId, eventType) {
+      const created = await webhooks.create(vendorId, { eventType, callbackUrl: `https://receiver.example/${vendorId}/${eventType}` });
+      if (!created.ok) throw new Error(`webhook for ${vendorId} ${eventType} already exists`);
+      return created.webhook.id;
+    },
+    async cleanup() {
+      machines.close();
+      await t.cleanup();
+    },
+  };
+}
+
+export function machine(id: string, status = 'available'): Machine {
+  return {
+    status,
+    metadata: { machine_id: id, geo_location: { country: 'Germany', city: 'Berlin' }, cuda_version: '12.4' },
+    hardware_specs: {
+      cpu: { model: 'AMD EPYC 7763', cpu_arch: 'x86_64', cores: 64, threads: 128 },
+      memory: { total_memory: 256, memory_required: 16 },
+      gpus: [{ id: `${id}-gpu-0`, name: 'NVIDIA A100 80GB PCIe', memory: 80 }],
+    },
+    network_info: { bandwidth: 10_000 },
+    machine_prices: [{ id: `${id}-p1`, amount: '2.45', currency: 'USD' }],
+  };
+}
+
+export function agent(deploymentId: string, status: AgentStatus['status'], failReason = ''): AgentStatus {
+  return { deployment_id: deploymentId, machine_id: 'm-1', status, fail_reason: failReason, metadata: { region: 'eu-central' } };
+}
+
+export function task(taskId: string, status: Task['status'], failReason: string | null = null): Task {
+  return { task_id: taskId, status, fail_reason: failReason };
+}
+
+/** A valid ingest event of `eventType` for `vendorId` with fitting data. */
+export function sampleEvent(eventType: WebhookEventType, vendorId: string, extra: Partial<IngestEventInput> = {}): IngestEventInput {
+  const data = eventType.startsWith('EVENT_TYPE_MACHINE')
+    ? eventType === 'EVENT_TYPE_MACHINE_REMOVED'
+      ? { metadata: { machine_id: 'm-1' } }
+      : machine('m-1')
+    : agent('dep-1', eventType === 'EVENT_TYPE_DEPLOYMENT_STOPPED' ? 'STATUS_STOPPED' : 'STATUS_RUNNING');
+  return { event_type: eventType, vendor_id: vendorId, data, ...extra } as IngestEventInput;
+}
+
+export interface IngestApp {
+  app: FastifyInstance;
+  /** Issues a real API key with these roles. */
+  keyFor(roles: Role[]): Promise<string>;
+  close(): Promise<void>;
+}
+
+/**
+ * A Fastify instance with only the ingest route, the zod compilers, a real authorizer and an error
+ * handler answering like the admin API's (`{ error, code }`), plus the OpenAPI generator.
+ */
+export async function ingestApp(fixture: IngestFixture, ingestor: Pick<Ingestor, 'ingest'> = fixture.ingestor): Promise<IngestApp> {
+  const apiKeys = new RedisApiKeyStore(fixture.redis, fixture.keys);
+  const app = Fastify({ logger: false }).withTypeProvider<ZodTypeProvider>();
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  app.setErrorHandler((error: FastifyError, _request, reply) => {
+    if (error instanceof ApiError) return reply.code(error.statusCode).send(errorBody(error.code, error.message));
+    if (hasZodFastifySchemaValidationErrors(error)) {
+      return reply.code(400).send(errorBody('invalid_request', `Invalid request body: ${error.validation.map((v) => v.message).join('; ')}`));
+    }
+    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return reply.code(413).send(errorBody('body_too_large'));
+    return reply.code(error.statusCode ?? 500).send(errorBody('internal', error.message));
+  });
+  await app.register(fastifySwagger, {
+    openapi: { openapi: '3.1.0', info: { title: 'ingest test', version: '0' } },
+    transform: jsonSchemaTransform,
+    transformObject: jsonSchemaTransformObject,
+  });
+  await app.register(eventRoutes({ authorize: createAuthorizer(apiKeys), ingestor }));
+  await app.ready();
+  return {
+    app,
+    async keyFor(roles) {
+      return (await apiKeys.create({ name: `test ${roles.join('+')}`, roles })).key;
+    },
+    close: () => app.close(),
+  };
+}

@@ -1,0 +1,73 @@
+import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface ReceivedRequest {
+  path: string;
+  headers: IncomingHttpHeaders;
+  body: string;
+  atMs: number;
+}
+
+/** How the receiver answers one request: a status (and headers, body), or `hang` to never answer. */
+export type Script = { status: number; headers?: Record<string, string>; body?: string } | 'hang';
+
+/**
+ * A real HTTP receiver on 127.0.0.1 (port 0). Each path answers from its own script queue (the last
+ * entry repeats); every request is recorded.
+ */
+export class TestReceiver {
+  readonly requests: ReceivedRequest[] = [];
+  private readonly scripts = new Map<string, Script[]>();
+  private readonly hanging = new Set<ServerResponse>();
+  private readonly server = createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const path = request.url ?? '/';
+      this.requests.push({ path, headers: request.headers, body: Buffer.concat(chunks).toString('utf8'), atMs: Date.now() });
+      const queue = this.scripts.get(path) ?? [];
+      const script = (queue.length > 1 ? queue.shift() : queue[0]) ?? { status: 200 };
+      if (script === 'hang') {
+        this.hanging.add(response);
+        return;
+      }
+      response.writeHead(script.status, script.headers).end(script.body ?? '');
+    });
+  });
+
+  /** Starts listening; resolves with the base URL. */
+  async start(): Promise<string> {
+    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+    return this.base;
+  }
+
+  get base(): string {
+    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  /** Sets how `path` answers from now on. */
+  script(path: string, ...answers: Script[]): void {
+    this.scripts.set(path, [...answers]);
+  }
+
+  at(path: string): ReceivedRequest[] {
+    return this.requests.filter((r) => r.path === path);
+  }
+
+  async close(): Promise<void> {
+    for (const response of this.hanging) response.destroy();
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}
+
+/** Polls `check` every 25 ms until it returns a value other than undefined/false, or fails after `timeoutMs`. */
+export async function waitFor<T>(check: () => T | Promise<T>, timeoutMs = 10_000, what = 'condition'): Promise<Exclude<T, false | undefined>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined && value !== false) return value as Exclude<T, false | undefined>;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}

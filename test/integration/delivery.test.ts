@@ -1,0 +1,275 @@
+import { createHmac, randomUUID } from 'node:crypto';
+import { Webhook as StandardWebhook } from 'standardwebhooks';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../../src/domain/events.js';
+import { testApp, type TestApp } from '../helpers/app.js';
+import { TestReceiver, waitFor } from '../helpers/receiver.js';
+import { startTestWorker, type TestWorker } from '../helpers/worker.js';
+
+const WHSEC = `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString('base64')}`;
+const VENDOR = 'vendor-a';
+
+const machine = (id: string) => ({ status: 'available', metadata: { machine_id: id }, hardware_specs: { gpus: [{ id: 'g0', name: 'NVIDIA H100' }] } });
+const agent = (id: string, status = 'STATUS_RUNNING') => ({ deployment_id: id, machine_id: 'm-1', status, fail_reason: '', metadata: { k: 'v' } });
+
+function eventOf(eventType: WebhookEventType, extra: object = {}) {
+  const data = eventType.includes('MACHINE') ? machine(`m-${randomUUID().slice(0, 8)}`) : agent(`d-${randomUUID().slice(0, 8)}`);
+  return { event_id: randomUUID(), event_type: eventType, vendor_id: VENDOR, timestamp: new Date().toISOString(), data, ...extra };
+}
+
+/** The legacy check a receiver writes by hand. */
+function legacyValid(secret: string, body: string, header: string | undefined): boolean {
+  return header === `sha256=${createHmac('sha256', Buffer.from(secret, 'utf8')).update(body).digest('hex')}`;
+}
+
+describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', () => {
+  let t: TestApp;
+  let receiver: TestReceiver;
+  let worker: TestWorker;
+  let key: string;
+
+  beforeEach(async () => {
+    t = await testApp({ retryScheduleMs: [0, 300, 300, 300] });
+    receiver = new TestReceiver();
+    await receiver.start();
+    key = await t.keyFor(['vendor'], VENDOR);
+    // The breaker has its own test; here every attempt must reach the receiver.
+    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000 } });
+  });
+  afterEach(async () => {
+    await worker.close();
+    await receiver.close();
+    await t.close();
+  });
+
+  async function register(eventType: WebhookEventType, path: string, secret?: string): Promise<string> {
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/vendors/v1/webhooks',
+      headers: { 'x-api-key': key },
+      payload: { event_type: eventType, callback_url: `${receiver.base}${path}`, ...(secret ? { secret } : {}) },
+    });
+    expect(res.statusCode).toBe(201);
+    return res.json<{ webhook_id: string }>().webhook_id;
+  }
+
+  const ingest = async (...events: object[]) => {
+    const results = await t.ingestor.ingest(events, 'http');
+    expect(results.every((r) => r.status !== 'rejected')).toBe(true);
+    return results;
+  };
+
+  const deliveries = async (webhookId: string) =>
+    (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries`, headers: { 'x-api-key': key } })).json<{
+      deliveries: { delivery_id: string; status: string; attempts: number; last_outcome: string }[];
+    }>().deliveries;
+
+  const attemptsOf = async (webhookId: string, deliveryId: string) =>
+    (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries/${deliveryId}`, headers: { 'x-api-key': key } })).json<{
+      delivery: { status: string };
+      attempts: { attempt: number; outcome: string; status_code: number | null }[];
+    }>();
+
+  it('delivers each of the six event types with the envelope and headers, verifiable by standardwebhooks and by hand', async () => {
+    for (const [i, eventType] of WEBHOOK_EVENT_TYPES.entries()) await register(eventType, `/t${i}`, WHSEC);
+    const events = WEBHOOK_EVENT_TYPES.map((type) => eventOf(type));
+    await ingest(...events);
+    await waitFor(() => receiver.requests.length >= 6, 10_000, 'six deliveries');
+    const verifier = new StandardWebhook(WHSEC);
+    for (const [i, event] of events.entries()) {
+      const [request] = receiver.at(`/t${i}`);
+      expect(request, event.event_type).toBeDefined();
+      const body = request!.body;
+      expect(JSON.parse(body)).toEqual({ version: '1.0', event_id: event.event_id, event_type: event.event_type, timestamp: event.timestamp, data: expect.any(Object) });
+      expect(body.startsWith(`{"version":"1.0","event_id":"${event.event_id}","event_type":"${event.event_type}"`)).toBe(true);
+      const h = request!.headers;
+      expect(h['content-type']).toBe('application/json');
+      expect(h['user-agent']).toMatch(/^Hookline\//);
+      expect(h['webhook-id']).toBe(event.event_id);
+      expect(Number(h['webhook-timestamp'])).toBeGreaterThan(Date.now() / 1000 - 60);
+      expect(h['x-webhook-event']).toBe(event.event_type);
+      expect(h['x-webhook-attempt']).toBe('1');
+      expect(verifier.verify(body, { 'webhook-id': String(h['webhook-id']), 'webhook-timestamp': String(h['webhook-timestamp']), 'webhook-signature': String(h['webhook-signature']) })).toBeTruthy();
+      expect(legacyValid(WHSEC, body, h['x-webhook-signature'] as string)).toBe(true);
+    }
+    expect(() =>
+      verifier.verify('{"tampered":true}', { 'webhook-id': String(receiver.requests[0]!.headers['webhook-id']), 'webhook-timestamp': String(receiver.requests[0]!.headers['webhook-timestamp']), 'webhook-signature': String(receiver.requests[0]!.headers['webhook-signature']) }),
+    ).toThrow();
+  });
+
+  it('signs with both secrets during a rotation, each verifying on its own', async () => {
+    const oldSecret = WHSEC;
+    const newSecret = `whsec_${Buffer.from('fedcba9876543210fedcba9876543210').toString('base64')}`;
+    const id = await register('EVENT_TYPE_MACHINE_UPDATED', '/rot', oldSecret);
+    const patched = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { secret: newSecret } });
+    expect(patched.json()).toMatchObject({ secret: newSecret });
+    await ingest(eventOf('EVENT_TYPE_MACHINE_UPDATED'));
+    const [request] = await waitFor(() => receiver.at('/rot').length > 0 && receiver.at('/rot'), 10_000, 'rotated delivery');
+    const h = request!.headers;
+    expect(String(h['webhook-signature']).split(' ')).toHaveLength(2);
+    const headers = { 'webhook-id': String(h['webhook-id']), 'webhook-timestamp': String(h['webhook-timestamp']), 'webhook-signature': String(h['webhook-signature']) };
+    expect(new StandardWebhook(newSecret).verify(request!.body, headers)).toBeTruthy();
+    expect(new StandardWebhook(oldSecret).verify(request!.body, headers)).toBeTruthy();
+    expect(legacyValid(newSecret, request!.body, h['x-webhook-signature'] as string)).toBe(true);
+  });
+
+  it('sends no signature headers for a webhook without a secret', async () => {
+    await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/nosecret');
+    await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_CREATED'));
+    const [request] = await waitFor(() => receiver.at('/nosecret').length > 0 && receiver.at('/nosecret'));
+    expect(request!.headers['webhook-id']).toBeDefined();
+    expect(request!.headers['webhook-signature']).toBeUndefined();
+    expect(request!.headers['x-webhook-signature']).toBeUndefined();
+  });
+
+  it('retries a 500 and delivers on attempt 2, recording both attempts', async () => {
+    receiver.script('/flaky', { status: 500, body: 'boom' }, { status: 200 });
+    const id = await register('EVENT_TYPE_MACHINE_CREATED', '/flaky', 'plain-secret');
+    await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
+    const [delivery] = await waitFor(async () => {
+      const list = await deliveries(id);
+      return list[0]?.status === 'delivered' && list;
+    });
+    expect(delivery).toMatchObject({ status: 'delivered', attempts: 2, last_outcome: 'delivered' });
+    const detail = await attemptsOf(id, delivery!.delivery_id);
+    expect(detail.attempts.map((a) => [a.attempt, a.outcome, a.status_code])).toEqual([
+      [1, 'http_5xx', 500],
+      [2, 'delivered', 200],
+    ]);
+    const requests = receiver.at('/flaky');
+    expect(requests.map((r) => r.headers['x-webhook-attempt'])).toEqual(['1', '2']);
+    expect(requests[1]!.headers['webhook-id']).toBe(requests[0]!.headers['webhook-id']);
+  });
+
+  it.each([429, 503])('honours Retry-After on %i', async (status) => {
+    await t.close();
+    t = await testApp({ retryScheduleMs: [0, 3_000, 3_000] });
+    await worker.close();
+    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000 } });
+    key = await t.keyFor(['vendor'], VENDOR);
+    receiver.script(`/ra${status}`, { status, headers: { 'retry-after': '1' } }, { status: 200 });
+    await register('EVENT_TYPE_MACHINE_CREATED', `/ra${status}`);
+    await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
+    const requests = await waitFor(() => receiver.at(`/ra${status}`).length >= 2 && receiver.at(`/ra${status}`), 10_000);
+    const gapMs = requests[1]!.atMs - requests[0]!.atMs;
+    // Retry-After 1 s, not the scheduled 3 s ± 20 %.
+    expect(gapMs).toBeGreaterThanOrEqual(900);
+    expect(gapMs).toBeLessThan(2_000);
+  });
+
+  it('treats a 302 as a failure and never follows it', async () => {
+    receiver.script('/redirect', { status: 302, headers: { location: `${receiver.base}/target` } });
+    const id = await register('EVENT_TYPE_MACHINE_CREATED', '/redirect');
+    await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
+    await waitFor(() => receiver.at('/redirect').length >= 2);
+    const [delivery] = await deliveries(id);
+    expect(delivery?.last_outcome).toBe('http_3xx');
+    expect(receiver.at('/target')).toHaveLength(0);
+  });
+
+  it('times out a hanging receiver and retries', async () => {
+    receiver.script('/hang', 'hang', { status: 200 });
+    const id = await register('EVENT_TYPE_MACHINE_CREATED', '/hang');
+    await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
+    const [delivery] = await waitFor(async () => {
+      const list = await deliveries(id);
+      return list[0]?.status === 'delivered' && list;
+    });
+    const detail = await attemptsOf(id, delivery!.delivery_id);
+    expect(detail.attempts.map((a) => a.outcome)).toEqual(['timeout', 'delivered']);
+  });
+
+  it('disables the webhook on 410 Gone', async () => {
+    receiver.script('/gone', { status: 410 });
+    const id = await register('EVENT_TYPE_MACHINE_CREATED', '/gone');
+    await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
+    await waitFor(async () => (await t.webhooks.getById(id))?.disabled?.reason === 'gone', 10_000, 'disabled');
+    const listed = (await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })).json<{ webhooks: object[] }>();
+    expect(listed.webhooks[0]).toMatchObject({ webhook_id: id, enabled: false, disabled_reason: 'gone' });
+    expect(receiver.at('/gone')).toHaveLength(1);
+    const reenabled = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { enabled: true } });
+    expect(reenabled.json()).toMatchObject({ enabled: true });
+    expect(reenabled.json()).not.toHaveProperty('disabled_reason');
+  });
+
+  it('dead-letters after the last attempt with every attempt, replays one, and bulk-replays as a task', async () => {
+    receiver.script('/down', { status: 503 });
+    const id = await register('EVENT_TYPE_DEPLOYMENT_UPDATED', '/down');
+    await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'), eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'), eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'));
+    const dead = await waitFor(async () => {
+      const res = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters`, headers: { 'x-api-key': key } });
+      const list = res.json<{ dead_letters: { delivery_id: string; attempts: number; status: string }[] }>().dead_letters;
+      return list.length === 3 && list;
+    }, 15_000, 'three dead letters');
+    expect(dead.every((d) => d.status === 'dead' && d.attempts === 4)).toBe(true);
+    const detail = await attemptsOf(id, dead[0]!.delivery_id);
+    expect(detail.attempts.map((a) => a.outcome)).toEqual(['http_5xx', 'http_5xx', 'http_5xx', 'http_5xx']);
+    expect(receiver.at('/down')).toHaveLength(12);
+
+    // The receiver recovers: replay one, then the rest as a task.
+    receiver.script('/down', { status: 204 });
+    const one = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`, headers: { 'x-api-key': key } });
+    expect(one.statusCode).toBe(202);
+    expect(one.json()).toMatchObject({ replay_of: dead[0]!.delivery_id });
+    const again = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`, headers: { 'x-api-key': key } });
+    expect(again.statusCode).toBe(409);
+    await waitFor(() => receiver.at('/down').length === 13, 10_000, 'replayed delivery');
+
+    const bulk = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/dead-letters/replay`, headers: { 'x-api-key': key } });
+    expect(bulk.statusCode).toBe(202);
+    const { task_id: taskId } = bulk.json<{ task_id: string }>();
+    const taskKey = await t.keyFor(['tasks:read']);
+    const task = await waitFor(async () => {
+      const res = (await t.app.inject({ method: 'GET', url: `/rental/v1/tasks/${taskId}`, headers: { 'x-api-key': taskKey } })).json<{ status: string; progress?: { total: number; done: number } }>();
+      return res.status === 'success' && res;
+    }, 10_000, 'bulk replay task');
+    expect(task).toMatchObject({ task_id: taskId, status: 'success', fail_reason: null, progress: { total: 2, done: 2 } });
+    await waitFor(() => receiver.at('/down').length === 15, 10_000, 'bulk replayed deliveries');
+    const eventIds = new Set(receiver.at('/down').map((r) => r.headers['webhook-id']));
+    expect(eventIds.size).toBe(3);
+    const remaining = (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters`, headers: { 'x-api-key': key } })).json<{ dead_letters: unknown[] }>();
+    expect(remaining.dead_letters).toHaveLength(0);
+  });
+
+  it('delivers an event_id sent twice exactly once', async () => {
+    await register('EVENT_TYPE_MACHINE_CREATED', '/once');
+    const event = eventOf('EVENT_TYPE_MACHINE_CREATED');
+    const [first] = await ingest(event);
+    const [second] = await ingest(event);
+    expect(first?.status).toBe('accepted');
+    expect(second?.status).toBe('duplicate');
+    await waitFor(() => receiver.at('/once').length === 1);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(receiver.at('/once')).toHaveLength(1);
+  });
+
+  it('drops the pending deliveries of a deleted webhook', async () => {
+    receiver.script('/deleted', { status: 500 });
+    const id = await register('EVENT_TYPE_MACHINE_CREATED', '/deleted');
+    await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
+    await waitFor(() => receiver.at('/deleted').length === 1);
+    const del = await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key } });
+    expect(del.statusCode).toBe(204);
+    await waitFor(() => worker.outcomes.some((o) => o.kind === 'dropped'), 10_000, 'drop');
+    await new Promise((r) => setTimeout(r, 700));
+    expect(receiver.at('/deleted')).toHaveLength(1);
+  });
+
+  it('sends a test event on request', async () => {
+    const id = await register('EVENT_TYPE_DEPLOYMENT_STOPPED', '/test', WHSEC);
+    const res = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/test`, headers: { 'x-api-key': key } });
+    expect(res.statusCode).toBe(202);
+    const [request] = await waitFor(() => receiver.at('/test').length > 0 && receiver.at('/test'));
+    expect(JSON.parse(request!.body)).toMatchObject({ version: '1.0', event_type: 'EVENT_TYPE_DEPLOYMENT_STOPPED', data: { test: true } });
+    expect(request!.headers['webhook-id']).toBe(res.json<{ event_id: string }>().event_id);
+  });
+
+  it('answers 404 for another vendor’s deliveries and 400 for malformed ids', async () => {
+    const id = await register('EVENT_TYPE_MACHINE_CREATED', '/x');
+    const other = await t.keyFor(['vendor'], 'vendor-b');
+    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries`, headers: { 'x-api-key': other } })).statusCode).toBe(404);
+    expect((await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/test`, headers: { 'x-api-key': other } })).statusCode).toBe(404);
+    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries/nope`, headers: { 'x-api-key': key } })).json()).toEqual({ error: 'Invalid delivery_id format', code: 'invalid_delivery_id' });
+    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries/${randomUUID()}`, headers: { 'x-api-key': key } })).statusCode).toBe(404);
+  });
+});
