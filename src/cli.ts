@@ -99,6 +99,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
       deliveryTimeoutMs: config.deliveryTimeoutMs,
       allowPrivateTargets: config.allowPrivateTargets,
       sustainedFailureWindowMs: config.sustainedFailureWindowMs,
+      lockDurationMs: config.workerLockDurationMs,
     });
     const stream = config.ingestStream ? new StreamIngestSource({ redis, keys: stores.keys, ingestor: stores.ingestor, logger }) : undefined;
     const health = role === 'worker' ? await startWorkerHealthServer(config, isReady, logger) : undefined;

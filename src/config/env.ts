@@ -86,6 +86,7 @@ export const envSchema = z.object({
   HOOKLINE_SECRET_ROTATION_OVERLAP: duration('24h'),
   HOOKLINE_SUSTAINED_FAILURE_WINDOW: duration('5d'),
   HOOKLINE_SHUTDOWN_GRACE: duration('30s'),
+  HOOKLINE_WORKER_LOCK_DURATION: duration('30s'),
   HOOKLINE_INGEST_STREAM: boolean(true),
   HOOKLINE_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   HOOKLINE_LOG_FORMAT: z.enum(['auto', 'json', 'pretty'], { message: 'expected auto, json or pretty' }).default('auto'),
@@ -120,6 +121,8 @@ export interface Config {
   readonly sustainedFailureWindowMs: number;
   /** How long SIGTERM waits for in-flight attempts. */
   readonly shutdownGraceMs: number;
+  /** How long a worker's claim on a job lasts unrenewed: a killed worker's deliveries run again after it. */
+  readonly workerLockDurationMs: number;
   /** Consume the ingest Redis stream (in processes that run the worker). */
   readonly ingestStream: boolean;
   readonly logLevel: z.infer<typeof envSchema>['HOOKLINE_LOG_LEVEL'];
@@ -159,6 +162,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     secretRotationOverlapMs: e.HOOKLINE_SECRET_ROTATION_OVERLAP,
     sustainedFailureWindowMs: e.HOOKLINE_SUSTAINED_FAILURE_WINDOW,
     shutdownGraceMs: e.HOOKLINE_SHUTDOWN_GRACE,
+    workerLockDurationMs: e.HOOKLINE_WORKER_LOCK_DURATION,
     ingestStream: e.HOOKLINE_INGEST_STREAM,
     logLevel: e.HOOKLINE_LOG_LEVEL,
     logFormat: e.HOOKLINE_LOG_FORMAT,

@@ -59,6 +59,8 @@ export interface IngestFixture {
   ingestor: Ingestor;
   /** The ingestor's clock; tests may move it. */
   clock: { nowMs: number };
+  /** Ingests through the fixture's Ingestor as the HTTP source. */
+  ingest(events: readonly unknown[]): ReturnType<Ingestor['ingest']>;
   /** Registers a webhook and returns its id. */
   subscribe(vendorId: string, eventType: WebhookEventType): Promise<string>;
   cleanup(): Promise<void>;
@@ -95,6 +97,7 @@ export function ingestFixture(): IngestFixture {
     enqueuer,
     ingestor,
     clock,
+    ingest: (events) => ingestor.ingest(events, 'http'),
     async subscribe(vendorId, eventType) {
       const created = await webhooks.create(vendorId, { eventType, callbackUrl: `https://receiver.example/${vendorId}/${eventType}` });
       if (!created.ok) throw new Error(`webhook for ${vendorId} ${eventType} already exists`);
