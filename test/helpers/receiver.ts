@@ -9,7 +9,7 @@ export interface ReceivedRequest {
 }
 
 /** How the receiver answers one request: a status (and headers, body), or `hang` to never answer. */
-export type Script = { status: number; headers?: Record<string, string>; body?: string } | 'hang';
+export type Script = { status: number; headers?: Record<string, string>; body?: string; delayMs?: number } | 'hang';
 
 /**
  * A real HTTP receiver on 127.0.0.1 (port 0). Each path answers from its own script queue (the last
@@ -31,7 +31,9 @@ export class TestReceiver {
         this.hanging.add(response);
         return;
       }
-      response.writeHead(script.status, script.headers).end(script.body ?? '');
+      const answer = () => response.writeHead(script.status, script.headers).end(script.body ?? '');
+      if (script.delayMs) setTimeout(answer, script.delayMs);
+      else answer();
     });
   });
 

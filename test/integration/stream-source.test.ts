@@ -1,0 +1,174 @@
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { STREAM_GROUP_DEFAULT, StreamIngestSource, type StreamIngestSourceOptions } from '../../src/ingest/stream-source.js';
+import { ingestFixture, sampleEvent, type IngestFixture } from '../helpers/ingest-app.js';
+
+const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
+const GROUP = STREAM_GROUP_DEFAULT;
+
+interface LogLine {
+  level: number;
+  msg: string;
+  entryId?: string;
+  reason?: string;
+}
+
+let f: IngestFixture;
+let logs: LogLine[];
+let sources: StreamIngestSource[];
+
+beforeEach(() => {
+  f = ingestFixture();
+  logs = [];
+  sources = [];
+});
+afterEach(async () => {
+  for (const source of sources) await source.stop();
+  await f.cleanup();
+});
+
+function source(options: Partial<StreamIngestSourceOptions> = {}): StreamIngestSource {
+  const destination = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      logs.push(JSON.parse(chunk.toString()) as LogLine);
+      done();
+    },
+  });
+  const created = new StreamIngestSource({
+    redis: f.redis,
+    keys: f.keys,
+    ingestor: f.ingestor,
+    logger: pino({ level: 'info' }, destination),
+    blockMs: 100,
+    maintenanceIntervalMs: 100,
+    retryBaseMs: 20,
+    retryMaxMs: 100,
+    ...options,
+  });
+  sources.push(created);
+  return created;
+}
+
+const stream = () => f.keys.events.stream;
+const add = (event: unknown) => f.redis.xadd(stream(), '*', 'event', typeof event === 'string' ? event : JSON.stringify(event)) as Promise<string>;
+const pendingCount = async () => Number(((await f.redis.xpending(stream(), GROUP)) as [number])[0]);
+
+/** Polls `check` until it holds, for at most `timeoutMs`. */
+async function waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+describe('StreamIngestSource', () => {
+  it('ingests appended events, delivers them and acknowledges the entries', async () => {
+    const webhookId = await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    // Appended before the group exists: still ingested (the group starts at the beginning).
+    await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) }));
+    await source().start();
+    await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2) }));
+    await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(3) }));
+
+    await waitFor('three deliveries', () => f.enqueuer.requests.length === 3);
+    expect(f.enqueuer.requests.map((r) => [r.eventId, r.webhookId])).toEqual([1, 2, 3].map((n) => [id(n), webhookId]));
+    await waitFor('no pending entries', async () => (await pendingCount()) === 0);
+    expect(await f.machines.get('m-1')).toBeDefined();
+  });
+
+  it('acknowledges malformed and rejected entries, logs them, and goes on', async () => {
+    await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    await source().start();
+    const notJson = await add('{"event_type": ');
+    const noEventField = (await f.redis.xadd(stream(), '*', 'payload', '{}'))!;
+    const rejected = await add({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { status: 'available', metadata: {} } });
+    await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(4) }));
+
+    await waitFor('the valid event', () => f.enqueuer.requests.length === 1);
+    expect(f.enqueuer.requests[0]!.eventId).toBe(id(4));
+    await waitFor('no pending entries', async () => (await pendingCount()) === 0);
+    const skipped = logs.filter((line) => line.entryId !== undefined).map((line) => [line.entryId, line.reason]);
+    expect(skipped).toEqual([
+      [notJson, expect.stringMatching(/^the "event" field is not valid JSON/)],
+      [noEventField, 'the entry has no "event" field'],
+      [rejected, 'data.metadata.machine_id: required'],
+    ]);
+  });
+
+  it('leaves entries pending while ingest fails and ingests them after recovery', async () => {
+    await f.subscribe('v-1', 'EVENT_TYPE_DEPLOYMENT_CREATED');
+    f.enqueuer.failure = new Error('queue unavailable');
+    await source().start();
+    await add(sampleEvent('EVENT_TYPE_DEPLOYMENT_CREATED', 'v-1', { event_id: id(5) }));
+
+    await waitFor('two failed attempts', () => logs.filter((line) => line.msg.includes('batch failed')).length >= 2);
+    expect(await pendingCount()).toBe(1);
+    expect(await f.redis.exists(f.keys.events.seen(id(5)))).toBe(0);
+    expect(f.enqueuer.requests).toEqual([]);
+
+    f.enqueuer.failure = undefined;
+    await waitFor('the delivery', () => f.enqueuer.requests.length === 1);
+    expect(f.enqueuer.requests[0]!.eventId).toBe(id(5));
+    await waitFor('no pending entries', async () => (await pendingCount()) === 0);
+  });
+
+  it('claims a dead consumer’s stale entries, ingests them, and prunes the dead consumer', async () => {
+    await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_UPDATED');
+    await f.redis.xgroup('CREATE', stream(), GROUP, '0', 'MKSTREAM');
+    await add(sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(6) }));
+    // A consumer reads the entry and dies before acknowledging it.
+    await f.redis.xreadgroup('GROUP', GROUP, 'dead-consumer', 'COUNT', 10, 'STREAMS', stream(), '>');
+    expect(await pendingCount()).toBe(1);
+
+    const live = source({ claimMinIdleMs: 150, consumerIdleMaxMs: 150 });
+    await live.start();
+    await waitFor('the claimed delivery', () => f.enqueuer.requests.length === 1);
+    expect(f.enqueuer.requests[0]!.eventId).toBe(id(6));
+    await waitFor('no pending entries', async () => (await pendingCount()) === 0);
+    await waitFor('the dead consumer pruned', async () => {
+      const consumers = (await f.redis.xinfo('CONSUMERS', stream(), GROUP)) as string[][];
+      return consumers.every((consumer) => consumer[1] !== 'dead-consumer');
+    });
+  });
+
+  it('trims acknowledged entries but never one still pending', async () => {
+    await f.redis.xgroup('CREATE', stream(), GROUP, '0', 'MKSTREAM');
+    const first = await add(sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(1) }));
+    // A live but slow consumer holds the first entry (not idle long enough to be claimed).
+    await f.redis.xreadgroup('GROUP', GROUP, 'slow-consumer', 'COUNT', 1, 'STREAMS', stream(), '>');
+    for (let n = 2; n <= 350; n += 1) await add({ event_type: 'TASK_UPDATED', event_id: id(n), data: { task_id: id(n), status: 'pending', fail_reason: null } });
+
+    await source({ claimMinIdleMs: 60_000 }).start();
+    await waitFor('the backlog ingested', async () => (await pendingCount()) === 1, 10_000);
+    // Wait out a maintenance pass: nothing may be trimmed below the pending entry.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(await f.redis.xlen(stream())).toBe(350);
+    expect(await f.redis.xrange(stream(), first, first)).toHaveLength(1);
+
+    // Once the slow consumer acknowledges, the stream shrinks (trimming is by whole nodes, so not to 0).
+    await f.redis.xack(stream(), GROUP, first);
+    await waitFor('the stream trimmed', async () => (await f.redis.xlen(stream())) < 100);
+  });
+
+  it('stops gracefully: leaves the group and consumes nothing afterwards', async () => {
+    await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    const consumer = source({ blockMs: 2_000 });
+    await consumer.start();
+    await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) }));
+    await waitFor('the first delivery', () => f.enqueuer.requests.length === 1);
+
+    const stoppedAt = Date.now();
+    await consumer.stop();
+    expect(Date.now() - stoppedAt).toBeLessThan(4_000);
+    const consumers = (await f.redis.xinfo('CONSUMERS', stream(), GROUP)) as string[][];
+    expect(consumers.map((c) => c[1])).not.toContain(consumer.consumerName);
+
+    await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2) }));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(f.enqueuer.requests).toHaveLength(1);
+    await expect(consumer.start()).rejects.toThrow(/started once/);
+  });
+});
