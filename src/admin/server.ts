@@ -23,6 +23,7 @@ import { createAuthorizer } from './auth.js';
 import { ApiError, errorBody, type ErrorCode } from './errors.js';
 import { agentRoutes } from './routes/agents.js';
 import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
+import { eventRoutes } from './routes/events.js';
 import { healthRoutes } from './routes/health.js';
 import { machineRoutes } from './routes/machines.js';
 import { taskRoutes } from './routes/tasks.js';
@@ -130,6 +131,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
         { name: 'webhooks', description: 'A vendor’s webhooks (scoped to the key’s vendor)' },
         { name: 'deliveries', description: 'A webhook’s deliveries, attempts, dead letters, replays and test events' },
         { name: 'rental', description: 'Tasks, agent status and the machine listing' },
+        { name: 'ingest', description: 'Events from the platform’s producer services (role events:write)' },
         { name: 'health', description: 'Liveness and readiness' },
       ],
     },
@@ -142,6 +144,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   const authorize = createAuthorizer(deps.apiKeys);
   await app.register(healthRoutes({ isReady: deps.isReady }));
   await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks }));
+  await app.register(eventRoutes({ authorize, ingestor: deps.ingestor }));
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
   await app.register(agentRoutes({ authorize, agents: deps.agents }));

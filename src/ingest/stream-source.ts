@@ -22,7 +22,7 @@ export interface StreamIngestSourceOptions {
   consumer?: string;
   /** Entries per read and per ingest call; default 500, at most 1000. */
   batchSize?: number;
-  /** How long one XREADGROUP waits for new entries; default 2 s (also bounds how long stop() waits for it). */
+  /** How long one XREADGROUP waits for new entries; default 2 s. */
   blockMs?: number;
   /** Pending entries idle this long belong to a consumer presumed dead and are claimed; default 60 s. */
   claimMinIdleMs?: number;
@@ -44,7 +44,7 @@ type StreamEntry = [id: string, fields: string[] | null];
 const CLAIM_ROUNDS_MAX = 10;
 /** Consumers removed per maintenance pass. */
 const CONSUMERS_PRUNED_MAX = 100;
-/** Beyond blockMs, how long stop() waits for a blocked read before closing its connection. */
+/** Beyond blockMs, how long stop() waits for a read it could not unblock before closing its connection. */
 const STOP_GRACE_MS = 1_000;
 
 type Decoded = { ok: true; event: unknown } | { ok: false; reason: string };
@@ -109,6 +109,8 @@ export class StreamIngestSource {
   private readonly nowMs: () => number;
 
   private reader: Redis | undefined;
+  /** The reader's CLIENT ID, so stop() can end a blocked read; undefined until known again after a reconnect. */
+  private readerClientId: number | undefined;
   private loop: Promise<void> | undefined;
   private stopping = false;
   private wake: (() => void) | undefined;
@@ -145,12 +147,17 @@ export class StreamIngestSource {
       connectionName: `${this.redis.options.connectionName ?? 'hookline'}-ingest-stream`,
       enableAutoPipelining: false,
     });
+    this.reader.on('ready', () => {
+      this.readerClientId = undefined;
+    });
     this.loop = this.run(this.reader);
   }
 
   /**
-   * Stops consuming: a batch being ingested is finished and acknowledged first; a blocked read is
-   * given `blockMs` to return (its entries are then ingested too) before its connection is closed.
+   * Stops consuming: a batch being ingested is finished and acknowledged first. A blocked read is
+   * ended with CLIENT UNBLOCK, which Redis applies atomically: either the read already took entries
+   * (they are then ingested too) or it returns none. Only when that is impossible (Redis unreachable)
+   * is the reader's connection closed after `blockMs`; entries it took stay pending and are claimed.
    */
   async stop(): Promise<void> {
     if (this.stopping) return;
@@ -158,6 +165,7 @@ export class StreamIngestSource {
     this.wake?.();
     if (!this.loop || !this.reader) return;
     const reader = this.reader;
+    if (this.readerClientId !== undefined) await this.redis.client('UNBLOCK', this.readerClientId).catch(() => undefined);
     const force = setTimeout(() => reader.disconnect(), this.blockMs + STOP_GRACE_MS);
     try {
       await this.loop;
@@ -210,6 +218,9 @@ export class StreamIngestSource {
 
   /** One XREADGROUP; `'>'` for new entries (blocking), `'0'` for this consumer's pending ones. */
   private async read(reader: Redis, from: '>' | '0'): Promise<StreamEntry[]> {
+    // Learn the connection's id (again after a reconnect) before blocking on it.
+    this.readerClientId ??= await reader.client('ID');
+    if (this.stopping) return [];
     const reply: unknown = await reader.xreadgroup(
       'GROUP', this.group, this.consumer,
       'COUNT', this.batchSize,

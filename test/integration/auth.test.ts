@@ -13,6 +13,13 @@ const ROUTES: { method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; role: 
   { method: 'GET', url: '/vendors/v1/webhooks', role: 'vendor' },
   { method: 'PATCH', url: `/vendors/v1/webhooks/${SOME_UUID}`, role: 'vendor', payload: { callback_url: 'https://b.example.com/' } },
   { method: 'DELETE', url: `/vendors/v1/webhooks/${SOME_UUID}`, role: 'vendor' },
+  { method: 'GET', url: `/vendors/v1/webhooks/${SOME_UUID}/deliveries`, role: 'vendor' },
+  { method: 'GET', url: `/vendors/v1/webhooks/${SOME_UUID}/deliveries/${SOME_UUID}`, role: 'vendor' },
+  { method: 'GET', url: `/vendors/v1/webhooks/${SOME_UUID}/dead-letters`, role: 'vendor' },
+  { method: 'POST', url: `/vendors/v1/webhooks/${SOME_UUID}/dead-letters/${SOME_UUID}/replay`, role: 'vendor' },
+  { method: 'POST', url: `/vendors/v1/webhooks/${SOME_UUID}/dead-letters/replay`, role: 'vendor' },
+  { method: 'POST', url: `/vendors/v1/webhooks/${SOME_UUID}/test`, role: 'vendor' },
+  { method: 'POST', url: '/internal/v1/events', role: 'events:write', payload: { event_type: 'TASK_UPDATED', data: { task_id: SOME_UUID, status: 'pending', fail_reason: null } } },
 ];
 
 describe('authentication and roles', () => {

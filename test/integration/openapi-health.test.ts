@@ -26,6 +26,13 @@ describe('OpenAPI, docs and health', () => {
         '/rental/v1/tasks/{task_id}',
         '/vendors/v1/webhooks',
         '/vendors/v1/webhooks/{webhook_id}',
+        '/vendors/v1/webhooks/{webhook_id}/deliveries',
+        '/vendors/v1/webhooks/{webhook_id}/deliveries/{delivery_id}',
+        '/vendors/v1/webhooks/{webhook_id}/dead-letters',
+        '/vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay',
+        '/vendors/v1/webhooks/{webhook_id}/dead-letters/replay',
+        '/vendors/v1/webhooks/{webhook_id}/test',
+        '/internal/v1/events',
       ].sort(),
     );
     expect(Object.keys(doc.paths['/vendors/v1/webhooks'] ?? {}).sort()).toEqual(['get', 'post']);
@@ -35,7 +42,8 @@ describe('OpenAPI, docs and health', () => {
     expect(doc.paths['/rental/v1/machines']?.get?.parameters?.map((p) => p.name).sort()).toEqual(['filter', 'page', 'page_size']);
     expect(Object.keys(doc.paths['/rental/v1/tasks/{task_id}']?.get?.responses ?? {})).toEqual(expect.arrayContaining(['200', '400', '404']));
     expect(doc.components.securitySchemes).toHaveProperty('apiKey');
-    expect(Object.keys(doc.components.schemas)).toEqual(expect.arrayContaining(['Webhook', 'Task', 'AgentDeploymentStatus', 'Error']));
+    expect(Object.keys(doc.components.schemas)).toEqual(expect.arrayContaining(['Webhook', 'Task', 'AgentDeploymentStatus', 'Error', 'Machine', 'Delivery', 'DeliveryAttempt']));
+    expect(doc.paths['/internal/v1/events']?.post?.requestBody).toBeDefined();
   });
 
   it('serves the docs UI at /docs', async () => {

@@ -1,0 +1,136 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { EVENTS_BODY_LIMIT_BYTES } from '../../src/admin/routes/events.js';
+import { ingestApp, ingestFixture, sampleEvent, type IngestApp, type IngestFixture } from '../helpers/ingest-app.js';
+
+const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
+const URL = '/internal/v1/events';
+
+interface Answer {
+  results: { event_id?: string; status: string; reason?: string; deliveries?: number }[];
+  accepted: number;
+  duplicates: number;
+  rejected: number;
+}
+
+let f: IngestFixture;
+let api: IngestApp;
+let key: string;
+
+beforeEach(async () => {
+  f = ingestFixture();
+  api = await ingestApp(f);
+  key = await api.keyFor(['events:write']);
+});
+afterEach(async () => {
+  await api.close();
+  await f.cleanup();
+});
+
+/** `apiKey` null sends no key. */
+const post = (payload: unknown, apiKey: string | null = key) =>
+  api.app.inject({
+    method: 'POST',
+    url: URL,
+    headers: { 'content-type': 'application/json', ...(apiKey === null ? {} : { 'x-api-key': apiKey }) },
+    payload: typeof payload === 'string' ? payload : JSON.stringify(payload),
+  });
+
+describe('POST /internal/v1/events', () => {
+  it('accepts a single event object with 202 and a result', async () => {
+    const webhookId = await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    const res = await post(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) }));
+    expect(res.statusCode).toBe(202);
+    expect(res.json()).toEqual({ results: [{ event_id: id(1), status: 'accepted', deliveries: 1 }], accepted: 1, duplicates: 0, rejected: 0 });
+    expect(f.enqueuer.requests.map((r) => r.webhookId)).toEqual([webhookId]);
+  });
+
+  it('answers a batch with a result per event: valid ones accepted, invalid ones rejected, repeats duplicate', async () => {
+    await f.subscribe('v-1', 'EVENT_TYPE_DEPLOYMENT_UPDATED');
+    const valid = sampleEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', 'v-1', { event_id: id(1) });
+    const res = await post({
+      events: [
+        valid,
+        { event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: { deployment_id: 'd-1', status: 'STATUS_RUNNING' } },
+        42,
+        valid,
+        { event_type: 'TASK_UPDATED', event_id: id(5), data: { task_id: id(9), status: 'pending', fail_reason: null } },
+      ],
+    });
+    expect(res.statusCode).toBe(202);
+    expect(res.json<Answer>()).toEqual({
+      results: [
+        { event_id: id(1), status: 'accepted', deliveries: 1 },
+        { status: 'rejected', reason: 'data.machine_id: required' },
+        { status: 'rejected', reason: 'the event must be a JSON object' },
+        { event_id: id(1), status: 'duplicate' },
+        { event_id: id(5), status: 'accepted', deliveries: 0 },
+      ],
+      accepted: 2,
+      duplicates: 1,
+      rejected: 2,
+    });
+
+    const again = await post({ events: [valid] });
+    expect(again.json<Answer>()).toMatchObject({ accepted: 0, duplicates: 1, rejected: 0 });
+    expect(f.enqueuer.requests).toHaveLength(1);
+  });
+
+  it('answers 401 without a valid key and 403 without the events:write role', async () => {
+    const event = sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1');
+    for (const res of [await post(event, null), await post(event, 'hk_not-a-real-key')]) {
+      expect(res.statusCode).toBe(401);
+      expect(res.json()).toMatchObject({ code: 'unauthorized' });
+    }
+    const res = await post(event, await api.keyFor(['vendor', 'machines:read']));
+    expect(res.statusCode).toBe(403);
+    expect(res.json()).toEqual({ error: 'This API key does not have the events:write role', code: 'forbidden' });
+    expect(f.enqueuer.calls).toEqual([]);
+    expect(await post(event, await api.keyFor(['admin']))).toMatchObject({ statusCode: 202 });
+  });
+
+  it('answers 400 naming the limit for more than 1000 events, and ingests none of them', async () => {
+    const events = Array.from({ length: 1001 }, (_, i) => sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(i + 1) }));
+    const res = await post({ events });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toEqual({ error: 'Invalid request body: events: a batch holds at most 1000 events, got 1001; split it', code: 'invalid_request' });
+    expect(await f.redis.exists(f.keys.events.seen(id(1)))).toBe(0);
+
+    const full = await post({ events: events.slice(0, 1000) });
+    expect(full.statusCode).toBe(202);
+    expect(full.json<Answer>().accepted).toBe(1000);
+  });
+
+  it('answers 400 for a body that is not an object or an events array', async () => {
+    for (const [payload, message] of [
+      ['[{"event_type":"TASK_UPDATED"}]', 'the body must be a JSON object'],
+      ['"event"', 'the body must be a JSON object'],
+      ['null', 'the body must be a JSON object'],
+      [{ events: [] }, 'events must hold at least one event'],
+      [{ events: { event_type: 'TASK_UPDATED' } }, 'events must be an array of event objects'],
+    ] as const) {
+      const res = await post(payload);
+      expect(res.statusCode, JSON.stringify(payload)).toBe(400);
+      expect(res.json<{ error: string }>().error).toContain(message);
+    }
+  });
+
+  it('answers 413 for a body over 5 MiB', async () => {
+    const padding = 'x'.repeat(EVENTS_BODY_LIMIT_BYTES);
+    const res = await post({ events: [{ event_type: 'TASK_UPDATED', padding }] });
+    expect(res.statusCode).toBe(413);
+    expect(f.enqueuer.calls).toEqual([]);
+  });
+
+  it('documents the event schema in OpenAPI', () => {
+    const doc = api.app.swagger() as unknown as {
+      paths: Record<string, Record<string, { requestBody: { content: Record<string, { schema: unknown }> } }>>;
+      components: { schemas: Record<string, { oneOf?: unknown[]; anyOf?: unknown[] }> };
+    };
+    const body = JSON.stringify(doc.paths[URL]?.post?.requestBody.content['application/json']?.schema);
+    expect(body).toContain('#/components/schemas/IngestEvent');
+    expect(body).toContain('"maxItems":1000');
+    const eventSchema = doc.components.schemas.IngestEvent!;
+    expect((eventSchema.oneOf ?? eventSchema.anyOf)?.length).toBe(7);
+    expect(JSON.stringify(eventSchema)).toContain('#/components/schemas/Machine');
+  });
+});
