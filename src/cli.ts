@@ -6,7 +6,7 @@ import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
 import { buildAdminServer } from './admin/server.js';
 import { createServer } from 'node:http';
-import { composeStores, composeWorker } from './compose.js';
+import { composeStores, composeWorker, type Stores } from './compose.js';
 import { StreamIngestSource } from './ingest/stream-source.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
 import { resolveRedis, resolveSecretKey, type RedisEndpoint } from './store/embedded.js';
@@ -203,6 +203,74 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
       await withRedis(c, 'hookline-cli', async (redis) => {
         if (!(await new RedisApiKeyStore(redis, redisKeys(c.redisPrefix)).revoke(id))) throw new UsageError(`no API key with id ${id}`);
         say(`revoked ${id}`);
+      });
+    });
+  const dlq = program.command('dlq').description('List and replay dead letters (deliveries whose every attempt failed).');
+  const withStores = async <T>(c: Config, body: (stores: Stores) => Promise<T>): Promise<T> =>
+    withRedis(c, 'hookline-cli', async (redis, endpoint) => {
+      const queueConnection = connectRedis(endpoint.url, { connectionName: 'hookline-cli-queues', maxRetriesPerRequest: 3, autoPipelining: false });
+      const stores = composeStores({
+        redis,
+        queueConnection,
+        redisPrefix: c.redisPrefix,
+        secretKey: resolveSecretKey(c),
+        retryScheduleMs: c.retryScheduleMs,
+        queuePartitions: c.queuePartitions,
+        secretRotationOverlapMs: c.secretRotationOverlapMs,
+      });
+      try {
+        return await body(stores);
+      } finally {
+        await stores.queues.close();
+        await queueConnection.quit().catch(() => undefined);
+      }
+    });
+  const knownWebhook = async (stores: Stores, webhookId: string) => {
+    const webhook = await stores.webhooks.getById(webhookId);
+    if (!webhook) throw new UsageError(`no webhook with id ${webhookId}`);
+    return webhook;
+  };
+  dlq
+    .command('list')
+    .description('List a webhook’s dead letters, newest first.')
+    .requiredOption('--webhook <webhookId>', 'the webhook')
+    .option('--limit <n>', 'how many (1-1000)', '50')
+    .option('--json', 'print JSON')
+    .action(async (options: { webhook: string; limit: string; json?: boolean }) => {
+      const limit = Number(options.limit);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new UsageError('--limit must be a whole number from 1 to 1000');
+      await withStores(config(), async (stores) => {
+        await knownWebhook(stores, options.webhook);
+        const dead = await stores.deliveryLog.deadLetters(options.webhook, limit);
+        if (options.json) return void process.stdout.write(`${JSON.stringify(dead, null, 2)}\n`);
+        if (dead.length === 0) return void say('no dead letters');
+        for (const d of dead) {
+          process.stdout.write(`${d.deliveryId}\t${d.eventId}\t${d.eventType}\t${d.attempts} attempts\t${d.lastOutcome ?? '-'}\t${new Date(d.updatedAtMs).toISOString()}\n`);
+        }
+      });
+    });
+  dlq
+    .command('replay')
+    .description('Replay one dead letter (--delivery) or all of a webhook’s, showing progress; a running worker delivers them.')
+    .requiredOption('--webhook <webhookId>', 'the webhook')
+    .option('--delivery <deliveryId>', 'replay only this dead letter')
+    .action(async (options: { webhook: string; delivery?: string }) => {
+      await withStores(config(), async (stores) => {
+        await knownWebhook(stores, options.webhook);
+        if (options.delivery !== undefined) {
+          const result = await stores.replayer.replayOne(options.webhook, options.delivery);
+          if (!result.ok) throw new UsageError(result.reason === 'not_found' ? `no delivery ${options.delivery}` : `${options.delivery} is not a dead letter`);
+          process.stdout.write(`${result.deliveryId}\n`);
+          return say(`queued ${result.deliveryId} replaying ${options.delivery}`);
+        }
+        const taskId = await stores.replayer.createTask();
+        say(`task ${taskId}`);
+        const { replayed } = await stores.replayer.runReplayAll(taskId, options.webhook, {
+          onProgress: (done, total) => process.stderr.write(`\rreplayed ${done}/${total}`),
+        });
+        process.stderr.write('\n');
+        process.stdout.write(`${replayed}\n`);
+        say(`queued ${replayed} replays`);
       });
     });
   return program;

@@ -41,9 +41,15 @@ export class DeadLetterReplayer {
 
   /** Creates a pending task and queues the bulk replay; the worker runs it (runReplayAll). */
   async startReplayAll(vendorId: string, webhookId: string): Promise<string> {
+    const taskId = await this.createTask();
+    await this.deps.queues.addReplayAll({ taskId, vendorId, webhookId });
+    return taskId;
+  }
+
+  /** A new pending task for a bulk replay run here rather than by a worker (the CLI). */
+  async createTask(): Promise<string> {
     const taskId = newId();
     await this.deps.tasks.put({ task_id: taskId, status: 'pending', fail_reason: null }, this.deps.nowMs());
-    await this.deps.queues.addReplayAll({ taskId, vendorId, webhookId });
     return taskId;
   }
 
@@ -51,9 +57,16 @@ export class DeadLetterReplayer {
    * Replays the dead letters a webhook has when the run starts, in pages, reporting progress. Dead
    * letters that arrive during the run wait for the next one, so the run always ends.
    */
-  async runReplayAll(taskId: string, webhookId: string, pageSize = 100): Promise<{ replayed: number }> {
-    const report = (status: Task['status'], done: number, total: number, failReason: string | null = null) =>
-      this.deps.tasks.put({ task_id: taskId, status, fail_reason: failReason, progress: { total, done } }, this.deps.nowMs());
+  async runReplayAll(
+    taskId: string,
+    webhookId: string,
+    options: { pageSize?: number; onProgress?: (done: number, total: number) => void } = {},
+  ): Promise<{ replayed: number }> {
+    const pageSize = options.pageSize ?? 100;
+    const report = async (status: Task['status'], done: number, total: number, failReason: string | null = null) => {
+      options.onProgress?.(done, total);
+      await this.deps.tasks.put({ task_id: taskId, status, fail_reason: failReason, progress: { total, done } }, this.deps.nowMs());
+    };
     const total = (await this.deps.history.deadLetterIds(webhookId, 1_000_000)).length;
     let done = 0;
     try {

@@ -114,3 +114,48 @@ describe('hookline start with the embedded default', () => {
     }
   }, 120_000);
 });
+
+describe('hookline dlq', () => {
+  it('lists dead letters and replays one and then all, with progress', async () => {
+    const { testApp } = await import('../helpers/app.js');
+    const t = await testApp({ queuePartitions: 2 });
+    try {
+      const created = await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h' });
+      if (!created.ok) throw new Error('setup');
+      const webhookId = created.webhook.id;
+      const ids = ['11111111-1111-4111-8111-111111111111', '22222222-2222-4222-8222-222222222222', '33333333-3333-4333-8333-333333333333'];
+      for (const [i, deliveryId] of ids.entries()) {
+        await t.deliveryLog.recordAttempt({
+          job: { deliveryId, eventId: `e${i}`, eventType: 'EVENT_TYPE_MACHINE_CREATED', vendorId: 'v', webhookId, body: '{}', acceptedAtMs: 1_000 + i },
+          attempt: { attempt: 1, atMs: 2_000 + i, outcome: 'http_5xx', statusCode: 500, durationMs: 3 },
+          status: 'dead',
+        });
+      }
+      const env = cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix, HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'), HOOKLINE_QUEUE_PARTITIONS: '2' });
+      const listed = await runCli(['dlq', 'list', '--webhook', webhookId], env);
+      expect(listed.code).toBe(0);
+      expect(listed.stdout.trim().split('\n').map((line) => line.split('\t')[0])).toEqual([...ids].reverse());
+
+      const one = await runCli(['dlq', 'replay', '--webhook', webhookId, '--delivery', ids[0]!], env);
+      expect(one.code).toBe(0);
+      expect(one.stdout).toMatch(/^[0-9a-f-]{36}\n$/);
+      const twice = await runCli(['dlq', 'replay', '--webhook', webhookId, '--delivery', ids[0]!], env);
+      expect(twice.code).toBe(2);
+      expect(twice.stderr).toContain('is not a dead letter');
+
+      const all = await runCli(['dlq', 'replay', '--webhook', webhookId], env);
+      expect(all.code).toBe(0);
+      expect(all.stdout).toBe('2\n');
+      expect(all.stderr).toContain('replayed 2/2');
+      const counts = await t.queues.counts();
+      expect((counts.waiting ?? 0) + (counts.delayed ?? 0) + (counts.prioritized ?? 0)).toBe(3);
+      expect(await t.deliveryLog.deadLetters(webhookId, 10)).toEqual([]);
+
+      const unknown = await runCli(['dlq', 'list', '--webhook', 'nope'], env);
+      expect(unknown.code).toBe(2);
+      expect(unknown.stderr).toContain('no webhook with id nope');
+    } finally {
+      await t.close();
+    }
+  }, 60_000);
+});

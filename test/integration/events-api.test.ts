@@ -114,6 +114,19 @@ describe('POST /internal/v1/events', () => {
     }
   });
 
+  it('takes bodies beyond the server-wide 1 MiB default, up to 5 MiB', async () => {
+    const events = Array.from({ length: 1000 }, (_, i) => ({
+      event_id: id(i + 1),
+      event_type: 'TASK_UPDATED',
+      data: { task_id: id(i + 1), status: 'failed', fail_reason: 'e'.repeat(2_000) },
+    }));
+    const payload = JSON.stringify({ events });
+    expect(payload.length).toBeGreaterThan(2 * 1024 * 1024);
+    const res = await post(payload);
+    expect(res.statusCode).toBe(202);
+    expect(res.json<Answer>().accepted).toBe(1000);
+  });
+
   it('answers 413 for a body over 5 MiB', async () => {
     const padding = 'x'.repeat(EVENTS_BODY_LIMIT_BYTES);
     const res = await post({ events: [{ event_type: 'TASK_UPDATED', padding }] });
