@@ -104,7 +104,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
     const stream = config.ingestStream ? new StreamIngestSource({ redis, keys: stores.keys, ingestor: stores.ingestor, logger }) : undefined;
     const health = role === 'worker' ? await startWorkerHealthServer(config, isReady, logger) : undefined;
     worker.pool.start();
-    stream?.start();
+    await stream?.start();
     stops.push(async () => {
       await stream?.stop();
       const ended = await worker.close(config.shutdownGraceMs);

@@ -243,7 +243,6 @@ export class StreamIngestSource {
         this.options.logger.warn({ entryId, reason: decoded.reason }, 'ingest stream: entry skipped');
       }
     }
-    await this.redis.xack(this.stream, this.group, ...entries.map(([entryId]) => entryId));
     if (events.length > 0) {
       const results = await this.options.ingestor.ingest(events, 'stream');
       results.forEach((result, i) => {
