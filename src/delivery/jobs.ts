@@ -33,16 +33,6 @@ export const JOBS = {
 export type DeliverJob = z.infer<typeof JOBS.deliver.schema>;
 export type ReplayDeadLettersJob = z.infer<typeof JOBS.replayDeadLetters.schema>;
 
-/** What ingest hands over: one request per matched webhook. */
-export interface DeliveryRequest {
-  eventId: string;
-  eventType: DeliverJob['eventType'];
-  vendorId: string;
-  webhookId: string;
-  body: string;
-  acceptedAtMs: number;
-}
-
 /**
  * The delivery id of (event, webhook): a UUID derived from both, so enqueueing the same pair again
  * (an ingest retried after a crash) finds the same job instead of adding a second delivery.

@@ -1,18 +1,14 @@
 import { Queue, type JobsOptions } from 'bullmq';
 import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
-import { deliveryIdFor, JOBS, partitionOf, type DeliverJob, type DeliveryRequest, type ReplayDeadLettersJob } from './jobs.js';
+import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
+import { deliveryIdFor, JOBS, partitionOf, type DeliverJob, type ReplayDeadLettersJob } from './jobs.js';
 
 export const DELIVERY_QUEUE_NAME = 'deliveries';
 export const CONTROL_QUEUE_NAME = 'control';
 /** Spare attempts for unexpected processor errors (a Redis blip while recording), beyond the schedule. */
 const SPARE_ATTEMPTS = 10;
 const FAILED_JOB_RETENTION_S = 7 * 24 * 3_600;
-
-/** What ingest needs: durable and idempotent per (event, webhook) once it resolves. */
-export interface DeliveryEnqueuer {
-  enqueue(requests: readonly DeliveryRequest[]): Promise<void>;
-}
 
 export interface DeliveryQueueOptions {
   connection: Redis;

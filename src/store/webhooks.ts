@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import { DISABLED_REASONS, type DisabledReason, type Webhook } from '../domain/webhook.js';
+import type { SubscriptionLookup } from '../ingest/ingest.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import type { SecretBox } from './secret-box.js';
@@ -32,11 +33,6 @@ export interface WebhookChanges {
   secret?: string;
   /** true re-enables; false pauses (reason `paused`). */
   enabled?: boolean;
-}
-
-/** What ingest needs: the webhook id subscribed to each (vendor, event type), one round trip per batch. */
-export interface SubscriptionLookup {
-  matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<(string | undefined)[]>;
 }
 
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */

@@ -1,17 +1,7 @@
-import fastifySwagger from '@fastify/swagger';
-import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
-import {
-  hasZodFastifySchemaValidationErrors,
-  jsonSchemaTransform,
-  jsonSchemaTransformObject,
-  serializerCompiler,
-  validatorCompiler,
-  type ZodTypeProvider,
-} from 'fastify-type-provider-zod';
 import { randomBytes } from 'node:crypto';
-import { createAuthorizer } from '../../src/admin/auth.js';
-import { ApiError, errorBody } from '../../src/admin/errors.js';
-import { eventRoutes } from '../../src/admin/routes/events.js';
+import { pino } from 'pino';
+import { buildAdminServer, type AdminServer } from '../../src/admin/server.js';
+import { composeStores } from '../../src/compose.js';
 import type { AgentStatus } from '../../src/domain/agent.js';
 import type { IngestEventInput } from '../../src/domain/event.js';
 import type { WebhookEventType } from '../../src/domain/events.js';
@@ -19,11 +9,10 @@ import type { Machine } from '../../src/domain/machine.js';
 import type { Role } from '../../src/domain/roles.js';
 import type { Task } from '../../src/domain/task.js';
 import { Ingestor, type DeliveryEnqueuer, type DeliveryRequest } from '../../src/ingest/ingest.js';
-import { RedisApiKeyStore } from '../../src/store/api-keys.js';
 import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
 import { RedisMachineStore } from '../../src/store/machines.js';
 import { createAgentStatusStore, createTaskStore } from '../../src/store/read-models.js';
-import type { Redis } from '../../src/store/redis.js';
+import { connectRedis, type Redis } from '../../src/store/redis.js';
 import { SecretBox } from '../../src/store/secret-box.js';
 import { RedisWebhookStore } from '../../src/store/webhooks.js';
 import { testRedis, type TestRedis } from './redis.js';
@@ -143,41 +132,37 @@ export function sampleEvent(eventType: WebhookEventType, vendorId: string, extra
 }
 
 export interface IngestApp {
-  app: FastifyInstance;
+  app: AdminServer;
   /** Issues a real API key with these roles. */
   keyFor(roles: Role[]): Promise<string>;
   close(): Promise<void>;
 }
 
-/**
- * A Fastify instance with only the ingest route, the zod compilers, a real authorizer and an error
- * handler answering like the admin API's (`{ error, code }`), plus the OpenAPI generator.
- */
+/** The real admin API over the fixture's Redis and prefix, with the fixture's ingestor (recording enqueuer). */
 export async function ingestApp(fixture: IngestFixture, ingestor: Pick<Ingestor, 'ingest'> = fixture.ingestor): Promise<IngestApp> {
-  const apiKeys = new RedisApiKeyStore(fixture.redis, fixture.keys);
-  const app = Fastify({ logger: false }).withTypeProvider<ZodTypeProvider>();
-  app.setValidatorCompiler(validatorCompiler);
-  app.setSerializerCompiler(serializerCompiler);
-  app.setErrorHandler((error: FastifyError, _request, reply) => {
-    if (error instanceof ApiError) return reply.code(error.statusCode).send(errorBody(error.code, error.message));
-    if (hasZodFastifySchemaValidationErrors(error)) {
-      return reply.code(400).send(errorBody('invalid_request', `Invalid request body: ${error.validation.map((v) => v.message).join('; ')}`));
-    }
-    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return reply.code(413).send(errorBody('body_too_large'));
-    return reply.code(error.statusCode ?? 500).send(errorBody('internal', error.message));
+  const queueConnection = connectRedis(fixture.t.url, { connectionName: `hookline-test-ingest-${fixture.t.prefix}`, maxRetriesPerRequest: null, autoPipelining: false });
+  const stores = composeStores({
+    redis: fixture.redis,
+    queueConnection,
+    redisPrefix: fixture.t.prefix,
+    secretKey: randomBytes(32),
+    retryScheduleMs: [0],
+    queuePartitions: 1,
+    secretRotationOverlapMs: 0,
   });
-  await app.register(fastifySwagger, {
-    openapi: { openapi: '3.1.0', info: { title: 'ingest test', version: '0' } },
-    transform: jsonSchemaTransform,
-    transformObject: jsonSchemaTransformObject,
+  const app = await buildAdminServer({
+    ...stores.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1024 * 1024, isReady: async () => true }),
+    ingestor,
   });
-  await app.register(eventRoutes({ authorize: createAuthorizer(apiKeys), ingestor }));
-  await app.ready();
   return {
     app,
     async keyFor(roles) {
-      return (await apiKeys.create({ name: `test ${roles.join('+')}`, roles })).key;
+      return (await stores.apiKeys.create({ name: `test ${roles.join('+')}`, roles })).key;
     },
-    close: () => app.close(),
+    async close() {
+      await app.close();
+      await stores.queues.close();
+      await queueConnection.quit();
+    },
   };
 }
