@@ -7,6 +7,8 @@ import { createLogger, type Logger } from './logger.js';
 import { buildAdminServer } from './admin/server.js';
 import { createServer } from 'node:http';
 import { composeStores, composeWorker, type Stores } from './compose.js';
+import { createMetrics, type Metrics } from './metrics/metrics.js';
+import { scrapeCollector } from './metrics/observers.js';
 import { StreamIngestSource } from './ingest/stream-source.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
 import { resolveRedis, resolveSecretKey, type RedisEndpoint } from './store/embedded.js';
@@ -42,11 +44,24 @@ function shutdownSignal(): Promise<NodeJS.Signals> {
 
 type EngineRole = 'all' | 'api' | 'worker';
 
-/** A tiny health server for the standalone worker (its own port): /healthz and /readyz. */
-async function startWorkerHealthServer(config: Config, isReady: () => Promise<boolean>, logger: Logger): Promise<{ close(): Promise<void> }> {
+/** The standalone worker's own small server: /healthz, /readyz and /metrics. */
+async function startWorkerHealthServer(
+  config: Config,
+  isReady: () => Promise<boolean>,
+  metrics: Metrics,
+  collect: () => Promise<void>,
+  logger: Logger,
+): Promise<{ close(): Promise<void> }> {
   const server = createServer((request, response) => {
     const send = (status: number, body: object) => response.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
     if (request.url === '/healthz') return send(200, { status: 'ok' });
+    if (request.url === '/metrics') {
+      void collect()
+        .then(() => metrics.registry.metrics())
+        .then((text) => response.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text))
+        .catch(() => send(500, { error: 'metrics unavailable', code: 'internal' }));
+      return;
+    }
     if (request.url === '/readyz') {
       void isReady().then((ready) => (ready ? send(200, { status: 'ready' }) : send(503, { status: 'unavailable', error: 'Redis is unreachable' })));
       return;
@@ -54,7 +69,7 @@ async function startWorkerHealthServer(config: Config, isReady: () => Promise<bo
     send(404, { error: 'Route not found', code: 'route_not_found' });
   });
   await new Promise<void>((resolve, reject) => server.once('error', reject).listen(config.metricsPort, config.apiHost, resolve));
-  logger.info(`worker health on http://${config.apiHost}:${config.metricsPort}/healthz`);
+  logger.info(`worker health and metrics on http://${config.apiHost}:${config.metricsPort} (/healthz, /readyz, /metrics)`);
   return { close: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
@@ -66,7 +81,10 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
   const queueConnection = connectRedis(endpoint.url, { connectionName: `hookline-${role}-queues`, maxRetriesPerRequest: null, autoPipelining: false });
   for (const connection of [redis, queueConnection]) connection.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
   const isReady = () => pingRedis(redis, 1_000);
+  const metrics = createMetrics({ role });
+  metrics.buildInfo.set({ version: VERSION }, 1);
   const stores = composeStores({
+    observability: { metrics, logger },
     redis,
     queueConnection,
     redisPrefix: config.redisPrefix,
@@ -76,11 +94,13 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
     secretRotationOverlapMs: config.secretRotationOverlapMs,
   });
   const stops: (() => Promise<unknown>)[] = [];
+  let circuitsOpen: (() => number) | undefined;
+  const collect = scrapeCollector(metrics, { queueCounts: () => stores.queues.counts(), ping: isReady, circuitsOpen: () => circuitsOpen?.() ?? 0 });
 
   if (role !== 'worker') {
     // Load the listing's in-memory index now rather than on the first request.
     await stores.machines.refresh();
-    const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady }));
+    const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady, metrics: { ...metrics, collect } }));
     const address = await app.listen({ host: config.apiHost, port: config.apiPort });
     stops.push(() => app.close());
     logger.info(
@@ -100,9 +120,11 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
       allowPrivateTargets: config.allowPrivateTargets,
       sustainedFailureWindowMs: config.sustainedFailureWindowMs,
       lockDurationMs: config.workerLockDurationMs,
+      metrics,
     });
+    circuitsOpen = () => worker.breakers.openEndpoints(Date.now()).length;
     const stream = config.ingestStream ? new StreamIngestSource({ redis, keys: stores.keys, ingestor: stores.ingestor, logger }) : undefined;
-    const health = role === 'worker' ? await startWorkerHealthServer(config, isReady, logger) : undefined;
+    const health = role === 'worker' ? await startWorkerHealthServer(config, isReady, metrics, collect, logger) : undefined;
     worker.pool.start();
     await stream?.start();
     stops.push(async () => {

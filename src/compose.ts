@@ -9,6 +9,8 @@ import { CachedWebhookSource } from './delivery/webhook-cache.js';
 import { DeliveryWorkerPool } from './delivery/worker.js';
 import { Ingestor } from './ingest/ingest.js';
 import type { Logger } from './logger.js';
+import type { Metrics } from './metrics/metrics.js';
+import { breakerObserver, deliveryObserver, ingestObserver } from './metrics/observers.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
 import { RedisDeliveryLog } from './store/delivery-log.js';
 import { redisKeys } from './store/keys.js';
@@ -29,6 +31,8 @@ export interface StoreSettings {
   retryScheduleMs: readonly number[];
   queuePartitions: number;
   secretRotationOverlapMs: number;
+  /** When given, ingest counts batches into it and logs one line per batch. */
+  observability?: { metrics: Metrics; logger: Logger };
   nowMs?: () => number;
 }
 
@@ -45,7 +49,17 @@ export function composeStores(settings: StoreSettings) {
   const queues = new DeliveryQueues({ connection: settings.queueConnection, keys, partitions: settings.queuePartitions, retryScheduleMs: settings.retryScheduleMs });
   const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, nowMs });
   const testEvents = new TestEventSender({ queues, nowMs });
-  const ingestor = new Ingestor({ redis, keys, machines, agents, tasks, subscriptions: webhooks, deliveries: queues, nowMs });
+  const ingestor = new Ingestor({
+    redis,
+    keys,
+    machines,
+    agents,
+    tasks,
+    subscriptions: webhooks,
+    deliveries: queues,
+    nowMs,
+    ...(settings.observability ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) } : {}),
+  });
   return {
     keys,
     apiKeys: new RedisApiKeyStore(redis, keys),
@@ -59,7 +73,7 @@ export function composeStores(settings: StoreSettings) {
     testEvents,
     ingestor,
     /** The admin API's dependencies. */
-    adminDeps(options: { logger: Logger; bodyLimitBytes: number; isReady: () => Promise<boolean> }): AdminDeps {
+    adminDeps(options: { logger: Logger; bodyLimitBytes: number; isReady: () => Promise<boolean>; metrics?: AdminDeps['metrics'] }): AdminDeps {
       return {
         ...options,
         apiKeys: this.apiKeys,
@@ -91,8 +105,9 @@ export interface WorkerSettings {
   webhookCacheTtlMs?: number;
   /** Circuit-breaker tuning; defaults in DEFAULT_BREAKER_OPTIONS. */
   breaker?: Partial<BreakerOptions>;
+  /** Counts attempts, outcomes and circuit changes. */
+  metrics?: Metrics;
   onOutcome?: (outcome: FinishedOutcome) => void;
-  onBreakerChange?: (endpoint: string, state: 'open' | 'half_open' | 'closed') => void;
   nowMs?: () => number;
 }
 
@@ -107,7 +122,8 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     userAgent: `Hookline/${VERSION}`,
     connections: Math.max(10, settings.concurrency),
   });
-  const breakers = new EndpointBreakers({ ...DEFAULT_BREAKER_OPTIONS, ...settings.breaker }, settings.onBreakerChange);
+  const breakers = new EndpointBreakers({ ...DEFAULT_BREAKER_OPTIONS, ...settings.breaker }, settings.metrics ? breakerObserver(settings.metrics) : undefined);
+  const observers = [settings.metrics ? deliveryObserver(settings.metrics) : undefined, settings.onOutcome].filter((o) => o !== undefined);
   const processor = createDeliveryProcessor({
     webhooks: new CachedWebhookSource(stores.webhooks, settings.webhookCacheTtlMs ?? 2_000, nowMs),
     sender,
@@ -119,7 +135,9 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     sustainedFailureMs: settings.sustainedFailureWindowMs,
     nowMs,
     random: Math.random,
-    ...(settings.onOutcome ? { onOutcome: settings.onOutcome } : {}),
+    onOutcome: (outcome) => {
+      for (const observe of observers) observe(outcome);
+    },
   });
   const pool = new DeliveryWorkerPool({
     connection: settings.workerConnection,

@@ -14,6 +14,7 @@ import type { AgentStatus } from '../domain/agent.js';
 import type { Task } from '../domain/task.js';
 import type { Ingestor } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
+import type { Metrics } from '../metrics/metrics.js';
 import type { ApiKeyLookup } from '../store/api-keys.js';
 import type { MachineListing } from '../store/machines.js';
 import type { DocLookup } from '../store/versioned-docs.js';
@@ -44,6 +45,8 @@ export interface AdminDeps {
   deliveries: Omit<DeliveryRouteDeps, 'authorize' | 'webhooks'>;
   /** Resolves true when the engine's storage answers. */
   isReady: () => Promise<boolean>;
+  /** When given: request metrics, and `GET /metrics` (after `collect` refreshes scrape-time gauges). */
+  metrics?: { registry: Metrics['registry']; httpRequests: Metrics['httpRequests']; httpDuration: Metrics['httpDuration']; collect?: () => Promise<void> };
 }
 
 export type AdminServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
@@ -114,6 +117,20 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     return reply.code(500).send(errorBody('internal'));
   });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));
+
+  const metrics = deps.metrics;
+  if (metrics) {
+    app.addHook('onResponse', async (request, reply) => {
+      // The route pattern, never the raw URL: ids in paths would make the label unbounded.
+      const route = request.routeOptions.url ?? 'unmatched';
+      metrics.httpRequests.inc({ route, method: request.method, status: String(reply.statusCode) });
+      metrics.httpDuration.observe({ route, method: request.method }, reply.elapsedTime / 1000);
+    });
+    app.get('/metrics', { schema: { hide: true }, logLevel: 'warn' }, async (_request, reply) => {
+      await metrics.collect?.();
+      return reply.header('content-type', metrics.registry.contentType).send(await metrics.registry.metrics());
+    });
+  }
 
   await app.register(fastifySwagger, {
     openapi: {

@@ -29,7 +29,16 @@ export interface DeliveryProcessorDeps {
 
 /** How a delivery job run ended, for the caller and for metrics. */
 export type FinishedOutcome =
-  | { kind: 'attempted'; job: DeliverJob; outcome: AttemptOutcome; decision: Decision['action']; durationMs: number }
+  | {
+      kind: 'attempted';
+      job: DeliverJob;
+      outcome: AttemptOutcome | 'webhook_disabled';
+      decision: Decision['action'];
+      durationMs: number;
+      endedAtMs: number;
+      /** Set when this attempt disabled the webhook. */
+      disabled?: 'gone' | 'failing';
+    }
   | { kind: 'dropped'; job: DeliverJob }
   | { kind: 'deferred'; job: DeliverJob; reason: 'open' | 'probing' | 'slow' };
 
@@ -86,7 +95,7 @@ export function createDeliveryProcessor(deps: DeliveryProcessorDeps): (job: Job,
         attempt: { attempt, atMs: deps.nowMs(), outcome: 'webhook_disabled', durationMs: 0, error: `webhook disabled (${webhook.disabled.reason})` },
         status: 'dead',
       });
-      return finish({ kind: 'attempted', job: data, outcome: 'webhook_disabled' as AttemptOutcome, decision: 'dead', durationMs: 0 });
+      return finish({ kind: 'attempted', job: data, outcome: 'webhook_disabled', decision: 'dead', durationMs: 0, endedAtMs: deps.nowMs() });
     }
 
     // 3. Circuit breaker: an endpoint that keeps failing or hangs waits in the queue, not in a slot.
@@ -128,10 +137,11 @@ export function createDeliveryProcessor(deps: DeliveryProcessorDeps): (job: Job,
       status: STATUS_OF[decision.action],
       ...(decision.action === 'retry' ? { nextAttemptAtMs: endedMs + decision.delayMs } : {}),
     });
+    let disabled: 'gone' | 'failing' | undefined;
     if (decision.action === 'disable') {
-      await deps.webhooks.disable(webhook.id, 'gone');
+      if (await deps.webhooks.disable(webhook.id, 'gone')) disabled = 'gone';
     } else if (decision.action !== 'delivered' && failingSinceMs !== undefined && endedMs - failingSinceMs >= deps.sustainedFailureMs) {
-      await deps.webhooks.disable(webhook.id, 'failing');
+      if (await deps.webhooks.disable(webhook.id, 'failing')) disabled = 'failing';
     }
 
     // 6. One wide log line per attempt.
@@ -148,12 +158,21 @@ export function createDeliveryProcessor(deps: DeliveryProcessorDeps): (job: Job,
         durationMs: Math.round(result.durationMs),
         decision: decision.action,
         ...(decision.action === 'retry' ? { retryInMs: decision.delayMs } : {}),
+        ...(disabled === undefined ? {} : { webhookDisabled: disabled }),
       },
       'delivery.attempted',
     );
 
     // 7. Steer the queue.
-    const finished = finish({ kind: 'attempted', job: data, outcome, decision: decision.action, durationMs: result.durationMs });
+    const finished = finish({
+      kind: 'attempted',
+      job: data,
+      outcome,
+      decision: decision.action,
+      durationMs: result.durationMs,
+      endedAtMs: endedMs,
+      ...(disabled === undefined ? {} : { disabled }),
+    });
     if (decision.action === 'retry') throw new RetryLaterError(decision.delayMs, outcome);
     return finished;
   };

@@ -48,6 +48,9 @@ export interface IngestBatchSummary {
   duplicates: number;
   rejected: number;
   deliveries: number;
+  /** Each event's type (`invalid` when it could not be read) and result, in input order. */
+  outcomes: { eventType: string; result: EventResult['status'] }[];
+  durationMs: number;
 }
 
 /** How long an ingested event id is remembered: re-sends within it are duplicates (DESIGN promises ≥ 24 h). */
@@ -166,13 +169,18 @@ export class Ingestor {
       }
     }
 
-    this.deps.observe?.({
-      source,
-      accepted: fresh.length,
-      duplicates: results.filter((r) => r.status === 'duplicate').length,
-      rejected: rawEvents.length - valid.length,
-      deliveries: deliveryCount,
-    });
+    if (this.deps.observe) {
+      const typeOf = new Map(valid.map(({ index, event }) => [index, event.event_type as string]));
+      this.deps.observe({
+        source,
+        accepted: fresh.length,
+        duplicates: results.filter((r) => r.status === 'duplicate').length,
+        rejected: rawEvents.length - valid.length,
+        deliveries: deliveryCount,
+        outcomes: results.map((r, index) => ({ eventType: typeOf.get(index) ?? 'invalid', result: r.status })),
+        durationMs: this.nowMs() - acceptedAtMs,
+      });
+    }
     return results;
   }
 

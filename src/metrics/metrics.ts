@@ -1,0 +1,135 @@
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+/** Attempt-duration buckets (seconds), up to the default 15 s delivery timeout. */
+export const ATTEMPT_DURATION_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30];
+/** End-to-end lag buckets (seconds): from milliseconds to the one-day retry horizon. */
+export const LAG_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1_800, 3_600, 21_600, 86_400, 259_200];
+/** Admin API latency buckets (seconds). */
+export const HTTP_DURATION_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+
+/**
+ * Every metric Hookline exports, defined once. Names are `hookline_*`, in base units; counters end
+ * in `_total`; labels are few-valued (never a webhook id, vendor id or URL). Node's default process
+ * metrics (`process_*`, `nodejs_*`) are registered beside them.
+ */
+export function createMetrics(options: { role: string; defaultMetrics?: boolean } = { role: 'all' }) {
+  const registry = new Registry();
+  registry.setDefaultLabels({ role: options.role });
+  if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: registry });
+  const registers = [registry];
+
+  return {
+    registry,
+    eventsIngested: new Counter({
+      name: 'hookline_events_ingested_total',
+      help: 'Events handed to ingest, by event type (invalid when it could not be read), source (http, stream) and result (accepted, duplicate, rejected).',
+      labelNames: ['event_type', 'source', 'result'] as const,
+      registers,
+    }),
+    ingestBatchDuration: new Histogram({
+      name: 'hookline_ingest_batch_duration_seconds',
+      help: 'Time to ingest one batch: validate, dedupe, project, match and enqueue.',
+      labelNames: ['source'] as const,
+      buckets: HTTP_DURATION_BUCKETS_S,
+      registers,
+    }),
+    deliveriesFinished: new Counter({
+      name: 'hookline_deliveries_finished_total',
+      help: 'Deliveries that reached an end, by event type and outcome (delivered, dead_lettered, dropped).',
+      labelNames: ['event_type', 'outcome'] as const,
+      registers,
+    }),
+    deliveryAttempts: new Counter({
+      name: 'hookline_delivery_attempts_total',
+      help: 'Delivery attempts by event type and outcome (delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, webhook_disabled).',
+      labelNames: ['event_type', 'outcome'] as const,
+      registers,
+    }),
+    deliveryRetries: new Counter({
+      name: 'hookline_delivery_retries_total',
+      help: 'Failed attempts that were scheduled for another try, by event type.',
+      labelNames: ['event_type'] as const,
+      registers,
+    }),
+    attemptDuration: new Histogram({
+      name: 'hookline_delivery_attempt_duration_seconds',
+      help: 'Duration of one delivery attempt (connect to response or error), by outcome.',
+      labelNames: ['outcome'] as const,
+      buckets: ATTEMPT_DURATION_BUCKETS_S,
+      registers,
+    }),
+    deliveryLag: new Histogram({
+      name: 'hookline_delivery_lag_seconds',
+      help: 'End-to-end lag of delivered events: accepted by ingest to a 2xx from the receiver.',
+      labelNames: ['event_type'] as const,
+      buckets: LAG_BUCKETS_S,
+      registers,
+    }),
+    deliveriesDeferred: new Counter({
+      name: 'hookline_deliveries_deferred_total',
+      help: 'Deliveries put back in the queue without an attempt because their endpoint was isolated, by reason (open, probing, slow).',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
+    deadLetters: new Counter({
+      name: 'hookline_dead_letters_total',
+      help: 'Deliveries dead-lettered after their last attempt (or because their webhook was disabled), by event type.',
+      labelNames: ['event_type'] as const,
+      registers,
+    }),
+    webhooksDisabled: new Counter({
+      name: 'hookline_webhooks_disabled_total',
+      help: 'Webhooks disabled by the engine, by reason (gone: 410; failing: the sustained-failure window).',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
+    ssrfBlocked: new Counter({
+      name: 'hookline_ssrf_blocked_total',
+      help: 'Delivery attempts refused by the SSRF guard (private, loopback, link-local or reserved target).',
+      registers,
+    }),
+    circuitTransitions: new Counter({
+      name: 'hookline_circuit_transitions_total',
+      help: 'Per-endpoint circuit breaker state changes in this worker, by the state entered (open, half_open, closed).',
+      labelNames: ['state'] as const,
+      registers,
+    }),
+    circuitsOpen: new Gauge({
+      name: 'hookline_circuits_open',
+      help: 'Endpoints whose circuit is open in this worker.',
+      registers,
+    }),
+    queueJobs: new Gauge({
+      name: 'hookline_queue_jobs',
+      help: 'Delivery jobs in the queues by state (waiting, delayed, active, prioritized, failed), read from Redis at scrape time.',
+      labelNames: ['state'] as const,
+      registers,
+    }),
+    redisUp: new Gauge({
+      name: 'hookline_redis_up',
+      help: '1 when Redis answered PING at scrape time, else 0.',
+      registers,
+    }),
+    httpRequests: new Counter({
+      name: 'hookline_http_requests_total',
+      help: 'Admin API requests by route pattern, method and status code.',
+      labelNames: ['route', 'method', 'status'] as const,
+      registers,
+    }),
+    httpDuration: new Histogram({
+      name: 'hookline_http_request_duration_seconds',
+      help: 'Admin API request latency by route pattern and method.',
+      labelNames: ['route', 'method'] as const,
+      buckets: HTTP_DURATION_BUCKETS_S,
+      registers,
+    }),
+    buildInfo: new Gauge({
+      name: 'hookline_build_info',
+      help: 'Always 1; the version label says which Hookline runs.',
+      labelNames: ['version'] as const,
+      registers,
+    }),
+  };
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;

@@ -1,0 +1,70 @@
+import type { FinishedOutcome } from '../delivery/processor.js';
+import type { IngestBatchSummary } from '../ingest/ingest.js';
+import type { Logger } from '../logger.js';
+import type { Metrics } from './metrics.js';
+
+/** Counts an ingested batch and writes its one log line (`ingest.batch`). */
+export function ingestObserver(metrics: Metrics, logger: Logger): (summary: IngestBatchSummary) => void {
+  return (summary) => {
+    for (const { eventType, result } of summary.outcomes) metrics.eventsIngested.inc({ event_type: eventType, source: summary.source, result });
+    metrics.ingestBatchDuration.observe({ source: summary.source }, summary.durationMs / 1000);
+    logger.info(
+      {
+        event: 'ingest.batch',
+        source: summary.source,
+        events: summary.outcomes.length,
+        accepted: summary.accepted,
+        duplicates: summary.duplicates,
+        rejected: summary.rejected,
+        deliveries: summary.deliveries,
+        durationMs: Math.round(summary.durationMs),
+      },
+      'ingest.batch',
+    );
+  };
+}
+
+/** Turns each finished delivery run into counters and histograms. */
+export function deliveryObserver(metrics: Metrics): (outcome: FinishedOutcome) => void {
+  return (o) => {
+    const eventType = o.job.eventType;
+    if (o.kind === 'deferred') return void metrics.deliveriesDeferred.inc({ reason: o.reason });
+    if (o.kind === 'dropped') return void metrics.deliveriesFinished.inc({ event_type: eventType, outcome: 'dropped' });
+    metrics.deliveryAttempts.inc({ event_type: eventType, outcome: o.outcome });
+    if (o.outcome !== 'webhook_disabled') metrics.attemptDuration.observe({ outcome: o.outcome }, o.durationMs / 1000);
+    if (o.outcome === 'ssrf_blocked') metrics.ssrfBlocked.inc();
+    if (o.disabled) metrics.webhooksDisabled.inc({ reason: o.disabled });
+    if (o.decision === 'retry') metrics.deliveryRetries.inc({ event_type: eventType });
+    else if (o.decision === 'delivered') {
+      metrics.deliveriesFinished.inc({ event_type: eventType, outcome: 'delivered' });
+      metrics.deliveryLag.observe({ event_type: eventType }, Math.max(0, o.endedAtMs - o.job.acceptedAtMs) / 1000);
+    } else {
+      metrics.deliveriesFinished.inc({ event_type: eventType, outcome: 'dead_lettered' });
+      metrics.deadLetters.inc({ event_type: eventType });
+    }
+  };
+}
+
+/** Counts circuit transitions; `openNow` reads how many circuits are open for the gauge. */
+export function breakerObserver(metrics: Metrics): (endpoint: string, state: 'open' | 'half_open' | 'closed') => void {
+  return (_endpoint, state) => metrics.circuitTransitions.inc({ state });
+}
+
+/** Scrape-time gauges: queue depth by state and Redis reachability (one Redis read per scrape). */
+export function scrapeCollector(
+  metrics: Metrics,
+  sources: { queueCounts: () => Promise<Record<string, number>>; ping: () => Promise<boolean>; circuitsOpen?: () => number },
+): () => Promise<void> {
+  return async () => {
+    const up = await sources.ping();
+    metrics.redisUp.set(up ? 1 : 0);
+    if (sources.circuitsOpen) metrics.circuitsOpen.set(sources.circuitsOpen());
+    if (!up) return;
+    try {
+      const counts = await sources.queueCounts();
+      for (const state of ['waiting', 'delayed', 'active', 'prioritized', 'failed']) metrics.queueJobs.set({ state }, counts[state] ?? 0);
+    } catch {
+      metrics.redisUp.set(0);
+    }
+  };
+}
