@@ -15,7 +15,11 @@ export const HTTP_DURATION_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 export function createMetrics(options: { role: string; defaultMetrics?: boolean } = { role: 'all' }) {
   const registry = new Registry();
   registry.setDefaultLabels({ role: options.role });
-  if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: registry });
+  if (options.defaultMetrics ?? true) {
+    collectDefaultMetrics({ register: registry });
+    // Gauges named like counters (promtool flags them); the per-type gauges without `_total` stay.
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) registry.removeSingleMetric(name);
+  }
   const registers = [registry];
 
   return {

@@ -1,0 +1,180 @@
+import { spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/logger.js';
+import { freeLoopbackPort, findRedisServerBinary } from '../../src/store/redis-server.js';
+import { testApp, type TestApp } from '../helpers/app.js';
+import { startCli } from '../helpers/cli.js';
+import { TestReceiver, waitFor } from '../helpers/receiver.js';
+
+/** `promtool` on PATH, if any. */
+function promtool(): string | undefined {
+  const found = spawnSync('sh', ['-c', 'command -v promtool'], { encoding: 'utf8' });
+  return found.status === 0 ? found.stdout.trim() : undefined;
+}
+
+const SECRET = 'observability-canary-secret-5d1e';
+
+describe('a live engine’s metrics and logs after real deliveries', () => {
+  let t: TestApp;
+  let receiver: TestReceiver;
+  let engine: Awaited<ReturnType<typeof startCli>>;
+  let worker: Awaited<ReturnType<typeof startCli>>;
+  let base: string;
+  let workerMetricsUrl: string;
+  let eventsKey: string;
+  let vendorKey: string;
+  let metricsText: string;
+
+  beforeAll(async () => {
+    expect(await findRedisServerBinary()).toBeDefined();
+    t = await testApp({ queuePartitions: 2 });
+    receiver = new TestReceiver();
+    await receiver.start();
+    receiver.script('/ok', { status: 200 });
+    receiver.script('/flaky', { status: 500 }, { status: 200 });
+    receiver.script('/gone', { status: 410 });
+    const apiPort = await freeLoopbackPort();
+    const metricsPort = await freeLoopbackPort();
+    const env = {
+      ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL')),
+      REDIS_URL: t.url,
+      HOOKLINE_REDIS_PREFIX: t.prefix,
+      HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
+      HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
+      HOOKLINE_QUEUE_PARTITIONS: '2',
+      HOOKLINE_RETRY_SCHEDULE: '0s,200ms,200ms',
+      HOOKLINE_API_PORT: String(apiPort),
+      HOOKLINE_METRICS_PORT: String(metricsPort),
+      HOOKLINE_LOG_FORMAT: 'json',
+    };
+    engine = await startCli(['start'], env, /delivery worker running/);
+    base = `http://127.0.0.1:${apiPort}`;
+    workerMetricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
+    eventsKey = await t.keyFor(['events:write']);
+    vendorKey = await t.keyFor(['vendor'], 'v-obs');
+
+    const register = async (eventType: string, pathName: string) => {
+      const res = await fetch(`${base}/vendors/v1/webhooks`, {
+        method: 'POST',
+        headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' },
+        body: JSON.stringify({ event_type: eventType, callback_url: `${receiver.base}${pathName}`, secret: SECRET }),
+      });
+      expect(res.status).toBe(201);
+    };
+    await register('EVENT_TYPE_MACHINE_CREATED', '/ok');
+    await register('EVENT_TYPE_MACHINE_UPDATED', '/flaky');
+    await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/gone');
+    const events = [
+      { event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-obs', data: { status: 'available', metadata: { machine_id: 'm-obs-1' } } },
+      { event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v-obs', data: { status: 'unavailable', metadata: { machine_id: 'm-obs-1' } } },
+      { event_id: randomUUID(), event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED', vendor_id: 'v-obs', data: { deployment_id: 'd-obs', machine_id: 'm-obs-1', status: 'STATUS_PENDING' } },
+      { event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-obs', data: { status: 'available' } },
+    ];
+    const posted = await fetch(`${base}/internal/v1/events`, { method: 'POST', headers: { 'x-api-key': eventsKey, 'content-type': 'application/json' }, body: JSON.stringify({ events }) });
+    expect(posted.status).toBe(202);
+    await waitFor(() => receiver.at('/ok').length === 1 && receiver.at('/flaky').length === 2 && receiver.at('/gone').length === 1, 15_000, 'deliveries');
+    await fetch(`${base}/rental/v1/tasks/not-a-uuid`, { headers: { 'x-api-key': vendorKey } });
+    // Let the last attempts be counted before scraping.
+    metricsText = await waitFor(async () => {
+      const text = await (await fetch(`${base}/metrics`)).text();
+      return text.includes('hookline_webhooks_disabled_total{reason="gone"') && text.includes('hookline_deliveries_finished_total{event_type="EVENT_TYPE_MACHINE_UPDATED",outcome="delivered"') && text;
+    }, 10_000, 'counted deliveries');
+    // A standalone worker, started after the deliveries so that they were all counted above.
+    worker = await startCli(['worker'], env, /delivery worker running/);
+  }, 90_000);
+
+  afterAll(async () => {
+    engine?.child.kill('SIGTERM');
+    worker?.child.kill('SIGTERM');
+    await engine?.exited;
+    await worker?.exited;
+    await receiver?.close();
+    await t?.close();
+  });
+
+  const sample = (name: string, labels: Record<string, string>) => {
+    const line = metricsText.split('\n').find((l) => l.startsWith(`${name}{`) && Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)));
+    return line === undefined ? undefined : Number(line.split(' ').at(-1));
+  };
+
+  it('counts ingest, attempts, retries, outcomes, lag, disables and API requests with their labels', () => {
+    expect(sample('hookline_events_ingested_total', { event_type: 'EVENT_TYPE_MACHINE_CREATED', source: 'http', result: 'accepted' })).toBe(1);
+    expect(sample('hookline_events_ingested_total', { event_type: 'invalid', source: 'http', result: 'rejected' })).toBe(1);
+    expect(sample('hookline_delivery_attempts_total', { event_type: 'EVENT_TYPE_MACHINE_UPDATED', outcome: 'http_5xx' })).toBe(1);
+    expect(sample('hookline_delivery_retries_total', { event_type: 'EVENT_TYPE_MACHINE_UPDATED' })).toBe(1);
+    expect(sample('hookline_deliveries_finished_total', { event_type: 'EVENT_TYPE_MACHINE_CREATED', outcome: 'delivered' })).toBe(1);
+    expect(sample('hookline_webhooks_disabled_total', { reason: 'gone' })).toBe(1);
+    expect(sample('hookline_delivery_lag_seconds_count', { event_type: 'EVENT_TYPE_MACHINE_CREATED' })).toBe(1);
+    expect(sample('hookline_delivery_attempt_duration_seconds_count', { outcome: 'delivered' })).toBeGreaterThanOrEqual(2);
+    expect(sample('hookline_http_requests_total', { route: '/internal/v1/events', method: 'POST', status: '202' })).toBe(1);
+    expect(sample('hookline_http_requests_total', { route: '/rental/v1/tasks/:task_id', method: 'GET', status: '403' })).toBe(1);
+    expect(metricsText).toMatch(/^hookline_queue_jobs\{state="waiting",role="all"\} \d+$/m);
+    expect(metricsText).toMatch(/^hookline_redis_up\{role="all"\} 1$/m);
+    expect(metricsText).toMatch(/^hookline_build_info\{version="[^"]+",role="all"\} 1$/m);
+    expect(metricsText).toMatch(/^process_cpu_seconds_total\{role="all"\} /m);
+    expect(metricsText).toMatch(/^nodejs_eventloop_lag_p99_seconds\{role="all"\} /m);
+  });
+
+  it('never puts an id, URL, key or secret in a label', () => {
+    for (const forbidden of [SECRET, eventsKey, vendorKey, receiver.base, 'v-obs', 'm-obs-1']) expect(metricsText).not.toContain(forbidden);
+  });
+
+  it('serves the standalone worker’s metrics on its own port', async () => {
+    const text = await (await fetch(workerMetricsUrl)).text();
+    expect(text).toMatch(/^hookline_redis_up\{role="worker"\} 1$/m);
+    expect(text).toContain('hookline_queue_jobs{state="delayed",role="worker"}');
+  });
+
+  it('passes promtool check metrics', () => {
+    const tool = promtool();
+    if (!tool) {
+      if (process.env.CI) throw new Error('promtool is required in CI (apt-get install prometheus)');
+      console.warn('promtool not installed; skipping the check');
+      return;
+    }
+    const result = spawnSync(tool, ['check', 'metrics'], { input: metricsText, encoding: 'utf8' });
+    expect(`${result.stdout}${result.stderr}`.trim()).toBe('');
+    expect(result.status).toBe(0);
+  });
+
+  it('names in dashboards and alert rules all exist in the live /metrics', async () => {
+    const helper = path.resolve(import.meta.dirname, '../helpers/dashboard-metrics.ts');
+    expect(existsSync(helper)).toBe(true);
+    const { metricNamesUsedInDashboards } = (await import('../helpers/dashboard-metrics.js')) as { metricNamesUsedInDashboards: () => string[] };
+    const exported = new Set([...metricsText.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]));
+    const names = metricNamesUsedInDashboards();
+    expect(names.length).toBeGreaterThan(10);
+    expect(names.filter((name) => !exported.has(name))).toEqual([]);
+  });
+
+  it('logs one wide line per attempt and per batch, with no key, secret or signature', () => {
+    const lines = `${engine.output()}${worker.output()}`.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const attempts = lines.filter((l) => l.msg === 'delivery.attempted');
+    expect(attempts.length).toBeGreaterThanOrEqual(4);
+    for (const line of attempts) {
+      expect(line).toEqual(expect.objectContaining({ eventId: expect.any(String), webhookId: expect.any(String), attempt: expect.any(Number), outcome: expect.any(String), durationMs: expect.any(Number) }));
+    }
+    expect(attempts.some((l) => l.outcome === 'http_5xx' && l.status === 500)).toBe(true);
+    const batches = lines.filter((l) => l.msg === 'ingest.batch');
+    expect(batches).toEqual([expect.objectContaining({ source: 'http', events: 4, accepted: 3, rejected: 1, deliveries: 3 })]);
+    const all = `${engine.output()}${worker.output()}`;
+    const signatures = receiver.requests.flatMap((r) => [String(r.headers['webhook-signature']), String(r.headers['x-webhook-signature'])]);
+    for (const forbidden of [SECRET, eventsKey, vendorKey, t.secretKey.toString('base64'), ...signatures]) expect(all).not.toContain(forbidden);
+  });
+});
+
+describe('log redaction', () => {
+  it('blanks keys, secrets and credential headers wherever they appear', () => {
+    const chunks: string[] = [];
+    const sink = new Writable({ write: (chunk: Buffer, _enc, done) => (chunks.push(chunk.toString()), done()) });
+    const logger = createLogger({ level: 'info', format: 'json', fd: 1, destination: sink });
+    logger.info({ req: { headers: { 'x-api-key': 'hk_leak1', authorization: 'Bearer leak2', cookie: 'leak3' } }, secret: 'leak4', webhook: { secret: 'leak5' }, apiKey: 'leak6', secretKey: 'leak7' }, 'hello');
+    const out = chunks.join('');
+    for (const leak of ['hk_leak1', 'leak2', 'leak3', 'leak4', 'leak5', 'leak6', 'leak7']) expect(out).not.toContain(leak);
+    expect(out).toContain('[redacted]');
+  });
+});
