@@ -89,4 +89,36 @@ describe('standalone hookline worker processes', () => {
     await waitFor(() => distinctEvents() === TOTAL, 30_000, 'the rest delivered by the next worker');
     expect(receiver.requests.length).toBe(TOTAL);
   }, 90_000);
+
+  it('shares the queues among three workers: every event delivered once, and a kill loses nothing', async () => {
+    await setup();
+    receiver.script('/slow', { status: 200, delayMs: 20 });
+    const workers = await Promise.all([1, 2, 3].map(async () => startCli(['worker'], await workerEnv(t), /delivery worker running/)));
+    children.push(...workers.map((w) => w.child));
+    const FIRST = 300;
+    await t.ingestor.ingest(events(FIRST), 'http');
+    await waitFor(() => distinctEvents() === FIRST, 30_000, 'first batch delivered');
+    await new Promise((r) => setTimeout(r, 300));
+    // Normal operation: no event delivered twice.
+    expect(receiver.requests.length).toBe(FIRST);
+    const perWorker = new Map<string, number>();
+    for (const w of workers) {
+      const pid = String(w.child.pid);
+      const lines = w.output().split('\n').filter((l) => l.includes('"delivery.attempted"'));
+      perWorker.set(pid, lines.length);
+    }
+    // Every worker took part.
+    expect([...perWorker.values()].every((n) => n > 0)).toBe(true);
+
+    receiver.script('/slow', { status: 200, delayMs: 150 });
+    const SECOND = 200;
+    await t.ingestor.ingest(events(SECOND), 'http');
+    await waitFor(() => distinctEvents() >= FIRST + 30, 20_000, 'second batch under way');
+    workers[0]!.child.kill('SIGKILL');
+    await waitFor(() => distinctEvents() === FIRST + SECOND, 40_000, 'second batch delivered after the kill');
+    const duplicates = receiver.requests.length - (FIRST + SECOND);
+    console.log(`three workers: ${FIRST} events delivered once each (split ${[...perWorker.values()].join('/')}); after a SIGKILL, ${SECOND} more all delivered, ${duplicates} twice`);
+    expect(duplicates).toBeLessThanOrEqual(10);
+  }, 120_000);
 });
+
