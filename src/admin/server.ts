@@ -51,11 +51,14 @@ export interface AdminDeps {
 
 export type AdminServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
 
-/** The ioredis errors that mean "Redis is unreachable right now", as opposed to a bug. */
+/**
+ * The Redis errors that mean "storage cannot take this right now" (unreachable, loading, out of
+ * memory under noeviction, a cluster failing over), as opposed to a bug: they answer 503.
+ */
 function isStorageOutage(error: Error): boolean {
   return (
     error.name === 'MaxRetriesPerRequestError' ||
-    /Connection is closed|ECONNREFUSED|ETIMEDOUT|Stream isn't writeable|enableOfflineQueue/.test(error.message)
+    /Connection is closed|ECONNREFUSED|ETIMEDOUT|Stream isn't writeable|enableOfflineQueue|^OOM command not allowed|^LOADING|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^READONLY/.test(error.message)
   );
 }
 
