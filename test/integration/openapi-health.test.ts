@@ -94,3 +94,47 @@ describe('readiness when Redis is unreachable', () => {
     }
   });
 });
+
+describe('a full Redis (maxmemory with noeviction)', () => {
+  it('answers 503 storage_unavailable, not 500, and keeps serving reads', async () => {
+    const { mkdtempSync, rmSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const path = await import('node:path');
+    const { ensureRedisServerBinary, startRedisServer } = await import('../../src/store/redis-server.js');
+    const { composeStores } = await import('../../src/compose.js');
+    const { randomBytes } = await import('node:crypto');
+    const dir = mkdtempSync(path.join(tmpdir(), 'hookline-oom-'));
+    const server = await startRedisServer({ binary: await ensureRedisServerBinary(() => undefined), port: 0, dir, appendOnly: false, extraArgs: ['--maxmemory', '2mb'] });
+    const redis = connectRedis(server.url, { connectionName: 'oom', maxRetriesPerRequest: 1 });
+    const queueConnection = connectRedis(server.url, { connectionName: 'oom-q', maxRetriesPerRequest: null, autoPipelining: false });
+    const stores = composeStores({ redis, queueConnection, redisPrefix: 'oom', secretKey: randomBytes(32), retryScheduleMs: [0], queuePartitions: 1, secretRotationOverlapMs: 0 });
+    const app = await buildAdminServer(stores.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1024 * 1024, isReady: () => pingRedis(redis, 300) }));
+    try {
+      const { key } = await stores.apiKeys.create({ name: 'v', roles: ['vendor'], vendorId: 'v' });
+      // Fill Redis to its limit: large writes, then smaller ones into the last gap (bounded).
+      let n = 0;
+      for (const size of [64 * 1024, 4 * 1024, 256]) {
+        for (let i = 0; i < 500; i += 1) {
+          const ok = await redis.set(`{oom:filler}:${(n += 1)}`, 'x'.repeat(size)).then(() => true, () => false);
+          if (!ok) break;
+        }
+      }
+      const res = await app.inject({
+        method: 'POST',
+        url: '/vendors/v1/webhooks',
+        headers: { 'x-api-key': key },
+        payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://example.com/h', secret: 'x'.repeat(400) },
+      });
+      expect(res.statusCode).toBe(503);
+      expect(res.json()).toEqual({ error: 'Storage is unreachable; try again shortly', code: 'storage_unavailable' });
+      expect((await app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })).statusCode).toBe(200);
+    } finally {
+      await app.close();
+      await stores.queues.close();
+      redis.disconnect();
+      queueConnection.disconnect();
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
