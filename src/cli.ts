@@ -100,7 +100,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
   if (role !== 'worker') {
     // Load the listing's in-memory index now rather than on the first request.
     await stores.machines.refresh();
-    const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady, metrics: { ...metrics, collect } }));
+    const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady, metrics: { ...metrics, collect }, rateLimitPerSecond: config.rateLimitPerSecond }));
     const address = await app.listen({ host: config.apiHost, port: config.apiPort });
     stops.push(() => app.close());
     logger.info(

@@ -15,6 +15,7 @@ import { RedisApiKeyStore } from './store/api-keys.js';
 import { RedisDeliveryLog } from './store/delivery-log.js';
 import { redisKeys } from './store/keys.js';
 import { RedisMachineStore } from './store/machines.js';
+import { RedisRequestCounter } from './store/rate-limiter.js';
 import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
 import type { Redis } from './store/redis.js';
 import { SecretBox } from './store/secret-box.js';
@@ -73,9 +74,18 @@ export function composeStores(settings: StoreSettings) {
     testEvents,
     ingestor,
     /** The admin API's dependencies. */
-    adminDeps(options: { logger: Logger; bodyLimitBytes: number; isReady: () => Promise<boolean>; metrics?: AdminDeps['metrics'] }): AdminDeps {
+    adminDeps(options: {
+      logger: Logger;
+      bodyLimitBytes: number;
+      isReady: () => Promise<boolean>;
+      metrics?: AdminDeps['metrics'];
+      /** Requests per second per API key; unset or 0: no limit. */
+      rateLimitPerSecond?: number;
+    }): AdminDeps {
+      const { rateLimitPerSecond, ...rest } = options;
       return {
-        ...options,
+        ...rest,
+        ...(rateLimitPerSecond ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } } : {}),
         apiKeys: this.apiKeys,
         webhooks,
         tasks,

@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
 import { hasRole, type Principal, type Role } from '../domain/roles.js';
-import type { ApiKeyLookup } from '../store/api-keys.js';
+import { keyFingerprint, type ApiKeyLookup } from '../store/api-keys.js';
+import type { RequestCounter } from '../store/rate-limiter.js';
 import { ApiError } from './errors.js';
 
 declare module 'fastify' {
@@ -15,14 +16,30 @@ export type Authorizer = (role: Role) => onRequestAsyncHookHandler;
  * Builds the hook that authenticates `X-API-Key` and checks a role. It runs on request, before the
  * body is read, so an unauthenticated caller learns nothing from validation errors.
  */
-export function createAuthorizer(apiKeys: ApiKeyLookup): Authorizer {
+export interface RateLimit {
+  counter: RequestCounter;
+  /** Requests per second per API key; 0 turns the limit off. */
+  perSecond: number;
+  nowMs: () => number;
+}
+
+export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit): Authorizer {
+  const limited = rateLimit && rateLimit.perSecond > 0 ? rateLimit : undefined;
   return (role) =>
-    async function authorize(request: FastifyRequest, _reply: FastifyReply): Promise<void> {
+    async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {
       const header = request.headers['x-api-key'];
       const presented = Array.isArray(header) ? undefined : header?.trim();
       if (!presented) throw new ApiError('unauthorized');
-      const principal = await apiKeys.authenticate(presented);
+      // The lookup and the request count go out together: one round trip.
+      const [principal, count] = await Promise.all([
+        apiKeys.authenticate(presented),
+        limited ? limited.counter.hit(keyFingerprint(presented), limited.nowMs()) : Promise.resolve(0),
+      ]);
       if (!principal) throw new ApiError('unauthorized');
+      if (limited && count > limited.perSecond) {
+        void reply.header('retry-after', '1');
+        throw new ApiError('rate_limited', `Rate limit of ${limited.perSecond} requests per second for this API key exceeded; retry after 1 s`);
+      }
       if (!hasRole(principal, role)) throw new ApiError('forbidden', `This API key does not have the ${role} role`);
       request.principal = principal;
     };

@@ -21,6 +21,7 @@ export const ERRORS = {
   machine_not_found: { status: 404, message: 'Machine not found' },
   route_not_found: { status: 404, message: 'Route not found' },
   method_not_allowed: { status: 405, message: 'Method not allowed' },
+  rate_limited: { status: 429, message: 'Too many requests for this API key' },
   storage_unavailable: { status: 503, message: 'Storage is unreachable; try again shortly' },
   internal: { status: 500, message: 'Internal server error' },
 } as const satisfies Record<string, { status: number; message: string }>;

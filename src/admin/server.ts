@@ -20,7 +20,7 @@ import type { MachineListing } from '../store/machines.js';
 import type { DocLookup } from '../store/versioned-docs.js';
 import type { WebhookRegistry } from '../store/webhooks.js';
 import { VERSION } from '../version.js';
-import { createAuthorizer } from './auth.js';
+import { createAuthorizer, type RateLimit } from './auth.js';
 import { ApiError, errorBody, type ErrorCode } from './errors.js';
 import { agentRoutes } from './routes/agents.js';
 import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
@@ -43,6 +43,8 @@ export interface AdminDeps {
   ingestor: Pick<Ingestor, 'ingest'>;
   /** Delivery log, dead-letter replays and test events. */
   deliveries: Omit<DeliveryRouteDeps, 'authorize' | 'webhooks'>;
+  /** Per-key request limit (429 with Retry-After past it). */
+  rateLimit?: RateLimit;
   /** Resolves true when the engine's storage answers. */
   isReady: () => Promise<boolean>;
   /** When given: request metrics, and `GET /metrics` (after `collect` refreshes scrape-time gauges). */
@@ -161,7 +163,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   await app.register(fastifySwaggerUi, { routePrefix: '/docs' });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
-  const authorize = createAuthorizer(deps.apiKeys);
+  const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit);
   await app.register(healthRoutes({ isReady: deps.isReady }));
   await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks }));
   await app.register(eventRoutes({ authorize, ingestor: deps.ingestor }));

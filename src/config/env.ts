@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { parseDurationMs } from './duration.js';
+import { parseRedisUrl } from './redis-url.js';
 
 const DEFAULT_RETRY_SCHEDULE = '0s,5s,5m,30m,2h,5h,10h,14h,20h,24h';
 
@@ -36,7 +37,10 @@ export const envSchema = z.object({
     .string()
     .trim()
     .min(1)
-    .refine((v) => /^rediss?:\/\//.test(v), 'expected a redis:// or rediss:// URL')
+    .superRefine((v, ctx) => {
+      const parsed = parseRedisUrl(v);
+      if (!parsed.ok) ctx.addIssue({ code: 'custom', message: parsed.reason });
+    })
     .optional(),
   HOOKLINE_REDIS_PREFIX: z
     .string()
@@ -92,6 +96,11 @@ export const envSchema = z.object({
   HOOKLINE_LOG_FORMAT: z.enum(['auto', 'json', 'pretty'], { message: 'expected auto, json or pretty' }).default('auto'),
   HOOKLINE_DATA_DIR: z.string().trim().min(1).default('.hookline'),
   HOOKLINE_EMBEDDED_REDIS_PORT: port(0),
+  HOOKLINE_RATE_LIMIT_PER_SECOND: z.coerce
+    .number({ message: 'expected a whole number of requests' })
+    .int('expected a whole number of requests')
+    .min(0, 'expected 0 (off) or more')
+    .default(100),
   HOOKLINE_API_BODY_LIMIT_BYTES: z.coerce
     .number({ message: 'expected a number of bytes' })
     .int('expected an integer number of bytes')
@@ -101,7 +110,7 @@ export const envSchema = z.object({
 });
 
 export interface Config {
-  /** Unset: `hookline start` runs an embedded local redis-server. */
+  /** Unset: `hookline start` runs an embedded local redis-server. `redis+cluster://…` names a Redis Cluster. */
   readonly redisUrl: string | undefined;
   readonly redisPrefix: string;
   readonly apiHost: string;
@@ -131,6 +140,8 @@ export interface Config {
   readonly dataDir: string;
   readonly embeddedRedisPort: number;
   readonly apiBodyLimitBytes: number;
+  /** Admin API requests per second per API key (0: no limit). */
+  readonly rateLimitPerSecond: number;
 }
 
 export class ConfigError extends Error {
@@ -169,5 +180,6 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     dataDir: e.HOOKLINE_DATA_DIR,
     embeddedRedisPort: e.HOOKLINE_EMBEDDED_REDIS_PORT,
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
+    rateLimitPerSecond: e.HOOKLINE_RATE_LIMIT_PER_SECOND,
   });
 }

@@ -21,7 +21,8 @@ export interface ApiKeyLookup {
   authenticate(presentedKey: string): Promise<Principal | undefined>;
 }
 
-function hashKey(key: string): string {
+/** The SHA-256 of a presented key: what Redis stores, and what rate limits count by. */
+export function keyFingerprint(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
 }
 
@@ -46,7 +47,7 @@ export class RedisApiKeyStore implements ApiKeyLookup {
       roles: [...new Set(input.roles)],
       createdAt: this.now().toISOString(),
     };
-    const hash = hashKey(key);
+    const hash = keyFingerprint(key);
     await this.redis
       .multi()
       .hset(this.keys.apiKeys.byHash, hash, JSON.stringify(record))
@@ -70,7 +71,7 @@ export class RedisApiKeyStore implements ApiKeyLookup {
 
   async authenticate(presentedKey: string): Promise<Principal | undefined> {
     if (!presentedKey.startsWith(KEY_PREFIX) || presentedKey.length > 128) return undefined;
-    const row = await this.redis.hget(this.keys.apiKeys.byHash, hashKey(presentedKey));
+    const row = await this.redis.hget(this.keys.apiKeys.byHash, keyFingerprint(presentedKey));
     if (row === null) return undefined;
     const record = keyRecordSchema.parse(JSON.parse(row));
     return { keyId: record.id, name: record.name, roles: record.roles, vendorId: record.vendorId };

@@ -55,6 +55,8 @@ export function redisKeys(prefix: string) {
       /** string: when (ms) the webhook's current run of failed attempts began; absent after a success */
       failingSince: (webhookId: string) => `${tag(`wh:${webhookId}`)}:failing-since`,
     },
+    /** counter with a 2 s TTL: requests made with one API key (by fingerprint) in one second */
+    rateWindow: (fingerprint: string, second: number) => `${tag(`rl:${fingerprint}`)}:${second}`,
     task: (taskId: string) => tag(`task:${taskId}`),
     agent: (deploymentId: string) => tag(`agent:${deploymentId}`),
   } as const;

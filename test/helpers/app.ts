@@ -22,6 +22,7 @@ export interface TestAppOptions {
   retryScheduleMs?: readonly number[];
   queuePartitions?: number;
   secretRotationOverlapMs?: number;
+  rateLimitPerSecond?: number;
 }
 
 /** The admin API and every store, built on the suite's real Redis under a fresh key prefix. */
@@ -39,7 +40,12 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     secretRotationOverlapMs: options.secretRotationOverlapMs ?? 24 * 3_600_000,
   });
   const app = await buildAdminServer(
-    stores.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024, isReady: () => pingRedis(t.redis, 1_000) }),
+    stores.adminDeps({
+      logger: pino({ level: 'silent' }),
+      bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
+      isReady: () => pingRedis(t.redis, 1_000),
+      ...(options.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: options.rateLimitPerSecond }),
+    }),
   );
   return Object.assign(stores, {
     app,

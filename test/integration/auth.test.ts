@@ -86,3 +86,28 @@ describe('authentication and roles', () => {
     expect(dump).not.toContain(key.slice(3));
   });
 });
+
+describe('per-key rate limit', () => {
+  it('answers 429 with Retry-After past the limit, counts per key, and recovers in the next second', async () => {
+    const t = await testApp({ rateLimitPerSecond: 5 });
+    try {
+      const a = await t.keyFor(['tasks:read']);
+      const b = await t.keyFor(['tasks:read']);
+      const url = '/rental/v1/tasks/3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f';
+      // Start at the beginning of a second so the burst stays in one window.
+      await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 5));
+      const codes = await Promise.all(Array.from({ length: 8 }, () => t.app.inject({ method: 'GET', url, headers: { 'x-api-key': a } })));
+      expect(codes.filter((r) => r.statusCode === 404)).toHaveLength(5);
+      const limited = codes.filter((r) => r.statusCode === 429);
+      expect(limited).toHaveLength(3);
+      expect(limited[0]?.headers['retry-after']).toBe('1');
+      expect(limited[0]?.json()).toEqual({ error: 'Rate limit of 5 requests per second for this API key exceeded; retry after 1 s', code: 'rate_limited' });
+      // Another key has its own budget.
+      expect((await t.app.inject({ method: 'GET', url, headers: { 'x-api-key': b } })).statusCode).toBe(404);
+      await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 5));
+      expect((await t.app.inject({ method: 'GET', url, headers: { 'x-api-key': a } })).statusCode).toBe(404);
+    } finally {
+      await t.close();
+    }
+  });
+});
