@@ -7,7 +7,7 @@ import { createLogger, type Logger } from './logger.js';
 import { buildAdminServer } from './admin/server.js';
 import { createServer } from 'node:http';
 import { composeStores, composeWorker, type Stores } from './compose.js';
-import { createMetrics, type Metrics } from './metrics/metrics.js';
+import { createMetrics, initialiseSeries, type Metrics } from './metrics/metrics.js';
 import { scrapeCollector } from './metrics/observers.js';
 import { StreamIngestSource } from './ingest/stream-source.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
@@ -83,6 +83,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
   const isReady = () => pingRedis(redis, 1_000);
   const metrics = createMetrics({ role });
   metrics.buildInfo.set({ version: VERSION }, 1);
+  initialiseSeries(metrics);
   const stores = composeStores({
     observability: { metrics, logger },
     redis,

@@ -1,4 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { WEBHOOK_EVENT_TYPES } from '../domain/events.js';
 
 /** Attempt-duration buckets (seconds), up to the default 15 s delivery timeout. */
 export const ATTEMPT_DURATION_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30];
@@ -137,3 +138,18 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/**
+ * Starts the labelled counters that alerts watch at 0 for every known label value, so the first
+ * dead letter or disable shows as an increase instead of a series appearing at 1.
+ */
+export function initialiseSeries(metrics: Metrics): void {
+  for (const eventType of WEBHOOK_EVENT_TYPES) {
+    metrics.deadLetters.inc({ event_type: eventType }, 0);
+    metrics.deliveryRetries.inc({ event_type: eventType }, 0);
+    for (const outcome of ['delivered', 'dead_lettered', 'dropped']) metrics.deliveriesFinished.inc({ event_type: eventType, outcome }, 0);
+  }
+  for (const reason of ['gone', 'failing']) metrics.webhooksDisabled.inc({ reason }, 0);
+  for (const state of ['open', 'half_open', 'closed']) metrics.circuitTransitions.inc({ state }, 0);
+  metrics.ssrfBlocked.inc(0);
+}

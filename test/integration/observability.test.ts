@@ -81,7 +81,10 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     // Let the last attempts be counted before scraping.
     metricsText = await waitFor(async () => {
       const text = await (await fetch(`${base}/metrics`)).text();
-      return text.includes('hookline_webhooks_disabled_total{reason="gone"') && text.includes('hookline_deliveries_finished_total{event_type="EVENT_TYPE_MACHINE_UPDATED",outcome="delivered"') && text;
+      // Labelled counters start at 0, so wait for the values, not the series.
+      return /^hookline_webhooks_disabled_total\{reason="gone",role="all"\} 1$/m.test(text) &&
+        /^hookline_deliveries_finished_total\{event_type="EVENT_TYPE_MACHINE_UPDATED",outcome="delivered",role="all"\} 1$/m.test(text) &&
+        text;
     }, 10_000, 'counted deliveries');
     // A standalone worker, started after the deliveries so that they were all counted above.
     worker = await startCli(['worker'], env, /delivery worker running/);
@@ -108,6 +111,8 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     expect(sample('hookline_delivery_retries_total', { event_type: 'EVENT_TYPE_MACHINE_UPDATED' })).toBe(1);
     expect(sample('hookline_deliveries_finished_total', { event_type: 'EVENT_TYPE_MACHINE_CREATED', outcome: 'delivered' })).toBe(1);
     expect(sample('hookline_webhooks_disabled_total', { reason: 'gone' })).toBe(1);
+    expect(sample('hookline_webhooks_disabled_total', { reason: 'failing' })).toBe(0);
+    expect(sample('hookline_dead_letters_total', { event_type: 'EVENT_TYPE_MACHINE_REMOVED' })).toBe(0);
     expect(sample('hookline_delivery_lag_seconds_count', { event_type: 'EVENT_TYPE_MACHINE_CREATED' })).toBe(1);
     expect(sample('hookline_delivery_attempt_duration_seconds_count', { outcome: 'delivered' })).toBeGreaterThanOrEqual(2);
     expect(sample('hookline_http_requests_total', { route: '/internal/v1/events', method: 'POST', status: '202' })).toBe(1);

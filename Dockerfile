@@ -1,0 +1,35 @@
+# syntax=docker/dockerfile:1
+# Hookline's container image: `docker build -t hookline .`, then `docker run hookline api|worker|start`.
+# The runtime stage holds only the compiled dist/, the production node_modules/ and package.json.
+
+# ---- build: install everything, compile TypeScript, then drop the dev dependencies
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+# No install scripts: the one native module the engine uses ships prebuilt (an optional package),
+# and the dev tools' native add-ons are not needed to compile.
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+RUN npm run build && npm prune --omit=dev
+
+# ---- runtime
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production \
+    HOOKLINE_API_HOST=0.0.0.0 \
+    HOOKLINE_DATA_DIR=/var/lib/hookline
+WORKDIR /app
+# Owned by root and read-only to the `node` user that runs the engine; only the data folder is its own.
+COPY --from=build /app/package.json ./package.json
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+RUN mkdir -p /var/lib/hookline && chown node:node /var/lib/hookline
+USER node
+# 8080: admin API (HOOKLINE_API_PORT). 9464: a standalone worker's /metrics and /healthz (HOOKLINE_METRICS_PORT).
+EXPOSE 8080 9464
+# Probes the API port, which fits `start` and `api`; a `worker` has no API port, so docker-compose.yml
+# overrides this check for it with the same probe on HOOKLINE_METRICS_PORT.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.HOOKLINE_API_PORT || 8080) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+ENTRYPOINT ["node", "dist/cli.js"]
+CMD ["start"]
