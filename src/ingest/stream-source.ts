@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
-import type { Redis } from '../store/redis.js';
+import { connectionNameOf, duplicateRedis, serverClientFor, unblockClient, type Redis, type ServerClient } from '../store/redis.js';
 import type { Ingestor } from './ingest.js';
 
 /** The consumer group Hookline reads the ingest stream with. */
@@ -109,8 +109,8 @@ export class StreamIngestSource {
   private readonly nowMs: () => number;
 
   private reader: Redis | undefined;
-  /** The reader's CLIENT ID, so stop() can end a blocked read; undefined until known again after a reconnect. */
-  private readerClientId: number | undefined;
+  /** The reader's client on the server holding the stream, so stop() can end a blocked read; undefined until known again after a reconnect. */
+  private readerClient: ServerClient | undefined;
   private loop: Promise<void> | undefined;
   private stopping = false;
   private wake: (() => void) | undefined;
@@ -143,21 +143,22 @@ export class StreamIngestSource {
     if (this.loop || this.stopping) throw new Error('the stream ingest source can be started once');
     await this.ensureGroup();
     // A connection of its own: a blocking read would hold up every other command queued behind it.
-    this.reader = this.redis.duplicate({
-      connectionName: `${this.redis.options.connectionName ?? 'hookline'}-ingest-stream`,
-      enableAutoPipelining: false,
-    });
-    this.reader.on('ready', () => {
-      this.readerClientId = undefined;
-    });
+    this.reader = duplicateRedis(this.redis, { connectionName: `${connectionNameOf(this.redis) ?? 'hookline'}-ingest-stream`, autoPipelining: false });
+    // A reconnect (on a cluster: a node connection replaced) means a new client id.
+    for (const event of ['ready', '+node', '-node']) {
+      this.reader.on(event, () => {
+        this.readerClient = undefined;
+      });
+    }
     this.loop = this.run(this.reader);
   }
 
   /**
    * Stops consuming: a batch being ingested is finished and acknowledged first. A blocked read is
    * ended with CLIENT UNBLOCK, which Redis applies atomically: either the read already took entries
-   * (they are then ingested too) or it returns none. Only when that is impossible (Redis unreachable)
-   * is the reader's connection closed after `blockMs`; entries it took stay pending and are claimed.
+   * (they are then ingested too) or it returns none. On a cluster it goes to the node serving the
+   * stream. Only when that is impossible (Redis unreachable, or the stream's slot moved during the
+   * read) is the reader's connection closed after `blockMs`; entries it took stay pending and are claimed.
    */
   async stop(): Promise<void> {
     if (this.stopping) return;
@@ -165,8 +166,9 @@ export class StreamIngestSource {
     this.wake?.();
     if (!this.loop || !this.reader) return;
     const reader = this.reader;
-    if (this.readerClientId !== undefined) await this.redis.client('UNBLOCK', this.readerClientId).catch(() => undefined);
     const force = setTimeout(() => reader.disconnect(), this.blockMs + STOP_GRACE_MS);
+    // Not awaited: during an outage a cluster connection queues it until it reconnects; `force` bounds the wait.
+    if (this.readerClient !== undefined) void unblockClient(this.redis, this.readerClient).catch(() => undefined);
     try {
       await this.loop;
     } finally {
@@ -219,7 +221,7 @@ export class StreamIngestSource {
   /** One XREADGROUP; `'>'` for new entries (blocking), `'0'` for this consumer's pending ones. */
   private async read(reader: Redis, from: '>' | '0'): Promise<StreamEntry[]> {
     // Learn the connection's id (again after a reconnect) before blocking on it.
-    this.readerClientId ??= await reader.client('ID');
+    this.readerClient ??= await serverClientFor(reader, this.stream);
     if (this.stopping) return [];
     const reply: unknown = await reader.xreadgroup(
       'GROUP', this.group, this.consumer,

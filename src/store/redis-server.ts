@@ -32,11 +32,15 @@ export class RedisServerUnavailableError extends Error {
 
 const SEARCH_DIRS = ['/usr/bin', '/usr/local/bin', '/usr/sbin', '/opt/homebrew/bin', '/snap/bin'];
 
-/** Finds a `redis-server` executable on PATH or in the usual install folders. */
-export async function findRedisServerBinary(envPath = process.env.PATH ?? '', extraDirs: readonly string[] = SEARCH_DIRS): Promise<string | undefined> {
+/** Finds a `redis-server` executable (or another of Redis's, such as `redis-cli`) on PATH or in the usual install folders. */
+export async function findRedisServerBinary(
+  envPath = process.env.PATH ?? '',
+  extraDirs: readonly string[] = SEARCH_DIRS,
+  name: 'redis-server' | 'redis-cli' = 'redis-server',
+): Promise<string | undefined> {
   const dirs = [...envPath.split(path.delimiter).filter(Boolean), ...extraDirs];
   for (const dir of dirs) {
-    const candidate = path.join(dir, 'redis-server');
+    const candidate = path.join(dir, name);
     try {
       await access(candidate, constants.X_OK);
       return candidate;

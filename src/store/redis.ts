@@ -1,6 +1,12 @@
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis as RedisServer, type RedisOptions } from 'ioredis';
+import { parseRedisUrl } from '../config/redis-url.js';
 
-export type { Redis } from 'ioredis';
+/**
+ * A Hookline connection: to one Redis server, or to a Redis Cluster. Both have the same command
+ * interface; every key Hookline builds carries a hash tag, so each command, script and MULTI
+ * touches one cluster slot.
+ */
+export type Redis = RedisServer | Cluster;
 
 export interface RedisConnectOptions {
   /** Shown in CLIENT LIST, so operators can tell Hookline's connections apart. */
@@ -14,15 +20,150 @@ export interface RedisConnectOptions {
   autoPipelining?: boolean;
 }
 
-/** Opens an ioredis connection with Hookline's defaults (auto-pipelining, bounded reconnect back-off). */
+const reconnectDelayMs = (attempt: number) => Math.min(attempt * 200, 5_000);
+
+/**
+ * Opens an ioredis connection with Hookline's defaults (auto-pipelining, bounded reconnect back-off):
+ * a `Cluster` when `url` is `redis+cluster://…` (or `rediss+cluster://…`), else one server.
+ */
 export function connectRedis(url: string, options: RedisConnectOptions): Redis {
+  const target = parseRedisUrl(url);
+  if (!target.ok) throw new Error(`invalid Redis URL: ${target.reason}`);
+  if (target.kind === 'cluster') {
+    const cluster = new Cluster(target.seeds, {
+      enableAutoPipelining: options.autoPipelining ?? true,
+      clusterRetryStrategy: reconnectDelayMs,
+      redisOptions: {
+        connectionName: options.connectionName,
+        maxRetriesPerRequest: options.maxRetriesPerRequest,
+        ...(target.username === undefined ? {} : { username: target.username }),
+        ...(target.password === undefined ? {} : { password: target.password }),
+        ...(target.tls ? { tls: {} } : {}),
+      },
+    });
+    if (options.maxRetriesPerRequest !== null) {
+      // A cluster connection holds commands while it reconnects, without the per-request retry limit
+      // one server's connection has. Request paths must fail fast (503) instead; but only after the
+      // first connect, so that commands issued at start-up wait for it.
+      cluster.once('ready', () => {
+        cluster.options.enableOfflineQueue = false;
+      });
+    }
+    return cluster;
+  }
   const redisOptions: RedisOptions = {
     connectionName: options.connectionName,
     maxRetriesPerRequest: options.maxRetriesPerRequest,
     enableAutoPipelining: options.autoPipelining ?? true,
-    retryStrategy: (attempt) => Math.min(attempt * 200, 5_000),
+    retryStrategy: reconnectDelayMs,
   };
-  return new Redis(url, redisOptions);
+  return new RedisServer(url, redisOptions);
+}
+
+/** The connection name `redis` was opened with. */
+export function connectionNameOf(redis: Redis): string | undefined {
+  return redis instanceof Cluster ? redis.options.redisOptions?.connectionName : redis.options.connectionName;
+}
+
+/** A new connection to the same server or cluster, with the same options but these. */
+export function duplicateRedis(redis: Redis, override: { connectionName: string; autoPipelining: boolean }): Redis {
+  if (redis instanceof Cluster) {
+    return redis.duplicate([], {
+      enableAutoPipelining: override.autoPipelining,
+      redisOptions: { ...redis.options.redisOptions, connectionName: override.connectionName },
+    });
+  }
+  return redis.duplicate({ connectionName: override.connectionName, enableAutoPipelining: override.autoPipelining });
+}
+
+const SLOTS = 16_384;
+
+const CRC16_TABLE = (() => {
+  const table = new Uint16Array(256);
+  for (let i = 0; i < 256; i += 1) {
+    let crc = i << 8;
+    for (let bit = 0; bit < 8; bit += 1) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+    table[i] = crc;
+  }
+  return table;
+})();
+
+/**
+ * The Redis Cluster hash slot of a key (CRC16/XMODEM mod 16384), hashing only the hash tag — the
+ * part between the first `{` and the next `}` — when that part is not empty, as Redis does.
+ */
+export function keySlot(key: string): number {
+  let hashed = key;
+  const open = key.indexOf('{');
+  if (open !== -1) {
+    const close = key.indexOf('}', open + 1);
+    if (close > open + 1) hashed = key.slice(open + 1, close);
+  }
+  let crc = 0;
+  for (const byte of Buffer.from(hashed, 'utf8')) crc = ((crc << 8) & 0xffff) ^ CRC16_TABLE[((crc >> 8) ^ byte) & 0xff]!;
+  return crc % SLOTS;
+}
+
+/** Resolves once the cluster connection is ready (its slot map loaded); rejects if it ends first. */
+async function clusterReady(cluster: Cluster): Promise<void> {
+  if (cluster.status === 'ready') return;
+  await new Promise<void>((resolve, reject) => {
+    const settle = (error?: Error) => {
+      cluster.off('ready', onReady);
+      cluster.off('end', onEnd);
+      if (error) reject(error);
+      else resolve();
+    };
+    const onReady = () => settle();
+    const onEnd = () => settle(new Error('the Redis Cluster connection was closed'));
+    cluster.once('ready', onReady);
+    cluster.once('end', onEnd);
+  });
+}
+
+const nodeKeyOf = (node: RedisServer) => `${node.options.host}:${node.options.port}`;
+
+function clusterNode(cluster: Cluster, nodeKey: string | undefined): RedisServer {
+  const node = cluster.nodes('master').find((n) => nodeKeyOf(n) === nodeKey);
+  if (!node) throw new Error(`no connection to the Redis Cluster master ${nodeKey ?? '(unknown)'}`);
+  return node;
+}
+
+/**
+ * Every server keys may live on: the server itself, or each master of a cluster (its own
+ * connection to that node). For commands that work per server, such as SCAN.
+ */
+export async function masterNodes(redis: Redis): Promise<RedisServer[]> {
+  if (!(redis instanceof Cluster)) return [redis];
+  await clusterReady(redis);
+  return redis.nodes('master');
+}
+
+/** A connection as one server knows it: its CLIENT ID there, and on a cluster that server's `host:port`. */
+export interface ServerClient {
+  id: number;
+  node: string | undefined;
+}
+
+/**
+ * Which server-side client `redis` sends commands on `key` through: on one server its connection,
+ * on a cluster its connection to the master serving the key's slot. Ask before a blocking command
+ * on `key`, so unblockClient can end it.
+ */
+export async function serverClientFor(redis: Redis, key: string): Promise<ServerClient> {
+  if (!(redis instanceof Cluster)) return { id: await redis.client('ID'), node: undefined };
+  await clusterReady(redis);
+  const node = clusterNode(redis, redis.slots[keySlot(key)]?.[0]);
+  return { id: await node.client('ID'), node: nodeKeyOf(node) };
+}
+
+/**
+ * Ends the blocking command `client` waits in (CLIENT UNBLOCK), sent through `redis` to the server
+ * that client is connected to. If the key's slot moved meanwhile, the old server unblocks nothing.
+ */
+export async function unblockClient(redis: Redis, client: ServerClient): Promise<void> {
+  const server = redis instanceof Cluster ? clusterNode(redis, client.node) : redis;
+  await server.client('UNBLOCK', client.id);
 }
 
 /** Resolves true when Redis answers PING within `timeoutMs`. */

@@ -23,11 +23,15 @@ export interface TestAppOptions {
   queuePartitions?: number;
   secretRotationOverlapMs?: number;
   rateLimitPerSecond?: number;
+  /** Another Redis than the suite's, e.g. a `redis+cluster://` URL. */
+  redisUrl?: string;
+  /** A fixed key prefix instead of a fresh random one. */
+  prefix?: string;
 }
 
 /** The admin API and every store, built on the suite's real Redis under a fresh key prefix. */
 export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
-  const t = testRedis();
+  const t = testRedis(options.redisUrl, options.prefix);
   const secretKey = randomBytes(32);
   const queueConnection = connectRedis(t.url, { connectionName: `hookline-test-queues-${t.prefix}`, maxRetriesPerRequest: null, autoPipelining: false });
   const stores = composeStores({

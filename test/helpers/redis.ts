@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
-import { connectRedis, type Redis } from '../../src/store/redis.js';
+import { connectRedis, keySlot, masterNodes, type Redis } from '../../src/store/redis.js';
 import { redisKeys } from '../../src/store/keys.js';
 
 export interface TestRedis {
@@ -12,20 +12,26 @@ export interface TestRedis {
   cleanup(): Promise<void>;
 }
 
-/** Deletes every key under `prefix` (SCAN, never KEYS). */
+/** Deletes every key under `prefix` (SCAN, never KEYS), on each master of a Redis Cluster. */
 export async function deletePrefix(redis: Redis, prefix: string): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', redisKeys(prefix).all, 'COUNT', 1000);
-    if (keys.length > 0) await redis.unlink(...keys);
-    cursor = next;
-  } while (cursor !== '0');
+  for (const node of await masterNodes(redis)) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', redisKeys(prefix).all, 'COUNT', 1000);
+      // One UNLINK per hash slot: a cluster node refuses a multi-key command across slots.
+      const bySlot = new Map<number, string[]>();
+      for (const key of keys) {
+        const slot = keySlot(key);
+        bySlot.set(slot, [...(bySlot.get(slot) ?? []), key]);
+      }
+      await Promise.all([...bySlot.values()].map((group) => node.unlink(...group)));
+      cursor = next;
+    } while (cursor !== '0');
+  }
 }
 
-/** A Redis connection to the suite's real server plus an isolated key prefix. */
-export function testRedis(): TestRedis {
-  const url = inject('redisUrl');
-  const prefix = `t${randomBytes(5).toString('hex')}`;
+/** A Redis connection to the suite's real server (or `url`, e.g. a cluster's) plus an isolated key prefix. */
+export function testRedis(url: string = inject('redisUrl'), prefix = `t${randomBytes(5).toString('hex')}`): TestRedis {
   const redis = connectRedis(url, { connectionName: `hookline-test-${prefix}`, maxRetriesPerRequest: 3 });
   return {
     redis,
