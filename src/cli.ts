@@ -44,6 +44,29 @@ function shutdownSignal(): Promise<NodeJS.Signals> {
 
 type EngineRole = 'all' | 'api' | 'worker';
 
+/** Logs a connection's outage once when it starts and once when it ends, not on every retry. */
+function watchConnection(connection: Redis, name: string, logger: Logger): void {
+  let down = false;
+  connection.on('error', (error: Error) => {
+    if (down) return;
+    down = true;
+    logger.warn({ connection: name, err: error.message }, 'Redis connection lost; retrying in the background');
+  });
+  connection.on('ready', () => {
+    if (!down) return;
+    down = false;
+    logger.info({ connection: name }, 'Redis connection restored');
+  });
+}
+
+/** Runs `start` until it succeeds (Redis may be down at start-up), every 2 s; never throws. */
+function startWhenRedisAnswers(start: () => Promise<void>, logger: Logger, attempt = 1): void {
+  start().catch((error: Error) => {
+    if (attempt === 1) logger.warn({ err: error.message }, 'ingest stream consumer waiting for Redis');
+    setTimeout(() => startWhenRedisAnswers(start, logger, attempt + 1), 2_000).unref();
+  });
+}
+
 /** The standalone worker's own small server: /healthz, /readyz and /metrics. */
 async function startWorkerHealthServer(
   config: Config,
@@ -79,7 +102,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
   const endpoint = await resolveRedis(config, (line) => logger.info(line));
   const redis = connectRedis(endpoint.url, { connectionName: `hookline-${role}`, maxRetriesPerRequest: 2 });
   const queueConnection = connectRedis(endpoint.url, { connectionName: `hookline-${role}-queues`, maxRetriesPerRequest: null, autoPipelining: false });
-  for (const connection of [redis, queueConnection]) connection.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
+  for (const [name, connection] of [['app', redis], ['queues', queueConnection]] as const) watchConnection(connection, name, logger);
   const isReady = () => pingRedis(redis, 1_000);
   const metrics = createMetrics({ role });
   metrics.buildInfo.set({ version: VERSION }, 1);
@@ -99,8 +122,9 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
   const collect = scrapeCollector(metrics, { queueCounts: () => stores.queues.counts(), ping: isReady, circuitsOpen: () => circuitsOpen?.() ?? 0 });
 
   if (role !== 'worker') {
-    // Load the listing's in-memory index now rather than on the first request.
-    await stores.machines.refresh();
+    // Load the listing's in-memory index now rather than on the first request (in the background:
+    // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
+    void stores.machines.refresh().catch((error: Error) => logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it'));
     const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady, metrics: { ...metrics, collect }, rateLimitPerSecond: config.rateLimitPerSecond }));
     const address = await app.listen({ host: config.apiHost, port: config.apiPort });
     stops.push(() => app.close());
@@ -111,7 +135,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
   }
   if (role !== 'api') {
     const workerConnection = connectRedis(endpoint.url, { connectionName: 'hookline-worker-jobs', maxRetriesPerRequest: null, autoPipelining: false });
-    workerConnection.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
+    watchConnection(workerConnection, 'worker', logger);
     const worker = composeWorker(stores, {
       workerConnection,
       logger,
@@ -127,7 +151,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
     const stream = config.ingestStream ? new StreamIngestSource({ redis, keys: stores.keys, ingestor: stores.ingestor, logger }) : undefined;
     const health = role === 'worker' ? await startWorkerHealthServer(config, isReady, metrics, collect, logger) : undefined;
     worker.pool.start();
-    await stream?.start();
+    if (stream) startWhenRedisAnswers(() => stream.start(), logger);
     stops.push(async () => {
       await stream?.stop();
       const ended = await worker.close(config.shutdownGraceMs);

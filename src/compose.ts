@@ -47,7 +47,14 @@ export function composeStores(settings: StoreSettings) {
   const agents = createAgentStatusStore(redis, keys);
   const machines = new RedisMachineStore(redis, keys);
   const deliveryLog = new RedisDeliveryLog(redis, keys);
-  const queues = new DeliveryQueues({ connection: settings.queueConnection, keys, partitions: settings.queuePartitions, retryScheduleMs: settings.retryScheduleMs });
+  const queues = new DeliveryQueues({
+    connection: settings.queueConnection,
+    keys,
+    partitions: settings.queuePartitions,
+    retryScheduleMs: settings.retryScheduleMs,
+    // Connection trouble is logged once per outage by the connection watcher; this keeps BullMQ quiet.
+    onError: (error) => settings.observability?.logger.debug({ err: error.message }, 'delivery queue error'),
+  });
   const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, nowMs });
   const testEvents = new TestEventSender({ queues, nowMs });
   const ingestor = new Ingestor({

@@ -15,6 +15,8 @@ export interface DeliveryQueueOptions {
   keys: RedisKeys;
   partitions: number;
   retryScheduleMs: readonly number[];
+  /** Queue errors (connection trouble); BullMQ would print them to the console otherwise. */
+  onError?: (error: Error) => void;
 }
 
 /**
@@ -33,6 +35,8 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       (_, n) => new Queue(DELIVERY_QUEUE_NAME, { connection: options.connection, prefix: options.keys.deliveryQueuePrefix(n) }),
     );
     this.control = new Queue(CONTROL_QUEUE_NAME, { connection: options.connection, prefix: options.keys.controlQueuePrefix });
+    const onError = options.onError ?? (() => undefined);
+    for (const queue of [...this.partitions, this.control]) queue.on('error', onError);
   }
 
   /** Job options of a delivery: our processor decides retries; BullMQ only carries them out. */

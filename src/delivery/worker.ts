@@ -50,8 +50,15 @@ export class DeliveryWorkerPool {
         { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 1 },
       ),
     );
+    // Connection errors repeat on every reconnect attempt: log at most one every 10 s.
+    let lastErrorLogMs = 0;
     for (const worker of this.workers) {
-      worker.on('error', (error) => options.logger.warn({ err: error.message }, 'queue worker error'));
+      worker.on('error', (error) => {
+        const now = Date.now();
+        if (now - lastErrorLogMs < 10_000) return;
+        lastErrorLogMs = now;
+        options.logger.warn({ err: error.message }, 'queue worker error (repeats within 10 s are not logged)');
+      });
       worker.on('failed', (job, error) => {
         if (error.name !== 'RetryLaterError') options.logger.warn({ jobId: job?.id, err: error.message }, 'job failed unexpectedly');
       });

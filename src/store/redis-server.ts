@@ -11,6 +11,8 @@ export interface RedisServerHandle {
   readonly port: number;
   /** Shuts the server down (it flushes its AOF first) and waits for the process to exit. */
   stop(): Promise<void>;
+  /** Kills the server with SIGKILL, as a crash would (fault-injection tests); waits for the exit. */
+  kill(): Promise<void>;
 }
 
 export interface StartRedisServerOptions {
@@ -162,6 +164,11 @@ export async function startRedisServer(options: StartRedisServerOptions): Promis
           const killTimer = setTimeout(() => child.kill('SIGKILL'), 10_000);
           await exited;
           clearTimeout(killTimer);
+        },
+        async kill() {
+          if (child.exitCode !== null || child.signalCode !== null) return;
+          child.kill('SIGKILL');
+          await exited;
         },
       };
     } catch (error) {
