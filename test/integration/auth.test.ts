@@ -111,3 +111,35 @@ describe('per-key rate limit', () => {
     }
   });
 });
+
+describe('another vendor’s resources', () => {
+  it('answers 404 on every vendor route for a webhook that belongs to someone else', async () => {
+    const t = await testApp();
+    try {
+      const created = await t.webhooks.create('owner', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h' });
+      if (!created.ok) throw new Error('setup');
+      const id = created.webhook.id;
+      const intruder = await t.keyFor(['vendor'], 'intruder');
+      const routes: { method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; payload?: object }[] = [
+        { method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, payload: { callback_url: 'https://evil.example.com/' } },
+        { method: 'DELETE', url: `/vendors/v1/webhooks/${id}` },
+        { method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries` },
+        { method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries/${SOME_UUID}` },
+        { method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters` },
+        { method: 'POST', url: `/vendors/v1/webhooks/${id}/dead-letters/${SOME_UUID}/replay` },
+        { method: 'POST', url: `/vendors/v1/webhooks/${id}/dead-letters/replay` },
+        { method: 'POST', url: `/vendors/v1/webhooks/${id}/test` },
+      ];
+      for (const route of routes) {
+        const res = await t.app.inject({ method: route.method, url: route.url, headers: { 'x-api-key': intruder }, ...(route.payload ? { payload: route.payload } : {}) });
+        expect([route.url, res.statusCode]).toEqual([route.url, 404]);
+        expect(res.json<{ code: string }>().code).toBe('webhook_not_found');
+      }
+      // Untouched, and not listed for the intruder.
+      expect((await t.webhooks.getById(id))?.callbackUrl).toBe('https://example.com/h');
+      expect((await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': intruder } })).json()).toEqual({ webhooks: [] });
+    } finally {
+      await t.close();
+    }
+  });
+});

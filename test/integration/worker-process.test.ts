@@ -52,22 +52,26 @@ describe('standalone hookline worker processes', () => {
     const env = await workerEnv(t);
     const first = await startCli(['worker'], env, /delivery worker running/);
     children.push(first.child);
-    const TOTAL = 200;
-    const results = await t.ingestor.ingest(events(TOTAL), 'http');
-    expect(results.filter((r) => r.status === 'accepted')).toHaveLength(TOTAL);
-    await waitFor(() => receiver.requests.length >= 40, 20_000, 'some deliveries');
+    // HOOKLINE_LONG_TESTS=1: 10,000 events; by default 200.
+    const TOTAL = process.env.HOOKLINE_LONG_TESTS === '1' ? 10_000 : 200;
+    if (TOTAL > 1_000) receiver.script('/slow', { status: 200, delayMs: 5 });
+    for (let i = 0; i < TOTAL; i += 1_000) {
+      const results = await t.ingestor.ingest(events(Math.min(1_000, TOTAL - i)), 'http');
+      expect(results.every((r) => r.status === 'accepted')).toBe(true);
+    }
+    await waitFor(() => receiver.requests.length >= Math.min(40, TOTAL / 5), 20_000, 'some deliveries');
     first.child.kill('SIGKILL');
     expect(await first.exited).toBeNull();
     const atKill = receiver.requests.length;
 
     const second = await startCli(['worker'], await workerEnv(t), /delivery worker running/);
     children.push(second.child);
-    await waitFor(() => distinctEvents() === TOTAL, 30_000, 'every accepted event delivered');
+    await waitFor(() => distinctEvents() === TOTAL, TOTAL > 1_000 ? 300_000 : 30_000, 'every accepted event delivered');
     const duplicates = receiver.requests.length - TOTAL;
     console.log(`SIGKILL: ${TOTAL} accepted, ${TOTAL} delivered, ${duplicates} delivered twice (in flight at the kill), ${atKill} received before the kill`);
     // At most the attempts in flight at the kill (concurrency 10) are repeated.
     expect(duplicates).toBeLessThanOrEqual(10);
-  }, 90_000);
+  }, 400_000);
 
   it('on SIGTERM stops fetching, finishes in-flight attempts, exits 0, and leaves nothing active', async () => {
     await setup();
