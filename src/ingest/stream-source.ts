@@ -167,7 +167,7 @@ export class StreamIngestSource {
     if (!this.loop || !this.reader) return;
     const reader = this.reader;
     const force = setTimeout(() => reader.disconnect(), this.blockMs + STOP_GRACE_MS);
-    // Not awaited: during an outage a cluster connection queues it until it reconnects; `force` bounds the wait.
+    // Not awaited, so an unreachable Redis cannot hold stop() up: `force` bounds the wait either way.
     if (this.readerClient !== undefined) void unblockClient(this.redis, this.readerClient).catch(() => undefined);
     try {
       await this.loop;

@@ -1,0 +1,336 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Cluster } from 'ioredis';
+import { pino } from 'pino';
+import { Webhook as StandardWebhook } from 'standardwebhooks';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { partitionOf } from '../../src/delivery/jobs.js';
+import type { WebhookEventType } from '../../src/domain/events.js';
+import type { Machine } from '../../src/domain/machine.js';
+import { StreamIngestSource } from '../../src/ingest/stream-source.js';
+import { startRedisCluster, type RedisClusterHandle } from '../../src/store/redis-cluster.js';
+import { findRedisServerBinary, freeLoopbackPort } from '../../src/store/redis-server.js';
+import { connectRedis, keySlot, masterNodes, type Redis } from '../../src/store/redis.js';
+import { testApp, type TestApp, type TestAppOptions } from '../helpers/app.js';
+import { runCli, startCli } from '../helpers/cli.js';
+import { TestReceiver, waitFor } from '../helpers/receiver.js';
+import { startTestWorker, type TestWorker } from '../helpers/worker.js';
+
+const serverBinary = await findRedisServerBinary();
+const cliBinary = await findRedisServerBinary(undefined, undefined, 'redis-cli');
+const missing = [serverBinary ? undefined : 'redis-server', cliBinary ? undefined : 'redis-cli'].filter((name) => name !== undefined);
+if (missing.length > 0) {
+  // CI installs Debian's redis-server, which brings redis-cli (redis-tools): missing there is a defect.
+  if (process.env.CI) throw new Error(`the Redis Cluster tests need ${missing.join(' and ')} in CI (apt-get install redis-server)`);
+  console.warn(`skipping the Redis Cluster tests: ${missing.join(' and ')} not installed (Debian: apt-get install redis-server)`);
+}
+
+const WHSEC = `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString('base64')}`;
+
+const machineOf = (id: string, gpu: string, status = 'available'): Machine => ({
+  status,
+  metadata: { machine_id: id },
+  hardware_specs: { cpu: { model: 'AMD EPYC 7763', cores: 32 }, memory: { total_memory: 128 }, gpus: [{ id: `${id}-g0`, name: gpu }] },
+});
+
+const eventOf = (eventType: WebhookEventType, vendorId: string, data: object = machineOf(`m-${randomUUID().slice(0, 8)}`, 'NVIDIA H100')) => ({
+  event_id: randomUUID(),
+  event_type: eventType,
+  vendor_id: vendorId,
+  timestamp: new Date().toISOString(),
+  data,
+});
+
+/** Every key of `prefix` on each master, by the master's port. */
+async function keysByNode(redis: Redis, prefix: string): Promise<Map<number, string[]>> {
+  const found = new Map<number, string[]>();
+  for (const node of await masterNodes(redis)) {
+    const keys: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, batch] = await node.scan(cursor, 'MATCH', `{${prefix}:*`, 'COUNT', 1000);
+      keys.push(...batch);
+      cursor = next;
+    } while (cursor !== '0');
+    found.set(Number(node.options.port), keys);
+  }
+  return found;
+}
+
+/** The port of the master serving each slot range, from CLUSTER SLOTS. */
+async function slotOwners(redis: Redis): Promise<(slot: number) => number | undefined> {
+  const ranges = await redis.cluster('SLOTS');
+  return (slot) => ranges.find(([start, end]) => slot >= start && slot <= end)?.[2]?.[1];
+}
+
+describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster', () => {
+  let cluster: RedisClusterHandle;
+  let dir: string;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'hookline-test-cluster-'));
+    cluster = await startRedisCluster({ serverBinary: serverBinary!, cliBinary: cliBinary!, dir });
+  });
+  afterAll(async () => {
+    await cluster?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  let t: TestApp | undefined;
+  let worker: TestWorker | undefined;
+  let receiver: TestReceiver;
+  let vendorKey: string;
+  let eventsKey: string;
+
+  /** The engine on the cluster: the admin API, the stores and a delivery worker, all over Cluster connections. */
+  async function engine(options: TestAppOptions = {}): Promise<TestApp> {
+    t = await testApp({ redisUrl: cluster.url, queuePartitions: 4, retryScheduleMs: [0, 200, 200], ...options });
+    expect(t.redis).toBeInstanceOf(Cluster);
+    receiver = new TestReceiver();
+    await receiver.start();
+    vendorKey = await t.keyFor(['vendor'], 'vendor-a');
+    eventsKey = await t.keyFor(['events:write']);
+    // The breaker has its own tests; here every attempt must reach the receiver.
+    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000 } });
+    return t;
+  }
+
+  afterEach(async () => {
+    await worker?.close();
+    await receiver?.close();
+    if (t) {
+      const prefix = t.prefix;
+      await t.close();
+      // Clean-up scanned every master: nothing of the test's prefix is left anywhere.
+      const probe = connectRedis(cluster.url, { connectionName: 'hookline-test-cluster-probe', maxRetriesPerRequest: 3 });
+      const left = [...(await keysByNode(probe, prefix)).values()].flat();
+      await probe.quit();
+      expect(left).toEqual([]);
+    }
+    t = undefined;
+    worker = undefined;
+  });
+
+  const api = (method: 'GET' | 'POST' | 'PATCH' | 'DELETE', url: string, payload?: object, key = vendorKey) =>
+    t!.app.inject({ method, url, headers: { 'x-api-key': key }, ...(payload === undefined ? {} : { payload }) });
+
+  async function register(eventType: WebhookEventType, urlPath: string, secret?: string, key = vendorKey): Promise<string> {
+    const res = await api('POST', '/vendors/v1/webhooks', { event_type: eventType, callback_url: `${receiver.base}${urlPath}`, ...(secret ? { secret } : {}) }, key);
+    expect(res.statusCode).toBe(201);
+    return res.json<{ webhook_id: string }>().webhook_id;
+  }
+
+  async function post(...events: object[]) {
+    const res = await api('POST', '/internal/v1/events', { events }, eventsKey);
+    expect(res.statusCode).toBe(202);
+    return res.json<{ results: { event_id: string; status: string; deliveries?: number }[]; accepted: number; duplicates: number }>();
+  }
+
+  it('ingests over the HTTP API and delivers signed events to a real receiver, each once', async () => {
+    await engine();
+    const webhookId = await register('EVENT_TYPE_MACHINE_CREATED', '/hooks', WHSEC);
+    const events = [eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a'), eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a')];
+    const answer = await post(...events);
+    expect(answer.results).toEqual(events.map((e) => ({ event_id: e.event_id, status: 'accepted', deliveries: 1 })));
+    expect((await post(events[0]!)).duplicates).toBe(1);
+
+    await waitFor(() => receiver.at('/hooks').length >= 2, 15_000, 'two deliveries');
+    const verifier = new StandardWebhook(WHSEC);
+    const received = receiver.at('/hooks').map((request) => {
+      const h = request.headers;
+      verifier.verify(request.body, { 'webhook-id': String(h['webhook-id']), 'webhook-timestamp': String(h['webhook-timestamp']), 'webhook-signature': String(h['webhook-signature']) });
+      return (JSON.parse(request.body) as { event_id: string }).event_id;
+    });
+    expect(received.sort()).toEqual(events.map((e) => e.event_id).sort());
+    const deliveries = await waitFor(async () => {
+      const list = (await api('GET', `/vendors/v1/webhooks/${webhookId}/deliveries`)).json<{ deliveries: { status: string }[] }>().deliveries;
+      return list.length === 2 && list.every((d) => d.status === 'delivered') && list;
+    }, 10_000, 'delivered records');
+    expect(deliveries).toHaveLength(2);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(receiver.at('/hooks')).toHaveLength(2);
+  });
+
+  it('registers, lists, updates and deletes webhooks, answering 409 on a second webhook for a type', async () => {
+    await engine();
+    const first = await register('EVENT_TYPE_MACHINE_CREATED', '/a');
+    const conflict = await api('POST', '/vendors/v1/webhooks', { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: `${receiver.base}/b` });
+    expect(conflict.statusCode).toBe(409);
+    const second = await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/b', 'plain-secret');
+    const listed = (await api('GET', '/vendors/v1/webhooks')).json<{ webhooks: { webhook_id: string }[] }>().webhooks;
+    expect(listed.map((w) => w.webhook_id).sort()).toEqual([first, second].sort());
+
+    expect((await api('PATCH', `/vendors/v1/webhooks/${second}`, { event_type: 'EVENT_TYPE_MACHINE_CREATED' })).statusCode).toBe(409);
+    const patched = await api('PATCH', `/vendors/v1/webhooks/${first}`, { callback_url: `${receiver.base}/a2`, secret: 'rotated' });
+    expect(patched.statusCode).toBe(200);
+    expect(patched.json()).toMatchObject({ webhook_id: first, callback_url: `${receiver.base}/a2`, secret: 'rotated' });
+
+    expect((await api('DELETE', `/vendors/v1/webhooks/${first}`)).statusCode).toBe(204);
+    expect((await api('DELETE', `/vendors/v1/webhooks/${first}`)).statusCode).toBe(404);
+    // The event type is free again.
+    await register('EVENT_TYPE_MACHINE_CREATED', '/c');
+    expect((await api('GET', '/vendors/v1/webhooks')).json<{ webhooks: unknown[] }>().webhooks).toHaveLength(2);
+  });
+
+  it('dead-letters a failing delivery, replays one, then bulk-replays the rest as a task', async () => {
+    await engine();
+    receiver.script('/down', { status: 503 });
+    const id = await register('EVENT_TYPE_DEPLOYMENT_UPDATED', '/down');
+    const deployment = () => ({ deployment_id: `d-${randomUUID().slice(0, 8)}`, machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} });
+    await post(...[1, 2, 3].map(() => eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED', 'vendor-a', deployment())));
+    const dead = await waitFor(async () => {
+      const list = (await api('GET', `/vendors/v1/webhooks/${id}/dead-letters`)).json<{ dead_letters: { delivery_id: string; attempts: number }[] }>().dead_letters;
+      return list.length === 3 && list;
+    }, 20_000, 'three dead letters');
+    expect(dead.every((d) => d.attempts === 3)).toBe(true);
+    expect(receiver.at('/down')).toHaveLength(9);
+
+    receiver.script('/down', { status: 204 });
+    const one = await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`);
+    expect(one.statusCode).toBe(202);
+    expect((await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`)).statusCode).toBe(409);
+    await waitFor(() => receiver.at('/down').length === 10, 10_000, 'the replayed delivery');
+    const replayed = await waitFor(async () => {
+      const detail = (await api('GET', `/vendors/v1/webhooks/${id}/deliveries/${one.json<{ delivery_id: string }>().delivery_id}`)).json<{ delivery?: { status: string; replay_of?: string } }>();
+      return detail.delivery?.status === 'delivered' && detail.delivery;
+    }, 10_000, 'the replay recorded as delivered');
+    expect(replayed.replay_of).toBe(dead[0]!.delivery_id);
+
+    const bulk = await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/replay`);
+    expect(bulk.statusCode).toBe(202);
+    const taskKey = await t!.keyFor(['tasks:read']);
+    const task = await waitFor(async () => {
+      const res = (await api('GET', `/rental/v1/tasks/${bulk.json<{ task_id: string }>().task_id}`, undefined, taskKey)).json<{ status: string }>();
+      return res.status === 'success' && res;
+    }, 15_000, 'the bulk replay task');
+    expect(task).toMatchObject({ status: 'success', fail_reason: null, progress: { total: 2, done: 2 } });
+    await waitFor(() => receiver.at('/down').length === 12, 10_000, 'the bulk-replayed deliveries');
+    expect(new Set(receiver.at('/down').map((r) => r.headers['webhook-id'])).size).toBe(3);
+    expect((await api('GET', `/vendors/v1/webhooks/${id}/dead-letters`)).json<{ dead_letters: unknown[] }>().dead_letters).toHaveLength(0);
+  });
+
+  it('serves the machine listing from machines ingested as events, with filters and pagination', async () => {
+    await engine();
+    const machinesKey = await t!.keyFor(['machines:read']);
+    const fleet = Array.from({ length: 25 }, (_, i) => machineOf(`m-${String(i).padStart(2, '0')}`, i % 2 === 0 ? 'NVIDIA GeForce RTX 4090' : 'NVIDIA A100', i % 5 === 0 ? 'unavailable' : 'available'));
+    expect((await post(...fleet.map((m) => eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a', m)))).accepted).toBe(25);
+    const later = new Date(Date.now() + 1_000).toISOString();
+    await post(
+      { ...eventOf('EVENT_TYPE_MACHINE_UPDATED', 'vendor-a', machineOf('m-01', 'NVIDIA GeForce RTX 4090')), timestamp: later },
+      { ...eventOf('EVENT_TYPE_MACHINE_REMOVED', 'vendor-a', { metadata: { machine_id: 'm-02' } }), timestamp: later },
+    );
+
+    const list = async (query: string) => {
+      const res = await api('GET', `/rental/v1/machines${query}`, undefined, machinesKey);
+      return { status: res.statusCode, body: res.json<{ total: number; current_page: number; page_size: number; machines: Machine[] }>() };
+    };
+    const ids = (machines: Machine[]) => machines.map((m) => m.metadata.machine_id);
+    const all = await list('');
+    expect(all.body.total).toBe(24);
+    expect(ids(all.body.machines)).toEqual(fleet.map((m) => m.metadata.machine_id).filter((id) => id !== 'm-02').slice(0, 20));
+
+    // RTX 4090 (even ids, m-02 removed, plus the updated m-01) and available (not a multiple of 5).
+    const expected = ['m-01', 'm-04', 'm-06', 'm-08', 'm-12', 'm-14', 'm-16', 'm-18', 'm-22', 'm-24'];
+    const pages = [await list('?filter=gpu_name:rtx%204090,machine_status:available&page_size=4'), await list('?filter=gpu_name:rtx%204090,machine_status:available&page_size=4&page=3')];
+    expect(pages.map((p) => p.body.total)).toEqual([expected.length, expected.length]);
+    expect(ids(pages[0]!.body.machines)).toEqual(expected.slice(0, 4));
+    expect(ids(pages[1]!.body.machines)).toEqual(expected.slice(8));
+    expect((await list('?filter=gpu_name:a100&filter=memory_size:128GB')).body.total).toBe(11);
+    expect((await list('?filter=machine_id:m-02')).status).toBe(404);
+    expect((await list('?filter=bogus:1')).status).toBe(400);
+  });
+
+  it('spreads the delivery queue partitions over the masters (default prefix and partitions), and cleans up on every one', async () => {
+    // The default prefix `hl` with the default 4 partitions: the tags {hl:q0}…{hl:q3} hash to slots of all three masters.
+    const app = await engine({ prefix: 'hl' });
+    const webhookOf = new Map<number, string>();
+    for (let vendor = 0; webhookOf.size < 4 && vendor < 64; vendor += 1) {
+      const key = await app.keyFor(['vendor'], `v-${vendor}`);
+      const id = await register('EVENT_TYPE_MACHINE_UPDATED', `/p/${vendor}`, undefined, key);
+      if (!webhookOf.has(partitionOf(id, 4))) webhookOf.set(partitionOf(id, 4), `v-${vendor}`);
+    }
+    expect(webhookOf.size).toBe(4);
+    await post(...[...webhookOf.values()].map((vendor) => eventOf('EVENT_TYPE_MACHINE_UPDATED', vendor)));
+    await waitFor(() => receiver.requests.length === 4, 15_000, 'a delivery from each partition');
+
+    const owner = await slotOwners(app.redis);
+    const byNode = await keysByNode(app.redis, 'hl');
+    const nodeOfPartition = new Map<number, Set<number>>();
+    for (const [port, keys] of byNode) {
+      for (const key of keys) {
+        const partition = /^\{hl:q(\d+)\}/.exec(key)?.[1];
+        if (partition === undefined) continue;
+        // A key is on the master that serves its hash tag's slot.
+        expect(owner(keySlot(key))).toBe(port);
+        nodeOfPartition.set(Number(partition), (nodeOfPartition.get(Number(partition)) ?? new Set()).add(port));
+      }
+    }
+    expect([...nodeOfPartition.keys()].sort()).toEqual([0, 1, 2, 3]);
+    // Each partition's keys share one slot, hence one master…
+    for (const nodes of nodeOfPartition.values()) expect(nodes.size).toBe(1);
+    // …and the partitions, between them, use at least two masters (here all three).
+    expect(new Set([...nodeOfPartition.values()].flatMap((nodes) => [...nodes])).size).toBeGreaterThanOrEqual(2);
+    // Keys of the prefix live on every master, so clean-up (afterEach) must visit each.
+    expect([...byNode.values()].every((keys) => keys.length > 0)).toBe(true);
+  });
+
+  it('ingests from the Redis stream on the cluster, and stop() ends the blocked read on the stream’s master', async () => {
+    const app = await engine();
+    await register('EVENT_TYPE_MACHINE_CREATED', '/stream', WHSEC);
+    const source = new StreamIngestSource({ redis: app.redis, keys: app.keys, ingestor: app.ingestor, logger: pino({ level: 'silent' }), blockMs: 10_000 });
+    await source.start();
+    try {
+      const event = eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a');
+      await app.redis.xadd(app.keys.events.stream, '*', 'event', JSON.stringify(event));
+      const [request] = await waitFor(() => receiver.at('/stream').length > 0 && receiver.at('/stream'), 15_000, 'the stream event delivered');
+      expect(request!.headers['webhook-id']).toBe(event.event_id);
+      await waitFor(async () => Number(((await app.redis.xpending(app.keys.events.stream, 'hookline-ingest')) as [number])[0]) === 0, 5_000, 'the entry acknowledged');
+      // Let the reader block again, then stop: CLIENT UNBLOCK must reach the master serving the stream.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    } finally {
+      const startedMs = Date.now();
+      await source.stop();
+      expect(Date.now() - startedMs).toBeLessThan(3_000);
+    }
+  });
+
+  it('runs the CLI with REDIS_URL naming the cluster: `keys create`, then `hookline worker` ingesting the stream and delivering, and a clean SIGTERM', async () => {
+    const app = await engine();
+    await worker!.close();
+    worker = undefined;
+    await register('EVENT_TYPE_MACHINE_CREATED', '/cli');
+    const env = {
+      ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL')),
+      REDIS_URL: cluster.url,
+      HOOKLINE_REDIS_PREFIX: app.prefix,
+      HOOKLINE_SECRET_KEY: app.secretKey.toString('base64'),
+      HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
+      HOOKLINE_QUEUE_PARTITIONS: '4',
+      HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
+      HOOKLINE_LOG_FORMAT: 'json',
+    };
+    // A key issued by the CLI on the cluster works in the API.
+    const created = await runCli(['keys', 'create', '--name', 'producer', '--role', 'events:write'], env);
+    expect(created.code, created.stderr).toBe(0);
+    eventsKey = created.stdout.trim();
+
+    const cli = await startCli(['worker'], env, /delivery worker running/);
+    try {
+      const streamed = eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a');
+      await app.redis.xadd(app.keys.events.stream, '*', 'event', JSON.stringify(streamed));
+      const posted = eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a');
+      await post(posted);
+      const requests = await waitFor(() => receiver.at('/cli').length >= 2 && receiver.at('/cli'), 20_000, 'deliveries by the worker process').catch((error: Error) => {
+        throw new Error(`${error.message}; the worker's output:\n${cli.output()}`);
+      });
+      expect(requests.map((r) => r.headers['webhook-id']).sort()).toEqual([streamed.event_id, posted.event_id].sort());
+    } finally {
+      cli.child.kill('SIGTERM');
+    }
+    const exit = await Promise.race([cli.exited, new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 15_000))]);
+    if (exit === 'hung') cli.child.kill('SIGKILL');
+    expect(exit, cli.output()).toBe(0);
+  });
+});
