@@ -111,43 +111,51 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     const { job, attempt, status } = write;
     const k = this.keys.deliveries;
     const recordKey = k.record(job.webhookId, job.deliveryId);
-    const attemptsKey = k.attempts(job.webhookId, job.deliveryId);
-    const retentionMs = status === 'dead' ? this.options.deadLetterRetentionMs : this.options.retentionMs;
+    const dead = status === 'dead';
     const fields: Record<string, string | number> = {
-      deliveryId: job.deliveryId,
-      eventId: job.eventId,
-      eventType: job.eventType,
-      webhookId: job.webhookId,
-      vendorId: job.vendorId,
       status,
       attempts: attempt.attempt,
       lastOutcome: attempt.outcome,
       lastStatusCode: attempt.statusCode ?? '',
-      acceptedAtMs: job.acceptedAtMs,
       updatedAtMs: attempt.atMs,
       nextAttemptAtMs: write.nextAttemptAtMs ?? '',
-      replayOf: job.replayOf ?? '',
+      // Attempts live in the record itself, one field each: one key per delivery, not two.
+      [`attempt:${attempt.attempt}`]: JSON.stringify(attempt),
     };
-    // The body is kept for replays; written once, with the first attempt.
-    if (attempt.attempt === 1) fields.body = job.body;
+    if (attempt.attempt === 1) {
+      Object.assign(fields, {
+        deliveryId: job.deliveryId,
+        eventId: job.eventId,
+        eventType: job.eventType,
+        webhookId: job.webhookId,
+        vendorId: job.vendorId,
+        acceptedAtMs: job.acceptedAtMs,
+        replayOf: job.replayOf ?? '',
+      });
+    }
+    // The body is kept only where a replay may need it: with the dead letter.
+    if (dead) fields.body = job.body;
     const multi = this.redis
       .multi()
       .hset(recordKey, fields)
-      .pexpire(recordKey, retentionMs)
-      .rpush(attemptsKey, JSON.stringify(attempt))
-      .pexpire(attemptsKey, retentionMs)
-      .zadd(k.ofWebhook(job.webhookId), job.acceptedAtMs, job.deliveryId)
-      .zremrangebyrank(k.ofWebhook(job.webhookId), 0, -(this.options.recentPerWebhook + 1))
-      .pexpire(k.ofWebhook(job.webhookId), this.options.deadLetterRetentionMs);
-    if (status === 'dead') {
+      .pexpire(recordKey, dead ? this.options.deadLetterRetentionMs : this.options.retentionMs)
+      .zadd(k.ofWebhook(job.webhookId), job.acceptedAtMs, job.deliveryId);
+    // Trimming the recent list on about one delivery in 16 (by id) keeps it bounded at a sixteenth of the cost.
+    if (attempt.attempt === 1 && job.deliveryId.endsWith('0')) {
+      multi.zremrangebyrank(k.ofWebhook(job.webhookId), 0, -(this.options.recentPerWebhook + 1)).pexpire(k.ofWebhook(job.webhookId), this.options.deadLetterRetentionMs);
+    }
+    if (dead) {
       multi
         .zadd(k.dead(job.webhookId), attempt.atMs, job.deliveryId)
         .zremrangebyscore(k.dead(job.webhookId), '-inf', attempt.atMs - this.options.deadLetterRetentionMs)
         .pexpire(k.dead(job.webhookId), this.options.deadLetterRetentionMs);
     }
-    if (status === 'delivered') multi.del(k.failingSince(job.webhookId));
-    else multi.set(k.failingSince(job.webhookId), attempt.atMs, 'NX');
-    multi.get(k.failingSince(job.webhookId));
+    if (status === 'delivered') {
+      multi.del(k.failingSince(job.webhookId));
+      await multi.exec();
+      return { failingSinceMs: undefined };
+    }
+    multi.set(k.failingSince(job.webhookId), attempt.atMs, 'NX').get(k.failingSince(job.webhookId));
     const results = await multi.exec();
     const failingSince = results?.at(-1)?.[1];
     return { failingSinceMs: typeof failingSince === 'string' ? Number(failingSince) : undefined };
@@ -168,13 +176,14 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   }
 
   async get(webhookId: string, deliveryId: string): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined> {
-    const [fields, attempts] = await Promise.all([
-      this.redis.hgetall(this.keys.deliveries.record(webhookId, deliveryId)),
-      this.redis.lrange(this.keys.deliveries.attempts(webhookId, deliveryId), 0, -1),
-    ]);
+    const fields = await this.redis.hgetall(this.keys.deliveries.record(webhookId, deliveryId));
     const delivery = toSummary(fields);
     if (!delivery) return undefined;
-    return { delivery, attempts: attempts.map((a) => JSON.parse(a) as AttemptRecord), body: fields.body };
+    const attempts = Object.entries(fields)
+      .filter(([name]) => name.startsWith('attempt:'))
+      .map(([, json]) => JSON.parse(json) as AttemptRecord)
+      .sort((a, b) => a.attempt - b.attempt);
+    return { delivery, attempts, body: fields.body };
   }
 
   async deadLetters(webhookId: string, limit: number): Promise<DeliverySummary[]> {
@@ -197,9 +206,12 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
 
   private async summaries(webhookId: string, ids: string[]): Promise<DeliverySummary[]> {
     if (ids.length === 0) return [];
+    const summaryFields = ['deliveryId', 'eventId', 'eventType', 'webhookId', 'vendorId', 'status', 'attempts', 'lastOutcome', 'lastStatusCode', 'acceptedAtMs', 'updatedAtMs', 'nextAttemptAtMs', 'replayOf'] as const;
     const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hgetall(this.keys.deliveries.record(webhookId, id));
+    for (const id of ids) pipeline.hmget(this.keys.deliveries.record(webhookId, id), ...summaryFields);
     const rows = (await pipeline.exec()) ?? [];
-    return rows.map(([, fields]) => toSummary(fields as Record<string, string>)).filter((s): s is DeliverySummary => s !== undefined);
+    return rows
+      .map(([, values]) => toSummary(Object.fromEntries(summaryFields.flatMap((name, i) => ((values as (string | null)[])[i] == null ? [] : [[name, (values as string[])[i]!]])))))
+      .filter((s): s is DeliverySummary => s !== undefined);
   }
 }

@@ -46,10 +46,8 @@ export function redisKeys(prefix: string) {
     deliveries: {
       /** sorted set: delivery id → accepted time (ms), a webhook's recent deliveries */
       ofWebhook: (webhookId: string) => `${tag(`wh:${webhookId}`)}:deliveries`,
-      /** hash: the delivery record (ids, status, attempt count, last outcome, body) */
+      /** hash: the delivery record (ids, status, last outcome, `attempt:<n>` JSON per attempt; the body once dead) */
       record: (webhookId: string, deliveryId: string) => `${tag(`wh:${webhookId}`)}:delivery:${deliveryId}`,
-      /** list: the delivery's attempt records (JSON), oldest first */
-      attempts: (webhookId: string, deliveryId: string) => `${tag(`wh:${webhookId}`)}:attempts:${deliveryId}`,
       /** sorted set: dead-lettered delivery id → time (ms) */
       dead: (webhookId: string) => `${tag(`wh:${webhookId}`)}:dead`,
       /** string: when (ms) the webhook's current run of failed attempts began; absent after a success */
