@@ -94,7 +94,15 @@ const bytes = (value: number) => `${Math.round(value)} B`;
 
 const LISTING_P99_LIMIT = 'p99 ≤ 25 ms';
 
-const throughputRaw = (f: ThroughputFigures) => ({ deliveries: f.deliveries, seconds: f.seconds, perSecond: f.perSecond, duplicates: f.duplicates });
+const throughputRaw = (f: ThroughputFigures) => ({
+  deliveries: f.deliveries,
+  seconds: f.seconds,
+  perSecond: f.perSecond,
+  duplicates: f.duplicates,
+  processCpuUsPerDelivery: f.processCpuUsPerDelivery,
+  redisCpuUsPerDelivery: f.redisCpuUsPerDelivery,
+});
+const cpuCost = (f: ThroughputFigures) => `${Math.round(f.processCpuUsPerDelivery)} + ${Math.round(f.redisCpuUsPerDelivery)} µs`;
 
 const SCENARIOS: Scenario[] = [
   {
@@ -113,6 +121,7 @@ const SCENARIOS: Scenario[] = [
         figures: `Hookline ${perSecond(hookline.perSecond)}, naive BullMQ ${perSecond(naive.perSecond)}, bare undici ${perSecond(bare.perSecond)}; Hookline ÷ naive ${times(overNaive)}, ÷ bare ${times(overBare)}`,
         checks: [{ target: 'Hookline ÷ naive ≥ 1.00 (aim 1.50)', value: times(overNaive), met: overNaive >= 1 }],
         notes: {
+          'CPU per delivery, process + Redis (Hookline/naive/bare)': `${cpuCost(hookline)} / ${cpuCost(naive)} / ${cpuCost(bare)}`,
           'Hookline RSS max': mb(hookline.rssMaxBytes),
           'RSS median': mb(hookline.rssMedianBytes),
           'RSS before the run': mb(hookline.rssBeforeBytes),
@@ -147,7 +156,7 @@ const SCENARIOS: Scenario[] = [
         size: `${setup.events} events → ${setup.vendors} webhooks, C=${setup.concurrency}, ${setup.config.queuePartitions} partitions, ${setup.payloadBytes} B payload`,
         figures: `Hookline ${perSecond(hookline.perSecond)}`,
         checks: [],
-        notes: { 'RSS max': mb(hookline.rssMaxBytes), 'heap max': mb(hookline.heapUsedMaxBytes) },
+        notes: { 'CPU per delivery, process + Redis': cpuCost(hookline), 'RSS max': mb(hookline.rssMaxBytes), 'heap max': mb(hookline.heapUsedMaxBytes) },
         raw: { hookline },
       };
     },
@@ -199,7 +208,10 @@ const SCENARIOS: Scenario[] = [
         size: `${events} events → ${setup.vendors} webhooks, ${r.batchSize}/request, ${setup.posters} in flight, no worker`,
         figures: `Hookline ${perSecond(r.hooklinePerSecond)} accepted, raw addBulk ${perSecond(r.addBulkPerSecond)}; ratio ${times(share)}`,
         checks: [{ target: '≥ 0.80', value: times(share), met: share >= 0.8 }],
-        notes: {},
+        notes: {
+          'CPU per event, process + Redis (Hookline/addBulk)':
+            `${Math.round(r.hooklineProcessCpuUsPerEvent)} + ${Math.round(r.hooklineRedisCpuUsPerEvent)} µs / ${Math.round(r.addBulkProcessCpuUsPerEvent)} + ${Math.round(r.addBulkRedisCpuUsPerEvent)} µs`,
+        },
         raw: { ratio: share, ...r },
       };
     },
@@ -219,7 +231,7 @@ const SCENARIOS: Scenario[] = [
       const growthLimit = 2 * s.dedupeMarkBytes;
       const heapSlopeLimit = 1024 * 1024;
       return {
-        size: `${pending} pending × ${p.payloadBytes} B; soak ${s.seconds.toFixed(0)} s at ${perSecond(s.perSecond)} to ${webhooks} webhooks after filling their logs`,
+        size: `${pending} pending × ${p.payloadBytes} B; soak ${s.seconds.toFixed(0)} s at ${perSecond(s.perSecond)} to ${webhooks} webhook${webhooks === 1 ? '' : 's'} after filling ${webhooks === 1 ? 'its log' : 'their logs'}`,
         figures:
           `${bytes(p.overheadBytesPerDelivery)}/pending delivery beyond the payload; RSS ${mb(rssAtLoad)} at load; ` +
           `soak: Redis ${mb(s.redisFirstBytes)} → ${mb(s.redisLastBytes)} (${bytes(s.redisGrowthBytesPerDelivery)}/delivery), ` +
@@ -240,7 +252,6 @@ const SCENARIOS: Scenario[] = [
           'Redis max': mb(s.redisMaxBytes),
           'Redis slope': `${mb(s.redisSlopeBytesPerMinute)}/min`,
           'soak RSS max': mb(s.rssMaxBytes),
-          'RSS slope': `${mb(s.rssSlopeBytesPerMinute)}/min`,
         },
         raw: { pending: p, soak: s, rssAtLoadBytes: rssAtLoad },
       };
@@ -323,9 +334,15 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
     | { hookline: ThroughputFigures; naive: ThroughputFigures; bare: ThroughputFigures }
     | undefined;
   if (e2e) {
-    lines.push('', '| Delivery throughput | deliveries/s | deliveries | seconds | redeliveries |', '|---|---:|---:|---:|---:|');
+    lines.push(
+      '',
+      '| Delivery throughput | deliveries/s | deliveries | seconds | redeliveries | CPU µs/delivery, bench process | CPU µs/delivery, Redis |',
+      '|---|---:|---:|---:|---:|---:|---:|',
+    );
     for (const [label, f] of [['Hookline (ingest API → worker → receiver)', e2e.hookline], ['naive BullMQ worker', e2e.naive], ['bare undici loop', e2e.bare]] as const) {
-      lines.push(`| ${label} | ${Math.round(f.perSecond)} | ${f.deliveries} | ${f.seconds.toFixed(2)} | ${f.duplicates} |`);
+      lines.push(
+        `| ${label} | ${Math.round(f.perSecond)} | ${f.deliveries} | ${f.seconds.toFixed(2)} | ${f.duplicates} | ${Math.round(f.processCpuUsPerDelivery)} | ${Math.round(f.redisCpuUsPerDelivery)} |`,
+      );
     }
   }
   lines.push(
@@ -385,6 +402,7 @@ async function main(): Promise<number> {
   }
 
   let receiver: ReceiverProcess | undefined;
+  const infoRedis = connectRedis(redisUrl, { connectionName: 'hookline-bench-info', maxRetriesPerRequest: 3 });
   let setup: DeliveryBenchSetup | undefined;
   let rate: Promise<number> | undefined;
   const url = redisUrl;
@@ -399,6 +417,7 @@ async function main(): Promise<number> {
       const events = smoke ? 500 : positiveInteger(env, 'BENCH_EVENTS', 20_000);
       setup = {
         redisUrl: url,
+        infoRedis,
         receiver,
         config: engineConfig(env),
         events,
@@ -450,6 +469,7 @@ async function main(): Promise<number> {
     }
   } finally {
     await receiver?.close();
+    await infoRedis.quit();
     await stopRedis();
   }
 

@@ -1,0 +1,337 @@
+import type { Config } from '../src/config/env.js';
+import type { FinishedOutcome } from '../src/delivery/processor.js';
+import type { Redis } from '../src/store/redis.js';
+import { bareUndiciLoop, NaiveBaseline, type ThroughputFigures } from './baselines.js';
+import { percentile, sampleProcessMemory, sleep, wallMs } from './measure.js';
+import { BenchEngine, type PostResult } from './engine.js';
+import type { ReceiverProcess, ReceiverRun } from './receiver-client.js';
+import { redisCpuUs } from './redis-info.js';
+import { batchBodies, EventFactory, eventsFor, runParallel, type BenchEvent } from './workload.js';
+
+/** Sizes and shared parts of the delivery scenarios. */
+export interface DeliveryBenchSetup {
+  redisUrl: string;
+  /** A connection for INFO readings. */
+  infoRedis: Redis;
+  receiver: ReceiverProcess;
+  config: Config;
+  /** Events of a throughput run (BENCH_EVENTS). */
+  events: number;
+  /** Deliveries in flight: the worker's, the naive worker's and the bare loop's (BENCH_CONCURRENCY). */
+  concurrency: number;
+  /** Envelope bytes of every event (BENCH_PAYLOAD_BYTES). */
+  payloadBytes: number;
+  vendors: number;
+  /** Events per ingest request, and jobs per naive addBulk. */
+  batchSize: number;
+  /** Concurrent producers (ingest requests, addBulk calls). */
+  posters: number;
+  /** Deliveries before each measured run, so JIT, connections and caches are warm. */
+  warmup: number;
+  /** Upper bound on waiting for a run's deliveries. */
+  timeoutMs: number;
+}
+
+/** Deployments per vendor in throughput runs (the read model gets realistic, bounded writes). */
+const DEPLOYMENTS_PER_VENDOR = 50;
+/** Memory sampling period during measured runs. */
+const RSS_SAMPLE_MS = 200;
+
+export interface HooklineThroughput extends ThroughputFigures {
+  /** RSS of this process with the engine started and warm, just before the measured run. */
+  rssBeforeBytes: number;
+  /** RSS and heap of this process (API + worker + producers) while the run was measured. */
+  rssMaxBytes: number;
+  rssMedianBytes: number;
+  heapUsedMaxBytes: number;
+}
+
+const megabytes = (bytes: number) => bytes / (1024 * 1024);
+
+/** Posts `events` through the engine's API, `posters` requests in flight; answers when the first one went out. */
+async function postAll(engine: BenchEngine, events: readonly BenchEvent[], setup: DeliveryBenchSetup): Promise<number> {
+  const bodies = batchBodies(events, setup.batchSize);
+  const startedAtMs = wallMs();
+  await runParallel(bodies, setup.posters, async ({ body, count }) => {
+    await engine.post(body, count);
+  });
+  return startedAtMs;
+}
+
+/** Starts counting CPU time of this process and of Redis; `stop` answers the microseconds used since. */
+export async function cpuMeter(redis: Redis): Promise<{ stop(): Promise<{ processUs: number; redisUs: number }> }> {
+  const process0 = process.cpuUsage();
+  const redis0 = await redisCpuUs(redis);
+  return {
+    async stop() {
+      const used = process.cpuUsage(process0);
+      return { processUs: used.user + used.system, redisUs: (await redisCpuUs(redis)) - redis0 };
+    },
+  };
+}
+
+function figures(deliveries: number, startedAtMs: number, lastAtMs: number, duplicates: number, cpu: { processUs: number; redisUs: number }): ThroughputFigures {
+  const seconds = (lastAtMs - startedAtMs) / 1000;
+  return {
+    deliveries,
+    seconds,
+    perSecond: deliveries / seconds,
+    duplicates,
+    processCpuUsPerDelivery: cpu.processUs / deliveries,
+    redisCpuUsPerDelivery: cpu.redisUs / deliveries,
+  };
+}
+
+/** A Hookline engine with `urls.length` vendors' webhooks on a fresh prefix and its worker running. */
+async function startEngine(setup: DeliveryBenchSetup, run: ReceiverRun, urls: string[], worker: { deliveryTimeoutMs?: number; onOutcome?: (o: FinishedOutcome) => void } = {}) {
+  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+  try {
+    await engine.registerWebhooks(urls, run.secrets);
+    engine.startWorker({ concurrency: setup.concurrency, ...worker });
+  } catch (error) {
+    await engine.close();
+    throw error;
+  }
+  return engine;
+}
+
+/**
+ * Hookline end to end: `events` events POSTed to the ingest API in batches by a few concurrent
+ * producers, delivered by the in-process worker, counted when the receiver has verified them all.
+ * Rate = events ÷ (first POST → last verified delivery), after a warm-up of its own.
+ */
+export async function hooklineThroughput(setup: DeliveryBenchSetup, events = setup.events): Promise<HooklineThroughput> {
+  const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
+  const engine = await startEngine(setup, run, Array.from({ length: setup.vendors }, (_, i) => run.url(i)));
+  try {
+    const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
+    await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors), setup);
+    await run.waitVerified(setup.warmup, setup.timeoutMs, 'Hookline warm-up');
+
+    const measured = eventsFor(factory, events, setup.vendors, setup.warmup);
+    const rssBeforeBytes = process.memoryUsage().rss;
+    const sampler = sampleProcessMemory(RSS_SAMPLE_MS);
+    const cpu = await cpuMeter(setup.infoRedis);
+    const startedAtMs = await postAll(engine, measured, setup);
+    const stats = await run.waitVerified(setup.warmup + events, setup.timeoutMs, 'Hookline deliveries');
+    const used = await cpu.stop();
+    const memory = sampler.stop();
+    const rss = [...memory.rssBytes].sort((a, b) => a - b);
+    return {
+      ...figures(events, startedAtMs, stats.lastAtMs, stats.duplicates, used),
+      rssBeforeBytes,
+      rssMaxBytes: rss.at(-1) ?? 0,
+      rssMedianBytes: percentile(rss, 0.5),
+      heapUsedMaxBytes: Math.max(...memory.heapUsedBytes),
+    };
+  } finally {
+    await run.forget();
+    await engine.close();
+  }
+}
+
+/** The naive BullMQ baseline: same Redis, receiver, payload size, concurrency, batch size and producers. */
+export async function naiveThroughput(setup: DeliveryBenchSetup): Promise<ThroughputFigures> {
+  const run = await setup.receiver.newRun({ scheme: 'legacy', targets: setup.vendors });
+  const factory = new EventFactory(setup.payloadBytes);
+  const body = factory.envelopeOf(factory.event(0, 0));
+  const naive = new NaiveBaseline(setup.redisUrl, run, { concurrency: setup.concurrency, targets: setup.vendors, body, batchSize: setup.batchSize, adders: setup.posters });
+  try {
+    await naive.add(setup.warmup);
+    await run.waitVerified(setup.warmup, setup.timeoutMs, 'naive warm-up');
+    const cpu = await cpuMeter(setup.infoRedis);
+    const startedAtMs = await naive.add(setup.events);
+    const stats = await run.waitVerified(setup.warmup + setup.events, setup.timeoutMs, 'naive deliveries');
+    return figures(setup.events, startedAtMs, stats.lastAtMs, stats.duplicates, await cpu.stop());
+  } finally {
+    await run.forget();
+    await naive.close();
+  }
+}
+
+/** Warms the receiver process up (JIT, connections) with `count` bare requests, before any measured run. */
+export async function warmReceiver(setup: DeliveryBenchSetup, count: number): Promise<void> {
+  const run = await setup.receiver.newRun({ scheme: 'legacy', targets: setup.vendors });
+  const factory = new EventFactory(setup.payloadBytes);
+  try {
+    await bareUndiciLoop(run, { concurrency: setup.concurrency, targets: setup.vendors, body: factory.envelopeOf(factory.event(0, 0)), count, firstId: 0 });
+    await run.waitVerified(count, setup.timeoutMs, 'receiver warm-up');
+  } finally {
+    await run.forget();
+  }
+}
+
+/** C concurrent undici loops POSTing the same signed body: the ceiling of this receiver and machine. */
+export async function bareThroughput(setup: DeliveryBenchSetup): Promise<ThroughputFigures> {
+  const run = await setup.receiver.newRun({ scheme: 'legacy', targets: setup.vendors });
+  const factory = new EventFactory(setup.payloadBytes);
+  const body = factory.envelopeOf(factory.event(0, 0));
+  const common = { concurrency: setup.concurrency, targets: setup.vendors, body };
+  try {
+    await bareUndiciLoop(run, { ...common, count: setup.warmup, firstId: 0 });
+    await run.waitVerified(setup.warmup, setup.timeoutMs, 'bare warm-up');
+    const cpu = await cpuMeter(setup.infoRedis);
+    const startedAtMs = await bareUndiciLoop(run, { ...common, count: setup.events, firstId: setup.warmup });
+    const stats = await run.waitVerified(setup.warmup + setup.events, setup.timeoutMs, 'bare deliveries');
+    return figures(setup.events, startedAtMs, stats.lastAtMs, stats.duplicates, await cpu.stop());
+  } finally {
+    await run.forget();
+  }
+}
+
+/**
+ * Posts one batch every `tickMs` (of `batches`, in order) at a fixed schedule, at most `inFlightMax`
+ * requests outstanding; a late tick is sent at once. Answers each batch's send and 202 times.
+ */
+export async function pacedPosts(engine: BenchEngine, batches: readonly { body: string; count: number }[], tickMs: number, inFlightMax = 16): Promise<PostResult[]> {
+  const results: PostResult[] = new Array<PostResult>(batches.length);
+  const inFlight = new Set<Promise<void>>();
+  const startMs = wallMs();
+  for (const [k, batch] of batches.entries()) {
+    const dueInMs = startMs + k * tickMs - wallMs();
+    if (dueInMs > 0) await sleep(dueInMs);
+    while (inFlight.size >= inFlightMax) await Promise.race(inFlight);
+    const sending: Promise<void> = engine.post(batch.body, batch.count).then((result) => {
+      results[k] = result;
+      inFlight.delete(sending);
+    });
+    inFlight.add(sending);
+  }
+  await Promise.all(inFlight);
+  return results;
+}
+
+export interface LatencyFigures {
+  /** Offered rate, events/s. */
+  targetPerSecond: number;
+  achievedPerSecond: number;
+  events: number;
+  seconds: number;
+  /** 202 received by the producer → verified at the receiver. */
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  /** POST sent → verified at the receiver (includes ingest). */
+  postedP50Ms: number;
+  postedP99Ms: number;
+}
+
+/** Paced batches of events at `perSecond` for `seconds`: one batch per tick. */
+function pacedBatches(factory: EventFactory, perSecond: number, seconds: number, vendors: number, first: number, tickMs: number) {
+  const perTick = Math.max(1, Math.round((perSecond * tickMs) / 1000));
+  const ticks = Math.max(1, Math.round((seconds * 1000) / tickMs));
+  const events = eventsFor(factory, perTick * ticks, vendors, first);
+  return { events, batches: batchBodies(events, perTick), perTick, ticks };
+}
+
+/** Accepted → received latency at a fixed offered rate (about half of the measured maximum). */
+export async function hooklineLatency(setup: DeliveryBenchSetup, perSecond: number, seconds: number, tickMs = 50): Promise<LatencyFigures> {
+  const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors, recordTimes: true });
+  const engine = await startEngine(setup, run, Array.from({ length: setup.vendors }, (_, i) => run.url(i)));
+  try {
+    const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
+    await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors), setup);
+    await run.waitVerified(setup.warmup, setup.timeoutMs, 'latency warm-up');
+
+    const { events, batches, perTick } = pacedBatches(factory, perSecond, seconds, setup.vendors, setup.warmup, tickMs);
+    const posted = await pacedPosts(engine, batches, tickMs);
+    await run.waitVerified(setup.warmup + events.length, setup.timeoutMs, 'paced deliveries');
+    const { ids, atMs } = await run.times();
+    const receivedAt = new Map(ids.map((id, i) => [id, atMs[i]!]));
+    const fromAccepted: number[] = [];
+    const fromPosted: number[] = [];
+    events.forEach((event, i) => {
+      const post = posted[Math.floor(i / perTick)]!;
+      const received = receivedAt.get(event.event_id);
+      if (received === undefined) throw new Error(`event ${event.event_id} was not received`);
+      fromAccepted.push(received - post.answeredAtMs);
+      fromPosted.push(received - post.sentAtMs);
+    });
+    fromAccepted.sort((a, b) => a - b);
+    fromPosted.sort((a, b) => a - b);
+    const sendSeconds = (posted.at(-1)!.sentAtMs - posted[0]!.sentAtMs) / 1000 + tickMs / 1000;
+    return {
+      targetPerSecond: perSecond,
+      achievedPerSecond: events.length / sendSeconds,
+      events: events.length,
+      seconds: sendSeconds,
+      p50Ms: percentile(fromAccepted, 0.5),
+      p99Ms: percentile(fromAccepted, 0.99),
+      maxMs: fromAccepted.at(-1) ?? 0,
+      postedP50Ms: percentile(fromPosted, 0.5),
+      postedP99Ms: percentile(fromPosted, 0.99),
+    };
+  } finally {
+    await run.forget();
+    await engine.close();
+  }
+}
+
+export interface IsolationFigures {
+  healthy: number;
+  hanging: number;
+  hangingWebhooks: number;
+  seconds: number;
+  healthyPerSecond: number;
+  /** Requests that reached a hanging endpoint (each held a worker slot until the timeout). */
+  hangingAttempts: number;
+  /** Deliveries put back without an attempt, by reason (open circuit, probe in flight, slow endpoint). */
+  deferred: Record<string, number>;
+  timeouts: number;
+  deliveryTimeoutMs: number;
+}
+
+/**
+ * Every fifth vendor's webhook (20 %) points at its own receiver port (its own origin, as a separate
+ * vendor host would be) whose requests are accepted and never answered. Events are spread evenly over
+ * all vendors; the figure is the healthy deliveries' rate, first POST → last healthy delivery verified.
+ */
+export async function hooklineIsolation(setup: DeliveryBenchSetup, deliveryTimeoutMs: number): Promise<IsolationFigures> {
+  const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
+  const isHanging = (vendor: number) => vendor % 5 === 4;
+  const hangingVendors = Array.from({ length: setup.vendors }, (_, i) => i).filter(isHanging);
+  const healthyVendors = Array.from({ length: setup.vendors }, (_, i) => i).filter((i) => !isHanging(i));
+  const ports = await setup.receiver.listen(hangingVendors.length);
+  await run.hangAll();
+  const urls = Array.from({ length: setup.vendors }, (_, i) => (isHanging(i) ? run.hangingUrl(i, ports[hangingVendors.indexOf(i)]!) : run.url(i)));
+  const deferred: Record<string, number> = {};
+  let timeouts = 0;
+  const onOutcome = (outcome: FinishedOutcome) => {
+    if (outcome.kind === 'deferred') deferred[outcome.reason] = (deferred[outcome.reason] ?? 0) + 1;
+    else if (outcome.kind === 'attempted' && outcome.outcome === 'timeout') timeouts += 1;
+  };
+  const engine = await startEngine(setup, run, urls, { deliveryTimeoutMs, onOutcome });
+  try {
+    const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
+    // Warm up on healthy webhooks only, so the measured run starts with no endpoint known to be bad.
+    await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors, 0, (n) => healthyVendors[n % healthyVendors.length]!), setup);
+    await run.waitVerified(setup.warmup, setup.timeoutMs, 'isolation warm-up');
+    for (const key of Object.keys(deferred)) delete deferred[key];
+    timeouts = 0;
+    const before = await run.stats();
+
+    const measured = eventsFor(factory, setup.events, setup.vendors, setup.warmup);
+    const healthy = measured.filter((_, i) => !isHanging((setup.warmup + i) % setup.vendors)).length;
+    const startedAtMs = await postAll(engine, measured, setup);
+    const stats = await run.waitVerified(setup.warmup + healthy, setup.timeoutMs, 'healthy deliveries beside hanging endpoints');
+    const seconds = (stats.lastAtMs - startedAtMs) / 1000;
+    return {
+      healthy,
+      hanging: setup.events - healthy,
+      hangingWebhooks: hangingVendors.length,
+      seconds,
+      healthyPerSecond: healthy / seconds,
+      hangingAttempts: stats.hung - before.hung,
+      deferred: { ...deferred },
+      timeouts,
+      deliveryTimeoutMs,
+    };
+  } finally {
+    // Abort the held requests first, so the worker's in-flight attempts end at once.
+    await run.forget();
+    await engine.close(0);
+  }
+}
+
+export const ratio = (a: number, b: number) => (b > 0 ? a / b : 0);
+export { megabytes };

@@ -1,0 +1,162 @@
+import { randomBytes } from 'node:crypto';
+import os from 'node:os';
+import { pino } from 'pino';
+import { Pool } from 'undici';
+import { buildAdminServer, type AdminServer } from '../src/admin/server.js';
+import { composeStores, composeWorker, type Stores } from '../src/compose.js';
+import { loadConfig, type Config } from '../src/config/env.js';
+import type { FinishedOutcome } from '../src/delivery/processor.js';
+import { createLogger, type Logger } from '../src/logger.js';
+import { createMetrics, type Metrics } from '../src/metrics/metrics.js';
+import { connectRedis, pingRedis, type Redis } from '../src/store/redis.js';
+import { wallMs } from './measure.js';
+import { deleteKeys } from './redis-info.js';
+import { BENCH_EVENT_TYPE, vendorId } from './workload.js';
+
+/** Hookline's configuration as `hookline start` would read it: defaults plus any HOOKLINE_* variable set. */
+export function engineConfig(env: NodeJS.ProcessEnv): Config {
+  return loadConfig(Object.fromEntries(Object.entries(env).filter(([name]) => name.startsWith('HOOKLINE_'))));
+}
+
+let sharedMetrics: Metrics | undefined;
+/** One metrics registry for every engine of the bench process (Node's default metrics are process-wide). */
+function metricsOnce(): Metrics {
+  sharedMetrics ??= createMetrics({ role: 'all' });
+  return sharedMetrics;
+}
+
+/** The production logger (same redaction) writing to the null device, so its cost is paid but not its output. */
+function benchLogger(level: string): Logger {
+  // SonicBoom, what pino.destination(fd) gives the CLI, lacks only the `writable` flag of the type.
+  const destination = pino.destination({ dest: os.devNull, sync: true }) as unknown as NodeJS.WritableStream;
+  return createLogger({ level, format: 'json', fd: 1, destination });
+}
+
+export interface BenchEngineOptions {
+  redisUrl: string;
+  config: Config;
+  /** HOOKLINE_LOG_LEVEL for the engine's logger (default info, as in production). */
+  logLevel?: string;
+  /** Parallel connections of the producer client to the admin API. */
+  apiConnections: number;
+}
+
+export interface WorkerOptions {
+  concurrency: number;
+  deliveryTimeoutMs?: number;
+  onOutcome?: (outcome: FinishedOutcome) => void;
+}
+
+export interface PostResult {
+  accepted: number;
+  /** Wall-clock ms when the request was sent and when its 202 arrived. */
+  sentAtMs: number;
+  answeredAtMs: number;
+}
+
+/**
+ * Hookline as `hookline start` runs it (composeStores + buildAdminServer listening on loopback +
+ * composeWorker, metrics and info logs on), under a fresh key prefix, with an events:write key and an
+ * HTTP client for producers. `close()` stops everything and deletes the prefix's keys.
+ */
+export class BenchEngine {
+  private worker: ReturnType<typeof composeWorker> | undefined;
+  private workerConnection: Redis | undefined;
+
+  private constructor(
+    readonly prefix: string,
+    readonly stores: Stores,
+    readonly redis: Redis,
+    private readonly queueConnection: Redis,
+    private readonly app: AdminServer,
+    private readonly client: Pool,
+    private readonly apiKey: string,
+    private readonly options: BenchEngineOptions,
+    private readonly logger: Logger,
+  ) {}
+
+  static async start(options: BenchEngineOptions): Promise<BenchEngine> {
+    const prefix = `bench${randomBytes(4).toString('hex')}`;
+    const { config } = options;
+    const logger = benchLogger(options.logLevel ?? config.logLevel);
+    const metrics = metricsOnce();
+    const redis = connectRedis(options.redisUrl, { connectionName: `hookline-bench-${prefix}`, maxRetriesPerRequest: 2 });
+    const queueConnection = connectRedis(options.redisUrl, { connectionName: `hookline-bench-${prefix}-queues`, maxRetriesPerRequest: null, autoPipelining: false });
+    const stores = composeStores({
+      observability: { metrics, logger },
+      redis,
+      queueConnection,
+      redisPrefix: prefix,
+      secretKey: randomBytes(32),
+      retryScheduleMs: config.retryScheduleMs,
+      queuePartitions: config.queuePartitions,
+      secretRotationOverlapMs: config.secretRotationOverlapMs,
+    });
+    const isReady = () => pingRedis(redis, 1_000);
+    const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady, metrics }));
+    const origin = await app.listen({ host: '127.0.0.1', port: 0 });
+    const { key } = await stores.apiKeys.create({ name: 'bench producer', roles: ['events:write'] });
+    const client = new Pool(origin, { connections: options.apiConnections, pipelining: 1 });
+    return new BenchEngine(prefix, stores, redis, queueConnection, app, client, key, options, logger);
+  }
+
+  /** Registers vendor i's webhook for the bench event type at `urls[i]` with `secrets[i]`; answers the ids. */
+  async registerWebhooks(urls: readonly string[], secrets: readonly string[]): Promise<string[]> {
+    const ids: string[] = [];
+    for (const [i, callbackUrl] of urls.entries()) {
+      const created = await this.stores.webhooks.create(vendorId(i), { eventType: BENCH_EVENT_TYPE, callbackUrl, secret: secrets[i]! });
+      if (!created.ok) throw new Error(`webhook ${i} already exists`);
+      ids.push(created.webhook.id);
+    }
+    return ids;
+  }
+
+  /** Starts the in-process delivery worker (as `hookline start` does; private targets allowed for loopback). */
+  startWorker(options: WorkerOptions): void {
+    if (this.worker) throw new Error('the worker is already running');
+    const { config } = this.options;
+    this.workerConnection = connectRedis(this.options.redisUrl, { connectionName: `hookline-bench-${this.prefix}-worker`, maxRetriesPerRequest: null, autoPipelining: false });
+    this.worker = composeWorker(this.stores, {
+      workerConnection: this.workerConnection,
+      logger: this.logger,
+      concurrency: options.concurrency,
+      retryScheduleMs: config.retryScheduleMs,
+      deliveryTimeoutMs: options.deliveryTimeoutMs ?? config.deliveryTimeoutMs,
+      allowPrivateTargets: true,
+      sustainedFailureWindowMs: config.sustainedFailureWindowMs,
+      lockDurationMs: config.workerLockDurationMs,
+      metrics: metricsOnce(),
+      ...(options.onOutcome ? { onOutcome: options.onOutcome } : {}),
+    });
+    this.worker.pool.start();
+  }
+
+  /** POSTs one ingest request body (`{events: [...]}`); throws unless every event was accepted. */
+  async post(body: string, expected: number): Promise<PostResult> {
+    const sentAtMs = wallMs();
+    const response = await this.client.request({
+      method: 'POST',
+      path: '/internal/v1/events',
+      headers: { 'content-type': 'application/json', 'x-api-key': this.apiKey },
+      body,
+    });
+    const answeredAtMs = wallMs();
+    const text = await response.body.text();
+    if (response.statusCode !== 202) throw new Error(`ingest answered ${response.statusCode}: ${text.slice(0, 300)}`);
+    const { accepted } = JSON.parse(text) as { accepted: number };
+    if (accepted !== expected) throw new Error(`ingest accepted ${accepted} of ${expected} events: ${text.slice(0, 300)}`);
+    return { accepted, sentAtMs, answeredAtMs };
+  }
+
+  /** Stops the worker (in-flight attempts get `graceMs`), the API and the connections; deletes the prefix's keys. */
+  async close(graceMs = 2_000): Promise<void> {
+    if (this.worker) await this.worker.close(graceMs);
+    await this.workerConnection?.quit().catch(() => undefined);
+    await this.client.close();
+    await this.app.close();
+    this.stores.machines.close();
+    await this.stores.queues.close();
+    await deleteKeys(this.redis, this.stores.keys.all);
+    await Promise.all([this.redis.quit(), this.queueConnection.quit()].map((p) => p.catch(() => undefined)));
+  }
+}

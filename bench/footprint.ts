@@ -1,0 +1,197 @@
+import { collectGarbage, slope, sleep, wallMs } from './measure.js';
+import { pacedPosts, type DeliveryBenchSetup } from './delivery.js';
+import { BenchEngine } from './engine.js';
+import { countKeys, keyBytes, redisMemory, someKey } from './redis-info.js';
+import { batchBodies, EventFactory, eventsFor, runParallel } from './workload.js';
+
+export interface PendingFootprint {
+  pending: number;
+  payloadBytes: number;
+  /** (used_memory after − before) ÷ pending − payload. */
+  overheadBytesPerDelivery: number;
+  /** The same, with Redis's client buffers left out. */
+  overheadBytesPerDeliveryNoClients: number;
+  /** MEMORY USAGE of one queued job's hash, minus the payload. */
+  jobHashOverheadBytes: number;
+  /** MEMORY USAGE of one event's dedupe mark. */
+  dedupeMarkBytes: number;
+  /** Growth of the queues' wait lists and BullMQ event streams, per pending delivery. */
+  waitListBytesPerDelivery: number;
+  eventStreamBytesPerDelivery: number;
+}
+
+/** Lets Redis release idle client buffers before a memory reading. */
+const SETTLE_MS = 1_500;
+
+/**
+ * Redis bytes per pending delivery beyond the payload: no worker runs, `pending` events are ingested
+ * through the API (one webhook each, one deployment per vendor so the read model stays constant), and
+ * INFO used_memory is compared before and after.
+ */
+export async function pendingFootprint(setup: DeliveryBenchSetup, pending: number): Promise<PendingFootprint> {
+  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+  try {
+    const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
+    await engine.registerWebhooks(Array.from({ length: setup.vendors }, (_, i) => run.url(i)), run.secrets);
+    await run.forget();
+    const factory = new EventFactory(setup.payloadBytes, 1);
+    const post = (events: ReturnType<typeof eventsFor>) =>
+      runParallel(batchBodies(events, 1_000), setup.posters, async ({ body, count }) => {
+        await engine.post(body, count);
+      });
+    // The first events create the queues' fixed keys and every vendor's read-model document.
+    await post(eventsFor(factory, Math.max(setup.vendors, 200), setup.vendors));
+    const measured = eventsFor(factory, pending, setup.vendors, 1_000_000);
+    const bodies = batchBodies(measured, 1_000);
+    const { prefix } = engine;
+    const partitions = Array.from({ length: setup.config.queuePartitions }, (_, n) => `{${prefix}:q${n}}:deliveries`);
+    const queueKeyBytes = async (suffix: string) => {
+      let total = 0;
+      for (const queue of partitions) total += await keyBytes(engine.redis, `${queue}:${suffix}`);
+      return total;
+    };
+    await sleep(SETTLE_MS);
+    const before = await redisMemory(engine.redis);
+    const [waitBefore, eventsBefore] = [await queueKeyBytes('wait'), await queueKeyBytes('events')];
+    await runParallel(bodies, setup.posters, async ({ body, count }) => {
+      await engine.post(body, count);
+    });
+    await sleep(SETTLE_MS);
+    const after = await redisMemory(engine.redis);
+    const [waitAfter, eventsAfter] = [await queueKeyBytes('wait'), await queueKeyBytes('events')];
+
+    const jobKey = await someKey(engine.redis, `{${prefix}:q*}:deliveries:????????-????-????-????-????????????`);
+    const markKey = await someKey(engine.redis, `{${prefix}:event:*}`);
+    const perDelivery = (used: number) => used / pending - factory.envelopeBytes;
+    return {
+      pending,
+      payloadBytes: factory.envelopeBytes,
+      overheadBytesPerDelivery: perDelivery(after.usedBytes - before.usedBytes),
+      overheadBytesPerDeliveryNoClients: perDelivery(after.usedBytes - after.clientsBytes - (before.usedBytes - before.clientsBytes)),
+      jobHashOverheadBytes: (await keyBytes(engine.redis, jobKey)) - factory.envelopeBytes,
+      dedupeMarkBytes: await keyBytes(engine.redis, markKey),
+      waitListBytesPerDelivery: (waitAfter - waitBefore) / pending,
+      eventStreamBytesPerDelivery: (eventsAfter - eventsBefore) / pending,
+    };
+  } finally {
+    await engine.close();
+  }
+}
+
+export interface SoakSample {
+  atSeconds: number;
+  redisUsedBytes: number;
+  rssBytes: number;
+  /** Heap in use right after a full garbage collection: what the process retains. */
+  retainedHeapBytes: number;
+  delivered: number;
+}
+
+export interface SoakFigures {
+  seconds: number;
+  webhooks: number;
+  perSecond: number;
+  delivered: number;
+  samples: SoakSample[];
+  redisFirstBytes: number;
+  redisLastBytes: number;
+  redisMaxBytes: number;
+  /** Least-squares slope of used_memory over the soak. */
+  redisSlopeBytesPerMinute: number;
+  /** Redis growth ÷ deliveries made meanwhile: what each delivery leaves behind. */
+  redisGrowthBytesPerDelivery: number;
+  rssFirstBytes: number;
+  rssLastBytes: number;
+  rssMaxBytes: number;
+  rssSlopeBytesPerMinute: number;
+  retainedHeapFirstBytes: number;
+  retainedHeapLastBytes: number;
+  retainedHeapSlopeBytesPerMinute: number;
+  /** Delivery records (hashes) in Redis at the end, and the most the log promises to keep. */
+  deliveryRecords: number;
+  deliveryRecordsCap: number;
+  dedupeMarkBytes: number;
+}
+
+/** Deliveries each webhook's log keeps (DEFAULT_DELIVERY_LOG_OPTIONS.recentPerWebhook). */
+const RECENT_PER_WEBHOOK = 1_000;
+
+/**
+ * A long steady run: first every webhook's delivery log is filled to its cap (so from then on a
+ * bounded log stops growing), then events are posted at `perSecond` for `seconds` while Redis
+ * used_memory, this process's RSS and its heap after a full collection are sampled every `sampleMs`.
+ */
+export async function soak(setup: DeliveryBenchSetup, options: { seconds: number; perSecond: number; webhooks: number; sampleMs: number }): Promise<SoakFigures> {
+  const run = await setup.receiver.newRun({ scheme: 'standard', targets: options.webhooks });
+  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+  try {
+    await engine.registerWebhooks(Array.from({ length: options.webhooks }, (_, i) => run.url(i)), run.secrets);
+    engine.startWorker({ concurrency: setup.concurrency });
+    const factory = new EventFactory(setup.payloadBytes, 50);
+    const prefill = options.webhooks * RECENT_PER_WEBHOOK + setup.warmup;
+    await runParallel(batchBodies(eventsFor(factory, prefill, options.webhooks), setup.batchSize), setup.posters, async ({ body, count }) => {
+      await engine.post(body, count);
+    });
+    await run.waitVerified(prefill, setup.timeoutMs, 'soak prefill');
+
+    const tickMs = 50;
+    const perTick = Math.max(1, Math.round((options.perSecond * tickMs) / 1000));
+    const ticks = Math.max(1, Math.round((options.seconds * 1000) / tickMs));
+    const batches = batchBodies(eventsFor(factory, perTick * ticks, options.webhooks, prefill), perTick);
+    const samples: SoakSample[] = [];
+    const startMs = wallMs();
+    const sample = async () => {
+      const [memory, stats] = await Promise.all([redisMemory(engine.redis), run.stats()]);
+      const rssBytes = process.memoryUsage().rss;
+      collectGarbage();
+      const retainedHeapBytes = process.memoryUsage().heapUsed;
+      samples.push({ atSeconds: (wallMs() - startMs) / 1000, redisUsedBytes: memory.usedBytes, rssBytes, retainedHeapBytes, delivered: stats.verified });
+    };
+    await sample();
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        await sleep(options.sampleMs);
+        if (sampling) await sample();
+      }
+    })();
+    try {
+      await pacedPosts(engine, batches, tickMs);
+      await run.waitVerified(prefill + perTick * ticks, setup.timeoutMs, 'soak deliveries');
+    } finally {
+      sampling = false;
+      await sampler;
+    }
+    await sample();
+
+    const first = samples[0]!;
+    const last = samples.at(-1)!;
+    const perMinute = (pick: (s: SoakSample) => number) => slope(samples.map((s) => ({ x: s.atSeconds / 60, y: pick(s) })));
+    const markKey = await someKey(engine.redis, `{${engine.prefix}:event:*}`);
+    return {
+      seconds: last.atSeconds,
+      webhooks: options.webhooks,
+      perSecond: (last.delivered - first.delivered) / last.atSeconds,
+      delivered: last.delivered - first.delivered,
+      samples,
+      redisFirstBytes: first.redisUsedBytes,
+      redisLastBytes: last.redisUsedBytes,
+      redisMaxBytes: Math.max(...samples.map((s) => s.redisUsedBytes)),
+      redisSlopeBytesPerMinute: perMinute((s) => s.redisUsedBytes),
+      redisGrowthBytesPerDelivery: (last.redisUsedBytes - first.redisUsedBytes) / Math.max(1, last.delivered - first.delivered),
+      rssFirstBytes: first.rssBytes,
+      rssLastBytes: last.rssBytes,
+      rssMaxBytes: Math.max(...samples.map((s) => s.rssBytes)),
+      rssSlopeBytesPerMinute: perMinute((s) => s.rssBytes),
+      retainedHeapFirstBytes: first.retainedHeapBytes,
+      retainedHeapLastBytes: last.retainedHeapBytes,
+      retainedHeapSlopeBytesPerMinute: perMinute((s) => s.retainedHeapBytes),
+      deliveryRecords: await countKeys(engine.redis, `{${engine.prefix}:wh:*}:delivery:*`),
+      deliveryRecordsCap: options.webhooks * RECENT_PER_WEBHOOK,
+      dedupeMarkBytes: await keyBytes(engine.redis, markKey),
+    };
+  } finally {
+    await run.forget();
+    await engine.close();
+  }
+}

@@ -1,0 +1,107 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { Queue } from 'bullmq';
+import { deliveryIdFor, JOBS, type DeliverJob } from '../src/delivery/jobs.js';
+import { connectRedis } from '../src/store/redis.js';
+import { wallMs } from './measure.js';
+import { cpuMeter, type DeliveryBenchSetup } from './delivery.js';
+import { BenchEngine } from './engine.js';
+import { deleteKeys } from './redis-info.js';
+import { BENCH_EVENT_TYPE, batchBodies, EventFactory, eventsFor, runParallel, vendorId } from './workload.js';
+
+export interface IngestFigures {
+  events: number;
+  batchSize: number;
+  /** Events accepted per second through POST /internal/v1/events. */
+  hooklinePerSecond: number;
+  /** Equivalent delivery jobs per second through a plain BullMQ Queue.addBulk. */
+  addBulkPerSecond: number;
+  /** CPU per event of this process (server and client) and of Redis, each side. */
+  hooklineProcessCpuUsPerEvent: number;
+  hooklineRedisCpuUsPerEvent: number;
+  addBulkProcessCpuUsPerEvent: number;
+  addBulkRedisCpuUsPerEvent: number;
+}
+
+const BATCH_SIZE = 1_000;
+
+/**
+ * Ingest alone (no worker): `events` events POSTed in batches of 1000 to webhooks that exist,
+ * against the same number of equivalent delivery jobs (same data, job id and options as Hookline's)
+ * added with addBulk in batches of 1000, with the same number of calls in flight.
+ */
+export async function ingestThroughput(setup: DeliveryBenchSetup, events: number): Promise<IngestFigures> {
+  const factory = new EventFactory(setup.payloadBytes, 50);
+  const hookline = await (async () => {
+    const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+    try {
+      const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
+      await engine.registerWebhooks(Array.from({ length: setup.vendors }, (_, i) => run.url(i)), run.secrets);
+      await run.forget();
+      const post = async ({ body, count }: { body: string; count: number }) => {
+        await engine.post(body, count);
+      };
+      await runParallel(batchBodies(eventsFor(factory, 2 * BATCH_SIZE, setup.vendors), BATCH_SIZE), setup.posters, post);
+      const bodies = batchBodies(eventsFor(factory, events, setup.vendors, 2 * BATCH_SIZE), BATCH_SIZE);
+      const cpu = await cpuMeter(setup.infoRedis);
+      const startMs = wallMs();
+      await runParallel(bodies, setup.posters, post);
+      const perSecond = events / ((wallMs() - startMs) / 1000);
+      return { perSecond, ...(await cpu.stop()) };
+    } finally {
+      await engine.close();
+    }
+  })();
+
+  const addBulk = await (async () => {
+    const prefix = `bench-raw-${randomBytes(4).toString('hex')}`;
+    const connection = connectRedis(setup.redisUrl, { connectionName: prefix, maxRetriesPerRequest: null, autoPipelining: false });
+    const queue = new Queue('deliveries', { connection, prefix });
+    const webhookIds = Array.from({ length: setup.vendors }, () => randomUUID());
+    const jobs = (count: number, first: number) =>
+      eventsFor(factory, count, setup.vendors, first).map((event, i) => {
+        const webhookId = webhookIds[(first + i) % setup.vendors]!;
+        const data: DeliverJob = {
+          deliveryId: deliveryIdFor(event.event_id, webhookId),
+          eventId: event.event_id,
+          eventType: BENCH_EVENT_TYPE,
+          vendorId: vendorId((first + i) % setup.vendors),
+          webhookId,
+          body: factory.envelopeOf(event),
+          acceptedAtMs: Date.now(),
+        };
+        return {
+          name: JOBS.deliver.name,
+          data,
+          opts: { jobId: data.deliveryId, attempts: 20, backoff: { type: 'hookline' }, delay: 0, removeOnComplete: true, removeOnFail: { age: 7 * 24 * 3_600 } },
+        };
+      });
+    const batches = (list: ReturnType<typeof jobs>) => Array.from({ length: Math.ceil(list.length / BATCH_SIZE) }, (_, b) => list.slice(b * BATCH_SIZE, (b + 1) * BATCH_SIZE));
+    const add = async (batch: ReturnType<typeof jobs>) => {
+      await queue.addBulk(batch);
+    };
+    try {
+      await runParallel(batches(jobs(BATCH_SIZE, 0)), setup.posters, add);
+      const measured = batches(jobs(events, BATCH_SIZE));
+      const cpu = await cpuMeter(setup.infoRedis);
+      const startMs = wallMs();
+      await runParallel(measured, setup.posters, add);
+      const perSecond = events / ((wallMs() - startMs) / 1000);
+      return { perSecond, ...(await cpu.stop()) };
+    } finally {
+      await queue.close();
+      await deleteKeys(connection, `${prefix}:*`);
+      await connection.quit();
+    }
+  })();
+
+  return {
+    events,
+    batchSize: BATCH_SIZE,
+    hooklinePerSecond: hookline.perSecond,
+    addBulkPerSecond: addBulk.perSecond,
+    hooklineProcessCpuUsPerEvent: hookline.processUs / events,
+    hooklineRedisCpuUsPerEvent: hookline.redisUs / events,
+    addBulkProcessCpuUsPerEvent: addBulk.processUs / events,
+    addBulkRedisCpuUsPerEvent: addBulk.redisUs / events,
+  };
+}

@@ -1,0 +1,49 @@
+/** The IPC messages between the bench and its receiver process (bench/receiver.ts). */
+
+/** How the receiver checks the requests of one run. */
+export interface RunConfig {
+  /** The first path segment of every URL of the run: `/<runId>/<index>` or `/<runId>/hang/<index>`. */
+  runId: string;
+  /** `standard`: Standard Webhooks headers (Hookline); `legacy`: `x-webhook-signature: sha256=<hex>` (baselines). */
+  scheme: 'standard' | 'legacy';
+  /** The secret of the target at path index i. */
+  secrets: string[];
+  /** Keep each id's receive time (for latency); off for throughput runs. */
+  recordTimes: boolean;
+}
+
+export interface RunStats {
+  /** Distinct delivery ids whose signature verified. */
+  verified: number;
+  /** Requests whose signature did not verify (or that named no known target). */
+  failed: number;
+  /** Verified requests for an id already verified (at-least-once redeliveries). */
+  duplicates: number;
+  /** Requests held without an answer on a hanging path. */
+  hung: number;
+  /** Wall-clock ms of the first and the latest verified request (0 before any). */
+  firstAtMs: number;
+  lastAtMs: number;
+  /** Body bytes of verified requests. */
+  bytes: number;
+}
+
+export type ReceiverRequest =
+  | { type: 'run'; run: RunConfig }
+  /** Answer nothing, ever, to requests whose path starts with one of these. */
+  | { type: 'hang'; prefixes: string[] }
+  /** Open `count` more listeners (each a separate origin for the engine's breakers); answers their ports. */
+  | { type: 'listen'; count: number }
+  | { type: 'stats'; runId: string }
+  /** The receive times of a run with recordTimes: parallel arrays of ids and wall-clock ms. */
+  | { type: 'times'; runId: string }
+  /** Drops a run's state and aborts its hanging requests. */
+  | { type: 'forget'; runId: string }
+  | { type: 'close' };
+
+export type ReceiverReply =
+  | { type: 'ready'; port: number }
+  | { type: 'reply'; id: number; ok: true; result: unknown }
+  | { type: 'reply'; id: number; ok: false; error: string };
+
+export type ReceiverEnvelope = ReceiverRequest & { id: number };

@@ -1,0 +1,57 @@
+import type { Redis } from '../src/store/redis.js';
+
+/** `INFO memory` figures in bytes: used_memory and the client buffers inside it. */
+export async function redisMemory(redis: Redis): Promise<{ usedBytes: number; clientsBytes: number }> {
+  const info = await redis.info('memory');
+  const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)?.[1] ?? 'NaN');
+  return { usedBytes: field('used_memory'), clientsBytes: field('mem_clients_normal') };
+}
+
+/** CPU time Redis has used so far (user + system, all threads), in microseconds. */
+export async function redisCpuUs(redis: Redis): Promise<number> {
+  const info = await redis.info('cpu');
+  const field = (name: string) => Number(new RegExp(`^${name}:([\\d.]+)`, 'm').exec(info)?.[1] ?? 'NaN');
+  return Math.round((field('used_cpu_user') + field('used_cpu_sys')) * 1e6);
+}
+
+/** Deletes every key matching `pattern` (SCAN, never KEYS); answers how many. */
+export async function deleteKeys(redis: Redis, pattern: string): Promise<number> {
+  let cursor = '0';
+  let deleted = 0;
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    if (keys.length > 0) deleted += await redis.unlink(...keys);
+    cursor = next;
+  } while (cursor !== '0');
+  return deleted;
+}
+
+/** Counts the keys matching `pattern` (SCAN). */
+export async function countKeys(redis: Redis, pattern: string): Promise<number> {
+  let cursor = '0';
+  let count = 0;
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    count += keys.length;
+    cursor = next;
+  } while (cursor !== '0');
+  return count;
+}
+
+/** One key matching `pattern`, if any (SCAN). */
+export async function someKey(redis: Redis, pattern: string): Promise<string | undefined> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    if (keys[0] !== undefined) return keys[0];
+    cursor = next;
+  } while (cursor !== '0');
+  return undefined;
+}
+
+/** `MEMORY USAGE key SAMPLES 0` (exact), or 0 when the key is gone. */
+export async function keyBytes(redis: Redis, key: string | undefined): Promise<number> {
+  if (key === undefined) return 0;
+  const bytes = (await redis.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')) as number | null;
+  return bytes ?? 0;
+}
