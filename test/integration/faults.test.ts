@@ -25,7 +25,7 @@ interface Harness {
   eventsKey: string;
 }
 
-async function harness(appendFsync: 'always' | 'everysec'): Promise<Harness> {
+async function harness(appendFsync: 'always' | 'everysec', options: { redisFirst: boolean } = { redisFirst: true }): Promise<Harness> {
   const binary = await ensureRedisServerBinary(() => undefined);
   const dir = mkdtempSync(path.join(tmpdir(), 'hookline-faults-'));
   const redisPort = await freeLoopbackPort();
@@ -54,6 +54,16 @@ async function harness(appendFsync: 'always' | 'everysec'): Promise<Harness> {
     HOOKLINE_RATE_LIMIT_PER_SECOND: '0',
     HOOKLINE_LOG_FORMAT: 'json',
   };
+  let engine: Awaited<ReturnType<typeof startCli>> | undefined;
+  const base = `http://127.0.0.1:${apiPort}`;
+  if (!options.redisFirst) {
+    // Redis unreachable at start: the engine starts anyway, says so, and is not ready.
+    engine = await startCli(['start'], env, /delivery worker running/);
+    const notReady = await fetch(`${base}/readyz`);
+    expect(notReady.status).toBe(503);
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    expect(engine.output()).toContain('Redis connection lost; retrying in the background');
+  }
   await h.startRedis();
   // Keys and the webhook go straight into Redis (the operator's CLI does the same).
   const admin = connectRedis(`redis://127.0.0.1:${redisPort}`, { connectionName: 'faults-setup', maxRetriesPerRequest: 3 });
@@ -61,8 +71,8 @@ async function harness(appendFsync: 'always' | 'everysec'): Promise<Harness> {
   const eventsKey = (await apiKeys.create({ name: 'producer', roles: ['events:write'] })).key;
   const vendorKey = (await apiKeys.create({ name: 'vendor', roles: ['vendor'], vendorId: 'v' })).key;
   await admin.quit();
-  const engine = await startCli(['start'], env, /delivery worker running/);
-  const base = `http://127.0.0.1:${apiPort}`;
+  engine ??= await startCli(['start'], env, /delivery worker running/);
+  await waitFor(async () => (await fetch(`${base}/readyz`)).status === 200, 20_000, 'ready');
   const registered = await fetch(`${base}/vendors/v1/webhooks`, {
     method: 'POST',
     headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' },
@@ -149,4 +159,13 @@ describe('fault injection (real processes, loopback only)', () => {
     await waitFor(() => h!.receiver.requests.some((r) => r.headers['webhook-id'] === ids[0]), 20_000, 'delivery after recovery');
     expect(h.engine.output()).toContain('Redis connection restored');
   }, 120_000);
+
+  it('Redis unreachable at start: the engine starts not ready, then serves and delivers once Redis answers, without a restart', async () => {
+    h = await harness('everysec', { redisFirst: false });
+    const ids = await post(h, [event(), event()]);
+    expect(ids).toHaveLength(2);
+    await waitFor(() => ids.every((id) => h!.receiver.requests.some((r) => r.headers['webhook-id'] === id)), 20_000, 'deliveries');
+    expect(h.engine.output()).toContain('Redis connection restored');
+  }, 120_000);
 });
+
