@@ -46,8 +46,6 @@ export interface HooklineThroughput extends ThroughputFigures {
   heapUsedMaxBytes: number;
 }
 
-const megabytes = (bytes: number) => bytes / (1024 * 1024);
-
 /** Posts `events` through the engine's API, `posters` requests in flight; answers when the first one went out. */
 async function postAll(engine: BenchEngine, events: readonly BenchEvent[], setup: DeliveryBenchSetup): Promise<number> {
   const bodies = batchBodies(events, setup.batchSize);
@@ -332,6 +330,3 @@ export async function hooklineIsolation(setup: DeliveryBenchSetup, deliveryTimeo
     await engine.close(0);
   }
 }
-
-export const ratio = (a: number, b: number) => (b > 0 ? a / b : 0);
-export { megabytes };

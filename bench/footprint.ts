@@ -80,6 +80,7 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
 
 export interface SoakSample {
   atSeconds: number;
+  /** INFO used_memory without the client buffers (which swing with each burst of commands). */
   redisUsedBytes: number;
   rssBytes: number;
   /** Heap in use right after a full garbage collection: what the process retains. */
@@ -139,13 +140,14 @@ export async function soak(setup: DeliveryBenchSetup, options: { seconds: number
     const ticks = Math.max(1, Math.round((options.seconds * 1000) / tickMs));
     const batches = batchBodies(eventsFor(factory, perTick * ticks, options.webhooks, prefill), perTick);
     const samples: SoakSample[] = [];
+    await sleep(SETTLE_MS);
     const startMs = wallMs();
     const sample = async () => {
       const [memory, stats] = await Promise.all([redisMemory(engine.redis), run.stats()]);
       const rssBytes = process.memoryUsage().rss;
       collectGarbage();
       const retainedHeapBytes = process.memoryUsage().heapUsed;
-      samples.push({ atSeconds: (wallMs() - startMs) / 1000, redisUsedBytes: memory.usedBytes, rssBytes, retainedHeapBytes, delivered: stats.verified });
+      samples.push({ atSeconds: (wallMs() - startMs) / 1000, redisUsedBytes: memory.usedBytes - memory.clientsBytes, rssBytes, retainedHeapBytes, delivered: stats.verified });
     };
     await sample();
     let sampling = true;
@@ -162,6 +164,7 @@ export async function soak(setup: DeliveryBenchSetup, options: { seconds: number
       sampling = false;
       await sampler;
     }
+    await sleep(SETTLE_MS);
     await sample();
 
     const first = samples[0]!;

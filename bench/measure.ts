@@ -10,6 +10,11 @@ export function wallMs(): number {
   return performance.timeOrigin + performance.now();
 }
 
+export const megabytes = (bytes: number) => bytes / (1024 * 1024);
+
+/** a ÷ b, or 0 when b is 0. */
+export const ratio = (a: number, b: number) => (b > 0 ? a / b : 0);
+
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** The value at `share` (0-1) of an ascending list, nearest rank; 0 for an empty list. */

@@ -146,16 +146,22 @@ export class ReceiverRun {
 
   /** Waits until `count` distinct deliveries have verified; throws on a failed signature or after `timeoutMs`. */
   async waitVerified(count: number, timeoutMs: number, what: string): Promise<RunStats> {
-    return waitUntil(
-      async () => {
-        const stats = await this.stats();
-        if (stats.failed > 0) throw new Error(`${what}: ${stats.failed} requests failed signature verification`);
-        return stats.verified >= count ? stats : undefined;
-      },
-      timeoutMs,
-      `${what} (${count} verified deliveries)`,
-      25,
-    );
+    let last: RunStats | undefined;
+    try {
+      return await waitUntil(
+        async () => {
+          last = await this.stats();
+          if (last.failed > 0) throw new Error(`${what}: ${last.failed} requests failed signature verification`);
+          return last.verified >= count ? last : undefined;
+        },
+        timeoutMs,
+        `${what} (${count} verified deliveries)`,
+        25,
+      );
+    } catch (error) {
+      if (last && last.failed === 0) throw new Error(`${(error as Error).message}; ${last.verified} verified so far`);
+      throw error;
+    }
   }
 
   forget(): Promise<void> {

@@ -23,9 +23,7 @@ import {
   hooklineIsolation,
   hooklineLatency,
   hooklineThroughput,
-  megabytes,
   naiveThroughput,
-  ratio,
   warmReceiver,
   type DeliveryBenchSetup,
   type HooklineThroughput,
@@ -34,6 +32,7 @@ import { engineConfig } from './engine.js';
 import { pendingFootprint, soak } from './footprint.js';
 import { ingestThroughput } from './ingest.js';
 import { benchMachineListing } from './machines.js';
+import { megabytes, ratio } from './measure.js';
 import { ReceiverProcess } from './receiver-client.js';
 
 interface BenchContext {
@@ -94,14 +93,6 @@ const bytes = (value: number) => `${Math.round(value)} B`;
 
 const LISTING_P99_LIMIT = 'p99 ≤ 25 ms';
 
-const throughputRaw = (f: ThroughputFigures) => ({
-  deliveries: f.deliveries,
-  seconds: f.seconds,
-  perSecond: f.perSecond,
-  duplicates: f.duplicates,
-  processCpuUsPerDelivery: f.processCpuUsPerDelivery,
-  redisCpuUsPerDelivery: f.redisCpuUsPerDelivery,
-});
 const cpuCost = (f: ThroughputFigures) => `${Math.round(f.processCpuUsPerDelivery)} + ${Math.round(f.redisCpuUsPerDelivery)} µs`;
 
 const SCENARIOS: Scenario[] = [
@@ -136,8 +127,8 @@ const SCENARIOS: Scenario[] = [
           payloadBytes: setup.payloadBytes,
           warmup: setup.warmup,
           hookline,
-          naive: throughputRaw(naive),
-          bare: throughputRaw(bare),
+          naive,
+          bare,
           hooklineOverNaive: overNaive,
           hooklineOverBare: overBare,
         },
