@@ -21,8 +21,9 @@ export class DeadLetterReplayer {
   /** Queues a fresh delivery of a dead letter (a new delivery id; `replayOf` names the old one). */
   async replayOne(webhookId: string, deliveryId: string): Promise<ReplayOneResult> {
     const found = await this.deps.history.get(webhookId, deliveryId);
-    if (!found || found.body === undefined) return { ok: false, reason: 'not_found' };
-    if (found.delivery.status !== 'dead') return { ok: false, reason: 'not_dead' };
+    if (!found) return { ok: false, reason: 'not_found' };
+    // Only dead letters keep their body, so the status decides first.
+    if (found.delivery.status !== 'dead' || found.body === undefined) return { ok: false, reason: 'not_dead' };
     // Taking it out of the dead-letter set first makes two racing replays queue it once.
     if (!(await this.deps.history.markReplayed(webhookId, deliveryId, this.deps.nowMs()))) return { ok: false, reason: 'not_dead' };
     const job: DeliverJob = {

@@ -131,6 +131,10 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
       return list[0]?.status === 'delivered' && list;
     });
     expect(delivery).toMatchObject({ status: 'delivered', attempts: 2, last_outcome: 'delivered' });
+    // A delivered delivery is not a dead letter: replaying it is a conflict, not "not found".
+    const replay = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/dead-letters/${delivery!.delivery_id}/replay`, headers: { 'x-api-key': key } });
+    expect(replay.statusCode).toBe(409);
+    expect(replay.json<{ code: string }>().code).toBe('not_dead_letter');
     const detail = await attemptsOf(id, delivery!.delivery_id);
     expect(detail.attempts.map((a) => [a.attempt, a.outcome, a.status_code])).toEqual([
       [1, 'http_5xx', 500],
