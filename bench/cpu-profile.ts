@@ -40,6 +40,25 @@ function areaOf(url: string, functionName: string): string {
   return path.basename(url);
 }
 
+/**
+ * Stages of Hookline's work, tried in order against every frame of a sample's stack: the first that
+ * matches any frame takes the sample (so BullMQ time under the processor counts as the processor's).
+ */
+const STAGES: [stage: string, test: (frame: CallFrame) => boolean][] = [
+  ['processor: HTTP send', (f) => f.url.includes('/src/delivery/http-sender')],
+  ['processor: record attempt', (f) => f.functionName === 'recordAttempt'],
+  ['processor: sign', (f) => f.functionName === 'buildRequest'],
+  ['processor: log line', (f) => f.url.includes('node_modules/pino')],
+  ['processor: rest', (f) => f.url.includes('/src/delivery/processor')],
+  ['ingest: HTTP route, validate, project, match, addBulk', (f) => /\/src\/(ingest|admin)\/|node_modules\/(fastify|secure-json-parse)\//.test(f.url)],
+  ['bench harness', (f) => f.url.includes('/bench/')],
+  ['module loading', (f) => /node_modules\/tsx\/|modules\/cjs\/loader|modules\/esm\//.test(f.url)],
+  ['BullMQ job lifecycle (fetch, complete, locks)', (f) => f.url.includes('node_modules/bullmq/')],
+  ['undici outside the processor (socket reads, responses)', (f) => f.url.includes('undici')],
+  ['ioredis outside the above (replies, writes)', (f) => /node_modules\/(ioredis|redis-parser)\//.test(f.url)],
+  ['garbage collector', (f) => f.functionName === '(garbage collector)'],
+];
+
 function label(frame: CallFrame): string {
   const name = frame.functionName || '(anonymous)';
   if (frame.url === '') return name;
@@ -65,6 +84,7 @@ function main(): void {
   const self = new Map<string, number>();
   const areas = new Map<string, number>();
   const inclusive = new Map<string, number>();
+  const stages = new Map<string, number>();
   let totalUs = 0;
   let idleUs = 0;
   profile.samples.forEach((id, i) => {
@@ -81,10 +101,15 @@ function main(): void {
     self.set(label(node.callFrame), (self.get(label(node.callFrame)) ?? 0) + deltaUs);
     const area = areaOf(node.callFrame.url, node.callFrame.functionName);
     areas.set(area, (areas.get(area) ?? 0) + deltaUs);
+    const stack: CallFrame[] = [];
+    for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) stack.push(byId.get(at)!.callFrame);
+    if (node.callFrame.functionName !== '(idle)') {
+      const stage = STAGES.find(([, test]) => stack.some(test))?.[0] ?? 'other';
+      stages.set(stage, (stages.get(stage) ?? 0) + deltaUs);
+    }
     // Inclusive: each distinct Hookline function on the stack once.
     const seen = new Set<string>();
-    for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) {
-      const frame = byId.get(at)!.callFrame;
+    for (const frame of stack) {
       if (!/\/src\//.test(frame.url)) continue;
       const key = label(frame);
       if (seen.has(key)) continue;
@@ -108,6 +133,7 @@ function main(): void {
   print('Self time by function', self, top);
   print('Self time by package or file', areas, top);
   print('Inclusive time of Hookline functions (src/)', inclusive, top);
+  print('Time by stage', stages, STAGES.length + 1);
 }
 
 main();
