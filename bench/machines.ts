@@ -279,6 +279,6 @@ export async function benchMachineListing(opts: MachineListingBenchOptions): Pro
     reader.close();
     await deleteKeys(writerRedis, keys.all);
     await stores.queues.close();
-    await Promise.all([writerRedis.quit(), readerRedis.quit(), queueConnection.quit()]);
+    await Promise.all([writerRedis.quit(), readerRedis.quit(), queueConnection.quit()].map((p) => p.catch(() => undefined)));
   }
 }

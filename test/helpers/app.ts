@@ -64,7 +64,8 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     async close() {
       await app.close();
       await stores.queues.close();
-      await queueConnection.quit();
+      // BullMQ may already have closed it while closing the queues.
+      await queueConnection.quit().catch(() => undefined);
       await t.cleanup();
     },
   });

@@ -162,7 +162,8 @@ export async function ingestApp(fixture: IngestFixture, ingestor: Pick<Ingestor,
     async close() {
       await app.close();
       await stores.queues.close();
-      await queueConnection.quit();
+      // BullMQ may already have closed it while closing the queues.
+      await queueConnection.quit().catch(() => undefined);
     },
   };
 }

@@ -11,8 +11,9 @@ export default class SummaryReporter implements Reporter {
         else if (state === 'failed') counts.failed += 1;
         else counts.skipped += 1;
       }
-      // A file that failed to load has no tests but is still a failure.
-      if (testModule.state() === 'failed' && testModule.children.size === 0) counts.failed += 1;
+      // A file that failed to load, or whose hooks failed while every test passed, is still a failure.
+      const failedTests = [...testModule.children.allTests()].filter((test) => test.result().state === 'failed').length;
+      if (testModule.state() === 'failed' && failedTests === 0) counts.failed += 1;
     }
     process.stdout.write(`\nTests: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped\n`);
   }
