@@ -1,9 +1,10 @@
 import type { AdminDeps } from './admin/server.js';
 import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions } from './delivery/breaker.js';
 import { HttpSender } from './delivery/http-sender.js';
-import { createDeliveryProcessor, type FinishedOutcome } from './delivery/processor.js';
+import { createBatchProcessor, createDeliveryProcessor, type DeliveryProcessorDeps, type FinishedOutcome } from './delivery/processor.js';
 import { DeliveryQueues } from './delivery/queue.js';
 import { DeadLetterReplayer } from './delivery/replay.js';
+import { SendSlots } from './delivery/send-slots.js';
 import { TestEventSender } from './delivery/test-event.js';
 import { CachedWebhookSource } from './delivery/webhook-cache.js';
 import { DeliveryWorkerPool } from './delivery/worker.js';
@@ -128,8 +129,8 @@ export interface WorkerSettings {
   nowMs?: () => number;
 }
 
-/** The delivery worker of one process over the shared stores. */
-export function composeWorker(stores: Stores, settings: WorkerSettings) {
+/** What the delivery processors of one process run on: sender, breakers, send slots and stores. */
+export function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'workerConnection' | 'lockDurationMs'>) {
   const nowMs = settings.nowMs ?? Date.now;
   const sender = new HttpSender({
     allowPrivateTargets: settings.allowPrivateTargets,
@@ -139,29 +140,42 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     userAgent: `Hookline/${VERSION}`,
     connections: Math.max(10, settings.concurrency),
   });
-  const breakers = new EndpointBreakers({ ...DEFAULT_BREAKER_OPTIONS, ...settings.breaker }, settings.metrics ? breakerObserver(settings.metrics) : undefined);
+  const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, ...settings.breaker };
+  const breakers = new EndpointBreakers(breakerOptions, settings.metrics ? breakerObserver(settings.metrics) : undefined);
+  // Endpoints that never answered or were slow lately may hold at most a fifth of the slots.
+  const slots = new SendSlots(settings.concurrency, Math.max(1, Math.floor(settings.concurrency / 5)));
   const observers = [settings.metrics ? deliveryObserver(settings.metrics) : undefined, settings.onOutcome].filter((o) => o !== undefined);
-  const processor = createDeliveryProcessor({
+  const deps: DeliveryProcessorDeps = {
     webhooks: new CachedWebhookSource(stores.webhooks, settings.webhookCacheTtlMs ?? 2_000, nowMs),
     sender,
     recorder: stores.deliveryLog,
+    singles: stores.queues,
     breakers,
+    slots,
     logger: settings.logger,
     retryScheduleMs: settings.retryScheduleMs,
     deliveryTimeoutMs: settings.deliveryTimeoutMs,
     sustainedFailureMs: settings.sustainedFailureWindowMs,
+    batchHoldMs: breakerOptions.slowAfterMs,
     nowMs,
     random: Math.random,
     onOutcome: (outcome) => {
       for (const observe of observers) observe(outcome);
     },
-  });
+  };
+  return { deps, sender, breakers, slots };
+}
+
+/** The delivery worker of one process over the shared stores. */
+export function composeWorker(stores: Stores, settings: WorkerSettings) {
+  const { deps, sender, breakers, slots } = composeDeliveryDeps(stores, settings);
   const pool = new DeliveryWorkerPool({
     connection: settings.workerConnection,
     keys: stores.keys,
     partitions: stores.queues.partitions.length,
     concurrency: settings.concurrency,
-    processor,
+    batchProcessor: createBatchProcessor(deps),
+    singleProcessor: createDeliveryProcessor(deps),
     replayer: stores.replayer,
     logger: settings.logger,
     lockDurationMs: settings.lockDurationMs ?? 30_000,
@@ -169,8 +183,16 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
   return {
     pool,
     breakers,
+    slots,
     async close(graceMs: number) {
-      const result = await pool.close(graceMs);
+      const startedMs = Date.now();
+      let result = await pool.close(graceMs);
+      // Attempts a batch handed off go on after their job completed; their outcome is recorded too.
+      let timer: NodeJS.Timeout | undefined;
+      const left = Math.max(0, graceMs - (Date.now() - startedMs));
+      const idle = await Promise.race([slots.idle().then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), left)))]);
+      clearTimeout(timer);
+      if (!idle) result = 'forced';
       await sender.close();
       return result;
     },

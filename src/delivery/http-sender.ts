@@ -1,7 +1,7 @@
 import dns from 'node:dns';
 import type { LookupAddress, LookupOptions } from 'node:dns';
 import type { LookupFunction } from 'node:net';
-import { Agent, request as undiciRequest } from 'undici';
+import { Agent, type Dispatcher } from 'undici';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
 
 /** Why an attempt got no HTTP response. */
@@ -40,10 +40,16 @@ export class SsrfBlockedError extends Error {
   readonly code = 'ERR_HOOKLINE_SSRF_BLOCKED';
 }
 
-/** The attempt's own deadline, the reason its AbortSignal carries. */
+/** The attempt's own deadline, the reason its dispatch is aborted with. */
 class AttemptTimeoutError extends Error {
   override name = 'AttemptTimeoutError';
   readonly code = 'ERR_HOOKLINE_ATTEMPT_TIMEOUT';
+}
+
+/** Why a response read stops once `maxResponseBytes` have arrived; it never reaches a result. */
+class ResponseCapReachedError extends Error {
+  override name = 'ResponseCapReachedError';
+  readonly code = 'ERR_HOOKLINE_RESPONSE_CAP_REACHED';
 }
 
 const MESSAGE_MAX_CHARS = 500;
@@ -71,87 +77,170 @@ export class HttpSender {
   /** One delivery attempt: a response of any status, or the class of error that prevented one. */
   async send(request: SendRequest): Promise<SendResult> {
     const started = performance.now();
-    const durationMs = () => Math.round(performance.now() - started);
-    const failure = (errorClass: AttemptErrorClass, message: string): SendResult => ({
-      kind: 'error',
-      errorClass,
-      message: redact(message, request.headers),
-      durationMs: durationMs(),
-    });
 
     // 1. Refuse what must never reach the network: unparsable URLs and blocked IP literals.
     let url: URL;
     try {
       url = new URL(request.url);
     } catch {
-      return failure('network', 'the callback URL is not a valid absolute URL');
+      return failure(request, started, 'network', 'the callback URL is not a valid absolute URL');
     }
     if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-      return failure('network', `the callback URL scheme ${url.protocol} is not http or https`);
+      return failure(request, started, 'network', `the callback URL scheme ${url.protocol} is not http or https`);
     }
     if (!this.#options.allowPrivateTargets) {
       const literal = parseIpLiteralHost(url.hostname);
       const reason = literal === undefined ? undefined : blockedAddressReason(literal);
-      if (reason !== undefined) return failure('ssrf_blocked', `${url.hostname} is a blocked address (${reason})`);
+      if (reason !== undefined) return failure(request, started, 'ssrf_blocked', `${url.hostname} is a blocked address (${reason})`);
     }
 
-    // 2. One deadline covers the whole attempt; undici's own timeouts back it up.
-    const controller = new AbortController();
-    const deadline = setTimeout(
-      () => controller.abort(new AttemptTimeoutError(`no response within ${request.timeoutMs} ms`)),
-      request.timeoutMs,
-    );
-    try {
-      // 3. Send. A 3xx comes back as a response like any other: no redirect is followed.
-      let response: Awaited<ReturnType<typeof undiciRequest>>;
+    // 2. Send on the dispatcher's handler API: no Readable, no AbortSignal, one timer per attempt.
+    //    A 3xx comes back as a response like any other: no redirect is followed.
+    return new Promise<SendResult>((resolve) => {
+      const attempt = new Attempt(this.#options, request, started, resolve);
       try {
-        response = await undiciRequest(url, {
-          dispatcher: this.#agent,
-          method: 'POST',
-          headers: { ...request.headers, 'content-type': 'application/json', 'user-agent': this.#options.userAgent },
-          body: request.body,
-          signal: controller.signal,
-          headersTimeout: request.timeoutMs,
-          bodyTimeout: request.timeoutMs,
-        });
+        this.#agent.dispatch(
+          {
+            origin: url.origin,
+            path: url.search ? `${url.pathname}${url.search}` : url.pathname,
+            method: 'POST',
+            headers: { ...request.headers, 'content-type': 'application/json', 'user-agent': this.#options.userAgent },
+            body: request.body,
+            // The attempt's deadline decides; undici's own timeouts back it up.
+            headersTimeout: request.timeoutMs,
+            bodyTimeout: request.timeoutMs,
+          },
+          attempt,
+        );
       } catch (error) {
-        if (controller.signal.aborted) return failure('timeout', `no response within ${request.timeoutMs} ms`);
-        return failure(attemptErrorClass(error), describe(error));
+        // dispatch reports its own failures to the handler; this only guards the promise.
+        attempt.onResponseError(undefined, error);
       }
-
-      // 4. Read at most maxResponseBytes, then drop the stream. The status has arrived in time, so a
-      //    body that stalls or breaks leaves a response with a shorter snippet, not a failed attempt.
-      const retryAfter = [response.headers['retry-after']].flat()[0];
-      const chunks: Buffer[] = [];
-      let receivedBytes = 0;
-      try {
-        for await (const chunk of response.body as AsyncIterable<Buffer>) {
-          const room = this.#options.maxResponseBytes - receivedBytes;
-          chunks.push(chunk.length > room ? chunk.subarray(0, room) : chunk);
-          receivedBytes += Math.min(chunk.length, room);
-          if (receivedBytes >= this.#options.maxResponseBytes) break;
-        }
-      } catch {
-        // The snippet is best effort; the status decides the outcome.
-      } finally {
-        response.body.destroy();
-      }
-      return {
-        kind: 'response',
-        status: response.statusCode,
-        retryAfter,
-        bodySnippet: utf8Prefix(Buffer.concat(chunks), this.#options.snippetBytes),
-        durationMs: durationMs(),
-      };
-    } finally {
-      clearTimeout(deadline);
-    }
+    });
   }
 
   /** Closes the pooled connections once in-flight attempts have finished. */
   async close(): Promise<void> {
     await this.#agent.close();
   }
+}
+
+/**
+ * One attempt's undici handler. It settles exactly once: with the response as soon as the body
+ * ends, breaks, stalls past the deadline or reaches `maxResponseBytes`, or with the class of the
+ * error that came before any status. The deadline covers connecting too, but undici hands out the
+ * abort controller only once the request is written to a socket, so a deadline that passes while
+ * connecting or queued takes effect then (or when the connection fails), as with an AbortSignal.
+ */
+class Attempt implements Dispatcher.DispatchHandler {
+  readonly #request: SendRequest;
+  readonly #started: number;
+  readonly #resolve: (result: SendResult) => void;
+  readonly #maxResponseBytes: number;
+  readonly #snippetBytes: number;
+  /** `utf8Prefix(bytes, n)` depends on the first n + 1 bytes only, so no more are kept. */
+  readonly #keepBytes: number;
+  readonly #deadline: NodeJS.Timeout;
+  #controller: Dispatcher.DispatchController | undefined = undefined;
+  #timedOut = false;
+  #settled = false;
+  /** The final status; 0 until one has arrived. */
+  #status = 0;
+  #retryAfter: string | undefined = undefined;
+  #chunks: Buffer[] = [];
+  #keptBytes = 0;
+  #receivedBytes = 0;
+
+  constructor(options: HttpSenderOptions, request: SendRequest, started: number, resolve: (result: SendResult) => void) {
+    this.#request = request;
+    this.#started = started;
+    this.#resolve = resolve;
+    this.#maxResponseBytes = options.maxResponseBytes;
+    this.#snippetBytes = options.snippetBytes;
+    this.#keepBytes = Math.min(options.maxResponseBytes, options.snippetBytes + 1);
+    this.#deadline = setTimeout(onDeadline, request.timeoutMs, this);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.#timedOut) this.#abortForTimeout();
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    // 1xx informational answers precede the real one.
+    if (statusCode < 200) return;
+    this.#status = statusCode;
+    const retryAfter = headers['retry-after'];
+    this.#retryAfter = Array.isArray(retryAfter) ? retryAfter[0] : retryAfter;
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#settled) return;
+    const room = this.#keepBytes - this.#keptBytes;
+    if (room > 0) {
+      this.#chunks.push(chunk.length > room ? chunk.subarray(0, room) : chunk);
+      this.#keptBytes += Math.min(chunk.length, room);
+    }
+    this.#receivedBytes += chunk.length;
+    if (this.#receivedBytes < this.#maxResponseBytes) return;
+    // Enough read: answer with the status that arrived, then drop the connection rather than read
+    // the rest. The abort waits until undici has parsed this read, so a response that ends within it
+    // completes (the abort is then a no-op) and its connection stays in the pool.
+    this.#settleResponse();
+    queueMicrotask(() => controller.abort(new ResponseCapReachedError(`read ${this.#maxResponseBytes} response bytes`)));
+  }
+
+  onResponseEnd(): void {
+    this.#settleResponse();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController | undefined, error: unknown): void {
+    // The status arrived in time, so a body that stalls or breaks leaves a response with a shorter
+    // snippet, not a failed attempt.
+    if (this.#status !== 0) return this.#settleResponse();
+    if (this.#timedOut) return this.#settle(failure(this.#request, this.#started, 'timeout', `no response within ${this.#request.timeoutMs} ms`));
+    this.#settle(failure(this.#request, this.#started, attemptErrorClass(error), describe(error)));
+  }
+
+  /** The attempt's deadline has passed: abort now, or as soon as undici hands out the controller. */
+  onDeadline(): void {
+    this.#timedOut = true;
+    if (this.#controller !== undefined) this.#abortForTimeout();
+  }
+
+  #abortForTimeout(): void {
+    this.#controller?.abort(new AttemptTimeoutError(`no response within ${this.#request.timeoutMs} ms`));
+  }
+
+  #settleResponse(): void {
+    if (this.#settled) return;
+    // Most bodies arrive in one chunk, which needs no copy.
+    const bytes = this.#chunks.length === 1 ? (this.#chunks[0] as Buffer) : Buffer.concat(this.#chunks);
+    this.#settle({
+      kind: 'response',
+      status: this.#status,
+      retryAfter: this.#retryAfter,
+      bodySnippet: utf8Prefix(bytes, this.#snippetBytes),
+      durationMs: Math.round(performance.now() - this.#started),
+    });
+  }
+
+  #settle(result: SendResult): void {
+    if (this.#settled) return;
+    this.#settled = true;
+    clearTimeout(this.#deadline);
+    this.#resolve(result);
+  }
+}
+
+/** The timer callback; taking the attempt as an argument spares a closure per attempt. */
+function onDeadline(attempt: Attempt): void {
+  attempt.onDeadline();
+}
+
+/** A failed attempt as a value, its message redacted. */
+function failure(request: SendRequest, started: number, errorClass: AttemptErrorClass, message: string): SendResult {
+  return { kind: 'error', errorClass, message: redact(message, request.headers), durationMs: Math.round(performance.now() - started) };
 }
 
 /**

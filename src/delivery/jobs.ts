@@ -6,22 +6,37 @@ import { WEBHOOK_EVENT_TYPES } from '../domain/events.js';
  * The job catalogue: every BullMQ job Hookline runs, its payload schema and its options.
  * Processors parse their payload on entry.
  */
+const deliverySchema = z.object({
+  deliveryId: z.string(),
+  eventId: z.string(),
+  eventType: z.enum(WEBHOOK_EVENT_TYPES),
+  vendorId: z.string(),
+  webhookId: z.string(),
+  /** The exact JSON body the receiver gets. */
+  body: z.string(),
+  acceptedAtMs: z.number(),
+  /** Set on a replay: the dead-lettered delivery it replays. */
+  replayOf: z.string().optional(),
+  /**
+   * Set when the delivery left a batch (retry, deferral, hand-off): its record, not the job, knows
+   * how many attempts were made, and it may already be finished.
+   */
+  fromBatch: z.literal(true).optional(),
+});
+
 export const JOBS = {
   /** One delivery of one event to one webhook; retried by the processor's own decisions. */
   deliver: {
     name: 'deliver',
-    schema: z.object({
-      deliveryId: z.string(),
-      eventId: z.string(),
-      eventType: z.enum(WEBHOOK_EVENT_TYPES),
-      vendorId: z.string(),
-      webhookId: z.string(),
-      /** The exact JSON body the receiver gets. */
-      body: z.string(),
-      acceptedAtMs: z.number(),
-      /** Set on a replay: the dead-lettered delivery it replays. */
-      replayOf: z.string().optional(),
-    }),
+    schema: deliverySchema,
+  },
+  /**
+   * First attempts of up to BATCH_MAX deliveries of one ingest batch in one queue partition: one job
+   * fetched and completed for many deliveries. What does not succeed leaves as a `deliver` job.
+   */
+  deliverBatch: {
+    name: 'deliver-batch',
+    schema: z.object({ deliveries: z.array(deliverySchema).min(1) }),
   },
   /** Replays every dead letter of one webhook, reporting progress through a task. */
   replayDeadLetters: {
@@ -31,6 +46,17 @@ export const JOBS = {
 } as const satisfies Record<string, { name: string; schema: z.ZodType }>;
 
 export type DeliverJob = z.infer<typeof JOBS.deliver.schema>;
+export type DeliverBatchJob = z.infer<typeof JOBS.deliverBatch.schema>;
+
+/** Deliveries per batch job at most: bounds a job's size and the work a crash makes a worker redo. */
+export const BATCH_MAX = 100;
+
+/** The job id of a batch: derived from its deliveries, so re-enqueueing the same batch adds nothing. */
+export function batchIdOf(deliveryIds: readonly string[]): string {
+  const hash = createHash('sha256');
+  for (const id of deliveryIds) hash.update(id).update('\n');
+  return `b-${hash.digest('hex').slice(0, 32)}`;
+}
 export type ReplayDeadLettersJob = z.infer<typeof JOBS.replayDeadLetters.schema>;
 
 /**

@@ -2,13 +2,18 @@ import { Queue, type JobsOptions } from 'bullmq';
 import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
-import { deliveryIdFor, JOBS, partitionOf, type DeliverJob, type ReplayDeadLettersJob } from './jobs.js';
+import { BATCH_MAX, batchIdOf, deliveryIdFor, JOBS, partitionOf, type DeliverJob, type ReplayDeadLettersJob } from './jobs.js';
 
-export const DELIVERY_QUEUE_NAME = 'deliveries';
+/** Ingest's batches: first attempts of many deliveries per job. */
+export const BATCH_QUEUE_NAME = 'deliveries';
+/** Every delivery that runs on its own: retries, deferrals, replays and test events. */
+export const SINGLE_QUEUE_NAME = 'retries';
 export const CONTROL_QUEUE_NAME = 'control';
 /** Spare attempts for unexpected processor errors (a Redis blip while recording), beyond the schedule. */
 const SPARE_ATTEMPTS = 10;
 const FAILED_JOB_RETENTION_S = 7 * 24 * 3_600;
+/** BullMQ's event stream per queue, trimmed to about this many entries (nothing in Hookline reads it). */
+const EVENTS_MAX_LEN = 1_000;
 
 export interface DeliveryQueueOptions {
   connection: Redis;
@@ -19,54 +24,83 @@ export interface DeliveryQueueOptions {
   onError?: (error: Error) => void;
 }
 
+/** The two delivery queues of one partition; they share its hash tag (one Redis Cluster slot). */
+export interface DeliveryPartition {
+  batches: Queue;
+  singles: Queue;
+}
+
+/** A delivery to run on its own, after `delayMs`. */
+export interface SingleDelivery {
+  job: DeliverJob;
+  delayMs: number;
+}
+
 /**
- * The delivery queues: `partitions` BullMQ queues, each under its own hash tag, so on Redis Cluster
- * they spread over shards. A webhook's deliveries always go to the same partition.
+ * The delivery queues: `partitions` pairs of BullMQ queues, each pair under its own hash tag, so on
+ * Redis Cluster they spread over shards. A webhook's deliveries always go to the same partition.
  */
 export class DeliveryQueues implements DeliveryEnqueuer {
-  readonly partitions: Queue[];
+  readonly partitions: DeliveryPartition[];
   readonly control: Queue;
   readonly retryScheduleMs: readonly number[];
 
   constructor(private readonly options: DeliveryQueueOptions) {
     this.retryScheduleMs = options.retryScheduleMs;
-    this.partitions = Array.from(
-      { length: options.partitions },
-      (_, n) => new Queue(DELIVERY_QUEUE_NAME, { connection: options.connection, prefix: options.keys.deliveryQueuePrefix(n) }),
-    );
-    this.control = new Queue(CONTROL_QUEUE_NAME, { connection: options.connection, prefix: options.keys.controlQueuePrefix });
+    const queue = (name: string, prefix: string) =>
+      new Queue(name, { connection: options.connection, prefix, streams: { events: { maxLen: EVENTS_MAX_LEN } } });
+    this.partitions = Array.from({ length: options.partitions }, (_, n) => ({
+      batches: queue(BATCH_QUEUE_NAME, options.keys.deliveryQueuePrefix(n)),
+      singles: queue(SINGLE_QUEUE_NAME, options.keys.deliveryQueuePrefix(n)),
+    }));
+    this.control = queue(CONTROL_QUEUE_NAME, options.keys.controlQueuePrefix);
     const onError = options.onError ?? (() => undefined);
-    for (const queue of [...this.partitions, this.control]) queue.on('error', onError);
+    for (const q of this.allQueues()) q.on('error', onError);
   }
 
   /** Job options of a delivery: our processor decides retries; BullMQ only carries them out. */
-  private jobOptions(deliveryId: string): JobsOptions {
+  private jobOptions(jobId: string, delayMs: number): JobsOptions {
     return {
-      jobId: deliveryId,
+      jobId,
       attempts: this.options.retryScheduleMs.length + SPARE_ATTEMPTS,
       backoff: { type: 'hookline' },
-      delay: this.options.retryScheduleMs[0] ?? 0,
+      delay: delayMs,
       removeOnComplete: true,
       removeOnFail: { age: FAILED_JOB_RETENTION_S },
     };
   }
 
+  /** Ingest's deliveries: grouped by partition into batch jobs of at most BATCH_MAX. */
   async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
-    await this.add(requests.map((r) => ({ ...r, deliveryId: deliveryIdFor(r.eventId, r.webhookId) })));
+    const delayMs = this.options.retryScheduleMs[0] ?? 0;
+    await Promise.all(
+      [...this.byPartition(requests.map((r) => ({ ...r, deliveryId: deliveryIdFor(r.eventId, r.webhookId) })), (d) => d)].map(([n, list]) => {
+        const jobs = [];
+        for (let start = 0; start < list.length; start += BATCH_MAX) {
+          const deliveries = list.slice(start, start + BATCH_MAX);
+          const jobId = batchIdOf(deliveries.map((d) => d.deliveryId));
+          jobs.push({ name: JOBS.deliverBatch.name, data: { deliveries }, opts: this.jobOptions(jobId, delayMs) });
+        }
+        return this.partitions[n]!.batches.addBulk(jobs);
+      }),
+    );
   }
 
-  /** Adds delivery jobs as they are (replays and test events carry fresh delivery ids). */
+  /** Adds deliveries that run on their own (replays and test events carry fresh delivery ids). */
   async add(jobs: readonly DeliverJob[]): Promise<void> {
-    const byPartition = new Map<number, DeliverJob[]>();
-    for (const job of jobs) {
-      const n = partitionOf(job.webhookId, this.partitions.length);
-      const list = byPartition.get(n) ?? [];
-      list.push(job);
-      byPartition.set(n, list);
-    }
+    const delayMs = this.options.retryScheduleMs[0] ?? 0;
+    await this.addSingles(jobs.map((job) => ({ job, delayMs })));
+  }
+
+  /**
+   * Adds single deliveries, each after its own delay. The job id is the delivery id, so adding one
+   * that is already queued (a batch re-run after a crash) adds nothing.
+   */
+  async addSingles(singles: readonly SingleDelivery[]): Promise<void> {
+    if (singles.length === 0) return;
     await Promise.all(
-      [...byPartition].map(([n, list]) =>
-        this.partitions[n]!.addBulk(list.map((data) => ({ name: JOBS.deliver.name, data, opts: this.jobOptions(data.deliveryId) }))),
+      [...this.byPartition(singles, (s) => s.job)].map(([n, list]) =>
+        this.partitions[n]!.singles.addBulk(list.map(({ job, delayMs }) => ({ name: JOBS.deliver.name, data: job, opts: this.jobOptions(job.deliveryId, Math.max(0, Math.round(delayMs))) }))),
       ),
     );
   }
@@ -75,15 +109,31 @@ export class DeliveryQueues implements DeliveryEnqueuer {
     await this.control.add(JOBS.replayDeadLetters.name, job, { jobId: job.taskId, attempts: 5, backoff: { type: 'exponential', delay: 1_000 }, removeOnComplete: true, removeOnFail: { age: FAILED_JOB_RETENTION_S } });
   }
 
-  /** Jobs by state over all partitions (waiting, delayed, active, …). */
+  /** Jobs by state over all partitions (waiting, delayed, active, …); a batch job counts once. */
   async counts(): Promise<Record<string, number>> {
-    const all = await Promise.all(this.partitions.map((q) => q.getJobCounts('waiting', 'delayed', 'active', 'prioritized', 'waiting-children', 'failed')));
+    const queues = this.partitions.flatMap((p) => [p.batches, p.singles]);
+    const all = await Promise.all(queues.map((q) => q.getJobCounts('waiting', 'delayed', 'active', 'prioritized', 'waiting-children', 'failed')));
     const total: Record<string, number> = {};
     for (const counts of all) for (const [state, n] of Object.entries(counts)) total[state] = (total[state] ?? 0) + n;
     return total;
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.partitions, this.control].map((q) => q.close()));
+    await Promise.all(this.allQueues().map((q) => q.close()));
+  }
+
+  private allQueues(): Queue[] {
+    return [...this.partitions.flatMap((p) => [p.batches, p.singles]), this.control];
+  }
+
+  private byPartition<T>(items: readonly T[], jobOf: (item: T) => { webhookId: string }): Map<number, T[]> {
+    const groups = new Map<number, T[]>();
+    for (const item of items) {
+      const n = partitionOf(jobOf(item).webhookId, this.partitions.length);
+      const list = groups.get(n);
+      if (list) list.push(item);
+      else groups.set(n, [item]);
+    }
+    return groups;
   }
 }

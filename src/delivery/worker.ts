@@ -2,9 +2,9 @@ import { Worker, type Job } from 'bullmq';
 import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
-import { JOBS } from './jobs.js';
-import { backoffFromError, type FinishedOutcome } from './processor.js';
-import { CONTROL_QUEUE_NAME, DELIVERY_QUEUE_NAME } from './queue.js';
+import { BATCH_MAX, JOBS } from './jobs.js';
+import { backoffFromError } from './processor.js';
+import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
 import type { DeadLetterReplayer } from './replay.js';
 
 export interface DeliveryWorkerPoolOptions {
@@ -12,21 +12,30 @@ export interface DeliveryWorkerPoolOptions {
   connection: Redis;
   keys: RedisKeys;
   partitions: number;
-  /** Deliveries in flight in this process, over all partitions. */
+  /** Deliveries in flight in this process, over all partitions (the send slots). */
   concurrency: number;
-  processor: (job: Job, token?: string) => Promise<FinishedOutcome>;
+  /** Runs a batch job (ingest's first attempts). */
+  batchProcessor: (job: Job, token?: string) => Promise<unknown>;
+  /** Runs a single delivery job (retries, deferrals, replays, test events). */
+  singleProcessor: (job: Job, token?: string) => Promise<unknown>;
   replayer: DeadLetterReplayer;
   logger: Logger;
   /** How long a job's lock lasts without renewal; a killed worker's jobs return after this. */
   lockDurationMs: number;
 }
 
-/** The BullMQ workers of one process: one per delivery partition, plus the control queue. */
+/**
+ * The BullMQ workers of one process: per delivery partition one for batches and one for single
+ * deliveries, plus the control queue. Batches are fetched a few at a time (enough to keep the send
+ * slots busy); single jobs may each wait on a slow endpoint, so they get as many as there are slots,
+ * and they never stand in the way of the batches.
+ */
 export class DeliveryWorkerPool {
   private readonly workers: Worker[];
 
   constructor(options: DeliveryWorkerPoolOptions) {
-    const perPartition = Math.max(1, Math.ceil(options.concurrency / options.partitions));
+    const singlesPerPartition = Math.max(1, Math.ceil(options.concurrency / options.partitions));
+    const batchesPerPartition = Math.max(2, Math.ceil((2 * options.concurrency) / (BATCH_MAX * options.partitions)));
     const common = {
       connection: options.connection,
       lockDuration: options.lockDurationMs,
@@ -36,10 +45,14 @@ export class DeliveryWorkerPool {
       settings: { backoffStrategy: backoffFromError },
       autorun: false,
     };
-    this.workers = Array.from(
-      { length: options.partitions },
-      (_, n) => new Worker(DELIVERY_QUEUE_NAME, options.processor, { ...common, prefix: options.keys.deliveryQueuePrefix(n), concurrency: perPartition }),
-    );
+    this.workers = [];
+    for (let n = 0; n < options.partitions; n++) {
+      const prefix = options.keys.deliveryQueuePrefix(n);
+      this.workers.push(
+        new Worker(BATCH_QUEUE_NAME, options.batchProcessor, { ...common, prefix, concurrency: batchesPerPartition }),
+        new Worker(SINGLE_QUEUE_NAME, options.singleProcessor, { ...common, prefix, concurrency: singlesPerPartition }),
+      );
+    }
     this.workers.push(
       new Worker(
         CONTROL_QUEUE_NAME,

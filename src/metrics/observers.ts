@@ -28,6 +28,7 @@ export function ingestObserver(metrics: Metrics, logger: Logger): (summary: Inge
 export function deliveryObserver(metrics: Metrics): (outcome: FinishedOutcome) => void {
   return (o) => {
     const eventType = o.job.eventType;
+    if (o.kind === 'skipped') return;
     if (o.kind === 'deferred') return void metrics.deliveriesDeferred.inc({ reason: o.reason });
     if (o.kind === 'dropped') return void metrics.deliveriesFinished.inc({ event_type: eventType, outcome: 'dropped' });
     metrics.deliveryAttempts.inc({ event_type: eventType, outcome: o.outcome });

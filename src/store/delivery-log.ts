@@ -75,7 +75,7 @@ export interface DeliveryHistory {
   markReplayed(webhookId: string, deliveryId: string, nowMs: number): Promise<boolean>;
 }
 
-const num = (text: string | undefined) => (text === undefined || text === '' ? undefined : Number(text));
+const num = (text: string | null | undefined) => (text == null || text === '' ? undefined : Number(text));
 
 function toSummary(fields: Record<string, string>): DeliverySummary | undefined {
   if (!fields.deliveryId) return undefined;
@@ -96,69 +96,169 @@ function toSummary(fields: Record<string, string>): DeliverySummary | undefined 
   };
 }
 
+/** Where a delivery stands, as a batch re-run after a crash needs to know. */
+export interface DeliveryProgress {
+  status: DeliveryStatus;
+  attempts: number;
+  nextAttemptAtMs: number | undefined;
+}
+
+/** Overflow ids one attempt removes from a recent list at most, so a single call's work stays bounded. */
+const TRIM_IDS_MAX = 64;
+
+// One attempt, atomically. KEYS and ARGV are laid out as `RecordAttemptArgs` below.
+const RECORD_ATTEMPT_LUA = `
+local status, n, atMs, deliveryId = ARGV[1], ARGV[2], ARGV[5], ARGV[8]
+local dead = status == 'dead'
+-- Attempts live in the record itself, one field each: one key per delivery, not two.
+local fields = {'status', status, 'attempts', n, 'lastOutcome', ARGV[3], 'lastStatusCode', ARGV[4],
+  'updatedAtMs', atMs, 'nextAttemptAtMs', ARGV[6], 'attempt:' .. n, ARGV[7]}
+if n == '1' then
+  local i = #fields
+  fields[i + 1], fields[i + 2] = 'deliveryId', deliveryId
+  fields[i + 3], fields[i + 4] = 'eventId', ARGV[15]
+  fields[i + 5], fields[i + 6] = 'eventType', ARGV[16]
+  fields[i + 7], fields[i + 8] = 'webhookId', ARGV[17]
+  fields[i + 9], fields[i + 10] = 'vendorId', ARGV[18]
+  fields[i + 11], fields[i + 12] = 'acceptedAtMs', ARGV[9]
+  fields[i + 13], fields[i + 14] = 'replayOf', ARGV[19]
+end
+-- The body is kept only where a replay may need it: with the dead letter.
+if dead then
+  local i = #fields
+  fields[i + 1], fields[i + 2] = 'body', ARGV[14]
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('PEXPIRE', KEYS[1], dead and ARGV[11] or ARGV[10])
+
+-- The recent list holds dead letters' ids too, so it lives as long as they do after its last addition.
+if redis.call('ZADD', KEYS[2], ARGV[9], deliveryId) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[11]) end
+-- Trimmed after this record's write, so its new status counts should it be among the oldest.
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[12])
+if over > 0 then
+  local fallen = redis.call('ZRANGE', KEYS[2], 0, math.min(over, tonumber(ARGV[13])) - 1)
+  redis.call('ZREM', KEYS[2], unpack(fallen))
+  for _, id in ipairs(fallen) do
+    -- These ids are known only here, so their keys cannot come as KEYS. ARGV[20] is this webhook's
+    -- record key prefix, hash tag included: every key built from it hashes to the slot of KEYS[1],
+    -- so the script stays within one Redis Cluster slot.
+    local key = ARGV[20] .. id
+    local fallenStatus = redis.call('HGET', key, 'status')
+    -- A finished delivery off the list is gone; a dead letter stays replayable and a retrying one
+    -- still has attempts to record: those two expire by their TTL.
+    if fallenStatus == 'delivered' or fallenStatus == 'dropped' or fallenStatus == 'replayed' then
+      redis.call('DEL', key)
+    end
+  end
+end
+
+if dead then
+  redis.call('ZADD', KEYS[3], atMs, deliveryId)
+  -- Millisecond times have 13 digits: exact through Lua's number-to-string conversion (%.14g).
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', tonumber(atMs) - tonumber(ARGV[11]))
+  redis.call('PEXPIRE', KEYS[3], ARGV[11])
+end
+
+if status == 'delivered' then
+  redis.call('DEL', KEYS[4])
+  return false
+end
+local since = redis.call('GET', KEYS[4])
+if since then return since end
+redis.call('SET', KEYS[4], atMs)
+return atMs`;
+
+/** The record-attempt script's KEYS (4, all under the webhook's hash tag) then ARGV. */
+type RecordAttemptArgs = [
+  recordKey: string,
+  recentKey: string,
+  deadKey: string,
+  failingSinceKey: string,
+  status: string,
+  attempt: number,
+  lastOutcome: string,
+  lastStatusCode: number | '',
+  atMs: number,
+  nextAttemptAtMs: number | '',
+  attemptJson: string,
+  deliveryId: string,
+  acceptedAtMs: number,
+  retentionMs: string,
+  deadLetterRetentionMs: string,
+  recentPerWebhook: string,
+  trimIdsMax: string,
+  /** The job's body when dead, else empty. */
+  body: string,
+  eventId: string,
+  eventType: string,
+  webhookId: string,
+  vendorId: string,
+  replayOf: string,
+  recordKeyPrefix: string,
+];
+
+interface DeliveryLogScripts {
+  /** Returns when (ms, as text) the webhook's current run of failures began; null once delivered. */
+  hooklineRecordAttempt(...args: RecordAttemptArgs): Promise<string | null>;
+}
+
 /**
  * Every delivery's record and attempts, kept under the webhook's hash tag so one attempt is one
- * MULTI (Redis Cluster safe), with bounded retention.
+ * script call (Redis Cluster safe), with bounded retention.
  */
 export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
+  private readonly scripts: DeliveryLogScripts;
+  // The script's fixed arguments, as text once rather than on every attempt.
+  private readonly retentionMsArg: string;
+  private readonly deadLetterRetentionMsArg: string;
+  private readonly recentPerWebhookArg: string;
+  private readonly trimIdsMaxArg = String(TRIM_IDS_MAX);
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: RedisKeys,
     private readonly options: DeliveryLogOptions = DEFAULT_DELIVERY_LOG_OPTIONS,
-  ) {}
+  ) {
+    // A connection may serve several logs (tests do): the script is defined once per connection.
+    if (typeof (redis as unknown as Partial<DeliveryLogScripts>).hooklineRecordAttempt !== 'function') {
+      redis.defineCommand('hooklineRecordAttempt', { numberOfKeys: 4, lua: RECORD_ATTEMPT_LUA });
+    }
+    this.scripts = redis as unknown as DeliveryLogScripts;
+    this.retentionMsArg = String(options.retentionMs);
+    this.deadLetterRetentionMsArg = String(options.deadLetterRetentionMs);
+    this.recentPerWebhookArg = String(options.recentPerWebhook);
+  }
 
   async recordAttempt(write: AttemptWrite): Promise<{ failingSinceMs: number | undefined }> {
     const { job, attempt, status } = write;
     const k = this.keys.deliveries;
-    const recordKey = k.record(job.webhookId, job.deliveryId);
-    const dead = status === 'dead';
-    const fields: Record<string, string | number> = {
+    const failingSince = await this.scripts.hooklineRecordAttempt(
+      k.record(job.webhookId, job.deliveryId),
+      k.ofWebhook(job.webhookId),
+      k.dead(job.webhookId),
+      k.failingSince(job.webhookId),
       status,
-      attempts: attempt.attempt,
-      lastOutcome: attempt.outcome,
-      lastStatusCode: attempt.statusCode ?? '',
-      updatedAtMs: attempt.atMs,
-      nextAttemptAtMs: write.nextAttemptAtMs ?? '',
-      // Attempts live in the record itself, one field each: one key per delivery, not two.
-      [`attempt:${attempt.attempt}`]: JSON.stringify(attempt),
-    };
-    if (attempt.attempt === 1) {
-      Object.assign(fields, {
-        deliveryId: job.deliveryId,
-        eventId: job.eventId,
-        eventType: job.eventType,
-        webhookId: job.webhookId,
-        vendorId: job.vendorId,
-        acceptedAtMs: job.acceptedAtMs,
-        replayOf: job.replayOf ?? '',
-      });
-    }
-    // The body is kept only where a replay may need it: with the dead letter.
-    if (dead) fields.body = job.body;
-    const multi = this.redis
-      .multi()
-      .hset(recordKey, fields)
-      .pexpire(recordKey, dead ? this.options.deadLetterRetentionMs : this.options.retentionMs)
-      .zadd(k.ofWebhook(job.webhookId), job.acceptedAtMs, job.deliveryId);
-    // Trimming the recent list on about one delivery in 16 (by id) keeps it bounded at a sixteenth of the cost.
-    if (attempt.attempt === 1 && job.deliveryId.endsWith('0')) {
-      multi.zremrangebyrank(k.ofWebhook(job.webhookId), 0, -(this.options.recentPerWebhook + 1)).pexpire(k.ofWebhook(job.webhookId), this.options.deadLetterRetentionMs);
-    }
-    if (dead) {
-      multi
-        .zadd(k.dead(job.webhookId), attempt.atMs, job.deliveryId)
-        .zremrangebyscore(k.dead(job.webhookId), '-inf', attempt.atMs - this.options.deadLetterRetentionMs)
-        .pexpire(k.dead(job.webhookId), this.options.deadLetterRetentionMs);
-    }
-    if (status === 'delivered') {
-      multi.del(k.failingSince(job.webhookId));
-      await multi.exec();
-      return { failingSinceMs: undefined };
-    }
-    multi.set(k.failingSince(job.webhookId), attempt.atMs, 'NX').get(k.failingSince(job.webhookId));
-    const results = await multi.exec();
-    const failingSince = results?.at(-1)?.[1];
-    return { failingSinceMs: typeof failingSince === 'string' ? Number(failingSince) : undefined };
+      attempt.attempt,
+      attempt.outcome,
+      attempt.statusCode ?? '',
+      attempt.atMs,
+      write.nextAttemptAtMs ?? '',
+      JSON.stringify(attempt),
+      job.deliveryId,
+      job.acceptedAtMs,
+      this.retentionMsArg,
+      this.deadLetterRetentionMsArg,
+      this.recentPerWebhookArg,
+      this.trimIdsMaxArg,
+      status === 'dead' ? job.body : '',
+      job.eventId,
+      job.eventType,
+      job.webhookId,
+      job.vendorId,
+      job.replayOf ?? '',
+      k.record(job.webhookId, ''),
+    );
+    return { failingSinceMs: failingSince === null ? undefined : Number(failingSince) };
   }
 
   async recordDropped(job: DeliverJob, nowMs: number): Promise<void> {
@@ -168,6 +268,21 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
       .hset(recordKey, { deliveryId: job.deliveryId, eventId: job.eventId, eventType: job.eventType, webhookId: job.webhookId, status: 'dropped', acceptedAtMs: job.acceptedAtMs, updatedAtMs: nowMs })
       .pexpire(recordKey, this.options.retentionMs)
       .exec();
+  }
+
+  /**
+   * Each ref's status, attempts and next attempt time (`undefined` where no record exists), in input
+   * order. One HMGET per ref, issued together: the connection pipelines them, and on a Redis Cluster
+   * each goes to its own webhook's slot.
+   */
+  async progressOf(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<(DeliveryProgress | undefined)[]> {
+    return Promise.all(
+      refs.map(({ webhookId, deliveryId }) =>
+        this.redis.hmget(this.keys.deliveries.record(webhookId, deliveryId), 'status', 'attempts', 'nextAttemptAtMs').then(([status, attempts, nextAttemptAtMs]) =>
+          status == null ? undefined : { status: status as DeliveryStatus, attempts: num(attempts) ?? 0, nextAttemptAtMs: num(nextAttemptAtMs) },
+        ),
+      ),
+    );
   }
 
   async recent(webhookId: string, limit: number): Promise<DeliverySummary[]> {

@@ -73,3 +73,19 @@ export async function waitFor<T>(check: () => T | Promise<T>, timeoutMs = 10_000
     await new Promise((r) => setTimeout(r, 25));
   }
 }
+
+/** Receivers a test starts as it needs them, all closed together in afterEach. */
+export function receiverPool(): { start(): Promise<TestReceiver>; closeAll(): Promise<void> } {
+  const started: TestReceiver[] = [];
+  return {
+    async start() {
+      const r = new TestReceiver();
+      await r.start();
+      started.push(r);
+      return r;
+    },
+    async closeAll() {
+      for (const r of started.splice(0)) await r.close();
+    },
+  };
+}

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../../src/domain/events.js';
 import { testApp, type TestApp } from '../helpers/app.js';
-import { TestReceiver, waitFor } from '../helpers/receiver.js';
+import { receiverPool, waitFor } from '../helpers/receiver.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 const event = (eventType: WebhookEventType, vendorId: string) => ({
@@ -15,20 +15,15 @@ const event = (eventType: WebhookEventType, vendorId: string) => ({
 describe('delivery isolation, SSRF guard and sustained failures', () => {
   let t: TestApp | undefined;
   let worker: TestWorker | undefined;
-  const receivers: TestReceiver[] = [];
+  const receivers = receiverPool();
 
   afterEach(async () => {
     await worker?.close();
-    for (const r of receivers.splice(0)) await r.close();
+    await receivers.closeAll();
     await t?.close();
   });
 
-  async function receiver(): Promise<TestReceiver> {
-    const r = new TestReceiver();
-    await r.start();
-    receivers.push(r);
-    return r;
-  }
+  const receiver = () => receivers.start();
 
   it('keeps healthy deliveries flowing while another endpoint hangs', async () => {
     t = await testApp({ retryScheduleMs: [0, 1_000, 1_000] });

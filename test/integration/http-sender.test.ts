@@ -191,6 +191,78 @@ describe('HttpSender: responses', () => {
     expect(Date.now() - started).toBeLessThan(400 + 500);
     expect(result).toMatchObject({ kind: 'response', status: 200, bodySnippet: 'partial' });
   });
+
+  it.each([
+    ['ended in the same write', true],
+    ['never ended', false],
+  ])('stops at maxResponseBytes in the middle of a chunk (%s) and keeps the status that arrived', async (_, ended) => {
+    // One write carries the whole body, so the cap falls inside a chunk; if the response is never
+    // ended, only a reader that stops at the cap returns before the deadline.
+    const target = await receiver((_, res) => {
+      res.writeHead(500, { connection: 'close', 'retry-after': '30' });
+      if (ended) res.end('0123456789'.repeat(10));
+      else res.write('0123456789'.repeat(10));
+    });
+    const started = Date.now();
+    const result = await send(sender({ maxResponseBytes: 25 }), `${target.origin}/`, 3_000);
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(result).toMatchObject({ kind: 'response', status: 500, retryAfter: '30', bodySnippet: '0123456789012345678901234' });
+  });
+
+  it('keeps the connection when a response longer than maxResponseBytes ends within the same read', async () => {
+    const target = await receiver((_, res) => res.writeHead(200, { 'content-length': 100 }).end('x'.repeat(100)));
+    const capped = sender({ maxResponseBytes: 10 });
+    for (let i = 0; i < 3; i++) {
+      expect(await send(capped, `${target.origin}/`)).toMatchObject({ status: 200, bodySnippet: 'x'.repeat(10) });
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(new Set(target.seen.map((s) => s.remotePort)).size).toBe(1);
+  });
+
+  it('keeps a response whose body breaks off after the status line, with what arrived', async () => {
+    const target = await receiver((_, res) => {
+      res.writeHead(200);
+      res.write('partial');
+      setTimeout(() => res.destroy(), 50);
+    });
+    const result = await send(sender(), `${target.origin}/`, 5_000);
+    expect(result).toMatchObject({ kind: 'response', status: 200, bodySnippet: 'partial' });
+    expect(result.durationMs).toBeLessThan(1_000);
+  });
+
+  it('ends the read at the attempt deadline while the body keeps trickling, with what arrived', async () => {
+    const target = await receiver((_, res) => {
+      res.writeHead(200);
+      // A byte every 50 ms: undici's body timeout (between chunks) never fires, only the deadline can.
+      const timer = setInterval(() => res.write('x'), 50);
+      res.on('close', () => clearInterval(timer));
+    });
+    const started = Date.now();
+    const result = await send(sender(), `${target.origin}/`, 400);
+    const elapsedMs = Date.now() - started;
+    expect(elapsedMs).toBeGreaterThanOrEqual(390);
+    expect(elapsedMs).toBeLessThan(400 + 500);
+    expect(result).toMatchObject({ kind: 'response', status: 200 });
+    if (result.kind !== 'response') throw new Error('unreachable');
+    expect(result.bodySnippet).toMatch(/^x{3,}$/);
+  });
+
+  it('skips informational 1xx answers: only a final status makes a response', async () => {
+    const target = await receiver((req, res) => {
+      res.writeEarlyHints({ link: '</style.css>; rel=preload' });
+      setTimeout(() => (req.url === '/broken' ? res.destroy() : res.writeHead(202, { 'retry-after': '5' }).end('accepted')), 20);
+    });
+    expect(await send(sender(), `${target.origin}/final`)).toMatchObject({ kind: 'response', status: 202, retryAfter: '5', bodySnippet: 'accepted' });
+    expectError(await send(sender(), `${target.origin}/broken`), 'network');
+  });
+
+  it('takes the first of repeated Retry-After headers', async () => {
+    const target = await receiver((_, res) => {
+      res.setHeader('retry-after', ['7', '9']);
+      res.writeHead(429).end();
+    });
+    expect(await send(sender(), `${target.origin}/`)).toMatchObject({ kind: 'response', status: 429, retryAfter: '7' });
+  });
 });
 
 describe('HttpSender: errors', () => {
@@ -203,6 +275,15 @@ describe('HttpSender: errors', () => {
     expect(elapsedMs).toBeLessThan(300 + 500);
     expect(result.durationMs).toBeGreaterThanOrEqual(290);
     expect(result.message).toBe('no response within 300 ms');
+    expect(target.seen).toHaveLength(1);
+  });
+
+  it('never sends an attempt whose deadline passed while it waited for a pooled connection', async () => {
+    const target = await receiver((_, res) => setTimeout(() => res.end('slow'), 600));
+    const oneConnection = sender({ connections: 1 });
+    const [first, queued] = await Promise.all([send(oneConnection, `${target.origin}/`, 5_000), send(oneConnection, `${target.origin}/`, 200)]);
+    expect(first).toMatchObject({ kind: 'response', status: 200, bodySnippet: 'slow' });
+    expect(expectError(queued, 'timeout').message).toBe('no response within 200 ms');
     expect(target.seen).toHaveLength(1);
   });
 

@@ -77,8 +77,9 @@ describe('standalone hookline worker processes', () => {
     await setup();
     const worker = await startCli(['worker'], await workerEnv(t), /delivery worker running/);
     children.push(worker.child);
-    const TOTAL = 100;
-    await t.ingestor.ingest(events(TOTAL), 'http');
+    // 30 ingest calls of 10: 30 batch jobs, of which the worker runs a few at a time.
+    const TOTAL = 300;
+    for (let i = 0; i < TOTAL / 10; i++) await t.ingestor.ingest(events(10), 'http');
     await waitFor(() => receiver.requests.length >= 20, 20_000, 'some deliveries');
     worker.child.kill('SIGTERM');
     expect(await worker.exited).toBe(0);
@@ -99,8 +100,9 @@ describe('standalone hookline worker processes', () => {
     receiver.script('/slow', { status: 200, delayMs: 20 });
     const workers = await Promise.all([1, 2, 3].map(async () => startCli(['worker'], await workerEnv(t), /delivery worker running/)));
     children.push(...workers.map((w) => w.child));
+    // Ingested 10 at a time, so there are many batch jobs to share.
     const FIRST = 300;
-    await t.ingestor.ingest(events(FIRST), 'http');
+    for (let i = 0; i < FIRST / 10; i++) await t.ingestor.ingest(events(10), 'http');
     await waitFor(() => distinctEvents() === FIRST, 30_000, 'first batch delivered');
     await new Promise((r) => setTimeout(r, 300));
     // Normal operation: no event delivered twice.
@@ -116,7 +118,7 @@ describe('standalone hookline worker processes', () => {
 
     receiver.script('/slow', { status: 200, delayMs: 150 });
     const SECOND = 200;
-    await t.ingestor.ingest(events(SECOND), 'http');
+    for (let i = 0; i < SECOND / 10; i++) await t.ingestor.ingest(events(10), 'http');
     await waitFor(() => distinctEvents() >= FIRST + 30, 20_000, 'second batch under way');
     workers[0]!.child.kill('SIGKILL');
     await waitFor(() => distinctEvents() === FIRST + SECOND, 40_000, 'second batch delivered after the kill');

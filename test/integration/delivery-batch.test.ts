@@ -1,0 +1,158 @@
+import { randomUUID } from 'node:crypto';
+import type { Job } from 'bullmq';
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { composeDeliveryDeps } from '../../src/compose.js';
+import { deliveryIdFor, partitionOf, type DeliverJob } from '../../src/delivery/jobs.js';
+import { createBatchProcessor } from '../../src/delivery/processor.js';
+import { testApp, type TestApp } from '../helpers/app.js';
+import { receiverPool, waitFor } from '../helpers/receiver.js';
+import { startTestWorker, type TestWorker } from '../helpers/worker.js';
+
+const EVENT_TYPE = 'EVENT_TYPE_MACHINE_CREATED';
+const machineEvent = (vendorId: string) => ({
+  event_id: randomUUID(),
+  event_type: EVENT_TYPE,
+  vendor_id: vendorId,
+  data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } },
+});
+
+/** A delivery as ingest would queue it. */
+function delivery(webhookId: string, vendorId: string): DeliverJob {
+  const eventId = randomUUID();
+  return {
+    deliveryId: deliveryIdFor(eventId, webhookId),
+    eventId,
+    eventType: EVENT_TYPE,
+    vendorId,
+    webhookId,
+    body: JSON.stringify({ version: '1.0', event_id: eventId, event_type: EVENT_TYPE, data: {} }),
+    acceptedAtMs: Date.now(),
+  };
+}
+
+/** What BullMQ hands the processor: the batch and how often it was started. */
+const batchJob = (deliveries: DeliverJob[], attemptsStarted: number) => ({ data: { deliveries }, attemptsStarted, attemptsMade: 0 }) as unknown as Job;
+
+describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => {
+  let t: TestApp | undefined;
+  let worker: TestWorker | undefined;
+  const receivers = receiverPool();
+  const closers: (() => Promise<void>)[] = [];
+
+  afterEach(async () => {
+    await worker?.close();
+    worker = undefined;
+    for (const close of closers.splice(0)) await close();
+    await receivers.closeAll();
+    await t?.close();
+  });
+
+  const receiver = () => receivers.start();
+
+  function processorDeps(app: TestApp, overrides: { slowAfterMs?: number; deliveryTimeoutMs?: number } = {}) {
+    const built = composeDeliveryDeps(app, {
+      logger: pino({ level: 'silent' }),
+      concurrency: 10,
+      retryScheduleMs: app.queues.retryScheduleMs,
+      deliveryTimeoutMs: overrides.deliveryTimeoutMs ?? 1_000,
+      allowPrivateTargets: true,
+      sustainedFailureWindowMs: 24 * 3_600_000,
+      webhookCacheTtlMs: 0,
+      breaker: { slowAfterMs: overrides.slowAfterMs ?? 2_000 },
+    });
+    closers.push(() => built.sender.close());
+    return built;
+  }
+
+  it('queues an ingest batch as a few batch jobs and delivers every event exactly once', async () => {
+    t = await testApp({ retryScheduleMs: [0, 1_000], queuePartitions: 2 });
+    const r = await receiver();
+    const created = await t.webhooks.create('v-batch', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/in` });
+    if (!created.ok) throw new Error('webhook not created');
+    const EVENTS = 250;
+    await t.ingestor.ingest(Array.from({ length: EVENTS }, () => machineEvent('v-batch')), 'http');
+    // One webhook → one partition → ceil(250 / 100) = 3 jobs for 250 deliveries.
+    const partition = t.queues.partitions[partitionOf(created.webhook.id, 2)]!;
+    const counts = await partition.batches.getJobCounts('waiting', 'delayed');
+    expect((counts.waiting ?? 0) + (counts.delayed ?? 0)).toBe(3);
+
+    worker = startTestWorker(t);
+    await waitFor(() => r.requests.length >= EVENTS, 20_000, 'every delivery');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const ids = r.requests.map((q) => String(q.headers['webhook-id']));
+    expect(new Set(ids).size).toBe(EVENTS);
+    expect(ids).toHaveLength(EVENTS);
+    await waitFor(async () => {
+      const left = await t!.queues.counts();
+      return (left.waiting ?? 0) + (left.delayed ?? 0) + (left.active ?? 0) === 0;
+    }, 5_000, 'queues empty');
+    const recent = await t.deliveryLog.recent(created.webhook.id, EVENTS);
+    expect(recent.filter((d) => d.status === 'delivered')).toHaveLength(EVENTS);
+  });
+
+  it('a re-run batch sends only what was not attempted, and re-queues a delivery waiting for its retry', async () => {
+    t = await testApp({ retryScheduleMs: [0, 60_000] });
+    const r = await receiver();
+    const created = await t.webhooks.create('v-rerun', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/in` });
+    if (!created.ok) throw new Error('webhook not created');
+    const [done, waiting, fresh] = [0, 1, 2].map(() => delivery(created.webhook.id, 'v-rerun')) as [DeliverJob, DeliverJob, DeliverJob];
+    const nowMs = Date.now();
+    await t.deliveryLog.recordAttempt({ job: done, attempt: { attempt: 1, atMs: nowMs, outcome: 'delivered', statusCode: 200, durationMs: 3 }, status: 'delivered' });
+    await t.deliveryLog.recordAttempt({ job: waiting, attempt: { attempt: 1, atMs: nowMs, outcome: 'http_5xx', statusCode: 500, durationMs: 3 }, status: 'retrying', nextAttemptAtMs: nowMs + 60_000 });
+
+    const { deps } = processorDeps(t);
+    const summary = await createBatchProcessor(deps)(batchJob([done, waiting, fresh], 2));
+    expect(summary).toEqual({ deliveries: 3, attempted: 1, handedOff: 1, skipped: 1 });
+    expect(r.requests.map((q) => q.headers['webhook-id'])).toEqual([fresh.eventId]);
+    const single = await t.queues.partitions[partitionOf(created.webhook.id, t.queues.partitions.length)]!.singles.getJob(waiting.deliveryId);
+    expect(single?.data).toMatchObject({ deliveryId: waiting.deliveryId, fromBatch: true });
+    expect(await single?.getState()).toBe('delayed');
+    expect(single!.opts.delay).toBeGreaterThan(55_000);
+    expect((await t.deliveryLog.progressOf([fresh]))[0]).toMatchObject({ status: 'delivered', attempts: 1 });
+  });
+
+  it('hands off deliveries held up by a hanging receiver, so the batch finishes while healthy ones are delivered', async () => {
+    t = await testApp({ retryScheduleMs: [0, 200, 200] });
+    const hanging = await receiver();
+    const healthy = await receiver();
+    hanging.script('/h', 'hang');
+    const slow = await t.webhooks.create('v-hang', { eventType: EVENT_TYPE, callbackUrl: `${hanging.base}/h` });
+    const good = await t.webhooks.create('v-good', { eventType: EVENT_TYPE, callbackUrl: `${healthy.base}/ok` });
+    if (!slow.ok || !good.ok) throw new Error('webhooks not created');
+    const toHanging = Array.from({ length: 5 }, () => delivery(slow.webhook.id, 'v-hang'));
+    const toHealthy = Array.from({ length: 20 }, () => delivery(good.webhook.id, 'v-good'));
+
+    const { deps, slots } = processorDeps(t, { slowAfterMs: 200, deliveryTimeoutMs: 1_500 });
+    const startedMs = Date.now();
+    const summary = await createBatchProcessor(deps)(batchJob([...toHanging, ...toHealthy], 1));
+    const elapsedMs = Date.now() - startedMs;
+
+    // Done after about one hold period, not after the 1.5 s timeout.
+    expect(elapsedMs).toBeLessThan(1_000);
+    expect(healthy.requests).toHaveLength(20);
+    // First contact: one attempt reached the hanging receiver; the other four never left.
+    expect(hanging.requests).toHaveLength(1);
+    expect(summary).toMatchObject({ deliveries: 25, attempted: 21, handedOff: 5, skipped: 0 });
+    const singles = t.queues.partitions[partitionOf(slow.webhook.id, t.queues.partitions.length)]!.singles;
+    const jobs = await Promise.all(toHanging.map((d) => singles.getJob(d.deliveryId)));
+    expect(jobs.every((job) => (job?.data as DeliverJob | undefined)?.fromBatch === true)).toBe(true);
+    // The handed-off attempt goes on and records its timeout; its single job then reads the record.
+    await waitFor(async () => (await t!.deliveryLog.progressOf(toHanging)).some((p) => p?.status === 'retrying' && p.attempts === 1), 5_000, 'timeout recorded');
+    await slots.idle();
+  });
+
+  it('the single job of a handed-off delivery skips it once the record says delivered', async () => {
+    t = await testApp({ retryScheduleMs: [0, 200] });
+    const r = await receiver();
+    const created = await t.webhooks.create('v-skip', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/in` });
+    if (!created.ok) throw new Error('webhook not created');
+    const d = delivery(created.webhook.id, 'v-skip');
+    await t.deliveryLog.recordAttempt({ job: d, attempt: { attempt: 1, atMs: Date.now(), outcome: 'delivered', statusCode: 200, durationMs: 2 }, status: 'delivered' });
+    await t.queues.addSingles([{ job: { ...d, fromBatch: true }, delayMs: 0 }]);
+    worker = startTestWorker(t);
+    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'skipped' && o.job.deliveryId === d.deliveryId), 10_000, 'skipped');
+    expect(r.requests).toHaveLength(0);
+  });
+});
+

@@ -1,0 +1,252 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { DeliverJob } from '../../src/delivery/jobs.js';
+import { RedisDeliveryLog, type AttemptRecord, type AttemptWrite, type DeliveryLogOptions } from '../../src/store/delivery-log.js';
+import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
+import { testRedis, type TestRedis } from '../helpers/redis.js';
+
+const HOUR_MS = 3_600_000;
+const OPTIONS: DeliveryLogOptions = { retentionMs: 2 * HOUR_MS, deadLetterRetentionMs: 5 * HOUR_MS, recentPerWebhook: 20 };
+const T0 = 1_700_000_000_000;
+
+let t: TestRedis;
+let keys: RedisKeys;
+let log: RedisDeliveryLog;
+
+beforeEach(() => {
+  t = testRedis();
+  keys = redisKeys(t.prefix);
+  log = new RedisDeliveryLog(t.redis, keys, OPTIONS);
+});
+
+afterEach(async () => {
+  await t.cleanup();
+});
+
+function job(deliveryId: string, overrides: Partial<DeliverJob> = {}): DeliverJob {
+  return {
+    deliveryId,
+    eventId: `evt-${deliveryId}`,
+    eventType: 'EVENT_TYPE_MACHINE_CREATED',
+    vendorId: 'v1',
+    webhookId: 'wh-1',
+    body: `{"event_id":"evt-${deliveryId}"}`,
+    acceptedAtMs: T0,
+    ...overrides,
+  };
+}
+
+function write(target: DeliverJob, attempt: number, status: AttemptWrite['status'], extra: Partial<AttemptRecord> & { nextAttemptAtMs?: number } = {}): AttemptWrite {
+  const { nextAttemptAtMs, ...record } = extra;
+  const outcome = status === 'delivered' ? 'delivered' : 'http_5xx';
+  return {
+    job: target,
+    attempt: { attempt, atMs: target.acceptedAtMs + attempt * 1_000, outcome, statusCode: status === 'delivered' ? 200 : 503, durationMs: 12, ...record },
+    status,
+    ...(nextAttemptAtMs === undefined ? {} : { nextAttemptAtMs }),
+  };
+}
+
+/** A key's TTL in ms, asserted to lie within a second below `expectedMs`. */
+async function expectTtl(key: string, expectedMs: number): Promise<void> {
+  const ttlMs = await t.redis.pttl(key);
+  expect(ttlMs).toBeGreaterThan(expectedMs - 1_000);
+  expect(ttlMs).toBeLessThanOrEqual(expectedMs);
+}
+
+describe('RedisDeliveryLog.recordAttempt', () => {
+  it('writes the identity fields, the attempt JSON and the retention TTL on a first attempt', async () => {
+    const first = job('d-1', { replayOf: 'd-0' });
+    const attempt = write(first, 1, 'delivered', { responseSnippet: 'ok' });
+    expect(await log.recordAttempt(attempt)).toEqual({ failingSinceMs: undefined });
+
+    const recordKey = keys.deliveries.record('wh-1', 'd-1');
+    expect(await t.redis.hgetall(recordKey)).toEqual({
+      deliveryId: 'd-1',
+      eventId: 'evt-d-1',
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      webhookId: 'wh-1',
+      vendorId: 'v1',
+      acceptedAtMs: String(T0),
+      replayOf: 'd-0',
+      status: 'delivered',
+      attempts: '1',
+      lastOutcome: 'delivered',
+      lastStatusCode: '200',
+      updatedAtMs: String(T0 + 1_000),
+      nextAttemptAtMs: '',
+      'attempt:1': JSON.stringify(attempt.attempt),
+    });
+    await expectTtl(recordKey, OPTIONS.retentionMs);
+    expect(await t.redis.zrange(keys.deliveries.ofWebhook('wh-1'), 0, -1, 'WITHSCORES')).toEqual(['d-1', String(T0)]);
+    await expectTtl(keys.deliveries.ofWebhook('wh-1'), OPTIONS.deadLetterRetentionMs);
+    expect(await t.redis.exists(keys.deliveries.dead('wh-1'))).toBe(0);
+  });
+
+  it('sets failing-since on the first failure, keeps it through retries and clears it on delivery', async () => {
+    const d = job('d-1');
+    const failingSinceKey = keys.deliveries.failingSince('wh-1');
+
+    expect(await log.recordAttempt(write(d, 1, 'retrying', { nextAttemptAtMs: T0 + 5_000 }))).toEqual({ failingSinceMs: T0 + 1_000 });
+    expect(await log.recordAttempt(write(d, 2, 'retrying', { nextAttemptAtMs: T0 + 9_000 }))).toEqual({ failingSinceMs: T0 + 1_000 });
+    expect(await t.redis.get(failingSinceKey)).toBe(String(T0 + 1_000));
+    const retrying = await log.get('wh-1', 'd-1');
+    expect(retrying?.delivery).toMatchObject({ status: 'retrying', attempts: 2, lastStatusCode: 503, nextAttemptAtMs: T0 + 9_000 });
+
+    expect(await log.recordAttempt(write(d, 3, 'delivered'))).toEqual({ failingSinceMs: undefined });
+    expect(await t.redis.exists(failingSinceKey)).toBe(0);
+
+    const found = await log.get('wh-1', 'd-1');
+    expect(found?.delivery).toEqual({
+      deliveryId: 'd-1',
+      eventId: 'evt-d-1',
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      webhookId: 'wh-1',
+      vendorId: 'v1',
+      status: 'delivered',
+      attempts: 3,
+      lastOutcome: 'delivered',
+      lastStatusCode: 200,
+      acceptedAtMs: T0,
+      updatedAtMs: T0 + 3_000,
+      nextAttemptAtMs: undefined,
+      replayOf: undefined,
+    });
+    expect(found?.attempts.map((a) => [a.attempt, a.outcome, a.statusCode])).toEqual([
+      [1, 'http_5xx', 503],
+      [2, 'http_5xx', 503],
+      [3, 'delivered', 200],
+    ]);
+    // The body stays only with dead letters.
+    expect(found?.body).toBeUndefined();
+    // Identity fields are written once, on the first attempt, and survive the later ones.
+    expect(await t.redis.hlen(keys.deliveries.record('wh-1', 'd-1'))).toBe(16);
+
+    // A later failure starts a new run.
+    expect(await log.recordAttempt(write(job('d-2', { acceptedAtMs: T0 + 60_000 }), 1, 'retrying', { nextAttemptAtMs: T0 + 70_000 }))).toEqual({ failingSinceMs: T0 + 61_000 });
+  });
+
+  it('keeps the body of a dead letter, adds it to the dead set and keeps it for the dead-letter retention', async () => {
+    const d = job('d-1');
+    await log.recordAttempt(write(d, 1, 'retrying', { nextAttemptAtMs: T0 + 5_000 }));
+    expect(await log.recordAttempt(write(d, 2, 'dead', { error: 'gave up' }))).toEqual({ failingSinceMs: T0 + 1_000 });
+
+    const recordKey = keys.deliveries.record('wh-1', 'd-1');
+    await expectTtl(recordKey, OPTIONS.deadLetterRetentionMs);
+    expect(await t.redis.zrange(keys.deliveries.dead('wh-1'), 0, -1, 'WITHSCORES')).toEqual(['d-1', String(T0 + 2_000)]);
+    await expectTtl(keys.deliveries.dead('wh-1'), OPTIONS.deadLetterRetentionMs);
+
+    const found = await log.get('wh-1', 'd-1');
+    expect(found?.body).toBe(d.body);
+    expect(found?.delivery.status).toBe('dead');
+    expect(found?.attempts.at(-1)?.error).toBe('gave up');
+    expect((await log.deadLetters('wh-1', 10)).map((s) => [s.deliveryId, s.status])).toEqual([['d-1', 'dead']]);
+    expect(await log.deadLetterIds('wh-1', 10)).toEqual(['d-1']);
+  });
+
+  it('drops dead letters older than the dead-letter retention from the dead set', async () => {
+    const old = job('d-old');
+    await log.recordAttempt(write(old, 1, 'dead'));
+    const late = job('d-late', { acceptedAtMs: T0 + OPTIONS.deadLetterRetentionMs + 10_000 });
+    await log.recordAttempt(write(late, 1, 'dead'));
+    expect(await log.deadLetterIds('wh-1', 10)).toEqual(['d-late']);
+  });
+
+  it('keeps the recent list at its cap, deleting finished records that fall off and keeping dead and retrying ones', async () => {
+    const cap = OPTIONS.recentPerWebhook;
+    const total = cap + 50;
+    const id = (i: number) => `d-${String(i).padStart(3, '0')}`;
+    const statusOf = (i: number): AttemptWrite['status'] => (i === 3 || i === 7 ? 'dead' : i === 5 ? 'retrying' : 'delivered');
+    for (let i = 0; i < total; i += 1) {
+      const d = job(id(i), { acceptedAtMs: T0 + i });
+      await log.recordAttempt(write(d, 1, statusOf(i), statusOf(i) === 'retrying' ? { nextAttemptAtMs: T0 + 60_000 } : {}));
+      // d-007's replay is queued while it is still on the list: a replayed record goes like a delivered one.
+      if (i === 10) expect(await log.markReplayed('wh-1', id(7), T0 + 100)).toBe(true);
+    }
+
+    const recentKey = keys.deliveries.ofWebhook('wh-1');
+    expect(await t.redis.zcard(recentKey)).toBe(cap);
+    const recent = await log.recent('wh-1', 1_000);
+    expect(recent.map((s) => s.deliveryId)).toEqual(Array.from({ length: cap }, (_, i) => id(total - 1 - i)));
+
+    const kept = await t.redis.exists(...Array.from({ length: total - cap }, (_, i) => keys.deliveries.record('wh-1', id(i))));
+    expect(kept).toBe(2);
+    expect((await log.get('wh-1', id(3)))?.body).toBe(job(id(3)).body);
+    expect((await log.get('wh-1', id(5)))?.delivery.status).toBe('retrying');
+    expect(await t.redis.exists(keys.deliveries.record('wh-1', id(7)))).toBe(0);
+    expect(await log.get('wh-1', id(0))).toBeUndefined();
+    expect(await log.deadLetterIds('wh-1', 10)).toEqual([id(3)]);
+  });
+
+  it('deletes a replayed record once it falls off the recent list', async () => {
+    const small = new RedisDeliveryLog(t.redis, keys, { ...OPTIONS, recentPerWebhook: 2 });
+    await small.recordAttempt(write(job('d-1', { acceptedAtMs: T0 }), 1, 'dead'));
+    expect(await small.markReplayed('wh-1', 'd-1', T0 + 10)).toBe(true);
+    await small.recordAttempt(write(job('d-2', { acceptedAtMs: T0 + 1 }), 1, 'delivered'));
+    expect(await t.redis.exists(keys.deliveries.record('wh-1', 'd-1'))).toBe(1);
+    await small.recordAttempt(write(job('d-3', { acceptedAtMs: T0 + 2 }), 1, 'delivered'));
+    expect(await t.redis.exists(keys.deliveries.record('wh-1', 'd-1'))).toBe(0);
+    expect(await t.redis.zrange(keys.deliveries.ofWebhook('wh-1'), 0, -1)).toEqual(['d-2', 'd-3']);
+  });
+
+  it('removes a bounded number of overflow ids per attempt', async () => {
+    const recentKey = keys.deliveries.ofWebhook('wh-1');
+    // A list far over the cap, as an older version of the log could leave behind.
+    const members = Array.from({ length: 200 }, (_, i) => [T0 + i, `old-${String(i).padStart(3, '0')}`] as const);
+    await t.redis.zadd(recentKey, ...members.flat());
+    await log.recordAttempt(write(job('d-new', { acceptedAtMs: T0 + 1_000 }), 1, 'delivered'));
+    expect(await t.redis.zcard(recentKey)).toBe(201 - 64);
+    expect(await t.redis.zscore(recentKey, 'old-063')).toBeNull();
+    expect(await t.redis.zscore(recentKey, 'old-064')).not.toBeNull();
+  });
+
+  it('keeps every key of a webhook under its hash tag', () => {
+    const tag = `{${t.prefix}:wh:wh-1}`;
+    for (const key of [keys.deliveries.record('wh-1', 'd-1'), keys.deliveries.record('wh-1', ''), keys.deliveries.ofWebhook('wh-1'), keys.deliveries.dead('wh-1'), keys.deliveries.failingSince('wh-1')]) {
+      expect(key.startsWith(tag)).toBe(true);
+    }
+  });
+});
+
+describe('RedisDeliveryLog.progressOf', () => {
+  it('answers status, attempts and next attempt time per ref, in order, and undefined for unknown ones', async () => {
+    await log.recordAttempt(write(job('d-1'), 1, 'delivered'));
+    await log.recordAttempt(write(job('d-2', { webhookId: 'wh-2' }), 1, 'retrying', { nextAttemptAtMs: T0 + 30_000 }));
+    await log.recordAttempt(write(job('d-2', { webhookId: 'wh-2' }), 2, 'retrying', { nextAttemptAtMs: T0 + 90_000 }));
+    await log.recordAttempt(write(job('d-3'), 1, 'dead'));
+    await log.recordDropped(job('d-4'), T0 + 5);
+
+    expect(
+      await log.progressOf([
+        { webhookId: 'wh-2', deliveryId: 'd-2' },
+        { webhookId: 'wh-1', deliveryId: 'missing' },
+        { webhookId: 'wh-1', deliveryId: 'd-1' },
+        { webhookId: 'wh-1', deliveryId: 'd-3' },
+        { webhookId: 'wh-1', deliveryId: 'd-2' },
+        { webhookId: 'wh-1', deliveryId: 'd-4' },
+      ]),
+    ).toEqual([
+      { status: 'retrying', attempts: 2, nextAttemptAtMs: T0 + 90_000 },
+      undefined,
+      { status: 'delivered', attempts: 1, nextAttemptAtMs: undefined },
+      { status: 'dead', attempts: 1, nextAttemptAtMs: undefined },
+      undefined,
+      { status: 'dropped', attempts: 0, nextAttemptAtMs: undefined },
+    ]);
+    expect(await log.progressOf([])).toEqual([]);
+  });
+});
+
+describe('RedisDeliveryLog on a shared connection', () => {
+  it('defines its script once per connection and works from every log on it', async () => {
+    const scriptOf = () => (t.redis as unknown as Record<string, unknown>).hooklineRecordAttempt;
+    const defined = scriptOf();
+    expect(defined).toBeTypeOf('function');
+    const other = new RedisDeliveryLog(t.redis, keys, { ...OPTIONS, recentPerWebhook: 1 });
+    expect(scriptOf()).toBe(defined);
+    await log.recordAttempt(write(job('d-1'), 1, 'delivered'));
+    await other.recordAttempt(write(job('d-2', { acceptedAtMs: T0 + 1 }), 1, 'delivered'));
+    // Each log passes its own options: the second's cap of one applied.
+    expect(await t.redis.zrange(keys.deliveries.ofWebhook('wh-1'), 0, -1)).toEqual(['d-2']);
+    expect(await t.redis.exists(keys.deliveries.record('wh-1', 'd-1'))).toBe(0);
+  });
+});
