@@ -44,6 +44,23 @@ export interface HooklineThroughput extends ThroughputFigures {
   rssMaxBytes: number;
   rssMedianBytes: number;
   heapUsedMaxBytes: number;
+  /** How the measured run's delivery runs ended: `attempted:<outcome>`, `deferred:<reason>`, `skipped`, … */
+  outcomes: Record<string, number>;
+}
+
+/** Counts finished delivery runs by kind (and outcome or reason). */
+function outcomeCounter() {
+  const counts: Record<string, number> = {};
+  return {
+    counts,
+    onOutcome(o: FinishedOutcome) {
+      const key = o.kind === 'attempted' ? `attempted:${o.outcome}` : o.kind === 'deferred' ? `deferred:${o.reason}` : o.kind;
+      counts[key] = (counts[key] ?? 0) + 1;
+    },
+    reset() {
+      for (const key of Object.keys(counts)) delete counts[key];
+    },
+  };
 }
 
 /** Posts `events` through the engine's API, `posters` requests in flight; answers when the first one went out. */
@@ -100,11 +117,13 @@ async function startEngine(setup: DeliveryBenchSetup, run: ReceiverRun, urls: st
  */
 export async function hooklineThroughput(setup: DeliveryBenchSetup, events = setup.events): Promise<HooklineThroughput> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
-  const engine = await startEngine(setup, run, Array.from({ length: setup.vendors }, (_, i) => run.url(i)));
+  const outcomes = outcomeCounter();
+  const engine = await startEngine(setup, run, Array.from({ length: setup.vendors }, (_, i) => run.url(i)), { onOutcome: (o) => outcomes.onOutcome(o) });
   try {
     const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
     await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors), setup);
     await run.waitVerified(setup.warmup, setup.timeoutMs, 'Hookline warm-up');
+    outcomes.reset();
 
     const measured = eventsFor(factory, events, setup.vendors, setup.warmup);
     const rssBeforeBytes = process.memoryUsage().rss;
@@ -121,6 +140,7 @@ export async function hooklineThroughput(setup: DeliveryBenchSetup, events = set
       rssMaxBytes: rss.at(-1) ?? 0,
       rssMedianBytes: percentile(rss, 0.5),
       heapUsedMaxBytes: Math.max(...memory.heapUsedBytes),
+      outcomes: { ...outcomes.counts },
     };
   } finally {
     await run.forget();

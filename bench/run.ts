@@ -118,6 +118,7 @@ const SCENARIOS: Scenario[] = [
           'RSS before the run': mb(hookline.rssBeforeBytes),
           'heap max': mb(hookline.heapUsedMaxBytes),
           'redeliveries (Hookline/naive/bare)': `${hookline.duplicates}/${naive.duplicates}/${bare.duplicates}`,
+          'Hookline delivery runs': Object.entries(hookline.outcomes).map(([kind, n]) => `${kind} ${n}`).join(', '),
         },
         raw: {
           events: setup.events,
@@ -147,7 +148,12 @@ const SCENARIOS: Scenario[] = [
         size: `${setup.events} events → ${setup.vendors} webhooks, C=${setup.concurrency}, ${setup.config.queuePartitions} partitions, ${setup.payloadBytes} B payload`,
         figures: `Hookline ${perSecond(hookline.perSecond)}`,
         checks: [],
-        notes: { 'CPU per delivery, process + Redis': cpuCost(hookline), 'RSS max': mb(hookline.rssMaxBytes), 'heap max': mb(hookline.heapUsedMaxBytes) },
+        notes: {
+          'CPU per delivery, process + Redis': cpuCost(hookline),
+          'RSS max': mb(hookline.rssMaxBytes),
+          'heap max': mb(hookline.heapUsedMaxBytes),
+          'delivery runs': Object.entries(hookline.outcomes).map(([kind, n]) => `${kind} ${n}`).join(', '),
+        },
         raw: { hookline },
       };
     },

@@ -140,7 +140,7 @@ export function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSetting
     userAgent: `Hookline/${VERSION}`,
     connections: Math.max(10, settings.concurrency),
   });
-  const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, ...settings.breaker };
+  const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: settings.deliveryTimeoutMs, ...settings.breaker };
   const breakers = new EndpointBreakers(breakerOptions, settings.metrics ? breakerObserver(settings.metrics) : undefined);
   // Endpoints that never answered or were slow lately may hold at most a fifth of the slots.
   const slots = new SendSlots(settings.concurrency, Math.max(1, Math.floor(settings.concurrency / 5)));
@@ -157,6 +157,7 @@ export function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSetting
     deliveryTimeoutMs: settings.deliveryTimeoutMs,
     sustainedFailureMs: settings.sustainedFailureWindowMs,
     batchHoldMs: breakerOptions.slowAfterMs,
+    suspectHoldMs: Math.min(250, breakerOptions.slowAfterMs),
     nowMs,
     random: Math.random,
     onOutcome: (outcome) => {

@@ -11,6 +11,8 @@ export interface BreakerOptions {
   slowAfterMs: number;
   /** Attempts in flight allowed to a suspect endpoint (one that was slow or timed out lately). */
   slowInflightMax: number;
+  /** How long an attempt may run (the delivery timeout): when a held-back delivery should look again. */
+  attemptTimeoutMs: number;
 }
 
 export const DEFAULT_BREAKER_OPTIONS: BreakerOptions = {
@@ -20,6 +22,7 @@ export const DEFAULT_BREAKER_OPTIONS: BreakerOptions = {
   openMsMax: 5 * 60_000,
   slowAfterMs: 2_000,
   slowInflightMax: 1,
+  attemptTimeoutMs: 10_000,
 };
 
 /**
@@ -85,13 +88,13 @@ export class EndpointBreakers {
     }
     if (!state.answered) {
       if (state.inflight.size === 0) return { admitted: true, probe: false, lane: 'suspect' };
-      return { admitted: false, reason: 'first_contact', settled: this.settledOf(state), retryAtMs: nowMs + this.options.slowAfterMs };
+      return { admitted: false, reason: 'first_contact', settled: this.settledOf(state), retryAtMs: this.afterInflight(state, nowMs) };
     }
     let slow = 0;
     for (const startedMs of state.inflight.values()) if (nowMs - startedMs >= this.options.slowAfterMs) slow += 1;
     const suspect = slow > 0 || nowMs < state.suspectUntilMs;
     if (!suspect) return { admitted: true, probe: false, lane: 'healthy' };
-    if (state.inflight.size >= this.options.slowInflightMax) return { admitted: false, retryAtMs: nowMs + this.options.slowAfterMs, reason: 'slow' };
+    if (state.inflight.size >= this.options.slowInflightMax) return { admitted: false, retryAtMs: this.afterInflight(state, nowMs), reason: 'slow' };
     return { admitted: true, probe: false, lane: 'suspect' };
   }
 
@@ -148,6 +151,13 @@ export class EndpointBreakers {
   /** Endpoints whose circuit is open now (for metrics and tests). */
   openEndpoints(nowMs: number): string[] {
     return [...this.states].filter(([, s]) => s.openUntilMs !== undefined && nowMs < s.openUntilMs).map(([endpoint]) => endpoint);
+  }
+
+  /** When the oldest attempt in flight will have ended at the latest (answered or timed out). */
+  private afterInflight(state: EndpointState, nowMs: number): number {
+    let oldestMs = nowMs;
+    for (const startedMs of state.inflight.values()) oldestMs = Math.min(oldestMs, startedMs);
+    return Math.max(nowMs + 250, oldestMs + this.options.attemptTimeoutMs + 100);
   }
 
   private settledOf(state: EndpointState): Promise<void> {

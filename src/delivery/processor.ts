@@ -28,10 +28,15 @@ export interface DeliveryProcessorDeps {
   /** A webhook whose attempts have all failed for this long is disabled. */
   sustainedFailureMs: number;
   /**
-   * How often a batch looks for deliveries that hold it up (a slow attempt, an endpoint's first
-   * contact) and hands them off to single jobs, so one hanging receiver cannot hold a batch.
+   * How long a batch waits on an attempt to a healthy endpoint before handing it off to a single
+   * job (the attempt goes on), so a receiver that starts hanging cannot hold a batch.
    */
   batchHoldMs: number;
+  /**
+   * How long a batch waits on a suspect endpoint (never answered, or slow lately): deliveries
+   * waiting for its first answer, or in flight to it, leave as single jobs after this.
+   */
+  suspectHoldMs: number;
   nowMs: () => number;
   random: () => number;
   /** Called once per finished attempt or drop (metrics). */
@@ -248,6 +253,7 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
   return { prepare, admit, attempt, finish };
 }
 
+const GIVE_UP_NOW = Promise.resolve();
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
 /**
@@ -285,7 +291,7 @@ export function createDeliveryProcessor(deps: DeliveryProcessorDeps): (job: Job,
     if ('finished' in prepared) return prepared.finished;
 
     // 3. Breaker and slot: an endpoint that keeps failing or hangs waits in the queue, not in a slot.
-    const admitted = await steps.admit(prepared.webhook, sleep(Math.min(deps.batchHoldMs, deps.deliveryTimeoutMs)));
+    const admitted = await steps.admit(prepared.webhook, GIVE_UP_NOW);
     if (!admitted.ok) return defer(job, data, admitted.retryAtMs, admitted.reason, token);
 
     // 4. Attempt, then steer the queue.
@@ -341,7 +347,7 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     let attempted = 0;
     let giveUpNow: () => void = () => undefined;
     let giveUp = new Promise<void>((resolve) => (giveUpNow = resolve));
-    const inflight = new Map<DeliverJob, number>();
+    const inflight = new Map<DeliverJob, { startedMs: number; suspect: boolean }>();
     const handedOff = new Set<DeliverJob>();
     let pending = todo.length;
     let allDone: () => void = () => undefined;
@@ -361,7 +367,7 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
         steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
         return;
       }
-      inflight.set(data, deps.nowMs());
+      inflight.set(data, { startedMs: deps.nowMs(), suspect: admitted.started.suspect });
       attempted += 1;
       try {
         const { retryDelayMs } = await steps.attempt(data, prepared.webhook, 1, admitted.started);
@@ -385,15 +391,16 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     if (pending === 0) allDone();
 
     for (;;) {
-      const finished = await Promise.race([done.then(() => true), sleep(deps.batchHoldMs).then(() => false)]);
+      const finished = await Promise.race([done.then(() => true), sleep(deps.suspectHoldMs).then(() => false)]);
       if (finished) break;
-      // Hold-up check: first contacts still waiting give up (deferred); attempts slower than the
-      // hold leave as single jobs due after their timeout, while the attempt itself goes on.
+      // Hold-up check: deliveries still waiting for an endpoint's first answer give up (deferred);
+      // attempts to suspect endpoints past suspectHoldMs, and any past batchHoldMs, leave as single
+      // jobs due after their timeout, while the attempt itself goes on.
       giveUpNow();
       giveUp = new Promise<void>((resolve) => (giveUpNow = resolve));
       const nowMs = deps.nowMs();
-      for (const [data, startedMs] of inflight) {
-        if (nowMs - startedMs < deps.batchHoldMs || handedOff.has(data)) continue;
+      for (const [data, { startedMs, suspect }] of inflight) {
+        if (nowMs - startedMs < (suspect ? deps.suspectHoldMs : deps.batchHoldMs) || handedOff.has(data)) continue;
         settleOne(data);
         handedOff.add(data);
         leave(data, startedMs + deps.deliveryTimeoutMs + 1_000 - nowMs);

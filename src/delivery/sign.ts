@@ -1,4 +1,4 @@
-import { createHmac } from 'node:crypto';
+import { createHmac, createSecretKey, type KeyObject } from 'node:crypto';
 
 /** Standard Webhooks marks a base64 key with this prefix. */
 const STANDARD_SECRET_PREFIX = 'whsec_';
@@ -11,15 +11,29 @@ export function secretKeyBytes(secret: string): Buffer {
 }
 
 /** Base64 HMAC-SHA256 over `{webhookId}.{timestampSec}.{body}`: the part after `v1,` in `webhook-signature`. */
-export function standardSignature(key: Buffer, webhookId: string, timestampSec: number | string, body: string | Uint8Array): string {
+export function standardSignature(key: Buffer | KeyObject, webhookId: string, timestampSec: number | string, body: string | Uint8Array): string {
   // Hashing the prefix and the body separately keeps raw body bytes exact (no string round trip).
   return createHmac('sha256', key).update(`${webhookId}.${timestampSec}.`, 'utf8').update(body).digest('base64');
 }
 
 /** Hex HMAC-SHA256 of the body keyed by the secret's UTF-8 bytes: the part after `sha256=` in `x-webhook-signature`. */
-export function legacySignature(secret: string, body: string | Uint8Array): string {
+export function legacySignature(secret: string | KeyObject, body: string | Uint8Array): string {
   // The platform's legacy scheme never decoded whsec_ secrets, so neither do we.
-  return createHmac('sha256', Buffer.from(secret, 'utf8')).update(body).digest('hex');
+  return createHmac('sha256', typeof secret === 'string' ? Buffer.from(secret, 'utf8') : secret).update(body).digest('hex');
+}
+
+/** HMAC keys by secret: importing a key costs more than hashing a small body, and secrets repeat. */
+const keyCache = new Map<string, { standard: KeyObject; legacy: KeyObject }>();
+const KEY_CACHE_MAX = 10_000;
+
+function keysOf(secret: string): { standard: KeyObject; legacy: KeyObject } {
+  let keys = keyCache.get(secret);
+  if (keys === undefined) {
+    if (keyCache.size >= KEY_CACHE_MAX) keyCache.clear();
+    keys = { standard: createSecretKey(secretKeyBytes(secret)), legacy: createSecretKey(Buffer.from(secret, 'utf8')) };
+    keyCache.set(secret, keys);
+  }
+  return keys;
 }
 
 export interface SignatureInput {
@@ -49,9 +63,9 @@ export function signatureHeaders(input: SignatureInput): Record<string, string> 
   };
   const [current] = secrets;
   if (current === undefined) return headers;
-  headers['webhook-signature'] = secrets
-    .map((secret) => `v1,${standardSignature(secretKeyBytes(secret), webhookId, timestampSec, body)}`)
-    .join(' ');
-  headers['x-webhook-signature'] = `sha256=${legacySignature(current, body)}`;
+  // The body's bytes once, for every HMAC of this attempt.
+  const bytes = Buffer.from(body, 'utf8');
+  headers['webhook-signature'] = secrets.map((secret) => `v1,${standardSignature(keysOf(secret).standard, webhookId, timestampSec, bytes)}`).join(' ');
+  headers['x-webhook-signature'] = `sha256=${legacySignature(keysOf(current).legacy, bytes)}`;
   return headers;
 }

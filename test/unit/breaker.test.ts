@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { EndpointBreakers, type BreakerOptions } from '../../src/delivery/breaker.js';
 import { SendSlots } from '../../src/delivery/send-slots.js';
 
-const OPTIONS: BreakerOptions = { failureThreshold: 3, timeoutThreshold: 2, openMs: 1_000, openMsMax: 4_000, slowAfterMs: 100, slowInflightMax: 1 };
+const OPTIONS: BreakerOptions = { failureThreshold: 3, timeoutThreshold: 2, openMs: 1_000, openMsMax: 4_000, slowAfterMs: 100, slowInflightMax: 1, attemptTimeoutMs: 500 };
 const E = 'http://receiver.example:8080';
 
 describe('EndpointBreakers', () => {
@@ -34,7 +34,7 @@ describe('EndpointBreakers', () => {
     const slow = b.start(E, 10);
     b.start(E, 10);
     // Two in flight, one of them past slowAfterMs: suspect, no more.
-    expect(b.admit(E, 200)).toMatchObject({ admitted: false, reason: 'slow', retryAtMs: 300 });
+    expect(b.admit(E, 200)).toMatchObject({ admitted: false, reason: 'slow', retryAtMs: 610 });
     b.finish(E, slow, 'healthy', 250);
     // The slow answer leaves it suspect for openMs: one in flight at most (one still is).
     expect(b.admit(E, 260)).toMatchObject({ admitted: false, reason: 'slow' });
