@@ -1,5 +1,9 @@
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { Pool } from 'undici';
 import { buildAdminServer, type AdminServer } from '../src/admin/server.js';
@@ -9,6 +13,7 @@ import type { FinishedOutcome } from '../src/delivery/processor.js';
 import { createLogger, type Logger } from '../src/logger.js';
 import { createMetrics, type Metrics } from '../src/metrics/metrics.js';
 import { connectRedis, pingRedis, type Redis } from '../src/store/redis.js';
+import { freeLoopbackPort } from '../src/store/redis-server.js';
 import { wallMs } from './measure.js';
 import { deleteKeys } from './redis-info.js';
 import { BENCH_EVENT_TYPE, vendorId } from './workload.js';
@@ -47,6 +52,17 @@ export interface WorkerOptions {
   onOutcome?: (outcome: FinishedOutcome) => void;
 }
 
+/** A `hookline worker` process started by the bench. */
+export interface WorkerProcess {
+  pid: number;
+  /** How it was started: the built CLI (`dist/cli.js`) or the TypeScript source through tsx. */
+  entry: string;
+  /** Its resident set size now, from /proc (Linux). */
+  rssBytes(): number;
+}
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
 export interface PostResult {
   accepted: number;
   /** Wall-clock ms when the request was sent and when its 202 arrived. */
@@ -62,6 +78,7 @@ export interface PostResult {
 export class BenchEngine {
   private worker: ReturnType<typeof composeWorker> | undefined;
   private workerConnection: Redis | undefined;
+  private workerChild: ChildProcess | undefined;
 
   private constructor(
     readonly prefix: string,
@@ -73,6 +90,7 @@ export class BenchEngine {
     private readonly apiKey: string,
     private readonly options: BenchEngineOptions,
     private readonly logger: Logger,
+    private readonly secretKey: Buffer,
   ) {}
 
   static async start(options: BenchEngineOptions): Promise<BenchEngine> {
@@ -82,12 +100,13 @@ export class BenchEngine {
     const metrics = metricsOnce();
     const redis = connectRedis(options.redisUrl, { connectionName: `hookline-bench-${prefix}`, maxRetriesPerRequest: 2 });
     const queueConnection = connectRedis(options.redisUrl, { connectionName: `hookline-bench-${prefix}-queues`, maxRetriesPerRequest: null, autoPipelining: false });
+    const secretKey = randomBytes(32);
     const stores = composeStores({
       observability: { metrics, logger },
       redis,
       queueConnection,
       redisPrefix: prefix,
-      secretKey: randomBytes(32),
+      secretKey,
       retryScheduleMs: config.retryScheduleMs,
       queuePartitions: config.queuePartitions,
       secretRotationOverlapMs: config.secretRotationOverlapMs,
@@ -97,7 +116,7 @@ export class BenchEngine {
     const origin = await app.listen({ host: '127.0.0.1', port: 0 });
     const { key } = await stores.apiKeys.create({ name: 'bench producer', roles: ['events:write'] });
     const client = new Pool(origin, { connections: options.apiConnections, pipelining: 1 });
-    return new BenchEngine(prefix, stores, redis, queueConnection, app, client, key, options, logger);
+    return new BenchEngine(prefix, stores, redis, queueConnection, app, client, key, options, logger, secretKey);
   }
 
   /** Registers vendor i's webhook for the bench event type at `urls[i]` with `secrets[i]`; answers the ids. */
@@ -131,6 +150,65 @@ export class BenchEngine {
     this.worker.pool.start();
   }
 
+  /**
+   * Starts a real `hookline worker` process on this engine's Redis and prefix (the built CLI when
+   * `npm run build` has run, else the source through tsx), its logs discarded; resolves once it runs.
+   */
+  async startWorkerProcess(options: { concurrency: number }): Promise<WorkerProcess> {
+    if (this.worker || this.workerChild) throw new Error('the worker is already running');
+    const { config } = this.options;
+    const built = path.join(ROOT, 'dist', 'cli.js');
+    const args = existsSync(built) ? [built, 'worker'] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli.ts'), 'worker'];
+    // The bench's own HOOKLINE_* settings pass through, as they configure the in-process engine.
+    const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => name !== 'REDIS_URL'));
+    const child = spawn(process.execPath, args, {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: {
+        ...env,
+        REDIS_URL: this.options.redisUrl,
+        HOOKLINE_REDIS_PREFIX: this.prefix,
+        HOOKLINE_SECRET_KEY: this.secretKey.toString('base64'),
+        HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
+        HOOKLINE_WORKER_CONCURRENCY: String(options.concurrency),
+        HOOKLINE_QUEUE_PARTITIONS: String(config.queuePartitions),
+        HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
+        HOOKLINE_LOG_LEVEL: config.logLevel,
+        HOOKLINE_LOG_FORMAT: 'json',
+      },
+    });
+    this.workerChild = child;
+    let output = '';
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the worker did not start within 30 s: ${output.slice(-500)}`)), 30_000);
+      const onData = (chunk: Buffer) => {
+        if (output.length < 100_000) output += chunk.toString('utf8');
+        if (output.includes('delivery worker running')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      };
+      child.stdout?.on('data', onData);
+      child.stderr?.on('data', onData);
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`the worker exited with ${code}: ${output.slice(-500)}`));
+      });
+    });
+    // From here on its output is read and dropped, so the pipe never fills.
+    child.stdout?.removeAllListeners('data').resume();
+    child.stderr?.removeAllListeners('data').resume();
+    const pid = child.pid!;
+    return {
+      pid,
+      entry: args.includes('tsx') ? 'src/cli.ts through tsx' : 'dist/cli.js',
+      rssBytes() {
+        const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+        return match ? Number(match[1]) * 1024 : 0;
+      },
+    };
+  }
+
   /** POSTs one ingest request body (`{events: [...]}`); throws unless every event was accepted. */
   async post(body: string, expected: number): Promise<PostResult> {
     const sentAtMs = wallMs();
@@ -151,6 +229,14 @@ export class BenchEngine {
   /** Stops the worker (in-flight attempts get `graceMs`), the API and the connections; deletes the prefix's keys. */
   async close(graceMs = 2_000): Promise<void> {
     if (this.worker) await this.worker.close(graceMs);
+    const child = this.workerChild;
+    if (child && child.exitCode === null) {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), graceMs + 5_000);
+      await exited;
+      clearTimeout(timer);
+    }
     await this.workerConnection?.quit().catch(() => undefined);
     await this.client.close();
     await this.app.close();

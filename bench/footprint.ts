@@ -1,4 +1,4 @@
-import { collectGarbage, slope, sleep, wallMs } from './measure.js';
+import { collectGarbage, percentile, slope, sleep, wallMs } from './measure.js';
 import { pacedPosts, type DeliveryBenchSetup } from './delivery.js';
 import { BenchEngine } from './engine.js';
 import { countKeys, keyBytes, redisMemory, someKey } from './redis-info.js';
@@ -11,7 +11,7 @@ export interface PendingFootprint {
   overheadBytesPerDelivery: number;
   /** The same, with Redis's client buffers left out. */
   overheadBytesPerDeliveryNoClients: number;
-  /** MEMORY USAGE of one queued job's hash, minus the payload. */
+  /** MEMORY USAGE of one queued batch job's hash per delivery in it, minus the payload. */
   jobHashOverheadBytes: number;
   /** MEMORY USAGE of one event's dedupe mark. */
   dedupeMarkBytes: number;
@@ -60,7 +60,10 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
     const after = await redisMemory(engine.redis);
     const [waitAfter, eventsAfter] = [await queueKeyBytes('wait'), await queueKeyBytes('events')];
 
-    const jobKey = await someKey(engine.redis, `{${prefix}:q*}:deliveries:????????-????-????-????-????????????`);
+    // A batch job carries up to 100 deliveries: its hash is shared by them.
+    const jobKey = await someKey(engine.redis, `{${prefix}:q*}:deliveries:b-*`);
+    if (jobKey === undefined) throw new Error('no batch job found in the queues');
+    const deliveriesInJob = (JSON.parse((await engine.redis.hget(jobKey, 'data')) ?? '{"deliveries":[]}') as { deliveries: unknown[] }).deliveries.length;
     const markKey = await someKey(engine.redis, `{${prefix}:event:*}`);
     const perDelivery = (used: number) => used / pending - factory.envelopeBytes;
     return {
@@ -68,7 +71,7 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
       payloadBytes: factory.envelopeBytes,
       overheadBytesPerDelivery: perDelivery(after.usedBytes - before.usedBytes),
       overheadBytesPerDeliveryNoClients: perDelivery(after.usedBytes - after.clientsBytes - (before.usedBytes - before.clientsBytes)),
-      jobHashOverheadBytes: (await keyBytes(engine.redis, jobKey)) - factory.envelopeBytes,
+      jobHashOverheadBytes: (await keyBytes(engine.redis, jobKey)) / Math.max(1, deliveriesInJob) - factory.envelopeBytes,
       dedupeMarkBytes: await keyBytes(engine.redis, markKey),
       waitListBytesPerDelivery: (waitAfter - waitBefore) / pending,
       eventStreamBytesPerDelivery: (eventsAfter - eventsBefore) / pending,
@@ -83,6 +86,8 @@ export interface SoakSample {
   /** INFO used_memory without the client buffers (which swing with each burst of commands). */
   redisUsedBytes: number;
   rssBytes: number;
+  /** RSS of the `hookline worker` process doing the deliveries. */
+  workerRssBytes: number;
   /** Heap in use right after a full garbage collection: what the process retains. */
   retainedHeapBytes: number;
   delivered: number;
@@ -105,6 +110,14 @@ export interface SoakFigures {
   rssLastBytes: number;
   rssMaxBytes: number;
   rssSlopeBytesPerMinute: number;
+  /** The separate `hookline worker` process: how it was started and its RSS over the soak. */
+  workerEntry: string;
+  workerRssFirstBytes: number;
+  workerRssLastBytes: number;
+  workerRssMaxBytes: number;
+  /** Median over the soak's samples: the steady-load figure (the max often comes from the prefill burst). */
+  workerRssMedianBytes: number;
+  workerRssSlopeBytesPerMinute: number;
   retainedHeapFirstBytes: number;
   retainedHeapLastBytes: number;
   retainedHeapSlopeBytesPerMinute: number;
@@ -118,16 +131,18 @@ export interface SoakFigures {
 const RECENT_PER_WEBHOOK = 1_000;
 
 /**
- * A long steady run: first every webhook's delivery log is filled to its cap (so from then on a
- * bounded log stops growing), then events are posted at `perSecond` for `seconds` while Redis
- * used_memory, this process's RSS and its heap after a full collection are sampled every `sampleMs`.
+ * A long steady run with a real `hookline worker` process doing the deliveries (this process runs
+ * the API and the producers): first every webhook's delivery log is filled to its cap (so from then
+ * on a bounded log stops growing), then events are posted at `perSecond` for `seconds` while Redis
+ * used_memory, the worker's RSS, this process's RSS and its heap after a full collection are
+ * sampled every `sampleMs`.
  */
 export async function soak(setup: DeliveryBenchSetup, options: { seconds: number; perSecond: number; webhooks: number; sampleMs: number }): Promise<SoakFigures> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: options.webhooks });
   const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
   try {
     await engine.registerWebhooks(Array.from({ length: options.webhooks }, (_, i) => run.url(i)), run.secrets);
-    engine.startWorker({ concurrency: setup.concurrency });
+    const worker = await engine.startWorkerProcess({ concurrency: setup.concurrency });
     const factory = new EventFactory(setup.payloadBytes, 50);
     const prefill = options.webhooks * RECENT_PER_WEBHOOK + setup.warmup;
     await runParallel(batchBodies(eventsFor(factory, prefill, options.webhooks), setup.batchSize), setup.posters, async ({ body, count }) => {
@@ -147,7 +162,14 @@ export async function soak(setup: DeliveryBenchSetup, options: { seconds: number
       const rssBytes = process.memoryUsage().rss;
       collectGarbage();
       const retainedHeapBytes = process.memoryUsage().heapUsed;
-      samples.push({ atSeconds: (wallMs() - startMs) / 1000, redisUsedBytes: memory.usedBytes - memory.clientsBytes, rssBytes, retainedHeapBytes, delivered: stats.verified });
+      samples.push({
+        atSeconds: (wallMs() - startMs) / 1000,
+        redisUsedBytes: memory.usedBytes - memory.clientsBytes,
+        rssBytes,
+        workerRssBytes: worker.rssBytes(),
+        retainedHeapBytes,
+        delivered: stats.verified,
+      });
     };
     await sample();
     let sampling = true;
@@ -186,6 +208,15 @@ export async function soak(setup: DeliveryBenchSetup, options: { seconds: number
       rssLastBytes: last.rssBytes,
       rssMaxBytes: Math.max(...samples.map((s) => s.rssBytes)),
       rssSlopeBytesPerMinute: perMinute((s) => s.rssBytes),
+      workerEntry: worker.entry,
+      workerRssFirstBytes: first.workerRssBytes,
+      workerRssLastBytes: last.workerRssBytes,
+      workerRssMaxBytes: Math.max(...samples.map((s) => s.workerRssBytes)),
+      workerRssMedianBytes: percentile(
+        samples.map((s) => s.workerRssBytes).sort((a, b) => a - b),
+        0.5,
+      ),
+      workerRssSlopeBytesPerMinute: perMinute((s) => s.workerRssBytes),
       retainedHeapFirstBytes: first.retainedHeapBytes,
       retainedHeapLastBytes: last.retainedHeapBytes,
       retainedHeapSlopeBytesPerMinute: perMinute((s) => s.retainedHeapBytes),
