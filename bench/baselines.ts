@@ -27,6 +27,8 @@ export interface ThroughputFigures {
    */
   processCpuUsPerDelivery: number;
   redisCpuUsPerDelivery: number;
+  /** Redis commands per delivery over the measured run (a Lua script or MULTI member counts once each). */
+  redisCommandsPerDelivery: number;
 }
 
 /**

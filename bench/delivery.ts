@@ -5,7 +5,7 @@ import { bareUndiciLoop, NaiveBaseline, type ThroughputFigures } from './baselin
 import { percentile, sampleProcessMemory, sleep, wallMs } from './measure.js';
 import { BenchEngine, type PostResult } from './engine.js';
 import type { ReceiverProcess, ReceiverRun } from './receiver-client.js';
-import { redisCpuUs } from './redis-info.js';
+import { redisCommands, redisCpuUs } from './redis-info.js';
 import { batchBodies, EventFactory, eventsFor, runParallel, type BenchEvent } from './workload.js';
 
 /** Sizes and shared parts of the delivery scenarios. */
@@ -74,18 +74,20 @@ async function postAll(engine: BenchEngine, events: readonly BenchEvent[], setup
 }
 
 /** Starts counting CPU time of this process and of Redis; `stop` answers the microseconds used since. */
-export async function cpuMeter(redis: Redis): Promise<{ stop(): Promise<{ processUs: number; redisUs: number }> }> {
+export async function cpuMeter(redis: Redis): Promise<{ stop(): Promise<{ processUs: number; redisUs: number; redisCommands: number }> }> {
   const process0 = process.cpuUsage();
-  const redis0 = await redisCpuUs(redis);
+  const [redis0, commands0] = [await redisCpuUs(redis), await redisCommands(redis)];
   return {
     async stop() {
       const used = process.cpuUsage(process0);
-      return { processUs: used.user + used.system, redisUs: (await redisCpuUs(redis)) - redis0 };
+      // The two INFO calls of stop() itself are left out.
+      const [redisUs, commands] = [await redisCpuUs(redis), await redisCommands(redis)];
+      return { processUs: used.user + used.system, redisUs: redisUs - redis0, redisCommands: commands - commands0 - 2 };
     },
   };
 }
 
-function figures(deliveries: number, startedAtMs: number, lastAtMs: number, duplicates: number, cpu: { processUs: number; redisUs: number }): ThroughputFigures {
+function figures(deliveries: number, startedAtMs: number, lastAtMs: number, duplicates: number, cpu: { processUs: number; redisUs: number; redisCommands: number }): ThroughputFigures {
   const seconds = (lastAtMs - startedAtMs) / 1000;
   return {
     deliveries,
@@ -94,6 +96,7 @@ function figures(deliveries: number, startedAtMs: number, lastAtMs: number, dupl
     duplicates,
     processCpuUsPerDelivery: cpu.processUs / deliveries,
     redisCpuUsPerDelivery: cpu.redisUs / deliveries,
+    redisCommandsPerDelivery: cpu.redisCommands / deliveries,
   };
 }
 

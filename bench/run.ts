@@ -118,6 +118,7 @@ const SCENARIOS: Scenario[] = [
           'RSS before the run': mb(hookline.rssBeforeBytes),
           'heap max': mb(hookline.heapUsedMaxBytes),
           'redeliveries (Hookline/naive/bare)': `${hookline.duplicates}/${naive.duplicates}/${bare.duplicates}`,
+          'Redis commands per delivery (Hookline/naive)': `${hookline.redisCommandsPerDelivery.toFixed(2)} / ${naive.redisCommandsPerDelivery.toFixed(2)}`,
           'Hookline delivery runs': Object.entries(hookline.outcomes).map(([kind, n]) => `${kind} ${n}`).join(', '),
         },
         raw: {
@@ -335,12 +336,12 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
   if (e2e) {
     lines.push(
       '',
-      '| Delivery throughput | deliveries/s | deliveries | seconds | redeliveries | CPU µs/delivery, bench process | CPU µs/delivery, Redis |',
-      '|---|---:|---:|---:|---:|---:|---:|',
+      '| Delivery throughput | deliveries/s | deliveries | seconds | redeliveries | CPU µs/delivery, bench process | CPU µs/delivery, Redis | Redis commands/delivery |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|',
     );
     for (const [label, f] of [['Hookline (ingest API → worker → receiver)', e2e.hookline], ['naive BullMQ worker', e2e.naive], ['bare undici loop', e2e.bare]] as const) {
       lines.push(
-        `| ${label} | ${Math.round(f.perSecond)} | ${f.deliveries} | ${f.seconds.toFixed(2)} | ${f.duplicates} | ${Math.round(f.processCpuUsPerDelivery)} | ${Math.round(f.redisCpuUsPerDelivery)} |`,
+        `| ${label} | ${Math.round(f.perSecond)} | ${f.deliveries} | ${f.seconds.toFixed(2)} | ${f.duplicates} | ${Math.round(f.processCpuUsPerDelivery)} | ${Math.round(f.redisCpuUsPerDelivery)} | ${f.redisCommandsPerDelivery.toFixed(2)} |`,
       );
     }
   }
