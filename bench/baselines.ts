@@ -27,7 +27,7 @@ export interface ThroughputFigures {
    */
   processCpuUsPerDelivery: number;
   redisCpuUsPerDelivery: number;
-  /** Redis commands per delivery over the measured run (a Lua script or MULTI member counts once each). */
+  /** Redis commands per delivery over the measured run, a script call and the commands inside it each counting. */
   redisCommandsPerDelivery: number;
 }
 

@@ -151,6 +151,51 @@ export async function hooklineThroughput(setup: DeliveryBenchSetup, events = set
   }
 }
 
+export interface SplitThroughput extends ThroughputFigures {
+  /** CPU per delivery of the API process (this one: ingest API and producers) and of the worker process. */
+  apiCpuUsPerDelivery: number;
+  workerCpuUsPerDelivery: number;
+  workerRssMaxBytes: number;
+  workerEntry: string;
+}
+
+/**
+ * Hookline as it is deployed: this process runs the ingest API (and the producers), a separate
+ * `hookline worker` process delivers. The CPU figure adds both processes.
+ */
+export async function hooklineSplitThroughput(setup: DeliveryBenchSetup, events = setup.events): Promise<SplitThroughput> {
+  const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
+  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+  try {
+    await engine.registerWebhooks(Array.from({ length: setup.vendors }, (_, i) => run.url(i)), run.secrets);
+    const worker = await engine.startWorkerProcess({ concurrency: setup.concurrency });
+    const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
+    await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors), setup);
+    await run.waitVerified(setup.warmup, setup.timeoutMs, 'Hookline (API + worker process) warm-up');
+
+    const measured = eventsFor(factory, events, setup.vendors, setup.warmup);
+    let workerRssMaxBytes = worker.rssBytes();
+    const rssTimer = setInterval(() => (workerRssMaxBytes = Math.max(workerRssMaxBytes, worker.rssBytes())), RSS_SAMPLE_MS);
+    const worker0 = worker.cpuUs();
+    const cpu = await cpuMeter(setup.infoRedis);
+    const startedAtMs = await postAll(engine, measured, setup);
+    const stats = await run.waitVerified(setup.warmup + events, setup.timeoutMs, 'Hookline (API + worker process) deliveries');
+    const used = await cpu.stop();
+    const workerUs = worker.cpuUs() - worker0;
+    clearInterval(rssTimer);
+    return {
+      ...figures(events, startedAtMs, stats.lastAtMs, stats.duplicates, { ...used, processUs: used.processUs + workerUs }),
+      apiCpuUsPerDelivery: used.processUs / events,
+      workerCpuUsPerDelivery: workerUs / events,
+      workerRssMaxBytes,
+      workerEntry: worker.entry,
+    };
+  } finally {
+    await run.forget();
+    await engine.close();
+  }
+}
+
 /** The naive BullMQ baseline: same Redis, receiver, payload size, concurrency, batch size and producers. */
 export async function naiveThroughput(setup: DeliveryBenchSetup): Promise<ThroughputFigures> {
   const run = await setup.receiver.newRun({ scheme: 'legacy', targets: setup.vendors });

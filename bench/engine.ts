@@ -59,7 +59,12 @@ export interface WorkerProcess {
   entry: string;
   /** Its resident set size now, from /proc (Linux). */
   rssBytes(): number;
+  /** CPU time it has used so far (user + system), in microseconds, from /proc (Linux). */
+  cpuUs(): number;
 }
+
+/** Clock ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux). */
+const USER_HZ = 100;
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -205,6 +210,12 @@ export class BenchEngine {
       rssBytes() {
         const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
         return match ? Number(match[1]) * 1024 : 0;
+      },
+      cpuUs() {
+        // Fields after the command name's closing parenthesis start at field 3; utime and stime are 14 and 15.
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        return ((Number(fields[11]) + Number(fields[12])) / USER_HZ) * 1e6;
       },
     };
   }

@@ -14,7 +14,7 @@ export async function redisCpuUs(redis: Redis): Promise<number> {
   return Math.round((field('used_cpu_user') + field('used_cpu_sys')) * 1e6);
 }
 
-/** Commands Redis has processed so far (INFO stats total_commands_processed; a script counts once). */
+/** Commands Redis has processed so far (INFO stats total_commands_processed: a script call and every command it runs). */
 export async function redisCommands(redis: Redis): Promise<number> {
   const info = await redis.info('stats');
   return Number(/^total_commands_processed:(\d+)/m.exec(info)?.[1] ?? 'NaN');

@@ -22,6 +22,7 @@ import {
   bareThroughput,
   hooklineIsolation,
   hooklineLatency,
+  hooklineSplitThroughput,
   hooklineThroughput,
   naiveThroughput,
   warmReceiver,
@@ -45,6 +46,8 @@ interface BenchContext {
   hooklineRate(): Promise<number>;
   /** What the e2e scenario measured, for the scenarios after it. */
   e2e: HooklineThroughput | undefined;
+  /** The naive baseline as the e2e scenario measured it. */
+  naive: ThroughputFigures | undefined;
 }
 
 /** A target and whether this run met it. */
@@ -104,6 +107,7 @@ const SCENARIOS: Scenario[] = [
       const hookline = await hooklineThroughput(setup);
       context.e2e = hookline;
       const naive = await naiveThroughput(setup);
+      context.naive = naive;
       const bare = await bareThroughput(setup);
       const overNaive = ratio(hookline.perSecond, naive.perSecond);
       const overBare = ratio(hookline.perSecond, bare.perSecond);
@@ -118,7 +122,7 @@ const SCENARIOS: Scenario[] = [
           'RSS before the run': mb(hookline.rssBeforeBytes),
           'heap max': mb(hookline.heapUsedMaxBytes),
           'redeliveries (Hookline/naive/bare)': `${hookline.duplicates}/${naive.duplicates}/${bare.duplicates}`,
-          'Redis commands per delivery (Hookline/naive)': `${hookline.redisCommandsPerDelivery.toFixed(2)} / ${naive.redisCommandsPerDelivery.toFixed(2)}`,
+          'Redis commands per delivery, incl. those inside scripts (Hookline/naive)': `${hookline.redisCommandsPerDelivery.toFixed(2)} / ${naive.redisCommandsPerDelivery.toFixed(2)}`,
           'Hookline delivery runs': Object.entries(hookline.outcomes).map(([kind, n]) => `${kind} ${n}`).join(', '),
         },
         raw: {
@@ -134,6 +138,28 @@ const SCENARIOS: Scenario[] = [
           hooklineOverNaive: overNaive,
           hooklineOverBare: overBare,
         },
+      };
+    },
+  },
+  {
+    id: 'e2e-split',
+    name: 'e2e throughput, API and worker processes',
+    async run(context) {
+      const setup = await context.delivery();
+      const split = await hooklineSplitThroughput(setup);
+      const naive = context.naive ?? (await naiveThroughput(setup));
+      const overNaive = ratio(split.perSecond, naive.perSecond);
+      return {
+        size: `as e2e, with the deliveries made by a separate \`hookline worker\` process (${split.workerEntry})`,
+        figures: `Hookline ${perSecond(split.perSecond)}, naive BullMQ ${perSecond(naive.perSecond)}; Hookline ÷ naive ${times(overNaive)}`,
+        checks: [],
+        notes: {
+          'CPU per delivery: API process + worker process + Redis': `${Math.round(split.apiCpuUsPerDelivery)} + ${Math.round(split.workerCpuUsPerDelivery)} + ${Math.round(split.redisCpuUsPerDelivery)} µs`,
+          'worker RSS max': mb(split.workerRssMaxBytes),
+          'Redis commands per delivery, incl. inside scripts': split.redisCommandsPerDelivery.toFixed(2),
+          redeliveries: String(split.duplicates),
+        },
+        raw: { split, naive },
       };
     },
   },
@@ -336,7 +362,7 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
   if (e2e) {
     lines.push(
       '',
-      '| Delivery throughput | deliveries/s | deliveries | seconds | redeliveries | CPU µs/delivery, bench process | CPU µs/delivery, Redis | Redis commands/delivery |',
+      '| Delivery throughput | deliveries/s | deliveries | seconds | redeliveries | CPU µs/delivery, bench process | CPU µs/delivery, Redis | Redis commands/delivery (incl. inside scripts) |',
       '|---|---:|---:|---:|---:|---:|---:|---:|',
     );
     for (const [label, f] of [['Hookline (ingest API → worker → receiver)', e2e.hookline], ['naive BullMQ worker', e2e.naive], ['bare undici loop', e2e.bare]] as const) {
@@ -411,6 +437,7 @@ async function main(): Promise<number> {
     smoke,
     env,
     e2e: undefined,
+    naive: undefined,
     async delivery() {
       if (setup) return setup;
       receiver ??= await ReceiverProcess.start();
