@@ -163,7 +163,9 @@ export class BenchEngine {
     if (this.worker || this.workerChild) throw new Error('the worker is already running');
     const { config } = this.options;
     const built = path.join(ROOT, 'dist', 'cli.js');
-    const args = existsSync(built) ? [built, 'worker'] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli.ts'), 'worker'];
+    // BENCH_WORKER_NODE_ARGS: extra node flags for the worker, e.g. `--cpu-prof --cpu-prof-dir=<dir>`.
+    const nodeArgs = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '');
+    const args = [...nodeArgs, ...(existsSync(built) ? [built, 'worker'] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli.ts'), 'worker'])];
     // The bench's own HOOKLINE_* settings pass through, as they configure the in-process engine.
     const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => name !== 'REDIS_URL'));
     const child = spawn(process.execPath, args, {

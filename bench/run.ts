@@ -4,7 +4,8 @@
  * and exits non-zero when a full-size run misses the machine listing's p99 limit (the throughput
  * and footprint targets are reported as PASS/MISS, not enforced). `--smoke` runs small sizes and
  * never fails on limits; `--only e2e,latency` runs some scenarios and writes no result files
- * (`--only hookline` runs Hookline's e2e part alone, for `node --cpu-prof`; see bench/cpu-profile.ts).
+ * (`--only hookline` runs Hookline's e2e part alone, for `node --cpu-prof`; see bench/cpu-profile.ts;
+ * `--only e2e-split` with BENCH_WORKER_NODE_ARGS="--cpu-prof --cpu-prof-dir=<dir>" profiles the worker process).
  *
  * Sizes: BENCH_MACHINES (100000), BENCH_QUERIES (2000), BENCH_EVENTS (20000), BENCH_CONCURRENCY (50),
  * BENCH_PAYLOAD_BYTES (1024), BENCH_LATENCY_SECONDS (10), BENCH_INGEST_EVENTS (BENCH_EVENTS),
