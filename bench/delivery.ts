@@ -293,7 +293,13 @@ function pacedBatches(factory: EventFactory, perSecond: number, seconds: number,
 /** Accepted → received latency at a fixed offered rate (about half of the measured maximum). */
 export async function hooklineLatency(setup: DeliveryBenchSetup, perSecond: number, seconds: number, tickMs = 50): Promise<LatencyFigures> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors, recordTimes: true });
-  const engine = await startEngine(setup, run, Array.from({ length: setup.vendors }, (_, i) => run.url(i)));
+  // The engine's own acceptance time of each event (taken when ingest accepted its batch, before the
+  // 202 is sent), as the worker saw it.
+  const acceptedAt = new Map<string, number>();
+  const onOutcome = (o: FinishedOutcome) => {
+    if (o.kind === 'attempted') acceptedAt.set(o.job.eventId, o.job.acceptedAtMs);
+  };
+  const engine = await startEngine(setup, run, Array.from({ length: setup.vendors }, (_, i) => run.url(i)), { onOutcome });
   try {
     const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
     await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors), setup);
@@ -309,8 +315,9 @@ export async function hooklineLatency(setup: DeliveryBenchSetup, perSecond: numb
     events.forEach((event, i) => {
       const post = posted[Math.floor(i / perTick)]!;
       const received = receivedAt.get(event.event_id);
-      if (received === undefined) throw new Error(`event ${event.event_id} was not received`);
-      fromAccepted.push(received - post.answeredAtMs);
+      const accepted = acceptedAt.get(event.event_id);
+      if (received === undefined || accepted === undefined) throw new Error(`event ${event.event_id} was not received`);
+      fromAccepted.push(received - accepted);
       fromPosted.push(received - post.sentAtMs);
     });
     fromAccepted.sort((a, b) => a - b);
