@@ -37,9 +37,18 @@ export class TestReceiver {
     });
   });
 
-  /** Starts listening; resolves with the base URL. */
-  async start(): Promise<string> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+  /**
+   * Starts listening on 127.0.0.1 (a free port by default); resolves with the base URL. A receiver
+   * closed earlier may start again, on the same port to come back where its webhooks point.
+   */
+  async start(port = 0): Promise<string> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(port, '127.0.0.1', () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
     return this.base;
   }
 
@@ -58,6 +67,7 @@ export class TestReceiver {
 
   async close(): Promise<void> {
     for (const response of this.hanging) response.destroy();
+    this.hanging.clear();
     this.server.closeAllConnections();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }

@@ -2,6 +2,7 @@ import { pino } from 'pino';
 import { composeWorker, type WorkerSettings } from '../../src/compose.js';
 import type { FinishedOutcome } from '../../src/delivery/processor.js';
 import { connectRedis } from '../../src/store/redis.js';
+import { freeLoopbackPort } from '../../src/store/redis-server.js';
 import type { TestApp } from './app.js';
 
 export interface TestWorker {
@@ -35,5 +36,28 @@ export function startTestWorker(t: TestApp, settings: Partial<Omit<WorkerSetting
       await worker.close(2_000);
       await workerConnection.quit();
     },
+  };
+}
+
+/**
+ * The environment of a `hookline worker` process on the test app's Redis, prefix, secret key and
+ * partitions (private targets allowed, JSON logs, its own metrics port); `extra` overrides any of it.
+ * Nothing else of the caller's HOOKLINE_* environment leaks in.
+ */
+export async function workerProcessEnv(t: TestApp, extra: Record<string, string> = {}): Promise<NodeJS.ProcessEnv> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL'));
+  return {
+    ...base,
+    REDIS_URL: t.url,
+    HOOKLINE_REDIS_PREFIX: t.prefix,
+    HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
+    HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
+    HOOKLINE_QUEUE_PARTITIONS: String(t.queues.partitions.length),
+    HOOKLINE_WORKER_CONCURRENCY: '10',
+    HOOKLINE_WORKER_LOCK_DURATION: '2s',
+    HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
+    HOOKLINE_LOG_FORMAT: 'json',
+    HOOKLINE_LOG_LEVEL: 'info',
+    ...extra,
   };
 }

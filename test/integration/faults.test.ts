@@ -8,6 +8,7 @@ import { redisKeys } from '../../src/store/keys.js';
 import { connectRedis } from '../../src/store/redis.js';
 import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/store/redis-server.js';
 import { startCli } from '../helpers/cli.js';
+import { reportFault, settles, tallyDeliveries } from '../helpers/fault-summary.js';
 import { TestReceiver, waitFor } from '../helpers/receiver.js';
 
 /** The long variants (HOOKLINE_LONG_TESTS=1) push ≥ 10,000 events; the default is a short run. */
@@ -84,6 +85,8 @@ async function harness(appendFsync: 'always' | 'everysec', options: { redisFirst
 
 const event = () => ({ event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v', data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } } });
 
+const receivedIds = (h: Harness) => h.receiver.requests.map((r) => String(r.headers['webhook-id']));
+
 /** Posts one batch; resolves with the ids the engine accepted (none when the request failed). */
 async function post(h: Harness, events: { event_id: string }[]): Promise<string[]> {
   try {
@@ -109,6 +112,7 @@ describe('fault injection (real processes, loopback only)', () => {
   });
 
   it('Redis killed and restarted mid-load (AOF appendfsync always): no accepted event is lost, the engine reconnects by itself', async () => {
+    const startedMs = Date.now();
     h = await harness('always');
     const TOTAL = LONG ? 10_000 : 1_000;
     const BATCH = 50;
@@ -129,16 +133,19 @@ describe('fault injection (real processes, loopback only)', () => {
       }
     }
     await waitFor(async () => (await fetch(`${h!.base}/readyz`)).status === 200, 20_000, 'readiness after the restart');
-    const received = () => new Set(h!.receiver.requests.map((r) => String(r.headers['webhook-id'])));
-    await waitFor(() => [...accepted].every((id) => received().has(id)), LONG ? 240_000 : 60_000, 'every accepted event delivered');
-    const delivered = [...accepted].filter((id) => received().has(id)).length;
-    const duplicates = h.receiver.requests.length - received().size;
-    console.log(`redis restart: sent ${sent}, accepted ${accepted.size}, delivered ${delivered}, duplicated ${duplicates}, lost ${accepted.size - delivered}`);
+    // One Set per check: the receiver shares this event loop, and an O(n²) check would stall it.
+    await settles(() => {
+      const received = new Set(receivedIds(h!));
+      return [...accepted].every((id) => received.has(id));
+    }, LONG ? 240_000 : 60_000);
+    const tally = tallyDeliveries(accepted, receivedIds(h));
+    reportFault('redis-restart', tally, startedMs, { sent });
     expect(accepted.size).toBeGreaterThan(TOTAL / 2);
-    expect(delivered).toBe(accepted.size);
+    expect(tally.delivered, 'every accepted event delivered').toBe(accepted.size);
   }, 300_000);
 
   it('Redis unreachable mid-run: readiness goes false with a clear error, then true again without a restart', async () => {
+    const startedMs = Date.now();
     h = await harness('everysec');
     expect((await fetch(`${h.base}/readyz`)).status).toBe(200);
     await h.redis?.stop();
@@ -156,15 +163,22 @@ describe('fault injection (real processes, loopback only)', () => {
     await waitFor(async () => (await fetch(`${h!.base}/readyz`)).status === 200, 20_000, 'readiness back');
     const ids = await post(h, [event()]);
     expect(ids).toHaveLength(1);
-    await waitFor(() => h!.receiver.requests.some((r) => r.headers['webhook-id'] === ids[0]), 20_000, 'delivery after recovery');
+    await settles(() => h!.receiver.requests.some((r) => r.headers['webhook-id'] === ids[0]), 20_000);
+    const tally = tallyDeliveries(new Set(ids), receivedIds(h));
+    reportFault('redis-down-mid-run', tally, startedMs, { refused_while_down: refused.status === 503 ? 1 : 0 });
+    expect(tally.delivered, 'the delivery after recovery').toBe(1);
     expect(h.engine.output()).toContain('Redis connection restored');
   }, 120_000);
 
   it('Redis unreachable at start: the engine starts not ready, then serves and delivers once Redis answers, without a restart', async () => {
+    const startedMs = Date.now();
     h = await harness('everysec', { redisFirst: false });
     const ids = await post(h, [event(), event()]);
     expect(ids).toHaveLength(2);
-    await waitFor(() => ids.every((id) => h!.receiver.requests.some((r) => r.headers['webhook-id'] === id)), 20_000, 'deliveries');
+    await settles(() => ids.every((id) => h!.receiver.requests.some((r) => r.headers['webhook-id'] === id)), 20_000);
+    const tally = tallyDeliveries(new Set(ids), receivedIds(h));
+    reportFault('redis-down-at-start', tally, startedMs);
+    expect(tally.delivered, 'deliveries').toBe(2);
     expect(h.engine.output()).toContain('Redis connection restored');
   }, 120_000);
 });

@@ -1,30 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from '../../src/store/redis-server.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
+import { reportFault, settles, tallyDeliveries } from '../helpers/fault-summary.js';
 import { TestReceiver, waitFor } from '../helpers/receiver.js';
-
-async function workerEnv(t: TestApp, extra: Record<string, string> = {}): Promise<NodeJS.ProcessEnv> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL'));
-  return {
-    ...base,
-    REDIS_URL: t.url,
-    HOOKLINE_REDIS_PREFIX: t.prefix,
-    HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
-    HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
-    HOOKLINE_QUEUE_PARTITIONS: String(t.queues.partitions.length),
-    HOOKLINE_WORKER_CONCURRENCY: '10',
-    HOOKLINE_WORKER_LOCK_DURATION: '2s',
-    HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
-    HOOKLINE_LOG_FORMAT: 'json',
-    HOOKLINE_LOG_LEVEL: 'info',
-    ...extra,
-  };
-}
+import { workerProcessEnv } from '../helpers/worker.js';
 
 const events = (n: number) =>
   Array.from({ length: n }, () => ({ event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v', data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 6)}` } } }));
+
+/** The ids of the events ingest accepted. */
+const acceptedIds = (results: readonly { event_id?: string; status: string }[]) => results.flatMap((r) => (r.status === 'accepted' && r.event_id !== undefined ? [r.event_id] : []));
 
 describe('standalone hookline worker processes', () => {
   let t: TestApp;
@@ -46,40 +32,48 @@ describe('standalone hookline worker processes', () => {
   }
 
   const distinctEvents = () => new Set(receiver.requests.map((r) => r.headers['webhook-id'])).size;
+  const receivedIds = () => receiver.requests.map((r) => String(r.headers['webhook-id']));
 
   it('loses nothing when a worker is killed with SIGKILL mid-flight', async () => {
+    const startedMs = Date.now();
     await setup();
-    const env = await workerEnv(t);
+    const env = await workerProcessEnv(t);
     const first = await startCli(['worker'], env, /delivery worker running/);
     children.push(first.child);
     // HOOKLINE_LONG_TESTS=1: 10,000 events; by default 200.
     const TOTAL = process.env.HOOKLINE_LONG_TESTS === '1' ? 10_000 : 200;
     if (TOTAL > 1_000) receiver.script('/slow', { status: 200, delayMs: 5 });
+    const accepted = new Set<string>();
     for (let i = 0; i < TOTAL; i += 1_000) {
       const results = await t.ingestor.ingest(events(Math.min(1_000, TOTAL - i)), 'http');
       expect(results.every((r) => r.status === 'accepted')).toBe(true);
+      for (const id of acceptedIds(results)) accepted.add(id);
     }
     await waitFor(() => receiver.requests.length >= Math.min(40, TOTAL / 5), 20_000, 'some deliveries');
     first.child.kill('SIGKILL');
     expect(await first.exited).toBeNull();
     const atKill = receiver.requests.length;
 
-    const second = await startCli(['worker'], await workerEnv(t), /delivery worker running/);
+    const second = await startCli(['worker'], await workerProcessEnv(t), /delivery worker running/);
     children.push(second.child);
-    await waitFor(() => distinctEvents() === TOTAL, TOTAL > 1_000 ? 300_000 : 30_000, 'every accepted event delivered');
-    const duplicates = receiver.requests.length - TOTAL;
-    console.log(`SIGKILL: ${TOTAL} accepted, ${TOTAL} delivered, ${duplicates} delivered twice (in flight at the kill), ${atKill} received before the kill`);
+    await settles(() => distinctEvents() === TOTAL, TOTAL > 1_000 ? 300_000 : 30_000);
+    const tally = tallyDeliveries(accepted, receivedIds());
+    reportFault('worker-sigkill', tally, startedMs, { received_before_kill: atKill });
+    expect(tally.delivered, 'every accepted event delivered').toBe(TOTAL);
     // At most the attempts in flight at the kill (concurrency 10) are repeated.
-    expect(duplicates).toBeLessThanOrEqual(10);
+    expect(tally.duplicated).toBeLessThanOrEqual(10);
   }, 400_000);
 
   it('on SIGTERM stops fetching, finishes in-flight attempts, exits 0, and leaves nothing active', async () => {
+    const startedMs = Date.now();
     await setup();
-    const worker = await startCli(['worker'], await workerEnv(t), /delivery worker running/);
+    const worker = await startCli(['worker'], await workerProcessEnv(t), /delivery worker running/);
     children.push(worker.child);
     // 30 ingest calls of 10: 30 batch jobs, of which the worker runs a few at a time.
     const TOTAL = 300;
-    for (let i = 0; i < TOTAL / 10; i++) await t.ingestor.ingest(events(10), 'http');
+    const accepted = new Set<string>();
+    for (let i = 0; i < TOTAL / 10; i++) for (const id of acceptedIds(await t.ingestor.ingest(events(10), 'http'))) accepted.add(id);
+    expect(accepted.size).toBe(TOTAL);
     await waitFor(() => receiver.requests.length >= 20, 20_000, 'some deliveries');
     worker.child.kill('SIGTERM');
     expect(await worker.exited).toBe(0);
@@ -89,20 +83,25 @@ describe('standalone hookline worker processes', () => {
     const deliveredBeforeStop = distinctEvents();
     expect(deliveredBeforeStop).toBeLessThan(TOTAL);
 
-    const next = await startCli(['worker'], await workerEnv(t), /delivery worker running/);
+    const next = await startCli(['worker'], await workerProcessEnv(t), /delivery worker running/);
     children.push(next.child);
-    await waitFor(() => distinctEvents() === TOTAL, 30_000, 'the rest delivered by the next worker');
+    await settles(() => distinctEvents() === TOTAL, 30_000);
+    const tally = tallyDeliveries(accepted, receivedIds());
+    reportFault('worker-sigterm', tally, startedMs, { active_after_exit: counts.active ?? 0, delivered_before_stop: deliveredBeforeStop });
+    expect(tally.delivered, 'the rest delivered by the next worker').toBe(TOTAL);
     expect(receiver.requests.length).toBe(TOTAL);
   }, 90_000);
 
   it('shares the queues among three workers: every event delivered once, and a kill loses nothing', async () => {
+    const startedMs = Date.now();
     await setup();
     receiver.script('/slow', { status: 200, delayMs: 20 });
-    const workers = await Promise.all([1, 2, 3].map(async () => startCli(['worker'], await workerEnv(t), /delivery worker running/)));
+    const workers = await Promise.all([1, 2, 3].map(async () => startCli(['worker'], await workerProcessEnv(t), /delivery worker running/)));
     children.push(...workers.map((w) => w.child));
     // Ingested 10 at a time, so there are many batch jobs to share.
     const FIRST = 300;
-    for (let i = 0; i < FIRST / 10; i++) await t.ingestor.ingest(events(10), 'http');
+    const accepted = new Set<string>();
+    for (let i = 0; i < FIRST / 10; i++) for (const id of acceptedIds(await t.ingestor.ingest(events(10), 'http'))) accepted.add(id);
     await waitFor(() => distinctEvents() === FIRST, 30_000, 'first batch delivered');
     await new Promise((r) => setTimeout(r, 300));
     // Normal operation: no event delivered twice.
@@ -118,13 +117,16 @@ describe('standalone hookline worker processes', () => {
 
     receiver.script('/slow', { status: 200, delayMs: 150 });
     const SECOND = 200;
-    for (let i = 0; i < SECOND / 10; i++) await t.ingestor.ingest(events(10), 'http');
+    for (let i = 0; i < SECOND / 10; i++) for (const id of acceptedIds(await t.ingestor.ingest(events(10), 'http'))) accepted.add(id);
+    expect(accepted.size).toBe(FIRST + SECOND);
     await waitFor(() => distinctEvents() >= FIRST + 30, 20_000, 'second batch under way');
     workers[0]!.child.kill('SIGKILL');
-    await waitFor(() => distinctEvents() === FIRST + SECOND, 40_000, 'second batch delivered after the kill');
-    const duplicates = receiver.requests.length - (FIRST + SECOND);
-    console.log(`three workers: ${FIRST} events delivered once each (split ${[...perWorker.values()].join('/')}); after a SIGKILL, ${SECOND} more all delivered, ${duplicates} twice`);
-    expect(duplicates).toBeLessThanOrEqual(10);
+    await settles(() => distinctEvents() === FIRST + SECOND, 40_000);
+    const tally = tallyDeliveries(accepted, receivedIds());
+    // split: how the first batch (before the kill) spread over the three workers.
+    reportFault('worker-sigkill-of-three', tally, startedMs, { split: [...perWorker.values()].join('/') });
+    expect(tally.delivered, 'second batch delivered after the kill').toBe(FIRST + SECOND);
+    expect(tally.duplicated).toBeLessThanOrEqual(10);
   }, 120_000);
 });
 
