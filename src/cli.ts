@@ -312,12 +312,12 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         }
         const taskId = await stores.replayer.createTask();
         say(`task ${taskId}`);
-        const { replayed } = await stores.replayer.runReplayAll(taskId, options.webhook, {
+        const { replayed, skipped } = await stores.replayer.runReplayAll(taskId, options.webhook, {
           onProgress: (done, total) => process.stderr.write(`\rreplayed ${done}/${total}`),
         });
         process.stderr.write('\n');
         process.stdout.write(`${replayed}\n`);
-        say(`queued ${replayed} replays`);
+        say(`queued ${replayed} replays${skipped > 0 ? ` (${skipped} dead letters had expired and were dropped)` : ''}`);
       });
     });
   return program;

@@ -62,7 +62,7 @@ export class DeadLetterReplayer {
     taskId: string,
     webhookId: string,
     options: { pageSize?: number; onProgress?: (done: number, total: number) => void } = {},
-  ): Promise<{ replayed: number }> {
+  ): Promise<{ replayed: number; skipped: number }> {
     const pageSize = options.pageSize ?? 100;
     const report = async (status: Task['status'], done: number, total: number, failReason: string | null = null) => {
       options.onProgress?.(done, total);
@@ -70,19 +70,24 @@ export class DeadLetterReplayer {
     };
     const total = (await this.deps.history.deadLetterIds(webhookId, 1_000_000)).length;
     let done = 0;
+    let replayed = 0;
     try {
       await report('in_progress', 0, total);
       while (done < total) {
         const ids = await this.deps.history.deadLetterIds(webhookId, Math.min(pageSize, total - done));
         if (ids.length === 0) break;
         for (const id of ids) {
-          await this.replayOne(webhookId, id);
+          const result = await this.replayOne(webhookId, id);
+          if (result.ok) replayed += 1;
+          // An id whose record has expired (or that is no longer dead) cannot be replayed: it leaves
+          // the set, or every later page would start with it again and the run would never get past it.
+          else await this.deps.history.forgetDeadLetter(webhookId, id);
           done += 1;
         }
         await report('in_progress', done, total);
       }
       await report('success', done, total);
-      return { replayed: done };
+      return { replayed, skipped: done - replayed };
     } catch (error) {
       await report('failed', done, total, `replay stopped after ${done} of ${total}: ${(error as Error).message}`);
       throw error;

@@ -7,6 +7,8 @@ import type { WebhookSource } from '../store/webhooks.js';
  */
 export class CachedWebhookSource implements WebhookSource {
   private readonly entries = new Map<string, { webhook: Webhook | undefined; expiresAtMs: number }>();
+  /** Bumped by every invalidation: a read that started before one must not refill the cache. */
+  private generation = 0;
 
   constructor(
     private readonly source: WebhookSource,
@@ -19,8 +21,9 @@ export class CachedWebhookSource implements WebhookSource {
     const now = this.nowMs();
     const hit = this.entries.get(webhookId);
     if (hit && hit.expiresAtMs > now) return hit.webhook;
+    const generation = this.generation;
     const webhook = await this.source.getById(webhookId);
-    if (this.ttlMs > 0) {
+    if (this.ttlMs > 0 && generation === this.generation) {
       if (this.entries.size >= this.maxEntries) this.entries.clear();
       this.entries.set(webhookId, { webhook, expiresAtMs: now + this.ttlMs });
     }
@@ -28,7 +31,18 @@ export class CachedWebhookSource implements WebhookSource {
   }
 
   async disable(webhookId: string, reason: 'gone' | 'failing'): Promise<boolean> {
+    // Forgotten before and after the write, and reads in flight meanwhile are not cached: none of
+    // them can bring back the enabled copy for another ttlMs.
+    this.invalidate(webhookId);
+    try {
+      return await this.source.disable(webhookId, reason);
+    } finally {
+      this.invalidate(webhookId);
+    }
+  }
+
+  private invalidate(webhookId: string): void {
+    this.generation += 1;
     this.entries.delete(webhookId);
-    return this.source.disable(webhookId, reason);
   }
 }

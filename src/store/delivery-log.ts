@@ -73,6 +73,8 @@ export interface DeliveryHistory {
   deadLetterIds(webhookId: string, limit: number): Promise<string[]>;
   /** Takes a dead letter out of the dead-letter set once its replay is queued; false if it was not there. */
   markReplayed(webhookId: string, deliveryId: string, nowMs: number): Promise<boolean>;
+  /** Takes an id out of the dead-letter set without touching its record (one whose record expired). */
+  forgetDeadLetter(webhookId: string, deliveryId: string): Promise<void>;
 }
 
 const num = (text: string | null | undefined) => (text == null || text === '' ? undefined : Number(text));
@@ -163,6 +165,9 @@ if status == 'delivered' then
   redis.call('DEL', KEYS[4])
   return false
 end
+-- A disabled webhook's dead letter was never sent: it says nothing about the endpoint, so it
+-- neither starts nor continues the run of failures.
+if ARGV[3] == 'webhook_disabled' then return false end
 local since = redis.call('GET', KEYS[4])
 if since then return since end
 redis.call('SET', KEYS[4], atMs)
@@ -317,6 +322,10 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
       .hset(this.keys.deliveries.record(webhookId, deliveryId), { status: 'replayed', updatedAtMs: nowMs })
       .exec();
     return results?.[0]?.[1] === 1;
+  }
+
+  async forgetDeadLetter(webhookId: string, deliveryId: string): Promise<void> {
+    await this.redis.zrem(this.keys.deliveries.dead(webhookId), deliveryId);
   }
 
   private async summaries(webhookId: string, ids: string[]): Promise<DeliverySummary[]> {

@@ -164,7 +164,12 @@ export class RedisWebhookStore implements WebhookRegistry, SubscriptionLookup, W
         indexField(vendorId, record.eventType),
         indexField(vendorId, next.eventType),
       );
-      if (outcome === 'ok') return { ok: true, webhook: this.toWebhook(next) };
+      if (outcome === 'ok') {
+        // Re-enabled: the run of failures that may have disabled it starts over (another hash tag,
+        // so a second command; losing it only means one more failure could disable it again early).
+        if (changes.enabled === true) await this.redis.del(this.keys.deliveries.failingSince(webhookId));
+        return { ok: true, webhook: this.toWebhook(next) };
+      }
       if (outcome === 'not_found' || outcome === 'conflict') return { ok: false, reason: outcome };
       // 'changed': another writer got there first; read again and re-apply the patch.
     }

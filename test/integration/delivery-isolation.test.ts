@@ -126,4 +126,31 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     expect((await t.webhooks.getById(created.webhook.id))?.disabled).toBeUndefined();
     expect(await t.redis.exists(t.keys.deliveries.failingSince(created.webhook.id))).toBe(0);
   });
+
+  it('starts the run of failures over on re-enable, and a paused webhook’s dead letters do not start it', async () => {
+    t = await testApp({ retryScheduleMs: [0, 200, 200, 200, 200, 200, 200, 200] });
+    const down = await receiver();
+    down.script('/x', { status: 503 });
+    const created = await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${down.base}/x` });
+    if (!created.ok) throw new Error('setup');
+    const id = created.webhook.id;
+    await t.webhooks.update('v', id, { enabled: false });
+    worker = startTestWorker(t, { sustainedFailureWindowMs: 700, breaker: { failureThreshold: 1_000 } });
+    // Paused: its delivery is dead-lettered without being sent, and that starts no failure run.
+    await t.ingestor.ingest([event('EVENT_TYPE_MACHINE_CREATED', 'v')], 'http');
+    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.outcome === 'webhook_disabled'), 10_000, 'paused dead letter');
+    expect(await t.redis.exists(t.keys.deliveries.failingSince(id))).toBe(0);
+    expect(down.requests).toHaveLength(0);
+
+    // A failure run older than the window, left from before a pause, ends with the re-enable.
+    await t.redis.set(t.keys.deliveries.failingSince(id), Date.now() - 60_000);
+    await t.webhooks.update('v', id, { enabled: true });
+    expect(await t.redis.exists(t.keys.deliveries.failingSince(id))).toBe(0);
+    await t.ingestor.ingest([event('EVENT_TYPE_MACHINE_CREATED', 'v')], 'http');
+    await waitFor(() => down.requests.length >= 1, 10_000, 'first attempt after re-enable');
+    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.outcome === 'http_5xx'), 10_000, 'attempt recorded');
+    // One 503 right after re-enabling does not disable it again; only a failure run of 700 ms does.
+    expect((await t.webhooks.getById(id))?.disabled).toBeUndefined();
+    await waitFor(async () => (await t!.webhooks.getById(id))?.disabled?.reason === 'failing', 10_000, 'disabled after the window');
+  });
 });

@@ -268,6 +268,34 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     expect(request!.headers['webhook-id']).toBe(res.json<{ event_id: string }>().event_id);
   });
 
+  it('a bulk replay drops dead letters whose records expired and replays the rest', async () => {
+    const id = await register('EVENT_TYPE_MACHINE_CREATED', '/replayed');
+    const nowMs = Date.now();
+    const dead = Array.from({ length: 5 }, (_, i) => ({
+      deliveryId: randomUUID(),
+      eventId: randomUUID(),
+      eventType: 'EVENT_TYPE_MACHINE_CREATED' as const,
+      vendorId: VENDOR,
+      webhookId: id,
+      body: JSON.stringify({ n: i }),
+      acceptedAtMs: nowMs + i,
+    }));
+    for (const [i, job] of dead.entries()) {
+      await t.deliveryLog.recordAttempt({ job, attempt: { attempt: 1, atMs: nowMs + i, outcome: 'http_5xx', statusCode: 500, durationMs: 1 }, status: 'dead' });
+    }
+    // The three oldest records expired (their ids stay in the set until something removes them).
+    for (const job of dead.slice(0, 3)) await t.redis.del(t.keys.deliveries.record(id, job.deliveryId));
+
+    const taskId = await t.replayer.createTask();
+    // Pages of 2: with the old behaviour every page started with the same expired ids.
+    const result = await t.replayer.runReplayAll(taskId, id, { pageSize: 2 });
+    expect(result).toEqual({ replayed: 2, skipped: 3 });
+    expect(await t.deliveryLog.deadLetterIds(id, 10)).toEqual([]);
+    expect((await t.tasks.get(taskId))?.progress).toEqual({ total: 5, done: 5 });
+    await waitFor(() => receiver.at('/replayed').length === 2, 10_000, 'two replays delivered');
+    expect(receiver.at('/replayed').map((r) => r.body).sort()).toEqual([dead[3]!.body, dead[4]!.body]);
+  });
+
   it('answers 404 for another vendor’s deliveries and 400 for malformed ids', async () => {
     const id = await register('EVENT_TYPE_MACHINE_CREATED', '/x');
     const other = await t.keyFor(['vendor'], 'vendor-b');
