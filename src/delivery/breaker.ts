@@ -64,8 +64,9 @@ const ENDPOINTS_MAX = 10_000;
  *   for its answer, so a receiver that accepts connections and never answers costs one slot, not many.
  * - Suspect: after a slow (≥ slowAfterMs) or timed-out attempt, the endpoint gets `slowInflightMax`
  *   attempts in flight until it answers in time again.
- * - Open: after `failureThreshold` failures or `timeoutThreshold` timeouts in a row, its deliveries
- *   wait in the queue (delayed, no slot taken) until a single probe succeeds.
+ * - Open: after `failureThreshold` failures or `timeoutThreshold` timeouts in a row (or a first
+ *   contact that timed out), its deliveries wait in the queue (delayed, no slot taken) until a
+ *   single probe succeeds.
  * An endpoint that answered stays known (bounded by ENDPOINTS_MAX), so it is not on probation again.
  */
 export class EndpointBreakers {
@@ -137,7 +138,10 @@ export class EndpointBreakers {
         this.onStateChange(endpoint, 'open');
       } else if (
         state.openUntilMs === undefined &&
-        (state.consecutiveFailures >= this.options.failureThreshold || state.consecutiveTimeouts >= this.options.timeoutThreshold)
+        (state.consecutiveFailures >= this.options.failureThreshold ||
+          state.consecutiveTimeouts >= this.options.timeoutThreshold ||
+          // First contact timed out: an endpoint that never answered gets no second free attempt.
+          (health === 'timeout' && !state.answered))
       ) {
         state.openUntilMs = nowMs + state.openMs;
         this.onStateChange(endpoint, 'open');

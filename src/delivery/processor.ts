@@ -156,7 +156,7 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
    * endpoint's first answer (until `giveUp` resolves); a slot is waited for in turn (healthy
    * endpoints always keep part of the slots, so the wait ends). Everything else is deferred.
    */
-  async function admit(webhook: Webhook, giveUp: Promise<void>): Promise<Admitted> {
+  async function admit(webhook: Webhook, giveUp: Promise<void>, onWaiting?: (waiting: boolean) => void): Promise<Admitted> {
     const endpoint = endpointFor(webhook.callbackUrl);
     let gaveUp = false;
     void giveUp.then(() => (gaveUp = true));
@@ -164,7 +164,9 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
       const pre = deps.breakers.admit(endpoint, deps.nowMs());
       if (!pre.admitted) {
         if (pre.reason !== 'first_contact' || gaveUp) return { ok: false, retryAtMs: pre.retryAtMs, reason: pre.reason === 'first_contact' ? 'slow' : pre.reason };
+        onWaiting?.(true);
         await Promise.race([pre.settled, giveUp]);
+        onWaiting?.(false);
         continue;
       }
       await deps.slots.acquire();
@@ -254,7 +256,8 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
 }
 
 const GIVE_UP_NOW = Promise.resolve();
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
+/** How long a batch waits once only deliveries to suspect endpoints are left in it. */
+const SUSPECT_ONLY_HOLD_MS = 50;
 
 /**
  * The single-delivery job processor (retries, deferrals, replays, test events). Expected outcomes
@@ -350,18 +353,29 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     const inflight = new Map<DeliverJob, { startedMs: number; suspect: boolean }>();
     const handedOff = new Set<DeliverJob>();
     let pending = todo.length;
-    let allDone: () => void = () => undefined;
-    const done = new Promise<void>((resolve) => (allDone = resolve));
+    // Woken whenever a delivery settles or starts or stops waiting, to look again at what holds the batch.
+    let wake: () => void = () => undefined;
     const settleOne = (data: DeliverJob) => {
       if (handedOff.has(data)) return;
       pending -= 1;
-      if (pending === 0) allDone();
+      wake();
+    };
+    let waitingFirstContact = 0;
+    const onWaiting = (waiting: boolean) => {
+      waitingFirstContact += waiting ? 1 : -1;
+      wake();
+    };
+    /** Everything left waits on suspect endpoints: nothing healthy is left to wait for. */
+    const onlySuspectLeft = () => {
+      let suspectInflight = 0;
+      for (const [data, { suspect }] of inflight) if (suspect && !handedOff.has(data)) suspectInflight += 1;
+      return pending > 0 && pending === waitingFirstContact + suspectInflight;
     };
 
     const run = async (data: DeliverJob) => {
       const prepared = await steps.prepare(data, 1);
       if ('finished' in prepared) return;
-      const admitted = await steps.admit(prepared.webhook, giveUp);
+      const admitted = await steps.admit(prepared.webhook, giveUp, onWaiting);
       if (!admitted.ok) {
         leave(data, admitted.retryAtMs - deps.nowMs());
         steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
@@ -369,6 +383,7 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       }
       inflight.set(data, { startedMs: deps.nowMs(), suspect: admitted.started.suspect });
       attempted += 1;
+      wake();
       try {
         const { retryDelayMs } = await steps.attempt(data, prepared.webhook, 1, admitted.started);
         if (retryDelayMs === undefined) return;
@@ -388,19 +403,36 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
         },
       );
     }
-    if (pending === 0) allDone();
 
-    for (;;) {
-      const finished = await Promise.race([done.then(() => true), sleep(deps.suspectHoldMs).then(() => false)]);
-      if (finished) break;
-      // Hold-up check: deliveries still waiting for an endpoint's first answer give up (deferred);
-      // attempts to suspect endpoints past suspectHoldMs, and any past batchHoldMs, leave as single
-      // jobs due after their timeout, while the attempt itself goes on.
+    let holdStartedMs = deps.nowMs();
+    while (pending > 0) {
+      // Hold-up check, every suspectHoldMs, or after SUSPECT_ONLY_HOLD_MS once only deliveries to
+      // suspect endpoints are left (the healthy rest is done: waiting longer only delays the batch).
+      const onlySuspect = onlySuspectLeft();
+      const waitMs = Math.max(0, holdStartedMs + (onlySuspect ? Math.min(SUSPECT_ONLY_HOLD_MS, deps.suspectHoldMs) : deps.suspectHoldMs) - deps.nowMs());
+      let timer: NodeJS.Timeout | undefined;
+      const woke = await new Promise<boolean>((resolve) => {
+        wake = () => resolve(true);
+        timer = setTimeout(() => resolve(false), waitMs);
+      });
+      clearTimeout(timer);
+      wake = () => undefined;
+      if (pending === 0) break;
+      if (woke) {
+        // Something changed: a hold that no longer applies starts over.
+        if (onlySuspect !== onlySuspectLeft()) holdStartedMs = deps.nowMs();
+        continue;
+      }
+      // Deliveries still waiting for an endpoint's first answer give up (deferred); attempts to
+      // suspect endpoints past the hold, and any past batchHoldMs, leave as single jobs due after
+      // their timeout, while the attempt itself goes on.
       giveUpNow();
       giveUp = new Promise<void>((resolve) => (giveUpNow = resolve));
       const nowMs = deps.nowMs();
+      holdStartedMs = nowMs;
       for (const [data, { startedMs, suspect }] of inflight) {
-        if (nowMs - startedMs < (suspect ? deps.suspectHoldMs : deps.batchHoldMs) || handedOff.has(data)) continue;
+        const holdMs = suspect ? (onlySuspect ? 0 : deps.suspectHoldMs) : deps.batchHoldMs;
+        if (nowMs - startedMs < holdMs || handedOff.has(data)) continue;
         settleOne(data);
         handedOff.add(data);
         leave(data, startedMs + deps.deliveryTimeoutMs + 1_000 - nowMs);

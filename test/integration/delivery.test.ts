@@ -33,8 +33,9 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     receiver = new TestReceiver();
     await receiver.start();
     key = await t.keyFor(['vendor'], VENDOR);
-    // The breaker has its own test; here every attempt must reach the receiver.
-    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000 } });
+    // The breaker has its own tests; here every attempt must reach the receiver: circuits stay closed
+    // on failures, and one opened by a timeout (a hanging first contact) lasts only 200 ms.
+    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } });
   });
   afterEach(async () => {
     await worker.close();
@@ -149,7 +150,8 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     await t.close();
     t = await testApp({ retryScheduleMs: [0, 3_000, 3_000] });
     await worker.close();
-    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000 } });
+    // Circuits stay closed on failures; one opened by a timeout (a hanging first contact) lasts 200 ms.
+    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } });
     key = await t.keyFor(['vendor'], VENDOR);
     receiver.script(`/ra${status}`, { status, headers: { 'retry-after': '1' } }, { status: 200 });
     await register('EVENT_TYPE_MACHINE_CREATED', `/ra${status}`);

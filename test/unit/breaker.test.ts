@@ -43,6 +43,8 @@ describe('EndpointBreakers', () => {
   it('opens the circuit after timeoutThreshold timeouts in a row, and a successful probe closes it', () => {
     const changes: string[] = [];
     const b = new EndpointBreakers(OPTIONS, (_e, state) => changes.push(state));
+    // It answered once, so the first timeout only makes it suspect.
+    b.finish(E, b.start(E, 0), 'healthy', 1);
     b.finish(E, b.start(E, 0), 'timeout', 100);
     expect(b.openEndpoints(100)).toEqual([]);
     expect(b.admit(E, 100)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
@@ -57,6 +59,13 @@ describe('EndpointBreakers', () => {
     expect(b.openEndpoints(1_310)).toEqual([]);
     expect(changes).toEqual(['open', 'half_open', 'closed']);
     expect(b.admit(E, 1_320)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
+  });
+
+  it('opens at once when an endpoint that never answered times out on its first contact', () => {
+    const b = new EndpointBreakers(OPTIONS);
+    b.finish(E, b.start(E, 0), 'timeout', 500);
+    expect(b.openEndpoints(500)).toEqual([E]);
+    expect(b.admit(E, 600)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 1_500 });
   });
 
   it('opens after failureThreshold failures and doubles the open period on a failed probe', () => {
