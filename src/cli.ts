@@ -116,6 +116,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
     retryScheduleMs: config.retryScheduleMs,
     queuePartitions: config.queuePartitions,
     secretRotationOverlapMs: config.secretRotationOverlapMs,
+    dedupeWindowMs: config.dedupeWindowMs,
   });
   const stops: (() => Promise<unknown>)[] = [];
   let circuitsOpen: (() => number) | undefined;
@@ -264,6 +265,7 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         retryScheduleMs: c.retryScheduleMs,
         queuePartitions: c.queuePartitions,
         secretRotationOverlapMs: c.secretRotationOverlapMs,
+        dedupeWindowMs: c.dedupeWindowMs,
       });
       try {
         return await body(stores);

@@ -33,6 +33,8 @@ export interface StoreSettings {
   retryScheduleMs: readonly number[];
   queuePartitions: number;
   secretRotationOverlapMs: number;
+  /** How long ingest remembers an event id; default 48 h. */
+  dedupeWindowMs?: number;
   /** When given, ingest counts batches into it and logs one line per batch. */
   observability?: { metrics: Metrics; logger: Logger };
   nowMs?: () => number;
@@ -67,6 +69,7 @@ export function composeStores(settings: StoreSettings) {
     subscriptions: webhooks,
     deliveries: queues,
     nowMs,
+    ...(settings.dedupeWindowMs === undefined ? {} : { dedupeTtlMs: settings.dedupeWindowMs }),
     ...(settings.observability ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) } : {}),
   });
   return {

@@ -89,6 +89,8 @@ export const envSchema = z.object({
     .default(4),
   HOOKLINE_SECRET_ROTATION_OVERLAP: duration('24h'),
   HOOKLINE_SUSTAINED_FAILURE_WINDOW: duration('5d'),
+  // DESIGN promises a re-sent event id is a no-op for at least 24 h.
+  HOOKLINE_DEDUPE_WINDOW: duration('48h').refine((ms) => ms >= 24 * 3_600_000, 'expected at least 24h (re-sent events are ignored for at least that long)'),
   HOOKLINE_SHUTDOWN_GRACE: duration('30s'),
   HOOKLINE_WORKER_LOCK_DURATION: duration('30s'),
   HOOKLINE_INGEST_STREAM: boolean(true),
@@ -128,6 +130,8 @@ export interface Config {
   readonly secretRotationOverlapMs: number;
   /** A webhook whose every attempt failed for this long is disabled. */
   readonly sustainedFailureWindowMs: number;
+  /** How long an ingested event id is remembered (re-sends within it are duplicates). */
+  readonly dedupeWindowMs: number;
   /** How long SIGTERM waits for in-flight attempts. */
   readonly shutdownGraceMs: number;
   /** How long a worker's claim on a job lasts unrenewed: a killed worker's deliveries run again after it. */
@@ -172,6 +176,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     queuePartitions: e.HOOKLINE_QUEUE_PARTITIONS,
     secretRotationOverlapMs: e.HOOKLINE_SECRET_ROTATION_OVERLAP,
     sustainedFailureWindowMs: e.HOOKLINE_SUSTAINED_FAILURE_WINDOW,
+    dedupeWindowMs: e.HOOKLINE_DEDUPE_WINDOW,
     shutdownGraceMs: e.HOOKLINE_SHUTDOWN_GRACE,
     workerLockDurationMs: e.HOOKLINE_WORKER_LOCK_DURATION,
     ingestStream: e.HOOKLINE_INGEST_STREAM,

@@ -34,6 +34,7 @@ describe('loadConfig', () => {
       logFormat: 'auto',
       dataDir: '.hookline',
       embeddedRedisPort: 0,
+      dedupeWindowMs: 48 * 3_600_000,
     });
     expect(config.retryScheduleMs).toEqual([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000]);
     expect(Object.isFrozen(config)).toBe(true);
@@ -50,8 +51,9 @@ describe('loadConfig', () => {
       HOOKLINE_RETRY_SCHEDULE: '0s, 1s,500ms',
       HOOKLINE_DELIVERY_TIMEOUT: '2s',
       HOOKLINE_LOG_LEVEL: 'debug',
+      HOOKLINE_DEDUPE_WINDOW: '24h',
     });
-    expect(config).toMatchObject({ redisUrl: 'redis://localhost:6380/2', apiPort: 9000, allowPrivateTargets: true, workerConcurrency: 8, deliveryTimeoutMs: 2_000, logLevel: 'debug' });
+    expect(config).toMatchObject({ redisUrl: 'redis://localhost:6380/2', apiPort: 9000, allowPrivateTargets: true, workerConcurrency: 8, deliveryTimeoutMs: 2_000, logLevel: 'debug', dedupeWindowMs: 86_400_000 });
     expect(config.retryScheduleMs).toEqual([0, 1_000, 500]);
     expect(config.secretKey?.equals(Buffer.alloc(32, 7))).toBe(true);
   });
@@ -71,6 +73,7 @@ describe('loadConfig', () => {
     [{ HOOKLINE_WORKER_CONCURRENCY: '0' }, 'HOOKLINE_WORKER_CONCURRENCY: expected at least 1'],
     [{ HOOKLINE_LOG_LEVEL: 'loud' }, 'HOOKLINE_LOG_LEVEL'],
     [{ HOOKLINE_REDIS_PREFIX: 'a b' }, 'HOOKLINE_REDIS_PREFIX'],
+    [{ HOOKLINE_DEDUPE_WINDOW: '12h' }, 'HOOKLINE_DEDUPE_WINDOW: expected at least 24h'],
   ])('rejects %j naming the variable', (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);
