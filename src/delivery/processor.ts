@@ -199,22 +199,28 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
     }
     const endedMs = deps.nowMs();
     deps.breakers.finish(started.endpoint, started.ticket, healthOf(result), endedMs);
-    deps.slots.release(started.suspect);
 
     const decision = decide({ result, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, nowMs: endedMs, random: deps.random });
     const outcome = attemptOutcome(result);
-    const { failingSinceMs } = await deps.recorder.recordAttempt({
-      job: data,
-      attempt: {
-        attempt: attemptNo,
-        atMs: startedMs,
-        outcome,
-        durationMs: result.durationMs,
-        ...(result.kind === 'response' ? { statusCode: result.status, responseSnippet: result.bodySnippet } : { error: result.message }),
-      },
-      status: STATUS_OF[decision.action],
-      ...(decision.action === 'retry' ? { nextAttemptAtMs: endedMs + decision.delayMs } : {}),
-    });
+    // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
+    // at most as many attempts as it has slots (sent or answered, but not yet recorded).
+    let failingSinceMs: number | undefined;
+    try {
+      ({ failingSinceMs } = await deps.recorder.recordAttempt({
+        job: data,
+        attempt: {
+          attempt: attemptNo,
+          atMs: startedMs,
+          outcome,
+          durationMs: result.durationMs,
+          ...(result.kind === 'response' ? { statusCode: result.status, responseSnippet: result.bodySnippet } : { error: result.message }),
+        },
+        status: STATUS_OF[decision.action],
+        ...(decision.action === 'retry' ? { nextAttemptAtMs: endedMs + decision.delayMs } : {}),
+      }));
+    } finally {
+      deps.slots.release(started.suspect);
+    }
     let disabled: 'gone' | 'failing' | undefined;
     if (decision.action === 'disable') {
       if (await deps.webhooks.disable(webhook.id, 'gone')) disabled = 'gone';

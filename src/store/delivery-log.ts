@@ -40,12 +40,19 @@ export interface DeliveryLogOptions {
   deadLetterRetentionMs: number;
   /** Recent deliveries kept per webhook. */
   recentPerWebhook: number;
+  /**
+   * How long a finished record lives on after it falls off the recent list. A batch that runs again
+   * after its worker died reads these records to skip what was already delivered, so they must
+   * outlive the lock expiry and the wait for another worker; after this they are gone.
+   */
+  fallenOffGraceMs: number;
 }
 
 export const DEFAULT_DELIVERY_LOG_OPTIONS: DeliveryLogOptions = {
   retentionMs: 7 * 24 * 3_600_000,
   deadLetterRetentionMs: 30 * 24 * 3_600_000,
   recentPerWebhook: 1_000,
+  fallenOffGraceMs: 10 * 60_000,
 };
 
 /** What the worker writes after each attempt. */
@@ -146,10 +153,11 @@ if over > 0 then
     -- so the script stays within one Redis Cluster slot.
     local key = ARGV[20] .. id
     local fallenStatus = redis.call('HGET', key, 'status')
-    -- A finished delivery off the list is gone; a dead letter stays replayable and a retrying one
-    -- still has attempts to record: those two expire by their TTL.
+    -- A finished delivery off the list lives on only for the grace period (ARGV[21]): long enough
+    -- for a batch re-run after a crash to see it was delivered. A dead letter stays replayable and
+    -- a retrying one still has attempts to record: those two expire by their TTL.
     if fallenStatus == 'delivered' or fallenStatus == 'dropped' or fallenStatus == 'replayed' then
-      redis.call('DEL', key)
+      if redis.call('PTTL', key) > tonumber(ARGV[21]) then redis.call('PEXPIRE', key, ARGV[21]) end
     end
   end
 end
@@ -200,6 +208,7 @@ type RecordAttemptArgs = [
   vendorId: string,
   replayOf: string,
   recordKeyPrefix: string,
+  fallenOffGraceMs: string,
 ];
 
 interface DeliveryLogScripts {
@@ -218,6 +227,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   private readonly deadLetterRetentionMsArg: string;
   private readonly recentPerWebhookArg: string;
   private readonly trimIdsMaxArg = String(TRIM_IDS_MAX);
+  private readonly fallenOffGraceMsArg: string;
 
   constructor(
     private readonly redis: Redis,
@@ -232,6 +242,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     this.retentionMsArg = String(options.retentionMs);
     this.deadLetterRetentionMsArg = String(options.deadLetterRetentionMs);
     this.recentPerWebhookArg = String(options.recentPerWebhook);
+    this.fallenOffGraceMsArg = String(options.fallenOffGraceMs);
   }
 
   async recordAttempt(write: AttemptWrite): Promise<{ failingSinceMs: number | undefined }> {
@@ -262,6 +273,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
       job.vendorId,
       job.replayOf ?? '',
       k.record(job.webhookId, ''),
+      this.fallenOffGraceMsArg,
     );
     return { failingSinceMs: failingSince === null ? undefined : Number(failingSince) };
   }

@@ -5,7 +5,9 @@ import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
 import { testRedis, type TestRedis } from '../helpers/redis.js';
 
 const HOUR_MS = 3_600_000;
-const OPTIONS: DeliveryLogOptions = { retentionMs: 2 * HOUR_MS, deadLetterRetentionMs: 5 * HOUR_MS, recentPerWebhook: 20 };
+// Finished records that fall off the recent list last 1 ms more here (10 minutes by default).
+const OPTIONS: DeliveryLogOptions = { retentionMs: 2 * HOUR_MS, deadLetterRetentionMs: 5 * HOUR_MS, recentPerWebhook: 20, fallenOffGraceMs: 1 };
+const graceOver = () => new Promise((resolve) => setTimeout(resolve, 20));
 const T0 = 1_700_000_000_000;
 
 let t: TestRedis;
@@ -168,6 +170,7 @@ describe('RedisDeliveryLog.recordAttempt', () => {
     const recent = await log.recent('wh-1', 1_000);
     expect(recent.map((s) => s.deliveryId)).toEqual(Array.from({ length: cap }, (_, i) => id(total - 1 - i)));
 
+    await graceOver();
     const kept = await t.redis.exists(...Array.from({ length: total - cap }, (_, i) => keys.deliveries.record('wh-1', id(i))));
     expect(kept).toBe(2);
     expect((await log.get('wh-1', id(3)))?.body).toBe(job(id(3)).body);
@@ -184,6 +187,7 @@ describe('RedisDeliveryLog.recordAttempt', () => {
     await small.recordAttempt(write(job('d-2', { acceptedAtMs: T0 + 1 }), 1, 'delivered'));
     expect(await t.redis.exists(keys.deliveries.record('wh-1', 'd-1'))).toBe(1);
     await small.recordAttempt(write(job('d-3', { acceptedAtMs: T0 + 2 }), 1, 'delivered'));
+    await graceOver();
     expect(await t.redis.exists(keys.deliveries.record('wh-1', 'd-1'))).toBe(0);
     expect(await t.redis.zrange(keys.deliveries.ofWebhook('wh-1'), 0, -1)).toEqual(['d-2', 'd-3']);
   });
@@ -247,6 +251,18 @@ describe('RedisDeliveryLog on a shared connection', () => {
     await other.recordAttempt(write(job('d-2', { acceptedAtMs: T0 + 1 }), 1, 'delivered'));
     // Each log passes its own options: the second's cap of one applied.
     expect(await t.redis.zrange(keys.deliveries.ofWebhook('wh-1'), 0, -1)).toEqual(['d-2']);
+    await graceOver();
     expect(await t.redis.exists(keys.deliveries.record('wh-1', 'd-1'))).toBe(0);
+  });
+
+  it('keeps a delivered record that fell off the list for the grace period, so a batch re-run still sees it', async () => {
+    const graced = new RedisDeliveryLog(t.redis, keys, { ...OPTIONS, recentPerWebhook: 1, fallenOffGraceMs: 60_000 });
+    await graced.recordAttempt(write(job('d-1', { acceptedAtMs: T0 }), 1, 'delivered'));
+    await graced.recordAttempt(write(job('d-2', { acceptedAtMs: T0 + 1 }), 1, 'delivered'));
+    expect(await t.redis.zrange(keys.deliveries.ofWebhook('wh-1'), 0, -1)).toEqual(['d-2']);
+    const ttl = await t.redis.pttl(keys.deliveries.record('wh-1', 'd-1'));
+    expect(ttl).toBeGreaterThan(50_000);
+    expect(ttl).toBeLessThanOrEqual(60_000);
+    expect((await graced.progressOf([{ webhookId: 'wh-1', deliveryId: 'd-1' }]))[0]).toMatchObject({ status: 'delivered', attempts: 1 });
   });
 });
