@@ -125,6 +125,8 @@ export interface SoakFigures {
   deliveryRecords: number;
   deliveryRecordsCap: number;
   dedupeMarkBytes: number;
+  /** MEMORY USAGE of one status tombstone (a finished record that fell off its webhook's recent list). */
+  tombstoneBytes: number;
 }
 
 /** Deliveries each webhook's log keeps (DEFAULT_DELIVERY_LOG_OPTIONS.recentPerWebhook). */
@@ -223,9 +225,22 @@ export async function soak(setup: DeliveryBenchSetup, options: { seconds: number
       deliveryRecords: await countKeys(engine.redis, `{${engine.prefix}:wh:*}:delivery:*`),
       deliveryRecordsCap: options.webhooks * RECENT_PER_WEBHOOK,
       dedupeMarkBytes: await keyBytes(engine.redis, markKey),
+      tombstoneBytes: await tombstoneBytes(engine.redis, `{${engine.prefix}:wh:*}:delivery:*`),
     };
   } finally {
     await run.forget();
     await engine.close();
   }
+}
+
+/** MEMORY USAGE of the first record key holding only a status (a tombstone), or 0 when none is found. */
+async function tombstoneBytes(redis: BenchEngine['redis'], pattern: string): Promise<number> {
+  let cursor = '0';
+  for (let round = 0; round < 1_000; round++) {
+    const [next, found] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    for (const key of found) if ((await redis.hlen(key)) === 1) return keyBytes(redis, key);
+    cursor = next;
+    if (cursor === '0') break;
+  }
+  return 0;
 }

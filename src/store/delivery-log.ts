@@ -41,9 +41,9 @@ export interface DeliveryLogOptions {
   /** Recent deliveries kept per webhook. */
   recentPerWebhook: number;
   /**
-   * How long a finished record lives on after it falls off the recent list. A batch that runs again
-   * after its worker died reads these records to skip what was already delivered, so they must
-   * outlive the lock expiry and the wait for another worker; after this they are gone.
+   * How long a finished record's status (a small tombstone) lives on after it falls off the recent
+   * list. A batch that runs again after its worker died reads it to skip what was already
+   * delivered, so it must outlive the lock expiry and the wait for another worker.
    */
   fallenOffGraceMs: number;
 }
@@ -52,7 +52,7 @@ export const DEFAULT_DELIVERY_LOG_OPTIONS: DeliveryLogOptions = {
   retentionMs: 7 * 24 * 3_600_000,
   deadLetterRetentionMs: 30 * 24 * 3_600_000,
   recentPerWebhook: 1_000,
-  fallenOffGraceMs: 10 * 60_000,
+  fallenOffGraceMs: 5 * 60_000,
 };
 
 /** What the worker writes after each attempt. */
@@ -153,11 +153,14 @@ if over > 0 then
     -- so the script stays within one Redis Cluster slot.
     local key = ARGV[20] .. id
     local fallenStatus = redis.call('HGET', key, 'status')
-    -- A finished delivery off the list lives on only for the grace period (ARGV[21]): long enough
-    -- for a batch re-run after a crash to see it was delivered. A dead letter stays replayable and
+    -- A finished delivery off the list leaves only its status, for the grace period (ARGV[21]):
+    -- long enough for a batch re-run after a crash to see it was delivered. A dead letter stays replayable and
     -- a retrying one still has attempts to record: those two expire by their TTL.
     if fallenStatus == 'delivered' or fallenStatus == 'dropped' or fallenStatus == 'replayed' then
-      if redis.call('PTTL', key) > tonumber(ARGV[21]) then redis.call('PEXPIRE', key, ARGV[21]) end
+      -- Only its status stays, as a small tombstone, then that expires too.
+      redis.call('DEL', key)
+      redis.call('HSET', key, 'status', fallenStatus)
+      redis.call('PEXPIRE', key, ARGV[21])
     end
   end
 end

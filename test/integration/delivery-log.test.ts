@@ -5,7 +5,7 @@ import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
 import { testRedis, type TestRedis } from '../helpers/redis.js';
 
 const HOUR_MS = 3_600_000;
-// Finished records that fall off the recent list last 1 ms more here (10 minutes by default).
+// Tombstones of finished records that fall off the recent list last 1 ms here (5 minutes by default).
 const OPTIONS: DeliveryLogOptions = { retentionMs: 2 * HOUR_MS, deadLetterRetentionMs: 5 * HOUR_MS, recentPerWebhook: 20, fallenOffGraceMs: 1 };
 const graceOver = () => new Promise((resolve) => setTimeout(resolve, 20));
 const T0 = 1_700_000_000_000;
@@ -255,7 +255,7 @@ describe('RedisDeliveryLog on a shared connection', () => {
     expect(await t.redis.exists(keys.deliveries.record('wh-1', 'd-1'))).toBe(0);
   });
 
-  it('keeps a delivered record that fell off the list for the grace period, so a batch re-run still sees it', async () => {
+  it('leaves a tombstone of a delivered record that fell off the list for the grace period, so a batch re-run still sees it', async () => {
     const graced = new RedisDeliveryLog(t.redis, keys, { ...OPTIONS, recentPerWebhook: 1, fallenOffGraceMs: 60_000 });
     await graced.recordAttempt(write(job('d-1', { acceptedAtMs: T0 }), 1, 'delivered'));
     await graced.recordAttempt(write(job('d-2', { acceptedAtMs: T0 + 1 }), 1, 'delivered'));
@@ -263,6 +263,9 @@ describe('RedisDeliveryLog on a shared connection', () => {
     const ttl = await t.redis.pttl(keys.deliveries.record('wh-1', 'd-1'));
     expect(ttl).toBeGreaterThan(50_000);
     expect(ttl).toBeLessThanOrEqual(60_000);
-    expect((await graced.progressOf([{ webhookId: 'wh-1', deliveryId: 'd-1' }]))[0]).toMatchObject({ status: 'delivered', attempts: 1 });
+    expect(await t.redis.hgetall(keys.deliveries.record('wh-1', 'd-1'))).toEqual({ status: 'delivered' });
+    expect((await graced.progressOf([{ webhookId: 'wh-1', deliveryId: 'd-1' }]))[0]).toMatchObject({ status: 'delivered' });
+    // Off the list it is no longer a delivery the API shows.
+    expect(await graced.get('wh-1', 'd-1')).toBeUndefined();
   });
 });
