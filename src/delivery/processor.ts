@@ -1,7 +1,7 @@
 import { DelayedError, type Job } from 'bullmq';
 import { signingSecrets, type Webhook } from '../domain/webhook.js';
 import type { Logger } from '../logger.js';
-import type { DeliveryProgress, DeliveryRecorder, DeliveryStatus } from '../store/delivery-log.js';
+import type { DeliveryRecorder, DeliveryStatus } from '../store/delivery-log.js';
 import type { WebhookSource } from '../store/webhooks.js';
 import { endpointOf, type AttemptHealth, type EndpointBreakers } from './breaker.js';
 import { attemptOutcome, decide, type AttemptOutcome, type Decision } from './classify.js';
@@ -15,7 +15,7 @@ import { signatureHeaders } from './sign.js';
 export interface DeliveryProcessorDeps {
   webhooks: WebhookSource;
   sender: { send(request: SendRequest): Promise<SendResult> };
-  recorder: DeliveryRecorder & { progressOf(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<(DeliveryProgress | undefined)[]> };
+  recorder: DeliveryRecorder;
   /** Where deliveries that leave a batch (retries, deferrals, hand-offs) go. */
   singles: { addSingles(singles: readonly SingleDelivery[]): Promise<void> };
   breakers: EndpointBreakers;

@@ -69,6 +69,8 @@ export interface DeliveryRecorder {
   recordAttempt(write: AttemptWrite): Promise<{ failingSinceMs: number | undefined }>;
   /** Records a delivery dropped without an attempt (its webhook was deleted). */
   recordDropped(job: DeliverJob, nowMs: number): Promise<void>;
+  /** Where each delivery stands (undefined: no record), for a batch re-run or a delivery that left a batch. */
+  progressOf(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<(DeliveryProgress | undefined)[]>;
 }
 
 /** The admin side: what vendors read and replay. */
