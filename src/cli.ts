@@ -42,6 +42,35 @@ function shutdownSignal(): Promise<NodeJS.Signals> {
   });
 }
 
+/** How long past HOOKLINE_SHUTDOWN_GRACE a SIGTERM may take at most, whatever Redis is doing. */
+const SHUTDOWN_SLACK_MS = 5_000;
+/** A shutdown step that needs Redis (closing queues, QUIT) gets at most this long. */
+const SHUTDOWN_STEP_MS = 1_000;
+
+/** Runs shutdown steps so that none can hang the next, and all end before the shutdown deadline. */
+class ShutdownSteps {
+  constructor(private readonly endsAtMs: number) {}
+
+  /** Waits for `work` at most SHUTDOWN_STEP_MS (less when the deadline is nearer); what it left undone stays undone. */
+  async run(work: Promise<unknown> | undefined): Promise<void> {
+    if (work === undefined) return;
+    let timer: NodeJS.Timeout | undefined;
+    const ms = Math.max(0, Math.min(SHUTDOWN_STEP_MS, this.endsAtMs - Date.now()));
+    await Promise.race([work.catch(() => undefined), new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+    clearTimeout(timer);
+  }
+
+  /**
+   * Closes a connection politely (QUIT) when Redis answers, and drops it either way: a QUIT sent
+   * during an outage waits in the offline queue while the connection keeps reconnecting, which
+   * would keep the process alive.
+   */
+  async closeConnection(connection: Redis): Promise<void> {
+    if (connection.status === 'ready') await this.run(connection.quit());
+    connection.disconnect();
+  }
+}
+
 type EngineRole = 'all' | 'api' | 'worker';
 
 /** Logs a connection's outage once when it starts and once when it ends, not on every retry. */
@@ -118,7 +147,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
     secretRotationOverlapMs: config.secretRotationOverlapMs,
     dedupeWindowMs: config.dedupeWindowMs,
   });
-  const stops: (() => Promise<unknown>)[] = [];
+  const stops: ((steps: ShutdownSteps) => Promise<unknown>)[] = [];
   let circuitsOpen: (() => number) | undefined;
   const collect = scrapeCollector(metrics, { queueCounts: () => stores.queues.counts(), ping: isReady, circuitsOpen: () => circuitsOpen?.() ?? 0 });
 
@@ -128,7 +157,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
     void stores.machines.refresh().catch((error: Error) => logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it'));
     const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady, metrics: { ...metrics, collect }, rateLimitPerSecond: config.rateLimitPerSecond }));
     const address = await app.listen({ host: config.apiHost, port: config.apiPort });
-    stops.push(() => app.close());
+    stops.push((steps) => steps.run(app.close()));
     logger.info(
       { redis: endpoint.origin === 'configured' ? 'REDIS_URL' : `embedded ${endpoint.url} (data in ${config.dataDir}/redis)`, version: VERSION },
       `Hookline API listening on ${address} (OpenAPI at ${address}/openapi.json, docs at ${address}/docs)`,
@@ -153,23 +182,40 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
     const health = role === 'worker' ? await startWorkerHealthServer(config, isReady, metrics, collect, logger) : undefined;
     worker.pool.start();
     if (stream) startWhenRedisAnswers(() => stream.start(), logger);
-    stops.push(async () => {
-      await stream?.stop();
+    stops.push(async (steps) => {
+      await steps.run(stream?.stop());
       const ended = await worker.close(config.shutdownGraceMs);
       logger.info({ ended }, ended === 'drained' ? 'in-flight deliveries finished' : 'grace period over; unfinished deliveries return to the queue');
-      await workerConnection.quit().catch(() => undefined);
-      await health?.close();
+      await steps.closeConnection(workerConnection);
+      await steps.run(health?.close());
     });
     logger.info({ concurrency: config.workerConcurrency, partitions: config.queuePartitions, stream: config.ingestStream }, 'delivery worker running');
   }
 
   const signal = await shutdownSignal();
-  logger.info({ signal }, 'shutting down');
-  for (const stop of stops) await stop();
-  await stores.queues.close();
-  await Promise.all([redis.quit(), queueConnection.quit()].map((p) => p.catch(() => undefined)));
+  logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down');
+  const steps = new ShutdownSteps(Date.now() + config.shutdownGraceMs + SHUTDOWN_SLACK_MS - SHUTDOWN_STEP_MS);
+  // Every step below is bounded, but a process must end however it is stuck: this is the backstop.
+  const deadline = setTimeout(() => {
+    logger.error({ graceMs: config.shutdownGraceMs }, 'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)');
+    logger.flush();
+    process.exit(1);
+  }, config.shutdownGraceMs + SHUTDOWN_SLACK_MS);
+  deadline.unref();
+  // A second signal means "now".
+  const now = () => process.exit(1);
+  process.once('SIGINT', now);
+  process.once('SIGTERM', now);
+  for (const stop of stops) await stop(steps);
+  await steps.run(stores.queues.close());
+  await Promise.all([redis, queueConnection].map((connection) => steps.closeConnection(connection)));
   await endpoint.release();
+  clearTimeout(deadline);
   logger.info('stopped');
+  // BullMQ's own connections of a worker closed during an outage keep reconnecting in the
+  // background; nothing is left to do, so they must not keep the process alive.
+  logger.flush();
+  setTimeout(() => process.exit(process.exitCode ?? 0), 250).unref();
 }
 
 function collectRole(value: string, previous: Role[]): Role[] {

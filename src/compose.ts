@@ -1,11 +1,13 @@
 import type { AdminDeps } from './admin/server.js';
-import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions } from './delivery/breaker.js';
+import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions, type CircuitChange } from './delivery/breaker.js';
 import { HttpSender } from './delivery/http-sender.js';
 import { createBatchProcessor, createDeliveryProcessor, type DeliveryProcessorDeps, type FinishedOutcome } from './delivery/processor.js';
 import { DeliveryQueues } from './delivery/queue.js';
 import { DeadLetterReplayer } from './delivery/replay.js';
 import { SendSlots } from './delivery/send-slots.js';
+import { StorageGate } from './delivery/storage-gate.js';
 import { TestEventSender } from './delivery/test-event.js';
+import { DeferralWakeups } from './delivery/wakeups.js';
 import { CachedWebhookSource } from './delivery/webhook-cache.js';
 import { DeliveryWorkerPool } from './delivery/worker.js';
 import { Ingestor } from './ingest/ingest.js';
@@ -14,11 +16,12 @@ import type { Metrics } from './metrics/metrics.js';
 import { breakerObserver, deliveryObserver, ingestObserver } from './metrics/observers.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
 import { RedisDeliveryLog } from './store/delivery-log.js';
+import { RedisEndpointMemory } from './store/endpoints.js';
 import { redisKeys } from './store/keys.js';
 import { RedisMachineStore } from './store/machines.js';
 import { RedisRequestCounter } from './store/rate-limiter.js';
 import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
-import type { Redis } from './store/redis.js';
+import { pingRedis, type Redis } from './store/redis.js';
 import { SecretBox } from './store/secret-box.js';
 import { RedisWebhookStore } from './store/webhooks.js';
 import { VERSION } from './version.js';
@@ -73,6 +76,7 @@ export function composeStores(settings: StoreSettings) {
     ...(settings.observability ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) } : {}),
   });
   return {
+    redis,
     keys,
     apiKeys: new RedisApiKeyStore(redis, keys),
     webhooks,
@@ -132,7 +136,23 @@ export interface WorkerSettings {
   nowMs?: () => number;
 }
 
-/** What the delivery processors of one process run on: sender, breakers, send slots and stores. */
+/** Logs a circuit's changes (open and close at warn, with the webhooks behind the endpoint) and counts them. */
+function circuitObserver(logger: Logger, metrics: Metrics | undefined): (endpoint: string, change: CircuitChange) => void {
+  const count = metrics ? breakerObserver(metrics) : undefined;
+  return (endpoint, change) => {
+    count?.(endpoint, change);
+    if (change.state === 'open') {
+      logger.warn(
+        { event: 'circuit.opened', endpoint, reason: change.reason, openForMs: change.openForMs, webhookIds: change.webhookIds },
+        'circuit opened: deliveries to this endpoint are held back, and attempts that come due meanwhile are recorded as circuit_open',
+      );
+    } else if (change.state === 'closed') {
+      logger.warn({ event: 'circuit.closed', endpoint, webhookIds: change.webhookIds }, 'circuit closed: a probe was answered; deliveries to this endpoint flow again');
+    } else logger.debug({ event: 'circuit.half_open', endpoint, webhookIds: change.webhookIds }, 'circuit half-open: probing');
+  };
+}
+
+/** What the delivery processors of one process run on: sender, breakers, send slots, storage gate and stores. */
 export function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'workerConnection' | 'lockDurationMs'>) {
   const nowMs = settings.nowMs ?? Date.now;
   const sender = new HttpSender({
@@ -144,9 +164,22 @@ export function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSetting
     connections: Math.max(10, settings.concurrency),
   });
   const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: settings.deliveryTimeoutMs, ...settings.breaker };
-  const breakers = new EndpointBreakers(breakerOptions, settings.metrics ? breakerObserver(settings.metrics) : undefined);
+  const breakers = new EndpointBreakers(breakerOptions, circuitObserver(settings.logger, settings.metrics));
   // Endpoints that never answered or were slow lately may hold at most a fifth of the slots.
   const slots = new SendSlots(settings.concurrency, Math.max(1, Math.floor(settings.concurrency / 5)));
+  const gate = new StorageGate(
+    () => pingRedis(stores.redis, 1_000),
+    (open) =>
+      open
+        ? settings.logger.info({ event: 'delivery.sends_resumed' }, 'storage answers again: delivery sends resumed')
+        : settings.logger.warn({ event: 'delivery.sends_paused' }, 'storage unreachable: no new delivery sends until it answers; attempts in flight may be sent again after it'),
+  );
+  // The connection tells first: sends stop the moment it drops, before any record fails.
+  const onClose = () => gate.close();
+  const onReady = () => gate.check();
+  stores.redis.on('close', onClose);
+  stores.redis.on('ready', onReady);
+  const wakeups = new DeferralWakeups(breakers, (refs) => stores.queues.promote(refs), nowMs);
   const observers = [settings.metrics ? deliveryObserver(settings.metrics) : undefined, settings.onOutcome].filter((o) => o !== undefined);
   const deps: DeliveryProcessorDeps = {
     webhooks: new CachedWebhookSource(stores.webhooks, settings.webhookCacheTtlMs ?? 2_000, nowMs),
@@ -155,24 +188,33 @@ export function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSetting
     singles: stores.queues,
     breakers,
     slots,
+    gate,
+    wakeups,
+    endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
     logger: settings.logger,
     retryScheduleMs: settings.retryScheduleMs,
     deliveryTimeoutMs: settings.deliveryTimeoutMs,
     sustainedFailureMs: settings.sustainedFailureWindowMs,
     batchHoldMs: breakerOptions.slowAfterMs,
     suspectHoldMs: Math.min(250, breakerOptions.slowAfterMs),
+    circuitHoldMs: breakerOptions.openMs,
     nowMs,
     random: Math.random,
     onOutcome: (outcome) => {
       for (const observe of observers) observe(outcome);
     },
   };
-  return { deps, sender, breakers, slots };
+  const detach = () => {
+    gate.stop();
+    stores.redis.off('close', onClose);
+    stores.redis.off('ready', onReady);
+  };
+  return { deps, sender, breakers, slots, gate, detach };
 }
 
 /** The delivery worker of one process over the shared stores. */
 export function composeWorker(stores: Stores, settings: WorkerSettings) {
-  const { deps, sender, breakers, slots } = composeDeliveryDeps(stores, settings);
+  const { deps, sender, breakers, slots, gate, detach } = composeDeliveryDeps(stores, settings);
   const pool = new DeliveryWorkerPool({
     connection: settings.workerConnection,
     keys: stores.keys,
@@ -188,7 +230,9 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     pool,
     breakers,
     slots,
+    gate,
     async close(graceMs: number) {
+      detach();
       const startedMs = Date.now();
       let result = await pool.close(graceMs);
       // Attempts a batch handed off go on after their job completed; their outcome is recorded too.
@@ -197,7 +241,8 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
       const idle = await Promise.race([slots.idle().then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), left)))]);
       clearTimeout(timer);
       if (!idle) result = 'forced';
-      await sender.close();
+      // Requests still in flight past the grace period are abandoned: their jobs run again elsewhere.
+      await sender.close(idle ? undefined : 0);
       return result;
     },
   };

@@ -4,8 +4,11 @@ import type { LookupFunction } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
 
-/** Why an attempt got no HTTP response. */
-export type AttemptErrorClass = 'timeout' | 'dns' | 'connect' | 'tls' | 'ssrf_blocked' | 'network';
+/**
+ * Why an attempt got no HTTP response. `circuit_open` is never the sender's: the processor records
+ * it for an attempt that came due while the endpoint's circuit was open, and was not sent.
+ */
+export type AttemptErrorClass = 'timeout' | 'dns' | 'connect' | 'tls' | 'ssrf_blocked' | 'network' | 'circuit_open';
 
 export interface SendRequest {
   url: string;
@@ -120,8 +123,17 @@ export class HttpSender {
   }
 
   /** Closes the pooled connections once in-flight attempts have finished. */
-  async close(): Promise<void> {
-    await this.#agent.close();
+  /**
+   * Closes the connection pool once requests in flight have ended; after `graceMs` (when given)
+   * they are aborted instead, so a hanging receiver cannot hold a shutdown.
+   */
+  async close(graceMs?: number): Promise<void> {
+    const closing = this.#agent.close();
+    if (graceMs === undefined) return closing;
+    let timer: NodeJS.Timeout | undefined;
+    const late = await Promise.race([closing.then(() => false), new Promise<true>((resolve) => (timer = setTimeout(() => resolve(true), graceMs)))]);
+    clearTimeout(timer);
+    if (late) await this.#agent.destroy();
   }
 }
 

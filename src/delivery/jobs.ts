@@ -18,10 +18,10 @@ const deliverySchema = z.object({
   /** Set on a replay: the dead-lettered delivery it replays. */
   replayOf: z.string().optional(),
   /**
-   * Set when the delivery left a batch (retry, deferral, hand-off): its record, not the job, knows
-   * how many attempts were made, and it may already be finished.
+   * Set on deliveries a vendor asked for (a replay or a test event): an open circuit is probed with
+   * it at once instead of at the end of its open period.
    */
-  fromBatch: z.literal(true).optional(),
+  manual: z.literal(true).optional(),
 });
 
 export const JOBS = {

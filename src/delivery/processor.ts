@@ -1,7 +1,8 @@
 import { DelayedError, type Job } from 'bullmq';
 import { signingSecrets, type Webhook } from '../domain/webhook.js';
 import type { Logger } from '../logger.js';
-import type { DeliveryRecorder, DeliveryStatus } from '../store/delivery-log.js';
+import type { DeliveryProgress, DeliveryRecorder, DeliveryStatus } from '../store/delivery-log.js';
+import type { EndpointMemory } from '../store/endpoints.js';
 import type { WebhookSource } from '../store/webhooks.js';
 import { endpointOf, type AttemptHealth, type EndpointBreakers } from './breaker.js';
 import { attemptOutcome, decide, type AttemptOutcome, type Decision } from './classify.js';
@@ -10,17 +11,25 @@ import { JOBS, type DeliverJob } from './jobs.js';
 import type { SingleDelivery } from './queue.js';
 import type { SendSlots } from './send-slots.js';
 import { signatureHeaders } from './sign.js';
+import type { StorageGate } from './storage-gate.js';
+import type { DeferralWakeups } from './wakeups.js';
 
 /** What the processors need; the CLI wires the real ones, tests may pass their own clock. */
 export interface DeliveryProcessorDeps {
   webhooks: WebhookSource;
   sender: { send(request: SendRequest): Promise<SendResult> };
   recorder: DeliveryRecorder;
-  /** Where deliveries that leave a batch (retries, deferrals, hand-offs) go. */
+  /** Where deliveries that leave a batch (retries, deferrals, hand-offs) go, and how deferred ones are woken. */
   singles: { addSingles(singles: readonly SingleDelivery[]): Promise<void> };
   breakers: EndpointBreakers;
   /** The attempts this process runs at once. */
   slots: SendSlots;
+  /** Closed while storage fails: no new sends then (see StorageGate). */
+  gate: StorageGate;
+  /** Wakes deferred deliveries when their endpoint takes deliveries again. */
+  wakeups: Pick<DeferralWakeups, 'register'>;
+  /** What workers know about receiver endpoints across processes and restarts; absent: nothing shared. */
+  endpointMemory?: EndpointMemory;
   logger: Logger;
   /** Delay before each attempt; its length is the number of attempts. */
   retryScheduleMs: readonly number[];
@@ -37,6 +46,12 @@ export interface DeliveryProcessorDeps {
    * waiting for its first answer, or in flight to it, leave as single jobs after this.
    */
   suspectHoldMs: number;
+  /**
+   * How far past the time its schedule made it due an open circuit may hold a delivery back (one
+   * open period). Beyond that the due attempt is recorded as failed (`circuit_open`, not sent) and
+   * the schedule goes on, so a circuit never stretches a delivery's life past its retry schedule.
+   */
+  circuitHoldMs: number;
   nowMs: () => number;
   random: () => number;
   /** Called once per finished attempt or drop (metrics). */
@@ -73,6 +88,17 @@ export class RetryLaterError extends Error {
   }
 }
 
+/**
+ * Thrown by a batch that stopped sending because storage failed: its job runs again, and the re-run
+ * sends only what was not recorded.
+ */
+export class StorageUnavailableError extends Error {
+  override name = 'StorageUnavailableError';
+  constructor() {
+    super('storage failed during the batch; it runs again and sends only what was not recorded');
+  }
+}
+
 /** BullMQ backoff strategy: the delay our own decision chose, or 5 s after an unexpected error. */
 export function backoffFromError(_attemptsMade: number, _type?: string, error?: Error): number {
   return error instanceof RetryLaterError ? error.delayMs : 5_000;
@@ -93,6 +119,14 @@ const STATUS_OF: Record<Decision['action'], Exclude<DeliveryStatus, 'pending' | 
 
 const FINISHED: ReadonlySet<DeliveryStatus> = new Set(['delivered', 'dead', 'dropped', 'replayed']);
 
+/** The result recorded for an attempt that came due while its endpoint's circuit was open. */
+const CIRCUIT_OPEN: SendResult = {
+  kind: 'error',
+  errorClass: 'circuit_open',
+  message: 'not sent: the endpoint failed lately and its circuit is open; the attempt counts on the retry schedule',
+  durationMs: 0,
+};
+
 /** An attempt that may start: its slot is held and the breaker knows it (release both with `end`). */
 interface StartedAttempt {
   endpoint: string;
@@ -100,7 +134,28 @@ interface StartedAttempt {
   suspect: boolean;
 }
 
-type Admitted = { ok: true; started: StartedAttempt } | { ok: false; retryAtMs: number; reason: DeferReason };
+/**
+ * Admission: an attempt may start; or it is deferred (held back without spending an attempt); or it
+ * is due past what an open circuit may hold it (record `circuit_open`); or storage is failing (send
+ * nothing; the job runs again).
+ */
+type Admitted =
+  | { ok: true; started: StartedAttempt }
+  | { ok: false; kind: 'deferred'; endpoint: string; retryAtMs: number; reason: DeferReason }
+  | { ok: false; kind: 'circuit_open' }
+  | { ok: false; kind: 'storage' };
+
+interface AdmitOptions {
+  /** When the retry schedule made this attempt due. */
+  dueAtMs: number;
+  /** The storage gate's epoch when the job started. */
+  epoch: number;
+  /** Resolves when a wait for a first contact's answer must give up. */
+  giveUp: Promise<void>;
+  /** A replay or test event: probe an open circuit now. */
+  forceProbe?: boolean;
+  onWaiting?: (waiting: boolean) => void;
+}
 
 /** What ran: the outcome for metrics, and the delay when the delivery must be tried again. */
 interface AttemptEnd {
@@ -108,10 +163,13 @@ interface AttemptEnd {
   retryDelayMs: number | undefined;
 }
 
+/** Known endpoints remembered per process at most (the endpoint-memory lookups). */
+const KNOWN_ENDPOINTS_MAX = 10_000;
+
 /**
  * The steps every delivery shares, whether it runs in a batch or on its own: admission through the
- * endpoint's breaker and a send slot, sign and send, decide, record (one round trip), disable the
- * webhook when it must be, one log line, metrics.
+ * storage gate, the endpoint's breaker and a send slot, sign and send, decide, record (one round
+ * trip), disable the webhook when it must be, one log line, metrics.
  */
 function deliverySteps(deps: DeliveryProcessorDeps) {
   const endpoints = new Map<string, string>();
@@ -125,6 +183,39 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
     return endpoint;
   };
 
+  // Lookups in the shared endpoint memory, once per endpoint; and the endpoints it is known to hold
+  // (learnt from it, or written to it by this process).
+  const lookups = new Map<string, Promise<void>>();
+  const shared = new Set<string>();
+  /** Learns, once per endpoint, whether another worker (or this one before a restart) saw it answer. */
+  function learn(endpoint: string): Promise<void> | undefined {
+    const memory = deps.endpointMemory;
+    if (memory === undefined || deps.breakers.hasAnswered(endpoint)) return undefined;
+    let lookup = lookups.get(endpoint);
+    if (lookup === undefined) {
+      if (lookups.size >= KNOWN_ENDPOINTS_MAX) lookups.clear();
+      lookup = memory.answeredLately(endpoint).then(
+        (answered) => {
+          if (!answered) return;
+          deps.breakers.markAnswered(endpoint);
+          shared.add(endpoint);
+        },
+        // Unknown for now (storage failing): a first contact as without the memory; asked again later.
+        () => void lookups.delete(endpoint),
+      );
+      lookups.set(endpoint, lookup);
+    }
+    return lookup;
+  }
+  /** After an answer: tell other workers, once per endpoint and process, unless they told us. */
+  function share(endpoint: string): void {
+    const memory = deps.endpointMemory;
+    if (memory === undefined || shared.has(endpoint)) return;
+    if (shared.size >= KNOWN_ENDPOINTS_MAX) shared.clear();
+    shared.add(endpoint);
+    memory.rememberAnswered(endpoint, deps.nowMs()).catch(() => shared.delete(endpoint));
+  }
+
   function finish(outcome: FinishedOutcome): FinishedOutcome {
     deps.onOutcome?.(outcome);
     return outcome;
@@ -132,7 +223,13 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
 
   /** The delivery's webhook, or a finished outcome when there is nothing to send. */
   async function prepare(data: DeliverJob, attempt: number): Promise<{ webhook: Webhook } | { finished: FinishedOutcome }> {
-    const webhook = await deps.webhooks.getById(data.webhookId);
+    let webhook: Webhook | undefined;
+    try {
+      webhook = await deps.webhooks.getById(data.webhookId);
+    } catch (error) {
+      deps.gate.close();
+      throw error;
+    }
     // A deleted webhook's deliveries are dropped.
     if (!webhook) {
       await deps.recorder.recordDropped(data, deps.nowMs());
@@ -151,27 +248,43 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
     return { webhook };
   }
 
+  /** Why an attempt that the breaker holds back is deferred, or recorded as `circuit_open` when it is overdue. */
+  function notAdmitted(endpoint: string, reason: 'open' | 'probing' | 'slow' | 'first_contact', retryAtMs: number, dueAtMs: number): Admitted {
+    if ((reason === 'open' || reason === 'probing') && retryAtMs > dueAtMs + deps.circuitHoldMs) return { ok: false, kind: 'circuit_open' };
+    return { ok: false, kind: 'deferred', endpoint, retryAtMs, reason: reason === 'first_contact' ? 'slow' : reason };
+  }
+
   /**
    * Waits for the endpoint's breaker and a send slot. `first_contact` waits in the process for the
    * endpoint's first answer (until `giveUp` resolves); a slot is waited for in turn (healthy
-   * endpoints always keep part of the slots, so the wait ends). Everything else is deferred.
+   * endpoints always keep part of the slots, so the wait ends). Everything else is deferred, or
+   * recorded as `circuit_open` when an open circuit would hold it past its due time by more than
+   * one open period. Nothing is sent while the storage gate is closed, or once it has closed since
+   * the job started (its queue lock may have been lost meanwhile).
    */
-  async function admit(webhook: Webhook, giveUp: Promise<void>, onWaiting?: (waiting: boolean) => void): Promise<Admitted> {
+  async function admit(webhook: Webhook, options: AdmitOptions): Promise<Admitted> {
     const endpoint = endpointFor(webhook.callbackUrl);
+    await learn(endpoint);
     let gaveUp = false;
-    void giveUp.then(() => (gaveUp = true));
+    void options.giveUp.then(() => (gaveUp = true));
+    const forceProbe = options.forceProbe ?? false;
     for (;;) {
-      const pre = deps.breakers.admit(endpoint, deps.nowMs());
+      if (!deps.gate.allows(options.epoch)) return { ok: false, kind: 'storage' };
+      const pre = deps.breakers.admit(endpoint, deps.nowMs(), forceProbe);
       if (!pre.admitted) {
-        if (pre.reason !== 'first_contact' || gaveUp) return { ok: false, retryAtMs: pre.retryAtMs, reason: pre.reason === 'first_contact' ? 'slow' : pre.reason };
-        onWaiting?.(true);
-        await Promise.race([pre.settled, giveUp]);
-        onWaiting?.(false);
+        if (pre.reason !== 'first_contact' || gaveUp) return notAdmitted(endpoint, pre.reason, pre.retryAtMs, options.dueAtMs);
+        options.onWaiting?.(true);
+        await Promise.race([pre.settled, options.giveUp]);
+        options.onWaiting?.(false);
         continue;
       }
       await deps.slots.acquire();
+      if (!deps.gate.allows(options.epoch)) {
+        deps.slots.release();
+        return { ok: false, kind: 'storage' };
+      }
       const nowMs = deps.nowMs();
-      const admission = deps.breakers.admit(endpoint, nowMs);
+      const admission = deps.breakers.admit(endpoint, nowMs, forceProbe);
       if (!admission.admitted) {
         deps.slots.release();
         continue;
@@ -179,9 +292,9 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
       const suspect = admission.lane === 'suspect';
       if (suspect && !deps.slots.markSuspect()) {
         deps.slots.release();
-        return { ok: false, retryAtMs: nowMs + 250 + Math.floor(deps.random() * 750), reason: 'slow' };
+        return { ok: false, kind: 'deferred', endpoint, retryAtMs: nowMs + 250 + Math.floor(deps.random() * 750), reason: 'slow' };
       }
-      return { ok: true, started: { endpoint, ticket: deps.breakers.start(endpoint, nowMs, admission.probe), suspect } };
+      return { ok: true, started: { endpoint, ticket: deps.breakers.start(endpoint, nowMs, admission.probe, webhook.id), suspect } };
     }
   }
 
@@ -199,11 +312,26 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
     }
     const endedMs = deps.nowMs();
     deps.breakers.finish(started.endpoint, started.ticket, healthOf(result), endedMs);
-
-    const decision = decide({ result, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, nowMs: endedMs, random: deps.random });
-    const outcome = attemptOutcome(result);
+    if (result.kind === 'response') share(started.endpoint);
     // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
     // at most as many attempts as it has slots (sent or answered, but not yet recorded).
+    try {
+      return await conclude(data, webhook, attemptNo, result, startedMs, endedMs);
+    } finally {
+      deps.slots.release(started.suspect);
+    }
+  }
+
+  /** Records an attempt that came due while the endpoint's circuit was open, without sending it. */
+  function recordCircuitOpen(data: DeliverJob, webhook: Webhook, attemptNo: number): Promise<AttemptEnd> {
+    const nowMs = deps.nowMs();
+    return conclude(data, webhook, attemptNo, CIRCUIT_OPEN, nowMs, nowMs);
+  }
+
+  /** Decides what follows an attempt, records it, disables the webhook when it must be, logs and counts. */
+  async function conclude(data: DeliverJob, webhook: Webhook, attemptNo: number, result: SendResult, startedMs: number, endedMs: number): Promise<AttemptEnd> {
+    const decision = decide({ result, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, nowMs: endedMs, random: deps.random });
+    const outcome = attemptOutcome(result);
     let failingSinceMs: number | undefined;
     try {
       ({ failingSinceMs } = await deps.recorder.recordAttempt({
@@ -218,8 +346,10 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
         status: STATUS_OF[decision.action],
         ...(decision.action === 'retry' ? { nextAttemptAtMs: endedMs + decision.delayMs } : {}),
       }));
-    } finally {
-      deps.slots.release(started.suspect);
+    } catch (error) {
+      // An attempt that cannot be recorded will be made again: stop sending until storage answers.
+      deps.gate.close();
+      throw error;
     }
     let disabled: 'gone' | 'failing' | undefined;
     if (decision.action === 'disable') {
@@ -258,12 +388,21 @@ function deliverySteps(deps: DeliveryProcessorDeps) {
     return { finished, retryDelayMs: decision.action === 'retry' ? decision.delayMs : undefined };
   }
 
-  return { prepare, admit, attempt, finish };
+  return { prepare, admit, attempt, recordCircuitOpen, finish };
 }
 
 const GIVE_UP_NOW = Promise.resolve();
 /** How long a batch waits once only deliveries to suspect endpoints are left in it. */
 const SUSPECT_ONLY_HOLD_MS = 50;
+/** A job that ran more than this before its attempt was due goes back to wait (clock skew between workers). */
+const EARLY_TOLERANCE_MS = 100;
+
+/** When the attempt after `progress` is due by the schedule (a deferral does not move it). */
+function dueAtOf(data: DeliverJob, progress: DeliveryProgress | undefined, scheduleMs: readonly number[]): number {
+  if (progress?.dueAtMs !== undefined) return progress.dueAtMs;
+  if (progress?.status === 'retrying' && progress.nextAttemptAtMs !== undefined) return progress.nextAttemptAtMs;
+  return data.acceptedAtMs + (scheduleMs[0] ?? 0);
+}
 
 /**
  * The single-delivery job processor (retries, deferrals, replays, test events). Expected outcomes
@@ -273,38 +412,43 @@ const SUSPECT_ONLY_HOLD_MS = 50;
  */
 export function createDeliveryProcessor(deps: DeliveryProcessorDeps): (job: Job, token?: string) => Promise<FinishedOutcome> {
   const steps = deliverySteps(deps);
-  const defer = async (job: Job, data: DeliverJob, retryAtMs: number, reason: DeferReason, token?: string): Promise<never> => {
-    await job.moveToDelayed(Math.round(retryAtMs + deps.random() * 1_000), token);
-    steps.finish({ kind: 'deferred', job: data, reason });
+  const wait = async (job: Job, untilMs: number, token?: string): Promise<never> => {
+    await job.moveToDelayed(Math.round(untilMs), token);
     throw new DelayedError();
   };
 
   return async (job, token) => {
     const data = JOBS.deliver.schema.parse(job.data);
+    const epoch = deps.gate.epoch;
 
-    // 1. A delivery that left a batch: its record knows the attempts made, and it may be finished.
-    let attemptNo = job.attemptsMade + 1;
-    if (data.fromBatch) {
-      const [progress] = await deps.recorder.progressOf([data]);
-      if (progress && FINISHED.has(progress.status)) return steps.finish({ kind: 'skipped', job: data });
-      attemptNo = (progress?.attempts ?? 0) + 1;
-      const dueMs = progress?.status === 'retrying' ? (progress.nextAttemptAtMs ?? 0) : 0;
-      if (dueMs > deps.nowMs() + 100) {
-        await job.moveToDelayed(dueMs, token);
-        throw new DelayedError();
-      }
-    }
+    // 1. The record knows the attempts made and when the next is due, and the delivery may be
+    // finished already (a batch handed it off while its attempt went on; a crash re-ran it).
+    const [progress] = await deps.recorder.progressOf([data]);
+    if (progress && FINISHED.has(progress.status)) return steps.finish({ kind: 'skipped', job: data });
+    const attemptNo = (progress?.attempts ?? 0) + 1;
+    const dueAtMs = dueAtOf(data, progress, deps.retryScheduleMs);
+    if (dueAtMs > deps.nowMs() + EARLY_TOLERANCE_MS) return wait(job, dueAtMs, token);
 
     // 2. Find the webhook; drop or dead-letter when there is nothing to send to.
     const prepared = await steps.prepare(data, attemptNo);
     if ('finished' in prepared) return prepared.finished;
 
-    // 3. Breaker and slot: an endpoint that keeps failing or hangs waits in the queue, not in a slot.
-    const admitted = await steps.admit(prepared.webhook, GIVE_UP_NOW);
-    if (!admitted.ok) return defer(job, data, admitted.retryAtMs, admitted.reason, token);
+    // 3. Gate, breaker and slot: an endpoint that keeps failing or hangs waits in the queue, not in a slot.
+    const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp: GIVE_UP_NOW, forceProbe: data.manual === true });
+    let end: AttemptEnd;
+    if (admitted.ok) end = await steps.attempt(data, prepared.webhook, attemptNo, admitted.started);
+    else if (admitted.kind === 'circuit_open') end = await steps.recordCircuitOpen(data, prepared.webhook, attemptNo);
+    else if (admitted.kind === 'storage') return wait(job, deps.nowMs() + 1_000 + deps.random() * 1_000, token);
+    else {
+      const retryAtMs = Math.round(admitted.retryAtMs + deps.random() * 1_000);
+      await Promise.all([job.moveToDelayed(retryAtMs, token), deps.recorder.recordDeferred([{ job: data, nextAttemptAtMs: retryAtMs, dueAtMs }])]);
+      deps.wakeups.register(admitted.endpoint, [data], retryAtMs);
+      steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
+      throw new DelayedError();
+    }
 
-    // 4. Attempt, then steer the queue.
-    const { finished, retryDelayMs } = await steps.attempt(data, prepared.webhook, attemptNo, admitted.started);
+    // 4. Steer the queue.
+    const { finished, retryDelayMs } = end;
     if (retryDelayMs !== undefined) throw new RetryLaterError(retryDelayMs, finished.kind === 'attempted' ? finished.outcome : 'unknown');
     return finished;
   };
@@ -323,27 +467,32 @@ export interface BatchSummary {
  * The batch job processor: first attempts of many deliveries, run concurrently within the process's
  * send slots, recorded one by one. A delivery that needs another try leaves the batch as a single
  * job (retry after its delay; deferred by its breaker; still waiting on a slow endpoint when the
- * batch checks). A re-run batch (the worker died, or an unexpected error) first reads each delivery's
- * record and sends only what has not been attempted, so a crash repeats at most what was in flight.
+ * batch checks). A re-run batch (the worker died, storage failed, or an unexpected error) first
+ * reads each delivery's record and sends only what has not been attempted, so a crash repeats at
+ * most what was in flight.
  */
 export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) => Promise<BatchSummary> {
   const steps = deliverySteps(deps);
+  const firstDelayMs = deps.retryScheduleMs[0] ?? 0;
 
   return async (job) => {
     const { deliveries } = JOBS.deliverBatch.schema.parse(job.data);
+    const epoch = deps.gate.epoch;
     const singles: SingleDelivery[] = [];
-    const leave = (data: DeliverJob, delayMs: number) => singles.push({ job: { ...data, fromBatch: true }, delayMs: Math.max(0, delayMs) });
+    const leave = (data: DeliverJob, delayMs: number) => singles.push({ job: data, delayMs: Math.max(0, delayMs) });
+    const deferred: { data: DeliverJob; endpoint: string; retryAtMs: number; dueAtMs: number }[] = [];
     let todo = deliveries;
     let skipped = 0;
 
-    // 1. A re-run: skip what is finished, re-queue what was waiting for a retry (a no-op if queued).
+    // 1. A re-run: skip what is finished, re-queue what waits for a retry or was deferred (a no-op
+    // if its job is queued).
     if (job.attemptsStarted > 1 || job.attemptsMade > 0) {
       const progress = await deps.recorder.progressOf(deliveries);
       const nowMs = deps.nowMs();
       todo = deliveries.filter((data, i) => {
         const p = progress[i];
         if (p === undefined) return true;
-        if (p.status === 'retrying') leave(data, (p.nextAttemptAtMs ?? nowMs) - nowMs);
+        if (p.status === 'retrying' || p.status === 'pending') leave(data, (p.nextAttemptAtMs ?? nowMs) - nowMs);
         else {
           skipped += 1;
           steps.finish({ kind: 'skipped', job: data });
@@ -378,28 +527,37 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       return pending > 0 && pending === waitingFirstContact + suspectInflight;
     };
 
+    let failure: Error | undefined;
     const run = async (data: DeliverJob) => {
       const prepared = await steps.prepare(data, 1);
       if ('finished' in prepared) return;
-      const admitted = await steps.admit(prepared.webhook, giveUp, onWaiting);
-      if (!admitted.ok) {
+      const dueAtMs = data.acceptedAtMs + firstDelayMs;
+      const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp, onWaiting });
+      let end: AttemptEnd;
+      if (admitted.ok) {
+        inflight.set(data, { startedMs: deps.nowMs(), suspect: admitted.started.suspect });
+        attempted += 1;
+        wake();
+        try {
+          end = await steps.attempt(data, prepared.webhook, 1, admitted.started);
+        } finally {
+          inflight.delete(data);
+        }
+      } else if (admitted.kind === 'circuit_open') {
+        end = await steps.recordCircuitOpen(data, prepared.webhook, 1);
+      } else if (admitted.kind === 'storage') {
+        // Not sent: the re-run of this batch sends it.
+        failure ??= new StorageUnavailableError();
+        return;
+      } else {
         leave(data, admitted.retryAtMs - deps.nowMs());
+        deferred.push({ data, endpoint: admitted.endpoint, retryAtMs: admitted.retryAtMs, dueAtMs });
         steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
         return;
       }
-      inflight.set(data, { startedMs: deps.nowMs(), suspect: admitted.started.suspect });
-      attempted += 1;
-      wake();
-      try {
-        const { retryDelayMs } = await steps.attempt(data, prepared.webhook, 1, admitted.started);
-        if (retryDelayMs === undefined) return;
-        // Handed off while in flight: its single job exists and reads the record when it runs.
-        if (!handedOff.has(data)) leave(data, retryDelayMs);
-      } finally {
-        inflight.delete(data);
-      }
+      // Handed off while in flight: its single job exists and reads the record when it runs.
+      if (end.retryDelayMs !== undefined && !handedOff.has(data)) leave(data, end.retryDelayMs);
     };
-    let failure: Error | undefined;
     for (const data of todo) {
       run(data).then(
         () => settleOne(data),
@@ -429,9 +587,9 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
         if (onlySuspect !== onlySuspectLeft()) holdStartedMs = deps.nowMs();
         continue;
       }
-      // Deliveries still waiting for an endpoint's first answer give up (deferred); attempts to
-      // suspect endpoints past the hold, and any past batchHoldMs, leave as single jobs due after
-      // their timeout, while the attempt itself goes on.
+      // Deliveries still waiting for an endpoint's first answer give up (deferred, and woken as soon
+      // as it answers); attempts to suspect endpoints past the hold, and any past batchHoldMs, leave
+      // as single jobs due after their timeout, while the attempt itself goes on.
       giveUpNow();
       giveUp = new Promise<void>((resolve) => (giveUpNow = resolve));
       const nowMs = deps.nowMs();
@@ -444,8 +602,20 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
         leave(data, startedMs + deps.deliveryTimeoutMs + 1_000 - nowMs);
       }
     }
-    await deps.singles.addSingles(singles);
-    // An unexpected error (Redis while recording): re-run the batch; finished deliveries are skipped.
+    await Promise.all([
+      deps.singles.addSingles(singles),
+      deferred.length === 0 ? undefined : deps.recorder.recordDeferred(deferred.map(({ data, retryAtMs, dueAtMs }) => ({ job: data, nextAttemptAtMs: retryAtMs, dueAtMs }))),
+    ]);
+    // Only now are the deferred jobs in the queue to be woken.
+    const byEndpoint = new Map<string, { refs: DeliverJob[]; untilMs: number }>();
+    for (const { data, endpoint, retryAtMs } of deferred) {
+      const entry = byEndpoint.get(endpoint) ?? { refs: [], untilMs: 0 };
+      entry.refs.push(data);
+      entry.untilMs = Math.max(entry.untilMs, retryAtMs);
+      byEndpoint.set(endpoint, entry);
+    }
+    for (const [endpoint, { refs, untilMs }] of byEndpoint) deps.wakeups.register(endpoint, refs, untilMs);
+    // Storage failed, or an unexpected error: re-run the batch; finished deliveries are skipped.
     if (failure !== undefined) throw failure;
     return { deliveries: deliveries.length, attempted, handedOff: singles.length, skipped };
   };

@@ -1,4 +1,4 @@
-import { Queue, type JobsOptions } from 'bullmq';
+import { Job, Queue, type JobsOptions } from 'bullmq';
 import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
@@ -102,6 +102,20 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       [...this.byPartition(singles, (s) => s.job)].map(([n, list]) =>
         this.partitions[n]!.singles.addBulk(list.map(({ job, delayMs }) => ({ name: JOBS.deliver.name, data: job, opts: this.jobOptions(job.deliveryId, Math.max(0, Math.round(delayMs))) }))),
       ),
+    );
+  }
+
+  /**
+   * Moves delayed single deliveries to the front of their queue, to run now; one that is no longer
+   * delayed (it ran meanwhile, or was never added) is left as it is. One round trip per delivery.
+   */
+  async promote(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<void> {
+    await Promise.all(
+      [...this.byPartition(refs, (r) => r)].flatMap(([n, list]) => {
+        const queue = this.partitions[n]!.singles;
+        // A job handle by id alone: promote() needs only the queue and the id, not the job's data.
+        return list.map((ref) => new Job(queue, JOBS.deliver.name, {}, {}, ref.deliveryId).promote().catch(() => undefined));
+      }),
     );
   }
 

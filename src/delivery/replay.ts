@@ -35,6 +35,7 @@ export class DeadLetterReplayer {
       body: found.body,
       acceptedAtMs: this.deps.nowMs(),
       replayOf: deliveryId,
+      manual: true,
     };
     await this.deps.queues.add([job]);
     return { ok: true, deliveryId: job.deliveryId };

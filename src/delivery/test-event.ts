@@ -19,6 +19,7 @@ export class TestEventSender {
       webhookId: webhook.id,
       body: buildEnvelope({ event_id: eventId, event_type: webhook.eventType, timestamp: new Date(nowMs).toISOString(), data: { test: true, message: 'A test event sent from the Hookline API.' } }),
       acceptedAtMs: nowMs,
+      manual: true,
     };
     await this.deps.queues.add([job]);
     return { deliveryId: job.deliveryId, eventId };

@@ -3,7 +3,7 @@ import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import { BATCH_MAX, JOBS } from './jobs.js';
-import { backoffFromError } from './processor.js';
+import { backoffFromError, RetryLaterError, StorageUnavailableError } from './processor.js';
 import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
 import type { DeadLetterReplayer } from './replay.js';
 
@@ -23,6 +23,9 @@ export interface DeliveryWorkerPoolOptions {
   /** How long a job's lock lasts without renewal; a killed worker's jobs return after this. */
   lockDurationMs: number;
 }
+
+/** How long a forced close (past the grace period) may take before the pool gives up on it. */
+const FORCED_CLOSE_MS = 1_000;
 
 /**
  * The BullMQ workers of one process: per delivery partition one for batches and one for single
@@ -73,7 +76,9 @@ export class DeliveryWorkerPool {
         options.logger.warn({ err: error.message }, 'queue worker error (repeats within 10 s are not logged)');
       });
       worker.on('failed', (job, error) => {
-        if (error.name !== 'RetryLaterError') options.logger.warn({ jobId: job?.id, err: error.message }, 'job failed unexpectedly');
+        // A retry the processor chose, or a batch that stopped for a storage outage (already logged once).
+        if (error instanceof RetryLaterError || error instanceof StorageUnavailableError) return;
+        options.logger.warn({ jobId: job?.id, err: error.message }, 'job failed unexpectedly');
       });
     }
   }
@@ -95,7 +100,12 @@ export class DeliveryWorkerPool {
     });
     const result = await Promise.race([graceful, deadline]);
     clearTimeout(timer);
-    if (result === 'forced') await Promise.all(this.workers.map((w) => w.close(true)));
+    if (result === 'forced') {
+      // Closing needs Redis; during an outage it would wait for Redis to come back. Give it a moment only.
+      let forceTimer: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.all(this.workers.map((w) => w.close(true))), new Promise<void>((resolve) => (forceTimer = setTimeout(resolve, FORCED_CLOSE_MS)))]);
+      clearTimeout(forceTimer);
+    }
     return result;
   }
 }

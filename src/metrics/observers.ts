@@ -1,3 +1,4 @@
+import type { CircuitChange } from '../delivery/breaker.js';
 import type { FinishedOutcome } from '../delivery/processor.js';
 import type { IngestBatchSummary } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
@@ -32,7 +33,7 @@ export function deliveryObserver(metrics: Metrics): (outcome: FinishedOutcome) =
     if (o.kind === 'deferred') return void metrics.deliveriesDeferred.inc({ reason: o.reason });
     if (o.kind === 'dropped') return void metrics.deliveriesFinished.inc({ event_type: eventType, outcome: 'dropped' });
     metrics.deliveryAttempts.inc({ event_type: eventType, outcome: o.outcome });
-    if (o.outcome !== 'webhook_disabled') metrics.attemptDuration.observe({ outcome: o.outcome }, o.durationMs / 1000);
+    if (o.outcome !== 'webhook_disabled' && o.outcome !== 'circuit_open') metrics.attemptDuration.observe({ outcome: o.outcome }, o.durationMs / 1000);
     if (o.outcome === 'ssrf_blocked') metrics.ssrfBlocked.inc();
     if (o.disabled) metrics.webhooksDisabled.inc({ reason: o.disabled });
     if (o.decision === 'retry') metrics.deliveryRetries.inc({ event_type: eventType });
@@ -46,9 +47,9 @@ export function deliveryObserver(metrics: Metrics): (outcome: FinishedOutcome) =
   };
 }
 
-/** Counts circuit transitions; `openNow` reads how many circuits are open for the gauge. */
-export function breakerObserver(metrics: Metrics): (endpoint: string, state: 'open' | 'half_open' | 'closed') => void {
-  return (_endpoint, state) => metrics.circuitTransitions.inc({ state });
+/** Counts circuit transitions (the gauge of open circuits is read at scrape time). */
+export function breakerObserver(metrics: Metrics): (endpoint: string, change: CircuitChange) => void {
+  return (_endpoint, change) => metrics.circuitTransitions.inc({ state: change.state });
 }
 
 /** Scrape-time gauges: queue depth by state and Redis reachability (one Redis read per scrape). */

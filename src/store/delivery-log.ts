@@ -69,8 +69,22 @@ export interface DeliveryRecorder {
   recordAttempt(write: AttemptWrite): Promise<{ failingSinceMs: number | undefined }>;
   /** Records a delivery dropped without an attempt (its webhook was deleted). */
   recordDropped(job: DeliverJob, nowMs: number): Promise<void>;
-  /** Where each delivery stands (undefined: no record), for a batch re-run or a delivery that left a batch. */
+  /** Where each delivery stands (undefined: no record), for a batch re-run or a single delivery job. */
   progressOf(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<(DeliveryProgress | undefined)[]>;
+  /**
+   * Records that deliveries were held back (not attempted) until `nextAttemptAtMs`, so the API shows
+   * when they will really be tried; a delivery with no record yet gets a `pending` one.
+   */
+  recordDeferred(deferrals: readonly DeferralWrite[]): Promise<void>;
+}
+
+/** A delivery held back without an attempt. */
+export interface DeferralWrite {
+  job: DeliverJob;
+  /** When it will be tried. */
+  nextAttemptAtMs: number;
+  /** When the retry schedule made it due (kept from the first deferral of this attempt). */
+  dueAtMs: number;
 }
 
 /** The admin side: what vendors read and replay. */
@@ -107,11 +121,14 @@ function toSummary(fields: Record<string, string>): DeliverySummary | undefined 
   };
 }
 
-/** Where a delivery stands, as a batch re-run after a crash needs to know. */
+/** Where a delivery stands, as a batch re-run after a crash or a single delivery job needs to know. */
 export interface DeliveryProgress {
   status: DeliveryStatus;
   attempts: number;
+  /** When the next attempt will be made (a deferral moves it). */
   nextAttemptAtMs: number | undefined;
+  /** When the retry schedule made the next attempt due; undefined when no deferral moved it. */
+  dueAtMs: number | undefined;
 }
 
 /** Overflow ids one attempt removes from a recent list at most, so a single call's work stays bounded. */
@@ -140,6 +157,8 @@ if dead then
   fields[i + 1], fields[i + 2] = 'body', ARGV[14]
 end
 redis.call('HSET', KEYS[1], unpack(fields))
+-- A deferral of the attempt just made noted when it had been due; the next one is due at nextAttemptAtMs.
+redis.call('HDEL', KEYS[1], 'dueAtMs')
 redis.call('PEXPIRE', KEYS[1], dead and ARGV[11] or ARGV[10])
 
 -- The recent list holds dead letters' ids too, so it lives as long as they do after its last addition.
@@ -183,8 +202,27 @@ end
 if ARGV[3] == 'webhook_disabled' then return false end
 local since = redis.call('GET', KEYS[4])
 if since then return since end
+-- Nor was an attempt held by an open circuit: it continues a run of failures, but cannot start one.
+if ARGV[3] == 'circuit_open' then return false end
 redis.call('SET', KEYS[4], atMs)
 return atMs`;
+
+// A deferral, atomically: note when the delivery will be tried; create a pending record if it has none.
+// KEYS: record, recent list. ARGV: nextAttemptAtMs, dueAtMs, deliveryId, eventId, eventType, webhookId,
+// vendorId, acceptedAtMs, replayOf, retentionMs, deadLetterRetentionMs.
+const RECORD_DEFERRED_LUA = `
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  -- Keep the due time of the first deferral: the schedule, not the deferrals, says when it was due.
+  redis.call('HSETNX', KEYS[1], 'dueAtMs', ARGV[2])
+  redis.call('HSET', KEYS[1], 'nextAttemptAtMs', ARGV[1])
+  return 0
+end
+redis.call('HSET', KEYS[1], 'deliveryId', ARGV[3], 'eventId', ARGV[4], 'eventType', ARGV[5], 'webhookId', ARGV[6],
+  'vendorId', ARGV[7], 'acceptedAtMs', ARGV[8], 'replayOf', ARGV[9], 'status', 'pending', 'attempts', '0',
+  'updatedAtMs', ARGV[8], 'nextAttemptAtMs', ARGV[1], 'dueAtMs', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[10])
+if redis.call('ZADD', KEYS[2], ARGV[8], ARGV[3]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[11]) end
+return 1`;
 
 /** The record-attempt script's KEYS (4, all under the webhook's hash tag) then ARGV. */
 type RecordAttemptArgs = [
@@ -219,6 +257,7 @@ type RecordAttemptArgs = [
 interface DeliveryLogScripts {
   /** Returns when (ms, as text) the webhook's current run of failures began; null once delivered. */
   hooklineRecordAttempt(...args: RecordAttemptArgs): Promise<string | null>;
+  hooklineRecordDeferred(...args: (string | number)[]): Promise<number>;
 }
 
 /**
@@ -242,6 +281,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     // A connection may serve several logs (tests do): the script is defined once per connection.
     if (typeof (redis as unknown as Partial<DeliveryLogScripts>).hooklineRecordAttempt !== 'function') {
       redis.defineCommand('hooklineRecordAttempt', { numberOfKeys: 4, lua: RECORD_ATTEMPT_LUA });
+      redis.defineCommand('hooklineRecordDeferred', { numberOfKeys: 2, lua: RECORD_DEFERRED_LUA });
     }
     this.scripts = redis as unknown as DeliveryLogScripts;
     this.retentionMsArg = String(options.retentionMs);
@@ -292,6 +332,29 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
       .exec();
   }
 
+  async recordDeferred(deferrals: readonly DeferralWrite[]): Promise<void> {
+    const k = this.keys.deliveries;
+    await Promise.all(
+      deferrals.map(({ job, nextAttemptAtMs, dueAtMs }) =>
+        this.scripts.hooklineRecordDeferred(
+          k.record(job.webhookId, job.deliveryId),
+          k.ofWebhook(job.webhookId),
+          Math.round(nextAttemptAtMs),
+          Math.round(dueAtMs),
+          job.deliveryId,
+          job.eventId,
+          job.eventType,
+          job.webhookId,
+          job.vendorId,
+          job.acceptedAtMs,
+          job.replayOf ?? '',
+          this.retentionMsArg,
+          this.deadLetterRetentionMsArg,
+        ),
+      ),
+    );
+  }
+
   /**
    * Each ref's status, attempts and next attempt time (`undefined` where no record exists), in input
    * order. One HMGET per ref, issued together: the connection pipelines them, and on a Redis Cluster
@@ -300,9 +363,11 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   async progressOf(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<(DeliveryProgress | undefined)[]> {
     return Promise.all(
       refs.map(({ webhookId, deliveryId }) =>
-        this.redis.hmget(this.keys.deliveries.record(webhookId, deliveryId), 'status', 'attempts', 'nextAttemptAtMs').then(([status, attempts, nextAttemptAtMs]) =>
-          status == null ? undefined : { status: status as DeliveryStatus, attempts: num(attempts) ?? 0, nextAttemptAtMs: num(nextAttemptAtMs) },
-        ),
+        this.redis
+          .hmget(this.keys.deliveries.record(webhookId, deliveryId), 'status', 'attempts', 'nextAttemptAtMs', 'dueAtMs')
+          .then(([status, attempts, nextAttemptAtMs, dueAtMs]) =>
+            status == null ? undefined : { status: status as DeliveryStatus, attempts: num(attempts) ?? 0, nextAttemptAtMs: num(nextAttemptAtMs), dueAtMs: num(dueAtMs) },
+          ),
       ),
     );
   }

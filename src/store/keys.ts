@@ -53,6 +53,8 @@ export function redisKeys(prefix: string) {
       /** string: when (ms) the webhook's current run of failed attempts began; absent after a success */
       failingSince: (webhookId: string) => `${tag(`wh:${webhookId}`)}:failing-since`,
     },
+    /** string with TTL: a receiver endpoint (by digest of its origin) answered a worker lately; see endpoints.ts */
+    endpointAnswered: (endpointDigest: string) => tag(`ep:${endpointDigest}`),
     /** counter with a 2 s TTL: requests made with one API key (by fingerprint) in one second */
     rateWindow: (fingerprint: string, second: number) => `${tag(`rl:${fingerprint}`)}:${second}`,
     task: (taskId: string) => tag(`task:${taskId}`),

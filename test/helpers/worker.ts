@@ -4,6 +4,7 @@ import type { FinishedOutcome } from '../../src/delivery/processor.js';
 import { connectRedis } from '../../src/store/redis.js';
 import { freeLoopbackPort } from '../../src/store/redis-server.js';
 import type { TestApp } from './app.js';
+import { cleanEnv } from './processes.js';
 
 export interface TestWorker {
   outcomes: FinishedOutcome[];
@@ -45,9 +46,8 @@ export function startTestWorker(t: TestApp, settings: Partial<Omit<WorkerSetting
  * Nothing else of the caller's HOOKLINE_* environment leaks in.
  */
 export async function workerProcessEnv(t: TestApp, extra: Record<string, string> = {}): Promise<NodeJS.ProcessEnv> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL'));
   return {
-    ...base,
+    ...cleanEnv(),
     REDIS_URL: t.url,
     HOOKLINE_REDIS_PREFIX: t.prefix,
     HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),

@@ -61,7 +61,10 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
       webhookCacheTtlMs: 0,
       breaker: { slowAfterMs: overrides.slowAfterMs ?? 2_000 },
     });
-    closers.push(() => built.sender.close());
+    closers.push(() => {
+      built.detach();
+      return built.sender.close();
+    });
     return built;
   }
 
@@ -106,7 +109,7 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     expect(summary).toEqual({ deliveries: 3, attempted: 1, handedOff: 1, skipped: 1 });
     expect(r.requests.map((q) => q.headers['webhook-id'])).toEqual([fresh.eventId]);
     const single = await t.queues.partitions[partitionOf(created.webhook.id, t.queues.partitions.length)]!.singles.getJob(waiting.deliveryId);
-    expect(single?.data).toMatchObject({ deliveryId: waiting.deliveryId, fromBatch: true });
+    expect(single?.data).toMatchObject({ deliveryId: waiting.deliveryId });
     expect(await single?.getState()).toBe('delayed');
     expect(single!.opts.delay).toBeGreaterThan(55_000);
     expect((await t.deliveryLog.progressOf([fresh]))[0]).toMatchObject({ status: 'delivered', attempts: 1 });
@@ -136,7 +139,7 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     expect(summary).toMatchObject({ deliveries: 25, attempted: 21, handedOff: 5, skipped: 0 });
     const singles = t.queues.partitions[partitionOf(slow.webhook.id, t.queues.partitions.length)]!.singles;
     const jobs = await Promise.all(toHanging.map((d) => singles.getJob(d.deliveryId)));
-    expect(jobs.every((job) => (job?.data as DeliverJob | undefined)?.fromBatch === true)).toBe(true);
+    expect(jobs.map((job) => (job?.data as DeliverJob | undefined)?.deliveryId)).toEqual(toHanging.map((d) => d.deliveryId));
     // The handed-off attempt goes on and records its timeout; its single job then reads the record.
     await waitFor(async () => (await t!.deliveryLog.progressOf(toHanging)).some((p) => p?.status === 'retrying' && p.attempts === 1), 5_000, 'timeout recorded');
     await slots.idle();
@@ -149,7 +152,7 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     if (!created.ok) throw new Error('webhook not created');
     const d = delivery(created.webhook.id, 'v-skip');
     await t.deliveryLog.recordAttempt({ job: d, attempt: { attempt: 1, atMs: Date.now(), outcome: 'delivered', statusCode: 200, durationMs: 2 }, status: 'delivered' });
-    await t.queues.addSingles([{ job: { ...d, fromBatch: true }, delayMs: 0 }]);
+    await t.queues.addSingles([{ job: d, delayMs: 0 }]);
     worker = startTestWorker(t);
     await waitFor(() => worker!.outcomes.some((o) => o.kind === 'skipped' && o.job.deliveryId === d.deliveryId), 10_000, 'skipped');
     expect(r.requests).toHaveLength(0);

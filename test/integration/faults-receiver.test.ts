@@ -24,6 +24,8 @@ const SHORT_SCHEDULE_MS = [0, 250, 500, 1_000];
 const LONG_SCHEDULE_MS = [0, 2_000, 4_000, 8_000, 16_000, 30_000];
 /** How long a worker trusts its cached copy of a webhook (README, "Deleted webhooks"). */
 const WEBHOOK_CACHE_MS = 2_000;
+/** A breaker that never opens: every attempt reaches the (down) receiver. */
+const BREAKER_SET_ASIDE = { failureThreshold: Number.MAX_SAFE_INTEGER, timeoutThreshold: Number.MAX_SAFE_INTEGER, minAttempts: Number.MAX_SAFE_INTEGER };
 /** Attempts in flight in one `hookline worker` process. */
 const PROCESS_CONCURRENCY = 10;
 
@@ -188,7 +190,7 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
     const app = await setup(SHORT_SCHEDULE_MS);
     // The in-process engine, so the breaker can be set aside: with it (see the tests below) a
     // receiver that is down gets one probe per open period, and a schedule is not spent in seconds.
-    worker = startTestWorker(app, { concurrency: 20, deliveryTimeoutMs: 1_000, breaker: { failureThreshold: Number.MAX_SAFE_INTEGER } });
+    worker = startTestWorker(app, { concurrency: 20, deliveryTimeoutMs: 1_000, breaker: BREAKER_SET_ASIDE });
     const accepted = await ingest(app, TOTAL);
 
     const allDead = await settles(async () => (await deadLetters(app)) === accepted.size, LONG ? 120_000 : 45_000);
@@ -223,7 +225,7 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
   it('receiver down, back before the attempts run out: the retries deliver every event, nothing is dead-lettered or replayed', async () => {
     const startedMs = Date.now();
     const app = await setup(LONG_SCHEDULE_MS);
-    worker = startTestWorker(app, { concurrency: 20, deliveryTimeoutMs: 1_000, breaker: { failureThreshold: Number.MAX_SAFE_INTEGER } });
+    worker = startTestWorker(app, { concurrency: 20, deliveryTimeoutMs: 1_000, breaker: BREAKER_SET_ASIDE });
     const ingestMs = Date.now();
     const accepted = await ingest(app, TOTAL);
 

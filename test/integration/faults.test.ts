@@ -3,12 +3,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { RedisApiKeyStore } from '../../src/store/api-keys.js';
-import { redisKeys } from '../../src/store/keys.js';
-import { connectRedis } from '../../src/store/redis.js';
 import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/store/redis-server.js';
 import { startCli } from '../helpers/cli.js';
 import { reportFault, settles, tallyDeliveries } from '../helpers/fault-summary.js';
+import { cleanEnv, issueKeys } from '../helpers/processes.js';
 import { TestReceiver, waitFor } from '../helpers/receiver.js';
 
 /** The long variants (HOOKLINE_LONG_TESTS=1) push ≥ 10,000 events; the default is a short run. */
@@ -43,7 +41,7 @@ async function harness(appendFsync: 'always' | 'everysec', options: { redisFirst
   await receiver.start();
   const secretKey = randomBytes(32).toString('base64');
   const env = {
-    ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL')),
+    ...cleanEnv(),
     REDIS_URL: `redis://127.0.0.1:${redisPort}`,
     HOOKLINE_REDIS_PREFIX: PREFIX,
     HOOKLINE_SECRET_KEY: secretKey,
@@ -66,12 +64,8 @@ async function harness(appendFsync: 'always' | 'everysec', options: { redisFirst
     expect(engine.output()).toContain('Redis connection lost; retrying in the background');
   }
   await h.startRedis();
-  // Keys and the webhook go straight into Redis (the operator's CLI does the same).
-  const admin = connectRedis(`redis://127.0.0.1:${redisPort}`, { connectionName: 'faults-setup', maxRetriesPerRequest: 3 });
-  const apiKeys = new RedisApiKeyStore(admin, redisKeys(PREFIX));
-  const eventsKey = (await apiKeys.create({ name: 'producer', roles: ['events:write'] })).key;
-  const vendorKey = (await apiKeys.create({ name: 'vendor', roles: ['vendor'], vendorId: 'v' })).key;
-  await admin.quit();
+  // Keys go straight into Redis (the operator's CLI does the same).
+  const { eventsKey, vendorKey } = await issueKeys(`redis://127.0.0.1:${redisPort}`, PREFIX);
   engine ??= await startCli(['start'], env, /delivery worker running/);
   await waitFor(async () => (await fetch(`${base}/readyz`)).status === 200, 20_000, 'ready');
   const registered = await fetch(`${base}/vendors/v1/webhooks`, {

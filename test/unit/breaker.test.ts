@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { EndpointBreakers, type BreakerOptions } from '../../src/delivery/breaker.js';
+import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions } from '../../src/delivery/breaker.js';
 import { SendSlots } from '../../src/delivery/send-slots.js';
 
-const OPTIONS: BreakerOptions = { failureThreshold: 3, timeoutThreshold: 2, openMs: 1_000, openMsMax: 4_000, slowAfterMs: 100, slowInflightMax: 1, attemptTimeoutMs: 500 };
+const OPTIONS: BreakerOptions = { failureThreshold: 3, timeoutThreshold: 2, failureRate: 0.5, minAttempts: 20, windowMs: 1_000, openMs: 1_000, openMsMax: 4_000, slowAfterMs: 100, slowInflightMax: 1, attemptTimeoutMs: 500 };
 const E = 'http://receiver.example:8080';
 
 describe('EndpointBreakers', () => {
@@ -40,25 +40,25 @@ describe('EndpointBreakers', () => {
     expect(b.admit(E, 260)).toMatchObject({ admitted: false, reason: 'slow' });
   });
 
-  it('opens the circuit after timeoutThreshold timeouts in a row, and a successful probe closes it', () => {
+  it('opens the circuit after timeoutThreshold timeouts in a row with no healthy answer lately, and a successful probe closes it', () => {
     const changes: string[] = [];
-    const b = new EndpointBreakers(OPTIONS, (_e, state) => changes.push(state));
+    const b = new EndpointBreakers(OPTIONS, (_e, change) => changes.push(change.state));
     // It answered once, so the first timeout only makes it suspect.
     b.finish(E, b.start(E, 0), 'healthy', 1);
-    b.finish(E, b.start(E, 0), 'timeout', 100);
-    expect(b.openEndpoints(100)).toEqual([]);
-    expect(b.admit(E, 100)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
-    b.finish(E, b.start(E, 100), 'timeout', 200);
-    expect(b.openEndpoints(200)).toEqual([E]);
-    expect(b.admit(E, 500)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 1_200 });
-    const probe = b.admit(E, 1_300);
+    b.finish(E, b.start(E, 1_500), 'timeout', 2_000);
+    expect(b.openEndpoints(2_000)).toEqual([]);
+    expect(b.admit(E, 2_000)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
+    b.finish(E, b.start(E, 2_000), 'timeout', 2_500);
+    expect(b.openEndpoints(2_500)).toEqual([E]);
+    expect(b.admit(E, 2_600)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 3_500 });
+    const probe = b.admit(E, 3_600);
     expect(probe).toEqual({ admitted: true, probe: true, lane: 'suspect' });
-    const ticket = b.start(E, 1_300, true);
-    expect(b.admit(E, 1_301)).toMatchObject({ admitted: false, reason: 'probing' });
-    b.finish(E, ticket, 'healthy', 1_310);
-    expect(b.openEndpoints(1_310)).toEqual([]);
+    const ticket = b.start(E, 3_600, true);
+    expect(b.admit(E, 3_601)).toMatchObject({ admitted: false, reason: 'probing' });
+    b.finish(E, ticket, 'healthy', 3_610);
+    expect(b.openEndpoints(3_610)).toEqual([]);
     expect(changes).toEqual(['open', 'half_open', 'closed']);
-    expect(b.admit(E, 1_320)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
+    expect(b.admit(E, 3_620)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
   });
 
   it('opens at once when an endpoint that never answered times out on its first contact', () => {
@@ -68,14 +68,100 @@ describe('EndpointBreakers', () => {
     expect(b.admit(E, 600)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 1_500 });
   });
 
-  it('opens after failureThreshold failures and doubles the open period on a failed probe', () => {
-    const b = new EndpointBreakers(OPTIONS);
-    for (let i = 0; i < 3; i++) b.finish(E, b.start(E, i), 'failed', i + 1);
+  it('opens a down endpoint after failureThreshold failures and doubles the open period on a failed probe', () => {
+    const reasons: string[] = [];
+    const b = new EndpointBreakers(OPTIONS, (_e, change) => change.state === 'open' && reasons.push(change.reason));
+    for (let i = 0; i < 2; i++) b.finish(E, b.start(E, i), 'failed', i + 1);
+    expect(b.openEndpoints(3)).toEqual([]);
+    b.finish(E, b.start(E, 2), 'failed', 3);
     expect(b.openEndpoints(3)).toEqual([E]);
     b.finish(E, b.start(E, 1_100, true), 'failed', 1_110);
     expect(b.admit(E, 2_000)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 3_110 });
+    expect(reasons).toEqual(['consecutive_failures', 'probe_failed']);
+  });
+
+  it('counts "in a row" by start order: two hung requests of a burst whose later requests were answered do not open it', () => {
+    // A window shorter than the timeout, so only the start-order rule stands between the burst and an open circuit.
+    const b = new EndpointBreakers({ ...OPTIONS, windowMs: 100, minAttempts: 1_000 });
+    b.finish(E, b.start(E, 0), 'healthy', 1);
+    const tickets = Array.from({ length: 20 }, () => b.start(E, 1_000));
+    tickets.forEach((ticket, i) => {
+      if (i !== 3 && i !== 7) b.finish(E, ticket, 'healthy', 1_005);
+    });
+    // The two hangs end one timeout after they started, back to back, after every fast answer.
+    b.finish(E, tickets[3]!, 'timeout', 1_500);
+    b.finish(E, tickets[7]!, 'timeout', 1_500);
+    expect(b.openEndpoints(1_500)).toEqual([]);
+    // Two timeouts that started after the last answered attempt are a hanging endpoint.
+    b.finish(E, b.start(E, 1_600), 'timeout', 2_100);
+    b.finish(E, b.start(E, 2_100), 'timeout', 2_600);
+    expect(b.openEndpoints(2_600)).toEqual([E]);
+  });
+
+  it('never cuts off a mostly healthy endpoint: 25 % failures and 2 % hangs in bursts of 20 over 3,000 attempts', () => {
+    const defaults = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: 15_000 };
+    const changes: string[] = [];
+    const b = new EndpointBreakers(defaults, (_e, change) => changes.push(change.state));
+    const random = lcg(42);
+    let nowMs = 0;
+    const hung: { ticket: number; endsMs: number }[] = [];
+    for (let burst = 0; burst < 150; burst++) {
+      nowMs += 400;
+      for (const h of hung.filter((x) => x.endsMs <= nowMs)) b.finish(E, h.ticket, 'timeout', h.endsMs);
+      hung.splice(0, hung.length, ...hung.filter((x) => x.endsMs > nowMs));
+      const started = Array.from({ length: 20 }, () => b.start(E, nowMs));
+      for (const ticket of started) {
+        const roll = random();
+        if (roll < 0.02) hung.push({ ticket, endsMs: nowMs + 15_000 });
+        else b.finish(E, ticket, roll < 0.27 ? 'failed' : 'healthy', nowMs + 5);
+      }
+    }
+    expect(changes).toEqual([]);
+  });
+
+  it('opens a degraded endpoint on its failure rate, even while some requests are answered', () => {
+    const reasons: string[] = [];
+    const b = new EndpointBreakers({ ...OPTIONS, windowMs: 10_000, minAttempts: 20, failureRate: 0.5 }, (_e, change) => change.state === 'open' && reasons.push(change.reason));
+    // Two failures, then a success: never three in a row, but two thirds fail.
+    for (let i = 0; i < 30 && reasons.length === 0; i++) b.finish(E, b.start(E, i * 10), i % 3 === 2 ? 'healthy' : 'failed', i * 10 + 5);
+    expect(reasons).toEqual(['failure_rate']);
+    expect(b.openEndpoints(300)).toEqual([E]);
+  });
+
+  it('lets a replay or test event probe an open circuit at once, and names the webhooks in its changes', () => {
+    const changes: unknown[] = [];
+    const b = new EndpointBreakers(OPTIONS, (_e, change) => changes.push(change));
+    for (let i = 0; i < 3; i++) b.finish(E, b.start(E, i, false, 'wh-1'), 'failed', i + 1);
+    expect(b.admit(E, 10)).toMatchObject({ admitted: false, reason: 'open' });
+    expect(b.admit(E, 10, true)).toEqual({ admitted: true, probe: true, lane: 'suspect' });
+    const ticket = b.start(E, 10, true, 'wh-2');
+    // One probe at a time, forced or not.
+    expect(b.admit(E, 11, true)).toMatchObject({ admitted: false, reason: 'probing' });
+    b.finish(E, ticket, 'healthy', 20);
+    expect(changes).toEqual([
+      { state: 'open', reason: 'consecutive_failures', openForMs: 1_000, webhookIds: ['wh-1'] },
+      { state: 'half_open', webhookIds: ['wh-1', 'wh-2'] },
+      { state: 'closed', webhookIds: ['wh-1', 'wh-2'] },
+    ]);
+  });
+
+  it('treats an endpoint another worker saw answer as known: no first-contact wait', () => {
+    const b = new EndpointBreakers(OPTIONS);
+    b.markAnswered(E);
+    expect(b.hasAnswered(E)).toBe(true);
+    b.start(E, 0);
+    expect(b.admit(E, 1)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
   });
 });
+
+/** A small deterministic random source (numbers in [0, 1)). */
+function lcg(seed: number): () => number {
+  let state = seed;
+  return () => {
+    state = (state * 1_103_515_245 + 12_345) % 2 ** 31;
+    return state / 2 ** 31;
+  };
+}
 
 describe('SendSlots', () => {
   it('hands out slots first come, first served and caps the suspect share without queueing it', async () => {
