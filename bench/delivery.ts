@@ -101,8 +101,8 @@ function figures(deliveries: number, startedAtMs: number, lastAtMs: number, dupl
 }
 
 /** A Hookline engine with `urls.length` vendors' webhooks on a fresh prefix and its worker running. */
-async function startEngine(setup: DeliveryBenchSetup, run: ReceiverRun, urls: string[], worker: { deliveryTimeoutMs?: number; onOutcome?: (o: FinishedOutcome) => void } = {}) {
-  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+async function startEngine(setup: DeliveryBenchSetup, run: ReceiverRun, urls: string[], worker: { deliveryTimeoutMs?: number; onOutcome?: (o: FinishedOutcome) => void } = {}, config: Config = setup.config) {
+  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config, apiConnections: setup.posters });
   try {
     await engine.registerWebhooks(urls, run.secrets);
     engine.startWorker({ concurrency: setup.concurrency, ...worker });
@@ -401,6 +401,122 @@ export async function hooklineIsolation(setup: DeliveryBenchSetup, deliveryTimeo
     };
   } finally {
     // Abort the held requests first, so the worker's in-flight attempts end at once.
+    await run.forget();
+    await engine.close(0);
+  }
+}
+
+export interface FirstContactFigures {
+  events: number;
+  seconds: number;
+  perSecond: number;
+  /** Deliveries deferred behind the receiver's first contact (woken when it answered). */
+  deferred: number;
+  /** Accepted by ingest → received. */
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  /** The longest pause between two consecutive receptions. */
+  longestGapMs: number;
+}
+
+/**
+ * A burst to a healthy receiver that a fresh engine has never contacted: every webhook on one
+ * receiver, no warm-up, `events` posted in batches by the producers. The first attempt goes alone
+ * and the rest wait for its answer; the figures show whether they went out as soon as it came.
+ */
+export async function hooklineFirstContact(setup: DeliveryBenchSetup, events = setup.events): Promise<FirstContactFigures> {
+  const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors, recordTimes: true });
+  const acceptedAt = new Map<string, number>();
+  let deferred = 0;
+  const onOutcome = (o: FinishedOutcome) => {
+    if (o.kind === 'attempted') acceptedAt.set(o.job.eventId, o.job.acceptedAtMs);
+    else if (o.kind === 'deferred') deferred += 1;
+  };
+  const engine = await startEngine(setup, run, Array.from({ length: setup.vendors }, (_, i) => run.url(i)), { onOutcome });
+  try {
+    const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
+    const measured = eventsFor(factory, events, setup.vendors);
+    const startedAtMs = await postAll(engine, measured, setup);
+    const stats = await run.waitVerified(events, setup.timeoutMs, 'first-contact burst');
+    const { ids, atMs } = await run.times();
+    const latency = ids.map((id, i) => atMs[i]! - (acceptedAt.get(id) ?? atMs[i]!)).sort((a, b) => a - b);
+    const received = [...atMs].sort((a, b) => a - b);
+    const longestGapMs = received.slice(1).reduce((gap, at, i) => Math.max(gap, at - received[i]!), 0);
+    const seconds = (stats.lastAtMs - startedAtMs) / 1000;
+    return { events, seconds, perSecond: events / seconds, deferred, p50Ms: percentile(latency, 0.5), p99Ms: percentile(latency, 0.99), maxMs: latency.at(-1) ?? 0, longestGapMs };
+  } finally {
+    await run.forget();
+    await engine.close();
+  }
+}
+
+export interface FlakyFigures {
+  events: number;
+  receivers: number;
+  failRate: number;
+  hangRate: number;
+  /** First POST → the last event verified (every event delivered). */
+  seconds: number;
+  /** Events verified (all of them unless the wait ran out). */
+  delivered: number;
+  circuitsOpened: number;
+  /** Attempts recorded as circuit_open (due while a circuit was open; not sent). */
+  circuitOpenAttempts: number;
+  timeouts: number;
+  refused: number;
+  deliveryTimeoutMs: number;
+  retrySchedule: string;
+}
+
+/** Retries soon enough to finish in minutes, and enough of them that no event runs out (0.27^12 ≈ 1e-7). */
+const FLAKY_SCHEDULE_MS = [0, 1_000, 2_000, 4_000, 8_000, 15_000, 15_000, 15_000, 15_000, 15_000, 15_000, 15_000];
+
+/**
+ * Mostly healthy receivers with bad moments: `receivers` origins, each answering 500 to a quarter of
+ * the requests and never answering 2 % of them. The figure is how long every event takes to be
+ * delivered, and how often a circuit opened on receivers that were never down.
+ */
+export async function hooklineFlaky(setup: DeliveryBenchSetup, options: { events: number; receivers: number; deliveryTimeoutMs: number }): Promise<FlakyFigures> {
+  const failRate = 0.25;
+  const hangRate = 0.02;
+  const run = await setup.receiver.newRun({ scheme: 'standard', targets: options.receivers, faults: { failRate, hangRate } });
+  const ports = await setup.receiver.listen(options.receivers);
+  let circuitOpenAttempts = 0;
+  let timeouts = 0;
+  const onOutcome = (o: FinishedOutcome) => {
+    if (o.kind !== 'attempted') return;
+    if (o.outcome === 'circuit_open') circuitOpenAttempts += 1;
+    else if (o.outcome === 'timeout') timeouts += 1;
+  };
+  const config = { ...setup.config, retryScheduleMs: FLAKY_SCHEDULE_MS };
+  const urls = Array.from({ length: options.receivers }, (_, i) => run.url(i, ports[i]));
+  const engine = await startEngine(setup, run, urls, { deliveryTimeoutMs: options.deliveryTimeoutMs, onOutcome }, config);
+  const opened0 = await BenchEngine.circuitsOpened();
+  try {
+    const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
+    const startedAtMs = await postAll(engine, eventsFor(factory, options.events, options.receivers), setup);
+    let stats = await run.stats();
+    try {
+      stats = await run.waitVerified(options.events, setup.timeoutMs + 10 * 60_000, 'flaky receivers');
+    } catch {
+      stats = await run.stats();
+    }
+    return {
+      events: options.events,
+      receivers: options.receivers,
+      failRate,
+      hangRate,
+      seconds: (stats.lastAtMs - startedAtMs) / 1000,
+      delivered: stats.verified,
+      circuitsOpened: (await BenchEngine.circuitsOpened()) - opened0,
+      circuitOpenAttempts,
+      timeouts,
+      refused: stats.refused,
+      deliveryTimeoutMs: options.deliveryTimeoutMs,
+      retrySchedule: FLAKY_SCHEDULE_MS.map((ms) => `${ms / 1000}s`).join(','),
+    };
+  } finally {
     await run.forget();
     await engine.close(0);
   }

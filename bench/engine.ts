@@ -222,6 +222,12 @@ export class BenchEngine {
     };
   }
 
+  /** Circuits opened so far by every engine of this bench process (the shared metrics registry). */
+  static async circuitsOpened(): Promise<number> {
+    const { values } = await metricsOnce().circuitTransitions.get();
+    return values.filter((v) => v.labels.state === 'open').reduce((sum, v) => sum + v.value, 0);
+  }
+
   /** POSTs one ingest request body (`{events: [...]}`); throws unless every event was accepted. */
   async post(body: string, expected: number): Promise<PostResult> {
     const sentAtMs = wallMs();

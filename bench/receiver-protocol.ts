@@ -10,6 +10,11 @@ export interface RunConfig {
   secrets: string[];
   /** Keep each id's receive time (for latency); off for throughput runs. */
   recordTimes: boolean;
+  /**
+   * A flaky receiver: this share of the run's requests is answered 500, and this share held without
+   * an answer (the engine's timeout ends them); drawn at random per request. Absent: all answered.
+   */
+  faults?: { failRate: number; hangRate: number };
 }
 
 export interface RunStats {
@@ -19,8 +24,10 @@ export interface RunStats {
   failed: number;
   /** Verified requests for an id already verified (at-least-once redeliveries). */
   duplicates: number;
-  /** Requests held without an answer on a hanging path. */
+  /** Requests held without an answer on a hanging path, or by the run's faults. */
   hung: number;
+  /** Requests answered 500 by the run's faults. */
+  refused: number;
   /** Wall-clock ms of the first and the latest verified request (0 before any). */
   firstAtMs: number;
   lastAtMs: number;

@@ -29,7 +29,7 @@ function send(message: ReceiverReply): void {
 }
 
 function emptyStats(): RunStats {
-  return { verified: 0, failed: 0, duplicates: 0, hung: 0, firstAtMs: 0, lastAtMs: 0, bytes: 0 };
+  return { verified: 0, failed: 0, duplicates: 0, hung: 0, refused: 0, firstAtMs: 0, lastAtMs: 0, bytes: 0 };
 }
 
 function header(request: IncomingMessage, name: string): string | undefined {
@@ -69,6 +69,21 @@ function handle(request: IncomingMessage, response: ServerResponse): void {
       run.stats.failed += 1;
       response.writeHead(401).end();
       return;
+    }
+    const faults = run.config.faults;
+    if (faults) {
+      const roll = Math.random();
+      if (roll < faults.hangRate) {
+        run.stats.hung += 1;
+        run.hanging.add(response);
+        response.on('close', () => run.hanging.delete(response));
+        return;
+      }
+      if (roll < faults.hangRate + faults.failRate) {
+        run.stats.refused += 1;
+        response.writeHead(500).end();
+        return;
+      }
     }
     const atMs = wallMs();
     if (run.seen.has(id)) run.stats.duplicates += 1;

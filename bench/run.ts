@@ -21,6 +21,8 @@ import { ensureRedisServerBinary, startRedisServer } from '../src/store/redis-se
 import type { ThroughputFigures } from './baselines.js';
 import {
   bareThroughput,
+  hooklineFirstContact,
+  hooklineFlaky,
   hooklineIsolation,
   hooklineLatency,
   hooklineSplitThroughput,
@@ -218,6 +220,41 @@ const SCENARIOS: Scenario[] = [
         checks: [{ target: '≥ 0.90', value: times(share), met: share >= 0.9 }],
         notes: { 'attempts that reached a hanging endpoint': String(r.hangingAttempts), timeouts: String(r.timeouts), deferred },
         raw: { allHealthyPerSecond: allHealthy, ratio: share, ...r },
+      };
+    },
+  },
+  {
+    id: 'first-contact',
+    name: 'burst to a first contact',
+    async run(context) {
+      const setup = await context.delivery();
+      const r = await hooklineFirstContact(setup);
+      const naive = context.naive;
+      const overNaive = naive ? ratio(r.perSecond, naive.perSecond) : undefined;
+      return {
+        size: `${r.events} events → ${setup.vendors} webhooks on one receiver a fresh engine never contacted, no warm-up, C=${setup.concurrency}`,
+        figures: `${perSecond(r.perSecond)}${overNaive === undefined ? '' : ` (÷ naive ${times(overNaive)})`}; accepted → received p50 ${ms(r.p50Ms)}, p99 ${ms(r.p99Ms)}, max ${ms(r.maxMs)}; ${r.deferred} deferred behind the first contact`,
+        checks: [{ target: 'no gap of a timeout (longest gap < 1 s)', value: ms(r.longestGapMs), met: r.longestGapMs < 1_000 }],
+        notes: { 'longest gap between receptions': ms(r.longestGapMs) },
+        raw: { ...r, ...(overNaive === undefined ? {} : { overNaive }) },
+      };
+    },
+  },
+  {
+    id: 'flaky',
+    name: 'flaky receivers',
+    async run(context) {
+      const setup = await context.delivery();
+      const r = await hooklineFlaky(setup, { events: context.smoke ? 300 : 3_000, receivers: context.smoke ? 6 : 36, deliveryTimeoutMs: context.smoke ? 1_000 : 5_000 });
+      return {
+        size: `${r.events} events over ${r.receivers} receivers (own origins) that answer 500 to ${r.failRate * 100} % and never answer ${r.hangRate * 100} % of requests; timeout ${r.deliveryTimeoutMs / 1000} s; schedule ${r.retrySchedule}`,
+        figures: `every event delivered after ${r.seconds.toFixed(1)} s; ${r.circuitsOpened} circuits opened, ${r.circuitOpenAttempts} attempts held as circuit_open`,
+        checks: [
+          { target: 'every event delivered', value: `${r.delivered}/${r.events}`, met: r.delivered === r.events },
+          { target: 'no circuit opens on a mostly healthy receiver', value: String(r.circuitsOpened), met: r.circuitsOpened === 0 },
+        ],
+        notes: { 'attempts timed out': String(r.timeouts), 'answered 500': String(r.refused) },
+        raw: { ...r },
       };
     },
   },

@@ -169,10 +169,11 @@ export function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSetting
   const slots = new SendSlots(settings.concurrency, Math.max(1, Math.floor(settings.concurrency / 5)));
   const gate = new StorageGate(
     () => pingRedis(stores.redis, 1_000),
-    (open) =>
-      open
-        ? settings.logger.info({ event: 'delivery.sends_resumed' }, 'storage answers again: delivery sends resumed')
-        : settings.logger.warn({ event: 'delivery.sends_paused' }, 'storage unreachable: no new delivery sends until it answers; attempts in flight may be sent again after it'),
+    (open) => {
+      settings.metrics?.sendsPaused.set(open ? 0 : 1);
+      if (open) settings.logger.info({ event: 'delivery.sends_resumed' }, 'storage answers again: delivery sends resumed');
+      else settings.logger.warn({ event: 'delivery.sends_paused' }, 'storage unreachable: no new delivery sends until it answers; attempts in flight may be sent again after it');
+    },
   );
   // The connection tells first: sends stop the moment it drops, before any record fails.
   const onClose = () => gate.close();

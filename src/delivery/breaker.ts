@@ -26,7 +26,10 @@ export interface BreakerOptions {
 export const DEFAULT_BREAKER_OPTIONS: BreakerOptions = {
   failureThreshold: 5,
   timeoutThreshold: 2,
-  failureRate: 0.5,
+  // Three in four: a receiver that answers a quarter of its requests with 500 must never trip it by
+  // chance (a window of 20 at 27 % failures reaches 75 % about once in a million), while one that
+  // fails nearly everything opens within 20 attempts.
+  failureRate: 0.75,
   minAttempts: 20,
   windowMs: 30_000,
   openMs: 30_000,
@@ -51,7 +54,7 @@ export type Admission =
 export type AttemptHealth = 'healthy' | 'failed' | 'timeout';
 
 /** Why a circuit opened. */
-export type OpenReason = 'failure_rate' | 'consecutive_failures' | 'consecutive_timeouts' | 'first_contact_timeout' | 'probe_failed';
+export type OpenReason = 'failure_rate' | 'consecutive_failures' | 'consecutive_timeouts' | 'probe_failed';
 
 /** A circuit's change of state, with what an operator needs to find the webhooks behind it. */
 export type CircuitChange =
@@ -105,10 +108,11 @@ const FAILED_RUN_MAX = 1_000;
  * - Open: its deliveries are not sent until a single probe succeeds. It opens when the failure rate
  *   over the recent window passes `failureRate` (with at least `minAttempts` in it); or, with no
  *   healthy answer in the window, after `failureThreshold` failures or `timeoutThreshold` timeouts
- *   in a row; or when a first contact times out. "In a row" counts attempts in the order they
- *   started, not the order they ended: a timeout always ends one timeout after it started, so two
- *   stray hangs of one burst end back to back after the burst's fast answers, and must not count
- *   as two timeouts in a row when later-started attempts were answered.
+ *   in a row (an endpoint that never answered included: one hang at first contact is bad luck, two
+ *   are an endpoint that hangs). "In a row" counts attempts in the order they started, not the
+ *   order they ended: a timeout always ends one timeout after it started, so two stray hangs of one
+ *   burst end back to back after the burst's fast answers, and must not count as two timeouts in a
+ *   row when later-started attempts were answered.
  * An endpoint that answered stays known (bounded by ENDPOINTS_MAX), so it is not on probation again.
  */
 export class EndpointBreakers {
@@ -191,7 +195,7 @@ export class EndpointBreakers {
         state.openMs = Math.min(state.openMs * 2, this.options.openMsMax);
         this.open(endpoint, state, nowMs, 'probe_failed');
       } else if (state.openUntilMs === undefined) {
-        const reason = this.openReason(state, nowMs, health);
+        const reason = this.openReason(state, nowMs);
         if (reason !== undefined) this.open(endpoint, state, nowMs, reason);
       }
     }
@@ -231,9 +235,7 @@ export class EndpointBreakers {
   }
 
   /** The rule that opens the circuit after this failure, if one does. */
-  private openReason(state: EndpointState, nowMs: number, health: AttemptHealth): OpenReason | undefined {
-    // First contact timed out: an endpoint that never answered gets no second free attempt.
-    if (health === 'timeout' && !state.answered) return 'first_contact_timeout';
+  private openReason(state: EndpointState, nowMs: number): OpenReason | undefined {
     const { total, failed } = this.windowCounts(state, nowMs);
     if (total >= this.options.minAttempts && failed >= total * this.options.failureRate) return 'failure_rate';
     // Runs in a row open only an endpoint with no healthy answer lately: a mostly healthy endpoint

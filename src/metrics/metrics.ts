@@ -104,6 +104,11 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
       help: 'Endpoints whose circuit is open in this worker.',
       registers,
     }),
+    sendsPaused: new Gauge({
+      name: 'hookline_delivery_sends_paused',
+      help: '1 while this worker starts no delivery sends because Redis is unreachable (an attempt could not be recorded, or the connection dropped).',
+      registers,
+    }),
     queueJobs: new Gauge({
       name: 'hookline_queue_jobs',
       help: 'Delivery jobs in the queues by state (waiting, delayed, active, prioritized, failed), read from Redis at scrape time.',

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions } from '../../src/delivery/breaker.js';
 import { SendSlots } from '../../src/delivery/send-slots.js';
 
-const OPTIONS: BreakerOptions = { failureThreshold: 3, timeoutThreshold: 2, failureRate: 0.5, minAttempts: 20, windowMs: 1_000, openMs: 1_000, openMsMax: 4_000, slowAfterMs: 100, slowInflightMax: 1, attemptTimeoutMs: 500 };
+const OPTIONS: BreakerOptions = { failureThreshold: 3, timeoutThreshold: 2, failureRate: 0.75, minAttempts: 20, windowMs: 1_000, openMs: 1_000, openMsMax: 4_000, slowAfterMs: 100, slowInflightMax: 1, attemptTimeoutMs: 500 };
 const E = 'http://receiver.example:8080';
 
 describe('EndpointBreakers', () => {
@@ -61,11 +61,17 @@ describe('EndpointBreakers', () => {
     expect(b.admit(E, 3_620)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
   });
 
-  it('opens at once when an endpoint that never answered times out on its first contact', () => {
+  it('gives an endpoint that never answered a second first contact after a timeout, and opens on the second', () => {
     const b = new EndpointBreakers(OPTIONS);
     b.finish(E, b.start(E, 0), 'timeout', 500);
-    expect(b.openEndpoints(500)).toEqual([E]);
-    expect(b.admit(E, 600)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 1_500 });
+    expect(b.openEndpoints(500)).toEqual([]);
+    // Still a first contact: one attempt in flight, the rest wait for it.
+    expect(b.admit(E, 500)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
+    const second = b.start(E, 500);
+    expect(b.admit(E, 501)).toMatchObject({ admitted: false, reason: 'first_contact' });
+    b.finish(E, second, 'timeout', 1_000);
+    expect(b.openEndpoints(1_000)).toEqual([E]);
+    expect(b.admit(E, 1_100)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 2_000 });
   });
 
   it('opens a down endpoint after failureThreshold failures and doubles the open period on a failed probe', () => {
@@ -121,11 +127,14 @@ describe('EndpointBreakers', () => {
 
   it('opens a degraded endpoint on its failure rate, even while some requests are answered', () => {
     const reasons: string[] = [];
-    const b = new EndpointBreakers({ ...OPTIONS, windowMs: 10_000, minAttempts: 20, failureRate: 0.5 }, (_e, change) => change.state === 'open' && reasons.push(change.reason));
-    // Two failures, then a success: never three in a row, but two thirds fail.
-    for (let i = 0; i < 30 && reasons.length === 0; i++) b.finish(E, b.start(E, i * 10), i % 3 === 2 ? 'healthy' : 'failed', i * 10 + 5);
+    const b = new EndpointBreakers({ ...OPTIONS, windowMs: 10_000, minAttempts: 20, failureRate: 0.75 }, (_e, change) => change.state === 'open' && reasons.push(change.reason));
+    // Two failures, then a success: never three in a row, and two thirds fail: below the rate.
+    for (let i = 0; i < 30; i++) b.finish(E, b.start(E, i * 10), i % 3 === 2 ? 'healthy' : 'failed', i * 10 + 5);
+    expect(reasons).toEqual([]);
+    // Later (the window has moved on), four failures to every success: four in five fail.
+    for (let i = 0; i < 30 && reasons.length === 0; i++) b.finish(E, b.start(E, 20_000 + i * 10), i % 5 === 0 ? 'healthy' : 'failed', 20_000 + i * 10 + 5);
     expect(reasons).toEqual(['failure_rate']);
-    expect(b.openEndpoints(300)).toEqual([E]);
+    expect(b.openEndpoints(20_300)).toEqual([E]);
   });
 
   it('lets a replay or test event probe an open circuit at once, and names the webhooks in its changes', () => {
