@@ -99,6 +99,7 @@ export function composeStores(settings: StoreSettings) {
         ...(rateLimitPerSecond ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } } : {}),
         apiKeys: this.apiKeys,
         webhooks,
+        nowMs,
         tasks,
         agents,
         machines,

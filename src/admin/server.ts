@@ -47,6 +47,8 @@ export interface AdminDeps {
   rateLimit?: RateLimit;
   /** Resolves true when the engine's storage answers. */
   isReady: () => Promise<boolean>;
+  /** Clock, Unix ms (whether a secret rotation is still in its overlap); default Date.now. */
+  nowMs?: () => number;
   /** When given: request metrics, and `GET /metrics` (after `collect` refreshes scrape-time gauges). */
   metrics?: { registry: Metrics['registry']; httpRequests: Metrics['httpRequests']; httpDuration: Metrics['httpDuration']; collect?: () => Promise<void> };
 }
@@ -165,7 +167,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
 
   const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit);
   await app.register(healthRoutes({ isReady: deps.isReady }));
-  await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks }));
+  await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, nowMs: deps.nowMs ?? Date.now }));
   await app.register(eventRoutes({ authorize, ingestor: deps.ingestor }));
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));

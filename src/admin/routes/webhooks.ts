@@ -19,7 +19,7 @@ function conflict(eventType: string): ApiError {
 }
 
 /** Webhook CRUD under `/vendors/v1/webhooks`, scoped to the key's vendor (role vendor). */
-export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRegistry }): FastifyPluginAsyncZod {
+export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRegistry; nowMs: () => number }): FastifyPluginAsyncZod {
   return async (app) => {
     const onRequest = deps.authorize('vendor');
 
@@ -57,7 +57,7 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
           response: { 200: z.object({ webhooks: z.array(webhookResourceSchema) }), ...errorResponses(401, 403, 500) },
         },
       },
-      async (request) => ({ webhooks: (await deps.webhooks.list(vendorOf(request))).map(toWebhookResource) }),
+      async (request) => ({ webhooks: (await deps.webhooks.list(vendorOf(request))).map((webhook) => toWebhookResource(webhook, deps.nowMs())) }),
     );
 
     app.patch(
@@ -67,7 +67,9 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
         schema: {
           tags: ['webhooks'],
           summary: 'Update a webhook',
-          description: 'Any of event_type, callback_url, secret, with the rules of registration. Answers the whole webhook.',
+          description:
+            'Any of event_type, callback_url, secret, enabled, with the rules of registration. Answers the whole webhook. ' +
+            'A new secret starts a rotation (see secret and previous_secret_expires_at).',
           params: idParams,
           body: webhookPatchSchema,
           response: { 200: webhookResourceSchema, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 500) },
@@ -82,7 +84,7 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
           ...(body.secret === undefined ? {} : { secret: body.secret }),
           ...(body.enabled === undefined ? {} : { enabled: body.enabled }),
         });
-        if (result.ok) return toWebhookResource(result.webhook);
+        if (result.ok) return toWebhookResource(result.webhook, deps.nowMs());
         if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');
         throw new ApiError('webhook_not_found');
       },
