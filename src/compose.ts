@@ -92,10 +92,13 @@ export function composeStores(settings: StoreSettings) {
       metrics?: AdminDeps['metrics'];
       /** Requests per second per API key; unset or 0: no limit. */
       rateLimitPerSecond?: number;
+      /** Accept callback URLs on loopback and private addresses; default false (the SSRF guard). */
+      allowPrivateTargets?: boolean;
     }): AdminDeps {
-      const { rateLimitPerSecond, ...rest } = options;
+      const { rateLimitPerSecond, allowPrivateTargets, ...rest } = options;
       return {
         ...rest,
+        allowPrivateTargets: allowPrivateTargets ?? false,
         ...(rateLimitPerSecond ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } } : {}),
         apiKeys: this.apiKeys,
         webhooks,

@@ -47,6 +47,8 @@ export interface AdminDeps {
   rateLimit?: RateLimit;
   /** Resolves true when the engine's storage answers. */
   isReady: () => Promise<boolean>;
+  /** false (production's default): registration refuses callback URLs on loopback, private or reserved addresses. */
+  allowPrivateTargets: boolean;
   /** Clock, Unix ms (whether a secret rotation is still in its overlap); default Date.now. */
   nowMs?: () => number;
   /** When given: request metrics, and `GET /metrics` (after `collect` refreshes scrape-time gauges). */
@@ -167,7 +169,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
 
   const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit);
   await app.register(healthRoutes({ isReady: deps.isReady }));
-  await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, nowMs: deps.nowMs ?? Date.now }));
+  await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, allowPrivateTargets: deps.allowPrivateTargets, nowMs: deps.nowMs ?? Date.now }));
   await app.register(eventRoutes({ authorize, ingestor: deps.ingestor }));
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
+import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
 
 export const CALLBACK_URL_MAX_CHARS = 2048;
 export const DISABLED_REASONS = ['gone', 'failing', 'paused'] as const;
@@ -26,6 +27,25 @@ export function callbackUrlProblem(text: string): string | undefined {
   if (url.username !== '' || url.password !== '') return 'callback_url must not contain credentials';
   if (url.hash !== '') return 'callback_url must not contain a fragment';
   return undefined;
+}
+
+/**
+ * With the SSRF guard on: why the valid callback URL `text` must be refused at registration, or
+ * undefined. Refuses IP-literal hosts in a blocked range (the delivery-time policy, judged now
+ * rather than on every attempt) and `localhost` and names under `.localhost`, which always resolve
+ * to loopback (RFC 6761). Other names are judged where they resolve: at delivery.
+ */
+export function callbackTargetProblem(text: string): string | undefined {
+  const refuse = (why: string) => `callback_url must not point at a private or reserved address (${why})`;
+  const { hostname } = new URL(text);
+  const ip = parseIpLiteralHost(hostname);
+  if (ip !== undefined) {
+    const reason = blockedAddressReason(ip);
+    return reason === undefined ? undefined : refuse(`${ip} is ${reason}`);
+  }
+  // WHATWG lower-cases names; a trailing dot names the same host.
+  const name = hostname.replace(/\.$/, '');
+  return name === 'localhost' || name.endsWith('.localhost') ? refuse(`${hostname} always resolves to loopback`) : undefined;
 }
 
 /** Why `text` is not an acceptable signing secret, or undefined when it is. */

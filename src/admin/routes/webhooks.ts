@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { isUuid } from '../../domain/ids.js';
-import { toWebhookResource, webhookCreateSchema, webhookPatchSchema, webhookResourceSchema } from '../../domain/webhook.js';
+import { callbackTargetProblem, toWebhookResource, webhookCreateSchema, webhookPatchSchema, webhookResourceSchema } from '../../domain/webhook.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
@@ -18,8 +18,22 @@ function conflict(eventType: string): ApiError {
   return new ApiError('webhook_conflict', `A webhook for ${eventType} is already registered for this vendor`);
 }
 
+export interface WebhookRouteDeps {
+  authorize: Authorizer;
+  webhooks: WebhookRegistry;
+  /** false: callback URLs that point at loopback, private or reserved addresses are refused (400). */
+  allowPrivateTargets: boolean;
+  nowMs: () => number;
+}
+
 /** Webhook CRUD under `/vendors/v1/webhooks`, scoped to the key's vendor (role vendor). */
-export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRegistry; nowMs: () => number }): FastifyPluginAsyncZod {
+export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
+  /** 400 for a callback URL the SSRF guard would block at every delivery anyway. */
+  const checkTarget = (callbackUrl: string | undefined) => {
+    const problem = callbackUrl === undefined || deps.allowPrivateTargets ? undefined : callbackTargetProblem(callbackUrl);
+    if (problem !== undefined) throw new ApiError('invalid_request', `Invalid request body: ${problem}`);
+  };
+
   return async (app) => {
     const onRequest = deps.authorize('vendor');
 
@@ -30,13 +44,17 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
         schema: {
           tags: ['webhooks'],
           summary: 'Register a webhook',
-          description: 'One webhook per event_type and vendor: a second registration answers 409.',
+          description:
+            'One webhook per event_type and vendor: a second registration answers 409. Unless the engine allows private ' +
+            'targets, a callback_url whose host is localhost (or under .localhost) or an IP address in a loopback, private, ' +
+            'link-local or otherwise reserved range answers 400; names are checked where they resolve, at delivery.',
           body: webhookCreateSchema,
           response: { 201: z.object({ webhook_id: z.string() }), ...errorResponses(400, 401, 403, 409, 413, 415, 500) },
         },
       },
       async (request, reply) => {
         const body = request.body;
+        checkTarget(body.callback_url);
         const result = await deps.webhooks.create(vendorOf(request), {
           eventType: body.event_type,
           callbackUrl: body.callback_url,
@@ -78,6 +96,7 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
       async (request) => {
         const webhookId = checkedId(request.params.webhook_id);
         const body = request.body;
+        checkTarget(body.callback_url);
         const result = await deps.webhooks.update(vendorOf(request), webhookId, {
           ...(body.event_type === undefined ? {} : { eventType: body.event_type }),
           ...(body.callback_url === undefined ? {} : { callbackUrl: body.callback_url }),
