@@ -24,7 +24,7 @@ import { createAuthorizer, type RateLimit } from './auth.js';
 import { ApiError, errorBody, type ErrorCode } from './errors.js';
 import { agentRoutes } from './routes/agents.js';
 import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
-import { eventRoutes } from './routes/events.js';
+import { eventRoutes, type IngestRateLimit } from './routes/events.js';
 import { healthRoutes } from './routes/health.js';
 import { machineRoutes } from './routes/machines.js';
 import { taskRoutes } from './routes/tasks.js';
@@ -43,8 +43,10 @@ export interface AdminDeps {
   ingestor: Pick<Ingestor, 'ingest'>;
   /** Delivery log, dead-letter replays and test events. */
   deliveries: Omit<DeliveryRouteDeps, 'authorize' | 'webhooks'>;
-  /** Per-key request limit (429 with Retry-After past it). */
+  /** Per-key request limit (429 with Retry-After past it); event ingest is exempt. */
   rateLimit?: RateLimit;
+  /** Event ingest's own limit, in events per second per key (429 with Retry-After past it). */
+  ingestRateLimit?: IngestRateLimit;
   /** Resolves true when the engine's storage answers. */
   isReady: () => Promise<boolean>;
   /** false (production's default): registration refuses callback URLs on loopback, private or reserved addresses. */
@@ -170,7 +172,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit);
   await app.register(healthRoutes({ isReady: deps.isReady }));
   await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, allowPrivateTargets: deps.allowPrivateTargets, nowMs: deps.nowMs ?? Date.now }));
-  await app.register(eventRoutes({ authorize, ingestor: deps.ingestor }));
+  await app.register(eventRoutes({ authorize, ingestor: deps.ingestor, ...(deps.ingestRateLimit ? { ingestRateLimit: deps.ingestRateLimit } : {}) }));
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
   await app.register(agentRoutes({ authorize, agents: deps.agents }));

@@ -23,6 +23,8 @@ export interface TestAppOptions {
   queuePartitions?: number;
   secretRotationOverlapMs?: number;
   rateLimitPerSecond?: number;
+  /** Ingested events per second per API key (unset: no limit). */
+  ingestRateLimitPerSecond?: number;
   /**
    * Registration accepts callback URLs on loopback and private addresses (default true: the tests'
    * receivers listen on 127.0.0.1); false applies the SSRF guard as production does by default.
@@ -55,6 +57,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
       isReady: () => pingRedis(t.redis, 1_000),
       allowPrivateTargets: options.allowPrivateTargets ?? true,
       ...(options.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: options.rateLimitPerSecond }),
+      ...(options.ingestRateLimitPerSecond === undefined ? {} : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
     }),
   );
   return Object.assign(stores, {
