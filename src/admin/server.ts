@@ -11,6 +11,7 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import type { AgentStatus } from '../domain/agent.js';
+import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Task } from '../domain/task.js';
 import type { Ingestor } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
@@ -106,6 +107,16 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   }).withTypeProvider<ZodTypeProvider>();
   // JSON only: without this, Fastify would hand text/plain bodies to the validators as strings.
   app.removeContentTypeParser('text/plain');
+  // Fastify's own JSON parser decodes bodies lossily (invalid bytes become U+FFFD), so this one takes
+  // the raw bytes, refuses any that are not UTF-8, and leaves the rest (empty body, malformed JSON,
+  // prototype poisoning) to Fastify's parser. Body limits still apply: they bound the read itself.
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    const text = decodeUtf8(body as Buffer);
+    if (text === undefined) return done(new ApiError('invalid_json', `The request body ${NOT_UTF8}`), undefined);
+    void parseJson(request, text, done);
+  });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
 
