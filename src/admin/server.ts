@@ -14,7 +14,7 @@ import type { AgentStatus } from '../domain/agent.js';
 import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Task } from '../domain/task.js';
 import type { Ingestor } from '../ingest/ingest.js';
-import type { Logger } from '../logger.js';
+import { requestLogSerializer, type Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ApiKeyLookup } from '../store/api-keys.js';
 import type { MachineListing } from '../store/machines.js';
@@ -98,7 +98,9 @@ function validationMessage(error: FastifyError): string {
  * listen(), tests call inject().
  */
 export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
-  const loggerInstance: FastifyBaseLogger = deps.logger;
+  // Fastify logs every request's URL; query strings may carry what a client should never have put
+  // there (an API key), so its values are redacted at the serializer, for every line that has `req`.
+  const loggerInstance: FastifyBaseLogger = deps.logger.child({}, { serializers: { req: requestLogSerializer } });
   const app = Fastify({
     loggerInstance,
     bodyLimit: deps.bodyLimitBytes,
