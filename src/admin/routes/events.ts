@@ -21,12 +21,17 @@ const documentedBody = z.union([
 /**
  * What the route validates: only the outer shape. Each event is validated by the Ingestor, so one
  * bad event is rejected alone instead of failing the whole batch with a 400. A body with an
- * `events` field is a batch; any other object is one event.
+ * `events` field is a batch (and holds nothing else); any other object is one event.
  */
 const outerShape = z
   .record(z.string(), z.unknown(), { error: 'the body must be a JSON object: one event, or { "events": [ … ] }' })
   .superRefine((body, ctx) => {
     if (!('events' in body)) return;
+    const beside = Object.keys(body).filter((key) => key !== 'events');
+    if (beside.length > 0) {
+      // A field meant for the events (vendor_id, say) would otherwise be silently ignored.
+      ctx.addIssue({ code: 'custom', message: `unknown field ${beside.map((key) => JSON.stringify(key)).join(', ')} (a batch is { "events": [ … ] } alone)` });
+    }
     const events = body.events;
     const problem = !Array.isArray(events)
       ? 'events must be an array of event objects'
