@@ -5,7 +5,7 @@ import type { Ingestor } from '../../ingest/ingest.js';
 import type { EventBudget } from '../../store/rate-limiter.js';
 import { principalOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
-import { errorResponses } from '../schemas.js';
+import { errorResponses, noQueryParameters } from '../schemas.js';
 
 /** Largest request body of the ingest route: 1000 events of a few KiB each fit with room to spare. */
 export const EVENTS_BODY_LIMIT_BYTES = 5 * 1024 * 1024;
@@ -78,7 +78,8 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsyncZod {
         onRequest: deps.authorize('events:write', { requestLimited: false }),
         bodyLimit: EVENTS_BODY_LIMIT_BYTES,
         // The body schema documents the events; validation checks only the outer shape (see outerShape).
-        validatorCompiler: (route) => validatorCompiler({ ...route, schema: outerShape }),
+        // Fastify compiles each part on its own and hands over that part's schema (typed as the route's).
+        validatorCompiler: (route) => validatorCompiler({ ...route, schema: route.httpPart === 'body' ? outerShape : (route.schema as unknown as z.ZodType) }),
         schema: {
           tags: ['ingest'],
           summary: 'Ingest events',
@@ -90,6 +91,7 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsyncZod {
             'was acknowledged and re-sending the same events (same event_id) is safe. Not subject to the per-key request ' +
             'limit: a request whose events would take its key past the ingest limit (events per second) answers 429 ' +
             'with Retry-After: 1 and none of its events is ingested (a request into an otherwise empty second always passes).',
+          querystring: noQueryParameters,
           body: documentedBody,
           response: { 202: acceptedResponse, ...errorResponses(400, 401, 403, 413, 415, 429, 500, 503) },
         },

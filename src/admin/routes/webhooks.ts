@@ -5,7 +5,7 @@ import { callbackTargetProblem, toWebhookResource, webhookCreateSchema, webhookP
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
-import { errorResponses } from '../schemas.js';
+import { errorResponses, noQueryParameters } from '../schemas.js';
 
 const idParams = z.object({ webhook_id: z.string().describe('Webhook id (UUID) as returned on registration.') });
 
@@ -48,6 +48,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
             'One webhook per event_type and vendor: a second registration answers 409. Unless the engine allows private ' +
             'targets, a callback_url whose host is localhost (or under .localhost) or an IP address in a loopback, private, ' +
             'link-local or otherwise reserved range answers 400; names are checked where they resolve, at delivery.',
+          querystring: noQueryParameters,
           body: webhookCreateSchema,
           response: { 201: z.object({ webhook_id: z.string() }), ...errorResponses(400, 401, 403, 409, 413, 415, 500) },
         },
@@ -72,6 +73,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags: ['webhooks'],
           summary: 'List the vendor’s webhooks',
+          querystring: noQueryParameters,
           response: { 200: z.object({ webhooks: z.array(webhookResourceSchema) }), ...errorResponses(401, 403, 500) },
         },
       },
@@ -89,6 +91,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
             'Any of event_type, callback_url, secret, enabled, with the rules of registration. Answers the whole webhook. ' +
             'A new secret starts a rotation (see secret and previous_secret_expires_at).',
           params: idParams,
+          querystring: noQueryParameters,
           body: webhookPatchSchema,
           response: { 200: webhookResourceSchema, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 500) },
         },
@@ -117,6 +120,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           tags: ['webhooks'],
           summary: 'Delete a webhook',
           params: idParams,
+          querystring: noQueryParameters,
           response: { 204: z.null().describe('Deleted.'), ...errorResponses(400, 401, 403, 404, 500) },
         },
       },
