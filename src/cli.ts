@@ -155,7 +155,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
     // Load the listing's in-memory index now rather than on the first request (in the background:
     // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
     void stores.machines.refresh().catch((error: Error) => logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it'));
-    const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady, metrics: { ...metrics, collect }, rateLimitPerSecond: config.rateLimitPerSecond }));
+    const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady, metrics: { ...metrics, collect }, rateLimitPerSecond: config.rateLimitPerSecond, ingestRateLimitPerSecond: config.ingestRateLimitPerSecond, allowPrivateTargets: config.allowPrivateTargets }));
     const address = await app.listen({ host: config.apiHost, port: config.apiPort });
     stops.push((steps) => steps.run(app.close()));
     logger.info(

@@ -19,7 +19,7 @@ import { RedisDeliveryLog } from './store/delivery-log.js';
 import { RedisEndpointMemory } from './store/endpoints.js';
 import { redisKeys } from './store/keys.js';
 import { RedisMachineStore } from './store/machines.js';
-import { RedisRequestCounter } from './store/rate-limiter.js';
+import { RedisEventBudget, RedisRequestCounter } from './store/rate-limiter.js';
 import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
 import { pingRedis, type Redis } from './store/redis.js';
 import { SecretBox } from './store/secret-box.js';
@@ -94,15 +94,22 @@ export function composeStores(settings: StoreSettings) {
       bodyLimitBytes: number;
       isReady: () => Promise<boolean>;
       metrics?: AdminDeps['metrics'];
-      /** Requests per second per API key; unset or 0: no limit. */
+      /** Requests per second per API key (event ingest exempt); unset or 0: no limit. */
       rateLimitPerSecond?: number;
+      /** Events ingested per second per API key; unset or 0: no limit. */
+      ingestRateLimitPerSecond?: number;
+      /** Accept callback URLs on loopback and private addresses; default false (the SSRF guard). */
+      allowPrivateTargets?: boolean;
     }): AdminDeps {
-      const { rateLimitPerSecond, ...rest } = options;
+      const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, ...rest } = options;
       return {
         ...rest,
+        allowPrivateTargets: allowPrivateTargets ?? false,
         ...(rateLimitPerSecond ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } } : {}),
+        ...(ingestRateLimitPerSecond ? { ingestRateLimit: { budget: new RedisEventBudget(redis, keys), perSecond: ingestRateLimitPerSecond, nowMs } } : {}),
         apiKeys: this.apiKeys,
         webhooks,
+        nowMs,
         tasks,
         agents,
         machines,

@@ -56,8 +56,8 @@ function verifyLegacy(header, body) {
 
 /**
  * Checks a request: `{ ok, detail }`. The Standard Webhooks signature decides when it is present
- * (during a secret rotation it carries both secrets, while the legacy header carries only the new
- * one); a request with only the legacy header is judged by that. A `webhook-timestamp` more than
+ * (during a secret rotation it carries both secrets, while the legacy header carries only the
+ * previous one until the overlap ends); a request with only the legacy header is judged by that. A `webhook-timestamp` more than
  * 5 minutes off fails either way.
  */
 function verify(headers, body) {

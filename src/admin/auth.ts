@@ -10,12 +10,17 @@ declare module 'fastify' {
   }
 }
 
-export type Authorizer = (role: Role) => onRequestAsyncHookHandler;
+export interface AuthorizeOptions {
+  /**
+   * Whether the per-key request limit applies; default true. Event ingest, the platform's own
+   * trusted traffic, turns it off and is bounded by its events-per-second limit instead.
+   */
+  requestLimited?: boolean;
+}
 
-/**
- * Builds the hook that authenticates `X-API-Key` and checks a role. It runs on request, before the
- * body is read, so an unauthenticated caller learns nothing from validation errors.
- */
+export type Authorizer = (role: Role, options?: AuthorizeOptions) => onRequestAsyncHookHandler;
+
+/** The per-key request limit of the admin API. */
 export interface RateLimit {
   counter: RequestCounter;
   /** Requests per second per API key; 0 turns the limit off. */
@@ -23,10 +28,14 @@ export interface RateLimit {
   nowMs: () => number;
 }
 
+/**
+ * Builds the hook that authenticates `X-API-Key` and checks a role. It runs on request, before the
+ * body is read, so an unauthenticated caller learns nothing from validation errors.
+ */
 export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit): Authorizer {
-  const limited = rateLimit && rateLimit.perSecond > 0 ? rateLimit : undefined;
-  return (role) =>
-    async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  return (role, options = {}) => {
+    const limited = rateLimit && rateLimit.perSecond > 0 && options.requestLimited !== false ? rateLimit : undefined;
+    return async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {
       const header = request.headers['x-api-key'];
       const presented = Array.isArray(header) ? undefined : header?.trim();
       if (!presented) throw new ApiError('unauthorized');
@@ -43,6 +52,7 @@ export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit): 
       if (!hasRole(principal, role)) throw new ApiError('forbidden', `This API key does not have the ${role} role`);
       request.principal = principal;
     };
+  };
 }
 
 /** The authenticated principal of a request that passed an authorizer hook. */

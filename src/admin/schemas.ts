@@ -13,3 +13,25 @@ export const errorSchema = z
 export function errorResponses<const S extends number>(...statuses: S[]): Record<S, typeof errorSchema> {
   return Object.fromEntries(statuses.map((s) => [s, errorSchema])) as Record<S, typeof errorSchema>;
 }
+
+/** Longest unknown parameter name quoted back in an error. */
+const PARAMETER_NAME_QUOTED_MAX = 64;
+
+/**
+ * A route's query string: exactly these parameters. Any other answers 400 naming it and the ones
+ * the route takes, so a typo (`?state=dead`) is not silently ignored. Routes without parameters use
+ * `queryParameters({})`.
+ */
+export function queryParameters<const S extends z.ZodRawShape>(shape: S) {
+  const names = Object.keys(shape);
+  const takes = names.length === 0 ? 'this route takes none' : `this route takes ${names.join(', ')}`;
+  return z.strictObject(shape, {
+    error: (issue) =>
+      issue.code === 'unrecognized_keys'
+        ? `unknown parameter ${issue.keys.map((key) => JSON.stringify(key.length > PARAMETER_NAME_QUOTED_MAX ? `${key.slice(0, PARAMETER_NAME_QUOTED_MAX)}…` : key)).join(', ')} (${takes})`
+        : undefined,
+  });
+}
+
+/** The query string of a route that takes no parameters. */
+export const noQueryParameters = queryParameters({});

@@ -11,9 +11,10 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import type { AgentStatus } from '../domain/agent.js';
+import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Task } from '../domain/task.js';
 import type { Ingestor } from '../ingest/ingest.js';
-import type { Logger } from '../logger.js';
+import { requestLogSerializer, type Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ApiKeyLookup } from '../store/api-keys.js';
 import type { MachineListing } from '../store/machines.js';
@@ -24,7 +25,7 @@ import { createAuthorizer, type RateLimit } from './auth.js';
 import { ApiError, errorBody, type ErrorCode } from './errors.js';
 import { agentRoutes } from './routes/agents.js';
 import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
-import { eventRoutes } from './routes/events.js';
+import { eventRoutes, type IngestRateLimit } from './routes/events.js';
 import { healthRoutes } from './routes/health.js';
 import { machineRoutes } from './routes/machines.js';
 import { taskRoutes } from './routes/tasks.js';
@@ -43,10 +44,16 @@ export interface AdminDeps {
   ingestor: Pick<Ingestor, 'ingest'>;
   /** Delivery log, dead-letter replays and test events. */
   deliveries: Omit<DeliveryRouteDeps, 'authorize' | 'webhooks'>;
-  /** Per-key request limit (429 with Retry-After past it). */
+  /** Per-key request limit (429 with Retry-After past it); event ingest is exempt. */
   rateLimit?: RateLimit;
+  /** Event ingest's own limit, in events per second per key (429 with Retry-After past it). */
+  ingestRateLimit?: IngestRateLimit;
   /** Resolves true when the engine's storage answers. */
   isReady: () => Promise<boolean>;
+  /** false (production's default): registration refuses callback URLs on loopback, private or reserved addresses. */
+  allowPrivateTargets: boolean;
+  /** Clock, Unix ms (whether a secret rotation is still in its overlap); default Date.now. */
+  nowMs?: () => number;
   /** When given: request metrics, and `GET /metrics` (after `collect` refreshes scrape-time gauges). */
   metrics?: { registry: Metrics['registry']; httpRequests: Metrics['httpRequests']; httpDuration: Metrics['httpDuration']; collect?: () => Promise<void> };
 }
@@ -91,7 +98,9 @@ function validationMessage(error: FastifyError): string {
  * listen(), tests call inject().
  */
 export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
-  const loggerInstance: FastifyBaseLogger = deps.logger;
+  // Fastify logs every request's URL; query strings may carry what a client should never have put
+  // there (an API key), so its values are redacted at the serializer, for every line that has `req`.
+  const loggerInstance: FastifyBaseLogger = deps.logger.child({}, { serializers: { req: requestLogSerializer } });
   const app = Fastify({
     loggerInstance,
     bodyLimit: deps.bodyLimitBytes,
@@ -100,6 +109,16 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   }).withTypeProvider<ZodTypeProvider>();
   // JSON only: without this, Fastify would hand text/plain bodies to the validators as strings.
   app.removeContentTypeParser('text/plain');
+  // Fastify's own JSON parser decodes bodies lossily (invalid bytes become U+FFFD), so this one takes
+  // the raw bytes, refuses any that are not UTF-8, and leaves the rest (empty body, malformed JSON,
+  // prototype poisoning) to Fastify's parser. Body limits still apply: they bound the read itself.
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    const text = decodeUtf8(body as Buffer);
+    if (text === undefined) return done(new ApiError('invalid_json', `The request body ${NOT_UTF8}`), undefined);
+    void parseJson(request, text, done);
+  });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
 
@@ -165,8 +184,8 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
 
   const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit);
   await app.register(healthRoutes({ isReady: deps.isReady }));
-  await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks }));
-  await app.register(eventRoutes({ authorize, ingestor: deps.ingestor }));
+  await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, allowPrivateTargets: deps.allowPrivateTargets, nowMs: deps.nowMs ?? Date.now }));
+  await app.register(eventRoutes({ authorize, ingestor: deps.ingestor, ...(deps.ingestRateLimit ? { ingestRateLimit: deps.ingestRateLimit } : {}) }));
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
   await app.register(agentRoutes({ authorize, agents: deps.agents }));

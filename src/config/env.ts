@@ -103,6 +103,13 @@ export const envSchema = z.object({
     .int('expected a whole number of requests')
     .min(0, 'expected 0 (off) or more')
     .default(100),
+  // One engine ingests about 6,600 events/s and delivers about 2,000/s: the default never holds a
+  // single producer below what an engine can deliver.
+  HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: z.coerce
+    .number({ message: 'expected a whole number of events' })
+    .int('expected a whole number of events')
+    .min(0, 'expected 0 (off) or more')
+    .default(10_000),
   HOOKLINE_API_BODY_LIMIT_BYTES: z.coerce
     .number({ message: 'expected a number of bytes' })
     .int('expected an integer number of bytes')
@@ -144,8 +151,10 @@ export interface Config {
   readonly dataDir: string;
   readonly embeddedRedisPort: number;
   readonly apiBodyLimitBytes: number;
-  /** Admin API requests per second per API key (0: no limit). */
+  /** Admin API requests per second per API key (0: no limit); event ingest is exempt. */
   readonly rateLimitPerSecond: number;
+  /** Events ingested over HTTP per second per API key (0: no limit). */
+  readonly ingestRateLimitPerSecond: number;
 }
 
 export class ConfigError extends Error {
@@ -186,5 +195,6 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     embeddedRedisPort: e.HOOKLINE_EMBEDDED_REDIS_PORT,
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
     rateLimitPerSecond: e.HOOKLINE_RATE_LIMIT_PER_SECOND,
+    ingestRateLimitPerSecond: e.HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND,
   });
 }

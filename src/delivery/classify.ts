@@ -24,10 +24,8 @@ export interface DecideInput {
 const SECOND_MS = 1_000;
 const DAY_MS = 24 * 60 * 60 * SECOND_MS;
 const JITTER_FRACTION = 0.2;
-/** A receiver's Retry-After may stretch the schedule at most this much. */
-const RETRY_AFTER_STRETCH = 2;
-/** The floor under the Retry-After cap, so a zero in the schedule still lets a receiver ask for a pause. */
-const RETRY_AFTER_CAP_FLOOR_MS = 2 * SECOND_MS;
+/** The longest a receiver's Retry-After can hold a delivery back. */
+const RETRY_AFTER_MAX_MS = DAY_MS;
 
 /** 2xx → delivered, 3xx/4xx/5xx by class, an error by its class; a status outside 200-499 counts as a 5xx. */
 export function attemptOutcome(result: SendResult): AttemptOutcome {
@@ -42,8 +40,11 @@ export function attemptOutcome(result: SendResult): AttemptOutcome {
 /**
  * The delivery rules: 2xx is delivered; 410 Gone disables the webhook at once; anything else retries
  * after the next scheduled delay (±20 % jitter) while attempts remain, and is dead after the last one.
- * A 429 or 503 with a valid Retry-After waits what the receiver asked instead (no jitter), capped at
- * twice the next scheduled delay (at least 2 s, for schedules with a 0) and at 24 h.
+ * A 429 or 503 with a valid Retry-After waits what the receiver asked instead (no jitter), longer or
+ * shorter than the schedule: never earlier than asked, up to a ceiling of 24 h or the end of the
+ * retry window, whichever is sooner. The retry window ends when the schedule's last attempt would
+ * come, i.e. the sum of its delays after this attempt. The attempts after that one follow the
+ * schedule again.
  */
 export function decide(input: DecideInput): Decision {
   const { result, attemptsMade, scheduleMs, nowMs, random } = input;
@@ -60,8 +61,10 @@ export function decide(input: DecideInput): Decision {
   if (result.kind === 'response' && (result.status === 429 || result.status === 503)) {
     const askedMs = parseRetryAfterMs(result.retryAfter, nowMs);
     if (askedMs !== undefined) {
-      const capMs = Math.min(Math.max(nextMs * RETRY_AFTER_STRETCH, RETRY_AFTER_CAP_FLOOR_MS), DAY_MS);
-      return { action: 'retry', delayMs: Math.min(askedMs, capMs) };
+      // A receiver that asks for more than the schedule has left gets the last attempt's time, so a
+      // huge Retry-After cannot keep a delivery pending past its schedule (or a day).
+      const windowEndMs = scheduleMs.slice(attemptsMade).reduce((sum, ms) => sum + ms, 0);
+      return { action: 'retry', delayMs: Math.min(askedMs, windowEndMs, RETRY_AFTER_MAX_MS) };
     }
   }
   return { action: 'retry', delayMs: jitteredDelayMs(nextMs, random) };

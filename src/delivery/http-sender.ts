@@ -2,7 +2,7 @@ import dns from 'node:dns';
 import type { LookupAddress, LookupOptions } from 'node:dns';
 import type { LookupFunction } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
-import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
+import { blockedAddressReason, parseIpLiteralHost } from '../domain/ip-policy.js';
 
 /**
  * Why an attempt got no HTTP response. `circuit_open` is never the sender's: the processor records

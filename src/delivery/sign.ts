@@ -50,7 +50,7 @@ export interface SignatureInput {
 /**
  * The signature headers of one attempt (lowercase names): always `webhook-id` and `webhook-timestamp`;
  * with secrets also `webhook-signature` (one `v1,` entry per secret) and the legacy `x-webhook-signature`
- * from the first secret.
+ * from the last secret: the previous one during a rotation, else the current one.
  */
 export function signatureHeaders(input: SignatureInput): Record<string, string> {
   const { webhookId, timestampSec, body, secrets } = input;
@@ -61,11 +61,13 @@ export function signatureHeaders(input: SignatureInput): Record<string, string> 
     'webhook-id': webhookId,
     'webhook-timestamp': String(timestampSec),
   };
-  const [current] = secrets;
-  if (current === undefined) return headers;
+  // The legacy header holds one signature, so during a rotation it must be the one every receiver
+  // can already check: the previous secret's, until the overlap ends and the new one takes over.
+  const legacySecret = secrets.at(-1);
+  if (legacySecret === undefined) return headers;
   // The body's bytes once, for every HMAC of this attempt.
   const bytes = Buffer.from(body, 'utf8');
   headers['webhook-signature'] = secrets.map((secret) => `v1,${standardSignature(keysOf(secret).standard, webhookId, timestampSec, bytes)}`).join(' ');
-  headers['x-webhook-signature'] = `sha256=${legacySignature(keysOf(current).legacy, bytes)}`;
+  headers['x-webhook-signature'] = `sha256=${legacySignature(keysOf(legacySecret).legacy, bytes)}`;
   return headers;
 }

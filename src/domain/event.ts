@@ -46,15 +46,15 @@ export const machineRefSchema = z
   })
   .meta({ id: 'MachineRef', description: 'Identifies a machine by metadata.machine_id.' });
 
-/**
- * A removal's data: the full Machine when it validates as one (and is delivered so), otherwise just
- * `{ metadata: { machine_id } }`.
- */
+/** A removal's data: the full Machine when it validates as one, otherwise just `{ metadata: { machine_id } }`. */
 const machineRemovedDataSchema = z.union([machineSchema, machineRefSchema]);
 
+// Envelope fields are strict (an unknown one is a misplaced field, rejected with its name); `data`
+// schemas strip what they do not name, but only from the read models' copy: vendors receive the
+// data as it was sent (see `sentData`).
 function webhookEvent<const T extends WebhookEventType, D extends z.ZodType>(eventType: T, data: D, description: string) {
   return z
-    .object({
+    .strictObject({
       event_id: eventIdSchema.optional(),
       event_type: z.literal(eventType),
       vendor_id: vendorIdSchema,
@@ -65,7 +65,7 @@ function webhookEvent<const T extends WebhookEventType, D extends z.ZodType>(eve
 }
 
 const taskUpdatedEvent = z
-  .object({
+  .strictObject({
     event_id: eventIdSchema.optional(),
     event_type: z.literal(TASK_UPDATED),
     vendor_id: vendorIdSchema.optional(),
@@ -74,7 +74,10 @@ const taskUpdatedEvent = z
   })
   .meta({ description: 'A task changed status; updates GET /rental/v1/tasks/{task_id} and is never delivered to webhooks.' });
 
-/** One ingest event, discriminated by `event_type`. Unknown fields are dropped. */
+/**
+ * One ingest event, discriminated by `event_type`. An unknown top-level field is an error; unknown
+ * fields inside `data` are accepted (and delivered as sent).
+ */
 export const ingestEventSchema = z
   .discriminatedUnion(
     'event_type',
@@ -113,6 +116,11 @@ type Normalised<E> = E extends unknown
       timestamp: string;
       /** The same instant in Unix ms: the version of the read-model write. */
       timestampMs: number;
+      /**
+       * `data` exactly as the producer sent it: what vendors receive. `data` itself is the validated
+       * form the read models use (unnamed fields stripped, defaults filled in).
+       */
+      sentData: unknown;
     }
   : never;
 
@@ -140,14 +148,22 @@ export type EventResult = z.infer<typeof eventResultSchema>;
 
 export type EventParse = { ok: true; event: AcceptedEvent } | { ok: false; reason: string; event_id?: string };
 
-/** Missing fields read "required" rather than zod's "expected string, received undefined". */
+/**
+ * Missing fields read "required" rather than zod's "expected string, received undefined"; unknown
+ * top-level fields read `unknown field "vendor"`.
+ */
 const parseError = (issue: z.core.$ZodRawIssue): string | undefined =>
-  issue.code === 'invalid_type' && issue.input === undefined ? 'required' : undefined;
+  issue.code === 'invalid_type' && issue.input === undefined
+    ? 'required'
+    : issue.code === 'unrecognized_keys'
+      ? `unknown field ${issue.keys.map((key) => JSON.stringify(key)).join(', ')}`
+      : undefined;
 
 /**
  * Validates one raw event and settles its id and time: a missing `event_id` gets `newId()`, ids
  * are lower-cased (so the same UUID in another case is the same event), a missing `timestamp` is
- * the acceptance time, and every timestamp is normalised to UTC with milliseconds. Never throws.
+ * the acceptance time, and every timestamp is normalised to UTC with milliseconds. The raw `data`
+ * is kept as `sentData`, untouched. Never throws.
  */
 export function parseEvent(raw: unknown, defaults: { acceptedAtMs: number; newId: () => string }): EventParse {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return { ok: false, reason: 'the event must be a JSON object' };
@@ -168,6 +184,7 @@ export function parseEvent(raw: unknown, defaults: { acceptedAtMs: number; newId
     event_id: (parsed.event_id ?? defaults.newId()).toLowerCase(),
     timestamp: new Date(timestampMs).toISOString(),
     timestampMs,
+    sentData: (raw as { data: unknown }).data,
   };
   return { ok: true, event };
 }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
+import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
 
 export const CALLBACK_URL_MAX_CHARS = 2048;
 export const DISABLED_REASONS = ['gone', 'failing', 'paused'] as const;
@@ -26,6 +27,25 @@ export function callbackUrlProblem(text: string): string | undefined {
   if (url.username !== '' || url.password !== '') return 'callback_url must not contain credentials';
   if (url.hash !== '') return 'callback_url must not contain a fragment';
   return undefined;
+}
+
+/**
+ * With the SSRF guard on: why the valid callback URL `text` must be refused at registration, or
+ * undefined. Refuses IP-literal hosts in a blocked range (the delivery-time policy, judged now
+ * rather than on every attempt) and `localhost` and names under `.localhost`, which always resolve
+ * to loopback (RFC 6761). Other names are judged where they resolve: at delivery.
+ */
+export function callbackTargetProblem(text: string): string | undefined {
+  const refuse = (why: string) => `callback_url must not point at a private or reserved address (${why})`;
+  const { hostname } = new URL(text);
+  const ip = parseIpLiteralHost(hostname);
+  if (ip !== undefined) {
+    const reason = blockedAddressReason(ip);
+    return reason === undefined ? undefined : refuse(`${ip} is ${reason}`);
+  }
+  // WHATWG lower-cases names; a trailing dot names the same host.
+  const name = hostname.replace(/\.$/, '');
+  return name === 'localhost' || name.endsWith('.localhost') ? refuse(`${hostname} always resolves to loopback`) : undefined;
 }
 
 /** Why `text` is not an acceptable signing secret, or undefined when it is. */
@@ -81,7 +101,11 @@ export const webhookPatchSchema = z
       callback_url: callbackUrlSchema.optional(),
       secret: secretSchema
         .optional()
-        .describe('A new secret starts a rotation: the previous secret keeps signing beside it for the overlap period (24 h by default).'),
+        .describe(
+          'A new secret starts a rotation: for the overlap period (24 h by default) webhook-signature carries a signature by each ' +
+            'secret, and the one-value legacy x-webhook-signature stays signed with the previous secret, which every receiver ' +
+            'already holds; it switches to the new secret when the overlap ends (previous_secret_expires_at in the answer).',
+        ),
       enabled: z
         .boolean({ error: 'enabled must be true or false' })
         .optional()
@@ -97,6 +121,14 @@ export const webhookResourceSchema = z
     event_type: z.enum(WEBHOOK_EVENT_TYPES),
     callback_url: z.string(),
     secret: z.string().optional().describe('Present only when the webhook has a secret.'),
+    previous_secret_expires_at: z
+      .string()
+      .optional()
+      .describe(
+        'Present only during a secret rotation: when (ISO 8601) the previous secret stops signing. Until then the legacy ' +
+          'x-webhook-signature header is signed with the previous secret; from then on with the current one, so a receiver that ' +
+          'checks only that header switches to the new secret at this time.',
+      ),
     enabled: z.boolean().describe('false when deliveries are paused: disabled by the engine or by the vendor.'),
     disabled_reason: z
       .enum(DISABLED_REASONS)
@@ -129,17 +161,28 @@ export interface Webhook {
 /** The secrets that sign a delivery at `nowMs`: the current one first, then one in its rotation overlap. */
 export function signingSecrets(webhook: Webhook, nowMs: number): string[] {
   const secrets = webhook.secret === undefined ? [] : [webhook.secret];
-  if (webhook.previousSecret && webhook.previousSecret.untilMs > nowMs) secrets.push(webhook.previousSecret.secret);
+  const previous = previousSecretAt(webhook, nowMs);
+  if (previous) secrets.push(previous.secret);
   return secrets;
 }
 
-/** The interface's resource shape; `secret` only when one is set. */
-export function toWebhookResource(webhook: Webhook): WebhookResource {
+/** The replaced secret while its rotation overlap lasts at `nowMs`, else undefined. */
+function previousSecretAt(webhook: Webhook, nowMs: number): Webhook['previousSecret'] {
+  return webhook.previousSecret && webhook.previousSecret.untilMs > nowMs ? webhook.previousSecret : undefined;
+}
+
+/**
+ * The interface's resource shape at `nowMs`: `secret` only when one is set, and
+ * `previous_secret_expires_at` only while a replaced secret still signs (never that secret itself).
+ */
+export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResource {
+  const previousUntilMs = previousSecretAt(webhook, nowMs)?.untilMs;
   return {
     webhook_id: webhook.id,
     event_type: webhook.eventType,
     callback_url: webhook.callbackUrl,
     ...(webhook.secret === undefined ? {} : { secret: webhook.secret }),
+    ...(previousUntilMs === undefined ? {} : { previous_secret_expires_at: new Date(previousUntilMs).toISOString() }),
     enabled: webhook.disabled === undefined,
     ...(webhook.disabled === undefined ? {} : { disabled_reason: webhook.disabled.reason }),
     created_at: webhook.createdAt,

@@ -226,7 +226,9 @@ function deliveryRequest(event: WebhookEvent, webhookId: string, acceptedAtMs: n
     eventType: event.event_type,
     vendorId: event.vendor_id,
     webhookId,
-    body: buildEnvelope(event),
+    // The data as the producer sent it, never the validated copy: vendors get every field, and no
+    // field the producer did not send.
+    body: buildEnvelope({ ...event, data: event.sentData }),
     acceptedAtMs,
   };
 }

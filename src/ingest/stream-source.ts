@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
 import { connectionNameOf, duplicateRedis, serverClientFor, unblockClient, type Redis, type ServerClient } from '../store/redis.js';
@@ -37,8 +38,11 @@ export interface StreamIngestSourceOptions {
   nowMs?: () => number;
 }
 
-/** [entry id, flat field/value list]; the fields are null for an entry trimmed while it was pending. */
-type StreamEntry = [id: string, fields: string[] | null];
+/**
+ * [entry id, flat field/value list]; the fields are null for an entry trimmed while it was pending.
+ * Entries are read with Buffer replies, so the event's bytes reach decodeEntry as they were written.
+ */
+type StreamEntry = [id: string, fields: Buffer[] | null];
 
 /** Claim rounds per maintenance pass, so a huge backlog of stale entries cannot stall reading. */
 const CLAIM_ROUNDS_MAX = 10;
@@ -49,14 +53,28 @@ const STOP_GRACE_MS = 1_000;
 
 type Decoded = { ok: true; event: unknown } | { ok: false; reason: string };
 
+/**
+ * ioredis's Buffer-reply variants of the stream reads: present on every connection and cluster at
+ * runtime, missing from its types. (Its generic `callBuffer` loses the command name when the
+ * connection auto-pipelines.)
+ */
+interface BufferStreamReads {
+  xreadgroupBuffer(...args: (string | number)[]): Promise<unknown>;
+  xautoclaimBuffer(...args: (string | number)[]): Promise<unknown>;
+}
+
+const bufferReads = (redis: Redis) => redis as unknown as BufferStreamReads;
+
 /** Reads the event of one entry; never throws. */
-function decodeEntry(fields: string[] | null): Decoded {
+function decodeEntry(fields: Buffer[] | null): Decoded {
   if (fields === null) return { ok: false, reason: 'the entry was trimmed from the stream before it was ingested' };
-  let json: string | undefined;
+  let bytes: Buffer | undefined;
   for (let i = 0; i + 1 < fields.length; i += 2) {
-    if (fields[i] === STREAM_EVENT_FIELD) json = fields[i + 1];
+    if (fields[i]?.toString() === STREAM_EVENT_FIELD) bytes = fields[i + 1];
   }
-  if (json === undefined) return { ok: false, reason: `the entry has no "${STREAM_EVENT_FIELD}" field` };
+  if (bytes === undefined) return { ok: false, reason: `the entry has no "${STREAM_EVENT_FIELD}" field` };
+  const json = decodeUtf8(bytes);
+  if (json === undefined) return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field ${NOT_UTF8}` };
   try {
     return { ok: true, event: JSON.parse(json) as unknown };
   } catch (error) {
@@ -64,11 +82,17 @@ function decodeEntry(fields: string[] | null): Decoded {
   }
 }
 
+/** Entries of a Buffer reply, with their ids as text (stream ids are ASCII). */
+function toEntries(raw: unknown): StreamEntry[] {
+  if (!Array.isArray(raw)) return [];
+  return (raw as [Buffer, Buffer[] | null][]).map(([entryId, fields]) => [entryId.toString(), fields]);
+}
+
 /** The entries of an XREADGROUP reply for one stream (null when the read timed out). */
 function entriesOf(reply: unknown): StreamEntry[] {
   if (!Array.isArray(reply)) return [];
-  const stream = reply[0] as [string, StreamEntry[]] | undefined;
-  return stream?.[1] ?? [];
+  const stream = reply[0] as [Buffer, unknown] | undefined;
+  return toEntries(stream?.[1]);
 }
 
 /** A flat [name, value, …] reply (XINFO) as a map. */
@@ -223,7 +247,8 @@ export class StreamIngestSource {
     // Learn the connection's id (again after a reconnect) before blocking on it.
     this.readerClient ??= await serverClientFor(reader, this.stream);
     if (this.stopping) return [];
-    const reply: unknown = await reader.xreadgroup(
+    // Buffer replies: a string reply would decode the event lossily, hiding bytes that are not UTF-8.
+    const reply = await bufferReads(reader).xreadgroupBuffer(
       'GROUP', this.group, this.consumer,
       'COUNT', this.batchSize,
       'BLOCK', this.blockMs,
@@ -260,8 +285,9 @@ export class StreamIngestSource {
   private async maintain(): Promise<void> {
     let cursor = '0-0';
     for (let round = 0; round < CLAIM_ROUNDS_MAX; round += 1) {
-      const reply = (await this.redis.xautoclaim(this.stream, this.group, this.consumer, this.claimMinIdleMs, cursor, 'COUNT', this.batchSize)) as [string, StreamEntry[]];
-      const [next, claimed] = reply;
+      const reply = (await bufferReads(this.redis).xautoclaimBuffer(this.stream, this.group, this.consumer, this.claimMinIdleMs, cursor, 'COUNT', this.batchSize)) as [Buffer, unknown];
+      const next = reply[0].toString();
+      const claimed = toEntries(reply[1]);
       if (claimed.length > 0) {
         this.options.logger.info({ entries: claimed.length }, 'ingest stream: claimed stale entries of another consumer');
         await this.process(claimed);

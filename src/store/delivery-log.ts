@@ -90,6 +90,8 @@ export interface DeferralWrite {
 /** The admin side: what vendors read and replay. */
 export interface DeliveryHistory {
   recent(webhookId: string, limit: number): Promise<DeliverySummary[]>;
+  /** The newest `limit` of the recent deliveries that are in `status`, newest first. */
+  recentWithStatus(webhookId: string, status: DeliveryStatus, limit: number): Promise<DeliverySummary[]>;
   get(webhookId: string, deliveryId: string): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined>;
   deadLetters(webhookId: string, limit: number): Promise<DeliverySummary[]>;
   /** Dead-letter ids oldest first, after `afterScore` (for paging through a bulk replay). */
@@ -254,10 +256,28 @@ type RecordAttemptArgs = [
   fallenOffGraceMs: string,
 ];
 
+// The recent list, newest first, until ARGV[3] records in status ARGV[2] are found: one round trip
+// however far the matches lie. ARGV[1] is the webhook's record key prefix, hash tag included, so
+// every key read hashes to the slot of KEYS[1]. A record without a status is pending (as toSummary
+// reads it); an id whose record has expired is skipped.
+const RECENT_WITH_STATUS_LUA = `
+local limit = tonumber(ARGV[3])
+local found = {}
+for _, id in ipairs(redis.call('ZREVRANGE', KEYS[1], 0, -1)) do
+  local fields = redis.call('HMGET', ARGV[1] .. id, 'deliveryId', 'status')
+  if fields[1] and (fields[2] or 'pending') == ARGV[2] then
+    found[#found + 1] = id
+    if #found >= limit then break end
+  end
+end
+return found`;
+
 interface DeliveryLogScripts {
   /** Returns when (ms, as text) the webhook's current run of failures began; null once delivered. */
   hooklineRecordAttempt(...args: RecordAttemptArgs): Promise<string | null>;
   hooklineRecordDeferred(...args: (string | number)[]): Promise<number>;
+  /** Ids of the newest recent deliveries in a status (see RECENT_WITH_STATUS_LUA). */
+  hooklineRecentWithStatus(recentKey: string, recordKeyPrefix: string, status: string, limit: number): Promise<string[]>;
 }
 
 /**
@@ -282,6 +302,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     if (typeof (redis as unknown as Partial<DeliveryLogScripts>).hooklineRecordAttempt !== 'function') {
       redis.defineCommand('hooklineRecordAttempt', { numberOfKeys: 4, lua: RECORD_ATTEMPT_LUA });
       redis.defineCommand('hooklineRecordDeferred', { numberOfKeys: 2, lua: RECORD_DEFERRED_LUA });
+      redis.defineCommand('hooklineRecentWithStatus', { numberOfKeys: 1, lua: RECENT_WITH_STATUS_LUA });
     }
     this.scripts = redis as unknown as DeliveryLogScripts;
     this.retentionMsArg = String(options.retentionMs);
@@ -374,6 +395,12 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
 
   async recent(webhookId: string, limit: number): Promise<DeliverySummary[]> {
     const ids = await this.redis.zrevrange(this.keys.deliveries.ofWebhook(webhookId), 0, limit - 1);
+    return this.summaries(webhookId, ids);
+  }
+
+  async recentWithStatus(webhookId: string, status: DeliveryStatus, limit: number): Promise<DeliverySummary[]> {
+    const k = this.keys.deliveries;
+    const ids = await this.scripts.hooklineRecentWithStatus(k.ofWebhook(webhookId), k.record(webhookId, ''), status, limit);
     return this.summaries(webhookId, ids);
   }
 

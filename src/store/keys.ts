@@ -57,6 +57,8 @@ export function redisKeys(prefix: string) {
     endpointAnswered: (endpointDigest: string) => tag(`ep:${endpointDigest}`),
     /** counter with a 2 s TTL: requests made with one API key (by fingerprint) in one second */
     rateWindow: (fingerprint: string, second: number) => `${tag(`rl:${fingerprint}`)}:${second}`,
+    /** counter with a 2 s TTL: events ingested with one API key (by key id) in one second */
+    ingestRateWindow: (keyId: string, second: number) => `${tag(`irl:${keyId}`)}:${second}`,
     task: (taskId: string) => tag(`task:${taskId}`),
     agent: (deploymentId: string) => tag(`agent:${deploymentId}`),
   } as const;

@@ -22,3 +22,50 @@ export class RedisRequestCounter implements RequestCounter {
     return Number(results?.[0]?.[1] ?? 0);
   }
 }
+
+/** What the ingest route needs: admit a request's events into this second's budget, or refuse them. */
+export interface EventBudget {
+  /**
+   * Counts `count` events for `subject` in the second of `nowMs` and resolves true, unless they would
+   * take the second past `limit`: then resolves false and counts nothing.
+   */
+  take(subject: string, count: number, limit: number, nowMs: number): Promise<boolean>;
+}
+
+// Check and count in one step, so API processes racing for the same key's budget never both pass
+// the check and then overshoot it. An empty window always admits: a single batch larger than a
+// small limit would otherwise be refused forever.
+const TAKE_EVENTS_LUA = `
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local count = tonumber(ARGV[1])
+if used > 0 and used + count > tonumber(ARGV[2]) then return 0 end
+redis.call('INCRBY', KEYS[1], count)
+redis.call('PEXPIRE', KEYS[1], 2000)
+return 1`;
+
+interface EventBudgetScripts {
+  hooklineTakeEvents(key: string, count: number, limit: number): Promise<number>;
+}
+
+/**
+ * Fixed one-second windows of events per subject in Redis, shared by every API process: one
+ * script call (one round trip) per request, whatever its number of events.
+ */
+export class RedisEventBudget implements EventBudget {
+  private readonly scripts: EventBudgetScripts;
+
+  constructor(
+    redis: Redis,
+    private readonly keys: RedisKeys,
+  ) {
+    // A connection may serve several budgets (tests do): the script is defined once per connection.
+    if (typeof (redis as unknown as Partial<EventBudgetScripts>).hooklineTakeEvents !== 'function') {
+      redis.defineCommand('hooklineTakeEvents', { numberOfKeys: 1, lua: TAKE_EVENTS_LUA });
+    }
+    this.scripts = redis as unknown as EventBudgetScripts;
+  }
+
+  async take(subject: string, count: number, limit: number, nowMs: number): Promise<boolean> {
+    return (await this.scripts.hooklineTakeEvents(this.keys.ingestRateWindow(subject, Math.floor(nowMs / 1000)), count, limit)) === 1;
+  }
+}

@@ -23,6 +23,13 @@ export interface TestAppOptions {
   queuePartitions?: number;
   secretRotationOverlapMs?: number;
   rateLimitPerSecond?: number;
+  /** Ingested events per second per API key (unset: no limit). */
+  ingestRateLimitPerSecond?: number;
+  /**
+   * Registration accepts callback URLs on loopback and private addresses (default true: the tests'
+   * receivers listen on 127.0.0.1); false applies the SSRF guard as production does by default.
+   */
+  allowPrivateTargets?: boolean;
   /** Another Redis than the suite's, e.g. a `redis+cluster://` URL. */
   redisUrl?: string;
   /** A fixed key prefix instead of a fresh random one. */
@@ -48,7 +55,9 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
       logger: pino({ level: 'silent' }),
       bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
       isReady: () => pingRedis(t.redis, 1_000),
+      allowPrivateTargets: options.allowPrivateTargets ?? true,
       ...(options.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: options.rateLimitPerSecond }),
+      ...(options.ingestRateLimitPerSecond === undefined ? {} : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
     }),
   );
   return Object.assign(stores, {

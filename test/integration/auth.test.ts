@@ -72,6 +72,19 @@ describe('authentication and roles', () => {
     });
   });
 
+  it('answers 400 naming an unknown query parameter on every route, after authenticating (so ?api_key= answers 401)', async () => {
+    const key = await t.keyFor(['admin'], 'vendor-1');
+    for (const route of ROUTES) {
+      const url = `${route.url}?foo=1`;
+      const res = await t.app.inject({ method: route.method, url, headers: { 'x-api-key': key }, ...(route.payload ? { payload: route.payload } : {}) });
+      expect([route.method, url, res.statusCode]).toEqual([route.method, url, 400]);
+      expect(res.json<{ error: string; code: string }>()).toMatchObject({ code: 'invalid_request', error: expect.stringContaining('Invalid query parameters: unknown parameter "foo"') as string });
+      // A key in the query string is not a key: 401, before any validation.
+      const inQuery = await t.app.inject({ method: route.method, url: `${route.url}?api_key=${key}`, ...(route.payload ? { payload: route.payload } : {}) });
+      expect([route.method, route.url, inQuery.statusCode]).toEqual([route.method, route.url, 401]);
+    }
+  });
+
   it('answers 403 on vendor routes for a key bound to no vendor', async () => {
     const key = await t.keyFor(['admin']);
     const res = await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } });

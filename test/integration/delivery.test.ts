@@ -17,6 +17,12 @@ function eventOf(eventType: WebhookEventType, extra: object = {}) {
   return { event_id: randomUUID(), event_type: eventType, vendor_id: VENDOR, timestamp: new Date().toISOString(), data, ...extra };
 }
 
+/** The Standard Webhooks headers of a received request, as the verifier takes them. */
+function standardHeaders(request: { headers: Record<string, unknown> }): Record<string, string> {
+  const h = request.headers;
+  return { 'webhook-id': String(h['webhook-id']), 'webhook-timestamp': String(h['webhook-timestamp']), 'webhook-signature': String(h['webhook-signature']) };
+}
+
 /** The legacy check a receiver writes by hand. */
 function legacyValid(secret: string, body: string, header: string | undefined): boolean {
   return header === `sha256=${createHmac('sha256', Buffer.from(secret, 'utf8')).update(body).digest('hex')}`;
@@ -108,10 +114,76 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const [request] = await waitFor(() => receiver.at('/rot').length > 0 && receiver.at('/rot'), 10_000, 'rotated delivery');
     const h = request!.headers;
     expect(String(h['webhook-signature']).split(' ')).toHaveLength(2);
-    const headers = { 'webhook-id': String(h['webhook-id']), 'webhook-timestamp': String(h['webhook-timestamp']), 'webhook-signature': String(h['webhook-signature']) };
-    expect(new StandardWebhook(newSecret).verify(request!.body, headers)).toBeTruthy();
-    expect(new StandardWebhook(oldSecret).verify(request!.body, headers)).toBeTruthy();
-    expect(legacyValid(newSecret, request!.body, h['x-webhook-signature'] as string)).toBe(true);
+    expect(new StandardWebhook(newSecret).verify(request!.body, standardHeaders(request!))).toBeTruthy();
+    expect(new StandardWebhook(oldSecret).verify(request!.body, standardHeaders(request!))).toBeTruthy();
+    // The legacy header carries one signature: the previous secret's, which every receiver still has.
+    expect(legacyValid(oldSecret, request!.body, h['x-webhook-signature'] as string)).toBe(true);
+    expect(legacyValid(newSecret, request!.body, h['x-webhook-signature'] as string)).toBe(false);
+  });
+
+  it('keeps a receiver that holds only the old secret verifying both headers through a rotation', async () => {
+    const secretA = 'secret-A only the old receiver has';
+    const secretB = 'secret-B the vendor rotated to';
+    /** A receiver written against the webhook's secret `secret`: what it accepts of a request. */
+    const receiverHolding = (secret: string, request: { body: string; headers: Record<string, unknown> }) => ({
+      standard: (() => {
+        try {
+          new StandardWebhook(Buffer.from(secret, 'utf8'), { format: 'raw' }).verify(request.body, standardHeaders(request));
+          return true;
+        } catch {
+          return false;
+        }
+      })(),
+      legacy: legacyValid(secret, request.body, request.headers['x-webhook-signature'] as string | undefined),
+    });
+    const id = await register('EVENT_TYPE_DEPLOYMENT_UPDATED', '/legacy-rot', secretA);
+    await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'));
+    const [before] = await waitFor(() => receiver.at('/legacy-rot').length === 1 && receiver.at('/legacy-rot'), 10_000, 'delivery before the rotation');
+    expect(receiverHolding(secretA, before!)).toEqual({ standard: true, legacy: true });
+
+    const patchedAtMs = Date.now();
+    const patched = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { secret: secretB } });
+    expect(patched.statusCode).toBe(200);
+    const expiresAt = patched.json<{ previous_secret_expires_at?: string }>().previous_secret_expires_at;
+    expect(expiresAt).toBeDefined();
+    // The default overlap: 24 h from the PATCH.
+    expect(Math.abs(Date.parse(expiresAt!) - (patchedAtMs + 24 * 3_600_000))).toBeLessThan(60_000);
+
+    await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'));
+    const [, during] = await waitFor(() => receiver.at('/legacy-rot').length === 2 && receiver.at('/legacy-rot'), 10_000, 'delivery during the overlap');
+    // Not yet updated: the old receiver still verifies both headers.
+    expect(receiverHolding(secretA, during!)).toEqual({ standard: true, legacy: true });
+    // Already updated: the standard header verifies with the new secret; the legacy one still has the old.
+    expect(receiverHolding(secretB, during!)).toEqual({ standard: true, legacy: false });
+  });
+
+  it('switches the legacy header to the new secret when the rotation overlap ends', async () => {
+    await t.close();
+    t = await testApp({ retryScheduleMs: [0, 300, 300, 300], secretRotationOverlapMs: 1_000 });
+    await worker.close();
+    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } });
+    key = await t.keyFor(['vendor'], VENDOR);
+    const secretA = 'secret-A before the rotation';
+    const secretB = 'secret-B after the rotation';
+    const id = await register('EVENT_TYPE_MACHINE_CREATED', '/after-overlap', secretA);
+    const patched = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { secret: secretB } });
+    expect(patched.json()).toHaveProperty('previous_secret_expires_at');
+    // The overlap is over once the resource stops naming its end.
+    await waitFor(
+      async () => {
+        const listed = await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } });
+        const [webhook] = listed.json<{ webhooks: Record<string, unknown>[] }>().webhooks;
+        return webhook !== undefined && !('previous_secret_expires_at' in webhook);
+      },
+      10_000,
+      'the end of the overlap',
+    );
+    await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
+    const [request] = await waitFor(() => receiver.at('/after-overlap').length > 0 && receiver.at('/after-overlap'), 10_000, 'delivery after the overlap');
+    expect(legacyValid(secretB, request!.body, request!.headers['x-webhook-signature'] as string)).toBe(true);
+    expect(legacyValid(secretA, request!.body, request!.headers['x-webhook-signature'] as string)).toBe(false);
+    expect(String(request!.headers['webhook-signature']).split(' ')).toHaveLength(1);
+    expect(new StandardWebhook(Buffer.from(secretB, 'utf8'), { format: 'raw' }).verify(request!.body, standardHeaders(request!))).toBeTruthy();
   });
 
   it('sends no signature headers for a webhook without a secret', async () => {

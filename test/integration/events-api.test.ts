@@ -100,6 +100,14 @@ describe('POST /internal/v1/events', () => {
     expect(full.json<Answer>().accepted).toBe(1000);
   });
 
+  it('answers 400 naming a field beside "events" in a batch, and ingests none of it', async () => {
+    const event = sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) });
+    const res = await post({ vendor_id: 'v-1', events: [event] });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toEqual({ error: 'Invalid request body: unknown field "vendor_id" (a batch is { "events": [ … ] } alone)', code: 'invalid_request' });
+    expect(await f.redis.exists(f.keys.events.seen(id(1)))).toBe(0);
+  });
+
   it('answers 400 for a body that is not an object or an events array', async () => {
     for (const [payload, message] of [
       ['[{"event_type":"TASK_UPDATED"}]', 'the body must be a JSON object'],

@@ -48,6 +48,40 @@ describe('Ingestor: matching and the envelope', () => {
     });
   });
 
+  it('delivers data exactly as the producer sent it: fields the schema does not name stay, no defaults are added', async () => {
+    await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_UPDATED');
+    await f.subscribe('v-1', 'EVENT_TYPE_DEPLOYMENT_UPDATED');
+    const machineData = { ...machine('m-7'), owner_note: 'rack 4', hardware_specs: { cpu: { model: 'EPYC', cores: 8, microcode: '0xa0011d1' }, gpus: [{ name: 'H100', nvlink: true }] } };
+    const agentData = { status: 'STATUS_RUNNING', machine_id: 'm-7', deployment_id: 'dep-7', image: 'vllm:0.6' };
+    const results = await f.ingest([
+      { event_id: id(1), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v-1', timestamp: '2024-05-01T12:00:00Z', data: machineData },
+      { event_id: id(2), event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', timestamp: '2024-05-01T12:00:00Z', data: agentData },
+    ]);
+    expect(results.map((r) => r.status)).toEqual(['accepted', 'accepted']);
+    const [machineBody, agentBody] = f.enqueuer.requests.map((r) => r.body);
+    expect(machineBody).toBe(`{"version":"1.0","event_id":"${id(1)}","event_type":"EVENT_TYPE_MACHINE_UPDATED","timestamp":"2024-05-01T12:00:00.000Z","data":${JSON.stringify(machineData)}}`);
+    expect(agentBody).toBe(`{"version":"1.0","event_id":"${id(2)}","event_type":"EVENT_TYPE_DEPLOYMENT_UPDATED","timestamp":"2024-05-01T12:00:00.000Z","data":${JSON.stringify(agentData)}}`);
+    // The read models keep their validated form.
+    expect(await f.agents.get('dep-7')).toEqual({ deployment_id: 'dep-7', machine_id: 'm-7', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} });
+    expect(await f.machines.get('m-7')).not.toHaveProperty('owner_note');
+  });
+
+  it('rejects an event with an unknown top-level field alone, naming the field', async () => {
+    await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    const results = await f.ingest([
+      { event_id: id(1), event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor: 'v-1', vendor_id: 'v-1', data: machine('m-1') },
+      { event_id: id(2), event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: machine('m-2'), status: 'available' },
+      sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(3) }),
+    ]);
+    expect(results).toEqual([
+      { event_id: id(1), status: 'rejected', reason: 'unknown field "vendor"' },
+      { event_id: id(2), status: 'rejected', reason: 'unknown field "status"' },
+      { event_id: id(3), status: 'accepted', deliveries: 1 },
+    ]);
+    expect(f.enqueuer.requests.map((r) => r.eventId)).toEqual([id(3)]);
+    expect(await f.machines.get('m-2')).toBeUndefined();
+  });
+
   it('accepts an event for a vendor without a webhook, with 0 deliveries and no enqueue', async () => {
     await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
     const results = await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(1) }), sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-2', { event_id: id(2) })]);

@@ -179,6 +179,74 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
   });
 });
 
+describe('request URLs in a live engine’s logs', () => {
+  let t: TestApp;
+  let engine: Awaited<ReturnType<typeof startCli>>;
+  let base: string;
+
+  beforeAll(async () => {
+    t = await testApp();
+    const apiPort = await freeLoopbackPort();
+    engine = await startCli(
+      ['start'],
+      {
+        ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL')),
+        REDIS_URL: t.url,
+        HOOKLINE_REDIS_PREFIX: t.prefix,
+        HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
+        HOOKLINE_API_PORT: String(apiPort),
+        HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
+        HOOKLINE_LOG_FORMAT: 'json',
+      },
+      /delivery worker running/,
+    );
+    base = `http://127.0.0.1:${apiPort}`;
+  }, 90_000);
+
+  afterAll(async () => {
+    engine?.child.kill('SIGTERM');
+    await engine?.exited;
+    await t?.close();
+  });
+
+  it('never writes a query string value, such as a key a client put in the URL, to any log line', async () => {
+    const keyInUrl = await t.keyFor(['vendor'], 'v-leak');
+    const headerKey = await t.keyFor(['vendor'], 'v-leak');
+    const urlOf = (line: Record<string, unknown>) => (line.req as { url?: string } | undefined)?.url;
+    const lines = () =>
+      engine
+        .output()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+
+    expect((await fetch(`${base}/vendors/v1/webhooks?api_key=${keyInUrl}`)).status).toBe(401);
+    expect((await fetch(`${base}/rental/v1/machines?api_key=${keyInUrl}&page=1`)).status).toBe(401);
+    await fetch(`${base}/vendors/v1/webhooks?token=secret-value&x=1`, { headers: { 'x-api-key': headerKey } });
+    expect((await fetch(`${base}/no/such/route?api_key=${keyInUrl}`)).status).toBe(404);
+    // Every request logged its incoming line and its completion.
+    const logged = await waitFor(
+      () => {
+        const all = lines();
+        const ours = all.filter((l) => /^\/(vendors\/v1\/webhooks|rental\/v1\/machines|no\/such\/route)\?/.test(urlOf(l) ?? ''));
+        const done = new Set(all.filter((l) => l.msg === 'request completed').map((l) => l.reqId));
+        return ours.length >= 4 && ours.every((l) => done.has(l.reqId)) && ours;
+      },
+      10_000,
+      'the request log lines',
+    );
+    const output = engine.output();
+    console.log(`request urls logged: ${logged.map(urlOf).join(' ')}`);
+    for (const secret of [keyInUrl, keyInUrl.slice(3), encodeURIComponent(keyInUrl), 'secret-value']) expect(output).not.toContain(secret);
+    expect(logged.map(urlOf)).toEqual([
+      '/vendors/v1/webhooks?api_key=[redacted]',
+      '/rental/v1/machines?api_key=[redacted]&page=[redacted]',
+      '/vendors/v1/webhooks?token=[redacted]&x=[redacted]',
+      '/no/such/route?api_key=[redacted]',
+    ]);
+  });
+});
+
 describe('log redaction', () => {
   it('blanks keys, secrets and credential headers wherever they appear', () => {
     const chunks: string[] = [];

@@ -98,6 +98,24 @@ describe('StreamIngestSource', () => {
     ]);
   });
 
+  it('acknowledges an entry whose event is not valid UTF-8 without ingesting it; valid UTF-8 (U+FFFD included) goes through', async () => {
+    const webhookId = await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    await source().start();
+    const event = (eventId: string, cuda: string) => JSON.stringify({ ...sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: eventId }), data: { status: 'available', metadata: { machine_id: `m-${eventId.slice(-2)}`, cuda_version: cuda } } });
+    const [before, after] = event(id(7), '@@').split('@@') as [string, string];
+    const notUtf8 = (await f.redis.xadd(stream(), '*', 'event', Buffer.concat([Buffer.from(before), Buffer.from([0xc3, 0x28, 0xed, 0xa0, 0x80]), Buffer.from(after)])))!;
+    await add(event(id(8), '12.4 \ufffd é 🚀 中文'));
+
+    await waitFor('the valid event', () => f.enqueuer.requests.length === 1);
+    await waitFor('no pending entries', async () => (await pendingCount()) === 0);
+    expect(f.enqueuer.requests.map((r) => [r.eventId, r.webhookId])).toEqual([[id(8), webhookId]]);
+    expect((JSON.parse(f.enqueuer.requests[0]!.body) as { data: { metadata: { cuda_version: string } } }).data.metadata.cuda_version).toBe('12.4 \ufffd é 🚀 中文');
+    expect(await f.redis.exists(f.keys.events.seen(id(7)))).toBe(0);
+    expect(await f.machines.get('m-07')).toBeUndefined();
+    const skipped = logs.filter((line) => line.entryId !== undefined).map((line) => [line.entryId, line.reason]);
+    expect(skipped).toEqual([[notUtf8, 'the "event" field is not valid UTF-8; JSON must be UTF-8 (RFC 8259)']]);
+  });
+
   it('leaves entries pending while ingest fails and ingests them after recovery', async () => {
     await f.subscribe('v-1', 'EVENT_TYPE_DEPLOYMENT_CREATED');
     f.enqueuer.failure = new Error('queue unavailable');

@@ -242,3 +242,56 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
     });
   });
 });
+
+describe('callback targets at registration (the SSRF guard)', () => {
+  const BLOCKED = [
+    ['http://169.254.169.254/', '169.254.169.254 is link-local (metadata)'],
+    ['http://10.0.0.1/', '10.0.0.1 is private'],
+    ['http://[::1]/', '::1 is loopback'],
+    ['http://127.0.0.1:8080/', '127.0.0.1 is loopback'],
+    ['http://localhost:8080/hooks', 'localhost always resolves to loopback'],
+    ['https://hooks.localhost/', 'hooks.localhost always resolves to loopback'],
+  ] as const;
+
+  it('answers 400 naming the field and the reason on POST and PATCH when private targets are not allowed, and stores nothing', async () => {
+    const t = await testApp({ allowPrivateTargets: false });
+    try {
+      const key = await t.keyFor(['vendor'], 'vendor-1');
+      const headers = { 'x-api-key': key };
+      for (const [url, reason] of BLOCKED) {
+        const res = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers, payload: { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: url } });
+        expect([url, res.statusCode]).toEqual([url, 400]);
+        expect(res.json()).toEqual({ error: `Invalid request body: callback_url must not point at a private or reserved address (${reason})`, code: 'invalid_request' });
+      }
+      expect(await t.webhooks.list('vendor-1')).toEqual([]);
+
+      const created = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers, payload: { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A } });
+      expect(created.statusCode).toBe(201);
+      const id = created.json<{ webhook_id: string }>().webhook_id;
+      for (const [url, reason] of BLOCKED) {
+        const res = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers, payload: { callback_url: url } });
+        expect([url, res.statusCode]).toEqual([url, 400]);
+        expect(res.json<{ error: string }>().error).toBe(`Invalid request body: callback_url must not point at a private or reserved address (${reason})`);
+      }
+      expect((await t.webhooks.getById(id))?.callbackUrl).toBe(URL_A);
+      // A name that is not localhost passes here: what it resolves to is checked at delivery.
+      const named = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers, payload: { callback_url: 'https://hooks.example.net/in' } });
+      expect(named.statusCode).toBe(200);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('accepts every target when private targets are allowed', async () => {
+    const t = await testApp({ allowPrivateTargets: true });
+    try {
+      const key = await t.keyFor(['vendor'], 'vendor-1');
+      for (const [i, [url]] of BLOCKED.entries()) {
+        const res = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key }, payload: { event_type: WEBHOOK_EVENT_TYPES[i], callback_url: url } });
+        expect([url, res.statusCode]).toEqual([url, 201]);
+      }
+    } finally {
+      await t.close();
+    }
+  });
+});

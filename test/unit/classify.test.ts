@@ -88,28 +88,47 @@ describe('decide', () => {
     expect(decided(response(500), 1, MIDDLE, [0])).toEqual({ action: 'dead' });
   });
 
-  it('honours Retry-After on 429 and 503 exactly (no jitter), within twice the next delay', () => {
+  it('honours Retry-After on 429 and 503 exactly (no jitter), however much longer than the next delay', () => {
     expect(decided(response(429, '7'), 1, () => 0)).toEqual({ action: 'retry', delayMs: 7 * S });
     expect(decided(response(503, '7'), 1, () => 0.99)).toEqual({ action: 'retry', delayMs: 7 * S });
-    // Next delay 5 s: at most 10 s.
-    expect(decided(response(429, '60'), 1)).toEqual({ action: 'retry', delayMs: 10 * S });
+    // Scheduled 1 s, asked 3 s: never earlier than asked.
+    expect(decided(response(429, '3'), 1, MIDDLE, [0, 1 * S, 5 * M])).toEqual({ action: 'retry', delayMs: 3 * S });
+    expect(decided(response(503, '3'), 1, MIDDLE, [0, 1 * S, 5 * M])).toEqual({ action: 'retry', delayMs: 3 * S });
+    // Next delay 5 s: 60 s and an hour are what the receiver asked.
+    expect(decided(response(429, '60'), 1)).toEqual({ action: 'retry', delayMs: 60 * S });
+    expect(decided(response(503, '3600'), 2)).toEqual({ action: 'retry', delayMs: 1 * H });
+    // An HTTP-date 90 s ahead, with 5 s scheduled, is 90 s.
+    expect(decided(response(503, 'Thu, 02 Jan 2025 03:05:35 GMT'), 1)).toEqual({ action: 'retry', delayMs: 90 * S });
     // Next delay 5 min: an HTTP-date 30 s ahead is 30 s.
     expect(decided(response(503, 'Thu, 02 Jan 2025 03:04:35 GMT'), 2)).toEqual({ action: 'retry', delayMs: 30 * S });
-    expect(decided(response(503, '3600'), 2)).toEqual({ action: 'retry', delayMs: 10 * M });
     // A shorter wait than the schedule is honoured too; a past date means now.
     expect(decided(response(429, '0'), 5)).toEqual({ action: 'retry', delayMs: 0 });
     expect(decided(response(429, 'Wed, 01 Jan 2025 00:00:00 GMT'), 5)).toEqual({ action: 'retry', delayMs: 0 });
   });
 
+  it('leaves the attempts after a Retry-After on the schedule', () => {
+    expect(decided(response(429, '3600'), 1)).toEqual({ action: 'retry', delayMs: 1 * H });
+    expect(decided(response(500), 2)).toEqual({ action: 'retry', delayMs: 5 * M });
+  });
+
   it('caps Retry-After at 24 h', () => {
-    // Next delay 14 h: twice is 28 h, so the 24 h cap applies.
+    // From the first attempt the rest of the schedule spans about 76 h: 24 h is the smaller ceiling.
+    expect(decided(response(429, '99999999999999999999'), 1)).toEqual({ action: 'retry', delayMs: 24 * H });
+    expect(decided(response(503, 'Fri, 03 Jan 2025 05:04:05 GMT'), 1)).toEqual({ action: 'retry', delayMs: 24 * H });
     expect(decided(response(429, '200000'), 7)).toEqual({ action: 'retry', delayMs: 24 * H });
     expect(decided(response(429, '99999999999999999999'), 9)).toEqual({ action: 'retry', delayMs: 24 * H });
   });
 
-  it('caps Retry-After at 2 s when the next scheduled delay is 0', () => {
-    expect(decided(response(429, '10'), 1, MIDDLE, [0, 0, 0])).toEqual({ action: 'retry', delayMs: 2 * S });
-    expect(decided(response(429, '1'), 1, MIDDLE, [0, 0, 0])).toEqual({ action: 'retry', delayMs: 1 * S });
+  it('caps Retry-After at the end of the retry window: when the schedule’s last attempt would come', () => {
+    // Remaining delays after the first attempt: 1 s + 2 s + 3 s = 6 s.
+    expect(decided(response(429, '60'), 1, MIDDLE, [0, 1 * S, 2 * S, 3 * S])).toEqual({ action: 'retry', delayMs: 6 * S });
+    expect(decided(response(429, '5'), 1, MIDDLE, [0, 1 * S, 2 * S, 3 * S])).toEqual({ action: 'retry', delayMs: 5 * S });
+    // After the third, only 3 s remain.
+    expect(decided(response(503, '60'), 3, MIDDLE, [0, 1 * S, 2 * S, 3 * S])).toEqual({ action: 'retry', delayMs: 3 * S });
+    // Default schedule, attempt 8: 20 h + 24 h remain, so 24 h still caps; attempt 9: 24 h remain.
+    expect(decided(response(429, '172800'), 8)).toEqual({ action: 'retry', delayMs: 24 * H });
+    // A schedule of zeros has no window to wait in: the retry comes at once.
+    expect(decided(response(429, '10'), 1, MIDDLE, [0, 0, 0])).toEqual({ action: 'retry', delayMs: 0 });
     expect(decided(response(500), 1, MIDDLE, [0, 0, 0])).toEqual({ action: 'retry', delayMs: 0 });
   });
 

@@ -35,6 +35,8 @@ describe('loadConfig', () => {
       dataDir: '.hookline',
       embeddedRedisPort: 0,
       dedupeWindowMs: 48 * 3_600_000,
+      rateLimitPerSecond: 100,
+      ingestRateLimitPerSecond: 10_000,
     });
     expect(config.retryScheduleMs).toEqual([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000]);
     expect(Object.isFrozen(config)).toBe(true);
@@ -52,8 +54,9 @@ describe('loadConfig', () => {
       HOOKLINE_DELIVERY_TIMEOUT: '2s',
       HOOKLINE_LOG_LEVEL: 'debug',
       HOOKLINE_DEDUPE_WINDOW: '24h',
+      HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '0',
     });
-    expect(config).toMatchObject({ redisUrl: 'redis://localhost:6380/2', apiPort: 9000, allowPrivateTargets: true, workerConcurrency: 8, deliveryTimeoutMs: 2_000, logLevel: 'debug', dedupeWindowMs: 86_400_000 });
+    expect(config).toMatchObject({ redisUrl: 'redis://localhost:6380/2', apiPort: 9000, allowPrivateTargets: true, workerConcurrency: 8, deliveryTimeoutMs: 2_000, logLevel: 'debug', dedupeWindowMs: 86_400_000, ingestRateLimitPerSecond: 0 });
     expect(config.retryScheduleMs).toEqual([0, 1_000, 500]);
     expect(config.secretKey?.equals(Buffer.alloc(32, 7))).toBe(true);
   });
@@ -74,6 +77,8 @@ describe('loadConfig', () => {
     [{ HOOKLINE_LOG_LEVEL: 'loud' }, 'HOOKLINE_LOG_LEVEL'],
     [{ HOOKLINE_REDIS_PREFIX: 'a b' }, 'HOOKLINE_REDIS_PREFIX'],
     [{ HOOKLINE_DEDUPE_WINDOW: '12h' }, 'HOOKLINE_DEDUPE_WINDOW: expected at least 24h'],
+    [{ HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '-1' }, 'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected 0 (off) or more'],
+    [{ HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '1.5' }, 'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected a whole number of events'],
   ])('rejects %j naming the variable', (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);

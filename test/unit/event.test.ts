@@ -92,10 +92,22 @@ describe('ingest event schema, per type', () => {
     );
   });
 
-  it('drops unknown fields', () => {
-    const event = accepted({ event_type: 'TASK_UPDATED', data: { ...TASK, extra: 1 }, priority: 'high' });
-    expect(event).not.toHaveProperty('priority');
-    expect(event.data).not.toHaveProperty('extra');
+  it('rejects unknown top-level fields, naming them', () => {
+    expect(reasonOf({ event_type: 'TASK_UPDATED', data: TASK, priority: 'high' })).toBe('unknown field "priority"');
+    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', vendor: 'v-1', data: MACHINE })).toBe('unknown field "vendor"');
+    expect(reasonOf({ event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: AGENT, machine_id: 'm', Data: {} })).toBe('unknown field "machine_id", "Data"');
+    expect(parse({ event_id: EVENT_ID, event_type: 'TASK_UPDATED', data: TASK, extra: 1 })).toEqual({ ok: false, reason: 'unknown field "extra"', event_id: EVENT_ID });
+  });
+
+  it('keeps the data exactly as sent beside the parsed form the read models use', () => {
+    const sent = { extra: 1, ...TASK, nested: { deep: [1, 'two'] } };
+    const event = accepted({ event_type: 'TASK_UPDATED', data: sent });
+    expect(event.sentData).toBe(sent);
+    expect(event.data).toEqual(TASK);
+    const agentSent = { deployment_id: 'd', machine_id: 'm', status: 'STATUS_PENDING' };
+    const agent = accepted({ event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED', vendor_id: 'v-1', data: agentSent });
+    expect(agent.sentData).toEqual({ deployment_id: 'd', machine_id: 'm', status: 'STATUS_PENDING' });
+    expect(agent.data).toEqual({ ...agentSent, fail_reason: '', metadata: {} });
   });
 });
 
@@ -142,12 +154,17 @@ describe('buildEnvelope', () => {
     );
   });
 
-  it('envelopes a parsed event with its defaults filled in', () => {
-    const event = accepted({ event_id: EVENT_ID, event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED', vendor_id: 'v-1', data: { deployment_id: 'd', machine_id: 'm', status: 'STATUS_PENDING' } });
+  it('envelopes a parsed event with its data as the producer sent it: no defaults added, nothing dropped', () => {
+    const event = accepted({
+      event_id: EVENT_ID,
+      event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED',
+      vendor_id: 'v-1',
+      data: { status: 'STATUS_PENDING', deployment_id: 'd', machine_id: 'm', region: { name: 'eu', zones: [1, 2] } },
+    });
     if (event.event_type === 'TASK_UPDATED') throw new Error('unexpected type');
-    expect(buildEnvelope(event)).toBe(
+    expect(buildEnvelope({ ...event, data: event.sentData })).toBe(
       `{"version":"1.0","event_id":"${EVENT_ID}","event_type":"EVENT_TYPE_DEPLOYMENT_CREATED","timestamp":"2024-05-01T12:30:00.000Z",` +
-        '"data":{"deployment_id":"d","machine_id":"m","status":"STATUS_PENDING","fail_reason":"","metadata":{}}}',
+        '"data":{"status":"STATUS_PENDING","deployment_id":"d","machine_id":"m","region":{"name":"eu","zones":[1,2]}}}',
     );
   });
 

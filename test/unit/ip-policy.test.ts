@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { blockedAddressReason, parseIpLiteralHost } from '../../src/delivery/ip-policy.js';
+import { blockedAddressReason, parseIpLiteralHost } from '../../src/domain/ip-policy.js';
 
 /** [address, expected reason or undefined for a public address]. */
 const ADDRESSES: [string, string | undefined][] = [

@@ -67,7 +67,7 @@ describe('signatureHeaders', () => {
     expect(() => new Webhook(WHSEC).verify(`${BODY} `, whsec)).toThrow();
   });
 
-  it('signs with both secrets during a rotation, the current one first, legacy with the current one', () => {
+  it('signs with both secrets during a rotation, the current one first; legacy with the previous one', () => {
     const previous = 'whsec_AAECAwQFBgcICQoLDA0ODw==';
     const nowSec = Math.floor(Date.now() / 1000);
     const headers = signatureHeaders({ webhookId: ID, timestampSec: nowSec, body: BODY, secrets: [WHSEC, previous] });
@@ -79,7 +79,17 @@ describe('signatureHeaders', () => {
     // A receiver holding either secret accepts the delivery.
     expect(() => new Webhook(WHSEC).verify(BODY, headers)).not.toThrow();
     expect(() => new Webhook(previous).verify(BODY, headers)).not.toThrow();
-    expect(headers['x-webhook-signature']).toBe(`sha256=${createHmac('sha256', WHSEC).update(BODY).digest('hex')}`);
+    // The one-value legacy header carries the secret every receiver already holds: the previous one.
+    expect(headers['x-webhook-signature']).toBe(`sha256=${createHmac('sha256', previous).update(BODY).digest('hex')}`);
+  });
+
+  it('signs the legacy header with the previous secret during a rotation and the current one otherwise (vectors)', () => {
+    const body = '{"a":1}';
+    const during = signatureHeaders({ webhookId: 'msg_1', timestampSec: 1_700_000_000, body, secrets: ['new-secret', 'old-secret'] });
+    const after = signatureHeaders({ webhookId: 'msg_1', timestampSec: 1_700_000_000, body, secrets: ['new-secret'] });
+    // HMAC-SHA256 hex of {"a":1} under the UTF-8 bytes of each secret (openssl dgst -sha256 -hmac).
+    expect(during['x-webhook-signature']).toBe('sha256=3c72ab878c4ed3c2fde01df3b26de050e00acb2627397bd6fae626b378f72931');
+    expect(after['x-webhook-signature']).toBe('sha256=fb31df14fa9b660a954226e53cb92e1230d5de9a9946a386b5ca88f048ab3709');
   });
 
   it('sends only the id and timestamp without a secret', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { callbackUrlProblem, secretProblem, webhookCreateSchema, webhookPatchSchema } from '../../src/domain/webhook.js';
+import { callbackTargetProblem, callbackUrlProblem, secretProblem, webhookCreateSchema, webhookPatchSchema } from '../../src/domain/webhook.js';
 
 describe('callbackUrlProblem', () => {
   it.each(['https://example.com/hook', 'http://127.0.0.1:8080/x?y=1', 'https://[::1]:9000/', 'https://xn--bcher-kva.example/'])('accepts %s', (url) =>
@@ -16,6 +16,32 @@ describe('callbackUrlProblem', () => {
     ['https://exa mple.com/', 'whitespace'],
     [`https://example.com/${'x'.repeat(2048)}`, 'at most 2048'],
   ])('rejects %j', (url, reason) => expect(callbackUrlProblem(url)).toContain(reason));
+});
+
+describe('callbackTargetProblem (the SSRF guard at registration)', () => {
+  it.each([
+    ['http://169.254.169.254/', '169.254.169.254 is link-local (metadata)'],
+    ['http://10.0.0.1/', '10.0.0.1 is private'],
+    ['http://[::1]/', '::1 is loopback'],
+    ['http://127.0.0.1:8080/', '127.0.0.1 is loopback'],
+    ['https://192.168.1.20/hooks', '192.168.1.20 is private'],
+    ['http://0x7f.1/', '127.0.0.1 is loopback'],
+    ['http://2130706433/', '127.0.0.1 is loopback'],
+    ['http://[::ffff:10.1.2.3]/', '::ffff:a01:203 is private via IPv4-mapped'],
+    ['http://[fd00:ec2::254]/', 'fd00:ec2::254 is unique-local (metadata)'],
+    ['http://0.0.0.0:9000/', '0.0.0.0 is unspecified'],
+    ['http://localhost/', 'localhost always resolves to loopback'],
+    ['http://LOCALHOST:3000/x', 'localhost always resolves to loopback'],
+    ['http://localhost./', 'localhost. always resolves to loopback'],
+    ['https://api.localhost/hooks', 'api.localhost always resolves to loopback'],
+  ])('refuses %s', (url, reason) => {
+    expect(callbackTargetProblem(url)).toBe(`callback_url must not point at a private or reserved address (${reason})`);
+  });
+
+  it.each(['https://example.com/hook', 'https://93.184.216.34/', 'http://[2606:4700::1111]/', 'https://localhost.example.com/', 'https://mylocalhost/', 'https://10.0.0.1.nip.io/'])(
+    'accepts %s (names are checked where they resolve: at delivery)',
+    (url) => expect(callbackTargetProblem(url)).toBeUndefined(),
+  );
 });
 
 describe('secretProblem', () => {

@@ -5,7 +5,7 @@ import { EXTERNAL_ID_RE } from '../../domain/ids.js';
 import type { DocLookup } from '../../store/versioned-docs.js';
 import type { Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
-import { errorResponses } from '../schemas.js';
+import { errorResponses, noQueryParameters } from '../schemas.js';
 
 /** `GET /rental/v1/machines/agents/{deployment_id}` (role agents:read). */
 export function agentRoutes(deps: { authorize: Authorizer; agents: DocLookup<AgentStatus> }): FastifyPluginAsyncZod {
@@ -19,6 +19,7 @@ export function agentRoutes(deps: { authorize: Authorizer; agents: DocLookup<Age
           summary: 'Get the agent status of a deployment',
           description: 'deployment_id: 1-128 characters of letters, digits and . _ : @ - (starting with a letter or digit).',
           params: z.object({ deployment_id: z.string().describe('Deployment id.') }),
+          querystring: noQueryParameters,
           response: { 200: agentStatusSchema, ...errorResponses(400, 401, 403, 404, 500) },
         },
       },

@@ -9,7 +9,7 @@ import { DELIVERY_STATUSES, type AttemptRecord, type DeliveryHistory, type Deliv
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
-import { errorResponses } from '../schemas.js';
+import { errorResponses, noQueryParameters, queryParameters } from '../schemas.js';
 
 const iso = (ms: number | undefined) => (ms === undefined ? null : new Date(ms).toISOString());
 
@@ -20,11 +20,14 @@ const deliverySchema = z
     event_type: z.string(),
     status: z.enum(DELIVERY_STATUSES).describe('pending, retrying, delivered, dead (dead letter), dropped (webhook deleted) or replayed.'),
     attempts: z.number().int(),
-    last_outcome: z.string().nullable().describe('delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network or webhook_disabled.'),
+    last_outcome: z.string().nullable().describe('delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, circuit_open (due while the endpoint’s circuit was open; not sent) or webhook_disabled.'),
     last_status_code: z.number().int().nullable(),
     created_at: z.string().describe('When the event was accepted.'),
     updated_at: z.string(),
-    next_attempt_at: z.string().nullable(),
+    next_attempt_at: z
+      .string()
+      .nullable()
+      .describe('When the next attempt will be made (pending and retrying deliveries): the retry schedule, moved later while the endpoint’s circuit holds the delivery back.'),
     replay_of: z.string().nullable().describe('The dead letter this delivery replays.'),
   })
   .meta({ id: 'Delivery' });
@@ -52,7 +55,7 @@ function toDelivery(d: DeliverySummary): z.infer<typeof deliverySchema> {
     last_status_code: d.lastStatusCode ?? null,
     created_at: iso(d.acceptedAtMs) ?? '',
     updated_at: iso(d.updatedAtMs) ?? '',
-    next_attempt_at: d.status === 'retrying' ? iso(d.nextAttemptAtMs) : null,
+    next_attempt_at: d.status === 'retrying' || d.status === 'pending' ? iso(d.nextAttemptAtMs) : null,
     replay_of: d.replayOf ?? null,
   };
 }
@@ -71,14 +74,23 @@ function toAttempt(a: AttemptRecord): z.infer<typeof attemptSchema> {
 
 const webhookParams = z.object({ webhook_id: z.string().describe('Webhook id (UUID).') });
 const deliveryParams = webhookParams.extend({ delivery_id: z.string().describe('Delivery id (UUID).') });
-const limitQuery = z.object({
-  limit: z
-    .string()
-    .regex(/^\d{1,3}$/, 'limit must be a whole number from 1 to 100')
-    .transform(Number)
-    .refine((n) => n >= 1 && n <= 100, 'limit must be a whole number from 1 to 100')
+const limit = z
+  .string()
+  .regex(/^\d{1,3}$/, 'limit must be a whole number from 1 to 100')
+  .transform(Number)
+  .refine((n) => n >= 1 && n <= 100, 'limit must be a whole number from 1 to 100')
+  .optional()
+  .describe('How many, newest first (1-100, default 20).');
+const limitQuery = queryParameters({ limit });
+const deliveriesQuery = queryParameters({
+  limit,
+  status: z
+    .enum(DELIVERY_STATUSES, { error: `status must be one of ${DELIVERY_STATUSES.join(', ')}` })
     .optional()
-    .describe('How many, newest first (1-100, default 20).'),
+    .describe(
+      `Only deliveries in this status (${DELIVERY_STATUSES.join(', ')}): the newest \`limit\` of them among the webhook's ` +
+        'recent deliveries (the last 1000).',
+    ),
 });
 
 export interface DeliveryRouteDeps {
@@ -112,10 +124,12 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
 
     app.get(
       '/vendors/v1/webhooks/:webhook_id/deliveries',
-      { onRequest, schema: { tags, summary: 'Recent deliveries of a webhook', params: webhookParams, querystring: limitQuery, response: { 200: z.object({ deliveries: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) } } },
+      { onRequest, schema: { tags, summary: 'Recent deliveries of a webhook', params: webhookParams, querystring: deliveriesQuery, response: { 200: z.object({ deliveries: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) } } },
       async (request) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);
-        return { deliveries: (await deps.history.recent(webhook.id, request.query.limit ?? 20)).map(toDelivery) };
+        const { limit: count = 20, status } = request.query;
+        const found = status === undefined ? await deps.history.recent(webhook.id, count) : await deps.history.recentWithStatus(webhook.id, status, count);
+        return { deliveries: found.map(toDelivery) };
       },
     );
 
@@ -123,7 +137,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
       '/vendors/v1/webhooks/:webhook_id/deliveries/:delivery_id',
       {
         onRequest,
-        schema: { tags, summary: 'One delivery with every attempt', params: deliveryParams, response: { 200: z.object({ delivery: deliverySchema, attempts: z.array(attemptSchema) }), ...errorResponses(400, 401, 403, 404) } },
+        schema: { tags, summary: 'One delivery with every attempt', params: deliveryParams, querystring: noQueryParameters, response: { 200: z.object({ delivery: deliverySchema, attempts: z.array(attemptSchema) }), ...errorResponses(400, 401, 403, 404) } },
       },
       async (request) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);
@@ -146,7 +160,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
       '/vendors/v1/webhooks/:webhook_id/dead-letters/:delivery_id/replay',
       {
         onRequest,
-        schema: { tags, summary: 'Replay one dead letter', description: 'Queues a new delivery of the same event; answers its id.', params: deliveryParams, response: { 202: z.object({ delivery_id: z.string(), replay_of: z.string() }), ...errorResponses(400, 401, 403, 404, 409) } },
+        schema: { tags, summary: 'Replay one dead letter', description: 'Queues a new delivery of the same event; answers its id.', params: deliveryParams, querystring: noQueryParameters, response: { 202: z.object({ delivery_id: z.string(), replay_of: z.string() }), ...errorResponses(400, 401, 403, 404, 409) } },
       },
       async (request, reply) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);
@@ -166,6 +180,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
           summary: 'Replay every dead letter of a webhook',
           description: 'Runs as a task: poll GET /rental/v1/tasks/{task_id} (with a tasks:read key) for status and progress.',
           params: webhookParams,
+          querystring: noQueryParameters,
           response: { 202: z.object({ task_id: z.string() }), ...errorResponses(400, 401, 403, 404) },
         },
       },
@@ -179,7 +194,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
       '/vendors/v1/webhooks/:webhook_id/test',
       {
         onRequest,
-        schema: { tags, summary: 'Send a test event', description: 'Queues a signed event of the webhook’s type with data {"test": true}.', params: webhookParams, response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }), ...errorResponses(400, 401, 403, 404) } },
+        schema: { tags, summary: 'Send a test event', description: 'Queues a signed event of the webhook’s type with data {"test": true}.', params: webhookParams, querystring: noQueryParameters, response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }), ...errorResponses(400, 401, 403, 404) } },
       },
       async (request, reply) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);

@@ -2,8 +2,10 @@ import { validatorCompiler, type FastifyPluginAsyncZod } from 'fastify-type-prov
 import { z } from 'zod';
 import { EVENT_BATCH_SIZE_MAX, eventResultSchema, ingestEventSchema } from '../../domain/event.js';
 import type { Ingestor } from '../../ingest/ingest.js';
-import type { Authorizer } from '../auth.js';
-import { errorResponses } from '../schemas.js';
+import type { EventBudget } from '../../store/rate-limiter.js';
+import { principalOf, type Authorizer } from '../auth.js';
+import { ApiError } from '../errors.js';
+import { errorResponses, noQueryParameters } from '../schemas.js';
 
 /** Largest request body of the ingest route: 1000 events of a few KiB each fit with room to spare. */
 export const EVENTS_BODY_LIMIT_BYTES = 5 * 1024 * 1024;
@@ -19,12 +21,17 @@ const documentedBody = z.union([
 /**
  * What the route validates: only the outer shape. Each event is validated by the Ingestor, so one
  * bad event is rejected alone instead of failing the whole batch with a 400. A body with an
- * `events` field is a batch; any other object is one event.
+ * `events` field is a batch (and holds nothing else); any other object is one event.
  */
 const outerShape = z
   .record(z.string(), z.unknown(), { error: 'the body must be a JSON object: one event, or { "events": [ … ] }' })
   .superRefine((body, ctx) => {
     if (!('events' in body)) return;
+    const beside = Object.keys(body).filter((key) => key !== 'events');
+    if (beside.length > 0) {
+      // A field meant for the events (vendor_id, say) would otherwise be silently ignored.
+      ctx.addIssue({ code: 'custom', message: `unknown field ${beside.map((key) => JSON.stringify(key)).join(', ')} (a batch is { "events": [ … ] } alone)` });
+    }
     const events = body.events;
     const problem = !Array.isArray(events)
       ? 'events must be an array of event objects'
@@ -43,16 +50,36 @@ const acceptedResponse = z.object({
   rejected: z.int().min(0),
 });
 
-/** `POST /internal/v1/events` (role events:write): producers hand over one event or a batch. */
-export function eventRoutes(deps: { authorize: Authorizer; ingestor: Pick<Ingestor, 'ingest'> }): FastifyPluginAsyncZod {
+/** The ingest route's own limit: events (not requests) per second per API key. */
+export interface IngestRateLimit {
+  budget: EventBudget;
+  /** Events per second per API key; 0 turns the limit off. */
+  perSecond: number;
+  nowMs: () => number;
+}
+
+export interface EventRouteDeps {
+  authorize: Authorizer;
+  ingestor: Pick<Ingestor, 'ingest'>;
+  ingestRateLimit?: IngestRateLimit;
+}
+
+/**
+ * `POST /internal/v1/events` (role events:write): producers hand over one event or a batch. Exempt
+ * from the per-key request limit, since a producer may post each event as it happens; bounded by
+ * `ingestRateLimit` in events per second instead.
+ */
+export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsyncZod {
+  const limit = deps.ingestRateLimit && deps.ingestRateLimit.perSecond > 0 ? deps.ingestRateLimit : undefined;
   return async (app) => {
     app.post(
       '/internal/v1/events',
       {
-        onRequest: deps.authorize('events:write'),
+        onRequest: deps.authorize('events:write', { requestLimited: false }),
         bodyLimit: EVENTS_BODY_LIMIT_BYTES,
         // The body schema documents the events; validation checks only the outer shape (see outerShape).
-        validatorCompiler: (route) => validatorCompiler({ ...route, schema: outerShape }),
+        // Fastify compiles each part on its own and hands over that part's schema (typed as the route's).
+        validatorCompiler: (route) => validatorCompiler({ ...route, schema: route.httpPart === 'body' ? outerShape : (route.schema as unknown as z.ZodType) }),
         schema: {
           tags: ['ingest'],
           summary: 'Ingest events',
@@ -61,15 +88,22 @@ export function eventRoutes(deps: { authorize: Authorizer; ingestor: Pick<Ingest
             'Answers 202 with a result per event: accepted (with the number of deliveries created), duplicate ' +
             '(the event_id was ingested before; nothing is done again) or rejected with a reason. Invalid events do not ' +
             'affect the valid ones. On 202 the accepted events are durable and their deliveries exist; on a 5xx nothing ' +
-            'was acknowledged and re-sending the same events (same event_id) is safe.',
+            'was acknowledged and re-sending the same events (same event_id) is safe. Not subject to the per-key request ' +
+            'limit: a request whose events would take its key past the ingest limit (events per second) answers 429 ' +
+            'with Retry-After: 1 and none of its events is ingested (a request into an otherwise empty second always passes).',
+          querystring: noQueryParameters,
           body: documentedBody,
-          response: { 202: acceptedResponse, ...errorResponses(400, 401, 403, 413, 415, 500, 503) },
+          response: { 202: acceptedResponse, ...errorResponses(400, 401, 403, 413, 415, 429, 500, 503) },
         },
       },
       async (request, reply) => {
         // Typed by the documented schema, but only the outer shape has been checked.
         const body = request.body as unknown as Record<string, unknown>;
         const events = Array.isArray(body.events) ? (body.events as unknown[]) : [body];
+        if (limit && !(await limit.budget.take(principalOf(request).keyId, events.length, limit.perSecond, limit.nowMs()))) {
+          void reply.header('retry-after', '1');
+          throw new ApiError('rate_limited', `Ingest rate limit of ${limit.perSecond} events per second for this API key exceeded; retry after 1 s`);
+        }
         const results = await deps.ingestor.ingest(events, 'http');
         const count = (status: string) => results.filter((r) => r.status === status).length;
         return reply.code(202).send({ results, accepted: count('accepted'), duplicates: count('duplicate'), rejected: count('rejected') });

@@ -5,7 +5,7 @@ import { parseMachineFilter } from '../../domain/machine-filter.js';
 import type { MachineListing } from '../../store/machines.js';
 import type { Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
-import { errorResponses } from '../schemas.js';
+import { errorResponses, queryParameters } from '../schemas.js';
 
 export const PAGE_SIZE_DEFAULT = 20;
 export const PAGE_SIZE_MAX = 100;
@@ -18,7 +18,7 @@ const wholeNumber = (name: string, min: number, max: number) =>
     .transform(Number)
     .refine((n) => n >= min && n <= max, `${name} must be a whole number from ${min} to ${max}`);
 
-const listingQuery = z.object({
+const listingQuery = queryParameters({
   filter: z
     .union([z.string(), z.array(z.string())])
     .optional()

@@ -5,7 +5,7 @@ import { taskSchema, type Task } from '../../domain/task.js';
 import type { DocLookup } from '../../store/versioned-docs.js';
 import type { Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
-import { errorResponses } from '../schemas.js';
+import { errorResponses, noQueryParameters } from '../schemas.js';
 
 /** `GET /rental/v1/tasks/{task_id}` (role tasks:read). */
 export function taskRoutes(deps: { authorize: Authorizer; tasks: DocLookup<Task> }): FastifyPluginAsyncZod {
@@ -19,6 +19,7 @@ export function taskRoutes(deps: { authorize: Authorizer; tasks: DocLookup<Task>
           summary: 'Get a task',
           description: 'Poll until status is success or failed. task_id must be a UUID.',
           params: z.object({ task_id: z.string().describe('Task id (UUID).') }),
+          querystring: noQueryParameters,
           response: { 200: taskSchema, ...errorResponses(400, 401, 403, 404, 500) },
         },
       },

@@ -1,11 +1,11 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { isUuid } from '../../domain/ids.js';
-import { toWebhookResource, webhookCreateSchema, webhookPatchSchema, webhookResourceSchema } from '../../domain/webhook.js';
+import { callbackTargetProblem, toWebhookResource, webhookCreateSchema, webhookPatchSchema, webhookResourceSchema } from '../../domain/webhook.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
-import { errorResponses } from '../schemas.js';
+import { errorResponses, noQueryParameters } from '../schemas.js';
 
 const idParams = z.object({ webhook_id: z.string().describe('Webhook id (UUID) as returned on registration.') });
 
@@ -18,8 +18,22 @@ function conflict(eventType: string): ApiError {
   return new ApiError('webhook_conflict', `A webhook for ${eventType} is already registered for this vendor`);
 }
 
+export interface WebhookRouteDeps {
+  authorize: Authorizer;
+  webhooks: WebhookRegistry;
+  /** false: callback URLs that point at loopback, private or reserved addresses are refused (400). */
+  allowPrivateTargets: boolean;
+  nowMs: () => number;
+}
+
 /** Webhook CRUD under `/vendors/v1/webhooks`, scoped to the key's vendor (role vendor). */
-export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRegistry }): FastifyPluginAsyncZod {
+export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
+  /** 400 for a callback URL the SSRF guard would block at every delivery anyway. */
+  const checkTarget = (callbackUrl: string | undefined) => {
+    const problem = callbackUrl === undefined || deps.allowPrivateTargets ? undefined : callbackTargetProblem(callbackUrl);
+    if (problem !== undefined) throw new ApiError('invalid_request', `Invalid request body: ${problem}`);
+  };
+
   return async (app) => {
     const onRequest = deps.authorize('vendor');
 
@@ -30,13 +44,18 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
         schema: {
           tags: ['webhooks'],
           summary: 'Register a webhook',
-          description: 'One webhook per event_type and vendor: a second registration answers 409.',
+          description:
+            'One webhook per event_type and vendor: a second registration answers 409. Unless the engine allows private ' +
+            'targets, a callback_url whose host is localhost (or under .localhost) or an IP address in a loopback, private, ' +
+            'link-local or otherwise reserved range answers 400; names are checked where they resolve, at delivery.',
+          querystring: noQueryParameters,
           body: webhookCreateSchema,
           response: { 201: z.object({ webhook_id: z.string() }), ...errorResponses(400, 401, 403, 409, 413, 415, 500) },
         },
       },
       async (request, reply) => {
         const body = request.body;
+        checkTarget(body.callback_url);
         const result = await deps.webhooks.create(vendorOf(request), {
           eventType: body.event_type,
           callbackUrl: body.callback_url,
@@ -54,10 +73,11 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
         schema: {
           tags: ['webhooks'],
           summary: 'List the vendor’s webhooks',
+          querystring: noQueryParameters,
           response: { 200: z.object({ webhooks: z.array(webhookResourceSchema) }), ...errorResponses(401, 403, 500) },
         },
       },
-      async (request) => ({ webhooks: (await deps.webhooks.list(vendorOf(request))).map(toWebhookResource) }),
+      async (request) => ({ webhooks: (await deps.webhooks.list(vendorOf(request))).map((webhook) => toWebhookResource(webhook, deps.nowMs())) }),
     );
 
     app.patch(
@@ -67,8 +87,11 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
         schema: {
           tags: ['webhooks'],
           summary: 'Update a webhook',
-          description: 'Any of event_type, callback_url, secret, with the rules of registration. Answers the whole webhook.',
+          description:
+            'Any of event_type, callback_url, secret, enabled, with the rules of registration. Answers the whole webhook. ' +
+            'A new secret starts a rotation (see secret and previous_secret_expires_at).',
           params: idParams,
+          querystring: noQueryParameters,
           body: webhookPatchSchema,
           response: { 200: webhookResourceSchema, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 500) },
         },
@@ -76,13 +99,14 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
       async (request) => {
         const webhookId = checkedId(request.params.webhook_id);
         const body = request.body;
+        checkTarget(body.callback_url);
         const result = await deps.webhooks.update(vendorOf(request), webhookId, {
           ...(body.event_type === undefined ? {} : { eventType: body.event_type }),
           ...(body.callback_url === undefined ? {} : { callbackUrl: body.callback_url }),
           ...(body.secret === undefined ? {} : { secret: body.secret }),
           ...(body.enabled === undefined ? {} : { enabled: body.enabled }),
         });
-        if (result.ok) return toWebhookResource(result.webhook);
+        if (result.ok) return toWebhookResource(result.webhook, deps.nowMs());
         if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');
         throw new ApiError('webhook_not_found');
       },
@@ -96,6 +120,7 @@ export function webhookRoutes(deps: { authorize: Authorizer; webhooks: WebhookRe
           tags: ['webhooks'],
           summary: 'Delete a webhook',
           params: idParams,
+          querystring: noQueryParameters,
           response: { 204: z.null().describe('Deleted.'), ...errorResponses(400, 401, 403, 404, 500) },
         },
       },

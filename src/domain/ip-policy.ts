@@ -1,8 +1,9 @@
 import { isIP } from 'node:net';
 
 /**
- * The SSRF address policy: which IP addresses a callback may never reach. Pure; the HTTP sender
- * applies it to IP-literal hosts before connecting and to every address a name resolves to.
+ * The SSRF address policy: which IP addresses a callback may never reach. Pure; webhook
+ * registration applies it to IP-literal callback hosts, and the HTTP sender to IP-literal hosts
+ * before connecting and to every address a name resolves to.
  */
 
 type Rule<T> = { readonly base: T; readonly prefixBits: number; readonly reason: string };
