@@ -15,6 +15,8 @@ export interface RunConfig {
    * an answer (the engine's timeout ends them); drawn at random per request. Absent: all answered.
    */
   faults?: { failRate: number; hangRate: number };
+  /** Answer the run's first request only after this long (a receiver, or an engine, busy at first contact). */
+  firstAnswerDelayMs?: number;
 }
 
 export interface RunStats {

@@ -86,6 +86,7 @@ function handle(request: IncomingMessage, response: ServerResponse): void {
       }
     }
     const atMs = wallMs();
+    const firstDelayMs = run.stats.verified === 0 && run.seen.size === 0 ? (run.config.firstAnswerDelayMs ?? 0) : 0;
     if (run.seen.has(id)) run.stats.duplicates += 1;
     else {
       run.seen.add(id);
@@ -95,7 +96,8 @@ function handle(request: IncomingMessage, response: ServerResponse): void {
       run.stats.lastAtMs = atMs;
       if (run.config.recordTimes) run.times.set(id, atMs);
     }
-    response.writeHead(204).end();
+    if (firstDelayMs > 0) setTimeout(() => response.writeHead(204).end(), firstDelayMs);
+    else response.writeHead(204).end();
   });
 }
 

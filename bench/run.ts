@@ -232,7 +232,7 @@ const SCENARIOS: Scenario[] = [
       const naive = context.naive;
       const overNaive = naive ? ratio(r.perSecond, naive.perSecond) : undefined;
       return {
-        size: `${r.events} events → ${setup.vendors} webhooks on one receiver a fresh engine never contacted, no warm-up, C=${setup.concurrency}`,
+        size: `${r.events} events → ${setup.vendors} webhooks on one receiver a fresh engine never contacted (its first answer 500 ms late), no warm-up, C=${setup.concurrency}`,
         figures: `${perSecond(r.perSecond)}${overNaive === undefined ? '' : ` (÷ naive ${times(overNaive)})`}; accepted → received p50 ${ms(r.p50Ms)}, p99 ${ms(r.p99Ms)}, max ${ms(r.maxMs)}; ${r.deferred} deferred behind the first contact`,
         checks: [{ target: 'no gap of a timeout (longest gap < 1 s)', value: ms(r.longestGapMs), met: r.longestGapMs < 1_000 }],
         notes: { 'longest gap between receptions': ms(r.longestGapMs) },

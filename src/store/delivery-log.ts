@@ -104,6 +104,13 @@ export interface DeliveryHistory {
 
 const num = (text: string | null | undefined) => (text == null || text === '' ? undefined : Number(text));
 
+/** The due time in a record's `dueAt` (`<attempt>:<ms>`) when it belongs to `attempt`; a stale one says nothing. */
+function dueAtFor(dueAt: string | null | undefined, attempt: number): number | undefined {
+  if (dueAt == null) return undefined;
+  const [forAttempt, ms] = dueAt.split(':');
+  return Number(forAttempt) === attempt ? num(ms) : undefined;
+}
+
 function toSummary(fields: Record<string, string>): DeliverySummary | undefined {
   if (!fields.deliveryId) return undefined;
   return {
@@ -159,8 +166,6 @@ if dead then
   fields[i + 1], fields[i + 2] = 'body', ARGV[14]
 end
 redis.call('HSET', KEYS[1], unpack(fields))
--- A deferral of the attempt just made noted when it had been due; the next one is due at nextAttemptAtMs.
-redis.call('HDEL', KEYS[1], 'dueAtMs')
 redis.call('PEXPIRE', KEYS[1], dead and ARGV[11] or ARGV[10])
 
 -- The recent list holds dead letters' ids too, so it lives as long as they do after its last addition.
@@ -210,18 +215,22 @@ redis.call('SET', KEYS[4], atMs)
 return atMs`;
 
 // A deferral, atomically: note when the delivery will be tried; create a pending record if it has none.
+// The due time is stored as `<attempt>:<ms>` for the attempt it belongs to, and kept from the first
+// deferral of that attempt (the schedule, not the deferrals, says when it was due); a value left by
+// an earlier attempt's deferral is simply stale, so recording an attempt need not clear it.
 // KEYS: record, recent list. ARGV: nextAttemptAtMs, dueAtMs, deliveryId, eventId, eventType, webhookId,
 // vendorId, acceptedAtMs, replayOf, retentionMs, deadLetterRetentionMs.
 const RECORD_DEFERRED_LUA = `
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  -- Keep the due time of the first deferral: the schedule, not the deferrals, says when it was due.
-  redis.call('HSETNX', KEYS[1], 'dueAtMs', ARGV[2])
+  local attempt = tostring(tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0') + 1) .. ':'
+  local due = redis.call('HGET', KEYS[1], 'dueAt')
+  if not due or string.sub(due, 1, #attempt) ~= attempt then redis.call('HSET', KEYS[1], 'dueAt', attempt .. ARGV[2]) end
   redis.call('HSET', KEYS[1], 'nextAttemptAtMs', ARGV[1])
   return 0
 end
 redis.call('HSET', KEYS[1], 'deliveryId', ARGV[3], 'eventId', ARGV[4], 'eventType', ARGV[5], 'webhookId', ARGV[6],
   'vendorId', ARGV[7], 'acceptedAtMs', ARGV[8], 'replayOf', ARGV[9], 'status', 'pending', 'attempts', '0',
-  'updatedAtMs', ARGV[8], 'nextAttemptAtMs', ARGV[1], 'dueAtMs', ARGV[2])
+  'updatedAtMs', ARGV[8], 'nextAttemptAtMs', ARGV[1], 'dueAt', '1:' .. ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[10])
 if redis.call('ZADD', KEYS[2], ARGV[8], ARGV[3]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[11]) end
 return 1`;
@@ -385,10 +394,12 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     return Promise.all(
       refs.map(({ webhookId, deliveryId }) =>
         this.redis
-          .hmget(this.keys.deliveries.record(webhookId, deliveryId), 'status', 'attempts', 'nextAttemptAtMs', 'dueAtMs')
-          .then(([status, attempts, nextAttemptAtMs, dueAtMs]) =>
-            status == null ? undefined : { status: status as DeliveryStatus, attempts: num(attempts) ?? 0, nextAttemptAtMs: num(nextAttemptAtMs), dueAtMs: num(dueAtMs) },
-          ),
+          .hmget(this.keys.deliveries.record(webhookId, deliveryId), 'status', 'attempts', 'nextAttemptAtMs', 'dueAt')
+          .then(([status, attempts, nextAttemptAtMs, dueAt]) => {
+            if (status == null) return undefined;
+            const made = num(attempts) ?? 0;
+            return { status: status as DeliveryStatus, attempts: made, nextAttemptAtMs: num(nextAttemptAtMs), dueAtMs: dueAtFor(dueAt, made + 1) };
+          }),
       ),
     );
   }

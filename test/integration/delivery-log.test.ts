@@ -269,3 +269,28 @@ describe('RedisDeliveryLog on a shared connection', () => {
     expect(await graced.get('wh-1', 'd-1')).toBeUndefined();
   });
 });
+
+describe('RedisDeliveryLog.recordDeferred', () => {
+  it('makes a held-back first attempt a pending delivery that says when it will be tried, keeping when it was due', async () => {
+    const d = job('d-held');
+    await log.recordDeferred([{ job: d, nextAttemptAtMs: T0 + 30_000, dueAtMs: T0 }]);
+    expect((await log.progressOf([d]))[0]).toEqual({ status: 'pending', attempts: 0, nextAttemptAtMs: T0 + 30_000, dueAtMs: T0 });
+    expect(await log.recent('wh-1', 10)).toEqual([expect.objectContaining({ deliveryId: 'd-held', status: 'pending', attempts: 0, nextAttemptAtMs: T0 + 30_000 })]);
+    await expectTtl(keys.deliveries.record('wh-1', 'd-held'), OPTIONS.retentionMs);
+
+    // Held back again: the next attempt moves, the time it was due does not.
+    await log.recordDeferred([{ job: d, nextAttemptAtMs: T0 + 34_000, dueAtMs: T0 + 30_000 }]);
+    expect((await log.progressOf([d]))[0]).toMatchObject({ nextAttemptAtMs: T0 + 34_000, dueAtMs: T0 });
+  });
+
+  it('belongs to the attempt it held back: after the next attempt is recorded, its due time is the schedule again', async () => {
+    const d = job('d-retry');
+    await log.recordAttempt(write(d, 1, 'retrying', { nextAttemptAtMs: T0 + 5_000 }));
+    await log.recordDeferred([{ job: d, nextAttemptAtMs: T0 + 35_000, dueAtMs: T0 + 5_000 }]);
+    expect((await log.progressOf([d]))[0]).toEqual({ status: 'retrying', attempts: 1, nextAttemptAtMs: T0 + 35_000, dueAtMs: T0 + 5_000 });
+    await log.recordAttempt(write(d, 2, 'retrying', { nextAttemptAtMs: T0 + 300_000 }));
+    expect((await log.progressOf([d]))[0]).toEqual({ status: 'retrying', attempts: 2, nextAttemptAtMs: T0 + 300_000, dueAtMs: undefined });
+    await log.recordDeferred([{ job: d, nextAttemptAtMs: T0 + 330_000, dueAtMs: T0 + 300_000 }]);
+    expect((await log.progressOf([d]))[0]).toMatchObject({ attempts: 2, nextAttemptAtMs: T0 + 330_000, dueAtMs: T0 + 300_000 });
+  });
+});
