@@ -1,7 +1,7 @@
 import { DelayedError, type Job } from 'bullmq';
 import { signingSecrets, type Webhook } from '../domain/webhook.js';
 import type { Logger } from '../logger.js';
-import type { DeliveryProgress, DeliveryRecorder, DeliveryStatus } from '../store/delivery-log.js';
+import type { DeferralWrite, DeliveryProgress, DeliveryRecorder, DeliveryStatus } from '../store/delivery-log.js';
 import type { EndpointMemory } from '../store/endpoints.js';
 import type { WebhookSource } from '../store/webhooks.js';
 import { endpointOf, type AttemptHealth, type EndpointBreakers } from './breaker.js';
@@ -481,6 +481,7 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     const singles: SingleDelivery[] = [];
     const leave = (data: DeliverJob, delayMs: number) => singles.push({ job: data, delayMs: Math.max(0, delayMs) });
     const deferred: { data: DeliverJob; endpoint: string; retryAtMs: number; dueAtMs: number }[] = [];
+    const handOffs: DeferralWrite[] = [];
     let todo = deliveries;
     let skipped = 0;
 
@@ -587,6 +588,12 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
         if (onlySuspect !== onlySuspectLeft()) holdStartedMs = deps.nowMs();
         continue;
       }
+      // Storage failed since the batch started: it will run again, and it must stay the only owner
+      // of its deliveries (a hand-off would make a second one), so it waits for its attempts.
+      if (!deps.gate.allows(epoch)) {
+        holdStartedMs = deps.nowMs();
+        continue;
+      }
       // Deliveries still waiting for an endpoint's first answer give up (deferred, and woken as soon
       // as it answers); attempts to suspect endpoints past the hold, and any past batchHoldMs, leave
       // as single jobs due after their timeout, while the attempt itself goes on.
@@ -599,13 +606,17 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
         if (nowMs - startedMs < holdMs || handedOff.has(data)) continue;
         settleOne(data);
         handedOff.add(data);
-        leave(data, startedMs + deps.deliveryTimeoutMs + 1_000 - nowMs);
+        const dueMs = startedMs + deps.deliveryTimeoutMs + 1_000;
+        leave(data, dueMs - nowMs);
+        handOffs.push({ job: data, nextAttemptAtMs: dueMs, dueAtMs: data.acceptedAtMs + firstDelayMs, ifNoRecord: true });
       }
     }
-    await Promise.all([
-      deps.singles.addSingles(singles),
-      deferred.length === 0 ? undefined : deps.recorder.recordDeferred(deferred.map(({ data, retryAtMs, dueAtMs }) => ({ job: data, nextAttemptAtMs: retryAtMs, dueAtMs }))),
-    ]);
+    // Deferred and handed-off deliveries get a record before their single job exists: a re-run of
+    // this batch (it failed after this point) then finds them pending and leaves them to that job,
+    // instead of sending them a second time beside it.
+    const marks = [...deferred.map(({ data, retryAtMs, dueAtMs }) => ({ job: data, nextAttemptAtMs: retryAtMs, dueAtMs })), ...handOffs];
+    if (marks.length > 0) await deps.recorder.recordDeferred(marks);
+    await deps.singles.addSingles(singles);
     // Only now are the deferred jobs in the queue to be woken.
     const byEndpoint = new Map<string, { refs: DeliverJob[]; untilMs: number }>();
     for (const { data, endpoint, retryAtMs } of deferred) {

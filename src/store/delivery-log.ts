@@ -85,6 +85,11 @@ export interface DeferralWrite {
   nextAttemptAtMs: number;
   /** When the retry schedule made it due (kept from the first deferral of this attempt). */
   dueAtMs: number;
+  /**
+   * Write only when the delivery has no record yet: a batch hands off a delivery whose attempt is
+   * still in flight, and that attempt's own record, if it lands first, is the truth.
+   */
+  ifNoRecord?: true;
 }
 
 /** The admin side: what vendors read and replay. */
@@ -219,9 +224,10 @@ return atMs`;
 // deferral of that attempt (the schedule, not the deferrals, says when it was due); a value left by
 // an earlier attempt's deferral is simply stale, so recording an attempt need not clear it.
 // KEYS: record, recent list. ARGV: nextAttemptAtMs, dueAtMs, deliveryId, eventId, eventType, webhookId,
-// vendorId, acceptedAtMs, replayOf, retentionMs, deadLetterRetentionMs.
+// vendorId, acceptedAtMs, replayOf, retentionMs, deadLetterRetentionMs, ifNoRecord ('1' or '').
 const RECORD_DEFERRED_LUA = `
 if redis.call('EXISTS', KEYS[1]) == 1 then
+  if ARGV[12] == '1' then return 0 end
   local attempt = tostring(tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0') + 1) .. ':'
   local due = redis.call('HGET', KEYS[1], 'dueAt')
   if not due or string.sub(due, 1, #attempt) ~= attempt then redis.call('HSET', KEYS[1], 'dueAt', attempt .. ARGV[2]) end
@@ -365,7 +371,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   async recordDeferred(deferrals: readonly DeferralWrite[]): Promise<void> {
     const k = this.keys.deliveries;
     await Promise.all(
-      deferrals.map(({ job, nextAttemptAtMs, dueAtMs }) =>
+      deferrals.map(({ job, nextAttemptAtMs, dueAtMs, ifNoRecord }) =>
         this.scripts.hooklineRecordDeferred(
           k.record(job.webhookId, job.deliveryId),
           k.ofWebhook(job.webhookId),
@@ -380,6 +386,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
           job.replayOf ?? '',
           this.retentionMsArg,
           this.deadLetterRetentionMsArg,
+          ifNoRecord ? '1' : '',
         ),
       ),
     );

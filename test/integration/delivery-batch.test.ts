@@ -140,6 +140,14 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     const singles = t.queues.partitions[partitionOf(slow.webhook.id, t.queues.partitions.length)]!.singles;
     const jobs = await Promise.all(toHanging.map((d) => singles.getJob(d.deliveryId)));
     expect(jobs.map((job) => (job?.data as DeliverJob | undefined)?.deliveryId)).toEqual(toHanging.map((d) => d.deliveryId));
+    // The handed-off and deferred deliveries have records before their single jobs: a re-run of
+    // this batch (had it failed after the hand-off) leaves them to those jobs instead of sending
+    // them beside them, and skips what was delivered.
+    expect((await t.deliveryLog.progressOf(toHanging)).map((p) => p?.status)).toEqual(toHanging.map(() => 'pending'));
+    const rerun = await createBatchProcessor(deps)(batchJob([...toHanging, ...toHealthy], 2));
+    expect(rerun).toMatchObject({ deliveries: 25, attempted: 0, handedOff: 5, skipped: 20 });
+    expect(hanging.requests).toHaveLength(1);
+    expect(healthy.requests).toHaveLength(20);
     // The handed-off attempt goes on and records its timeout; its single job then reads the record.
     await waitFor(async () => (await t!.deliveryLog.progressOf(toHanging)).some((p) => p?.status === 'retrying' && p.attempts === 1), 5_000, 'timeout recorded');
     await slots.idle();
