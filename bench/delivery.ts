@@ -102,10 +102,9 @@ function figures(deliveries: number, startedAtMs: number, lastAtMs: number, dupl
 
 /** A Hookline engine with `urls.length` vendors' webhooks on a fresh prefix and its worker running. */
 async function startEngine(setup: DeliveryBenchSetup, run: ReceiverRun, urls: string[], worker: { deliveryTimeoutMs?: number; onOutcome?: (o: FinishedOutcome) => void } = {}, config: Config = setup.config) {
-  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config, apiConnections: setup.posters });
+  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config, apiConnections: setup.posters, worker: { concurrency: setup.concurrency, ...worker } });
   try {
     await engine.registerWebhooks(urls, run.secrets);
-    engine.startWorker({ concurrency: setup.concurrency, ...worker });
   } catch (error) {
     await engine.close();
     throw error;

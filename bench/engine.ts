@@ -6,13 +6,12 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { Pool } from 'undici';
-import { buildAdminServer, type AdminServer } from '../src/admin/server.js';
-import { composeStores, composeWorker, type Stores } from '../src/compose.js';
 import { loadConfig, type Config } from '../src/config/env.js';
+import { createEngine, type Engine, type Stores } from '../src/engine.js';
 import type { FinishedOutcome } from '../src/delivery/processor.js';
 import { createLogger, type Logger } from '../src/logger.js';
 import { createMetrics, type Metrics } from '../src/metrics/metrics.js';
-import { connectRedis, pingRedis, type Redis } from '../src/store/redis.js';
+import { connectRedis, type Redis } from '../src/store/redis.js';
 import { freeLoopbackPort } from '../src/store/redis-server.js';
 import { wallMs } from './measure.js';
 import { deleteKeys } from './redis-info.js';
@@ -44,6 +43,8 @@ export interface BenchEngineOptions {
   logLevel?: string;
   /** Parallel connections of the producer client to the admin API. */
   apiConnections: number;
+  /** Run the delivery worker in this process too, as `hookline start` does; without it only the API runs. */
+  worker?: WorkerOptions;
 }
 
 export interface WorkerOptions {
@@ -76,52 +77,59 @@ export interface PostResult {
 }
 
 /**
- * Hookline as `hookline start` runs it (composeStores + buildAdminServer listening on loopback +
- * composeWorker, metrics and info logs on), under a fresh key prefix, with an events:write key and an
- * HTTP client for producers. `close()` stops everything and deletes the prefix's keys.
+ * Hookline as `hookline start` runs it (the production assembly, `createEngine`: role `all` with the
+ * worker in this process, else `api`; the admin API listening on loopback; metrics and info logs on),
+ * under a fresh key prefix, with an events:write key and an HTTP client for producers. `close()`
+ * stops everything and deletes the prefix's keys.
  */
 export class BenchEngine {
-  private worker: ReturnType<typeof composeWorker> | undefined;
-  private workerConnection: Redis | undefined;
   private workerChild: ChildProcess | undefined;
 
   private constructor(
     readonly prefix: string,
-    readonly stores: Stores,
-    readonly redis: Redis,
-    private readonly queueConnection: Redis,
-    private readonly app: AdminServer,
+    private readonly engine: Engine,
     private readonly client: Pool,
     private readonly apiKey: string,
     private readonly options: BenchEngineOptions,
-    private readonly logger: Logger,
     private readonly secretKey: Buffer,
   ) {}
 
+  get stores(): Stores {
+    return this.engine.stores;
+  }
+
+  /** The engine's application connection. */
+  get redis(): Redis {
+    return this.engine.stores.redis;
+  }
+
   static async start(options: BenchEngineOptions): Promise<BenchEngine> {
     const prefix = `bench${randomBytes(4).toString('hex')}`;
-    const { config } = options;
-    const logger = benchLogger(options.logLevel ?? config.logLevel);
-    const metrics = metricsOnce();
-    const redis = connectRedis(options.redisUrl, { connectionName: `hookline-bench-${prefix}`, maxRetriesPerRequest: 2 });
-    const queueConnection = connectRedis(options.redisUrl, { connectionName: `hookline-bench-${prefix}-queues`, maxRetriesPerRequest: null, autoPipelining: false });
     const secretKey = randomBytes(32);
-    const stores = composeStores({
-      observability: { metrics, logger },
-      redis,
-      queueConnection,
-      redisPrefix: prefix,
+    const config = {
+      ...options.config,
+      redisUrl: options.redisUrl,
       secretKey,
-      retryScheduleMs: config.retryScheduleMs,
-      queuePartitions: config.queuePartitions,
-      secretRotationOverlapMs: config.secretRotationOverlapMs,
+      redisPrefix: prefix,
+      apiHost: '127.0.0.1',
+      apiPort: 0,
+      // The bench's producers are the platform's own services: no per-key limits in the way.
+      rateLimitPerSecond: 0,
+      ingestRateLimitPerSecond: 0,
+      allowPrivateTargets: true,
+      ...(options.worker ? { workerConcurrency: options.worker.concurrency, deliveryTimeoutMs: options.worker.deliveryTimeoutMs ?? options.config.deliveryTimeoutMs } : {}),
+    };
+    const engine = await createEngine(config, {
+      role: options.worker ? 'all' : 'api',
+      logger: benchLogger(options.logLevel ?? options.config.logLevel),
+      listen: true,
+      metrics: metricsOnce(),
+      ...(options.worker?.onOutcome ? { worker: { onOutcome: options.worker.onOutcome } } : {}),
     });
-    const isReady = () => pingRedis(redis, 1_000);
-    const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady, metrics }));
-    const origin = await app.listen({ host: '127.0.0.1', port: 0 });
-    const { key } = await stores.apiKeys.create({ name: 'bench producer', roles: ['events:write'] });
-    const client = new Pool(origin, { connections: options.apiConnections, pipelining: 1 });
-    return new BenchEngine(prefix, stores, redis, queueConnection, app, client, key, options, logger, secretKey);
+    const { api: origin } = await engine.start();
+    const { key } = await engine.stores.apiKeys.create({ name: 'bench producer', roles: ['events:write'] });
+    const client = new Pool(origin!, { connections: options.apiConnections, pipelining: 1 });
+    return new BenchEngine(prefix, engine, client, key, options, secretKey);
   }
 
   /** Registers vendor i's webhook for the bench event type at `urls[i]` with `secrets[i]`; answers the ids. */
@@ -135,32 +143,12 @@ export class BenchEngine {
     return ids;
   }
 
-  /** Starts the in-process delivery worker (as `hookline start` does; private targets allowed for loopback). */
-  startWorker(options: WorkerOptions): void {
-    if (this.worker) throw new Error('the worker is already running');
-    const { config } = this.options;
-    this.workerConnection = connectRedis(this.options.redisUrl, { connectionName: `hookline-bench-${this.prefix}-worker`, maxRetriesPerRequest: null, autoPipelining: false });
-    this.worker = composeWorker(this.stores, {
-      workerConnection: this.workerConnection,
-      logger: this.logger,
-      concurrency: options.concurrency,
-      retryScheduleMs: config.retryScheduleMs,
-      deliveryTimeoutMs: options.deliveryTimeoutMs ?? config.deliveryTimeoutMs,
-      allowPrivateTargets: true,
-      sustainedFailureWindowMs: config.sustainedFailureWindowMs,
-      lockDurationMs: config.workerLockDurationMs,
-      metrics: metricsOnce(),
-      ...(options.onOutcome ? { onOutcome: options.onOutcome } : {}),
-    });
-    this.worker.pool.start();
-  }
-
   /**
    * Starts a real `hookline worker` process on this engine's Redis and prefix (the built CLI when
    * `npm run build` has run, else the source through tsx), its logs discarded; resolves once it runs.
    */
   async startWorkerProcess(options: { concurrency: number }): Promise<WorkerProcess> {
-    if (this.worker || this.workerChild) throw new Error('the worker is already running');
+    if (this.engine.worker || this.workerChild) throw new Error('the worker is already running');
     const { config } = this.options;
     const built = path.join(ROOT, 'dist', 'cli.js');
     // BENCH_WORKER_NODE_ARGS: extra node flags for the worker, e.g. `--cpu-prof --cpu-prof-dir=<dir>`.
@@ -247,7 +235,6 @@ export class BenchEngine {
 
   /** Stops the worker (in-flight attempts get `graceMs`), the API and the connections; deletes the prefix's keys. */
   async close(graceMs = 2_000): Promise<void> {
-    if (this.worker) await this.worker.close(graceMs);
     const child = this.workerChild;
     if (child && child.exitCode === null) {
       const exited = new Promise((resolve) => child.once('exit', resolve));
@@ -256,12 +243,10 @@ export class BenchEngine {
       await exited;
       clearTimeout(timer);
     }
-    await this.workerConnection?.quit().catch(() => undefined);
     await this.client.close();
-    await this.app.close();
-    this.stores.machines.close();
-    await this.stores.queues.close();
-    await deleteKeys(this.redis, this.stores.keys.all);
-    await Promise.all([this.redis.quit(), this.queueConnection.quit()].map((p) => p.catch(() => undefined)));
+    await this.engine.close(graceMs);
+    const redis = connectRedis(this.options.redisUrl, { connectionName: `hookline-bench-${this.prefix}-cleanup`, maxRetriesPerRequest: 3 });
+    await deleteKeys(redis, this.stores.keys.all);
+    await redis.quit();
   }
 }

@@ -3,11 +3,11 @@ import { performance } from 'node:perf_hooks';
 import type { Machine } from '../src/domain/machine.js';
 import { pino } from 'pino';
 import { Pool } from 'undici';
-import { buildAdminServer } from '../src/admin/server.js';
-import { composeStores } from '../src/compose.js';
+import { loadConfig } from '../src/config/env.js';
+import { createEngine } from '../src/engine.js';
 import { redisKeys } from '../src/store/keys.js';
 import { RedisMachineStore } from '../src/store/machines.js';
-import { connectRedis, pingRedis, type Redis } from '../src/store/redis.js';
+import { connectRedis, type Redis } from '../src/store/redis.js';
 
 export interface MachineListingBenchOptions {
   machines: number;
@@ -196,22 +196,22 @@ export async function benchMachineListing(opts: MachineListingBenchOptions): Pro
   const prefix = `bench${randomBytes(4).toString('hex')}`;
   const keys = redisKeys(prefix);
   const writerRedis = connectRedis(opts.redisUrl, { connectionName: `hookline-bench-${prefix}-writer`, maxRetriesPerRequest: 3 });
-  const readerRedis = connectRedis(opts.redisUrl, { connectionName: `hookline-bench-${prefix}-reader`, maxRetriesPerRequest: 3 });
   const writer = new RedisMachineStore(writerRedis, keys);
-  const queueConnection = connectRedis(opts.redisUrl, { connectionName: `hookline-bench-${prefix}-queues`, maxRetriesPerRequest: null, autoPipelining: false });
-  const stores = composeStores({
-    redis: readerRedis,
-    queueConnection,
-    redisPrefix: prefix,
-    secretKey: randomBytes(32),
-    retryScheduleMs: [0],
-    queuePartitions: 1,
-    secretRotationOverlapMs: 0,
-  });
-  const reader = stores.machines;
-  const apiKeys = stores.apiKeys;
-  const app = await buildAdminServer(stores.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1024 * 1024, isReady: () => pingRedis(readerRedis, 1_000) }));
-  const origin = await app.listen({ host: '127.0.0.1', port: 0 });
+  // The API as it runs in production (role api), reading what the writer stores.
+  const engine = await createEngine(
+    {
+      ...loadConfig({}),
+      redisUrl: opts.redisUrl,
+      secretKey: randomBytes(32),
+      redisPrefix: prefix,
+      apiHost: '127.0.0.1',
+      apiPort: 0,
+      rateLimitPerSecond: 0,
+    },
+    { role: 'api', logger: pino({ level: 'silent' }), listen: true },
+  );
+  const apiKeys = engine.stores.apiKeys;
+  const origin = (await engine.start()).api!;
   const http = new Pool(origin, { connections: 1 });
   const { key } = await apiKeys.create({ name: 'bench', roles: ['machines:read'] });
   const get = async (shape: QueryShape) => {
@@ -274,11 +274,9 @@ export async function benchMachineListing(opts: MachineListingBenchOptions): Pro
     };
   } finally {
     await http.close();
-    await app.close();
     writer.close();
-    reader.close();
     await deleteKeys(writerRedis, keys.all);
-    await stores.queues.close();
-    await Promise.all([writerRedis.quit(), readerRedis.quit(), queueConnection.quit()].map((p) => p.catch(() => undefined)));
+    await engine.close(0);
+    await writerRedis.quit().catch(() => undefined);
   }
 }

@@ -1,20 +1,13 @@
 #!/usr/bin/env node
+import { randomBytes } from 'node:crypto';
 import { Command, Option } from 'commander';
 import { ConfigError, loadConfig, type Config } from './config/env.js';
 import { EXTERNAL_ID_RE } from './domain/ids.js';
 import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
-import { buildAdminServer } from './admin/server.js';
-import { createServer } from 'node:http';
-import { composeStores, composeWorker, type Stores } from './compose.js';
-import { createMetrics, initialiseSeries, type Metrics } from './metrics/metrics.js';
-import { scrapeCollector } from './metrics/observers.js';
-import { StreamIngestSource } from './ingest/stream-source.js';
-import { RedisApiKeyStore } from './store/api-keys.js';
+import { createEngine, SHUTDOWN_SLACK_MS, type EngineConfig, type EngineRole, type Stores } from './engine.js';
 import { resolveRedis, resolveSecretKey, type RedisEndpoint } from './store/embedded.js';
-import { redisKeys } from './store/keys.js';
 import { RedisServerUnavailableError } from './store/redis-server.js';
-import { connectRedis, pingRedis, type Redis } from './store/redis.js';
 import { VERSION } from './version.js';
 
 /** Errors whose message is the whole story for a user: printed without a stack trace. */
@@ -22,16 +15,32 @@ class UsageError extends Error {}
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
 
-/** Runs `body` with a Redis connection (embedded default when REDIS_URL is unset) and releases both. */
-async function withRedis<T>(config: Config, name: string, body: (redis: Redis, endpoint: RedisEndpoint) => Promise<T>): Promise<T> {
-  const endpoint = await resolveRedis(config, say);
-  const redis = connectRedis(endpoint.url, { connectionName: name, maxRetriesPerRequest: 3 });
+/**
+ * Settles where Redis is (the embedded default when REDIS_URL is unset) and the secret key. The key
+ * commands never touch webhook secrets, so for them (`needsSecretKey` false) a missing
+ * HOOKLINE_SECRET_KEY is no error: the stores get a throwaway key they never use.
+ */
+async function settle(config: Config, announce: (line: string) => void, needsSecretKey = true): Promise<{ config: EngineConfig; endpoint: RedisEndpoint }> {
+  const secretKey = needsSecretKey || config.redisUrl === undefined ? resolveSecretKey(config) : (config.secretKey ?? randomBytes(32));
+  const endpoint = await resolveRedis(config, announce);
+  return { config: { ...config, redisUrl: endpoint.url, secretKey }, endpoint };
+}
+
+/** Runs `body` with the stores of the engine's `tools` role (the embedded Redis when REDIS_URL is unset), then releases both. */
+async function withStores<T>(config: Config, body: (stores: Stores) => Promise<T>, needsSecretKey = true): Promise<T> {
+  const settled = await settle(config, say, needsSecretKey);
+  const engine = await createEngine(settled.config, { role: 'tools', logger: createLogger({ level: 'silent', format: 'json', fd: 2 }) });
   try {
-    return await body(redis, endpoint);
+    return await body(engine.stores);
   } finally {
-    await redis.quit().catch(() => undefined);
-    await endpoint.release();
+    await engine.close(0);
+    await settled.endpoint.release();
   }
+}
+
+/** `withStores` for the key commands, which need no webhook secret key. */
+function withApiKeys<T>(config: Config, body: (apiKeys: Stores['apiKeys']) => Promise<T>): Promise<T> {
+  return withStores(config, (stores) => body(stores.apiKeys), false);
 }
 
 /** Resolves on SIGINT or SIGTERM. */
@@ -42,160 +51,22 @@ function shutdownSignal(): Promise<NodeJS.Signals> {
   });
 }
 
-/** How long past HOOKLINE_SHUTDOWN_GRACE a SIGTERM may take at most, whatever Redis is doing. */
-const SHUTDOWN_SLACK_MS = 5_000;
-/** A shutdown step that needs Redis (closing queues, QUIT) gets at most this long. */
-const SHUTDOWN_STEP_MS = 1_000;
-
-/** Runs shutdown steps so that none can hang the next, and all end before the shutdown deadline. */
-class ShutdownSteps {
-  constructor(private readonly endsAtMs: number) {}
-
-  /** Waits for `work` at most SHUTDOWN_STEP_MS (less when the deadline is nearer); what it left undone stays undone. */
-  async run(work: Promise<unknown> | undefined): Promise<void> {
-    if (work === undefined) return;
-    let timer: NodeJS.Timeout | undefined;
-    const ms = Math.max(0, Math.min(SHUTDOWN_STEP_MS, this.endsAtMs - Date.now()));
-    await Promise.race([work.catch(() => undefined), new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
-    clearTimeout(timer);
-  }
-
-  /**
-   * Closes a connection politely (QUIT) when Redis answers, and drops it either way: a QUIT sent
-   * during an outage waits in the offline queue while the connection keeps reconnecting, which
-   * would keep the process alive.
-   */
-  async closeConnection(connection: Redis): Promise<void> {
-    if (connection.status === 'ready') await this.run(connection.quit());
-    connection.disconnect();
-  }
-}
-
-type EngineRole = 'all' | 'api' | 'worker';
-
-/** Logs a connection's outage once when it starts and once when it ends, not on every retry. */
-function watchConnection(connection: Redis, name: string, logger: Logger): void {
-  let down = false;
-  connection.on('error', (error: Error) => {
-    if (down) return;
-    down = true;
-    logger.warn({ connection: name, err: error.message }, 'Redis connection lost; retrying in the background');
-  });
-  connection.on('ready', () => {
-    if (!down) return;
-    down = false;
-    logger.info({ connection: name }, 'Redis connection restored');
-  });
-}
-
-/** Runs `start` until it succeeds (Redis may be down at start-up), every 2 s; never throws. */
-function startWhenRedisAnswers(start: () => Promise<void>, logger: Logger, attempt = 1): void {
-  start().catch((error: Error) => {
-    if (attempt === 1) logger.warn({ err: error.message }, 'ingest stream consumer waiting for Redis');
-    setTimeout(() => startWhenRedisAnswers(start, logger, attempt + 1), 2_000).unref();
-  });
-}
-
-/** The standalone worker's own small server: /healthz, /readyz and /metrics. */
-async function startWorkerHealthServer(
-  config: Config,
-  isReady: () => Promise<boolean>,
-  metrics: Metrics,
-  collect: () => Promise<void>,
-  logger: Logger,
-): Promise<{ close(): Promise<void> }> {
-  const server = createServer((request, response) => {
-    const send = (status: number, body: object) => response.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
-    if (request.url === '/healthz') return send(200, { status: 'ok' });
-    if (request.url === '/metrics') {
-      void collect()
-        .then(() => metrics.registry.metrics())
-        .then((text) => response.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text))
-        .catch(() => send(500, { error: 'metrics unavailable', code: 'internal' }));
-      return;
-    }
-    if (request.url === '/readyz') {
-      void isReady().then((ready) => (ready ? send(200, { status: 'ready' }) : send(503, { status: 'unavailable', error: 'Redis is unreachable' })));
-      return;
-    }
-    send(404, { error: 'Route not found', code: 'route_not_found' });
-  });
-  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(config.metricsPort, config.apiHost, resolve));
-  logger.info(`worker health and metrics on http://${config.apiHost}:${config.metricsPort} (/healthz, /readyz, /metrics)`);
-  return { close: () => new Promise((resolve) => server.close(() => resolve())) };
-}
-
 /** Runs the admin API, the delivery worker, or both, until SIGINT/SIGTERM; then shuts down in order. */
-async function runEngine(config: Config, logger: Logger, role: EngineRole): Promise<void> {
-  const secretKey = resolveSecretKey(config);
-  const endpoint = await resolveRedis(config, (line) => logger.info(line));
-  const redis = connectRedis(endpoint.url, { connectionName: `hookline-${role}`, maxRetriesPerRequest: 2 });
-  const queueConnection = connectRedis(endpoint.url, { connectionName: `hookline-${role}-queues`, maxRetriesPerRequest: null, autoPipelining: false });
-  for (const [name, connection] of [['app', redis], ['queues', queueConnection]] as const) watchConnection(connection, name, logger);
-  const isReady = () => pingRedis(redis, 1_000);
-  const metrics = createMetrics({ role });
-  metrics.buildInfo.set({ version: VERSION }, 1);
-  initialiseSeries(metrics);
-  const stores = composeStores({
-    observability: { metrics, logger },
-    redis,
-    queueConnection,
-    redisPrefix: config.redisPrefix,
-    secretKey,
-    retryScheduleMs: config.retryScheduleMs,
-    queuePartitions: config.queuePartitions,
-    secretRotationOverlapMs: config.secretRotationOverlapMs,
-    dedupeWindowMs: config.dedupeWindowMs,
-  });
-  const stops: ((steps: ShutdownSteps) => Promise<unknown>)[] = [];
-  let circuitsOpen: (() => number) | undefined;
-  const collect = scrapeCollector(metrics, { queueCounts: () => stores.queues.counts(), ping: isReady, circuitsOpen: () => circuitsOpen?.() ?? 0 });
-
-  if (role !== 'worker') {
-    // Load the listing's in-memory index now rather than on the first request (in the background:
-    // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
-    void stores.machines.refresh().catch((error: Error) => logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it'));
-    const app = await buildAdminServer(stores.adminDeps({ logger, bodyLimitBytes: config.apiBodyLimitBytes, isReady, metrics: { ...metrics, collect }, rateLimitPerSecond: config.rateLimitPerSecond, ingestRateLimitPerSecond: config.ingestRateLimitPerSecond, allowPrivateTargets: config.allowPrivateTargets }));
-    const address = await app.listen({ host: config.apiHost, port: config.apiPort });
-    stops.push((steps) => steps.run(app.close()));
+async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole, 'tools'>): Promise<void> {
+  const { config, endpoint } = await settle(base, (line) => logger.info(line));
+  const engine = await createEngine(config, { role, logger, listen: true });
+  const addresses = await engine.start();
+  if (addresses.api !== undefined) {
+    const address = addresses.api;
     logger.info(
       { redis: endpoint.origin === 'configured' ? 'REDIS_URL' : `embedded ${endpoint.url} (data in ${config.dataDir}/redis)`, version: VERSION },
       `Hookline API listening on ${address} (OpenAPI at ${address}/openapi.json, docs at ${address}/docs)`,
     );
   }
-  if (role !== 'api') {
-    const workerConnection = connectRedis(endpoint.url, { connectionName: 'hookline-worker-jobs', maxRetriesPerRequest: null, autoPipelining: false });
-    watchConnection(workerConnection, 'worker', logger);
-    const worker = composeWorker(stores, {
-      workerConnection,
-      logger,
-      concurrency: config.workerConcurrency,
-      retryScheduleMs: config.retryScheduleMs,
-      deliveryTimeoutMs: config.deliveryTimeoutMs,
-      allowPrivateTargets: config.allowPrivateTargets,
-      sustainedFailureWindowMs: config.sustainedFailureWindowMs,
-      lockDurationMs: config.workerLockDurationMs,
-      metrics,
-    });
-    circuitsOpen = () => worker.breakers.openEndpoints(Date.now()).length;
-    const stream = config.ingestStream ? new StreamIngestSource({ redis, keys: stores.keys, ingestor: stores.ingestor, logger }) : undefined;
-    const health = role === 'worker' ? await startWorkerHealthServer(config, isReady, metrics, collect, logger) : undefined;
-    worker.pool.start();
-    if (stream) startWhenRedisAnswers(() => stream.start(), logger);
-    stops.push(async (steps) => {
-      await steps.run(stream?.stop());
-      const ended = await worker.close(config.shutdownGraceMs);
-      logger.info({ ended }, ended === 'drained' ? 'in-flight deliveries finished' : 'grace period over; unfinished deliveries return to the queue');
-      await steps.closeConnection(workerConnection);
-      await steps.run(health?.close());
-    });
-    logger.info({ concurrency: config.workerConcurrency, partitions: config.queuePartitions, stream: config.ingestStream }, 'delivery worker running');
-  }
 
   const signal = await shutdownSignal();
   logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down');
-  const steps = new ShutdownSteps(Date.now() + config.shutdownGraceMs + SHUTDOWN_SLACK_MS - SHUTDOWN_STEP_MS);
-  // Every step below is bounded, but a process must end however it is stuck: this is the backstop.
+  // The engine's shutdown is bounded, but a process must end however it is stuck: this is the backstop.
   const deadline = setTimeout(() => {
     logger.error({ graceMs: config.shutdownGraceMs }, 'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)');
     logger.flush();
@@ -206,9 +77,7 @@ async function runEngine(config: Config, logger: Logger, role: EngineRole): Prom
   const now = () => process.exit(1);
   process.once('SIGINT', now);
   process.once('SIGTERM', now);
-  for (const stop of stops) await stop(steps);
-  await steps.run(stores.queues.close());
-  await Promise.all([redis, queueConnection].map((connection) => steps.closeConnection(connection)));
+  await engine.close();
   await endpoint.release();
   clearTimeout(deadline);
   logger.info('stopped');
@@ -233,7 +102,7 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
   const config = (): Config => loadConfig(env);
   const serverLogger = (c: Config) => createLogger({ level: c.logLevel, format: c.logFormat, fd: 1 });
 
-  const serve = (role: EngineRole) => async () => {
+  const serve = (role: Exclude<EngineRole, 'tools'>) => async () => {
     const c = config();
     await runEngine(c, serverLogger(c), role);
   };
@@ -262,9 +131,8 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
       }
       if (options.role.includes('vendor') && options.vendor === undefined) throw new UsageError('--role vendor needs --vendor <vendorId>');
       const c = config();
-      await withRedis(c, 'hookline-cli', async (redis) => {
-        const store = new RedisApiKeyStore(redis, redisKeys(c.redisPrefix));
-        const { key, record } = await store.create({
+      await withApiKeys(c, async (apiKeys) => {
+        const { key, record } = await apiKeys.create({
           name: options.name.trim(),
           roles: options.role,
           ...(options.vendor === undefined ? {} : { vendorId: options.vendor }),
@@ -279,8 +147,8 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     .option('--json', 'print JSON')
     .action(async (options: { json?: boolean }) => {
       const c = config();
-      await withRedis(c, 'hookline-cli', async (redis) => {
-        const records = await new RedisApiKeyStore(redis, redisKeys(c.redisPrefix)).list();
+      await withApiKeys(c, async (apiKeys) => {
+        const records = await apiKeys.list();
         if (options.json) return void process.stdout.write(`${JSON.stringify(records, null, 2)}\n`);
         if (records.length === 0) return void say('no API keys');
         for (const r of records) {
@@ -294,32 +162,12 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     .argument('<id>', 'key id, e.g. key_0123456789abcdef')
     .action(async (id: string) => {
       const c = config();
-      await withRedis(c, 'hookline-cli', async (redis) => {
-        if (!(await new RedisApiKeyStore(redis, redisKeys(c.redisPrefix)).revoke(id))) throw new UsageError(`no API key with id ${id}`);
+      await withApiKeys(c, async (apiKeys) => {
+        if (!(await apiKeys.revoke(id))) throw new UsageError(`no API key with id ${id}`);
         say(`revoked ${id}`);
       });
     });
   const dlq = program.command('dlq').description('List and replay dead letters (deliveries whose every attempt failed).');
-  const withStores = async <T>(c: Config, body: (stores: Stores) => Promise<T>): Promise<T> =>
-    withRedis(c, 'hookline-cli', async (redis, endpoint) => {
-      const queueConnection = connectRedis(endpoint.url, { connectionName: 'hookline-cli-queues', maxRetriesPerRequest: 3, autoPipelining: false });
-      const stores = composeStores({
-        redis,
-        queueConnection,
-        redisPrefix: c.redisPrefix,
-        secretKey: resolveSecretKey(c),
-        retryScheduleMs: c.retryScheduleMs,
-        queuePartitions: c.queuePartitions,
-        secretRotationOverlapMs: c.secretRotationOverlapMs,
-        dedupeWindowMs: c.dedupeWindowMs,
-      });
-      try {
-        return await body(stores);
-      } finally {
-        await stores.queues.close();
-        await queueConnection.quit().catch(() => undefined);
-      }
-    });
   const knownWebhook = async (stores: Stores, webhookId: string) => {
     const webhook = await stores.webhooks.getById(webhookId);
     if (!webhook) throw new UsageError(`no webhook with id ${webhookId}`);

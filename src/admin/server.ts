@@ -93,6 +93,32 @@ function validationMessage(error: FastifyError): string {
   return `Invalid ${where}: ${[...new Set(issues)].join('; ')}`;
 }
 
+/** `GET /metrics` (Prometheus text; `collect` refreshes the scrape-time gauges first). */
+function metricsRoute(app: FastifyInstance, metrics: NonNullable<AdminDeps['metrics']>): void {
+  app.get('/metrics', { schema: { hide: true }, logLevel: 'warn' }, async (_request, reply) => {
+    await metrics.collect?.();
+    return reply.header('content-type', metrics.registry.contentType).send(await metrics.registry.metrics());
+  });
+}
+
+export type HealthServer = FastifyInstance;
+
+/**
+ * The standalone worker's small server: the admin API's `/healthz` and `/readyz`, and `/metrics`;
+ * nothing else. Like the admin API it never listens by itself.
+ */
+export async function buildHealthServer(deps: Pick<AdminDeps, 'logger' | 'isReady'> & { metrics: NonNullable<AdminDeps['metrics']> }): Promise<HealthServer> {
+  const loggerInstance: FastifyBaseLogger = deps.logger;
+  const app = Fastify({ loggerInstance, disableRequestLogging: true, return503OnClosing: true }).withTypeProvider<ZodTypeProvider>();
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));
+  await app.register(healthRoutes({ isReady: deps.isReady }));
+  metricsRoute(app, deps.metrics);
+  await app.ready();
+  return app;
+}
+
 /**
  * Builds the admin API (seed endpoints, OpenAPI, health). It never listens by itself: the CLI calls
  * listen(), tests call inject().
@@ -150,10 +176,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
       metrics.httpRequests.inc({ route, method: request.method, status: String(reply.statusCode) });
       metrics.httpDuration.observe({ route, method: request.method }, reply.elapsedTime / 1000);
     });
-    app.get('/metrics', { schema: { hide: true }, logLevel: 'warn' }, async (_request, reply) => {
-      await metrics.collect?.();
-      return reply.header('content-type', metrics.registry.contentType).send(await metrics.registry.metrics());
-    });
+    metricsRoute(app, metrics);
   }
 
   await app.register(fastifySwagger, {

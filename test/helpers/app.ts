@@ -1,9 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { pino } from 'pino';
-import { buildAdminServer, type AdminServer } from '../../src/admin/server.js';
-import { composeStores, type Stores } from '../../src/compose.js';
+import { inject } from 'vitest';
+import type { AdminServer } from '../../src/admin/server.js';
+import { loadConfig } from '../../src/config/env.js';
 import type { Role } from '../../src/domain/roles.js';
-import { connectRedis, pingRedis, type Redis } from '../../src/store/redis.js';
+import { createEngine, type Engine, type EngineConfig, type EngineOptions, type Stores } from '../../src/engine.js';
+import type { Redis } from '../../src/store/redis.js';
 import { testRedis } from './redis.js';
 
 export type TestApp = Stores & {
@@ -12,6 +14,8 @@ export type TestApp = Stores & {
   url: string;
   prefix: string;
   secretKey: Buffer;
+  /** The app's configuration: a worker for it starts from this (see startTestWorker). */
+  config: EngineConfig;
   /** Issues a real API key with these roles (and vendor) and returns it. */
   keyFor(roles: Role[], vendorId?: string): Promise<string>;
   close(): Promise<void>;
@@ -22,6 +26,7 @@ export interface TestAppOptions {
   retryScheduleMs?: readonly number[];
   queuePartitions?: number;
   secretRotationOverlapMs?: number;
+  /** Requests per second per API key (unset: no limit). */
   rateLimitPerSecond?: number;
   /** Ingested events per second per API key (unset: no limit). */
   ingestRateLimitPerSecond?: number;
@@ -36,45 +41,57 @@ export interface TestAppOptions {
   prefix?: string;
 }
 
-/** The admin API and every store, built on the suite's real Redis under a fresh key prefix. */
+/**
+ * A configuration for an engine on the suite's Redis: the defaults of `loadConfig`, with no request
+ * limits, private targets allowed, and `overrides` on top.
+ */
+export function testConfig(overrides: Partial<EngineConfig> & Pick<EngineConfig, 'redisPrefix'>): EngineConfig {
+  return {
+    ...loadConfig({}),
+    redisUrl: inject('redisUrl'),
+    secretKey: randomBytes(32),
+    rateLimitPerSecond: 0,
+    ingestRateLimitPerSecond: 0,
+    allowPrivateTargets: true,
+    ...overrides,
+  };
+}
+
+/** An engine of `config` with a silent logger, not listening (tests inject requests). */
+export function testEngine(config: EngineConfig, options: Omit<EngineOptions, 'logger'>): Promise<Engine> {
+  return createEngine(config, { logger: pino({ level: 'silent' }), ...options });
+}
+
+/** The admin API and every store (the production assembly, role `api`) on the suite's real Redis under a fresh key prefix. */
 export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
   const t = testRedis(options.redisUrl, options.prefix);
-  const secretKey = randomBytes(32);
-  const queueConnection = connectRedis(t.url, { connectionName: `hookline-test-queues-${t.prefix}`, maxRetriesPerRequest: null, autoPipelining: false });
-  const stores = composeStores({
-    redis: t.redis,
-    queueConnection,
+  const config = testConfig({
+    redisUrl: t.url,
     redisPrefix: t.prefix,
-    secretKey,
     retryScheduleMs: options.retryScheduleMs ?? [0, 5_000, 300_000],
     queuePartitions: options.queuePartitions ?? 2,
     secretRotationOverlapMs: options.secretRotationOverlapMs ?? 24 * 3_600_000,
+    ...(options.bodyLimitBytes === undefined ? {} : { apiBodyLimitBytes: options.bodyLimitBytes }),
+    ...(options.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: options.rateLimitPerSecond }),
+    ...(options.ingestRateLimitPerSecond === undefined ? {} : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
+    ...(options.allowPrivateTargets === undefined ? {} : { allowPrivateTargets: options.allowPrivateTargets }),
   });
-  const app = await buildAdminServer(
-    stores.adminDeps({
-      logger: pino({ level: 'silent' }),
-      bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
-      isReady: () => pingRedis(t.redis, 1_000),
-      allowPrivateTargets: options.allowPrivateTargets ?? true,
-      ...(options.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: options.rateLimitPerSecond }),
-      ...(options.ingestRateLimitPerSecond === undefined ? {} : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
-    }),
-  );
+  const engine = await testEngine(config, { role: 'api' });
+  const { stores } = engine;
   return Object.assign(stores, {
-    app,
-    redis: t.redis,
+    app: engine.api!,
+    redis: stores.redis,
     url: t.url,
     prefix: t.prefix,
-    secretKey,
+    secretKey: config.secretKey,
+    config,
     async keyFor(roles: Role[], vendorId?: string) {
       const { key } = await stores.apiKeys.create({ name: `test ${roles.join('+')}`, roles, ...(vendorId === undefined ? {} : { vendorId }) });
       return key;
     },
     async close() {
-      await app.close();
-      await stores.queues.close();
-      // BullMQ may already have closed it while closing the queues.
-      await queueConnection.quit().catch(() => undefined);
+      await engine.close(0);
+      // Deleted over the helper's own connection: the engine's are closed by now.
       await t.cleanup();
     },
   });

@@ -1,18 +1,14 @@
 import { randomBytes } from 'node:crypto';
-import { pino } from 'pino';
-import { buildAdminServer, type AdminServer } from '../../src/admin/server.js';
-import { composeStores } from '../../src/compose.js';
 import type { AgentStatus } from '../../src/domain/agent.js';
 import type { IngestEventInput } from '../../src/domain/event.js';
 import type { WebhookEventType } from '../../src/domain/events.js';
 import type { Machine } from '../../src/domain/machine.js';
-import type { Role } from '../../src/domain/roles.js';
 import type { Task } from '../../src/domain/task.js';
 import { Ingestor, type DeliveryEnqueuer, type DeliveryRequest } from '../../src/ingest/ingest.js';
 import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
 import { RedisMachineStore } from '../../src/store/machines.js';
 import { createAgentStatusStore, createTaskStore } from '../../src/store/read-models.js';
-import { connectRedis, type Redis } from '../../src/store/redis.js';
+import type { Redis } from '../../src/store/redis.js';
 import { SecretBox } from '../../src/store/secret-box.js';
 import { RedisWebhookStore } from '../../src/store/webhooks.js';
 import { testRedis, type TestRedis } from './redis.js';
@@ -129,41 +125,4 @@ export function sampleEvent(eventType: WebhookEventType, vendorId: string, extra
       : machine('m-1')
     : agent('dep-1', eventType === 'EVENT_TYPE_DEPLOYMENT_STOPPED' ? 'STATUS_STOPPED' : 'STATUS_RUNNING');
   return { event_type: eventType, vendor_id: vendorId, data, ...extra } as IngestEventInput;
-}
-
-export interface IngestApp {
-  app: AdminServer;
-  /** Issues a real API key with these roles. */
-  keyFor(roles: Role[]): Promise<string>;
-  close(): Promise<void>;
-}
-
-/** The real admin API over the fixture's Redis and prefix, with the fixture's ingestor (recording enqueuer). */
-export async function ingestApp(fixture: IngestFixture, ingestor: Pick<Ingestor, 'ingest'> = fixture.ingestor): Promise<IngestApp> {
-  const queueConnection = connectRedis(fixture.t.url, { connectionName: `hookline-test-ingest-${fixture.t.prefix}`, maxRetriesPerRequest: null, autoPipelining: false });
-  const stores = composeStores({
-    redis: fixture.redis,
-    queueConnection,
-    redisPrefix: fixture.t.prefix,
-    secretKey: randomBytes(32),
-    retryScheduleMs: [0],
-    queuePartitions: 1,
-    secretRotationOverlapMs: 0,
-  });
-  const app = await buildAdminServer({
-    ...stores.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1024 * 1024, isReady: async () => true }),
-    ingestor,
-  });
-  return {
-    app,
-    async keyFor(roles) {
-      return (await stores.apiKeys.create({ name: `test ${roles.join('+')}`, roles })).key;
-    },
-    async close() {
-      await app.close();
-      await stores.queues.close();
-      // BullMQ may already have closed it while closing the queues.
-      await queueConnection.quit().catch(() => undefined);
-    },
-  };
 }

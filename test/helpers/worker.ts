@@ -1,41 +1,59 @@
-import { pino } from 'pino';
-import { composeWorker, type WorkerSettings } from '../../src/compose.js';
 import type { FinishedOutcome } from '../../src/delivery/processor.js';
-import { connectRedis } from '../../src/store/redis.js';
+import type { DeliveryWorker, EngineConfig, EngineOptions } from '../../src/engine.js';
 import { freeLoopbackPort } from '../../src/store/redis-server.js';
-import type { TestApp } from './app.js';
+import { testEngine, type TestApp } from './app.js';
 import { cleanEnv } from './processes.js';
 
 export interface TestWorker {
   outcomes: FinishedOutcome[];
-  breakers: ReturnType<typeof composeWorker>['breakers'];
+  breakers: DeliveryWorker['breakers'];
   close(): Promise<void>;
 }
 
-/** A real delivery worker on the test app's Redis and prefix (private targets allowed unless said). */
-export function startTestWorker(t: TestApp, settings: Partial<Omit<WorkerSettings, 'workerConnection'>> = {}): TestWorker {
-  const workerConnection = connectRedis(t.url, { connectionName: `hookline-test-worker-${t.prefix}`, maxRetriesPerRequest: null, autoPipelining: false });
-  const outcomes: FinishedOutcome[] = [];
-  const worker = composeWorker(t, {
-    workerConnection,
-    logger: pino({ level: 'silent' }),
-    concurrency: 20,
-    retryScheduleMs: t.queues.retryScheduleMs,
+/** What a test sets about its worker: configuration values and the worker hooks of the engine. */
+export type TestWorkerSettings = Partial<
+  Pick<EngineConfig, 'workerConcurrency' | 'deliveryTimeoutMs' | 'allowPrivateTargets' | 'sustainedFailureWindowMs' | 'workerLockDurationMs' | 'ingestStream'>
+> &
+  NonNullable<EngineOptions['worker']>;
+
+/** The configuration of a worker for the test app: its Redis, prefix, secret key, schedule and partitions, and these settings. */
+export function testWorkerConfig(t: TestApp, settings: TestWorkerSettings = {}): EngineConfig {
+  const { breaker: _breaker, webhookCacheTtlMs: _ttl, onOutcome: _onOutcome, ...config } = settings;
+  return {
+    ...t.config,
+    workerConcurrency: 20,
     deliveryTimeoutMs: 1_000,
     allowPrivateTargets: true,
     sustainedFailureWindowMs: 5 * 24 * 3_600_000,
-    lockDurationMs: 5_000,
-    webhookCacheTtlMs: 0,
-    onOutcome: (o) => outcomes.push(o),
-    ...settings,
+    workerLockDurationMs: 5_000,
+    ingestStream: false,
+    ...config,
+  };
+}
+
+/**
+ * A real delivery worker for the test app: the production assembly (an engine of role `worker`,
+ * its own connections) on the app's Redis and prefix; private targets allowed unless said.
+ */
+export async function startTestWorker(t: TestApp, settings: TestWorkerSettings = {}): Promise<TestWorker> {
+  const outcomes: FinishedOutcome[] = [];
+  const engine = await testEngine(testWorkerConfig(t, settings), {
+    role: 'worker',
+    worker: {
+      webhookCacheTtlMs: settings.webhookCacheTtlMs ?? 0,
+      onOutcome: (o) => {
+        outcomes.push(o);
+        settings.onOutcome?.(o);
+      },
+      ...(settings.breaker ? { breaker: settings.breaker } : {}),
+    },
   });
-  worker.pool.start();
+  await engine.start();
   return {
     outcomes,
-    breakers: worker.breakers,
+    breakers: engine.worker!.breakers,
     async close() {
-      await worker.close(2_000);
-      await workerConnection.quit();
+      await engine.close(2_000);
     },
   };
 }

@@ -93,7 +93,7 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     vendorKey = await t.keyFor(['vendor'], 'vendor-a');
     eventsKey = await t.keyFor(['events:write']);
     // The breaker has its own tests; here every attempt must reach the receiver.
-    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000 } });
+    worker = await startTestWorker(t, { breaker: { failureThreshold: 1_000 } });
     return t;
   }
 

@@ -1,13 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { Job } from 'bullmq';
-import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { composeDeliveryDeps } from '../../src/compose.js';
 import { deliveryIdFor, partitionOf, type DeliverJob } from '../../src/delivery/jobs.js';
-import { createBatchProcessor } from '../../src/delivery/processor.js';
-import { testApp, type TestApp } from '../helpers/app.js';
+import { testApp, testEngine, type TestApp } from '../helpers/app.js';
 import { receiverPool, waitFor } from '../helpers/receiver.js';
-import { startTestWorker, type TestWorker } from '../helpers/worker.js';
+import { startTestWorker, testWorkerConfig, type TestWorker } from '../helpers/worker.js';
 
 const EVENT_TYPE = 'EVENT_TYPE_MACHINE_CREATED';
 const machineEvent = (vendorId: string) => ({
@@ -50,22 +47,14 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
 
   const receiver = () => receivers.start();
 
-  function processorDeps(app: TestApp, overrides: { slowAfterMs?: number; deliveryTimeoutMs?: number } = {}) {
-    const built = composeDeliveryDeps(app, {
-      logger: pino({ level: 'silent' }),
-      concurrency: 10,
-      retryScheduleMs: app.queues.retryScheduleMs,
-      deliveryTimeoutMs: overrides.deliveryTimeoutMs ?? 1_000,
-      allowPrivateTargets: true,
-      sustainedFailureWindowMs: 24 * 3_600_000,
-      webhookCacheTtlMs: 0,
-      breaker: { slowAfterMs: overrides.slowAfterMs ?? 2_000 },
+  /** A worker engine for the app that is never started: the test runs its batch processor on jobs of its own. */
+  async function idleWorker(app: TestApp, overrides: { slowAfterMs?: number; deliveryTimeoutMs?: number } = {}) {
+    const engine = await testEngine(testWorkerConfig(app, { workerConcurrency: 10, deliveryTimeoutMs: overrides.deliveryTimeoutMs ?? 1_000, sustainedFailureWindowMs: 24 * 3_600_000 }), {
+      role: 'worker',
+      worker: { webhookCacheTtlMs: 0, breaker: { slowAfterMs: overrides.slowAfterMs ?? 2_000 } },
     });
-    closers.push(() => {
-      built.detach();
-      return built.sender.close();
-    });
-    return built;
+    closers.push(() => engine.close(2_000).then(() => undefined));
+    return engine.worker!;
   }
 
   it('queues an ingest batch as a few batch jobs and delivers every event exactly once', async () => {
@@ -80,7 +69,7 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     const counts = await partition.batches.getJobCounts('waiting', 'delayed');
     expect((counts.waiting ?? 0) + (counts.delayed ?? 0)).toBe(3);
 
-    worker = startTestWorker(t);
+    worker = await startTestWorker(t);
     await waitFor(() => r.requests.length >= EVENTS, 20_000, 'every delivery');
     await new Promise((resolve) => setTimeout(resolve, 300));
     const ids = r.requests.map((q) => String(q.headers['webhook-id']));
@@ -104,8 +93,8 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     await t.deliveryLog.recordAttempt({ job: done, attempt: { attempt: 1, atMs: nowMs, outcome: 'delivered', statusCode: 200, durationMs: 3 }, status: 'delivered' });
     await t.deliveryLog.recordAttempt({ job: waiting, attempt: { attempt: 1, atMs: nowMs, outcome: 'http_5xx', statusCode: 500, durationMs: 3 }, status: 'retrying', nextAttemptAtMs: nowMs + 60_000 });
 
-    const { deps } = processorDeps(t);
-    const summary = await createBatchProcessor(deps)(batchJob([done, waiting, fresh], 2));
+    const { processBatch } = await idleWorker(t);
+    const summary = await processBatch(batchJob([done, waiting, fresh], 2));
     expect(summary).toEqual({ deliveries: 3, attempted: 1, handedOff: 1, skipped: 1 });
     expect(r.requests.map((q) => q.headers['webhook-id'])).toEqual([fresh.eventId]);
     const single = await t.queues.partitions[partitionOf(created.webhook.id, t.queues.partitions.length)]!.singles.getJob(waiting.deliveryId);
@@ -126,9 +115,9 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     const toHanging = Array.from({ length: 5 }, () => delivery(slow.webhook.id, 'v-hang'));
     const toHealthy = Array.from({ length: 20 }, () => delivery(good.webhook.id, 'v-good'));
 
-    const { deps, slots } = processorDeps(t, { slowAfterMs: 200, deliveryTimeoutMs: 1_500 });
+    const { processBatch, slots } = await idleWorker(t, { slowAfterMs: 200, deliveryTimeoutMs: 1_500 });
     const startedMs = Date.now();
-    const summary = await createBatchProcessor(deps)(batchJob([...toHanging, ...toHealthy], 1));
+    const summary = await processBatch(batchJob([...toHanging, ...toHealthy], 1));
     const elapsedMs = Date.now() - startedMs;
 
     // Done after about one hold period, not after the 1.5 s timeout.
@@ -144,7 +133,7 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     // this batch (had it failed after the hand-off) leaves them to those jobs instead of sending
     // them beside them, and skips what was delivered.
     expect((await t.deliveryLog.progressOf(toHanging)).map((p) => p?.status)).toEqual(toHanging.map(() => 'pending'));
-    const rerun = await createBatchProcessor(deps)(batchJob([...toHanging, ...toHealthy], 2));
+    const rerun = await processBatch(batchJob([...toHanging, ...toHealthy], 2));
     expect(rerun).toMatchObject({ deliveries: 25, attempted: 0, handedOff: 5, skipped: 20 });
     expect(hanging.requests).toHaveLength(1);
     expect(healthy.requests).toHaveLength(20);
@@ -161,7 +150,7 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     const d = delivery(created.webhook.id, 'v-skip');
     await t.deliveryLog.recordAttempt({ job: d, attempt: { attempt: 1, atMs: Date.now(), outcome: 'delivered', statusCode: 200, durationMs: 2 }, status: 'delivered' });
     await t.queues.addSingles([{ job: d, delayMs: 0 }]);
-    worker = startTestWorker(t);
+    worker = await startTestWorker(t);
     await waitFor(() => worker!.outcomes.some((o) => o.kind === 'skipped' && o.job.deliveryId === d.deliveryId), 10_000, 'skipped');
     expect(r.requests).toHaveLength(0);
   });

@@ -38,7 +38,7 @@ describe('first contact with a healthy receiver (real Redis, receiver on 127.0.0
     const receiver = await receivers.start();
     receiver.script('/hook', { status: 200, delayMs: FIRST_ANSWER_MS }, { status: 200 });
     await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${receiver.base}/hook` });
-    const worker = startTestWorker(t, { concurrency: 20, deliveryTimeoutMs: TIMEOUT_MS });
+    const worker = await startTestWorker(t, { workerConcurrency: 20, deliveryTimeoutMs: TIMEOUT_MS });
     workers.push(worker);
 
     const startedMs = Date.now();
@@ -58,14 +58,14 @@ describe('first contact with a healthy receiver (real Redis, receiver on 127.0.0
     t = await testApp({ retryScheduleMs: [0, 60_000] });
     const receiver = await receivers.start();
     await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${receiver.base}/hook` });
-    const first = startTestWorker(t, { concurrency: 20, deliveryTimeoutMs: TIMEOUT_MS });
+    const first = await startTestWorker(t, { workerConcurrency: 20, deliveryTimeoutMs: TIMEOUT_MS });
     await t.ingestor.ingest([event()], 'http');
     await waitFor(() => receiver.requests.length === 1, 10_000, 'the first delivery');
     await first.close();
 
     // A restarted worker (a deploy), while the receiver is slow to answer the first request it gets.
     receiver.script('/hook', { status: 200, delayMs: FIRST_ANSWER_MS }, { status: 200 });
-    const restarted = startTestWorker(t, { concurrency: 20, deliveryTimeoutMs: TIMEOUT_MS });
+    const restarted = await startTestWorker(t, { workerConcurrency: 20, deliveryTimeoutMs: TIMEOUT_MS });
     workers.push(restarted);
     const startedMs = Date.now();
     await t.ingestor.ingest(Array.from({ length: EVENTS }, event), 'http');

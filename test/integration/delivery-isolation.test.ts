@@ -33,7 +33,7 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     await t.webhooks.create('slow-vendor', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${hanging.base}/h` });
     await t.webhooks.create('good-vendor', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${healthy.base}/ok` });
     // 10 slots; each hanging attempt holds one for the 2 s timeout.
-    worker = startTestWorker(t, { concurrency: 10, deliveryTimeoutMs: 2_000 });
+    worker = await startTestWorker(t, { workerConcurrency: 10, deliveryTimeoutMs: 2_000 });
 
     const HANGING = 100;
     const HEALTHY = 300;
@@ -66,7 +66,7 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     const flaky = await receiver();
     flaky.script('/f', { status: 500 });
     await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${flaky.base}/f` });
-    worker = startTestWorker(t, { concurrency: 5, breaker: { failureThreshold: 3, openMs: 1_000, openMsMax: 1_000 } });
+    worker = await startTestWorker(t, { workerConcurrency: 5, breaker: { failureThreshold: 3, openMs: 1_000, openMsMax: 1_000 } });
     await t.ingestor.ingest(Array.from({ length: 5 }, () => event('EVENT_TYPE_MACHINE_CREATED', 'v')), 'http');
     await waitFor(() => worker!.breakers.openEndpoints(Date.now()).includes(flaky.base), 5_000, 'open circuit');
     const hitsWhenOpened = flaky.requests.length;
@@ -97,7 +97,7 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
       expect(created.ok).toBe(true);
       if (created.ok) ids.push(created.webhook.id);
     }
-    worker = startTestWorker(t, { allowPrivateTargets: false });
+    worker = await startTestWorker(t, { allowPrivateTargets: false });
     await t.ingestor.ingest(WEBHOOK_EVENT_TYPES.map((type) => event(type, 'ssrf-vendor')), 'http');
     for (const id of ids) {
       const [delivery] = await waitFor(async () => {
@@ -115,7 +115,7 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     down.script('/x', { status: 500 });
     const created = await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${down.base}/x` });
     if (!created.ok) throw new Error('setup');
-    worker = startTestWorker(t, { sustainedFailureWindowMs: 700, breaker: { failureThreshold: 1_000 } });
+    worker = await startTestWorker(t, { sustainedFailureWindowMs: 700, breaker: { failureThreshold: 1_000 } });
     await t.ingestor.ingest([event('EVENT_TYPE_MACHINE_CREATED', 'v')], 'http');
     await waitFor(async () => (await t!.webhooks.getById(created.webhook.id))?.disabled?.reason === 'failing', 10_000, 'disabled for failing');
     // A success clears the failure run: re-enable, recover, and the webhook stays enabled.
@@ -135,7 +135,7 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     if (!created.ok) throw new Error('setup');
     const id = created.webhook.id;
     await t.webhooks.update('v', id, { enabled: false });
-    worker = startTestWorker(t, { sustainedFailureWindowMs: 700, breaker: { failureThreshold: 1_000 } });
+    worker = await startTestWorker(t, { sustainedFailureWindowMs: 700, breaker: { failureThreshold: 1_000 } });
     // Paused: its delivery is dead-lettered without being sent, and that starts no failure run.
     await t.ingestor.ingest([event('EVENT_TYPE_MACHINE_CREATED', 'v')], 'http');
     await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.outcome === 'webhook_disabled'), 10_000, 'paused dead letter');

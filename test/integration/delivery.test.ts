@@ -41,7 +41,7 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     key = await t.keyFor(['vendor'], VENDOR);
     // The breaker has its own tests; here every attempt must reach the receiver: circuits stay closed
     // on failures, and one opened by a timeout (a hanging first contact) lasts only 200 ms.
-    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } });
+    worker = await startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } });
   });
   afterEach(async () => {
     await worker.close();
@@ -161,7 +161,7 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     await t.close();
     t = await testApp({ retryScheduleMs: [0, 300, 300, 300], secretRotationOverlapMs: 1_000 });
     await worker.close();
-    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } });
+    worker = await startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } });
     key = await t.keyFor(['vendor'], VENDOR);
     const secretA = 'secret-A before the rotation';
     const secretB = 'secret-B after the rotation';
@@ -223,7 +223,7 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     t = await testApp({ retryScheduleMs: [0, 3_000, 3_000] });
     await worker.close();
     // Circuits stay closed on failures; one opened by a timeout (a hanging first contact) lasts 200 ms.
-    worker = startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } });
+    worker = await startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } });
     key = await t.keyFor(['vendor'], VENDOR);
     receiver.script(`/ra${status}`, { status, headers: { 'retry-after': '1' } }, { status: 200 });
     await register('EVENT_TYPE_MACHINE_CREATED', `/ra${status}`);

@@ -1,6 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EVENTS_BODY_LIMIT_BYTES } from '../../src/admin/routes/events.js';
-import { ingestApp, ingestFixture, sampleEvent, type IngestApp, type IngestFixture } from '../helpers/ingest-app.js';
+import type { DeliverJob } from '../../src/delivery/jobs.js';
+import type { WebhookEventType } from '../../src/domain/events.js';
+import { testApp, type TestApp } from '../helpers/app.js';
+import { sampleEvent } from '../helpers/ingest-app.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 const URL = '/internal/v1/events';
@@ -12,23 +15,33 @@ interface Answer {
   rejected: number;
 }
 
-let f: IngestFixture;
-let api: IngestApp;
+let t: TestApp;
 let key: string;
 
 beforeEach(async () => {
-  f = ingestFixture();
-  api = await ingestApp(f);
-  key = await api.keyFor(['events:write']);
+  t = await testApp();
+  key = await t.keyFor(['events:write']);
 });
 afterEach(async () => {
-  await api.close();
-  await f.cleanup();
+  await t.close();
 });
+
+/** Registers a webhook of `vendorId` for `eventType` and returns its id. */
+async function subscribe(vendorId: string, eventType: WebhookEventType): Promise<string> {
+  const created = await t.webhooks.create(vendorId, { eventType, callbackUrl: `https://receiver.example/${vendorId}/${eventType}` });
+  if (!created.ok) throw new Error(`webhook for ${vendorId} ${eventType} already exists`);
+  return created.webhook.id;
+}
+
+/** Every delivery ingest queued (no worker runs: they wait in their batch jobs). */
+async function queued(): Promise<DeliverJob[]> {
+  const jobs = await Promise.all(t.queues.partitions.map((p) => p.batches.getJobs(['waiting', 'delayed', 'prioritized'])));
+  return jobs.flat().flatMap((job) => (job.data as { deliveries: DeliverJob[] }).deliveries);
+}
 
 /** `apiKey` null sends no key. */
 const post = (payload: unknown, apiKey: string | null = key) =>
-  api.app.inject({
+  t.app.inject({
     method: 'POST',
     url: URL,
     headers: { 'content-type': 'application/json', ...(apiKey === null ? {} : { 'x-api-key': apiKey }) },
@@ -37,15 +50,15 @@ const post = (payload: unknown, apiKey: string | null = key) =>
 
 describe('POST /internal/v1/events', () => {
   it('accepts a single event object with 202 and a result', async () => {
-    const webhookId = await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    const webhookId = await subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
     const res = await post(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) }));
     expect(res.statusCode).toBe(202);
     expect(res.json()).toEqual({ results: [{ event_id: id(1), status: 'accepted', deliveries: 1 }], accepted: 1, duplicates: 0, rejected: 0 });
-    expect(f.enqueuer.requests.map((r) => r.webhookId)).toEqual([webhookId]);
+    expect((await queued()).map((r) => r.webhookId)).toEqual([webhookId]);
   });
 
   it('answers a batch with a result per event: valid ones accepted, invalid ones rejected, repeats duplicate', async () => {
-    await f.subscribe('v-1', 'EVENT_TYPE_DEPLOYMENT_UPDATED');
+    await subscribe('v-1', 'EVENT_TYPE_DEPLOYMENT_UPDATED');
     const valid = sampleEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', 'v-1', { event_id: id(1) });
     const res = await post({
       events: [
@@ -72,7 +85,7 @@ describe('POST /internal/v1/events', () => {
 
     const again = await post({ events: [valid] });
     expect(again.json<Answer>()).toMatchObject({ accepted: 0, duplicates: 1, rejected: 0 });
-    expect(f.enqueuer.requests).toHaveLength(1);
+    expect(await queued()).toHaveLength(1);
   });
 
   it('answers 401 without a valid key and 403 without the events:write role', async () => {
@@ -81,11 +94,11 @@ describe('POST /internal/v1/events', () => {
       expect(res.statusCode).toBe(401);
       expect(res.json()).toMatchObject({ code: 'unauthorized' });
     }
-    const res = await post(event, await api.keyFor(['vendor', 'machines:read']));
+    const res = await post(event, await t.keyFor(['vendor', 'machines:read']));
     expect(res.statusCode).toBe(403);
     expect(res.json()).toEqual({ error: 'This API key does not have the events:write role', code: 'forbidden' });
-    expect(f.enqueuer.calls).toEqual([]);
-    expect(await post(event, await api.keyFor(['admin']))).toMatchObject({ statusCode: 202 });
+    expect(await queued()).toEqual([]);
+    expect(await post(event, await t.keyFor(['admin']))).toMatchObject({ statusCode: 202 });
   });
 
   it('answers 400 naming the limit for more than 1000 events, and ingests none of them', async () => {
@@ -93,7 +106,7 @@ describe('POST /internal/v1/events', () => {
     const res = await post({ events });
     expect(res.statusCode).toBe(400);
     expect(res.json()).toEqual({ error: 'Invalid request body: events: a batch holds at most 1000 events, got 1001; split it', code: 'invalid_request' });
-    expect(await f.redis.exists(f.keys.events.seen(id(1)))).toBe(0);
+    expect(await t.redis.exists(t.keys.events.seen(id(1)))).toBe(0);
 
     const full = await post({ events: events.slice(0, 1000) });
     expect(full.statusCode).toBe(202);
@@ -105,7 +118,7 @@ describe('POST /internal/v1/events', () => {
     const res = await post({ vendor_id: 'v-1', events: [event] });
     expect(res.statusCode).toBe(400);
     expect(res.json()).toEqual({ error: 'Invalid request body: unknown field "vendor_id" (a batch is { "events": [ … ] } alone)', code: 'invalid_request' });
-    expect(await f.redis.exists(f.keys.events.seen(id(1)))).toBe(0);
+    expect(await t.redis.exists(t.keys.events.seen(id(1)))).toBe(0);
   });
 
   it('answers 400 for a body that is not an object or an events array', async () => {
@@ -139,11 +152,11 @@ describe('POST /internal/v1/events', () => {
     const padding = 'x'.repeat(EVENTS_BODY_LIMIT_BYTES);
     const res = await post({ events: [{ event_type: 'TASK_UPDATED', padding }] });
     expect(res.statusCode).toBe(413);
-    expect(f.enqueuer.calls).toEqual([]);
+    expect(await queued()).toEqual([]);
   });
 
   it('documents the event schema in OpenAPI', () => {
-    const doc = api.app.swagger() as unknown as {
+    const doc = t.app.swagger() as unknown as {
       paths: Record<string, Record<string, { requestBody: { content: Record<string, { schema: unknown }> } }>>;
       components: { schemas: Record<string, { oneOf?: unknown[]; anyOf?: unknown[] }> };
     };

@@ -190,7 +190,7 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
     const app = await setup(SHORT_SCHEDULE_MS);
     // The in-process engine, so the breaker can be set aside: with it (see the tests below) a
     // receiver that is down gets one probe per open period, and a schedule is not spent in seconds.
-    worker = startTestWorker(app, { concurrency: 20, deliveryTimeoutMs: 1_000, breaker: BREAKER_SET_ASIDE });
+    worker = await startTestWorker(app, { workerConcurrency: 20, deliveryTimeoutMs: 1_000, breaker: BREAKER_SET_ASIDE });
     const accepted = await ingest(app, TOTAL);
 
     const allDead = await settles(async () => (await deadLetters(app)) === accepted.size, LONG ? 120_000 : 45_000);
@@ -225,7 +225,7 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
   it('receiver down, back before the attempts run out: the retries deliver every event, nothing is dead-lettered or replayed', async () => {
     const startedMs = Date.now();
     const app = await setup(LONG_SCHEDULE_MS);
-    worker = startTestWorker(app, { concurrency: 20, deliveryTimeoutMs: 1_000, breaker: BREAKER_SET_ASIDE });
+    worker = await startTestWorker(app, { workerConcurrency: 20, deliveryTimeoutMs: 1_000, breaker: BREAKER_SET_ASIDE });
     const ingestMs = Date.now();
     const accepted = await ingest(app, TOTAL);
 

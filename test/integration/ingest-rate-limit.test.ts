@@ -66,7 +66,7 @@ describe('ingest rate limit (events per second per key, not requests)', () => {
     expect(Math.max(...perSecond)).toBeGreaterThan(defaults.rateLimitPerSecond);
 
     // The worker starts afterwards, so the producer has the process's CPU to itself while it posts.
-    worker = startTestWorker(t);
+    worker = await startTestWorker(t);
     await waitFor(() => new Set(receiver!.at('/one-by-one').map((r) => r.headers['webhook-id'])).size === 300, 30_000, '300 deliveries');
     expect(new Set(receiver.at('/one-by-one').map((r) => String(r.headers['webhook-id'])))).toEqual(new Set(events.map((e) => e.event_id)));
   });

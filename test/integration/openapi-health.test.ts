@@ -1,9 +1,6 @@
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildAdminServer } from '../../src/admin/server.js';
-import { connectRedis, pingRedis } from '../../src/store/redis.js';
 import { freeLoopbackPort } from '../../src/store/redis-server.js';
-import { testApp, type TestApp } from '../helpers/app.js';
+import { testApp, testConfig, testEngine, type TestApp } from '../helpers/app.js';
 
 describe('OpenAPI, docs and health', () => {
   let t: TestApp;
@@ -71,15 +68,8 @@ describe('OpenAPI, docs and health', () => {
 describe('readiness when Redis is unreachable', () => {
   it('answers /readyz 503 and a protected route 503 instead of hanging or crashing', async () => {
     const deadPort = await freeLoopbackPort();
-    const redis = connectRedis(`redis://127.0.0.1:${deadPort}`, { connectionName: 'dead', maxRetriesPerRequest: 1 });
-    redis.on('error', () => undefined);
-    const { RedisApiKeyStore } = await import('../../src/store/api-keys.js');
-    const { redisKeys } = await import('../../src/store/keys.js');
-    const t = await testApp();
-    const app = await buildAdminServer({
-      ...t.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1024, isReady: () => pingRedis(redis, 300) }),
-      apiKeys: new RedisApiKeyStore(redis, redisKeys('dead')),
-    });
+    const engine = await testEngine(testConfig({ redisUrl: `redis://127.0.0.1:${deadPort}`, redisPrefix: 'dead' }), { role: 'api' });
+    const app = engine.api!;
     try {
       const ready = await app.inject({ method: 'GET', url: '/readyz' });
       expect(ready.statusCode).toBe(503);
@@ -88,9 +78,7 @@ describe('readiness when Redis is unreachable', () => {
       expect(res.statusCode).toBe(503);
       expect(res.json()).toEqual({ error: 'Storage is unreachable; try again shortly', code: 'storage_unavailable' });
     } finally {
-      await app.close();
-      redis.disconnect();
-      await t.close();
+      await engine.close(0);
     }
   });
 });
@@ -101,14 +89,12 @@ describe('a full Redis (maxmemory with noeviction)', () => {
     const { tmpdir } = await import('node:os');
     const path = await import('node:path');
     const { ensureRedisServerBinary, startRedisServer } = await import('../../src/store/redis-server.js');
-    const { composeStores } = await import('../../src/compose.js');
-    const { randomBytes } = await import('node:crypto');
     const dir = mkdtempSync(path.join(tmpdir(), 'hookline-oom-'));
     const server = await startRedisServer({ binary: await ensureRedisServerBinary(() => undefined), port: 0, dir, appendOnly: false, extraArgs: ['--maxmemory', '2mb'] });
-    const redis = connectRedis(server.url, { connectionName: 'oom', maxRetriesPerRequest: 1 });
-    const queueConnection = connectRedis(server.url, { connectionName: 'oom-q', maxRetriesPerRequest: null, autoPipelining: false });
-    const stores = composeStores({ redis, queueConnection, redisPrefix: 'oom', secretKey: randomBytes(32), retryScheduleMs: [0], queuePartitions: 1, secretRotationOverlapMs: 0 });
-    const app = await buildAdminServer(stores.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1024 * 1024, isReady: () => pingRedis(redis, 300) }));
+    const engine = await testEngine(testConfig({ redisUrl: server.url, redisPrefix: 'oom', retryScheduleMs: [0], queuePartitions: 1, secretRotationOverlapMs: 0 }), { role: 'api' });
+    const { stores } = engine;
+    const { redis } = stores;
+    const app = engine.api!;
     try {
       const { key } = await stores.apiKeys.create({ name: 'v', roles: ['vendor'], vendorId: 'v' });
       // Fill Redis to its limit: large writes, then smaller ones into the last gap (bounded).
@@ -129,10 +115,7 @@ describe('a full Redis (maxmemory with noeviction)', () => {
       expect(res.json()).toEqual({ error: 'Storage is unreachable; try again shortly', code: 'storage_unavailable' });
       expect((await app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })).statusCode).toBe(200);
     } finally {
-      await app.close();
-      await stores.queues.close();
-      redis.disconnect();
-      queueConnection.disconnect();
+      await engine.close(0);
       await server.stop();
       rmSync(dir, { recursive: true, force: true });
     }

@@ -1,0 +1,502 @@
+import { buildAdminServer, buildHealthServer, type AdminDeps, type AdminServer, type HealthServer } from './admin/server.js';
+import type { Config } from './config/env.js';
+import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions, type CircuitChange } from './delivery/breaker.js';
+import { HttpSender } from './delivery/http-sender.js';
+import { createBatchProcessor, createDeliveryProcessor, type DeliveryProcessorDeps, type FinishedOutcome } from './delivery/processor.js';
+import { DeliveryQueues } from './delivery/queue.js';
+import { DeadLetterReplayer } from './delivery/replay.js';
+import { SendSlots } from './delivery/send-slots.js';
+import { StorageGate } from './delivery/storage-gate.js';
+import { TestEventSender } from './delivery/test-event.js';
+import { DeferralWakeups } from './delivery/wakeups.js';
+import { CachedWebhookSource } from './delivery/webhook-cache.js';
+import { DeliveryWorkerPool } from './delivery/worker.js';
+import { Ingestor } from './ingest/ingest.js';
+import { StreamIngestSource } from './ingest/stream-source.js';
+import type { Logger } from './logger.js';
+import { createMetrics, initialiseSeries, type Metrics } from './metrics/metrics.js';
+import { breakerObserver, deliveryObserver, ingestObserver, scrapeCollector } from './metrics/observers.js';
+import { RedisApiKeyStore } from './store/api-keys.js';
+import { RedisDeliveryLog } from './store/delivery-log.js';
+import { RedisEndpointMemory } from './store/endpoints.js';
+import { redisKeys } from './store/keys.js';
+import { RedisMachineStore } from './store/machines.js';
+import { RedisEventBudget, RedisRequestCounter } from './store/rate-limiter.js';
+import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
+import { connectRedis, pingRedis, type Redis } from './store/redis.js';
+import { SecretBox } from './store/secret-box.js';
+import { RedisWebhookStore } from './store/webhooks.js';
+import { VERSION } from './version.js';
+
+interface StoreSettings {
+  /** The application connection (auto-pipelined). */
+  redis: Redis;
+  /** A connection for BullMQ's queues (no auto-pipelining). */
+  queueConnection: Redis;
+  redisPrefix: string;
+  secretKey: Buffer;
+  retryScheduleMs: readonly number[];
+  queuePartitions: number;
+  secretRotationOverlapMs: number;
+  /** How long ingest remembers an event id; default 48 h. */
+  dedupeWindowMs?: number;
+  /** When given, ingest counts batches into it and logs one line per batch. */
+  observability?: { metrics: Metrics; logger: Logger };
+  nowMs?: () => number;
+}
+
+/** Every store and service of the engine over one Redis: what the API, the worker and the CLI's tools share. */
+function composeStores(settings: StoreSettings) {
+  const nowMs = settings.nowMs ?? Date.now;
+  const { redis } = settings;
+  const keys = redisKeys(settings.redisPrefix);
+  const webhooks = new RedisWebhookStore(redis, keys, new SecretBox(settings.secretKey), () => new Date(nowMs()), settings.secretRotationOverlapMs);
+  const tasks = createTaskStore(redis, keys);
+  const agents = createAgentStatusStore(redis, keys);
+  const machines = new RedisMachineStore(redis, keys);
+  const deliveryLog = new RedisDeliveryLog(redis, keys);
+  const queues = new DeliveryQueues({
+    connection: settings.queueConnection,
+    keys,
+    partitions: settings.queuePartitions,
+    retryScheduleMs: settings.retryScheduleMs,
+    // Connection trouble is logged once per outage by the connection watcher; this keeps BullMQ quiet.
+    onError: (error) => settings.observability?.logger.debug({ err: error.message }, 'delivery queue error'),
+  });
+  const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, nowMs });
+  const testEvents = new TestEventSender({ queues, nowMs });
+  const ingestor = new Ingestor({
+    redis,
+    keys,
+    machines,
+    agents,
+    tasks,
+    subscriptions: webhooks,
+    deliveries: queues,
+    nowMs,
+    ...(settings.dedupeWindowMs === undefined ? {} : { dedupeTtlMs: settings.dedupeWindowMs }),
+    ...(settings.observability ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) } : {}),
+  });
+  return {
+    redis,
+    keys,
+    apiKeys: new RedisApiKeyStore(redis, keys),
+    webhooks,
+    tasks,
+    agents,
+    machines,
+    deliveryLog,
+    queues,
+    replayer,
+    testEvents,
+    ingestor,
+    /** The admin API's dependencies. */
+    adminDeps(options: {
+      logger: Logger;
+      bodyLimitBytes: number;
+      isReady: () => Promise<boolean>;
+      metrics?: AdminDeps['metrics'];
+      /** Requests per second per API key (event ingest exempt); unset or 0: no limit. */
+      rateLimitPerSecond?: number;
+      /** Events ingested per second per API key; unset or 0: no limit. */
+      ingestRateLimitPerSecond?: number;
+      /** Accept callback URLs on loopback and private addresses; default false (the SSRF guard). */
+      allowPrivateTargets?: boolean;
+    }): AdminDeps {
+      const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, ...rest } = options;
+      return {
+        ...rest,
+        allowPrivateTargets: allowPrivateTargets ?? false,
+        ...(rateLimitPerSecond ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } } : {}),
+        ...(ingestRateLimitPerSecond ? { ingestRateLimit: { budget: new RedisEventBudget(redis, keys), perSecond: ingestRateLimitPerSecond, nowMs } } : {}),
+        apiKeys: this.apiKeys,
+        webhooks,
+        nowMs,
+        tasks,
+        agents,
+        machines,
+        ingestor,
+        deliveries: { history: deliveryLog, replayer, testEvents },
+      };
+    },
+  };
+}
+
+export type Stores = ReturnType<typeof composeStores>;
+
+interface WorkerSettings {
+  /** A connection for BullMQ's workers (maxRetriesPerRequest null, no auto-pipelining). */
+  workerConnection: Redis;
+  logger: Logger;
+  concurrency: number;
+  retryScheduleMs: readonly number[];
+  deliveryTimeoutMs: number;
+  allowPrivateTargets: boolean;
+  sustainedFailureWindowMs: number;
+  /** A killed worker's in-flight jobs run again after this. */
+  lockDurationMs?: number;
+  /** How long a worker trusts its cached copy of a webhook. */
+  webhookCacheTtlMs?: number;
+  /** Circuit-breaker tuning; defaults in DEFAULT_BREAKER_OPTIONS. */
+  breaker?: Partial<BreakerOptions>;
+  /** Counts attempts, outcomes and circuit changes. */
+  metrics?: Metrics;
+  onOutcome?: (outcome: FinishedOutcome) => void;
+  nowMs?: () => number;
+}
+
+/** Logs a circuit's changes (open and close at warn, with the webhooks behind the endpoint) and counts them. */
+function circuitObserver(logger: Logger, metrics: Metrics | undefined): (endpoint: string, change: CircuitChange) => void {
+  const count = metrics ? breakerObserver(metrics) : undefined;
+  return (endpoint, change) => {
+    count?.(endpoint, change);
+    if (change.state === 'open') {
+      logger.warn(
+        { event: 'circuit.opened', endpoint, reason: change.reason, openForMs: change.openForMs, webhookIds: change.webhookIds },
+        'circuit opened: deliveries to this endpoint are held back, and attempts that come due meanwhile are recorded as circuit_open',
+      );
+    } else if (change.state === 'closed') {
+      logger.warn({ event: 'circuit.closed', endpoint, webhookIds: change.webhookIds }, 'circuit closed: a probe was answered; deliveries to this endpoint flow again');
+    } else logger.debug({ event: 'circuit.half_open', endpoint, webhookIds: change.webhookIds }, 'circuit half-open: probing');
+  };
+}
+
+/** What the delivery processors of one process run on: sender, breakers, send slots, storage gate and stores. */
+function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'workerConnection' | 'lockDurationMs'>) {
+  const nowMs = settings.nowMs ?? Date.now;
+  const sender = new HttpSender({
+    allowPrivateTargets: settings.allowPrivateTargets,
+    connectTimeoutMs: Math.min(5_000, settings.deliveryTimeoutMs),
+    maxResponseBytes: 64 * 1024,
+    snippetBytes: 4 * 1024,
+    userAgent: `Hookline/${VERSION}`,
+    connections: Math.max(10, settings.concurrency),
+  });
+  const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: settings.deliveryTimeoutMs, ...settings.breaker };
+  const breakers = new EndpointBreakers(breakerOptions, circuitObserver(settings.logger, settings.metrics));
+  // Endpoints that never answered or were slow lately may hold at most a fifth of the slots.
+  const slots = new SendSlots(settings.concurrency, Math.max(1, Math.floor(settings.concurrency / 5)));
+  const gate = new StorageGate(
+    () => pingRedis(stores.redis, 1_000),
+    (open) => {
+      settings.metrics?.sendsPaused.set(open ? 0 : 1);
+      if (open) settings.logger.info({ event: 'delivery.sends_resumed' }, 'storage answers again: delivery sends resumed');
+      else settings.logger.warn({ event: 'delivery.sends_paused' }, 'storage unreachable: no new delivery sends until it answers; attempts in flight may be sent again after it');
+    },
+  );
+  // The connection tells first: sends stop the moment it drops, before any record fails.
+  const onClose = () => gate.close();
+  const onReady = () => gate.check();
+  stores.redis.on('close', onClose);
+  stores.redis.on('ready', onReady);
+  const wakeups = new DeferralWakeups(breakers, (refs) => stores.queues.promote(refs), nowMs);
+  const observers = [settings.metrics ? deliveryObserver(settings.metrics) : undefined, settings.onOutcome].filter((o) => o !== undefined);
+  const deps: DeliveryProcessorDeps = {
+    webhooks: new CachedWebhookSource(stores.webhooks, settings.webhookCacheTtlMs ?? 2_000, nowMs),
+    sender,
+    recorder: stores.deliveryLog,
+    singles: stores.queues,
+    breakers,
+    slots,
+    gate,
+    wakeups,
+    endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
+    logger: settings.logger,
+    retryScheduleMs: settings.retryScheduleMs,
+    deliveryTimeoutMs: settings.deliveryTimeoutMs,
+    sustainedFailureMs: settings.sustainedFailureWindowMs,
+    batchHoldMs: breakerOptions.slowAfterMs,
+    suspectHoldMs: Math.min(250, breakerOptions.slowAfterMs),
+    circuitHoldMs: breakerOptions.openMs,
+    nowMs,
+    random: Math.random,
+    onOutcome: (outcome) => {
+      for (const observe of observers) observe(outcome);
+    },
+  };
+  const detach = () => {
+    gate.stop();
+    stores.redis.off('close', onClose);
+    stores.redis.off('ready', onReady);
+  };
+  return { deps, sender, breakers, slots, gate, detach };
+}
+
+/** The delivery worker of one process over the shared stores. */
+function composeWorker(stores: Stores, settings: WorkerSettings) {
+  const { deps, sender, breakers, slots, gate, detach } = composeDeliveryDeps(stores, settings);
+  const processBatch = createBatchProcessor(deps);
+  const processSingle = createDeliveryProcessor(deps);
+  const pool = new DeliveryWorkerPool({
+    connection: settings.workerConnection,
+    keys: stores.keys,
+    partitions: stores.queues.partitions.length,
+    concurrency: settings.concurrency,
+    batchProcessor: processBatch,
+    singleProcessor: processSingle,
+    replayer: stores.replayer,
+    logger: settings.logger,
+    lockDurationMs: settings.lockDurationMs ?? 30_000,
+  });
+  return {
+    pool,
+    breakers,
+    slots,
+    gate,
+    /** The job processors the pool runs (tests call them with jobs of their own). */
+    processBatch,
+    processSingle,
+    async close(graceMs: number) {
+      detach();
+      const startedMs = Date.now();
+      let result = await pool.close(graceMs);
+      // Attempts a batch handed off go on after their job completed; their outcome is recorded too.
+      let timer: NodeJS.Timeout | undefined;
+      const left = Math.max(0, graceMs - (Date.now() - startedMs));
+      const idle = await Promise.race([slots.idle().then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), left)))]);
+      clearTimeout(timer);
+      if (!idle) result = 'forced';
+      // Requests still in flight past the grace period are abandoned: their jobs run again elsewhere.
+      await sender.close(idle ? undefined : 0);
+      return result;
+    },
+  };
+}
+
+/** The delivery worker of a process: its BullMQ pool, breakers, send slots and storage gate. */
+export type DeliveryWorker = ReturnType<typeof composeWorker>;
+
+/**
+ * What a process runs: `all` is `hookline start` (API and worker), `api` and `worker` run one each,
+ * `tools` only opens the stores (the CLI's key and dead-letter commands).
+ */
+export type EngineRole = 'all' | 'api' | 'worker' | 'tools';
+
+/** A configuration whose Redis and secret key are settled (the CLI resolves the embedded default first). */
+export type EngineConfig = Config & { readonly redisUrl: string; readonly secretKey: Buffer };
+
+export interface EngineOptions {
+  role: EngineRole;
+  logger: Logger;
+  /**
+   * Listen on the configured addresses when started: the admin API on HOOKLINE_API_HOST and
+   * HOOKLINE_API_PORT, a worker's health server on HOOKLINE_METRICS_PORT. Tests leave it off and
+   * call `inject()`.
+   */
+  listen?: boolean;
+  /** One registry for several engines of one process (the bench); default a registry of its own. */
+  metrics?: Metrics;
+  nowMs?: () => number;
+  /** What tests and the bench tune about the worker; production uses the defaults. */
+  worker?: Pick<WorkerSettings, 'breaker' | 'webhookCacheTtlMs' | 'onOutcome'>;
+}
+
+/** A running (or ready to run) Hookline process. */
+export interface Engine {
+  readonly role: EngineRole;
+  readonly config: EngineConfig;
+  readonly stores: Stores;
+  readonly metrics: Metrics | undefined;
+  /** The admin API (roles all and api). */
+  readonly api: AdminServer | undefined;
+  /** A standalone worker's `/healthz`, `/readyz` and `/metrics` (role worker). */
+  readonly health: HealthServer | undefined;
+  /** The delivery worker (roles all and worker). */
+  readonly worker: DeliveryWorker | undefined;
+  /** Resolves true when its Redis answers. */
+  isReady(): Promise<boolean>;
+  /** Starts listening (when asked), the worker and the ingest-stream consumer; answers where it listens. */
+  start(): Promise<{ api?: string; health?: string }>;
+  /**
+   * Stops in order (API; stream consumer; worker, whose attempts in flight get `graceMs`; queues;
+   * connections) and always returns within `graceMs` plus SHUTDOWN_SLACK_MS, whatever Redis is
+   * doing: a step that needs Redis gets a moment, and connections are dropped rather than left
+   * reconnecting. `forced` when attempts were still in flight past the grace period.
+   */
+  close(graceMs?: number): Promise<'drained' | 'forced'>;
+}
+
+/** How long past the grace period a shutdown may take at most, whatever Redis is doing. */
+export const SHUTDOWN_SLACK_MS = 5_000;
+/** A shutdown step that needs Redis (closing queues, QUIT) gets at most this long. */
+const SHUTDOWN_STEP_MS = 1_000;
+
+/** Runs shutdown steps so that none can hang the next, and all end before the shutdown deadline. */
+class ShutdownSteps {
+  constructor(private readonly endsAtMs: number) {}
+
+  /** Waits for `work` at most SHUTDOWN_STEP_MS (less when the deadline is nearer); what it left undone stays undone. */
+  async run(work: Promise<unknown> | undefined): Promise<void> {
+    if (work === undefined) return;
+    let timer: NodeJS.Timeout | undefined;
+    const ms = Math.max(0, Math.min(SHUTDOWN_STEP_MS, this.endsAtMs - Date.now()));
+    await Promise.race([work.catch(() => undefined), new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+    clearTimeout(timer);
+  }
+
+  /**
+   * Closes a connection politely (QUIT) when Redis answers, and drops it either way: a QUIT sent
+   * during an outage waits in the offline queue while the connection keeps reconnecting, which
+   * would keep the process alive.
+   */
+  async closeConnection(connection: Redis): Promise<void> {
+    if (connection.status === 'ready') await this.run(connection.quit());
+    connection.disconnect();
+  }
+}
+
+/** Logs a connection's outage once when it starts and once when it ends, not on every retry. */
+function watchConnection(connection: Redis, name: string, logger: Logger): void {
+  let down = false;
+  connection.on('error', (error: Error) => {
+    if (down) return;
+    down = true;
+    logger.warn({ connection: name, err: error.message }, 'Redis connection lost; retrying in the background');
+  });
+  connection.on('ready', () => {
+    if (!down) return;
+    down = false;
+    logger.info({ connection: name }, 'Redis connection restored');
+  });
+}
+
+/** Runs `start` until it succeeds (Redis may be down at start-up), every 2 s; stops trying once `stopped()`. */
+function startWhenRedisAnswers(start: () => Promise<void>, logger: Logger, stopped: () => boolean, attempt = 1): void {
+  start().catch((error: Error) => {
+    if (stopped()) return;
+    if (attempt === 1) logger.warn({ err: error.message }, 'ingest stream consumer waiting for Redis');
+    setTimeout(() => startWhenRedisAnswers(start, logger, stopped, attempt + 1), 2_000).unref();
+  });
+}
+
+/**
+ * The composition root: builds a whole Hookline process (connections, stores, the admin API, the
+ * delivery worker, the ingest-stream consumer, a worker's health server) for `options.role`. The
+ * CLI, the tests and the bench all build their engines here, so they run the production assembly.
+ * Nothing listens or consumes until `start()`; `close()` owns the shutdown order.
+ */
+export async function createEngine(config: EngineConfig, options: EngineOptions): Promise<Engine> {
+  const { role, logger } = options;
+  const runsApi = role === 'all' || role === 'api';
+  const runsWorker = role === 'all' || role === 'worker';
+  const tools = role === 'tools';
+  const nowMs = options.nowMs ?? Date.now;
+
+  // 1. Connections: the application's (auto-pipelined, failing fast so requests answer 503), BullMQ's
+  // queues' and, in a worker, BullMQ's workers' (both waiting out an outage). The CLI's tools fail fast everywhere.
+  const name = `hookline-${role}`;
+  const redis = connectRedis(config.redisUrl, { connectionName: name, maxRetriesPerRequest: tools ? 3 : 2 });
+  const queueConnection = connectRedis(config.redisUrl, { connectionName: `${name}-queues`, maxRetriesPerRequest: tools ? 3 : null, autoPipelining: false });
+  const workerConnection = runsWorker ? connectRedis(config.redisUrl, { connectionName: 'hookline-worker-jobs', maxRetriesPerRequest: null, autoPipelining: false }) : undefined;
+  if (!tools) {
+    for (const [label, connection] of [['app', redis], ['queues', queueConnection], ['worker', workerConnection]] as const) {
+      if (connection) watchConnection(connection, label, logger);
+    }
+  }
+  const isReady = () => pingRedis(redis, 1_000);
+
+  // 2. Metrics and stores.
+  const metrics = tools ? undefined : (options.metrics ?? createMetrics({ role }));
+  if (metrics) {
+    metrics.buildInfo.set({ version: VERSION }, 1);
+    initialiseSeries(metrics);
+  }
+  const stores = composeStores({
+    ...(metrics ? { observability: { metrics, logger } } : {}),
+    redis,
+    queueConnection,
+    redisPrefix: config.redisPrefix,
+    secretKey: config.secretKey,
+    retryScheduleMs: config.retryScheduleMs,
+    queuePartitions: config.queuePartitions,
+    secretRotationOverlapMs: config.secretRotationOverlapMs,
+    dedupeWindowMs: config.dedupeWindowMs,
+    nowMs,
+  });
+
+  // 3. The worker (and the ingest-stream consumer that runs beside it).
+  const worker =
+    runsWorker && workerConnection
+      ? composeWorker(stores, {
+          workerConnection,
+          logger,
+          concurrency: config.workerConcurrency,
+          retryScheduleMs: config.retryScheduleMs,
+          deliveryTimeoutMs: config.deliveryTimeoutMs,
+          allowPrivateTargets: config.allowPrivateTargets,
+          sustainedFailureWindowMs: config.sustainedFailureWindowMs,
+          lockDurationMs: config.workerLockDurationMs,
+          ...(metrics ? { metrics } : {}),
+          ...options.worker,
+          nowMs,
+        })
+      : undefined;
+  const stream = worker && config.ingestStream ? new StreamIngestSource({ redis, keys: stores.keys, ingestor: stores.ingestor, logger }) : undefined;
+
+  // 4. The servers: the admin API, or a worker's health server; neither listens yet.
+  const collect = metrics
+    ? scrapeCollector(metrics, { queueCounts: () => stores.queues.counts(), ping: isReady, circuitsOpen: () => worker?.breakers.openEndpoints(nowMs()).length ?? 0 })
+    : undefined;
+  const scraped = metrics && collect ? { ...metrics, collect } : undefined;
+  const api = runsApi
+    ? await buildAdminServer(
+        stores.adminDeps({
+          logger,
+          bodyLimitBytes: config.apiBodyLimitBytes,
+          isReady,
+          ...(scraped ? { metrics: scraped } : {}),
+          rateLimitPerSecond: config.rateLimitPerSecond,
+          ingestRateLimitPerSecond: config.ingestRateLimitPerSecond,
+          allowPrivateTargets: config.allowPrivateTargets,
+        }),
+      )
+    : undefined;
+  const health = role === 'worker' && scraped ? await buildHealthServer({ logger, isReady, metrics: scraped }) : undefined;
+
+  let closing = false;
+  return {
+    role,
+    config,
+    stores,
+    metrics,
+    api,
+    health,
+    worker,
+    isReady,
+    async start() {
+      const addresses: { api?: string; health?: string } = {};
+      if (api) {
+        // Load the listing's in-memory index now rather than on the first request (in the background:
+        // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
+        void stores.machines.refresh().catch((error: Error) => logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it'));
+        if (options.listen) addresses.api = await api.listen({ host: config.apiHost, port: config.apiPort });
+      }
+      if (health && options.listen) {
+        addresses.health = await health.listen({ host: config.apiHost, port: config.metricsPort });
+        logger.info(`worker health and metrics on ${addresses.health} (/healthz, /readyz, /metrics)`);
+      }
+      if (worker) {
+        worker.pool.start();
+        if (stream) startWhenRedisAnswers(() => stream.start(), logger, () => closing);
+        logger.info({ concurrency: config.workerConcurrency, partitions: config.queuePartitions, stream: config.ingestStream }, 'delivery worker running');
+      }
+      return addresses;
+    },
+    async close(graceMs = config.shutdownGraceMs) {
+      closing = true;
+      const steps = new ShutdownSteps(Date.now() + graceMs + SHUTDOWN_SLACK_MS - SHUTDOWN_STEP_MS);
+      let ended: 'drained' | 'forced' = 'drained';
+      await steps.run(api?.close());
+      if (worker) {
+        await steps.run(stream?.stop());
+        ended = await worker.close(graceMs);
+        logger.info({ ended }, ended === 'drained' ? 'in-flight deliveries finished' : 'grace period over; unfinished deliveries return to the queue');
+      }
+      await steps.run(health?.close());
+      stores.machines.close();
+      await steps.run(stores.queues.close());
+      await Promise.all([redis, queueConnection, ...(workerConnection ? [workerConnection] : [])].map((connection) => steps.closeConnection(connection)));
+      return ended;
+    },
+  };
+}
