@@ -3,6 +3,7 @@ import type { MachineFilter } from '../domain/machine-filter.js';
 import { indexRecordOf, MachineIndex, type MachineIndexRecord } from '../domain/machine-index.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
+import { defineScript, type ScriptCall } from './scripts.js';
 
 /** Applies machine events to the read model; an older event time never overwrites a newer state. */
 export interface MachineWriter {
@@ -119,15 +120,12 @@ if #ids > 0 then records = redis.call('HMGET', KEYS[2], unpack(ids)) end
 return {'ok', entries[#entries][1], ids, records, #entries}
 `;
 
+type WriteKeys = [docs: string, index: string, versions: string, tombstones: string, changes: string];
+type UpsertArgv = [id: string, versionMs: string, machineJson: string, indexJson: string, changesMaxlen: number];
+type RemoveArgv = [id: string, versionMs: string, changesMaxlen: number, tombstoneHorizonMs: string, prunedMax: number];
+type ChangesKeys = [changes: string, index: string];
+type ChangesArgv = [lastEntryId: string, entriesMax: number, changesMaxlen: number];
 type ChangesReply = ['reload'] | ['ok', string, string[], (string | null)[], number];
-
-type ScriptCall = (...args: (string | number)[]) => Promise<unknown>;
-
-function defineScript(redis: Redis, name: string, numberOfKeys: number, lua: string): ScriptCall {
-  redis.defineCommand(name, { numberOfKeys, lua });
-  const commands = redis as unknown as Record<string, ScriptCall>;
-  return (...args) => commands[name]!(...args);
-}
 
 /** The compact index record stored beside each document, as JSON (short keys; unstated numbers and CPU model omitted). */
 function encodeIndexRecord(machine: Machine): string {
@@ -179,9 +177,9 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
   private readonly keys: RedisKeys['machines'];
   private readonly tombstoneTtlMs: number;
   private readonly nowMs: () => number;
-  private readonly upsertScript: ScriptCall;
-  private readonly removeScript: ScriptCall;
-  private readonly changesScript: ScriptCall;
+  private readonly upsertScript: ScriptCall<WriteKeys, UpsertArgv, string>;
+  private readonly removeScript: ScriptCall<WriteKeys, RemoveArgv, string>;
+  private readonly changesScript: ScriptCall<ChangesKeys, ChangesArgv, ChangesReply>;
 
   private index: MachineIndex | undefined;
   /** The last change-stream entry the index reflects; '0-0' when the stream was empty at the reload. */
@@ -196,12 +194,12 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
     this.keys = keys.machines;
     this.tombstoneTtlMs = options.tombstoneTtlMs ?? MACHINE_TOMBSTONE_TTL_MS;
     this.nowMs = options.nowMs ?? Date.now;
-    this.upsertScript = defineScript(redis, 'hooklineMachineUpsert', 5, UPSERT_LUA);
-    this.removeScript = defineScript(redis, 'hooklineMachineRemove', 5, REMOVE_LUA);
-    this.changesScript = defineScript(redis, 'hooklineMachineChanges', 2, CHANGES_LUA);
+    this.upsertScript = defineScript(redis, { name: 'hooklineMachineUpsert', keys: 5, lua: UPSERT_LUA });
+    this.removeScript = defineScript(redis, { name: 'hooklineMachineRemove', keys: 5, lua: REMOVE_LUA });
+    this.changesScript = defineScript(redis, { name: 'hooklineMachineChanges', keys: 2, lua: CHANGES_LUA });
   }
 
-  private get writeKeys(): string[] {
+  private get writeKeys(): WriteKeys {
     const k = this.keys;
     return [k.docs, k.index, k.versions, k.tombstones, k.changes];
   }
@@ -209,7 +207,7 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
   async upsert(machine: Machine, versionMs: number): Promise<'applied' | 'stale'> {
     assertVersion(versionMs);
     const reply = await this.upsertScript(
-      ...this.writeKeys,
+      this.writeKeys,
       machine.metadata.machine_id,
       String(versionMs),
       JSON.stringify(machine),
@@ -223,7 +221,7 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
   async remove(machineId: string, versionMs: number): Promise<'applied' | 'stale' | 'missing'> {
     assertVersion(versionMs);
     const reply = await this.removeScript(
-      ...this.writeKeys,
+      this.writeKeys,
       machineId,
       String(versionMs),
       MACHINE_CHANGES_MAXLEN,
@@ -310,13 +308,7 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
     let lastEntryId = this.lastEntryId;
     if (!index) ({ index, lastEntryId } = await reload());
     for (;;) {
-      const reply = (await this.changesScript(
-        this.keys.changes,
-        this.keys.index,
-        lastEntryId,
-        CATCH_UP_ENTRIES_MAX,
-        MACHINE_CHANGES_MAXLEN,
-      )) as ChangesReply;
+      const reply = await this.changesScript([this.keys.changes, this.keys.index], lastEntryId, CATCH_UP_ENTRIES_MAX, MACHINE_CHANGES_MAXLEN);
       if (reply[0] === 'reload') {
         ({ index, lastEntryId } = await reload());
         continue;
