@@ -7,6 +7,8 @@ import { indexRecordOf, MachineIndex, SPLICE_CHANGES_MAX, type MachineIndexAnswe
 /** The long variant (HOOKLINE_LONG_TESTS=1) runs ten times the cases. */
 const LONG = process.env.HOOKLINE_LONG_TESTS === '1';
 const runs = (short: number) => (LONG ? short * 10 : short);
+/** Each property takes about a second here (ten in the long variant); the rest is room for a busy machine. */
+const TIMEOUT_MS = LONG ? 180_000 : 30_000;
 
 // ---------------------------------------------------------------------------------------------
 // The reference: the README's filter semantics written out plainly over an array of machines.
@@ -184,7 +186,7 @@ describe('MachineIndex against a naive reference (property-based)', () => {
       }),
       { numRuns: runs(1000) },
     );
-  });
+  }, TIMEOUT_MS);
 
   it('stays in step with the reference over random update sequences, checked after every batch', () => {
     // Batches that inserted or removed at most, and more than, SPLICE_CHANGES_MAX machines: both paths must come up.
@@ -220,5 +222,5 @@ describe('MachineIndex against a naive reference (property-based)', () => {
     console.log(`machine index: ${structuralBatches.spliced} spliced and ${structuralBatches.merged} merged batches checked`);
     expect(structuralBatches.spliced).toBeGreaterThan(0);
     expect(structuralBatches.merged).toBeGreaterThan(0);
-  });
+  }, TIMEOUT_MS);
 });
