@@ -1,6 +1,7 @@
 import type { DeliverJob } from '../delivery/jobs.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
+import { defineScript, type ScriptCall } from './scripts.js';
 
 export const DELIVERY_STATUSES = ['pending', 'retrying', 'delivered', 'dead', 'dropped', 'replayed'] as const;
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
@@ -148,7 +149,7 @@ export interface DeliveryProgress {
 /** Overflow ids one attempt removes from a recent list at most, so a single call's work stays bounded. */
 const TRIM_IDS_MAX = 64;
 
-// One attempt, atomically. KEYS and ARGV are laid out as `RecordAttemptArgs` below.
+// One attempt, atomically. KEYS and ARGV are laid out as `RecordAttemptKeys` and `RecordAttemptArgv` below.
 const RECORD_ATTEMPT_LUA = `
 local status, n, atMs, deliveryId = ARGV[1], ARGV[2], ARGV[5], ARGV[8]
 local dead = status == 'dead'
@@ -241,12 +242,10 @@ redis.call('PEXPIRE', KEYS[1], ARGV[10])
 if redis.call('ZADD', KEYS[2], ARGV[8], ARGV[3]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[11]) end
 return 1`;
 
-/** The record-attempt script's KEYS (4, all under the webhook's hash tag) then ARGV. */
-type RecordAttemptArgs = [
-  recordKey: string,
-  recentKey: string,
-  deadKey: string,
-  failingSinceKey: string,
+/** The record-attempt script's KEYS (4, all under the webhook's hash tag). */
+type RecordAttemptKeys = [recordKey: string, recentKey: string, deadKey: string, failingSinceKey: string];
+/** The record-attempt script's ARGV. */
+type RecordAttemptArgv = [
   status: string,
   attempt: number,
   lastOutcome: string,
@@ -287,20 +286,33 @@ for _, id in ipairs(redis.call('ZREVRANGE', KEYS[1], 0, -1)) do
 end
 return found`;
 
-interface DeliveryLogScripts {
-  /** Returns when (ms, as text) the webhook's current run of failures began; null once delivered. */
-  hooklineRecordAttempt(...args: RecordAttemptArgs): Promise<string | null>;
-  hooklineRecordDeferred(...args: (string | number)[]): Promise<number>;
-  /** Ids of the newest recent deliveries in a status (see RECENT_WITH_STATUS_LUA). */
-  hooklineRecentWithStatus(recentKey: string, recordKeyPrefix: string, status: string, limit: number): Promise<string[]>;
-}
+type RecordDeferredKeys = [recordKey: string, recentKey: string];
+type RecordDeferredArgv = [
+  nextAttemptAtMs: number,
+  dueAtMs: number,
+  deliveryId: string,
+  eventId: string,
+  eventType: string,
+  webhookId: string,
+  vendorId: string,
+  acceptedAtMs: number,
+  replayOf: string,
+  retentionMs: string,
+  deadLetterRetentionMs: string,
+  /** '1': write only when the delivery has no record yet. */
+  ifNoRecord: '1' | '',
+];
 
 /**
  * Every delivery's record and attempts, kept under the webhook's hash tag so one attempt is one
  * script call (Redis Cluster safe), with bounded retention.
  */
 export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
-  private readonly scripts: DeliveryLogScripts;
+  /** Returns when (ms, as text) the webhook's current run of failures began; null once delivered. */
+  private readonly recordAttemptScript: ScriptCall<RecordAttemptKeys, RecordAttemptArgv, string | null>;
+  private readonly recordDeferredScript: ScriptCall<RecordDeferredKeys, RecordDeferredArgv, number>;
+  /** Ids of the newest recent deliveries in a status (see RECENT_WITH_STATUS_LUA). */
+  private readonly recentWithStatusScript: ScriptCall<[recentKey: string], [recordKeyPrefix: string, status: string, limit: number], string[]>;
   // The script's fixed arguments, as text once rather than on every attempt.
   private readonly retentionMsArg: string;
   private readonly deadLetterRetentionMsArg: string;
@@ -313,13 +325,9 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     private readonly keys: RedisKeys,
     private readonly options: DeliveryLogOptions = DEFAULT_DELIVERY_LOG_OPTIONS,
   ) {
-    // A connection may serve several logs (tests do): the script is defined once per connection.
-    if (typeof (redis as unknown as Partial<DeliveryLogScripts>).hooklineRecordAttempt !== 'function') {
-      redis.defineCommand('hooklineRecordAttempt', { numberOfKeys: 4, lua: RECORD_ATTEMPT_LUA });
-      redis.defineCommand('hooklineRecordDeferred', { numberOfKeys: 2, lua: RECORD_DEFERRED_LUA });
-      redis.defineCommand('hooklineRecentWithStatus', { numberOfKeys: 1, lua: RECENT_WITH_STATUS_LUA });
-    }
-    this.scripts = redis as unknown as DeliveryLogScripts;
+    this.recordAttemptScript = defineScript(redis, { name: 'hooklineRecordAttempt', keys: 4, lua: RECORD_ATTEMPT_LUA });
+    this.recordDeferredScript = defineScript(redis, { name: 'hooklineRecordDeferred', keys: 2, lua: RECORD_DEFERRED_LUA });
+    this.recentWithStatusScript = defineScript(redis, { name: 'hooklineRecentWithStatus', keys: 1, lua: RECENT_WITH_STATUS_LUA });
     this.retentionMsArg = String(options.retentionMs);
     this.deadLetterRetentionMsArg = String(options.deadLetterRetentionMs);
     this.recentPerWebhookArg = String(options.recentPerWebhook);
@@ -329,11 +337,8 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   async recordAttempt(write: AttemptWrite): Promise<{ failingSinceMs: number | undefined }> {
     const { job, attempt, status } = write;
     const k = this.keys.deliveries;
-    const failingSince = await this.scripts.hooklineRecordAttempt(
-      k.record(job.webhookId, job.deliveryId),
-      k.ofWebhook(job.webhookId),
-      k.dead(job.webhookId),
-      k.failingSince(job.webhookId),
+    const failingSince = await this.recordAttemptScript(
+      [k.record(job.webhookId, job.deliveryId), k.ofWebhook(job.webhookId), k.dead(job.webhookId), k.failingSince(job.webhookId)],
       status,
       attempt.attempt,
       attempt.outcome,
@@ -372,9 +377,8 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     const k = this.keys.deliveries;
     await Promise.all(
       deferrals.map(({ job, nextAttemptAtMs, dueAtMs, ifNoRecord }) =>
-        this.scripts.hooklineRecordDeferred(
-          k.record(job.webhookId, job.deliveryId),
-          k.ofWebhook(job.webhookId),
+        this.recordDeferredScript(
+          [k.record(job.webhookId, job.deliveryId), k.ofWebhook(job.webhookId)],
           Math.round(nextAttemptAtMs),
           Math.round(dueAtMs),
           job.deliveryId,
@@ -418,7 +422,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
 
   async recentWithStatus(webhookId: string, status: DeliveryStatus, limit: number): Promise<DeliverySummary[]> {
     const k = this.keys.deliveries;
-    const ids = await this.scripts.hooklineRecentWithStatus(k.ofWebhook(webhookId), k.record(webhookId, ''), status, limit);
+    const ids = await this.recentWithStatusScript([k.ofWebhook(webhookId)], k.record(webhookId, ''), status, limit);
     return this.summaries(webhookId, ids);
   }
 

@@ -1,5 +1,6 @@
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
+import { defineScript, type ScriptCall } from './scripts.js';
 
 /** What the auth hook needs: count a request and learn how many this subject made this second. */
 export interface RequestCounter {
@@ -43,29 +44,22 @@ redis.call('INCRBY', KEYS[1], count)
 redis.call('PEXPIRE', KEYS[1], 2000)
 return 1`;
 
-interface EventBudgetScripts {
-  hooklineTakeEvents(key: string, count: number, limit: number): Promise<number>;
-}
-
 /**
  * Fixed one-second windows of events per subject in Redis, shared by every API process: one
  * script call (one round trip) per request, whatever its number of events.
  */
 export class RedisEventBudget implements EventBudget {
-  private readonly scripts: EventBudgetScripts;
+  /** 1 when the events were counted, 0 when refused. */
+  private readonly takeEventsScript: ScriptCall<[key: string], [count: number, limit: number], number>;
 
   constructor(
     redis: Redis,
     private readonly keys: RedisKeys,
   ) {
-    // A connection may serve several budgets (tests do): the script is defined once per connection.
-    if (typeof (redis as unknown as Partial<EventBudgetScripts>).hooklineTakeEvents !== 'function') {
-      redis.defineCommand('hooklineTakeEvents', { numberOfKeys: 1, lua: TAKE_EVENTS_LUA });
-    }
-    this.scripts = redis as unknown as EventBudgetScripts;
+    this.takeEventsScript = defineScript(redis, { name: 'hooklineTakeEvents', keys: 1, lua: TAKE_EVENTS_LUA });
   }
 
   async take(subject: string, count: number, limit: number, nowMs: number): Promise<boolean> {
-    return (await this.scripts.hooklineTakeEvents(this.keys.ingestRateWindow(subject, Math.floor(nowMs / 1000)), count, limit)) === 1;
+    return (await this.takeEventsScript([this.keys.ingestRateWindow(subject, Math.floor(nowMs / 1000))], count, limit)) === 1;
   }
 }

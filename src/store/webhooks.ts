@@ -5,6 +5,7 @@ import { DISABLED_REASONS, type DisabledReason, type Webhook } from '../domain/w
 import type { SubscriptionLookup } from '../ingest/ingest.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
+import { defineScript, type ScriptCall } from './scripts.js';
 import type { SecretBox } from './secret-box.js';
 
 const recordSchema = z.object({
@@ -89,19 +90,22 @@ local ids = redis.call('SMEMBERS', KEYS[2])
 if #ids == 0 then return {} end
 return redis.call('HMGET', KEYS[1], unpack(ids))`;
 
-interface WebhookScripts {
-  hooklineWebhookCreate(byId: string, byVendorType: string, ofVendor: string, id: string, field: string, json: string): Promise<string | null>;
-  hooklineWebhookUpdate(byId: string, byVendorType: string, id: string, expected: string, next: string, oldField: string, newField: string): Promise<string>;
-  hooklineWebhookDelete(byId: string, byVendorType: string, ofVendor: string, id: string, vendorId: string): Promise<number>;
-  hooklineWebhookList(byId: string, ofVendor: string): Promise<(string | null)[]>;
-}
+// The scripts' KEYS: the registry's hashes and a vendor's set, all under the webhooks hash tag.
+type VendorKeys = [byId: string, byVendorType: string, ofVendor: string];
+type UpdateKeys = [byId: string, byVendorType: string];
 
 const indexField = (vendorId: string, eventType: string) => `${vendorId}\n${eventType}`;
 const CAS_ATTEMPTS = 8;
 
 /** Webhooks in Redis under one hash tag; secrets sealed with AES-256-GCM bound to the webhook id. */
 export class RedisWebhookStore implements WebhookRegistry, SubscriptionLookup, WebhookSource {
-  private readonly scripts: WebhookScripts;
+  /** The id holding the (vendor, event type) already, or null once created. */
+  private readonly createScript: ScriptCall<VendorKeys, [id: string, field: string, json: string], string | null>;
+  /** 'ok', 'not_found', 'changed' (the record moved since it was read) or 'conflict'. */
+  private readonly updateScript: ScriptCall<UpdateKeys, [id: string, expected: string, next: string, oldField: string, newField: string], string>;
+  /** 1 when deleted, 0 when absent or another vendor's. */
+  private readonly deleteScript: ScriptCall<VendorKeys, [id: string, vendorId: string], number>;
+  private readonly listScript: ScriptCall<[byId: string, ofVendor: string], [], (string | null)[]>;
 
   constructor(
     private readonly redis: Redis,
@@ -111,11 +115,10 @@ export class RedisWebhookStore implements WebhookRegistry, SubscriptionLookup, W
     /** How long a replaced secret keeps signing beside the new one. */
     private readonly rotationOverlapMs: number = 24 * 3_600_000,
   ) {
-    redis.defineCommand('hooklineWebhookCreate', { numberOfKeys: 3, lua: CREATE_LUA });
-    redis.defineCommand('hooklineWebhookUpdate', { numberOfKeys: 2, lua: UPDATE_LUA });
-    redis.defineCommand('hooklineWebhookDelete', { numberOfKeys: 3, lua: DELETE_LUA });
-    redis.defineCommand('hooklineWebhookList', { numberOfKeys: 2, lua: LIST_LUA });
-    this.scripts = redis as unknown as WebhookScripts;
+    this.createScript = defineScript(redis, { name: 'hooklineWebhookCreate', keys: 3, lua: CREATE_LUA });
+    this.updateScript = defineScript(redis, { name: 'hooklineWebhookUpdate', keys: 2, lua: UPDATE_LUA });
+    this.deleteScript = defineScript(redis, { name: 'hooklineWebhookDelete', keys: 3, lua: DELETE_LUA });
+    this.listScript = defineScript(redis, { name: 'hooklineWebhookList', keys: 2, lua: LIST_LUA });
   }
 
   async create(vendorId: string, input: { eventType: WebhookEventType; callbackUrl: string; secret?: string }): Promise<CreateResult> {
@@ -131,13 +134,13 @@ export class RedisWebhookStore implements WebhookRegistry, SubscriptionLookup, W
       updatedAt: at,
     };
     const { byId, byVendorType, ofVendor } = this.keys.webhooks;
-    const holder = await this.scripts.hooklineWebhookCreate(byId, byVendorType, ofVendor(vendorId), id, indexField(vendorId, input.eventType), JSON.stringify(record));
+    const holder = await this.createScript([byId, byVendorType, ofVendor(vendorId)], id, indexField(vendorId, input.eventType), JSON.stringify(record));
     if (holder !== null) return { ok: false, reason: 'conflict', existingId: holder };
     return { ok: true, webhook: this.toWebhook(record) };
   }
 
   async list(vendorId: string): Promise<Webhook[]> {
-    const rows = await this.scripts.hooklineWebhookList(this.keys.webhooks.byId, this.keys.webhooks.ofVendor(vendorId));
+    const rows = await this.listScript([this.keys.webhooks.byId, this.keys.webhooks.ofVendor(vendorId)]);
     return rows
       .filter((row): row is string => row !== null)
       .map((row) => this.toWebhook(recordSchema.parse(JSON.parse(row))))
@@ -155,9 +158,8 @@ export class RedisWebhookStore implements WebhookRegistry, SubscriptionLookup, W
       if (!found) return { ok: false, reason: 'not_found' };
       const { record, raw } = found;
       const next = this.applyChanges(record, changes);
-      const outcome = await this.scripts.hooklineWebhookUpdate(
-        this.keys.webhooks.byId,
-        this.keys.webhooks.byVendorType,
+      const outcome = await this.updateScript(
+        [this.keys.webhooks.byId, this.keys.webhooks.byVendorType],
         webhookId,
         raw,
         JSON.stringify(next),
@@ -196,7 +198,7 @@ export class RedisWebhookStore implements WebhookRegistry, SubscriptionLookup, W
       if (record.disabledReason !== undefined) return false;
       const next: WebhookRecord = { ...record, disabledReason: reason, disabledAtMs: this.now().getTime(), updatedAt: this.now().toISOString() };
       const field = indexField(record.vendorId, record.eventType);
-      const outcome = await this.scripts.hooklineWebhookUpdate(this.keys.webhooks.byId, this.keys.webhooks.byVendorType, webhookId, raw, JSON.stringify(next), field, field);
+      const outcome = await this.updateScript([this.keys.webhooks.byId, this.keys.webhooks.byVendorType], webhookId, raw, JSON.stringify(next), field, field);
       if (outcome === 'ok') return true;
       if (outcome === 'not_found') return false;
     }
@@ -205,7 +207,7 @@ export class RedisWebhookStore implements WebhookRegistry, SubscriptionLookup, W
 
   async delete(vendorId: string, webhookId: string): Promise<boolean> {
     const { byId, byVendorType, ofVendor } = this.keys.webhooks;
-    return (await this.scripts.hooklineWebhookDelete(byId, byVendorType, ofVendor(vendorId), webhookId, vendorId)) === 1;
+    return (await this.deleteScript([byId, byVendorType, ofVendor(vendorId)], webhookId, vendorId)) === 1;
   }
 
   private async readRecord(vendorId: string, webhookId: string): Promise<{ record: WebhookRecord; raw: string } | undefined> {
