@@ -1,5 +1,5 @@
 import type { Config } from '../src/config/env.js';
-import type { FinishedOutcome } from '../src/delivery/processor.js';
+import type { FinishedOutcome } from '../src/delivery/attempt.js';
 import type { Redis } from '../src/store/redis.js';
 import { bareUndiciLoop, NaiveBaseline, type ThroughputFigures } from './baselines.js';
 import { percentile, sampleProcessMemory, sleep, wallMs } from './measure.js';

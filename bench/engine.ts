@@ -8,7 +8,7 @@ import { pino } from 'pino';
 import { Pool } from 'undici';
 import { loadConfig, type Config } from '../src/config/env.js';
 import { createEngine, type Engine, type Stores } from '../src/engine.js';
-import type { FinishedOutcome } from '../src/delivery/processor.js';
+import type { FinishedOutcome } from '../src/delivery/attempt.js';
 import { createLogger, type Logger } from '../src/logger.js';
 import { createMetrics, type Metrics } from '../src/metrics/metrics.js';
 import { connectRedis, type Redis } from '../src/store/redis.js';

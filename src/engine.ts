@@ -2,7 +2,9 @@ import { buildAdminServer, buildHealthServer, type AdminDeps, type AdminServer, 
 import type { Config } from './config/env.js';
 import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions, type CircuitChange } from './delivery/breaker.js';
 import { HttpSender } from './delivery/http-sender.js';
-import { createBatchProcessor, createDeliveryProcessor, type DeliveryProcessorDeps, type FinishedOutcome } from './delivery/processor.js';
+import type { DeliveryProcessorDeps, FinishedOutcome } from './delivery/attempt.js';
+import { createBatchProcessor } from './delivery/batch-processor.js';
+import { createSingleProcessor } from './delivery/single-processor.js';
 import { DeliveryQueues } from './delivery/queue.js';
 import { DeadLetterReplayer } from './delivery/replay.js';
 import { SendSlots } from './delivery/send-slots.js';
@@ -226,7 +228,7 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
 function composeWorker(stores: Stores, settings: WorkerSettings) {
   const { deps, sender, breakers, slots, gate, detach } = composeDeliveryDeps(stores, settings);
   const processBatch = createBatchProcessor(deps);
-  const processSingle = createDeliveryProcessor(deps);
+  const processSingle = createSingleProcessor(deps);
   const pool = new DeliveryWorkerPool({
     connection: settings.workerConnection,
     keys: stores.keys,

@@ -108,8 +108,9 @@ export type HealthServer = FastifyInstance;
  * nothing else. Like the admin API it never listens by itself.
  */
 export async function buildHealthServer(deps: Pick<AdminDeps, 'logger' | 'isReady'> & { metrics: NonNullable<AdminDeps['metrics']> }): Promise<HealthServer> {
-  const loggerInstance: FastifyBaseLogger = deps.logger;
-  const app = Fastify({ loggerInstance, disableRequestLogging: true, return503OnClosing: true }).withTypeProvider<ZodTypeProvider>();
+  // Probes and scrapes every few seconds would drown the log: only warnings and errors are logged.
+  const loggerInstance: FastifyBaseLogger = deps.logger.child({}, { level: 'warn' });
+  const app = Fastify({ loggerInstance, return503OnClosing: true }).withTypeProvider<ZodTypeProvider>();
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));

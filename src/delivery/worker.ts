@@ -3,7 +3,7 @@ import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import { BATCH_MAX, JOBS } from './jobs.js';
-import { backoffFromError, RetryLaterError, StorageUnavailableError } from './processor.js';
+import { backoffFromError, RetryLaterError, StorageUnavailableError } from './signals.js';
 import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
 import type { DeadLetterReplayer } from './replay.js';
 

@@ -1,5 +1,5 @@
 import type { CircuitChange } from '../delivery/breaker.js';
-import type { FinishedOutcome } from '../delivery/processor.js';
+import type { FinishedOutcome } from '../delivery/attempt.js';
 import type { IngestBatchSummary } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from './metrics.js';

@@ -1,4 +1,4 @@
-import type { FinishedOutcome } from '../../src/delivery/processor.js';
+import type { FinishedOutcome } from '../../src/delivery/attempt.js';
 import type { DeliveryWorker, EngineConfig, EngineOptions } from '../../src/engine.js';
 import { freeLoopbackPort } from '../../src/store/redis-server.js';
 import { testEngine, type TestApp } from './app.js';

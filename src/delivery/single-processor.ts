@@ -1,0 +1,67 @@
+import { DelayedError, type Job } from 'bullmq';
+import type { DeliveryProgress } from '../store/delivery-log.js';
+import { deliverySteps, FINISHED, type AttemptEnd, type DeliveryProcessorDeps, type FinishedOutcome } from './attempt.js';
+import { JOBS, type DeliverJob } from './jobs.js';
+import { RetryLaterError } from './signals.js';
+
+/** A single job never waits in the process for an endpoint's first answer: it is deferred. */
+const GIVE_UP_NOW = Promise.resolve();
+/** A job that ran more than this before its attempt was due goes back to wait (clock skew between workers). */
+const EARLY_TOLERANCE_MS = 100;
+
+/** When the attempt after `progress` is due by the schedule (a deferral does not move it). */
+function dueAtOf(data: DeliverJob, progress: DeliveryProgress | undefined, scheduleMs: readonly number[]): number {
+  if (progress?.dueAtMs !== undefined) return progress.dueAtMs;
+  if (progress?.status === 'retrying' && progress.nextAttemptAtMs !== undefined) return progress.nextAttemptAtMs;
+  return data.acceptedAtMs + (scheduleMs[0] ?? 0);
+}
+
+/**
+ * The single-delivery job processor (retries, deferrals, replays, test events). Expected outcomes
+ * are values; only the last step turns them into BullMQ's language: return (done or dead-lettered),
+ * RetryLaterError (retry after a delay), or DelayedError after moveToDelayed (wait without spending
+ * an attempt).
+ */
+export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, token?: string) => Promise<FinishedOutcome> {
+  const steps = deliverySteps(deps);
+  const wait = async (job: Job, untilMs: number, token?: string): Promise<never> => {
+    await job.moveToDelayed(Math.round(untilMs), token);
+    throw new DelayedError();
+  };
+
+  return async (job, token) => {
+    const data = JOBS.deliver.schema.parse(job.data);
+    const epoch = deps.gate.epoch;
+
+    // 1. The record knows the attempts made and when the next is due, and the delivery may be
+    // finished already (a batch handed it off while its attempt went on; a crash re-ran it).
+    const [progress] = await deps.recorder.progressOf([data]);
+    if (progress && FINISHED.has(progress.status)) return steps.finish({ kind: 'skipped', job: data });
+    const attemptNo = (progress?.attempts ?? 0) + 1;
+    const dueAtMs = dueAtOf(data, progress, deps.retryScheduleMs);
+    if (dueAtMs > deps.nowMs() + EARLY_TOLERANCE_MS) return wait(job, dueAtMs, token);
+
+    // 2. Find the webhook; drop or dead-letter when there is nothing to send to.
+    const prepared = await steps.prepare(data, attemptNo);
+    if ('finished' in prepared) return prepared.finished;
+
+    // 3. Gate, breaker and slot: an endpoint that keeps failing or hangs waits in the queue, not in a slot.
+    const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp: GIVE_UP_NOW, forceProbe: data.manual === true });
+    let end: AttemptEnd;
+    if (admitted.ok) end = await steps.attempt(data, prepared.webhook, attemptNo, admitted.started);
+    else if (admitted.kind === 'circuit_open') end = await steps.recordCircuitOpen(data, prepared.webhook, attemptNo);
+    else if (admitted.kind === 'storage') return wait(job, deps.nowMs() + 1_000 + deps.random() * 1_000, token);
+    else {
+      const retryAtMs = Math.round(admitted.retryAtMs + deps.random() * 1_000);
+      await Promise.all([job.moveToDelayed(retryAtMs, token), deps.recorder.recordDeferred([{ job: data, nextAttemptAtMs: retryAtMs, dueAtMs }])]);
+      deps.wakeups.register(admitted.endpoint, [data], retryAtMs);
+      steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
+      throw new DelayedError();
+    }
+
+    // 4. Steer the queue.
+    const { finished, retryDelayMs } = end;
+    if (retryDelayMs !== undefined) throw new RetryLaterError(retryDelayMs, finished.kind === 'attempted' ? finished.outcome : 'unknown');
+    return finished;
+  };
+}
