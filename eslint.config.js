@@ -1,6 +1,39 @@
 // @ts-check
 import js from '@eslint/js';
+import { createTypeScriptImportResolver } from 'eslint-import-resolver-typescript';
+import importX from 'eslint-plugin-import-x';
 import tseslint from 'typescript-eslint';
+
+/**
+ * Dependencies point one way, along the data flow (README "Layout"): each folder of src/ may import
+ * only the folders named in `except` (besides itself). domain/ and config/ import nothing else of
+ * ours; stores know the domain, never a stage; only the composition root (engine.ts) and the CLI
+ * wire stages together, and nothing imports those two.
+ */
+const LAYERS = {
+  domain: [],
+  config: [],
+  embedded: ['./config'],
+  store: ['./domain', './config'],
+  ingest: ['./domain', './store', './logger.ts'],
+  delivery: ['./domain', './store', './ingest', './logger.ts'],
+  metrics: ['./domain', './delivery', './ingest', './logger.ts'],
+  admin: ['./domain', './store', './ingest', './delivery', './metrics', './logger.ts', './version.ts'],
+};
+const layerZones = Object.entries(LAYERS).map(([layer, allowed]) => ({
+  target: `./src/${layer}`,
+  from: './src',
+  except: [`./${layer}`, ...allowed],
+  message: `src/${layer}/ may import only ${allowed.length === 0 ? 'itself' : allowed.join(', ')} (README "Layout")`,
+}));
+const rootZones = [
+  { target: './src', from: './src/cli.ts', message: 'nothing imports the CLI' },
+  {
+    target: [...Object.keys(LAYERS).map((layer) => `./src/${layer}`), './src/logger.ts', './src/version.ts', './src/producer.ts', './src/verify.ts'],
+    from: './src/engine.ts',
+    message: 'only the CLI imports the composition root',
+  },
+];
 
 export default tseslint.config(
   { ignores: ['dist/', 'node_modules/', '.hookline/', 'bench/results/', 'coverage/'] },
@@ -16,6 +49,20 @@ export default tseslint.config(
       '@typescript-eslint/no-floating-promises': 'error',
       '@typescript-eslint/require-await': 'off',
       'no-console': 'off',
+    },
+  },
+  {
+    files: ['src/**/*.ts'],
+    plugins: { 'import-x': importX },
+    settings: {
+      'import-x/resolver-next': [createTypeScriptImportResolver({ project: './tsconfig.json' })],
+      // no-cycle follows imports by parsing the files they name.
+      'import-x/parsers': { '@typescript-eslint/parser': ['.ts'] },
+      'import-x/extensions': ['.ts'],
+    },
+    rules: {
+      'import-x/no-restricted-paths': ['error', { zones: [...layerZones, ...rootZones] }],
+      'import-x/no-cycle': ['error', { ignoreExternal: true }],
     },
   },
   {

@@ -12,7 +12,7 @@ import type { FinishedOutcome } from '../src/delivery/attempt.js';
 import { createLogger, type Logger } from '../src/logger.js';
 import { createMetrics, type Metrics } from '../src/metrics/metrics.js';
 import { connectRedis, type Redis } from '../src/store/redis.js';
-import { freeLoopbackPort } from '../src/store/redis-server.js';
+import { freeLoopbackPort } from '../src/embedded/redis-server.js';
 import { wallMs } from './measure.js';
 import { deleteKeys } from './redis-info.js';
 import { BENCH_EVENT_TYPE, vendorId } from './workload.js';

@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Queue } from 'bullmq';
-import { deliveryIdFor, JOBS, type DeliverJob } from '../src/delivery/jobs.js';
+import type { DeliverJob } from '../src/domain/delivery.js';
+import { deliveryIdFor, JOBS } from '../src/delivery/jobs.js';
 import { connectRedis } from '../src/store/redis.js';
 import { wallMs } from './measure.js';
 import { cpuMeter, type DeliveryBenchSetup } from './delivery.js';

@@ -17,7 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { connectRedis } from '../src/store/redis.js';
-import { ensureRedisServerBinary, startRedisServer } from '../src/store/redis-server.js';
+import { ensureRedisServerBinary, startRedisServer } from '../src/embedded/redis-server.js';
 import type { ThroughputFigures } from './baselines.js';
 import {
   bareThroughput,

@@ -6,8 +6,8 @@ import { EXTERNAL_ID_RE } from './domain/ids.js';
 import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
 import { createEngine, SHUTDOWN_SLACK_MS, type EngineConfig, type EngineRole, type Stores } from './engine.js';
-import { resolveRedis, resolveSecretKey, type RedisEndpoint } from './store/embedded.js';
-import { RedisServerUnavailableError } from './store/redis-server.js';
+import { resolveRedis, resolveSecretKey, type RedisEndpoint } from './embedded/defaults.js';
+import { RedisServerUnavailableError } from './embedded/redis-server.js';
 import { VERSION } from './version.js';
 
 /** Errors whose message is the whole story for a user: printed without a stack trace. */

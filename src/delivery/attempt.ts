@@ -1,13 +1,14 @@
 import type { Webhook } from '../domain/webhook.js';
 import { signingSecrets } from '../domain/webhook.js';
 import type { Logger } from '../logger.js';
-import type { DeliveryRecorder, DeliveryStatus } from '../store/delivery-log.js';
+import type { AttemptOutcome, DeliveryStatus } from '../domain/delivery.js';
+import type { DeliveryRecorder } from '../store/delivery-log.js';
 import type { EndpointMemory } from '../store/endpoints.js';
 import type { WebhookSource } from '../store/webhooks.js';
 import { endpointOf, type AttemptHealth, type EndpointBreakers } from './breaker.js';
-import { attemptOutcome, decide, type AttemptOutcome, type Decision } from './classify.js';
+import { attemptOutcome, decide, type Decision } from './classify.js';
 import type { SendRequest, SendResult } from './http-sender.js';
-import type { DeliverJob } from './jobs.js';
+import type { DeliverJob } from '../domain/delivery.js';
 import type { SingleDelivery } from './queue.js';
 import type { SendSlots } from './send-slots.js';
 import { signatureHeaders } from './sign.js';

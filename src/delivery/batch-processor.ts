@@ -2,7 +2,8 @@ import type { Job } from 'bullmq';
 import type { DeferralWrite } from '../store/delivery-log.js';
 import { deliverySteps, type AttemptEnd, type DeliveryProcessorDeps } from './attempt.js';
 import { BatchHolds } from './batch-holds.js';
-import { JOBS, type DeliverJob } from './jobs.js';
+import type { DeliverJob } from '../domain/delivery.js';
+import { JOBS } from './jobs.js';
 import type { SingleDelivery } from './queue.js';
 import { StorageUnavailableError } from './signals.js';
 

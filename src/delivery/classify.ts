@@ -1,7 +1,5 @@
-import type { AttemptErrorClass, SendResult } from './http-sender.js';
-
-/** What one attempt amounted to: the label of the attempt log and the outcome metrics. */
-export type AttemptOutcome = 'delivered' | 'http_3xx' | 'http_4xx' | 'http_5xx' | AttemptErrorClass;
+import type { AttemptOutcome } from '../domain/delivery.js';
+import type { SendResult } from './http-sender.js';
 
 /** What the worker does with a delivery after an attempt. */
 export type Decision =

@@ -2,13 +2,8 @@ import dns from 'node:dns';
 import type { LookupAddress, LookupOptions } from 'node:dns';
 import type { LookupFunction } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
+import type { AttemptErrorClass } from '../domain/delivery.js';
 import { blockedAddressReason, parseIpLiteralHost } from '../domain/ip-policy.js';
-
-/**
- * Why an attempt got no HTTP response. `circuit_open` is never the sender's: the processor records
- * it for an attempt that came due while the endpoint's circuit was open, and was not sent.
- */
-export type AttemptErrorClass = 'timeout' | 'dns' | 'connect' | 'tls' | 'ssrf_blocked' | 'network' | 'circuit_open';
 
 export interface SendRequest {
   url: string;

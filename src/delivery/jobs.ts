@@ -1,29 +1,11 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { WEBHOOK_EVENT_TYPES } from '../domain/events.js';
+import { deliverySchema } from '../domain/delivery.js';
 
 /**
  * The job catalogue: every BullMQ job Hookline runs, its payload schema and its options.
  * Processors parse their payload on entry.
  */
-const deliverySchema = z.object({
-  deliveryId: z.string(),
-  eventId: z.string(),
-  eventType: z.enum(WEBHOOK_EVENT_TYPES),
-  vendorId: z.string(),
-  webhookId: z.string(),
-  /** The exact JSON body the receiver gets. */
-  body: z.string(),
-  acceptedAtMs: z.number(),
-  /** Set on a replay: the dead-lettered delivery it replays. */
-  replayOf: z.string().optional(),
-  /**
-   * Set on deliveries a vendor asked for (a replay or a test event): an open circuit is probed with
-   * it at once instead of at the end of its open period.
-   */
-  manual: z.literal(true).optional(),
-});
-
 export const JOBS = {
   /** One delivery of one event to one webhook; retried by the processor's own decisions. */
   deliver: {
@@ -45,7 +27,6 @@ export const JOBS = {
   },
 } as const satisfies Record<string, { name: string; schema: z.ZodType }>;
 
-export type DeliverJob = z.infer<typeof JOBS.deliver.schema>;
 export type DeliverBatchJob = z.infer<typeof JOBS.deliverBatch.schema>;
 
 /** Deliveries per batch job at most: bounds a job's size and the work a crash makes a worker redo. */

@@ -2,7 +2,8 @@ import { Job, Queue, type JobsOptions } from 'bullmq';
 import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
-import { BATCH_MAX, batchIdOf, deliveryIdFor, JOBS, partitionOf, type DeliverJob, type ReplayDeadLettersJob } from './jobs.js';
+import type { DeliverJob } from '../domain/delivery.js';
+import { BATCH_MAX, batchIdOf, deliveryIdFor, JOBS, partitionOf, type ReplayDeadLettersJob } from './jobs.js';
 
 /** Ingest's batches: first attempts of many deliveries per job. */
 export const BATCH_QUEUE_NAME = 'deliveries';

@@ -2,7 +2,7 @@ import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
 import type { DeliveryHistory } from '../store/delivery-log.js';
 import type { DocWriter } from '../store/versioned-docs.js';
-import type { DeliverJob } from './jobs.js';
+import type { DeliverJob } from '../domain/delivery.js';
 import type { DeliveryQueues } from './queue.js';
 
 export type ReplayOneResult = { ok: true; deliveryId: string } | { ok: false; reason: 'not_found' | 'not_dead' };

@@ -1,7 +1,8 @@
 import { DelayedError, type Job } from 'bullmq';
 import type { DeliveryProgress } from '../store/delivery-log.js';
 import { deliverySteps, FINISHED, type AttemptEnd, type DeliveryProcessorDeps, type FinishedOutcome } from './attempt.js';
-import { JOBS, type DeliverJob } from './jobs.js';
+import type { DeliverJob } from '../domain/delivery.js';
+import { JOBS } from './jobs.js';
 import { RetryLaterError } from './signals.js';
 
 /** A single job never waits in the process for an endpoint's first answer: it is deferred. */

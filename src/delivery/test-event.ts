@@ -1,7 +1,7 @@
 import { buildEnvelope } from '../domain/event.js';
 import { newId } from '../domain/ids.js';
 import type { Webhook } from '../domain/webhook.js';
-import type { DeliverJob } from './jobs.js';
+import type { DeliverJob } from '../domain/delivery.js';
 import type { DeliveryQueues } from './queue.js';
 
 /** Sends a webhook a test event of its own type, signed and retried like any other delivery. */

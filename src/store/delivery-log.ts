@@ -1,22 +1,7 @@
-import type { DeliverJob } from '../delivery/jobs.js';
+import type { AttemptRecord, DeliverJob, DeliveryStatus } from '../domain/delivery.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import { defineScript, type ScriptCall } from './scripts.js';
-
-export const DELIVERY_STATUSES = ['pending', 'retrying', 'delivered', 'dead', 'dropped', 'replayed'] as const;
-export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
-
-/** One attempt as recorded (and shown to vendors). */
-export interface AttemptRecord {
-  attempt: number;
-  atMs: number;
-  /** `delivered`, `http_4xx`, `timeout`, `ssrf_blocked`, … */
-  outcome: string;
-  statusCode?: number;
-  durationMs: number;
-  error?: string;
-  responseSnippet?: string;
-}
 
 export interface DeliverySummary {
   deliveryId: string;

@@ -2,7 +2,6 @@ import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import { DISABLED_REASONS, type DisabledReason, type Webhook } from '../domain/webhook.js';
-import type { SubscriptionLookup } from '../ingest/ingest.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import { defineScript, type ScriptCall } from './scripts.js';
@@ -97,8 +96,12 @@ type UpdateKeys = [byId: string, byVendorType: string];
 const indexField = (vendorId: string, eventType: string) => `${vendorId}\n${eventType}`;
 const CAS_ATTEMPTS = 8;
 
-/** Webhooks in Redis under one hash tag; secrets sealed with AES-256-GCM bound to the webhook id. */
-export class RedisWebhookStore implements WebhookRegistry, SubscriptionLookup, WebhookSource {
+/**
+ * Webhooks in Redis under one hash tag; secrets sealed with AES-256-GCM bound to the webhook id. It
+ * also answers ingest's SubscriptionLookup (`matchMany`): the composition root checks that fit, so
+ * the store needs nothing from the ingest stage.
+ */
+export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   /** The id holding the (vendor, event type) already, or null once created. */
   private readonly createScript: ScriptCall<VendorKeys, [id: string, field: string, json: string], string | null>;
   /** 'ok', 'not_found', 'changed' (the record moved since it was read) or 'conflict'. */

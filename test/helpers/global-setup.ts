@@ -7,7 +7,7 @@ import {
   RedisServerUnavailableError,
   startRedisServer,
   type RedisServerHandle,
-} from '../../src/store/redis-server.js';
+} from '../../src/embedded/redis-server.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {

@@ -1,6 +1,6 @@
 import type { FinishedOutcome } from '../../src/delivery/attempt.js';
 import type { DeliveryWorker, EngineConfig, EngineOptions } from '../../src/engine.js';
-import { freeLoopbackPort } from '../../src/store/redis-server.js';
+import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { testEngine, type TestApp } from './app.js';
 import { cleanEnv } from './processes.js';
 

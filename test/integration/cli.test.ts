@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from '../../src/store/redis-server.js';
+import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { runCli, startCli } from '../helpers/cli.js';
 import { deletePrefix, testRedis } from '../helpers/redis.js';
 

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Job } from 'bullmq';
 import { afterEach, describe, expect, it } from 'vitest';
-import { deliveryIdFor, partitionOf, type DeliverJob } from '../../src/delivery/jobs.js';
+import type { DeliverJob } from '../../src/domain/delivery.js';
+import { deliveryIdFor, partitionOf } from '../../src/delivery/jobs.js';
 import { testApp, testEngine, type TestApp } from '../helpers/app.js';
 import { receiverPool, waitFor } from '../helpers/receiver.js';
 import { startTestWorker, testWorkerConfig, type TestWorker } from '../helpers/worker.js';

@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { DeliverJob } from '../../src/delivery/jobs.js';
-import { RedisDeliveryLog, type AttemptRecord, type AttemptWrite, type DeliveryLogOptions } from '../../src/store/delivery-log.js';
+import type { DeliverJob } from '../../src/domain/delivery.js';
+import type { AttemptRecord } from '../../src/domain/delivery.js';
+import { RedisDeliveryLog, type AttemptWrite, type DeliveryLogOptions } from '../../src/store/delivery-log.js';
 import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
 import { testRedis, type TestRedis } from '../helpers/redis.js';
 

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EVENTS_BODY_LIMIT_BYTES } from '../../src/admin/routes/events.js';
-import type { DeliverJob } from '../../src/delivery/jobs.js';
+import type { DeliverJob } from '../../src/domain/delivery.js';
 import type { WebhookEventType } from '../../src/domain/events.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { sampleEvent } from '../helpers/ingest-app.js';

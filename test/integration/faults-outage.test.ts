@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/store/redis-server.js';
+import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
 import { startCli } from '../helpers/cli.js';
 import { reportFault, settles, tallyDeliveries } from '../helpers/fault-summary.js';
 import { cleanEnv, issueKeys } from '../helpers/processes.js';

@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { afterEach, describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from '../../src/store/redis-server.js';
+import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
 import { reportFault, settles, tallyDeliveries } from '../helpers/fault-summary.js';

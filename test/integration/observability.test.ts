@@ -5,7 +5,7 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.js';
-import { freeLoopbackPort, findRedisServerBinary } from '../../src/store/redis-server.js';
+import { freeLoopbackPort, findRedisServerBinary } from '../../src/embedded/redis-server.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
 import { TestReceiver, waitFor } from '../helpers/receiver.js';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from '../../src/store/redis-server.js';
+import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { testApp, testConfig, testEngine, type TestApp } from '../helpers/app.js';
 
 describe('OpenAPI, docs and health', () => {
@@ -88,7 +88,7 @@ describe('a full Redis (maxmemory with noeviction)', () => {
     const { mkdtempSync, rmSync } = await import('node:fs');
     const { tmpdir } = await import('node:os');
     const path = await import('node:path');
-    const { ensureRedisServerBinary, startRedisServer } = await import('../../src/store/redis-server.js');
+    const { ensureRedisServerBinary, startRedisServer } = await import('../../src/embedded/redis-server.js');
     const dir = mkdtempSync(path.join(tmpdir(), 'hookline-oom-'));
     const server = await startRedisServer({ binary: await ensureRedisServerBinary(() => undefined), port: 0, dir, appendOnly: false, extraArgs: ['--maxmemory', '2mb'] });
     const engine = await testEngine(testConfig({ redisUrl: server.url, redisPrefix: 'oom', retryScheduleMs: [0], queuePartitions: 1, secretRotationOverlapMs: 0 }), { role: 'api' });

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { DeliverJob } from '../../src/delivery/jobs.js';
+import type { DeliverJob } from '../../src/domain/delivery.js';
 import type { AttemptWrite } from '../../src/store/delivery-log.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { attemptOutcome, decide, jitteredDelayMs, parseRetryAfterMs, type Decision } from '../../src/delivery/classify.js';
-import type { AttemptErrorClass, SendResult } from '../../src/delivery/http-sender.js';
+import type { SendResult } from '../../src/delivery/http-sender.js';
+import type { AttemptErrorClass } from '../../src/domain/delivery.js';
 
 const S = 1_000;
 const M = 60 * S;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ensureRedisServerBinary, findRedisServerBinary, RedisServerUnavailableError } from '../../src/store/redis-server.js';
+import { ensureRedisServerBinary, findRedisServerBinary, RedisServerUnavailableError } from '../../src/embedded/redis-server.js';
 
 describe('ensureRedisServerBinary', () => {
   it('uses a binary that is already there, saying nothing', async () => {

@@ -3,7 +3,7 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
-import { freeLoopbackPort, startRedisServer, type RedisServerHandle } from './redis-server.js';
+import { freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
 
 /** A local Redis Cluster of `redis-server` processes on loopback ports (tests and benchmarks). */
 export interface RedisClusterHandle {
