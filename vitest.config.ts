@@ -19,6 +19,16 @@ export default defineConfig({
           hookTimeout: 60_000,
         },
       },
+      {
+        // Real processes, outages and long waits by design: `npm run test:faults`, also run by CI.
+        test: {
+          name: 'faults',
+          include: ['test/faults/**/*.test.ts'],
+          globalSetup: ['test/helpers/global-setup.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+        },
+      },
     ],
   },
 });

@@ -28,13 +28,3 @@ export function reportFault(name: string, tally: FaultTally, startedMs: number, 
   console.log(line);
   return line;
 }
-
-/** Like waitFor, but answers whether `check` came true in time instead of throwing, so the summary prints first. */
-export async function settles(check: () => boolean | Promise<boolean>, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return true;
-    if (Date.now() > deadline) return false;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}

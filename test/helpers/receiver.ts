@@ -73,17 +73,6 @@ export class TestReceiver {
   }
 }
 
-/** Polls `check` every 25 ms until it returns a value other than undefined/false, or fails after `timeoutMs`. */
-export async function waitFor<T>(check: () => T | Promise<T>, timeoutMs = 10_000, what = 'condition'): Promise<Exclude<T, false | undefined>> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined && value !== false) return value as Exclude<T, false | undefined>;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
 /** Receivers a test starts as it needs them, all closed together in afterEach. */
 export function receiverPool(): { start(): Promise<TestReceiver>; closeAll(): Promise<void> } {
   const started: TestReceiver[] = [];

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
+import { settles } from './wait.js';
 
 /** A local Redis Cluster of `redis-server` processes on loopback ports (tests and benchmarks). */
 export interface RedisClusterHandle {
@@ -80,17 +81,17 @@ async function waitForClusterOk(ports: readonly number[], deadline: number): Pro
   });
   let last = 'no answer yet';
   try {
-    while (Date.now() < deadline) {
+    const ok = await settles(async () => {
       const infos = await Promise.all(probes.map((probe) => probe.cluster('INFO').then(String, (error: Error) => `error: ${error.message}`)));
       const notReady = infos.findIndex((info) => {
         const fields = clusterInfoFields(info);
         return fields.get('cluster_state') !== 'ok' || fields.get('cluster_slots_assigned') !== '16384' || fields.get('cluster_known_nodes') !== String(ports.length);
       });
-      if (notReady === -1) return;
+      if (notReady === -1) return true;
       last = `node 127.0.0.1:${ports[notReady]} says ${infos[notReady]!.replace(/\r?\n/g, ' ').slice(0, 300)}`;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    throw new Error(`the Redis Cluster did not reach cluster_state:ok in time; ${last}`);
+      return false;
+    }, Math.max(0, deadline - Date.now()));
+    if (!ok) throw new Error(`the Redis Cluster did not reach cluster_state:ok in time; ${last}`);
   } finally {
     for (const probe of probes) probe.disconnect();
   }

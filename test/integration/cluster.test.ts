@@ -15,7 +15,8 @@ import { findRedisServerBinary, freeLoopbackPort } from '../../src/embedded/redi
 import { connectRedis, keySlot, masterNodes, type Redis } from '../../src/store/redis.js';
 import { testApp, type TestApp, type TestAppOptions } from '../helpers/app.js';
 import { runCli, startCli } from '../helpers/cli.js';
-import { TestReceiver, waitFor } from '../helpers/receiver.js';
+import { TestReceiver } from '../helpers/receiver.js';
+import { queuesDrained, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 const serverBinary = await findRedisServerBinary();
@@ -129,7 +130,7 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
   }
 
   it('ingests over the HTTP API and delivers signed events to a real receiver, each once', async () => {
-    await engine();
+    const app = await engine();
     const webhookId = await register('EVENT_TYPE_MACHINE_CREATED', '/hooks', WHSEC);
     const events = [eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a'), eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a')];
     const answer = await post(...events);
@@ -149,7 +150,7 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       return list.length === 2 && list.every((d) => d.status === 'delivered') && list;
     }, 10_000, 'delivered records');
     expect(deliveries).toHaveLength(2);
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await queuesDrained(app.queues);
     expect(receiver.at('/hooks')).toHaveLength(2);
   });
 
@@ -287,8 +288,15 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       const [request] = await waitFor(() => receiver.at('/stream').length > 0 && receiver.at('/stream'), 15_000, 'the stream event delivered');
       expect(request!.headers['webhook-id']).toBe(event.event_id);
       await waitFor(async () => Number(((await app.redis.xpending(app.keys.events.stream, 'hookline-ingest')) as [number])[0]) === 0, 5_000, 'the entry acknowledged');
-      // Let the reader block again, then stop: CLIENT UNBLOCK must reach the master serving the stream.
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      // Once the reader blocks again, stop: CLIENT UNBLOCK must reach the master serving the stream.
+      await waitFor(
+        async () => {
+          const lists = await Promise.all((app.redis as Cluster).nodes('master').map((node) => node.client('LIST') as Promise<string>));
+          return lists.some((list) => list.split('\n').some((client) => client.includes('cmd=xreadgroup') && / flags=\S*b/.test(client)));
+        },
+        5_000,
+        'the stream reader blocked again',
+      );
     } finally {
       const startedMs = Date.now();
       await source.stop();

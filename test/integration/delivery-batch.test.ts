@@ -4,7 +4,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { DeliverJob } from '../../src/domain/delivery.js';
 import { deliveryIdFor, partitionOf } from '../../src/delivery/jobs.js';
 import { testApp, testEngine, type TestApp } from '../helpers/app.js';
-import { receiverPool, waitFor } from '../helpers/receiver.js';
+import { receiverPool } from '../helpers/receiver.js';
+import { queuesDrained, waitFor } from '../helpers/wait.js';
 import { startTestWorker, testWorkerConfig, type TestWorker } from '../helpers/worker.js';
 
 const EVENT_TYPE = 'EVENT_TYPE_MACHINE_CREATED';
@@ -72,14 +73,11 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
 
     worker = await startTestWorker(t);
     await waitFor(() => r.requests.length >= EVENTS, 20_000, 'every delivery');
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // Nothing is left that could send one again.
+    await queuesDrained(t.queues);
     const ids = r.requests.map((q) => String(q.headers['webhook-id']));
     expect(new Set(ids).size).toBe(EVENTS);
     expect(ids).toHaveLength(EVENTS);
-    await waitFor(async () => {
-      const left = await t!.queues.counts();
-      return (left.waiting ?? 0) + (left.delayed ?? 0) + (left.active ?? 0) === 0;
-    }, 5_000, 'queues empty');
     const recent = await t.deliveryLog.recent(created.webhook.id, EVENTS);
     expect(recent.filter((d) => d.status === 'delivered')).toHaveLength(EVENTS);
   });

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
-import { receiverPool, waitFor, type ReceivedRequest } from '../helpers/receiver.js';
+import { receiverPool, type ReceivedRequest } from '../helpers/receiver.js';
+import { waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 const EVENTS = 300;

@@ -3,7 +3,8 @@ import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../../src/domain/events.js';
 import { testApp, type TestApp } from '../helpers/app.js';
-import { TestReceiver, waitFor } from '../helpers/receiver.js';
+import { TestReceiver } from '../helpers/receiver.js';
+import { queuesDrained, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 const WHSEC = `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString('base64')}`;
@@ -317,7 +318,8 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     expect(first?.status).toBe('accepted');
     expect(second?.status).toBe('duplicate');
     await waitFor(() => receiver.at('/once').length === 1);
-    await new Promise((r) => setTimeout(r, 500));
+    // Nothing is left that could deliver it again.
+    await queuesDrained(t.queues);
     expect(receiver.at('/once')).toHaveLength(1);
   });
 
@@ -329,7 +331,7 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const del = await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key } });
     expect(del.statusCode).toBe(204);
     await waitFor(() => worker.outcomes.some((o) => o.kind === 'dropped'), 10_000, 'drop');
-    await new Promise((r) => setTimeout(r, 700));
+    await queuesDrained(t.queues);
     expect(receiver.at('/deleted')).toHaveLength(1);
   });
 

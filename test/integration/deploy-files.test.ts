@@ -8,6 +8,7 @@ import { parse } from 'yaml';
 import { signatureHeaders } from '../../src/delivery/sign.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import { dashboardExpressions, dashboardFiles, metricNamesInExpression, metricNamesUsedInDashboards, ruleExpressions } from '../helpers/dashboard-metrics.js';
+import { waitFor } from '../helpers/wait.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const read = (file: string) => readFileSync(path.join(ROOT, file), 'utf8');
@@ -466,14 +467,7 @@ describe('demo receiver', () => {
     const baseHeaders = { ...signed, 'content-type': 'application/json', 'x-webhook-event': 'EVENT_TYPE_MACHINE_CREATED', 'x-webhook-attempt': '3' };
     const [headers, sent] = options.tamper ? options.tamper(baseHeaders, body) : [baseHeaders, body];
     const response = await fetch(`${base}/hooks`, { method: 'POST', headers, body: sent });
-    const line = await (async () => {
-      for (let i = 0; i < 100; i++) {
-        const found = output.split('\n').find((l) => l.includes(`event=${eventId}`));
-        if (found) return found;
-        await new Promise((r) => setTimeout(r, 20));
-      }
-      return undefined;
-    })();
+    const line = await waitFor(() => output.split('\n').find((l) => l.includes(`event=${eventId}`)), 2_000, 'the demo receiver’s line').catch(() => undefined);
     return { status: response.status, line };
   }
 

@@ -8,7 +8,8 @@ import { createLogger } from '../../src/logger.js';
 import { freeLoopbackPort, findRedisServerBinary } from '../../src/embedded/redis-server.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
-import { TestReceiver, waitFor } from '../helpers/receiver.js';
+import { TestReceiver } from '../helpers/receiver.js';
+import { waitFor } from '../helpers/wait.js';
 
 /** `promtool` on PATH, if any. */
 function promtool(): string | undefined {

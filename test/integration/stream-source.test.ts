@@ -3,6 +3,7 @@ import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { STREAM_GROUP_DEFAULT, StreamIngestSource, type StreamIngestSourceOptions } from '../../src/ingest/stream-source.js';
 import { ingestFixture, sampleEvent, type IngestFixture } from '../helpers/ingest-app.js';
+import { quiescent, waitFor } from '../helpers/wait.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 const GROUP = STREAM_GROUP_DEFAULT;
@@ -54,16 +55,6 @@ const stream = () => f.keys.events.stream;
 const add = (event: unknown) => f.redis.xadd(stream(), '*', 'event', typeof event === 'string' ? event : JSON.stringify(event)) as Promise<string>;
 const pendingCount = async () => Number(((await f.redis.xpending(stream(), GROUP)) as [number])[0]);
 
-/** Polls `check` until it holds, for at most `timeoutMs`. */
-async function waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
-
 describe('StreamIngestSource', () => {
   it('ingests appended events, delivers them and acknowledges the entries', async () => {
     const webhookId = await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
@@ -73,9 +64,9 @@ describe('StreamIngestSource', () => {
     await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2) }));
     await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(3) }));
 
-    await waitFor('three deliveries', () => f.enqueuer.requests.length === 3);
+    await waitFor(() => f.enqueuer.requests.length === 3, 5_000, 'three deliveries');
     expect(f.enqueuer.requests.map((r) => [r.eventId, r.webhookId])).toEqual([1, 2, 3].map((n) => [id(n), webhookId]));
-    await waitFor('no pending entries', async () => (await pendingCount()) === 0);
+    await waitFor(async () => (await pendingCount()) === 0, 5_000, 'no pending entries');
     expect(await f.machines.get('m-1')).toBeDefined();
   });
 
@@ -87,9 +78,9 @@ describe('StreamIngestSource', () => {
     const rejected = await add({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { status: 'available', metadata: {} } });
     await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(4) }));
 
-    await waitFor('the valid event', () => f.enqueuer.requests.length === 1);
+    await waitFor(() => f.enqueuer.requests.length === 1, 5_000, 'the valid event');
     expect(f.enqueuer.requests[0]!.eventId).toBe(id(4));
-    await waitFor('no pending entries', async () => (await pendingCount()) === 0);
+    await waitFor(async () => (await pendingCount()) === 0, 5_000, 'no pending entries');
     const skipped = logs.filter((line) => line.entryId !== undefined).map((line) => [line.entryId, line.reason]);
     expect(skipped).toEqual([
       [notJson, expect.stringMatching(/^the "event" field is not valid JSON/)],
@@ -106,8 +97,8 @@ describe('StreamIngestSource', () => {
     const notUtf8 = (await f.redis.xadd(stream(), '*', 'event', Buffer.concat([Buffer.from(before), Buffer.from([0xc3, 0x28, 0xed, 0xa0, 0x80]), Buffer.from(after)])))!;
     await add(event(id(8), '12.4 \ufffd é 🚀 中文'));
 
-    await waitFor('the valid event', () => f.enqueuer.requests.length === 1);
-    await waitFor('no pending entries', async () => (await pendingCount()) === 0);
+    await waitFor(() => f.enqueuer.requests.length === 1, 5_000, 'the valid event');
+    await waitFor(async () => (await pendingCount()) === 0, 5_000, 'no pending entries');
     expect(f.enqueuer.requests.map((r) => [r.eventId, r.webhookId])).toEqual([[id(8), webhookId]]);
     expect((JSON.parse(f.enqueuer.requests[0]!.body) as { data: { metadata: { cuda_version: string } } }).data.metadata.cuda_version).toBe('12.4 \ufffd é 🚀 中文');
     expect(await f.redis.exists(f.keys.events.seen(id(7)))).toBe(0);
@@ -122,15 +113,15 @@ describe('StreamIngestSource', () => {
     await source().start();
     await add(sampleEvent('EVENT_TYPE_DEPLOYMENT_CREATED', 'v-1', { event_id: id(5) }));
 
-    await waitFor('two failed attempts', () => logs.filter((line) => line.msg.includes('batch failed')).length >= 2);
+    await waitFor(() => logs.filter((line) => line.msg.includes('batch failed')).length >= 2, 5_000, 'two failed attempts');
     expect(await pendingCount()).toBe(1);
     expect(await f.redis.exists(f.keys.events.seen(id(5)))).toBe(0);
     expect(f.enqueuer.requests).toEqual([]);
 
     f.enqueuer.failure = undefined;
-    await waitFor('the delivery', () => f.enqueuer.requests.length === 1);
+    await waitFor(() => f.enqueuer.requests.length === 1, 5_000, 'the delivery');
     expect(f.enqueuer.requests[0]!.eventId).toBe(id(5));
-    await waitFor('no pending entries', async () => (await pendingCount()) === 0);
+    await waitFor(async () => (await pendingCount()) === 0, 5_000, 'no pending entries');
   });
 
   it('claims a dead consumer’s stale entries, ingests them, and prunes the dead consumer', async () => {
@@ -143,13 +134,17 @@ describe('StreamIngestSource', () => {
 
     const live = source({ claimMinIdleMs: 150, consumerIdleMaxMs: 150 });
     await live.start();
-    await waitFor('the claimed delivery', () => f.enqueuer.requests.length === 1);
+    await waitFor(() => f.enqueuer.requests.length === 1, 5_000, 'the claimed delivery');
     expect(f.enqueuer.requests[0]!.eventId).toBe(id(6));
-    await waitFor('no pending entries', async () => (await pendingCount()) === 0);
-    await waitFor('the dead consumer pruned', async () => {
-      const consumers = (await f.redis.xinfo('CONSUMERS', stream(), GROUP)) as string[][];
-      return consumers.every((consumer) => consumer[1] !== 'dead-consumer');
-    });
+    await waitFor(async () => (await pendingCount()) === 0, 5_000, 'no pending entries');
+    await waitFor(
+      async () => {
+        const consumers = (await f.redis.xinfo('CONSUMERS', stream(), GROUP)) as string[][];
+        return consumers.every((consumer) => consumer[1] !== 'dead-consumer');
+      },
+      5_000,
+      'the dead consumer pruned',
+    );
   });
 
   it('trims acknowledged entries but never one still pending', async () => {
@@ -160,15 +155,14 @@ describe('StreamIngestSource', () => {
     for (let n = 2; n <= 350; n += 1) await add({ event_type: 'TASK_UPDATED', event_id: id(n), data: { task_id: id(n), status: 'pending', fail_reason: null } });
 
     await source({ claimMinIdleMs: 60_000 }).start();
-    await waitFor('the backlog ingested', async () => (await pendingCount()) === 1, 10_000);
-    // Wait out a maintenance pass: nothing may be trimmed below the pending entry.
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    expect(await f.redis.xlen(stream())).toBe(350);
+    await waitFor(async () => (await pendingCount()) === 1, 10_000, 'the backlog ingested');
+    // Through the maintenance passes meanwhile, nothing may be trimmed below the pending entry.
+    expect(await quiescent(() => f.redis.xlen(stream()), 300, 5_000, 'the stream length')).toBe(350);
     expect(await f.redis.xrange(stream(), first, first)).toHaveLength(1);
 
     // Once the slow consumer acknowledges, the stream shrinks (trimming is by whole nodes, so not to 0).
     await f.redis.xack(stream(), GROUP, first);
-    await waitFor('the stream trimmed', async () => (await f.redis.xlen(stream())) < 100);
+    await waitFor(async () => (await f.redis.xlen(stream())) < 100, 5_000, 'the stream trimmed');
   });
 
   it('stops gracefully: leaves the group and consumes nothing afterwards', async () => {
@@ -176,7 +170,7 @@ describe('StreamIngestSource', () => {
     const consumer = source({ blockMs: 2_000 });
     await consumer.start();
     await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) }));
-    await waitFor('the first delivery', () => f.enqueuer.requests.length === 1);
+    await waitFor(() => f.enqueuer.requests.length === 1, 5_000, 'the first delivery');
 
     const stoppedAt = Date.now();
     await consumer.stop();
@@ -186,8 +180,7 @@ describe('StreamIngestSource', () => {
     expect(consumers.map((c) => c[1])).not.toContain(consumer.consumerName);
 
     await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2) }));
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    expect(f.enqueuer.requests).toHaveLength(1);
+    expect(await quiescent(() => f.enqueuer.requests.length, 200, 5_000, 'deliveries after stop')).toBe(1);
     await expect(consumer.start()).rejects.toThrow(/started once/);
   });
 });

@@ -5,9 +5,10 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
 import { startCli } from '../helpers/cli.js';
-import { reportFault, settles, tallyDeliveries } from '../helpers/fault-summary.js';
+import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
 import { cleanEnv, issueKeys } from '../helpers/processes.js';
-import { TestReceiver, waitFor } from '../helpers/receiver.js';
+import { TestReceiver } from '../helpers/receiver.js';
+import { settles, waitFor } from '../helpers/wait.js';
 
 /** The long variants (HOOKLINE_LONG_TESTS=1) push ≥ 10,000 events; the default is a short run. */
 const LONG = process.env.HOOKLINE_LONG_TESTS === '1';

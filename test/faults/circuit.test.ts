@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
-import { receiverPool, waitFor } from '../helpers/receiver.js';
+import { receiverPool } from '../helpers/receiver.js';
+import { waitFor } from '../helpers/wait.js';
 import { workerProcessEnv } from '../helpers/worker.js';
 
 const EVENTS = 20;

@@ -4,8 +4,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
-import { reportFault, settles, tallyDeliveries } from '../helpers/fault-summary.js';
-import { TestReceiver, waitFor } from '../helpers/receiver.js';
+import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
+import { TestReceiver } from '../helpers/receiver.js';
+import { settles, waitFor } from '../helpers/wait.js';
 import { startTestWorker, workerProcessEnv, type TestWorker } from '../helpers/worker.js';
 
 /** The long variants (HOOKLINE_LONG_TESTS=1) push 5,000 events; the default is 500. */

@@ -5,9 +5,10 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
 import { startCli } from '../helpers/cli.js';
-import { reportFault, settles, tallyDeliveries } from '../helpers/fault-summary.js';
+import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
 import { cleanEnv, issueKeys } from '../helpers/processes.js';
-import { TestReceiver, waitFor } from '../helpers/receiver.js';
+import { TestReceiver } from '../helpers/receiver.js';
+import { settles, waitFor } from '../helpers/wait.js';
 
 const PREFIX = 'outage';
 const WORKERS = 2;

@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
-import { reportFault, settles, tallyDeliveries } from '../helpers/fault-summary.js';
-import { TestReceiver, waitFor } from '../helpers/receiver.js';
+import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
+import { TestReceiver } from '../helpers/receiver.js';
+import { queuesDrained, settles, waitFor } from '../helpers/wait.js';
 import { workerProcessEnv } from '../helpers/worker.js';
 
 const events = (n: number) =>
@@ -103,7 +104,7 @@ describe('standalone hookline worker processes', () => {
     const accepted = new Set<string>();
     for (let i = 0; i < FIRST / 10; i++) for (const id of acceptedIds(await t.ingestor.ingest(events(10), 'http'))) accepted.add(id);
     await waitFor(() => distinctEvents() === FIRST, 30_000, 'first batch delivered');
-    await new Promise((r) => setTimeout(r, 300));
+    await queuesDrained(t.queues);
     // Normal operation: no event delivered twice.
     expect(receiver.requests.length).toBe(FIRST);
     const perWorker = new Map<string, number>();
