@@ -112,7 +112,10 @@ export class NaiveBaseline {
  * The bare undici loop: `concurrency` loops POSTing the same signed body to the receiver through one
  * Agent, no Redis at all. Answers when the first request went out.
  */
-export async function bareUndiciLoop(run: ReceiverRun, options: { concurrency: number; targets: number; body: string; count: number; firstId: number }): Promise<number> {
+export async function bareUndiciLoop(
+  run: ReceiverRun,
+  options: { concurrency: number; targets: number; body: string; count: number; firstId: number },
+): Promise<number> {
   const agent = new Agent({ connections: options.concurrency });
   // The same body every time, so one signature per target serves every request.
   const signatures = run.secrets.slice(0, options.targets).map((secret) => `sha256=${createHmac('sha256', secret).update(options.body).digest('hex')}`);

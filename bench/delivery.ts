@@ -87,7 +87,13 @@ export async function cpuMeter(redis: Redis): Promise<{ stop(): Promise<{ proces
   };
 }
 
-function figures(deliveries: number, startedAtMs: number, lastAtMs: number, duplicates: number, cpu: { processUs: number; redisUs: number; redisCommands: number }): ThroughputFigures {
+function figures(
+  deliveries: number,
+  startedAtMs: number,
+  lastAtMs: number,
+  duplicates: number,
+  cpu: { processUs: number; redisUs: number; redisCommands: number },
+): ThroughputFigures {
   const seconds = (lastAtMs - startedAtMs) / 1000;
   return {
     deliveries,
@@ -101,8 +107,19 @@ function figures(deliveries: number, startedAtMs: number, lastAtMs: number, dupl
 }
 
 /** A Hookline engine with `urls.length` vendors' webhooks on a fresh prefix and its worker running. */
-async function startEngine(setup: DeliveryBenchSetup, run: ReceiverRun, urls: string[], worker: { deliveryTimeoutMs?: number; onOutcome?: (o: FinishedOutcome) => void } = {}, config: Config = setup.config) {
-  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config, apiConnections: setup.posters, worker: { concurrency: setup.concurrency, ...worker } });
+async function startEngine(
+  setup: DeliveryBenchSetup,
+  run: ReceiverRun,
+  urls: string[],
+  worker: { deliveryTimeoutMs?: number; onOutcome?: (o: FinishedOutcome) => void } = {},
+  config: Config = setup.config,
+) {
+  const engine = await BenchEngine.start({
+    redisUrl: setup.redisUrl,
+    config,
+    apiConnections: setup.posters,
+    worker: { concurrency: setup.concurrency, ...worker },
+  });
   try {
     await engine.registerWebhooks(urls, run.secrets);
   } catch (error) {
@@ -120,7 +137,12 @@ async function startEngine(setup: DeliveryBenchSetup, run: ReceiverRun, urls: st
 export async function hooklineThroughput(setup: DeliveryBenchSetup, events = setup.events): Promise<HooklineThroughput> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
   const outcomes = outcomeCounter();
-  const engine = await startEngine(setup, run, Array.from({ length: setup.vendors }, (_, i) => run.url(i)), { onOutcome: (o) => outcomes.onOutcome(o) });
+  const engine = await startEngine(
+    setup,
+    run,
+    Array.from({ length: setup.vendors }, (_, i) => run.url(i)),
+    { onOutcome: (o) => outcomes.onOutcome(o) },
+  );
   try {
     const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
     await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors), setup);
@@ -166,7 +188,10 @@ export async function hooklineSplitThroughput(setup: DeliveryBenchSetup, events 
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
   const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
   try {
-    await engine.registerWebhooks(Array.from({ length: setup.vendors }, (_, i) => run.url(i)), run.secrets);
+    await engine.registerWebhooks(
+      Array.from({ length: setup.vendors }, (_, i) => run.url(i)),
+      run.secrets,
+    );
     const worker = await engine.startWorkerProcess({ concurrency: setup.concurrency });
     const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
     await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors), setup);
@@ -200,7 +225,13 @@ export async function naiveThroughput(setup: DeliveryBenchSetup): Promise<Throug
   const run = await setup.receiver.newRun({ scheme: 'legacy', targets: setup.vendors });
   const factory = new EventFactory(setup.payloadBytes);
   const body = factory.envelopeOf(factory.event(0, 0));
-  const naive = new NaiveBaseline(setup.redisUrl, run, { concurrency: setup.concurrency, targets: setup.vendors, body, batchSize: setup.batchSize, adders: setup.posters });
+  const naive = new NaiveBaseline(setup.redisUrl, run, {
+    concurrency: setup.concurrency,
+    targets: setup.vendors,
+    body,
+    batchSize: setup.batchSize,
+    adders: setup.posters,
+  });
   try {
     await naive.add(setup.warmup);
     await run.waitVerified(setup.warmup, setup.timeoutMs, 'naive warm-up');
@@ -248,7 +279,12 @@ export async function bareThroughput(setup: DeliveryBenchSetup): Promise<Through
  * Posts one batch every `tickMs` (of `batches`, in order) at a fixed schedule, at most `inFlightMax`
  * requests outstanding; a late tick is sent at once. Answers each batch's send and 202 times.
  */
-export async function pacedPosts(engine: BenchEngine, batches: readonly { body: string; count: number }[], tickMs: number, inFlightMax = 16): Promise<PostResult[]> {
+export async function pacedPosts(
+  engine: BenchEngine,
+  batches: readonly { body: string; count: number }[],
+  tickMs: number,
+  inFlightMax = 16,
+): Promise<PostResult[]> {
   const results: PostResult[] = new Array<PostResult>(batches.length);
   const inFlight = new Set<Promise<void>>();
   const startMs = wallMs();
@@ -298,7 +334,12 @@ export async function hooklineLatency(setup: DeliveryBenchSetup, perSecond: numb
   const onOutcome = (o: FinishedOutcome) => {
     if (o.kind === 'attempted') acceptedAt.set(o.job.eventId, o.job.acceptedAtMs);
   };
-  const engine = await startEngine(setup, run, Array.from({ length: setup.vendors }, (_, i) => run.url(i)), { onOutcome });
+  const engine = await startEngine(
+    setup,
+    run,
+    Array.from({ length: setup.vendors }, (_, i) => run.url(i)),
+    { onOutcome },
+  );
   try {
     const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
     await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors), setup);
@@ -376,7 +417,11 @@ export async function hooklineIsolation(setup: DeliveryBenchSetup, deliveryTimeo
   try {
     const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
     // Warm up on healthy webhooks only, so the measured run starts with no endpoint known to be bad.
-    await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors, 0, (n) => healthyVendors[n % healthyVendors.length]!), setup);
+    await postAll(
+      engine,
+      eventsFor(factory, setup.warmup, setup.vendors, 0, (n) => healthyVendors[n % healthyVendors.length]!),
+      setup,
+    );
     await run.waitVerified(setup.warmup, setup.timeoutMs, 'isolation warm-up');
     for (const key of Object.keys(deferred)) delete deferred[key];
     timeouts = 0;
@@ -438,7 +483,12 @@ export async function hooklineFirstContact(setup: DeliveryBenchSetup, events = s
     if (o.kind === 'attempted') acceptedAt.set(o.job.eventId, o.job.acceptedAtMs);
     else if (o.kind === 'deferred') deferred += 1;
   };
-  const engine = await startEngine(setup, run, Array.from({ length: setup.vendors }, (_, i) => run.url(i)), { onOutcome });
+  const engine = await startEngine(
+    setup,
+    run,
+    Array.from({ length: setup.vendors }, (_, i) => run.url(i)),
+    { onOutcome },
+  );
   try {
     const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
     const measured = eventsFor(factory, events, setup.vendors);
@@ -449,7 +499,16 @@ export async function hooklineFirstContact(setup: DeliveryBenchSetup, events = s
     const received = [...atMs].sort((a, b) => a - b);
     const longestGapMs = received.slice(1).reduce((gap, at, i) => Math.max(gap, at - received[i]!), 0);
     const seconds = (stats.lastAtMs - startedAtMs) / 1000;
-    return { events, seconds, perSecond: events / seconds, deferred, p50Ms: percentile(latency, 0.5), p99Ms: percentile(latency, 0.99), maxMs: latency.at(-1) ?? 0, longestGapMs };
+    return {
+      events,
+      seconds,
+      perSecond: events / seconds,
+      deferred,
+      p50Ms: percentile(latency, 0.5),
+      p99Ms: percentile(latency, 0.99),
+      maxMs: latency.at(-1) ?? 0,
+      longestGapMs,
+    };
   } finally {
     await run.forget();
     await engine.close();
@@ -482,7 +541,10 @@ const FLAKY_SCHEDULE_MS = [0, 1_000, 2_000, 4_000, 8_000, 15_000, 15_000, 15_000
  * the requests and never answering 2 % of them. The figure is how long every event takes to be
  * delivered, and how often a circuit opened on receivers that were never down.
  */
-export async function hooklineFlaky(setup: DeliveryBenchSetup, options: { events: number; receivers: number; deliveryTimeoutMs: number }): Promise<FlakyFigures> {
+export async function hooklineFlaky(
+  setup: DeliveryBenchSetup,
+  options: { events: number; receivers: number; deliveryTimeoutMs: number },
+): Promise<FlakyFigures> {
   const failRate = 0.25;
   const hangRate = 0.02;
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: options.receivers, faults: { failRate, hangRate } });

@@ -47,7 +47,7 @@ export interface BenchEngineOptions {
   worker?: WorkerOptions;
 }
 
-export interface WorkerOptions {
+interface WorkerOptions {
   concurrency: number;
   deliveryTimeoutMs?: number;
   onOutcome?: (outcome: FinishedOutcome) => void;
@@ -117,7 +117,9 @@ export class BenchEngine {
       rateLimitPerSecond: 0,
       ingestRateLimitPerSecond: 0,
       allowPrivateTargets: true,
-      ...(options.worker ? { workerConcurrency: options.worker.concurrency, deliveryTimeoutMs: options.worker.deliveryTimeoutMs ?? options.config.deliveryTimeoutMs } : {}),
+      ...(options.worker
+        ? { workerConcurrency: options.worker.concurrency, deliveryTimeoutMs: options.worker.deliveryTimeoutMs ?? options.config.deliveryTimeoutMs }
+        : {}),
     };
     const engine = await createEngine(config, {
       role: options.worker ? 'all' : 'api',

@@ -32,7 +32,10 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
   const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
   try {
     const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
-    await engine.registerWebhooks(Array.from({ length: setup.vendors }, (_, i) => run.url(i)), run.secrets);
+    await engine.registerWebhooks(
+      Array.from({ length: setup.vendors }, (_, i) => run.url(i)),
+      run.secrets,
+    );
     await run.forget();
     const factory = new EventFactory(setup.payloadBytes, 1);
     const post = (events: ReturnType<typeof eventsFor>) =>
@@ -81,7 +84,7 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
   }
 }
 
-export interface SoakSample {
+interface SoakSample {
   atSeconds: number;
   /** INFO used_memory without the client buffers (which swing with each burst of commands). */
   redisUsedBytes: number;
@@ -139,11 +142,17 @@ const RECENT_PER_WEBHOOK = 1_000;
  * used_memory, the worker's RSS, this process's RSS and its heap after a full collection are
  * sampled every `sampleMs`.
  */
-export async function soak(setup: DeliveryBenchSetup, options: { seconds: number; perSecond: number; webhooks: number; sampleMs: number }): Promise<SoakFigures> {
+export async function soak(
+  setup: DeliveryBenchSetup,
+  options: { seconds: number; perSecond: number; webhooks: number; sampleMs: number },
+): Promise<SoakFigures> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: options.webhooks });
   const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
   try {
-    await engine.registerWebhooks(Array.from({ length: options.webhooks }, (_, i) => run.url(i)), run.secrets);
+    await engine.registerWebhooks(
+      Array.from({ length: options.webhooks }, (_, i) => run.url(i)),
+      run.secrets,
+    );
     const worker = await engine.startWorkerProcess({ concurrency: setup.concurrency });
     const factory = new EventFactory(setup.payloadBytes, 50);
     const prefill = options.webhooks * RECENT_PER_WEBHOOK + setup.warmup;

@@ -36,7 +36,10 @@ export async function ingestThroughput(setup: DeliveryBenchSetup, events: number
     const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
     try {
       const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
-      await engine.registerWebhooks(Array.from({ length: setup.vendors }, (_, i) => run.url(i)), run.secrets);
+      await engine.registerWebhooks(
+        Array.from({ length: setup.vendors }, (_, i) => run.url(i)),
+        run.secrets,
+      );
       await run.forget();
       const post = async ({ body, count }: { body: string; count: number }) => {
         await engine.post(body, count);
@@ -73,10 +76,18 @@ export async function ingestThroughput(setup: DeliveryBenchSetup, events: number
         return {
           name: JOBS.deliver.name,
           data,
-          opts: { jobId: data.deliveryId, attempts: 20, backoff: { type: 'hookline' }, delay: 0, removeOnComplete: true, removeOnFail: { age: 7 * 24 * 3_600 } },
+          opts: {
+            jobId: data.deliveryId,
+            attempts: 20,
+            backoff: { type: 'hookline' },
+            delay: 0,
+            removeOnComplete: true,
+            removeOnFail: { age: 7 * 24 * 3_600 },
+          },
         };
       });
-    const batches = (list: ReturnType<typeof jobs>) => Array.from({ length: Math.ceil(list.length / BATCH_SIZE) }, (_, b) => list.slice(b * BATCH_SIZE, (b + 1) * BATCH_SIZE));
+    const batches = (list: ReturnType<typeof jobs>) =>
+      Array.from({ length: Math.ceil(list.length / BATCH_SIZE) }, (_, b) => list.slice(b * BATCH_SIZE, (b + 1) * BATCH_SIZE));
     const add = async (batch: ReturnType<typeof jobs>) => {
       await queue.addBulk(batch);
     };

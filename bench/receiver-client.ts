@@ -74,11 +74,28 @@ export class ReceiverProcess {
   }
 
   /** Starts a run: a fresh run id, one secret per target path. */
-  async newRun(options: { scheme: RunConfig['scheme']; targets: number; recordTimes?: boolean; secret?: (index: number) => string; faults?: RunConfig['faults']; firstAnswerDelayMs?: number }): Promise<ReceiverRun> {
+  async newRun(options: {
+    scheme: RunConfig['scheme'];
+    targets: number;
+    recordTimes?: boolean;
+    secret?: (index: number) => string;
+    faults?: RunConfig['faults'];
+    firstAnswerDelayMs?: number;
+  }): Promise<ReceiverRun> {
     const runId = `r${randomBytes(5).toString('hex')}`;
     const secret = options.secret ?? (() => `whsec_${randomBytes(24).toString('base64')}`);
     const secrets = Array.from({ length: options.targets }, (_, i) => secret(i));
-    await this.call({ type: 'run', run: { runId, scheme: options.scheme, secrets, recordTimes: options.recordTimes ?? false, ...(options.faults ? { faults: options.faults } : {}), ...(options.firstAnswerDelayMs ? { firstAnswerDelayMs: options.firstAnswerDelayMs } : {}) } });
+    await this.call({
+      type: 'run',
+      run: {
+        runId,
+        scheme: options.scheme,
+        secrets,
+        recordTimes: options.recordTimes ?? false,
+        ...(options.faults ? { faults: options.faults } : {}),
+        ...(options.firstAnswerDelayMs ? { firstAnswerDelayMs: options.firstAnswerDelayMs } : {}),
+      },
+    });
     return new ReceiverRun(this, runId, secrets);
   }
 

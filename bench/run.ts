@@ -126,7 +126,9 @@ const SCENARIOS: Scenario[] = [
           'heap max': mb(hookline.heapUsedMaxBytes),
           'redeliveries (Hookline/naive/bare)': `${hookline.duplicates}/${naive.duplicates}/${bare.duplicates}`,
           'Redis commands per delivery, incl. those inside scripts (Hookline/naive)': `${hookline.redisCommandsPerDelivery.toFixed(2)} / ${naive.redisCommandsPerDelivery.toFixed(2)}`,
-          'Hookline delivery runs': Object.entries(hookline.outcomes).map(([kind, n]) => `${kind} ${n}`).join(', '),
+          'Hookline delivery runs': Object.entries(hookline.outcomes)
+            .map(([kind, n]) => `${kind} ${n}`)
+            .join(', '),
         },
         raw: {
           events: setup.events,
@@ -182,7 +184,9 @@ const SCENARIOS: Scenario[] = [
           'CPU per delivery, process + Redis': cpuCost(hookline),
           'RSS max': mb(hookline.rssMaxBytes),
           'heap max': mb(hookline.heapUsedMaxBytes),
-          'delivery runs': Object.entries(hookline.outcomes).map(([kind, n]) => `${kind} ${n}`).join(', '),
+          'delivery runs': Object.entries(hookline.outcomes)
+            .map(([kind, n]) => `${kind} ${n}`)
+            .join(', '),
         },
         raw: { hookline },
       };
@@ -213,7 +217,10 @@ const SCENARIOS: Scenario[] = [
       const allHealthy = await context.hooklineRate();
       const r = await hooklineIsolation(setup, 5_000);
       const share = ratio(r.healthyPerSecond, allHealthy);
-      const deferred = Object.entries(r.deferred).map(([reason, n]) => `${reason} ${n}`).join(', ') || 'none';
+      const deferred =
+        Object.entries(r.deferred)
+          .map(([reason, n]) => `${reason} ${n}`)
+          .join(', ') || 'none';
       return {
         size: `${setup.events} events, ${r.hangingWebhooks} of ${setup.vendors} webhooks hang (own origins), timeout ${r.deliveryTimeoutMs / 1000} s, C=${setup.concurrency}`,
         figures: `healthy ${perSecond(r.healthyPerSecond)} ÷ all-healthy ${perSecond(allHealthy)} = ${times(share)}`,
@@ -245,7 +252,11 @@ const SCENARIOS: Scenario[] = [
     name: 'flaky receivers',
     async run(context) {
       const setup = await context.delivery();
-      const r = await hooklineFlaky(setup, { events: context.smoke ? 300 : 3_000, receivers: context.smoke ? 6 : 36, deliveryTimeoutMs: context.smoke ? 1_000 : 5_000 });
+      const r = await hooklineFlaky(setup, {
+        events: context.smoke ? 300 : 3_000,
+        receivers: context.smoke ? 6 : 36,
+        deliveryTimeoutMs: context.smoke ? 1_000 : 5_000,
+      });
       return {
         size: `${r.events} events over ${r.receivers} receivers (own origins) that answer 500 to ${r.failRate * 100} % and never answer ${r.hangRate * 100} % of requests; timeout ${r.deliveryTimeoutMs / 1000} s; schedule ${r.retrySchedule}`,
         figures: `every event delivered after ${r.seconds.toFixed(1)} s; ${r.circuitsOpened} circuits opened, ${r.circuitOpenAttempts} attempts held as circuit_open`,
@@ -271,8 +282,7 @@ const SCENARIOS: Scenario[] = [
         figures: `Hookline ${perSecond(r.hooklinePerSecond)} accepted, raw addBulk ${perSecond(r.addBulkPerSecond)}; ratio ${times(share)}`,
         checks: [{ target: '≥ 0.80', value: times(share), met: share >= 0.8 }],
         notes: {
-          'CPU per event, process + Redis (Hookline/addBulk)':
-            `${Math.round(r.hooklineProcessCpuUsPerEvent)} + ${Math.round(r.hooklineRedisCpuUsPerEvent)} µs / ${Math.round(r.addBulkProcessCpuUsPerEvent)} + ${Math.round(r.addBulkRedisCpuUsPerEvent)} µs`,
+          'CPU per event, process + Redis (Hookline/addBulk)': `${Math.round(r.hooklineProcessCpuUsPerEvent)} + ${Math.round(r.hooklineRedisCpuUsPerEvent)} µs / ${Math.round(r.addBulkProcessCpuUsPerEvent)} + ${Math.round(r.addBulkRedisCpuUsPerEvent)} µs`,
         },
         raw: { ratio: share, ...r },
       };
@@ -303,7 +313,11 @@ const SCENARIOS: Scenario[] = [
         checks: [
           { target: '≤ 1.5 KB/pending delivery', value: bytes(p.overheadBytesPerDelivery), met: p.overheadBytesPerDelivery <= 1_536 },
           { target: 'worker RSS (median at steady load) ≤ 200 MB', value: mb(rssAtLoad), met: rssAtLoad <= 200 * 1024 * 1024 },
-          { target: `Redis growth ≤ dedupe mark + tombstone (${bytes(growthLimit)})/delivery`, value: bytes(s.redisGrowthBytesPerDelivery), met: s.redisGrowthBytesPerDelivery <= growthLimit },
+          {
+            target: `Redis growth ≤ dedupe mark + tombstone (${bytes(growthLimit)})/delivery`,
+            value: bytes(s.redisGrowthBytesPerDelivery),
+            met: s.redisGrowthBytesPerDelivery <= growthLimit,
+          },
           { target: 'retained heap slope ≤ 1 MB/min', value: mb(s.retainedHeapSlopeBytesPerMinute), met: s.retainedHeapSlopeBytesPerMinute <= heapSlopeLimit },
         ],
         notes: {
@@ -315,7 +329,7 @@ const SCENARIOS: Scenario[] = [
           'delivery records kept': `${s.deliveryRecords} (log cap ${s.deliveryRecordsCap})`,
           'Redis max': mb(s.redisMaxBytes),
           'Redis slope': `${mb(s.redisSlopeBytesPerMinute)}/min`,
-          'worker': s.workerEntry,
+          worker: s.workerEntry,
           'worker RSS slope': `${mb(s.workerRssSlopeBytesPerMinute)}/min`,
           'API + producers process RSS max (soak / e2e)': `${mb(s.rssMaxBytes)} / ${context.e2e ? mb(context.e2e.rssMaxBytes) : 'not run'}`,
         },
@@ -393,19 +407,24 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
       continue;
     }
     const targets = result.checks.map((c) => `${c.target}${c.target === scenario.enforced ? ' (enforced)' : ''}`).join('; ') || '—';
-    const notes = Object.entries(result.notes).map(([label, value]) => `${label} ${value}`).join(', ');
+    const notes = Object.entries(result.notes)
+      .map(([label, value]) => `${label} ${value}`)
+      .join(', ');
     lines.push(`| ${scenario.name} | ${cell(result.size)} | ${cell(result.figures)} | ${cell(targets)} | ${verdicts(result)} | ${cell(notes)} |`);
   }
   const e2e = outcomes.find((o) => o.scenario.id === 'e2e')?.result?.raw as
-    | { hookline: ThroughputFigures; naive: ThroughputFigures; bare: ThroughputFigures }
-    | undefined;
+    { hookline: ThroughputFigures; naive: ThroughputFigures; bare: ThroughputFigures } | undefined;
   if (e2e) {
     lines.push(
       '',
       '| Delivery throughput | deliveries/s | deliveries | seconds | redeliveries | CPU µs/delivery, bench process | CPU µs/delivery, Redis | Redis commands/delivery (incl. inside scripts) |',
       '|---|---:|---:|---:|---:|---:|---:|---:|',
     );
-    for (const [label, f] of [['Hookline (ingest API → worker → receiver)', e2e.hookline], ['naive BullMQ worker', e2e.naive], ['bare undici loop', e2e.bare]] as const) {
+    for (const [label, f] of [
+      ['Hookline (ingest API → worker → receiver)', e2e.hookline],
+      ['naive BullMQ worker', e2e.naive],
+      ['bare undici loop', e2e.bare],
+    ] as const) {
       lines.push(
         `| ${label} | ${Math.round(f.perSecond)} | ${f.deliveries} | ${f.seconds.toFixed(2)} | ${f.duplicates} | ${Math.round(f.processCpuUsPerDelivery)} | ${Math.round(f.redisCpuUsPerDelivery)} | ${f.redisCommandsPerDelivery.toFixed(2)} |`,
       );
@@ -420,7 +439,7 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
     '- Hookline runs as `hookline start` does (`createEngine` with role `all`, the admin API on loopback), with metrics and info-level logs (written to the null device). The naive baseline is a plain BullMQ Queue and Worker with a pre-built body, one undici Agent and an HMAC header; the bare loop posts the same body with no Redis.',
     '- Latency: events posted in batches every 50 ms at half the measured e2e rate; 202 received by the producer → verified at the receiver.',
     '- Isolation: every fifth webhook points at its own receiver port that accepts and never answers; healthy deliveries/s ÷ the all-healthy e2e rate.',
-    '- Footprint: INFO used_memory before and after ingesting the pending events with no worker, minus the payload bytes; RSS is the bench process (API, worker and producers) sampled during the e2e run; the soak first fills every webhook\'s delivery log to its cap, then delivers at half the e2e rate while sampling.',
+    "- Footprint: INFO used_memory before and after ingesting the pending events with no worker, minus the payload bytes; RSS is the bench process (API, worker and producers) sampled during the e2e run; the soak first fills every webhook's delivery log to its cap, then delivers at half the e2e rate while sampling.",
     '',
   );
   return lines.join('\n');
@@ -441,7 +460,10 @@ function onlyIds(argv: readonly string[]): string[] | undefined {
   if (at === -1) return undefined;
   const arg = argv[at]!;
   const value = arg.includes('=') ? arg.slice(arg.indexOf('=') + 1) : argv[at + 1];
-  const ids = (value ?? '').split(',').map((id) => id.trim()).filter(Boolean);
+  const ids = (value ?? '')
+    .split(',')
+    .map((id) => id.trim())
+    .filter(Boolean);
   const known = SCENARIOS.map((s) => s.id);
   const unknown = ids.filter((id) => !known.includes(id));
   if (ids.length === 0 || unknown.length > 0) {
@@ -522,7 +544,9 @@ async function main(): Promise<number> {
         const enforced = result.checks.find((c) => c.target === scenario.enforced);
         const passed = smoke || enforced === undefined || enforced.met;
         outcomes.push({ scenario, result, error: undefined, passed });
-        const notes = Object.entries(result.notes).map(([label, value]) => `${label} ${value}`).join(', ');
+        const notes = Object.entries(result.notes)
+          .map(([label, value]) => `${label} ${value}`)
+          .join(', ');
         const checks = result.checks.map((c) => `${c.target}: ${c.value} ${c.met ? 'PASS' : 'MISS'}`).join('; ');
         console.log(
           `${scenario.name}: ${result.size}: ${result.figures}${checks ? ` — ${checks}` : ''}${notes ? ` (${notes})` : ''} [${((Date.now() - startedMs) / 1000).toFixed(0)} s]` +

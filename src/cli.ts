@@ -68,7 +68,10 @@ async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole,
   logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down');
   // The engine's shutdown is bounded, but a process must end however it is stuck: this is the backstop.
   const deadline = setTimeout(() => {
-    logger.error({ graceMs: config.shutdownGraceMs }, 'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)');
+    logger.error(
+      { graceMs: config.shutdownGraceMs },
+      'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)',
+    );
     logger.flush();
     process.exit(1);
   }, config.shutdownGraceMs + SHUTDOWN_SLACK_MS);
@@ -138,7 +141,9 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
           ...(options.vendor === undefined ? {} : { vendorId: options.vendor }),
         });
         process.stdout.write(`${key}\n`);
-        say(`created ${record.id} "${record.name}" with roles ${record.roles.join(', ')}${record.vendorId ? ` for vendor ${record.vendorId}` : ''}; the key is not shown again`);
+        say(
+          `created ${record.id} "${record.name}" with roles ${record.roles.join(', ')}${record.vendorId ? ` for vendor ${record.vendorId}` : ''}; the key is not shown again`,
+        );
       });
     });
   keysCommand
@@ -188,7 +193,9 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         if (options.json) return void process.stdout.write(`${JSON.stringify(dead, null, 2)}\n`);
         if (dead.length === 0) return void say('no dead letters');
         for (const d of dead) {
-          process.stdout.write(`${d.deliveryId}\t${d.eventId}\t${d.eventType}\t${d.attempts} attempts\t${d.lastOutcome ?? '-'}\t${new Date(d.updatedAtMs).toISOString()}\n`);
+          process.stdout.write(
+            `${d.deliveryId}\t${d.eventId}\t${d.eventType}\t${d.attempts} attempts\t${d.lastOutcome ?? '-'}\t${new Date(d.updatedAtMs).toISOString()}\n`,
+          );
         }
       });
     });

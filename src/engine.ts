@@ -158,7 +158,10 @@ function circuitObserver(logger: Logger, metrics: Metrics | undefined): (endpoin
         'circuit opened: deliveries to this endpoint are held back, and attempts that come due meanwhile are recorded as circuit_open',
       );
     } else if (change.state === 'closed') {
-      logger.warn({ event: 'circuit.closed', endpoint, webhookIds: change.webhookIds }, 'circuit closed: a probe was answered; deliveries to this endpoint flow again');
+      logger.warn(
+        { event: 'circuit.closed', endpoint, webhookIds: change.webhookIds },
+        'circuit closed: a probe was answered; deliveries to this endpoint flow again',
+      );
     } else logger.debug({ event: 'circuit.half_open', endpoint, webhookIds: change.webhookIds }, 'circuit half-open: probing');
   };
 }
@@ -183,7 +186,11 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     (open) => {
       settings.metrics?.sendsPaused.set(open ? 0 : 1);
       if (open) settings.logger.info({ event: 'delivery.sends_resumed' }, 'storage answers again: delivery sends resumed');
-      else settings.logger.warn({ event: 'delivery.sends_paused' }, 'storage unreachable: no new delivery sends until it answers; attempts in flight may be sent again after it');
+      else
+        settings.logger.warn(
+          { event: 'delivery.sends_paused' },
+          'storage unreachable: no new delivery sends until it answers; attempts in flight may be sent again after it',
+        );
     },
   );
   // The connection tells first: sends stop the moment it drops, before any record fails.
@@ -389,9 +396,15 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
   const name = `hookline-${role}`;
   const redis = connectRedis(config.redisUrl, { connectionName: name, maxRetriesPerRequest: tools ? 3 : 2 });
   const queueConnection = connectRedis(config.redisUrl, { connectionName: `${name}-queues`, maxRetriesPerRequest: tools ? 3 : null, autoPipelining: false });
-  const workerConnection = runsWorker ? connectRedis(config.redisUrl, { connectionName: 'hookline-worker-jobs', maxRetriesPerRequest: null, autoPipelining: false }) : undefined;
+  const workerConnection = runsWorker
+    ? connectRedis(config.redisUrl, { connectionName: 'hookline-worker-jobs', maxRetriesPerRequest: null, autoPipelining: false })
+    : undefined;
   if (!tools) {
-    for (const [label, connection] of [['app', redis], ['queues', queueConnection], ['worker', workerConnection]] as const) {
+    for (const [label, connection] of [
+      ['app', redis],
+      ['queues', queueConnection],
+      ['worker', workerConnection],
+    ] as const) {
       if (connection) watchConnection(connection, label, logger);
     }
   }
@@ -437,7 +450,11 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
 
   // 4. The servers: the admin API, or a worker's health server; neither listens yet.
   const collect = metrics
-    ? scrapeCollector(metrics, { queueCounts: () => stores.queues.counts(), ping: isReady, circuitsOpen: () => worker?.breakers.openEndpoints(nowMs()).length ?? 0 })
+    ? scrapeCollector(metrics, {
+        queueCounts: () => stores.queues.counts(),
+        ping: isReady,
+        circuitsOpen: () => worker?.breakers.openEndpoints(nowMs()).length ?? 0,
+      })
     : undefined;
   const scraped = metrics && collect ? { ...metrics, collect } : undefined;
   const api = runsApi
@@ -470,7 +487,9 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       if (api) {
         // Load the listing's in-memory index now rather than on the first request (in the background:
         // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
-        void stores.machines.refresh().catch((error: Error) => logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it'));
+        void stores.machines
+          .refresh()
+          .catch((error: Error) => logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it'));
         if (options.listen) addresses.api = await api.listen({ host: config.apiHost, port: config.apiPort });
       }
       if (health && options.listen) {
@@ -479,7 +498,12 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       }
       if (worker) {
         worker.pool.start();
-        if (stream) startWhenRedisAnswers(() => stream.start(), logger, () => closing);
+        if (stream)
+          startWhenRedisAnswers(
+            () => stream.start(),
+            logger,
+            () => closing,
+          );
         logger.info({ concurrency: config.workerConcurrency, partitions: config.queuePartitions, stream: config.ingestStream }, 'delivery worker running');
       }
       return addresses;

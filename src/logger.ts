@@ -3,7 +3,7 @@ import { pino, type Logger } from 'pino';
 export type { Logger } from 'pino';
 
 /** Paths pino blanks out wherever they appear in a log object: keys, secrets, credentials. */
-export const REDACT_PATHS = [
+const REDACT_PATHS = [
   'req.headers["x-api-key"]',
   'req.headers.authorization',
   'req.headers.cookie',

@@ -8,9 +8,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { secretKeyBytes, standardSignature } from './delivery/sign.js';
 
 /** A `Headers` object (fetch, undici) or a plain record such as Node's `req.headers`. */
-export type HeaderSource =
-  | { get(name: string): string | null }
-  | Readonly<Record<string, string | readonly string[] | undefined>>;
+export type HeaderSource = { get(name: string): string | null } | Readonly<Record<string, string | readonly string[] | undefined>>;
 
 export interface StandardWebhookInput {
   /** The webhook's secret exactly as registered (`whsec_…` or any other string). */

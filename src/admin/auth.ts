@@ -10,7 +10,7 @@ declare module 'fastify' {
   }
 }
 
-export interface AuthorizeOptions {
+interface AuthorizeOptions {
   /**
    * Whether the per-key request limit applies; default true. Event ingest, the platform's own
    * trusted traffic, turns it off and is bounded by its events-per-second limit instead.

@@ -67,7 +67,9 @@ export type AdminServer = FastifyInstance<RawServerDefault, IncomingMessage, Ser
 function isStorageOutage(error: Error): boolean {
   return (
     error.name === 'MaxRetriesPerRequestError' ||
-    /Connection is closed|ECONNREFUSED|ETIMEDOUT|Stream isn't writeable|enableOfflineQueue|^OOM command not allowed|^LOADING|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^READONLY/.test(error.message)
+    /Connection is closed|ECONNREFUSED|ETIMEDOUT|Stream isn't writeable|enableOfflineQueue|^OOM command not allowed|^LOADING|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^READONLY/.test(
+      error.message,
+    )
   );
 }
 

@@ -1,13 +1,12 @@
 /** A Redis Cluster seed node. */
-export interface ClusterSeed {
+interface ClusterSeed {
   host: string;
   port: number;
 }
 
 /** What `REDIS_URL` names: one Redis server (the URL as ioredis takes it), or a Redis Cluster. */
-export type RedisTarget =
-  | { kind: 'server'; url: string }
-  | { kind: 'cluster'; seeds: ClusterSeed[]; username: string | undefined; password: string | undefined; tls: boolean };
+type RedisTarget =
+  { kind: 'server'; url: string } | { kind: 'cluster'; seeds: ClusterSeed[]; username: string | undefined; password: string | undefined; tls: boolean };
 
 export type ParsedRedisUrl = ({ ok: true } & RedisTarget) | { ok: false; reason: string };
 

@@ -65,7 +65,7 @@ export interface DeliveryProcessorDeps {
   onOutcome?: (outcome: FinishedOutcome) => void;
 }
 
-export type DeferReason = 'open' | 'probing' | 'slow';
+type DeferReason = 'open' | 'probing' | 'slow';
 
 /** How a delivery run ended, for the caller and for metrics. */
 export type FinishedOutcome =
@@ -372,11 +372,8 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
   return { prepare, admit, attempt, recordCircuitOpen, finish };
 }
 
-/** The steps of one process's processors (see deliverySteps). */
-export type DeliverySteps = ReturnType<typeof deliverySteps>;
-
 /** The signed request of one attempt (DESIGN "What a vendor receives"). */
-export function buildRequest(job: DeliverJob, webhook: Webhook, attempt: number, nowMs: number, timeoutMs: number): SendRequest {
+function buildRequest(job: DeliverJob, webhook: Webhook, attempt: number, nowMs: number, timeoutMs: number): SendRequest {
   return {
     url: webhook.callbackUrl,
     body: job.body,

@@ -30,7 +30,12 @@ const SUSPECT_ONLY_HOLD_MS = 50;
 export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) => Promise<BatchSummary> {
   const steps = deliverySteps(deps);
   const firstDelayMs = deps.retryScheduleMs[0] ?? 0;
-  const rules = { batchHoldMs: deps.batchHoldMs, suspectHoldMs: deps.suspectHoldMs, suspectOnlyHoldMs: SUSPECT_ONLY_HOLD_MS, deliveryTimeoutMs: deps.deliveryTimeoutMs };
+  const rules = {
+    batchHoldMs: deps.batchHoldMs,
+    suspectHoldMs: deps.suspectHoldMs,
+    suspectOnlyHoldMs: SUSPECT_ONLY_HOLD_MS,
+    deliveryTimeoutMs: deps.deliveryTimeoutMs,
+  };
 
   return async (job) => {
     const { deliveries } = JOBS.deliverBatch.schema.parse(job.data);

@@ -58,8 +58,7 @@ export type OpenReason = 'failure_rate' | 'consecutive_failures' | 'consecutive_
 
 /** A circuit's change of state, with what an operator needs to find the webhooks behind it. */
 export type CircuitChange =
-  | { state: 'open'; reason: OpenReason; openForMs: number; webhookIds: string[] }
-  | { state: 'half_open' | 'closed'; webhookIds: string[] };
+  { state: 'open'; reason: OpenReason; openForMs: number; webhookIds: string[] } | { state: 'half_open' | 'closed'; webhookIds: string[] };
 
 interface WindowBucket {
   startMs: number;

@@ -2,11 +2,7 @@ import type { AttemptOutcome } from '../domain/delivery.js';
 import type { SendResult } from './http-sender.js';
 
 /** What the worker does with a delivery after an attempt. */
-export type Decision =
-  | { action: 'delivered' }
-  | { action: 'retry'; delayMs: number }
-  | { action: 'dead' }
-  | { action: 'disable'; reason: 'gone' };
+export type Decision = { action: 'delivered' } | { action: 'retry'; delayMs: number } | { action: 'dead' } | { action: 'disable'; reason: 'gone' };
 
 export interface DecideInput {
   result: SendResult;

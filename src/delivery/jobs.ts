@@ -27,8 +27,6 @@ export const JOBS = {
   },
 } as const satisfies Record<string, { name: string; schema: z.ZodType }>;
 
-export type DeliverBatchJob = z.infer<typeof JOBS.deliverBatch.schema>;
-
 /** Deliveries per batch job at most: bounds a job's size and the work a crash makes a worker redo. */
 export const BATCH_MAX = 100;
 

@@ -75,7 +75,12 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
     const delayMs = this.options.retryScheduleMs[0] ?? 0;
     await Promise.all(
-      [...this.byPartition(requests.map((r) => ({ ...r, deliveryId: deliveryIdFor(r.eventId, r.webhookId) })), (d) => d)].map(([n, list]) => {
+      [
+        ...this.byPartition(
+          requests.map((r) => ({ ...r, deliveryId: deliveryIdFor(r.eventId, r.webhookId) })),
+          (d) => d,
+        ),
+      ].map(([n, list]) => {
         const jobs = [];
         for (let start = 0; start < list.length; start += BATCH_MAX) {
           const deliveries = list.slice(start, start + BATCH_MAX);
@@ -101,7 +106,9 @@ export class DeliveryQueues implements DeliveryEnqueuer {
     if (singles.length === 0) return;
     await Promise.all(
       [...this.byPartition(singles, (s) => s.job)].map(([n, list]) =>
-        this.partitions[n]!.singles.addBulk(list.map(({ job, delayMs }) => ({ name: JOBS.deliver.name, data: job, opts: this.jobOptions(job.deliveryId, Math.max(0, Math.round(delayMs))) }))),
+        this.partitions[n]!.singles.addBulk(
+          list.map(({ job, delayMs }) => ({ name: JOBS.deliver.name, data: job, opts: this.jobOptions(job.deliveryId, Math.max(0, Math.round(delayMs))) })),
+        ),
       ),
     );
   }
@@ -121,7 +128,13 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   }
 
   async addReplayAll(job: ReplayDeadLettersJob): Promise<void> {
-    await this.control.add(JOBS.replayDeadLetters.name, job, { jobId: job.taskId, attempts: 5, backoff: { type: 'exponential', delay: 1_000 }, removeOnComplete: true, removeOnFail: { age: FAILED_JOB_RETENTION_S } });
+    await this.control.add(JOBS.replayDeadLetters.name, job, {
+      jobId: job.taskId,
+      attempts: 5,
+      backoff: { type: 'exponential', delay: 1_000 },
+      removeOnComplete: true,
+      removeOnFail: { age: FAILED_JOB_RETENTION_S },
+    });
   }
 
   /** Jobs by state over all partitions (waiting, delayed, active, …); a batch job counts once. */

@@ -5,9 +5,7 @@ const STANDARD_SECRET_PREFIX = 'whsec_';
 
 /** The HMAC key for a webhook secret: the base64-decoded rest after `whsec_`, else the secret's UTF-8 bytes. */
 export function secretKeyBytes(secret: string): Buffer {
-  return secret.startsWith(STANDARD_SECRET_PREFIX)
-    ? Buffer.from(secret.slice(STANDARD_SECRET_PREFIX.length), 'base64')
-    : Buffer.from(secret, 'utf8');
+  return secret.startsWith(STANDARD_SECRET_PREFIX) ? Buffer.from(secret.slice(STANDARD_SECRET_PREFIX.length), 'base64') : Buffer.from(secret, 'utf8');
 }
 
 /** Base64 HMAC-SHA256 over `{webhookId}.{timestampSec}.{body}`: the part after `v1,` in `webhook-signature`. */
@@ -17,9 +15,11 @@ export function standardSignature(key: Buffer | KeyObject, webhookId: string, ti
 }
 
 /** Hex HMAC-SHA256 of the body keyed by the secret's UTF-8 bytes: the part after `sha256=` in `x-webhook-signature`. */
-export function legacySignature(secret: string | KeyObject, body: string | Uint8Array): string {
+function legacySignature(secret: string | KeyObject, body: string | Uint8Array): string {
   // The platform's legacy scheme never decoded whsec_ secrets, so neither do we.
-  return createHmac('sha256', typeof secret === 'string' ? Buffer.from(secret, 'utf8') : secret).update(body).digest('hex');
+  return createHmac('sha256', typeof secret === 'string' ? Buffer.from(secret, 'utf8') : secret)
+    .update(body)
+    .digest('hex');
 }
 
 /** HMAC keys by secret: importing a key costs more than hashing a small body, and secrets repeat. */

@@ -17,7 +17,12 @@ export class TestEventSender {
       eventType: webhook.eventType,
       vendorId: webhook.vendorId,
       webhookId: webhook.id,
-      body: buildEnvelope({ event_id: eventId, event_type: webhook.eventType, timestamp: new Date(nowMs).toISOString(), data: { test: true, message: 'A test event sent from the Hookline API.' } }),
+      body: buildEnvelope({
+        event_id: eventId,
+        event_type: webhook.eventType,
+        timestamp: new Date(nowMs).toISOString(),
+        data: { test: true, message: 'A test event sent from the Hookline API.' },
+      }),
       acceptedAtMs: nowMs,
       manual: true,
     };

@@ -103,7 +103,10 @@ export class DeliveryWorkerPool {
     if (result === 'forced') {
       // Closing needs Redis; during an outage it would wait for Redis to come back. Give it a moment only.
       let forceTimer: NodeJS.Timeout | undefined;
-      await Promise.race([Promise.all(this.workers.map((w) => w.close(true))), new Promise<void>((resolve) => (forceTimer = setTimeout(resolve, FORCED_CLOSE_MS)))]);
+      await Promise.race([
+        Promise.all(this.workers.map((w) => w.close(true))),
+        new Promise<void>((resolve) => (forceTimer = setTimeout(resolve, FORCED_CLOSE_MS))),
+      ]);
       clearTimeout(forceTimer);
     }
     return result;

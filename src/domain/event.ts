@@ -11,17 +11,15 @@ import { taskSchema } from './task.js';
  * updates the task read model and is never delivered.
  */
 
-export const TASK_UPDATED = 'TASK_UPDATED';
+const TASK_UPDATED = 'TASK_UPDATED';
 
 export const INGEST_EVENT_TYPES = [...WEBHOOK_EVENT_TYPES, TASK_UPDATED] as const;
-
-export type IngestEventType = (typeof INGEST_EVENT_TYPES)[number];
 
 /** Most events one ingest request (or one producer batch) may carry. */
 export const EVENT_BATCH_SIZE_MAX = 1000;
 
 /** The version field of the envelope vendors receive. */
-export const ENVELOPE_VERSION = '1.0';
+const ENVELOPE_VERSION = '1.0';
 
 /** Longest reason a rejected event gets, in characters. */
 const REASON_LENGTH_MAX = 500;
@@ -35,12 +33,14 @@ const eventIdSchema = z
 
 const timestampSchema = z.iso
   .datetime({ offset: true, error: 'must be an ISO 8601 date-time with a UTC offset, e.g. 2024-05-01T12:00:00Z' })
-  .describe('When the event happened (ISO 8601 with Z or ±hh:mm); defaults to the time of acceptance. Orders read-model updates: an older event never overwrites newer state.');
+  .describe(
+    'When the event happened (ISO 8601 with Z or ±hh:mm); defaults to the time of acceptance. Orders read-model updates: an older event never overwrites newer state.',
+  );
 
 const vendorIdSchema = externalIdSchema.describe('The vendor the event concerns; its webhook for this event_type receives the event.');
 
 /** What a machine removal needs: the id of the machine. */
-export const machineRefSchema = z
+const machineRefSchema = z
   .object({
     metadata: z.object({ machine_id: externalIdSchema.describe('Unique identifier of the machine.') }),
   })
@@ -222,7 +222,7 @@ function flattenIssues(issues: readonly z.core.$ZodIssue[], prefix: readonly Pro
 }
 
 /** A short human reason for a failed event validation, naming the fields, e.g. `data.metadata.machine_id: required`. */
-export function describeEventIssues(error: z.ZodError): string {
+function describeEventIssues(error: z.ZodError): string {
   const issues = flattenIssues(error.issues);
   const parts = [...new Set(issues.slice(0, REASON_ISSUES_MAX).map(({ path, message }) => (path.length === 0 ? message : `${formatPath(path)}: ${message}`)))];
   const more = issues.length - REASON_ISSUES_MAX;

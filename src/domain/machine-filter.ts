@@ -25,27 +25,19 @@ export interface MachineFilter {
 export type FilterParse = { ok: true; filter: MachineFilter } | { ok: false; error: string };
 
 /** The filter names, in the order the interface lists them (and error messages repeat them). */
-export const MACHINE_FILTER_NAMES = [
-  'gpu_name',
-  'memory_size',
-  'cpu_name',
-  'cpu_cores',
-  'storage_size',
-  'machine_id',
-  'machine_status',
-] as const;
+const MACHINE_FILTER_NAMES = ['gpu_name', 'memory_size', 'cpu_name', 'cpu_cores', 'storage_size', 'machine_id', 'machine_status'] as const;
 
-export type MachineFilterName = (typeof MACHINE_FILTER_NAMES)[number];
+type MachineFilterName = (typeof MACHINE_FILTER_NAMES)[number];
 
 /** Other spellings accepted for a filter name. */
 const ALIASES: Readonly<Record<string, MachineFilterName>> = { status: 'machine_status' };
 
 /** Most clauses one query may carry, over all of its `filter` parameters. */
-export const MACHINE_FILTER_CLAUSES_MAX = 20;
+const MACHINE_FILTER_CLAUSES_MAX = 20;
 /** Longest clause value, in characters, after decoding. */
-export const MACHINE_FILTER_VALUE_LENGTH_MAX = 256;
+const MACHINE_FILTER_VALUE_LENGTH_MAX = 256;
 /** Largest number a numeric filter accepts (the largest signed 32-bit integer). */
-export const MACHINE_FILTER_NUMBER_MAX = 2 ** 31 - 1;
+const MACHINE_FILTER_NUMBER_MAX = 2 ** 31 - 1;
 
 const SIZE_RE = /^(\d+)\s*(?:gb)?$/i;
 const WHOLE_RE = /^(\d+)$/;
@@ -54,7 +46,7 @@ const PERCENT_SEQUENCE_RE = /%[0-9A-Fa-f]{2}/;
 const QUOTED_CLAUSE_LENGTH_MAX = 80;
 
 /** An empty filter: every machine matches. */
-export function emptyMachineFilter(): MachineFilter {
+function emptyMachineFilter(): MachineFilter {
   return { gpuNames: [], cpuNames: [], machineIds: [], statuses: [] };
 }
 
@@ -117,9 +109,7 @@ function applyClause(filter: MachineFilter, clause: string, position: number, pa
     return `The value of filter clause ${quote(clause)} is longer than ${MACHINE_FILTER_VALUE_LENGTH_MAX} characters`;
   }
 
-  const name = (MACHINE_FILTER_NAMES as readonly string[]).includes(givenName)
-    ? (givenName as MachineFilterName)
-    : ALIASES[givenName];
+  const name = (MACHINE_FILTER_NAMES as readonly string[]).includes(givenName) ? (givenName as MachineFilterName) : ALIASES[givenName];
   switch (name) {
     case 'gpu_name':
       addOnce(filter.gpuNames, value.toLowerCase());

@@ -176,22 +176,17 @@ export class MachineIndex {
     const cpuNeedles = filter.cpuNames.map((name) => name.toLowerCase());
     const gpuNeedles = filter.gpuNames.map((name) => name.toLowerCase());
     const cpuOk =
-      cpuNeedles.length === 0
-        ? undefined
-        : Uint8Array.from(this.cpuModels.values, (model) => (cpuNeedles.every((needle) => model.includes(needle)) ? 1 : 0));
+      cpuNeedles.length === 0 ? undefined : Uint8Array.from(this.cpuModels.values, (model) => (cpuNeedles.every((needle) => model.includes(needle)) ? 1 : 0));
     const gpuOk =
       gpuNeedles.length === 0
         ? undefined
-        : Uint8Array.from(this.gpuSets.values, (names) =>
-            gpuNeedles.every((needle) => names.some((name) => name.includes(needle))) ? 1 : 0,
-          );
+        : Uint8Array.from(this.gpuSets.values, (names) => (gpuNeedles.every((needle) => names.some((name) => name.includes(needle))) ? 1 : 0));
     const memoryMin = filter.memoryMinGb ?? ABSENT;
     const coresMin = filter.cpuCoresMin ?? ABSENT;
     const storageMin = filter.storageMinGb ?? ABSENT;
     const end = offset + limit;
 
-    const unconditional =
-      statusCode === ABSENT && !cpuOk && !gpuOk && memoryMin === ABSENT && coresMin === ABSENT && storageMin === ABSENT;
+    const unconditional = statusCode === ABSENT && !cpuOk && !gpuOk && memoryMin === ABSENT && coresMin === ABSENT && storageMin === ABSENT;
     if (unconditional) {
       return { total: to - from, pageIds: this.ids.slice(from + offset, Math.min(from + end, to)), unknownMachineId: false };
     }

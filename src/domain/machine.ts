@@ -4,12 +4,10 @@ import { externalIdSchema } from './ids.js';
 /** The machine statuses the interface names; `status` itself accepts any non-empty text. */
 export const MACHINE_STATUSES = ['available', 'unavailable'] as const;
 
-export type NamedMachineStatus = (typeof MACHINE_STATUSES)[number];
-
 /** Longest text field we store; the platform's names and ids are far shorter. */
-export const MACHINE_TEXT_LENGTH_MAX = 256;
+const MACHINE_TEXT_LENGTH_MAX = 256;
 /** Most GPUs, and most price entries, one machine may carry. */
-export const MACHINE_LIST_LENGTH_MAX = 64;
+const MACHINE_LIST_LENGTH_MAX = 64;
 
 const text = (description: string) => z.string().min(1).max(MACHINE_TEXT_LENGTH_MAX).meta({ description });
 
@@ -18,7 +16,7 @@ const count = (description: string) => z.int().min(0).meta({ description });
 /** A decimal amount written as text: digits with an optional fractional part, e.g. `0.45` or `12`. */
 const DECIMAL_AMOUNT_RE = /^\d{1,30}(\.\d{1,18})?$/;
 
-export const gpuSchema = z
+const gpuSchema = z
   .object({
     id: text('Unique identifier of the GPU.').optional(),
     name: text('Model name of the GPU, e.g. "NVIDIA GeForce RTX 4090".').optional(),
@@ -29,7 +27,7 @@ export const gpuSchema = z
   })
   .meta({ id: 'Gpu', description: 'A GPU installed on the machine.' });
 
-export const machinePriceSchema = z
+const machinePriceSchema = z
   .object({
     id: text(
       'Unique identifier of the price entry. The renter is charged the price listed under this id, even if the owner later changes the price.',
@@ -76,14 +74,14 @@ export const machineSchema = z
             base_clock: count('Base clock in MHz.').optional(),
             boost_clock: count('Boost clock in MHz.').optional(),
           })
-          .meta({ description: 'The machine\'s CPU.' })
+          .meta({ description: "The machine's CPU." })
           .optional(),
         memory: z
           .object({
             total_memory: count('Total memory in GB.').optional(),
             memory_required: count('Minimum memory required for the deployment, in GB.').optional(),
           })
-          .meta({ description: 'The machine\'s memory.' })
+          .meta({ description: "The machine's memory." })
           .optional(),
         storage: z
           .object({
@@ -91,13 +89,9 @@ export const machineSchema = z
             disk_type: text('Disk type.').optional(),
             disk_name: text('Identifier of the disk.').optional(),
           })
-          .meta({ description: 'The machine\'s storage.' })
+          .meta({ description: "The machine's storage." })
           .optional(),
-        gpus: z
-          .array(gpuSchema)
-          .max(MACHINE_LIST_LENGTH_MAX)
-          .meta({ description: 'GPUs available on the machine.' })
-          .optional(),
+        gpus: z.array(gpuSchema).max(MACHINE_LIST_LENGTH_MAX).meta({ description: 'GPUs available on the machine.' }).optional(),
       })
       .meta({ description: 'Hardware specifications of the machine.' })
       .optional(),
@@ -116,5 +110,3 @@ export const machineSchema = z
   .meta({ id: 'Machine', description: 'A compute machine offered for rent, with its hardware, network information and prices.' });
 
 export type Machine = z.infer<typeof machineSchema>;
-export type Gpu = z.infer<typeof gpuSchema>;
-export type MachinePrice = z.infer<typeof machinePriceSchema>;

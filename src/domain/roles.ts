@@ -3,10 +3,6 @@ export const ROLES = ['vendor', 'machines:read', 'agents:read', 'tasks:read', 'e
 
 export type Role = (typeof ROLES)[number];
 
-export function isRole(value: string): value is Role {
-  return (ROLES as readonly string[]).includes(value);
-}
-
 /** The identity an authenticated request acts as. */
 export interface Principal {
   keyId: string;

@@ -1,7 +1,6 @@
 import { z } from 'zod';
 
-export const TASK_STATUSES = ['pending', 'in_progress', 'success', 'failed'] as const;
-export type TaskStatus = (typeof TASK_STATUSES)[number];
+const TASK_STATUSES = ['pending', 'in_progress', 'success', 'failed'] as const;
 
 export const taskSchema = z
   .object({

@@ -2,13 +2,12 @@ import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
 
-export const CALLBACK_URL_MAX_CHARS = 2048;
+const CALLBACK_URL_MAX_CHARS = 2048;
 export const DISABLED_REASONS = ['gone', 'failing', 'paused'] as const;
 export type DisabledReason = (typeof DISABLED_REASONS)[number];
-export const SECRET_MAX_CHARS = 512;
+const SECRET_MAX_CHARS = 512;
 
-const requiredString = (field: string) =>
-  z.string({ error: (issue) => (issue.input === undefined ? `${field} is required` : `${field} must be a string`) });
+const requiredString = (field: string) => z.string({ error: (issue) => (issue.input === undefined ? `${field} is required` : `${field} must be a string`) });
 
 /** Why `text` is not an acceptable callback URL, or undefined when it is. */
 export function callbackUrlProblem(text: string): string | undefined {
@@ -68,20 +67,17 @@ const withProblem = (schema: z.ZodString, problem: (text: string) => string | un
     if (message !== undefined) ctx.addIssue({ code: 'custom', message });
   });
 
-export const eventTypeSchema = z
+const eventTypeSchema = z
   .enum(WEBHOOK_EVENT_TYPES, {
-    error: (issue) =>
-      issue.input === undefined
-        ? 'event_type is required'
-        : `event_type must be one of ${WEBHOOK_EVENT_TYPES.join(', ')}`,
+    error: (issue) => (issue.input === undefined ? 'event_type is required' : `event_type must be one of ${WEBHOOK_EVENT_TYPES.join(', ')}`),
   })
   .describe('The event type this webhook receives.');
 
-export const callbackUrlSchema = withProblem(requiredString('callback_url'), callbackUrlProblem).describe(
+const callbackUrlSchema = withProblem(requiredString('callback_url'), callbackUrlProblem).describe(
   'http(s) URL that receives the events; at most 2048 characters, no credentials or fragment.',
 );
 
-export const secretSchema = withProblem(requiredString('secret'), secretProblem).describe(
+const secretSchema = withProblem(requiredString('secret'), secretProblem).describe(
   'Shared secret for the HMAC signatures; non-empty, at most 512 characters. A `whsec_` prefix marks a base64 key (Standard Webhooks).',
 );
 
@@ -111,7 +107,9 @@ export const webhookPatchSchema = z
         .optional()
         .describe('true re-enables a webhook that was disabled (410 Gone or sustained failures); false pauses it.'),
     },
-    { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
+    {
+      error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object'),
+    },
   )
   .refine((body) => Object.keys(body).length > 0, 'the body must set at least one of event_type, callback_url, secret, enabled');
 
@@ -133,14 +131,14 @@ export const webhookResourceSchema = z
     disabled_reason: z
       .enum(DISABLED_REASONS)
       .optional()
-      .describe('Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused (PATCH enabled=false).'),
+      .describe(
+        'Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused (PATCH enabled=false).',
+      ),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })
   .meta({ id: 'Webhook' });
 
-export type WebhookCreate = z.infer<typeof webhookCreateSchema>;
-export type WebhookPatch = z.infer<typeof webhookPatchSchema>;
 export type WebhookResource = z.infer<typeof webhookResourceSchema>;
 
 /** A webhook as the engine holds it, with its secrets in plaintext (only ever in memory). */

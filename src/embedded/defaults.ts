@@ -83,9 +83,7 @@ export async function resolveRedis(config: Config, say: (line: string) => void):
 export function resolveSecretKey(config: Config): Buffer {
   if (config.secretKey !== undefined) return config.secretKey;
   if (config.redisUrl !== undefined) {
-    throw new ConfigError(
-      'Invalid configuration:\n  HOOKLINE_SECRET_KEY: required when REDIS_URL is set (32 random bytes in base64: openssl rand -base64 32)',
-    );
+    throw new ConfigError('Invalid configuration:\n  HOOKLINE_SECRET_KEY: required when REDIS_URL is set (32 random bytes in base64: openssl rand -base64 32)');
   }
   mkdirSync(config.dataDir, { recursive: true });
   const file = path.join(config.dataDir, 'secret.key');

@@ -77,7 +77,7 @@ export async function ensureRedisServerBinary(
   const found = await find();
   if (found) return found;
   if (!(host.canInstall ?? isDebianRoot())) throw new RedisServerUnavailableError(`redis-server was not found.\n${WAYS_FORWARD}`);
-  say('redis-server was not found; installing Debian\'s redis-server package with apt-get (running as root)…');
+  say("redis-server was not found; installing Debian's redis-server package with apt-get (running as root)…");
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
   for (const args of [['update'], ['install', '-y', '--no-install-recommends', 'redis-server']]) {
     // stdout goes to stderr so that commands printing a result (keys create) keep stdout clean.
@@ -139,16 +139,26 @@ export async function startRedisServer(options: StartRedisServerOptions): Promis
   for (let attempt = 0; attempt < attempts; attempt += 1) {
     const port = options.port === 0 ? await freeLoopbackPort() : options.port;
     const args = [
-      '--port', String(port),
+      '--port',
+      String(port),
       // `-::1` binds IPv6 loopback when the host has it and is skipped otherwise.
-      '--bind', '127.0.0.1', '-::1',
-      '--protected-mode', 'yes',
-      '--dir', path.resolve(options.dir),
-      '--logfile', logFile,
-      '--daemonize', 'no',
-      '--save', '',
-      '--appendonly', options.appendOnly ? 'yes' : 'no',
-      '--maxmemory-policy', 'noeviction',
+      '--bind',
+      '127.0.0.1',
+      '-::1',
+      '--protected-mode',
+      'yes',
+      '--dir',
+      path.resolve(options.dir),
+      '--logfile',
+      logFile,
+      '--daemonize',
+      'no',
+      '--save',
+      '',
+      '--appendonly',
+      options.appendOnly ? 'yes' : 'no',
+      '--maxmemory-policy',
+      'noeviction',
       ...(options.extraArgs ?? []),
     ];
     const child = spawn(options.binary, args, { stdio: 'ignore' });

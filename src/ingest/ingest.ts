@@ -1,12 +1,5 @@
 import type { AgentStatus } from '../domain/agent.js';
-import {
-  buildEnvelope,
-  isWebhookEvent,
-  parseEvent,
-  type AcceptedEvent,
-  type EventResult,
-  type WebhookEvent,
-} from '../domain/event.js';
+import { buildEnvelope, isWebhookEvent, parseEvent, type AcceptedEvent, type EventResult, type WebhookEvent } from '../domain/event.js';
 import type { WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
@@ -34,7 +27,7 @@ export interface DeliveryEnqueuer {
 }
 
 /** Finds the webhook of each (vendor, event type), in one round trip for the whole batch. */
-export interface SubscriptionLookup {
+interface SubscriptionLookup {
   matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<(string | undefined)[]>;
 }
 

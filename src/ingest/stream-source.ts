@@ -9,7 +9,7 @@ import type { Ingestor } from './ingest.js';
 /** The consumer group Hookline reads the ingest stream with. */
 export const STREAM_GROUP_DEFAULT = 'hookline-ingest';
 /** The entry field that holds one event as JSON: `XADD <stream> * event '{"event_type":…}'`. */
-export const STREAM_EVENT_FIELD = 'event';
+const STREAM_EVENT_FIELD = 'event';
 
 export interface StreamIngestSourceOptions {
   /** Commands (XACK, XAUTOCLAIM, XTRIM, …); a duplicate of it is opened for the blocking reads. */
@@ -249,10 +249,16 @@ export class StreamIngestSource {
     if (this.stopping) return [];
     // Buffer replies: a string reply would decode the event lossily, hiding bytes that are not UTF-8.
     const reply = await bufferReads(reader).xreadgroupBuffer(
-      'GROUP', this.group, this.consumer,
-      'COUNT', this.batchSize,
-      'BLOCK', this.blockMs,
-      'STREAMS', this.stream, from,
+      'GROUP',
+      this.group,
+      this.consumer,
+      'COUNT',
+      this.batchSize,
+      'BLOCK',
+      this.blockMs,
+      'STREAMS',
+      this.stream,
+      from,
     );
     return entriesOf(reply);
   }
@@ -285,7 +291,15 @@ export class StreamIngestSource {
   private async maintain(): Promise<void> {
     let cursor = '0-0';
     for (let round = 0; round < CLAIM_ROUNDS_MAX; round += 1) {
-      const reply = (await bufferReads(this.redis).xautoclaimBuffer(this.stream, this.group, this.consumer, this.claimMinIdleMs, cursor, 'COUNT', this.batchSize)) as [Buffer, unknown];
+      const reply = (await bufferReads(this.redis).xautoclaimBuffer(
+        this.stream,
+        this.group,
+        this.consumer,
+        this.claimMinIdleMs,
+        cursor,
+        'COUNT',
+        this.batchSize,
+      )) as [Buffer, unknown];
       const next = reply[0].toString();
       const claimed = toEntries(reply[1]);
       if (claimed.length > 0) {

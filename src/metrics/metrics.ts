@@ -2,11 +2,11 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 import { WEBHOOK_EVENT_TYPES } from '../domain/events.js';
 
 /** Attempt-duration buckets (seconds), up to the default 15 s delivery timeout. */
-export const ATTEMPT_DURATION_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30];
+const ATTEMPT_DURATION_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30];
 /** End-to-end lag buckets (seconds): from milliseconds to the one-day retry horizon. */
-export const LAG_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1_800, 3_600, 21_600, 86_400, 259_200];
+const LAG_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1_800, 3_600, 21_600, 86_400, 259_200];
 /** Admin API latency buckets (seconds). */
-export const HTTP_DURATION_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+const HTTP_DURATION_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
 /**
  * Every metric Hookline exports, defined once. Names are `hookline_*`, in base units; counters end

@@ -48,11 +48,7 @@ export class RedisApiKeyStore implements ApiKeyLookup {
       createdAt: this.now().toISOString(),
     };
     const hash = keyFingerprint(key);
-    await this.redis
-      .multi()
-      .hset(this.keys.apiKeys.byHash, hash, JSON.stringify(record))
-      .hset(this.keys.apiKeys.hashById, record.id, hash)
-      .exec();
+    await this.redis.multi().hset(this.keys.apiKeys.byHash, hash, JSON.stringify(record)).hset(this.keys.apiKeys.hashById, record.id, hash).exec();
     return { key, record };
   }
 

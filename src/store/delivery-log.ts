@@ -34,7 +34,7 @@ export interface DeliveryLogOptions {
   fallenOffGraceMs: number;
 }
 
-export const DEFAULT_DELIVERY_LOG_OPTIONS: DeliveryLogOptions = {
+const DEFAULT_DELIVERY_LOG_OPTIONS: DeliveryLogOptions = {
   retentionMs: 7 * 24 * 3_600_000,
   deadLetterRetentionMs: 30 * 24 * 3_600_000,
   recentPerWebhook: 1_000,
@@ -353,7 +353,15 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     const recordKey = this.keys.deliveries.record(job.webhookId, job.deliveryId);
     await this.redis
       .multi()
-      .hset(recordKey, { deliveryId: job.deliveryId, eventId: job.eventId, eventType: job.eventType, webhookId: job.webhookId, status: 'dropped', acceptedAtMs: job.acceptedAtMs, updatedAtMs: nowMs })
+      .hset(recordKey, {
+        deliveryId: job.deliveryId,
+        eventId: job.eventId,
+        eventType: job.eventType,
+        webhookId: job.webhookId,
+        status: 'dropped',
+        acceptedAtMs: job.acceptedAtMs,
+        updatedAtMs: nowMs,
+      })
       .pexpire(recordKey, this.options.retentionMs)
       .exec();
   }
@@ -446,12 +454,28 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
 
   private async summaries(webhookId: string, ids: string[]): Promise<DeliverySummary[]> {
     if (ids.length === 0) return [];
-    const summaryFields = ['deliveryId', 'eventId', 'eventType', 'webhookId', 'vendorId', 'status', 'attempts', 'lastOutcome', 'lastStatusCode', 'acceptedAtMs', 'updatedAtMs', 'nextAttemptAtMs', 'replayOf'] as const;
+    const summaryFields = [
+      'deliveryId',
+      'eventId',
+      'eventType',
+      'webhookId',
+      'vendorId',
+      'status',
+      'attempts',
+      'lastOutcome',
+      'lastStatusCode',
+      'acceptedAtMs',
+      'updatedAtMs',
+      'nextAttemptAtMs',
+      'replayOf',
+    ] as const;
     const pipeline = this.redis.pipeline();
     for (const id of ids) pipeline.hmget(this.keys.deliveries.record(webhookId, id), ...summaryFields);
     const rows = (await pipeline.exec()) ?? [];
     return rows
-      .map(([, values]) => toSummary(Object.fromEntries(summaryFields.flatMap((name, i) => ((values as (string | null)[])[i] == null ? [] : [[name, (values as string[])[i]!]])))))
+      .map(([, values]) =>
+        toSummary(Object.fromEntries(summaryFields.flatMap((name, i) => ((values as (string | null)[])[i] == null ? [] : [[name, (values as string[])[i]!]])))),
+      )
       .filter((s): s is DeliverySummary => s !== undefined);
   }
 }

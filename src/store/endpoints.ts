@@ -11,7 +11,7 @@ export interface EndpointMemory {
 }
 
 /** How long an endpoint counts as known after a worker last wrote that it answered. */
-export const ENDPOINT_MEMORY_TTL_MS = 7 * 24 * 3_600_000;
+const ENDPOINT_MEMORY_TTL_MS = 7 * 24 * 3_600_000;
 
 /**
  * One small key per endpoint (its origin's digest), so every worker, and a worker after a restart,

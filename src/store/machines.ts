@@ -42,8 +42,8 @@ export interface MachineStoreOptions {
 }
 
 /** Approximate length the change stream is trimmed to on every write. */
-export const MACHINE_CHANGES_MAXLEN = 100_000;
-export const MACHINE_TOMBSTONE_TTL_MS = 7 * 24 * 3_600_000;
+const MACHINE_CHANGES_MAXLEN = 100_000;
+const MACHINE_TOMBSTONE_TTL_MS = 7 * 24 * 3_600_000;
 
 /** Expired tombstones dropped per removal, so one write never does unbounded work. */
 const TOMBSTONES_PRUNED_PER_WRITE = 100;

@@ -5,7 +5,7 @@ import type { Redis } from './redis.js';
 import { RedisVersionedDocStore, type DocLookup, type DocWriter } from './versioned-docs.js';
 
 /** Finished tasks and stopped or failed deployments are kept this long after their last update. */
-export const FINAL_STATE_RETENTION_MS = 30 * 24 * 3_600_000;
+const FINAL_STATE_RETENTION_MS = 30 * 24 * 3_600_000;
 
 export type TaskStore = DocLookup<Task> & DocWriter<Task>;
 export type AgentStatusStore = DocLookup<AgentStatus> & DocWriter<AgentStatus>;

@@ -173,7 +173,13 @@ export async function pingRedis(redis: Redis, timeoutMs: number): Promise<boolea
     timer = setTimeout(() => resolve(false), timeoutMs);
   });
   try {
-    return await Promise.race([redis.ping().then((reply) => reply === 'PONG', () => false), timeout]);
+    return await Promise.race([
+      redis.ping().then(
+        (reply) => reply === 'PONG',
+        () => false,
+      ),
+      timeout,
+    ]);
   } finally {
     clearTimeout(timer);
   }

@@ -43,7 +43,7 @@ export class RedisVersionedDocStore<S extends z.ZodType> implements DocLookup<z.
 
   async get(id: string): Promise<z.output<S> | undefined> {
     const raw = await this.redis.hget(this.options.key(id), 'doc');
-    return raw === null ? undefined : (this.options.schema.parse(JSON.parse(raw)));
+    return raw === null ? undefined : this.options.schema.parse(JSON.parse(raw));
   }
 
   async put(doc: z.output<S>, versionMs: number): Promise<'applied' | 'stale'> {

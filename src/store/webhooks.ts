@@ -260,7 +260,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       eventType: record.eventType,
       callbackUrl: record.callbackUrl,
       secret: open(record.secretSealed),
-      previousSecret: previous === undefined || record.previousSecretUntilMs === undefined ? undefined : { secret: previous, untilMs: record.previousSecretUntilMs },
+      previousSecret:
+        previous === undefined || record.previousSecretUntilMs === undefined ? undefined : { secret: previous, untilMs: record.previousSecretUntilMs },
       disabled: record.disabledReason === undefined ? undefined : { reason: record.disabledReason, atMs: record.disabledAtMs ?? 0 },
       createdAt: record.createdAt,
       updatedAt: record.updatedAt,

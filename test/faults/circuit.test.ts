@@ -26,7 +26,12 @@ interface Attempt {
   outcome: string;
 }
 
-const event = (vendorId: string) => ({ event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: vendorId, data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } } });
+const event = (vendorId: string) => ({
+  event_id: randomUUID(),
+  event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+  vendor_id: vendorId,
+  data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } },
+});
 
 /** The JSON log lines of a process's output. */
 const logLines = (output: string) =>
@@ -63,7 +68,12 @@ describe('an open circuit never stretches a delivery past its schedule (worker p
     const receiver = await receivers.start();
     receiver.script('/hook', { status: 500 });
     const vendorKey = await t.keyFor(['vendor'], 'v');
-    const created = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': vendorKey }, payload: { event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: `${receiver.base}/hook` } });
+    const created = await t.app.inject({
+      method: 'POST',
+      url: '/vendors/v1/webhooks',
+      headers: { 'x-api-key': vendorKey },
+      payload: { event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: `${receiver.base}/hook` },
+    });
     expect(created.statusCode).toBe(201);
     const webhookId = created.json<{ webhook_id: string }>().webhook_id;
     const worker = await startCli(['worker'], await workerProcessEnv(t, { HOOKLINE_RETRY_SCHEDULE: SCHEDULE }), /delivery worker running/);
@@ -71,7 +81,10 @@ describe('an open circuit never stretches a delivery past its schedule (worker p
     const api = async <T>(url: string) => (await t!.app.inject({ method: 'GET', url, headers: { 'x-api-key': vendorKey } })).json<T>();
 
     const ingestedMs = Date.now();
-    await t.ingestor.ingest(Array.from({ length: EVENTS }, () => event('v')), 'http');
+    await t.ingestor.ingest(
+      Array.from({ length: EVENTS }, () => event('v')),
+      'http',
+    );
 
     // The circuit opens on the first burst of 500s, logged at warn with the webhook behind it.
     const opened = await waitFor(() => logLines(worker.output()).find((l) => l.event === 'circuit.opened'), 15_000, 'circuit.opened');
@@ -79,10 +92,14 @@ describe('an open circuit never stretches a delivery past its schedule (worker p
 
     // A delivery held back by the open circuit says when it will really be tried: near the end of
     // the open period, not at its scheduled 2 s.
-    const held = await waitFor(async () => {
-      const { deliveries } = await api<{ deliveries: Delivery[] }>(`/vendors/v1/webhooks/${webhookId}/deliveries?limit=100`);
-      return deliveries.find((d) => d.status === 'retrying' && d.next_attempt_at !== null && Date.parse(d.next_attempt_at) - Date.now() > 10_000);
-    }, 20_000, 'a delivery held back by the circuit');
+    const held = await waitFor(
+      async () => {
+        const { deliveries } = await api<{ deliveries: Delivery[] }>(`/vendors/v1/webhooks/${webhookId}/deliveries?limit=100`);
+        return deliveries.find((d) => d.status === 'retrying' && d.next_attempt_at !== null && Date.parse(d.next_attempt_at) - Date.now() > 10_000);
+      },
+      20_000,
+      'a delivery held back by the circuit',
+    );
     const shownMs = Date.parse(held.next_attempt_at!);
 
     // Every delivery dead-lettered within its schedule plus one open period (and the jitter).
@@ -94,10 +111,18 @@ describe('an open circuit never stretches a delivery past its schedule (worker p
     const next = attempts.find((a) => a.attempt === held.attempts + 1);
     expect(next, 'the held delivery’s next attempt').toBeDefined();
     const offByMs = Date.parse(next!.attempted_at) - shownMs;
-    const circuitOpenAttempts = (await Promise.all(
-      (await api<{ dead_letters: Delivery[] }>(`/vendors/v1/webhooks/${webhookId}/dead-letters?limit=100`)).dead_letters.map(async (d) => (await api<{ attempts: Attempt[] }>(`/vendors/v1/webhooks/${webhookId}/deliveries/${d.delivery_id}`)).attempts),
-    )).flat().filter((a) => a.outcome === 'circuit_open').length;
-    console.log(`circuit: ${EVENTS} dead letters ${deadAfterMs} ms after ingest; ${circuitOpenAttempts} attempts recorded circuit_open; ${receiver.requests.length} requests reached the receiver; next_attempt_at off by ${offByMs} ms`);
+    const circuitOpenAttempts = (
+      await Promise.all(
+        (await api<{ dead_letters: Delivery[] }>(`/vendors/v1/webhooks/${webhookId}/dead-letters?limit=100`)).dead_letters.map(
+          async (d) => (await api<{ attempts: Attempt[] }>(`/vendors/v1/webhooks/${webhookId}/deliveries/${d.delivery_id}`)).attempts,
+        ),
+      )
+    )
+      .flat()
+      .filter((a) => a.outcome === 'circuit_open').length;
+    console.log(
+      `circuit: ${EVENTS} dead letters ${deadAfterMs} ms after ingest; ${circuitOpenAttempts} attempts recorded circuit_open; ${receiver.requests.length} requests reached the receiver; next_attempt_at off by ${offByMs} ms`,
+    );
     expect(Math.abs(offByMs), 'next_attempt_at against the attempt that followed').toBeLessThan(5_000);
     expect(circuitOpenAttempts).toBeGreaterThan(0);
     // Attempts held by the open circuit never reached the receiver.
@@ -107,9 +132,17 @@ describe('an open circuit never stretches a delivery past its schedule (worker p
     receiver.script('/hook', { status: 200 });
     const [dead] = (await api<{ dead_letters: Delivery[] }>(`/vendors/v1/webhooks/${webhookId}/dead-letters?limit=1`)).dead_letters;
     const replayedMs = Date.now();
-    const replay = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/dead-letters/${dead!.delivery_id}/replay`, headers: { 'x-api-key': vendorKey } });
+    const replay = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${webhookId}/dead-letters/${dead!.delivery_id}/replay`,
+      headers: { 'x-api-key': vendorKey },
+    });
     expect(replay.statusCode).toBe(202);
-    const arrived = await waitFor(() => receiver.requests.find((r) => r.atMs >= replayedMs && r.headers['webhook-id'] === dead!.event_id), 10_000, 'the replay');
+    const arrived = await waitFor(
+      () => receiver.requests.find((r) => r.atMs >= replayedMs && r.headers['webhook-id'] === dead!.event_id),
+      10_000,
+      'the replay',
+    );
     console.log(`circuit: replay arrived ${arrived.atMs - replayedMs} ms after it was asked for`);
     expect(arrived.atMs - replayedMs).toBeLessThan(5_000);
     const closed = await waitFor(() => logLines(worker.output()).find((l) => l.event === 'circuit.closed'), 10_000, 'circuit.closed');

@@ -18,7 +18,12 @@ const BATCH = 50;
 
 type Engine = Awaited<ReturnType<typeof startCli>>;
 
-const event = () => ({ event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v', data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } } });
+const event = () => ({
+  event_id: randomUUID(),
+  event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+  vendor_id: 'v',
+  data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } },
+});
 
 /**
  * A Redis outage of a given length under load, with the production process model: one `hookline
@@ -87,7 +92,12 @@ describe('a Redis outage under load, two worker processes (real processes, loopb
       const accepted = new Set<string>();
       const post = async (events: { event_id: string }[]) => {
         try {
-          const res = await fetch(`${base}/internal/v1/events`, { method: 'POST', headers: { 'x-api-key': eventsKey, 'content-type': 'application/json' }, body: JSON.stringify({ events }), signal: AbortSignal.timeout(5_000) });
+          const res = await fetch(`${base}/internal/v1/events`, {
+            method: 'POST',
+            headers: { 'x-api-key': eventsKey, 'content-type': 'application/json' },
+            body: JSON.stringify({ events }),
+            signal: AbortSignal.timeout(5_000),
+          });
           if (res.status !== 202) return;
           const body = (await res.json()) as { results: { event_id: string; status: string }[] };
           for (const r of body.results) if (r.status === 'accepted') accepted.add(r.event_id);

@@ -78,14 +78,24 @@ async function harness(appendFsync: 'always' | 'everysec', options: { redisFirst
   return Object.assign(h, { receiver, base, engine, eventsKey });
 }
 
-const event = () => ({ event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v', data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } } });
+const event = () => ({
+  event_id: randomUUID(),
+  event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+  vendor_id: 'v',
+  data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } },
+});
 
 const receivedIds = (h: Harness) => h.receiver.requests.map((r) => String(r.headers['webhook-id']));
 
 /** Posts one batch; resolves with the ids the engine accepted (none when the request failed). */
 async function post(h: Harness, events: { event_id: string }[]): Promise<string[]> {
   try {
-    const res = await fetch(`${h.base}/internal/v1/events`, { method: 'POST', headers: { 'x-api-key': h.eventsKey, 'content-type': 'application/json' }, body: JSON.stringify({ events }), signal: AbortSignal.timeout(5_000) });
+    const res = await fetch(`${h.base}/internal/v1/events`, {
+      method: 'POST',
+      headers: { 'x-api-key': h.eventsKey, 'content-type': 'application/json' },
+      body: JSON.stringify({ events }),
+      signal: AbortSignal.timeout(5_000),
+    });
     if (res.status !== 202) return [];
     const body = (await res.json()) as { results: { event_id: string; status: string }[] };
     return body.results.filter((r) => r.status === 'accepted').map((r) => r.event_id);
@@ -129,10 +139,13 @@ describe('fault injection (real processes, loopback only)', () => {
     }
     await waitFor(async () => (await fetch(`${h!.base}/readyz`)).status === 200, 20_000, 'readiness after the restart');
     // One Set per check: the receiver shares this event loop, and an O(n²) check would stall it.
-    await settles(() => {
-      const received = new Set(receivedIds(h!));
-      return [...accepted].every((id) => received.has(id));
-    }, LONG ? 240_000 : 60_000);
+    await settles(
+      () => {
+        const received = new Set(receivedIds(h!));
+        return [...accepted].every((id) => received.has(id));
+      },
+      LONG ? 240_000 : 60_000,
+    );
     const tally = tallyDeliveries(accepted, receivedIds(h));
     reportFault('redis-restart', tally, startedMs, { sent });
     expect(accepted.size).toBeGreaterThan(TOTAL / 2);
@@ -144,12 +157,20 @@ describe('fault injection (real processes, loopback only)', () => {
     h = await harness('everysec');
     expect((await fetch(`${h.base}/readyz`)).status).toBe(200);
     await h.redis?.stop();
-    const down = await waitFor(async () => {
-      const res = await fetch(`${h!.base}/readyz`);
-      return res.status === 503 && ((await res.json()) as { error: string });
-    }, 10_000, 'readiness false');
+    const down = await waitFor(
+      async () => {
+        const res = await fetch(`${h!.base}/readyz`);
+        return res.status === 503 && ((await res.json()) as { error: string });
+      },
+      10_000,
+      'readiness false',
+    );
     expect(down.error).toBe('Redis is unreachable');
-    const refused = await fetch(`${h.base}/internal/v1/events`, { method: 'POST', headers: { 'x-api-key': h.eventsKey, 'content-type': 'application/json' }, body: JSON.stringify(event()) });
+    const refused = await fetch(`${h.base}/internal/v1/events`, {
+      method: 'POST',
+      headers: { 'x-api-key': h.eventsKey, 'content-type': 'application/json' },
+      body: JSON.stringify(event()),
+    });
     expect(refused.status).toBe(503);
     expect(await refused.json()).toEqual({ error: 'Storage is unreachable; try again shortly', code: 'storage_unavailable' });
     expect(h.engine.output()).toContain('Redis connection lost; retrying in the background');
@@ -177,4 +198,3 @@ describe('fault injection (real processes, loopback only)', () => {
     expect(h.engine.output()).toContain('Redis connection restored');
   }, 120_000);
 });
-

@@ -152,8 +152,17 @@ describe('shutdown while Redis is unreachable (real processes, loopback only)', 
       body: JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: `${receiver.base}/hook` }),
     });
     expect(registered.status).toBe(201);
-    const events = Array.from({ length: 200 }, () => ({ event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v', data: { status: 'available', metadata: { machine_id: 'm-1' } } }));
-    const accepted = await fetch(`${base}/internal/v1/events`, { method: 'POST', headers: { 'x-api-key': eventsKey, 'content-type': 'application/json' }, body: JSON.stringify({ events }) });
+    const events = Array.from({ length: 200 }, () => ({
+      event_id: randomUUID(),
+      event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+      vendor_id: 'v',
+      data: { status: 'available', metadata: { machine_id: 'm-1' } },
+    }));
+    const accepted = await fetch(`${base}/internal/v1/events`, {
+      method: 'POST',
+      headers: { 'x-api-key': eventsKey, 'content-type': 'application/json' },
+      body: JSON.stringify({ events }),
+    });
     expect(accepted.status).toBe(202);
     await waitFor(() => receiver.requests.length >= 10, 10_000, 'deliveries under way');
 

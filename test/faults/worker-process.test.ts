@@ -8,10 +8,16 @@ import { queuesDrained, settles, waitFor } from '../helpers/wait.js';
 import { workerProcessEnv } from '../helpers/worker.js';
 
 const events = (n: number) =>
-  Array.from({ length: n }, () => ({ event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v', data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 6)}` } } }));
+  Array.from({ length: n }, () => ({
+    event_id: randomUUID(),
+    event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+    vendor_id: 'v',
+    data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 6)}` } },
+  }));
 
 /** The ids of the events ingest accepted. */
-const acceptedIds = (results: readonly { event_id?: string; status: string }[]) => results.flatMap((r) => (r.status === 'accepted' && r.event_id !== undefined ? [r.event_id] : []));
+const acceptedIds = (results: readonly { event_id?: string; status: string }[]) =>
+  results.flatMap((r) => (r.status === 'accepted' && r.event_id !== undefined ? [r.event_id] : []));
 
 describe('standalone hookline worker processes', () => {
   let t: TestApp;
@@ -110,7 +116,10 @@ describe('standalone hookline worker processes', () => {
     const perWorker = new Map<string, number>();
     for (const w of workers) {
       const pid = String(w.child.pid);
-      const lines = w.output().split('\n').filter((l) => l.includes('"delivery.attempted"'));
+      const lines = w
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('"delivery.attempted"'));
       perWorker.set(pid, lines.length);
     }
     // Every worker took part.
@@ -130,4 +139,3 @@ describe('standalone hookline worker processes', () => {
     expect(tally.duplicated).toBeLessThanOrEqual(10);
   }, 120_000);
 });
-

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 
-export const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
+const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
 const CLI = ['--import', 'tsx', path.join(REPO_ROOT, 'src/cli.ts')];
 
 export interface CliResult {
@@ -30,7 +30,12 @@ export function runCli(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 30_00
 }
 
 /** Starts a long-running `hookline <args>` and resolves once a stdout line matches `ready`. */
-export function startCli(args: string[], env: NodeJS.ProcessEnv, ready: RegExp, timeoutMs = 60_000): Promise<{ child: ChildProcess; output: () => string; exited: Promise<number | null> }> {
+export function startCli(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  ready: RegExp,
+  timeoutMs = 60_000,
+): Promise<{ child: ChildProcess; output: () => string; exited: Promise<number | null> }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [...CLI, ...args], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';

@@ -7,19 +7,51 @@ export const GRAFANA_DIR = path.join(REPO_ROOT, 'dashboards/grafana');
 export const ALERT_RULES_FILE = path.join(REPO_ROOT, 'dashboards/prometheus/alerts.yml');
 
 /** Series Prometheus makes itself rather than scrapes from Hookline. */
-const PROMETHEUS_OWN = new Set(['up', 'scrape_duration_seconds', 'scrape_samples_scraped', 'scrape_samples_post_metric_relabeling', 'scrape_series_added', 'ALERTS', 'ALERTS_FOR_STATE']);
+const PROMETHEUS_OWN = new Set([
+  'up',
+  'scrape_duration_seconds',
+  'scrape_samples_scraped',
+  'scrape_samples_post_metric_relabeling',
+  'scrape_series_added',
+  'ALERTS',
+  'ALERTS_FOR_STATE',
+]);
 
 /** PromQL words that look like names: aggregations and their modifiers, operators, literals. */
 const KEYWORDS = new Set([
-  'sum', 'min', 'max', 'avg', 'group', 'stddev', 'stdvar', 'count', 'count_values', 'bottomk', 'topk', 'quantile', 'limitk', 'limit_ratio',
-  'by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'bool', 'and', 'or', 'unless', 'atan2', 'offset', 'inf', 'nan',
+  'sum',
+  'min',
+  'max',
+  'avg',
+  'group',
+  'stddev',
+  'stdvar',
+  'count',
+  'count_values',
+  'bottomk',
+  'topk',
+  'quantile',
+  'limitk',
+  'limit_ratio',
+  'by',
+  'without',
+  'on',
+  'ignoring',
+  'group_left',
+  'group_right',
+  'bool',
+  'and',
+  'or',
+  'unless',
+  'atan2',
+  'offset',
+  'inf',
+  'nan',
 ]);
 
 /** Grafana template variables replaced by something PromQL can parse (or removed). */
 function withoutGrafanaVariables(expr: string): string {
-  return expr
-    .replace(/\$__(rate_interval|interval|range)\b/g, '1m')
-    .replace(/\$\{[^}]*\}|\[\[[^\]]*\]\]|\$\w+/g, 'x');
+  return expr.replace(/\$__(rate_interval|interval|range)\b/g, '1m').replace(/\$\{[^}]*\}|\[\[[^\]]*\]\]|\$\w+/g, 'x');
 }
 
 /**

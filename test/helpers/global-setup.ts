@@ -2,12 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { TestProject } from 'vitest/node';
-import {
-  ensureRedisServerBinary,
-  RedisServerUnavailableError,
-  startRedisServer,
-  type RedisServerHandle,
-} from '../../src/embedded/redis-server.js';
+import { ensureRedisServerBinary, RedisServerUnavailableError, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -26,7 +21,13 @@ async function fromContainer(): Promise<RunningRedis | undefined> {
   try {
     const { getContainerRuntimeClient } = await import('testcontainers');
     const probe = getContainerRuntimeClient();
-    const answered = await Promise.race([probe.then(() => true, () => false), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000))]);
+    const answered = await Promise.race([
+      probe.then(
+        () => true,
+        () => false,
+      ),
+      new Promise<boolean>((r) => setTimeout(() => r(false), 5_000)),
+    ]);
     if (!answered) return undefined;
     const { RedisContainer } = await import('@testcontainers/redis');
     const container = await new RedisContainer('redis:7-alpine').start();

@@ -14,7 +14,7 @@ import { RedisWebhookStore } from '../../src/store/webhooks.js';
 import { testRedis, type TestRedis } from './redis.js';
 
 /** Records every enqueue call (a stand-in for the delivery queues, not for Redis); can be made to fail. */
-export class RecordingEnqueuer implements DeliveryEnqueuer {
+class RecordingEnqueuer implements DeliveryEnqueuer {
   readonly calls: DeliveryRequest[][] = [];
   /** While set, enqueue rejects with it and records nothing. */
   failure: Error | undefined;

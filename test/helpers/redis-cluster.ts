@@ -47,11 +47,15 @@ async function startNode(options: StartRedisClusterOptions, deadline: number): P
         appendOnly: false,
         startTimeoutMs: Math.max(1_000, deadline - Date.now()),
         extraArgs: [
-          '--cluster-enabled', 'yes',
-          '--cluster-config-file', path.join(dir, `nodes-${port}.conf`),
-          '--cluster-node-timeout', '2000',
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          path.join(dir, `nodes-${port}.conf`),
+          '--cluster-node-timeout',
+          '2000',
           // An explicit bus port: the default (port + 10000) may be taken, or above 65535.
-          '--cluster-port', String(busPort),
+          '--cluster-port',
+          String(busPort),
         ],
       });
     } catch (error) {
@@ -81,16 +85,23 @@ async function waitForClusterOk(ports: readonly number[], deadline: number): Pro
   });
   let last = 'no answer yet';
   try {
-    const ok = await settles(async () => {
-      const infos = await Promise.all(probes.map((probe) => probe.cluster('INFO').then(String, (error: Error) => `error: ${error.message}`)));
-      const notReady = infos.findIndex((info) => {
-        const fields = clusterInfoFields(info);
-        return fields.get('cluster_state') !== 'ok' || fields.get('cluster_slots_assigned') !== '16384' || fields.get('cluster_known_nodes') !== String(ports.length);
-      });
-      if (notReady === -1) return true;
-      last = `node 127.0.0.1:${ports[notReady]} says ${infos[notReady]!.replace(/\r?\n/g, ' ').slice(0, 300)}`;
-      return false;
-    }, Math.max(0, deadline - Date.now()));
+    const ok = await settles(
+      async () => {
+        const infos = await Promise.all(probes.map((probe) => probe.cluster('INFO').then(String, (error: Error) => `error: ${error.message}`)));
+        const notReady = infos.findIndex((info) => {
+          const fields = clusterInfoFields(info);
+          return (
+            fields.get('cluster_state') !== 'ok' ||
+            fields.get('cluster_slots_assigned') !== '16384' ||
+            fields.get('cluster_known_nodes') !== String(ports.length)
+          );
+        });
+        if (notReady === -1) return true;
+        last = `node 127.0.0.1:${ports[notReady]} says ${infos[notReady]!.replace(/\r?\n/g, ' ').slice(0, 300)}`;
+        return false;
+      },
+      Math.max(0, deadline - Date.now()),
+    );
     if (!ok) throw new Error(`the Redis Cluster did not reach cluster_state:ok in time; ${last}`);
   } finally {
     for (const probe of probes) probe.disconnect();
@@ -124,7 +135,10 @@ export async function startRedisCluster(options: StartRedisClusterOptions): Prom
       const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
       throw new Error(`redis-cli --cluster create failed: ${(error as Error).message}\n${String(stdout).slice(-2_000)}${String(stderr).slice(-2_000)}`);
     }
-    await waitForClusterOk(nodes.map((node) => node.port), deadline);
+    await waitForClusterOk(
+      nodes.map((node) => node.port),
+      deadline,
+    );
   } catch (error) {
     await stop();
     throw error;

@@ -3,15 +3,6 @@
  * conditions, never for a fixed time; "nothing more happened" is a condition too (see quiescent).
  */
 
-export interface PollOptions {
-  /** Give up after this long (default 10 s). */
-  timeoutMs?: number;
-  /** What is waited for, for the error message. */
-  what?: string;
-  /** Polling period (default 25 ms). */
-  everyMs?: number;
-}
-
 type Found<T> = Exclude<T, false | undefined | null>;
 
 /**

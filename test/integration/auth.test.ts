@@ -9,7 +9,12 @@ const ROUTES: { method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; role: 
   { method: 'GET', url: `/rental/v1/tasks/${SOME_UUID}`, role: 'tasks:read' },
   { method: 'GET', url: '/rental/v1/machines', role: 'machines:read' },
   { method: 'GET', url: '/rental/v1/machines/agents/dep-1', role: 'agents:read' },
-  { method: 'POST', url: '/vendors/v1/webhooks', role: 'vendor', payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example.com/' } },
+  {
+    method: 'POST',
+    url: '/vendors/v1/webhooks',
+    role: 'vendor',
+    payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example.com/' },
+  },
   { method: 'GET', url: '/vendors/v1/webhooks', role: 'vendor' },
   { method: 'PATCH', url: `/vendors/v1/webhooks/${SOME_UUID}`, role: 'vendor', payload: { callback_url: 'https://b.example.com/' } },
   { method: 'DELETE', url: `/vendors/v1/webhooks/${SOME_UUID}`, role: 'vendor' },
@@ -19,7 +24,12 @@ const ROUTES: { method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; role: 
   { method: 'POST', url: `/vendors/v1/webhooks/${SOME_UUID}/dead-letters/${SOME_UUID}/replay`, role: 'vendor' },
   { method: 'POST', url: `/vendors/v1/webhooks/${SOME_UUID}/dead-letters/replay`, role: 'vendor' },
   { method: 'POST', url: `/vendors/v1/webhooks/${SOME_UUID}/test`, role: 'vendor' },
-  { method: 'POST', url: '/internal/v1/events', role: 'events:write', payload: { event_type: 'TASK_UPDATED', data: { task_id: SOME_UUID, status: 'pending', fail_reason: null } } },
+  {
+    method: 'POST',
+    url: '/internal/v1/events',
+    role: 'events:write',
+    payload: { event_type: 'TASK_UPDATED', data: { task_id: SOME_UUID, status: 'pending', fail_reason: null } },
+  },
 ];
 
 describe('authentication and roles', () => {
@@ -78,7 +88,10 @@ describe('authentication and roles', () => {
       const url = `${route.url}?foo=1`;
       const res = await t.app.inject({ method: route.method, url, headers: { 'x-api-key': key }, ...(route.payload ? { payload: route.payload } : {}) });
       expect([route.method, url, res.statusCode]).toEqual([route.method, url, 400]);
-      expect(res.json<{ error: string; code: string }>()).toMatchObject({ code: 'invalid_request', error: expect.stringContaining('Invalid query parameters: unknown parameter "foo"') as string });
+      expect(res.json<{ error: string; code: string }>()).toMatchObject({
+        code: 'invalid_request',
+        error: expect.stringContaining('Invalid query parameters: unknown parameter "foo"') as string,
+      });
       // A key in the query string is not a key: 401, before any validation.
       const inQuery = await t.app.inject({ method: route.method, url: `${route.url}?api_key=${key}`, ...(route.payload ? { payload: route.payload } : {}) });
       expect([route.method, route.url, inQuery.statusCode]).toEqual([route.method, route.url, 401]);
@@ -144,7 +157,12 @@ describe('another vendor’s resources', () => {
         { method: 'POST', url: `/vendors/v1/webhooks/${id}/test` },
       ];
       for (const route of routes) {
-        const res = await t.app.inject({ method: route.method, url: route.url, headers: { 'x-api-key': intruder }, ...(route.payload ? { payload: route.payload } : {}) });
+        const res = await t.app.inject({
+          method: route.method,
+          url: route.url,
+          headers: { 'x-api-key': intruder },
+          ...(route.payload ? { payload: route.payload } : {}),
+        });
         expect([route.url, res.statusCode]).toEqual([route.url, 404]);
         expect(res.json<{ code: string }>().code).toBe('webhook_not_found');
       }

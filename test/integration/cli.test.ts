@@ -131,10 +131,20 @@ describe('hookline dlq', () => {
           status: 'dead',
         });
       }
-      const env = cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix, HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'), HOOKLINE_QUEUE_PARTITIONS: '2' });
+      const env = cleanEnv({
+        REDIS_URL: t.url,
+        HOOKLINE_REDIS_PREFIX: t.prefix,
+        HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
+        HOOKLINE_QUEUE_PARTITIONS: '2',
+      });
       const listed = await runCli(['dlq', 'list', '--webhook', webhookId], env);
       expect(listed.code).toBe(0);
-      expect(listed.stdout.trim().split('\n').map((line) => line.split('\t')[0])).toEqual([...ids].reverse());
+      expect(
+        listed.stdout
+          .trim()
+          .split('\n')
+          .map((line) => line.split('\t')[0]),
+      ).toEqual([...ids].reverse());
 
       const one = await runCli(['dlq', 'replay', '--webhook', webhookId, '--delivery', ids[0]!], env);
       expect(one.code).toBe(0);

@@ -118,7 +118,12 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     t!.app.inject({ method, url, headers: { 'x-api-key': key }, ...(payload === undefined ? {} : { payload }) });
 
   async function register(eventType: WebhookEventType, urlPath: string, secret?: string, key = vendorKey): Promise<string> {
-    const res = await api('POST', '/vendors/v1/webhooks', { event_type: eventType, callback_url: `${receiver.base}${urlPath}`, ...(secret ? { secret } : {}) }, key);
+    const res = await api(
+      'POST',
+      '/vendors/v1/webhooks',
+      { event_type: eventType, callback_url: `${receiver.base}${urlPath}`, ...(secret ? { secret } : {}) },
+      key,
+    );
     expect(res.statusCode).toBe(201);
     return res.json<{ webhook_id: string }>().webhook_id;
   }
@@ -141,14 +146,22 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     const verifier = new StandardWebhook(WHSEC);
     const received = receiver.at('/hooks').map((request) => {
       const h = request.headers;
-      verifier.verify(request.body, { 'webhook-id': String(h['webhook-id']), 'webhook-timestamp': String(h['webhook-timestamp']), 'webhook-signature': String(h['webhook-signature']) });
+      verifier.verify(request.body, {
+        'webhook-id': String(h['webhook-id']),
+        'webhook-timestamp': String(h['webhook-timestamp']),
+        'webhook-signature': String(h['webhook-signature']),
+      });
       return (JSON.parse(request.body) as { event_id: string }).event_id;
     });
     expect(received.sort()).toEqual(events.map((e) => e.event_id).sort());
-    const deliveries = await waitFor(async () => {
-      const list = (await api('GET', `/vendors/v1/webhooks/${webhookId}/deliveries`)).json<{ deliveries: { status: string }[] }>().deliveries;
-      return list.length === 2 && list.every((d) => d.status === 'delivered') && list;
-    }, 10_000, 'delivered records');
+    const deliveries = await waitFor(
+      async () => {
+        const list = (await api('GET', `/vendors/v1/webhooks/${webhookId}/deliveries`)).json<{ deliveries: { status: string }[] }>().deliveries;
+        return list.length === 2 && list.every((d) => d.status === 'delivered') && list;
+      },
+      10_000,
+      'delivered records',
+    );
     expect(deliveries).toHaveLength(2);
     await queuesDrained(app.queues);
     expect(receiver.at('/hooks')).toHaveLength(2);
@@ -181,10 +194,15 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     const id = await register('EVENT_TYPE_DEPLOYMENT_UPDATED', '/down');
     const deployment = () => ({ deployment_id: `d-${randomUUID().slice(0, 8)}`, machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} });
     await post(...[1, 2, 3].map(() => eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED', 'vendor-a', deployment())));
-    const dead = await waitFor(async () => {
-      const list = (await api('GET', `/vendors/v1/webhooks/${id}/dead-letters`)).json<{ dead_letters: { delivery_id: string; attempts: number }[] }>().dead_letters;
-      return list.length === 3 && list;
-    }, 20_000, 'three dead letters');
+    const dead = await waitFor(
+      async () => {
+        const list = (await api('GET', `/vendors/v1/webhooks/${id}/dead-letters`)).json<{ dead_letters: { delivery_id: string; attempts: number }[] }>()
+          .dead_letters;
+        return list.length === 3 && list;
+      },
+      20_000,
+      'three dead letters',
+    );
     expect(dead.every((d) => d.attempts === 3)).toBe(true);
     expect(receiver.at('/down')).toHaveLength(9);
 
@@ -193,19 +211,29 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     expect(one.statusCode).toBe(202);
     expect((await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`)).statusCode).toBe(409);
     await waitFor(() => receiver.at('/down').length === 10, 10_000, 'the replayed delivery');
-    const replayed = await waitFor(async () => {
-      const detail = (await api('GET', `/vendors/v1/webhooks/${id}/deliveries/${one.json<{ delivery_id: string }>().delivery_id}`)).json<{ delivery?: { status: string; replay_of?: string } }>();
-      return detail.delivery?.status === 'delivered' && detail.delivery;
-    }, 10_000, 'the replay recorded as delivered');
+    const replayed = await waitFor(
+      async () => {
+        const detail = (await api('GET', `/vendors/v1/webhooks/${id}/deliveries/${one.json<{ delivery_id: string }>().delivery_id}`)).json<{
+          delivery?: { status: string; replay_of?: string };
+        }>();
+        return detail.delivery?.status === 'delivered' && detail.delivery;
+      },
+      10_000,
+      'the replay recorded as delivered',
+    );
     expect(replayed.replay_of).toBe(dead[0]!.delivery_id);
 
     const bulk = await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/replay`);
     expect(bulk.statusCode).toBe(202);
     const taskKey = await t!.keyFor(['tasks:read']);
-    const task = await waitFor(async () => {
-      const res = (await api('GET', `/rental/v1/tasks/${bulk.json<{ task_id: string }>().task_id}`, undefined, taskKey)).json<{ status: string }>();
-      return res.status === 'success' && res;
-    }, 15_000, 'the bulk replay task');
+    const task = await waitFor(
+      async () => {
+        const res = (await api('GET', `/rental/v1/tasks/${bulk.json<{ task_id: string }>().task_id}`, undefined, taskKey)).json<{ status: string }>();
+        return res.status === 'success' && res;
+      },
+      15_000,
+      'the bulk replay task',
+    );
     expect(task).toMatchObject({ status: 'success', fail_reason: null, progress: { total: 2, done: 2 } });
     await waitFor(() => receiver.at('/down').length === 12, 10_000, 'the bulk-replayed deliveries');
     expect(new Set(receiver.at('/down').map((r) => r.headers['webhook-id'])).size).toBe(3);
@@ -215,7 +243,9 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
   it('serves the machine listing from machines ingested as events, with filters and pagination', async () => {
     await engine();
     const machinesKey = await t!.keyFor(['machines:read']);
-    const fleet = Array.from({ length: 25 }, (_, i) => machineOf(`m-${String(i).padStart(2, '0')}`, i % 2 === 0 ? 'NVIDIA GeForce RTX 4090' : 'NVIDIA A100', i % 5 === 0 ? 'unavailable' : 'available'));
+    const fleet = Array.from({ length: 25 }, (_, i) =>
+      machineOf(`m-${String(i).padStart(2, '0')}`, i % 2 === 0 ? 'NVIDIA GeForce RTX 4090' : 'NVIDIA A100', i % 5 === 0 ? 'unavailable' : 'available'),
+    );
     expect((await post(...fleet.map((m) => eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a', m)))).accepted).toBe(25);
     const later = new Date(Date.now() + 1_000).toISOString();
     await post(
@@ -230,11 +260,19 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     const ids = (machines: Machine[]) => machines.map((m) => m.metadata.machine_id);
     const all = await list('');
     expect(all.body.total).toBe(24);
-    expect(ids(all.body.machines)).toEqual(fleet.map((m) => m.metadata.machine_id).filter((id) => id !== 'm-02').slice(0, 20));
+    expect(ids(all.body.machines)).toEqual(
+      fleet
+        .map((m) => m.metadata.machine_id)
+        .filter((id) => id !== 'm-02')
+        .slice(0, 20),
+    );
 
     // RTX 4090 (even ids, m-02 removed, plus the updated m-01) and available (not a multiple of 5).
     const expected = ['m-01', 'm-04', 'm-06', 'm-08', 'm-12', 'm-14', 'm-16', 'm-18', 'm-22', 'm-24'];
-    const pages = [await list('?filter=gpu_name:rtx%204090,machine_status:available&page_size=4'), await list('?filter=gpu_name:rtx%204090,machine_status:available&page_size=4&page=3')];
+    const pages = [
+      await list('?filter=gpu_name:rtx%204090,machine_status:available&page_size=4'),
+      await list('?filter=gpu_name:rtx%204090,machine_status:available&page_size=4&page=3'),
+    ];
     expect(pages.map((p) => p.body.total)).toEqual([expected.length, expected.length]);
     expect(ids(pages[0]!.body.machines)).toEqual(expected.slice(0, 4));
     expect(ids(pages[1]!.body.machines)).toEqual(expected.slice(8));
@@ -287,7 +325,11 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       await app.redis.xadd(app.keys.events.stream, '*', 'event', JSON.stringify(event));
       const [request] = await waitFor(() => receiver.at('/stream').length > 0 && receiver.at('/stream'), 15_000, 'the stream event delivered');
       expect(request!.headers['webhook-id']).toBe(event.event_id);
-      await waitFor(async () => Number(((await app.redis.xpending(app.keys.events.stream, 'hookline-ingest')) as [number])[0]) === 0, 5_000, 'the entry acknowledged');
+      await waitFor(
+        async () => Number(((await app.redis.xpending(app.keys.events.stream, 'hookline-ingest')) as [number])[0]) === 0,
+        5_000,
+        'the entry acknowledged',
+      );
       // Once the reader blocks again, stop: CLIENT UNBLOCK must reach the master serving the stream.
       await waitFor(
         async () => {
@@ -330,9 +372,11 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       await app.redis.xadd(app.keys.events.stream, '*', 'event', JSON.stringify(streamed));
       const posted = eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a');
       await post(posted);
-      const requests = await waitFor(() => receiver.at('/cli').length >= 2 && receiver.at('/cli'), 20_000, 'deliveries by the worker process').catch((error: Error) => {
-        throw new Error(`${error.message}; the worker's output:\n${cli.output()}`);
-      });
+      const requests = await waitFor(() => receiver.at('/cli').length >= 2 && receiver.at('/cli'), 20_000, 'deliveries by the worker process').catch(
+        (error: Error) => {
+          throw new Error(`${error.message}; the worker's output:\n${cli.output()}`);
+        },
+      );
       expect(requests.map((r) => r.headers['webhook-id']).sort()).toEqual([streamed.event_id, posted.event_id].sort());
     } finally {
       cli.child.kill('SIGTERM');

@@ -51,10 +51,13 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
 
   /** A worker engine for the app that is never started: the test runs its batch processor on jobs of its own. */
   async function idleWorker(app: TestApp, overrides: { slowAfterMs?: number; deliveryTimeoutMs?: number } = {}) {
-    const engine = await testEngine(testWorkerConfig(app, { workerConcurrency: 10, deliveryTimeoutMs: overrides.deliveryTimeoutMs ?? 1_000, sustainedFailureWindowMs: 24 * 3_600_000 }), {
-      role: 'worker',
-      worker: { webhookCacheTtlMs: 0, breaker: { slowAfterMs: overrides.slowAfterMs ?? 2_000 } },
-    });
+    const engine = await testEngine(
+      testWorkerConfig(app, { workerConcurrency: 10, deliveryTimeoutMs: overrides.deliveryTimeoutMs ?? 1_000, sustainedFailureWindowMs: 24 * 3_600_000 }),
+      {
+        role: 'worker',
+        worker: { webhookCacheTtlMs: 0, breaker: { slowAfterMs: overrides.slowAfterMs ?? 2_000 } },
+      },
+    );
     closers.push(() => engine.close(2_000).then(() => undefined));
     return engine.worker!;
   }
@@ -65,7 +68,10 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     const created = await t.webhooks.create('v-batch', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/in` });
     if (!created.ok) throw new Error('webhook not created');
     const EVENTS = 250;
-    await t.ingestor.ingest(Array.from({ length: EVENTS }, () => machineEvent('v-batch')), 'http');
+    await t.ingestor.ingest(
+      Array.from({ length: EVENTS }, () => machineEvent('v-batch')),
+      'http',
+    );
     // One webhook → one partition → ceil(250 / 100) = 3 jobs for 250 deliveries.
     const partition = t.queues.partitions[partitionOf(created.webhook.id, 2)]!;
     const counts = await partition.batches.getJobCounts('waiting', 'delayed');
@@ -89,8 +95,17 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     if (!created.ok) throw new Error('webhook not created');
     const [done, waiting, fresh] = [0, 1, 2].map(() => delivery(created.webhook.id, 'v-rerun')) as [DeliverJob, DeliverJob, DeliverJob];
     const nowMs = Date.now();
-    await t.deliveryLog.recordAttempt({ job: done, attempt: { attempt: 1, atMs: nowMs, outcome: 'delivered', statusCode: 200, durationMs: 3 }, status: 'delivered' });
-    await t.deliveryLog.recordAttempt({ job: waiting, attempt: { attempt: 1, atMs: nowMs, outcome: 'http_5xx', statusCode: 500, durationMs: 3 }, status: 'retrying', nextAttemptAtMs: nowMs + 60_000 });
+    await t.deliveryLog.recordAttempt({
+      job: done,
+      attempt: { attempt: 1, atMs: nowMs, outcome: 'delivered', statusCode: 200, durationMs: 3 },
+      status: 'delivered',
+    });
+    await t.deliveryLog.recordAttempt({
+      job: waiting,
+      attempt: { attempt: 1, atMs: nowMs, outcome: 'http_5xx', statusCode: 500, durationMs: 3 },
+      status: 'retrying',
+      nextAttemptAtMs: nowMs + 60_000,
+    });
 
     const { processBatch } = await idleWorker(t);
     const summary = await processBatch(batchJob([done, waiting, fresh], 2));
@@ -137,7 +152,11 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     expect(hanging.requests).toHaveLength(1);
     expect(healthy.requests).toHaveLength(20);
     // The handed-off attempt goes on and records its timeout; its single job then reads the record.
-    await waitFor(async () => (await t!.deliveryLog.progressOf(toHanging)).some((p) => p?.status === 'retrying' && p.attempts === 1), 5_000, 'timeout recorded');
+    await waitFor(
+      async () => (await t!.deliveryLog.progressOf(toHanging)).some((p) => p?.status === 'retrying' && p.attempts === 1),
+      5_000,
+      'timeout recorded',
+    );
     await slots.idle();
   });
 
@@ -147,11 +166,14 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     const created = await t.webhooks.create('v-skip', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/in` });
     if (!created.ok) throw new Error('webhook not created');
     const d = delivery(created.webhook.id, 'v-skip');
-    await t.deliveryLog.recordAttempt({ job: d, attempt: { attempt: 1, atMs: Date.now(), outcome: 'delivered', statusCode: 200, durationMs: 2 }, status: 'delivered' });
+    await t.deliveryLog.recordAttempt({
+      job: d,
+      attempt: { attempt: 1, atMs: Date.now(), outcome: 'delivered', statusCode: 200, durationMs: 2 },
+      status: 'delivered',
+    });
     await t.queues.addSingles([{ job: d, delayMs: 0 }]);
     worker = await startTestWorker(t);
     await waitFor(() => worker!.outcomes.some((o) => o.kind === 'skipped' && o.job.deliveryId === d.deliveryId), 10_000, 'skipped');
     expect(r.requests).toHaveLength(0);
   });
 });
-

@@ -11,7 +11,12 @@ const TIMEOUT_MS = 15_000;
 /** Longer than the batch's 250 ms hold, so the burst behind the first contact is deferred. */
 const FIRST_ANSWER_MS = 800;
 
-const event = () => ({ event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v', data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } } });
+const event = () => ({
+  event_id: randomUUID(),
+  event_type: 'EVENT_TYPE_MACHINE_CREATED',
+  vendor_id: 'v',
+  data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } },
+});
 
 /** The longest pause between two consecutive receptions. */
 function longestGapMs(requests: readonly ReceivedRequest[]): number {
@@ -48,7 +53,9 @@ describe('first contact with a healthy receiver (real Redis, receiver on 127.0.0
     const lastMs = Math.max(...receiver.requests.map((r) => r.atMs)) - startedMs;
     const deferred = worker.outcomes.filter((o) => o.kind === 'deferred').length;
     const gapMs = longestGapMs(receiver.requests);
-    console.log(`first contact: ${EVENTS} delivered, the last ${lastMs} ms after ingest; ${deferred} deferred behind the first answer; longest gap ${gapMs} ms`);
+    console.log(
+      `first contact: ${EVENTS} delivered, the last ${lastMs} ms after ingest; ${deferred} deferred behind the first answer; longest gap ${gapMs} ms`,
+    );
     // The burst waited for the first answer, and was deferred while it did: the case this is about.
     expect(deferred).toBeGreaterThan(0);
     expect(lastMs).toBeLessThan(FIRST_ANSWER_MS + 4_000);

@@ -10,7 +10,9 @@ const event = (eventType: WebhookEventType, vendorId: string) => ({
   event_id: randomUUID(),
   event_type: eventType,
   vendor_id: vendorId,
-  data: eventType.includes('MACHINE') ? { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } } : { deployment_id: `d-${randomUUID().slice(0, 8)}`, machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} },
+  data: eventType.includes('MACHINE')
+    ? { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } }
+    : { deployment_id: `d-${randomUUID().slice(0, 8)}`, machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} },
 });
 
 describe('delivery isolation, SSRF guard and sustained failures', () => {
@@ -40,12 +42,18 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     const HEALTHY = 300;
     // Baseline: the healthy endpoint alone.
     const baselineStartMs = Date.now();
-    await t.ingestor.ingest(Array.from({ length: HEALTHY }, () => event('EVENT_TYPE_MACHINE_CREATED', 'good-vendor')), 'http');
+    await t.ingestor.ingest(
+      Array.from({ length: HEALTHY }, () => event('EVENT_TYPE_MACHINE_CREATED', 'good-vendor')),
+      'http',
+    );
     await waitFor(() => healthy.requests.length === HEALTHY, 20_000, 'baseline deliveries');
     const baselineMs = Date.now() - baselineStartMs;
     healthy.requests.length = 0;
 
-    const events = [...Array.from({ length: HANGING }, () => event('EVENT_TYPE_MACHINE_CREATED', 'slow-vendor')), ...Array.from({ length: HEALTHY }, () => event('EVENT_TYPE_MACHINE_CREATED', 'good-vendor'))];
+    const events = [
+      ...Array.from({ length: HANGING }, () => event('EVENT_TYPE_MACHINE_CREATED', 'slow-vendor')),
+      ...Array.from({ length: HEALTHY }, () => event('EVENT_TYPE_MACHINE_CREATED', 'good-vendor')),
+    ];
     // Hanging ones first, so without isolation they would take every slot.
     const startMs = Date.now();
     await t.ingestor.ingest(events, 'http');
@@ -68,14 +76,21 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     flaky.script('/f', { status: 500 });
     await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${flaky.base}/f` });
     worker = await startTestWorker(t, { workerConcurrency: 5, breaker: { failureThreshold: 3, openMs: 1_000, openMsMax: 1_000 } });
-    await t.ingestor.ingest(Array.from({ length: 5 }, () => event('EVENT_TYPE_MACHINE_CREATED', 'v')), 'http');
+    await t.ingestor.ingest(
+      Array.from({ length: 5 }, () => event('EVENT_TYPE_MACHINE_CREATED', 'v')),
+      'http',
+    );
     await waitFor(() => worker!.breakers.openEndpoints(Date.now()).includes(flaky.base), 5_000, 'open circuit');
     const hitsWhenOpened = flaky.requests.length;
     // While open, deliveries wait in the queue instead of reaching the receiver: it goes quiet.
     const hitsWhileOpen = await quiescent(() => flaky.requests.length, 500, 2_000, 'the receiver while the circuit is open');
     expect(hitsWhileOpen).toBeLessThanOrEqual(hitsWhenOpened + 1);
     flaky.script('/f', { status: 200 });
-    await waitFor(() => worker!.outcomes.filter((o) => o.kind === 'attempted' && o.decision === 'delivered').length === 5, 15_000, 'all delivered after the probe');
+    await waitFor(
+      () => worker!.outcomes.filter((o) => o.kind === 'attempted' && o.decision === 'delivered').length === 5,
+      15_000,
+      'all delivered after the probe',
+    );
     expect(worker.breakers.openEndpoints(Date.now())).toEqual([]);
     expect(worker.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'open')).toBe(true);
   });
@@ -99,12 +114,19 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
       if (created.ok) ids.push(created.webhook.id);
     }
     worker = await startTestWorker(t, { allowPrivateTargets: false });
-    await t.ingestor.ingest(WEBHOOK_EVENT_TYPES.map((type) => event(type, 'ssrf-vendor')), 'http');
+    await t.ingestor.ingest(
+      WEBHOOK_EVENT_TYPES.map((type) => event(type, 'ssrf-vendor')),
+      'http',
+    );
     for (const id of ids) {
-      const [delivery] = await waitFor(async () => {
-        const list = await t!.deliveryLog.recent(id, 5);
-        return list[0]?.status === 'dead' && list;
-      }, 10_000, `blocked delivery of ${id}`);
+      const [delivery] = await waitFor(
+        async () => {
+          const list = await t!.deliveryLog.recent(id, 5);
+          return list[0]?.status === 'dead' && list;
+        },
+        10_000,
+        `blocked delivery of ${id}`,
+      );
       expect(delivery?.lastOutcome).toBe('ssrf_blocked');
     }
     expect(target.requests).toHaveLength(0);

@@ -38,7 +38,12 @@ function job(deliveryId: string, overrides: Partial<DeliverJob> = {}): DeliverJo
   };
 }
 
-function write(target: DeliverJob, attempt: number, status: AttemptWrite['status'], extra: Partial<AttemptRecord> & { nextAttemptAtMs?: number } = {}): AttemptWrite {
+function write(
+  target: DeliverJob,
+  attempt: number,
+  status: AttemptWrite['status'],
+  extra: Partial<AttemptRecord> & { nextAttemptAtMs?: number } = {},
+): AttemptWrite {
   const { nextAttemptAtMs, ...record } = extra;
   const outcome = status === 'delivered' ? 'delivered' : 'http_5xx';
   return {
@@ -125,7 +130,9 @@ describe('RedisDeliveryLog.recordAttempt', () => {
     expect(await t.redis.hlen(keys.deliveries.record('wh-1', 'd-1'))).toBe(16);
 
     // A later failure starts a new run.
-    expect(await log.recordAttempt(write(job('d-2', { acceptedAtMs: T0 + 60_000 }), 1, 'retrying', { nextAttemptAtMs: T0 + 70_000 }))).toEqual({ failingSinceMs: T0 + 61_000 });
+    expect(await log.recordAttempt(write(job('d-2', { acceptedAtMs: T0 + 60_000 }), 1, 'retrying', { nextAttemptAtMs: T0 + 70_000 }))).toEqual({
+      failingSinceMs: T0 + 61_000,
+    });
   });
 
   it('keeps the body of a dead letter, adds it to the dead set and keeps it for the dead-letter retention', async () => {
@@ -206,7 +213,13 @@ describe('RedisDeliveryLog.recordAttempt', () => {
 
   it('keeps every key of a webhook under its hash tag', () => {
     const tag = `{${t.prefix}:wh:wh-1}`;
-    for (const key of [keys.deliveries.record('wh-1', 'd-1'), keys.deliveries.record('wh-1', ''), keys.deliveries.ofWebhook('wh-1'), keys.deliveries.dead('wh-1'), keys.deliveries.failingSince('wh-1')]) {
+    for (const key of [
+      keys.deliveries.record('wh-1', 'd-1'),
+      keys.deliveries.record('wh-1', ''),
+      keys.deliveries.ofWebhook('wh-1'),
+      keys.deliveries.dead('wh-1'),
+      keys.deliveries.failingSince('wh-1'),
+    ]) {
       expect(key.startsWith(tag)).toBe(true);
     }
   });
@@ -276,7 +289,9 @@ describe('RedisDeliveryLog.recordDeferred', () => {
     const d = job('d-held');
     await log.recordDeferred([{ job: d, nextAttemptAtMs: T0 + 30_000, dueAtMs: T0 }]);
     expect((await log.progressOf([d]))[0]).toEqual({ status: 'pending', attempts: 0, nextAttemptAtMs: T0 + 30_000, dueAtMs: T0 });
-    expect(await log.recent('wh-1', 10)).toEqual([expect.objectContaining({ deliveryId: 'd-held', status: 'pending', attempts: 0, nextAttemptAtMs: T0 + 30_000 })]);
+    expect(await log.recent('wh-1', 10)).toEqual([
+      expect.objectContaining({ deliveryId: 'd-held', status: 'pending', attempts: 0, nextAttemptAtMs: T0 + 30_000 }),
+    ]);
     await expectTtl(keys.deliveries.record('wh-1', 'd-held'), OPTIONS.retentionMs);
 
     // Held back again: the next attempt moves, the time it was due does not.

@@ -88,7 +88,13 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
       const [request] = receiver.at(`/t${i}`);
       expect(request, event.event_type).toBeDefined();
       const body = request!.body;
-      expect(JSON.parse(body)).toEqual({ version: '1.0', event_id: event.event_id, event_type: event.event_type, timestamp: event.timestamp, data: event.data });
+      expect(JSON.parse(body)).toEqual({
+        version: '1.0',
+        event_id: event.event_id,
+        event_type: event.event_type,
+        timestamp: event.timestamp,
+        data: event.data,
+      });
       expect(body.startsWith(`{"version":"1.0","event_id":"${event.event_id}","event_type":"${event.event_type}"`)).toBe(true);
       const h = request!.headers;
       expect(h['content-type']).toBe('application/json');
@@ -97,11 +103,21 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
       expect(Number(h['webhook-timestamp'])).toBeGreaterThan(Date.now() / 1000 - 60);
       expect(h['x-webhook-event']).toBe(event.event_type);
       expect(h['x-webhook-attempt']).toBe('1');
-      expect(verifier.verify(body, { 'webhook-id': String(h['webhook-id']), 'webhook-timestamp': String(h['webhook-timestamp']), 'webhook-signature': String(h['webhook-signature']) })).toBeTruthy();
+      expect(
+        verifier.verify(body, {
+          'webhook-id': String(h['webhook-id']),
+          'webhook-timestamp': String(h['webhook-timestamp']),
+          'webhook-signature': String(h['webhook-signature']),
+        }),
+      ).toBeTruthy();
       expect(legacyValid(WHSEC, body, h['x-webhook-signature'] as string)).toBe(true);
     }
     expect(() =>
-      verifier.verify('{"tampered":true}', { 'webhook-id': String(receiver.requests[0]!.headers['webhook-id']), 'webhook-timestamp': String(receiver.requests[0]!.headers['webhook-timestamp']), 'webhook-signature': String(receiver.requests[0]!.headers['webhook-signature']) }),
+      verifier.verify('{"tampered":true}', {
+        'webhook-id': String(receiver.requests[0]!.headers['webhook-id']),
+        'webhook-timestamp': String(receiver.requests[0]!.headers['webhook-timestamp']),
+        'webhook-signature': String(receiver.requests[0]!.headers['webhook-signature']),
+      }),
     ).toThrow();
   });
 
@@ -206,7 +222,11 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     });
     expect(delivery).toMatchObject({ status: 'delivered', attempts: 2, last_outcome: 'delivered' });
     // A delivered delivery is not a dead letter: replaying it is a conflict, not "not found".
-    const replay = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/dead-letters/${delivery!.delivery_id}/replay`, headers: { 'x-api-key': key } });
+    const replay = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${id}/dead-letters/${delivery!.delivery_id}/replay`,
+      headers: { 'x-api-key': key },
+    });
     expect(replay.statusCode).toBe(409);
     expect(replay.json<{ code: string }>().code).toBe('not_dead_letter');
     const detail = await attemptsOf(id, delivery!.delivery_id);
@@ -275,11 +295,15 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     receiver.script('/down', { status: 503 });
     const id = await register('EVENT_TYPE_DEPLOYMENT_UPDATED', '/down');
     await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'), eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'), eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'));
-    const dead = await waitFor(async () => {
-      const res = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters`, headers: { 'x-api-key': key } });
-      const list = res.json<{ dead_letters: { delivery_id: string; attempts: number; status: string }[] }>().dead_letters;
-      return list.length === 3 && list;
-    }, 15_000, 'three dead letters');
+    const dead = await waitFor(
+      async () => {
+        const res = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters`, headers: { 'x-api-key': key } });
+        const list = res.json<{ dead_letters: { delivery_id: string; attempts: number; status: string }[] }>().dead_letters;
+        return list.length === 3 && list;
+      },
+      15_000,
+      'three dead letters',
+    );
     expect(dead.every((d) => d.status === 'dead' && d.attempts === 4)).toBe(true);
     const detail = await attemptsOf(id, dead[0]!.delivery_id);
     expect(detail.attempts.map((a) => a.outcome)).toEqual(['http_5xx', 'http_5xx', 'http_5xx', 'http_5xx']);
@@ -287,10 +311,18 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
 
     // The receiver recovers: replay one, then the rest as a task.
     receiver.script('/down', { status: 204 });
-    const one = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`, headers: { 'x-api-key': key } });
+    const one = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`,
+      headers: { 'x-api-key': key },
+    });
     expect(one.statusCode).toBe(202);
     expect(one.json()).toMatchObject({ replay_of: dead[0]!.delivery_id });
-    const again = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`, headers: { 'x-api-key': key } });
+    const again = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`,
+      headers: { 'x-api-key': key },
+    });
     expect(again.statusCode).toBe(409);
     await waitFor(() => receiver.at('/down').length === 13, 10_000, 'replayed delivery');
 
@@ -298,15 +330,24 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     expect(bulk.statusCode).toBe(202);
     const { task_id: taskId } = bulk.json<{ task_id: string }>();
     const taskKey = await t.keyFor(['tasks:read']);
-    const task = await waitFor(async () => {
-      const res = (await t.app.inject({ method: 'GET', url: `/rental/v1/tasks/${taskId}`, headers: { 'x-api-key': taskKey } })).json<{ status: string; progress?: { total: number; done: number } }>();
-      return res.status === 'success' && res;
-    }, 10_000, 'bulk replay task');
+    const task = await waitFor(
+      async () => {
+        const res = (await t.app.inject({ method: 'GET', url: `/rental/v1/tasks/${taskId}`, headers: { 'x-api-key': taskKey } })).json<{
+          status: string;
+          progress?: { total: number; done: number };
+        }>();
+        return res.status === 'success' && res;
+      },
+      10_000,
+      'bulk replay task',
+    );
     expect(task).toMatchObject({ task_id: taskId, status: 'success', fail_reason: null, progress: { total: 2, done: 2 } });
     await waitFor(() => receiver.at('/down').length === 15, 10_000, 'bulk replayed deliveries');
     const eventIds = new Set(receiver.at('/down').map((r) => r.headers['webhook-id']));
     expect(eventIds.size).toBe(3);
-    const remaining = (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters`, headers: { 'x-api-key': key } })).json<{ dead_letters: unknown[] }>();
+    const remaining = (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters`, headers: { 'x-api-key': key } })).json<{
+      dead_letters: unknown[];
+    }>();
     expect(remaining.dead_letters).toHaveLength(0);
   });
 
@@ -369,7 +410,12 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     expect(await t.deliveryLog.deadLetterIds(id, 10)).toEqual([]);
     expect((await t.tasks.get(taskId))?.progress).toEqual({ total: 5, done: 5 });
     await waitFor(() => receiver.at('/replayed').length === 2, 10_000, 'two replays delivered');
-    expect(receiver.at('/replayed').map((r) => r.body).sort()).toEqual([dead[3]!.body, dead[4]!.body]);
+    expect(
+      receiver
+        .at('/replayed')
+        .map((r) => r.body)
+        .sort(),
+    ).toEqual([dead[3]!.body, dead[4]!.body]);
   });
 
   it('answers 404 for another vendor’s deliveries and 400 for malformed ids', async () => {
@@ -377,7 +423,12 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const other = await t.keyFor(['vendor'], 'vendor-b');
     expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries`, headers: { 'x-api-key': other } })).statusCode).toBe(404);
     expect((await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/test`, headers: { 'x-api-key': other } })).statusCode).toBe(404);
-    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries/nope`, headers: { 'x-api-key': key } })).json()).toEqual({ error: 'Invalid delivery_id format', code: 'invalid_delivery_id' });
-    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries/${randomUUID()}`, headers: { 'x-api-key': key } })).statusCode).toBe(404);
+    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries/nope`, headers: { 'x-api-key': key } })).json()).toEqual({
+      error: 'Invalid delivery_id format',
+      code: 'invalid_delivery_id',
+    });
+    expect(
+      (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries/${randomUUID()}`, headers: { 'x-api-key': key } })).statusCode,
+    ).toBe(404);
   });
 });

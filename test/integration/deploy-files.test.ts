@@ -265,7 +265,12 @@ describe('Dockerfile', () => {
       .filter((line) => line !== '' && !line.startsWith('#'));
     expect(ignore[0]).toBe('*');
     const allowed = ignore.filter((line) => line.startsWith('!')).map((line) => line.slice(1).replace(/\/$/, ''));
-    const copied = all(build, 'COPY').flatMap((copy) => copy.split(/\s+/).filter((word) => !word.startsWith('--')).slice(0, -1));
+    const copied = all(build, 'COPY').flatMap((copy) =>
+      copy
+        .split(/\s+/)
+        .filter((word) => !word.startsWith('--'))
+        .slice(0, -1),
+    );
     expect(copied.sort()).toEqual(allowed.sort());
     for (const file of allowed) expect(existsSync(path.join(ROOT, file)), file).toBe(true);
   });
@@ -321,7 +326,10 @@ describe('Grafana dashboard and provisioning', () => {
       /resident memory/i,
       /event-loop lag/i,
     ]) {
-      expect(titles.some((title) => wanted.test(title)), String(wanted)).toBe(true);
+      expect(
+        titles.some((title) => wanted.test(title)),
+        String(wanted),
+      ).toBe(true);
     }
     // Quantiles come from histogram buckets; the queue gauge is the same in every process: max(), not sum().
     const exprs = dashboardExpressions(dashboard);
@@ -330,17 +338,26 @@ describe('Grafana dashboard and provisioning', () => {
   });
 
   it('queries only metrics the engine registers, and shows every hookline_* metric', () => {
-    const registered = new Set(createMetrics({ role: 'test' }).registry.getMetricsAsArray().map((m) => m.name));
+    const registered = new Set(
+      createMetrics({ role: 'test' })
+        .registry.getMetricsAsArray()
+        .map((m) => m.name),
+    );
     const used = metricNamesUsedInDashboards();
     expect(used.filter((name) => !registered.has(name))).toEqual([]);
     expect([...registered].filter((name) => name.startsWith('hookline_') && !used.includes(name))).toEqual([]);
   });
 
   it('extracts metric names from PromQL (the helper for the live-engine test)', () => {
-    expect(metricNamesInExpression('histogram_quantile(0.99, sum by (le, route) (rate(hookline_http_request_duration_seconds_bucket{job=~"$job", route!="/metrics"}[$__rate_interval])))')).toEqual([
-      'hookline_http_request_duration_seconds',
+    expect(
+      metricNamesInExpression(
+        'histogram_quantile(0.99, sum by (le, route) (rate(hookline_http_request_duration_seconds_bucket{job=~"$job", route!="/metrics"}[$__rate_interval])))',
+      ),
+    ).toEqual(['hookline_http_request_duration_seconds']);
+    expect(metricNamesInExpression('sum(rate(a_total{x="y"}[5m] offset 1h)) / on (job) group_left(version) b_info * 1e3 > bool 5')).toEqual([
+      'a_total',
+      'b_info',
     ]);
-    expect(metricNamesInExpression('sum(rate(a_total{x="y"}[5m] offset 1h)) / on (job) group_left(version) b_info * 1e3 > bool 5')).toEqual(['a_total', 'b_info']);
     expect(metricNamesInExpression('deriv(sum(max by (state) (q{state=~"a|b"}))[15m:1m]) > 0 and up == 1')).toEqual(['q']);
     expect(metricNamesInExpression('label_replace(rate(h_total[1m]), "class", "${1}xx", "status", "([0-9]).."), nan, Inf, 0x1F')).toEqual(['h_total']);
     expect(metricNamesInExpression('sum(x_seconds_sum) / sum(x_seconds_count) or absent(up{job="w"})')).toEqual(['x_seconds']);
@@ -364,7 +381,13 @@ describe('Prometheus scrape config and alert rules', () => {
   it('gives every alert a hold time, a severity, a summary and a runbook-style description', () => {
     const alerts = rules.filter((r) => r.alert !== undefined);
     expect(alerts.map((r) => r.alert)).toEqual(
-      expect.arrayContaining(['HooklineDeliveryFailureRatioHigh', 'HooklineBacklogGrowing', 'HooklineDeadLettersGrowing', 'HooklineWorkerDown', 'HooklineRedisUnreachable']),
+      expect.arrayContaining([
+        'HooklineDeliveryFailureRatioHigh',
+        'HooklineBacklogGrowing',
+        'HooklineDeadLettersGrowing',
+        'HooklineWorkerDown',
+        'HooklineRedisUnreachable',
+      ]),
     );
     for (const rule of alerts) {
       expect(rule.for, rule.alert).toMatch(/^\d+[smh]$/);
@@ -375,13 +398,21 @@ describe('Prometheus scrape config and alert rules', () => {
   });
 
   it('has a unit test that fires each alert and one where it stays silent', () => {
-    const tests = readYaml<{ rule_files: string[]; tests: { alert_rule_test: { alertname: string; exp_alerts?: unknown[] }[] }[] }>('dashboards/prometheus/alerts.test.yml');
+    const tests = readYaml<{ rule_files: string[]; tests: { alert_rule_test: { alertname: string; exp_alerts?: unknown[] }[] }[] }>(
+      'dashboards/prometheus/alerts.test.yml',
+    );
     expect(tests.rule_files).toEqual(['alerts.yml']);
     const checks = tests.tests.flatMap((t) => t.alert_rule_test);
     for (const rule of rules.filter((r) => r.alert !== undefined)) {
       const mine = checks.filter((c) => c.alertname === rule.alert);
-      expect(mine.some((c) => (c.exp_alerts ?? []).length > 0), `${rule.alert} fires`).toBe(true);
-      expect(mine.some((c) => (c.exp_alerts ?? []).length === 0), `${rule.alert} stays silent`).toBe(true);
+      expect(
+        mine.some((c) => (c.exp_alerts ?? []).length > 0),
+        `${rule.alert} fires`,
+      ).toBe(true);
+      expect(
+        mine.some((c) => (c.exp_alerts ?? []).length === 0),
+        `${rule.alert} stays silent`,
+      ).toBe(true);
     }
   });
 
@@ -407,11 +438,7 @@ describe('Prometheus scrape config and alert rules', () => {
     const dashboard = JSON.parse(read('dashboards/grafana/hookline-overview.json')) as Dashboard;
     const exprs = dashboardExpressions(dashboard).filter((e) => !e.startsWith('label_values('));
     expect(exprs.length).toBeGreaterThan(20);
-    const promql = exprs.map((e) =>
-      e
-        .replace(/\$__(rate_interval|interval|range)\b/g, '1m')
-        .replace(/\$\{?job\}?/g, 'hookline-api|hookline-worker'),
-    );
+    const promql = exprs.map((e) => e.replace(/\$__(rate_interval|interval|range)\b/g, '1m').replace(/\$\{?job\}?/g, 'hookline-api|hookline-worker'));
     const dir = mkdtempSync(path.join(tmpdir(), 'hookline-dashboard-promql-'));
     try {
       const file = path.join(dir, 'dashboard-queries.yml');
@@ -435,7 +462,10 @@ describe('demo receiver', () => {
   beforeAll(async () => {
     const script = path.join(ROOT, 'examples/demo-receiver/receiver.mjs');
     expect(statSync(script).isFile()).toBe(true);
-    child = spawn(process.execPath, [script], { env: { ...process.env, PORT: '0', WEBHOOK_SECRET: SECRET, FAIL_RATE: '0' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    child = spawn(process.execPath, [script], {
+      env: { ...process.env, PORT: '0', WEBHOOK_SECRET: SECRET, FAIL_RATE: '0' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     base = await new Promise<string>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`receiver did not start: ${output}`)), 10_000);
       const onData = (chunk: Buffer) => {
@@ -460,10 +490,23 @@ describe('demo receiver', () => {
   });
 
   /** Posts an event signed by the engine's own signer, optionally tampered with after signing. */
-  async function deliver(options: { secrets?: string[]; ageSec?: number; tamper?: (headers: Record<string, string>, body: string) => [Record<string, string>, string] } = {}) {
+  async function deliver(
+    options: { secrets?: string[]; ageSec?: number; tamper?: (headers: Record<string, string>, body: string) => [Record<string, string>, string] } = {},
+  ) {
     const eventId = randomUUID();
-    const body = JSON.stringify({ version: '1.0', event_id: eventId, event_type: 'EVENT_TYPE_MACHINE_CREATED', timestamp: new Date().toISOString(), data: { test: true } });
-    const signed = signatureHeaders({ webhookId: eventId, timestampSec: Math.floor(Date.now() / 1000) - (options.ageSec ?? 0), body, secrets: options.secrets ?? [SECRET] });
+    const body = JSON.stringify({
+      version: '1.0',
+      event_id: eventId,
+      event_type: 'EVENT_TYPE_MACHINE_CREATED',
+      timestamp: new Date().toISOString(),
+      data: { test: true },
+    });
+    const signed = signatureHeaders({
+      webhookId: eventId,
+      timestampSec: Math.floor(Date.now() / 1000) - (options.ageSec ?? 0),
+      body,
+      secrets: options.secrets ?? [SECRET],
+    });
     const baseHeaders = { ...signed, 'content-type': 'application/json', 'x-webhook-event': 'EVENT_TYPE_MACHINE_CREATED', 'x-webhook-attempt': '3' };
     const [headers, sent] = options.tamper ? options.tamper(baseHeaders, body) : [baseHeaders, body];
     const response = await fetch(`${base}/hooks`, { method: 'POST', headers, body: sent });
@@ -511,7 +554,10 @@ describe('demo receiver', () => {
 
   it('verifies a whsec_ secret with the base64-decoded key', async () => {
     const whsec = `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString('base64')}`;
-    const other = spawn(process.execPath, [path.join(ROOT, 'examples/demo-receiver/receiver.mjs')], { env: { ...process.env, PORT: '0', WEBHOOK_SECRET: whsec }, stdio: ['ignore', 'pipe', 'ignore'] });
+    const other = spawn(process.execPath, [path.join(ROOT, 'examples/demo-receiver/receiver.mjs')], {
+      env: { ...process.env, PORT: '0', WEBHOOK_SECRET: whsec },
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
     try {
       const otherBase = await new Promise<string>((resolve) => {
         let text = '';

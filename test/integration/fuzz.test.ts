@@ -28,7 +28,16 @@ const oddStrings = fc.oneof(
 const oddUrls = fc.oneof(
   fc.webUrl(),
   oddStrings,
-  fc.constantFrom('http://', 'https://[::1', 'http://0x7f.1/', 'javascript:alert(1)', 'http://exa mple.com', 'https://user:pw@h/', `https://h/${'x'.repeat(3000)}`, 'HTTP://EXAMPLE.COM/'),
+  fc.constantFrom(
+    'http://',
+    'https://[::1',
+    'http://0x7f.1/',
+    'javascript:alert(1)',
+    'http://exa mple.com',
+    'https://user:pw@h/',
+    `https://h/${'x'.repeat(3000)}`,
+    'HTTP://EXAMPLE.COM/',
+  ),
 );
 
 describe('fuzzing the admin API and ingest (property-based)', () => {
@@ -53,13 +62,25 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
   it('webhook bodies: any JSON, odd strings and URLs → 2xx/4xx with a message, never 5xx', async () => {
     const body = fc.oneof(
       fc.jsonValue(),
-      fc.record({ event_type: fc.oneof(fc.constantFrom(...WEBHOOK_EVENT_TYPES), oddStrings, fc.jsonValue()), callback_url: fc.oneof(oddUrls, fc.jsonValue()), secret: fc.option(fc.oneof(oddStrings, fc.jsonValue()), { nil: undefined }) }, { requiredKeys: [] }),
+      fc.record(
+        {
+          event_type: fc.oneof(fc.constantFrom(...WEBHOOK_EVENT_TYPES), oddStrings, fc.jsonValue()),
+          callback_url: fc.oneof(oddUrls, fc.jsonValue()),
+          secret: fc.option(fc.oneof(oddStrings, fc.jsonValue()), { nil: undefined }),
+        },
+        { requiredKeys: [] },
+      ),
     );
     await fc.assert(
       fc.asyncProperty(body, fc.constantFrom('POST', 'PATCH'), async (payload, method) => {
         casesRun += 1;
         const url = method === 'POST' ? '/vendors/v1/webhooks' : `/vendors/v1/webhooks/${webhookId}`;
-        const res = await t.app.inject({ method, url, headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' }, payload: JSON.stringify(payload) ?? 'null' });
+        const res = await t.app.inject({
+          method,
+          url,
+          headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' },
+          payload: JSON.stringify(payload) ?? 'null',
+        });
         expectClearAnswer(res);
         if (res.statusCode === 201) await t.webhooks.delete('fuzz-vendor', res.json<{ webhook_id: string }>().webhook_id);
       }),
@@ -81,29 +102,54 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
       fc.constantFrom('{', '{"event_type":', '\u0000', '\ufeff{}', '{"__proto__":{"admin":true}}', '{"constructor":{"prototype":{"x":1}}}'),
     );
     await fc.assert(
-      fc.asyncProperty(raw, fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1'), async (payload, contentType) => {
-        casesRun += 1;
-        const res = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': vendorKey, 'content-type': contentType }, payload });
-        expectClearAnswer(res);
-        expect(res.statusCode).not.toBe(201);
-      }),
+      fc.asyncProperty(
+        raw,
+        fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1'),
+        async (payload, contentType) => {
+          casesRun += 1;
+          const res = await t.app.inject({
+            method: 'POST',
+            url: '/vendors/v1/webhooks',
+            headers: { 'x-api-key': vendorKey, 'content-type': contentType },
+            payload,
+          });
+          expectClearAnswer(res);
+          expect(res.statusCode).not.toBe(201);
+        },
+      ),
       { numRuns: runs(400, 2000) },
     );
-    const huge = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' }, payload: `"${'x'.repeat(2 * 1024 * 1024)}"` });
+    const huge = await t.app.inject({
+      method: 'POST',
+      url: '/vendors/v1/webhooks',
+      headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' },
+      payload: `"${'x'.repeat(2 * 1024 * 1024)}"`,
+    });
     expect(huge.statusCode).toBe(413);
-    expect(({}) as Record<string, unknown>).not.toHaveProperty('admin');
+    expect({} as Record<string, unknown>).not.toHaveProperty('admin');
   });
 
   it('path parameters and query strings: anything → 2xx/4xx', async () => {
     const segment = oddStrings.map((s) => encodeURIComponent(s));
     await fc.assert(
       fc.asyncProperty(
-        fc.constantFrom('/rental/v1/tasks/', '/rental/v1/machines/agents/', '/vendors/v1/webhooks/', '/vendors/v1/webhooks/x/deliveries/', `/vendors/v1/webhooks/${webhookId}/deliveries/`),
+        fc.constantFrom(
+          '/rental/v1/tasks/',
+          '/rental/v1/machines/agents/',
+          '/vendors/v1/webhooks/',
+          '/vendors/v1/webhooks/x/deliveries/',
+          `/vendors/v1/webhooks/${webhookId}/deliveries/`,
+        ),
         segment,
         fc.constantFrom('GET', 'DELETE', 'PATCH', 'POST'),
         async (prefix, id, method) => {
           casesRun += 1;
-          const res = await t.app.inject({ method: method as 'GET', url: `${prefix}${id}`, headers: { 'x-api-key': adminKey, 'content-type': 'application/json' }, payload: method === 'GET' || method === 'DELETE' ? undefined : '{}' });
+          const res = await t.app.inject({
+            method: method as 'GET',
+            url: `${prefix}${id}`,
+            headers: { 'x-api-key': adminKey, 'content-type': 'application/json' },
+            payload: method === 'GET' || method === 'DELETE' ? undefined : '{}',
+          });
           expectClearAnswer(res);
         },
       ),
@@ -111,7 +157,15 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
     );
     const filters = fc.oneof(
       oddStrings,
-      fc.array(fc.tuple(fc.oneof(fc.constantFrom('gpu_name', 'cpu_name', 'memory_size', 'storage_size', 'cpu_cores', 'machine_id', 'machine_status', 'status'), oddStrings), oddStrings), { maxLength: 25 }).map((clauses) => clauses.map(([n, v]) => `${n}:${v}`).join(',')),
+      fc
+        .array(
+          fc.tuple(
+            fc.oneof(fc.constantFrom('gpu_name', 'cpu_name', 'memory_size', 'storage_size', 'cpu_cores', 'machine_id', 'machine_status', 'status'), oddStrings),
+            oddStrings,
+          ),
+          { maxLength: 25 },
+        )
+        .map((clauses) => clauses.map(([n, v]) => `${n}:${v}`).join(',')),
     );
     await fc.assert(
       fc.asyncProperty(filters, fc.oneof(fc.integer(), oddStrings), fc.oneof(fc.integer(), oddStrings), async (filter, page, pageSize) => {
@@ -133,7 +187,10 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
           event_id: fc.oneof(fc.uuid(), oddStrings),
           event_type: fc.oneof(fc.constantFrom(...WEBHOOK_EVENT_TYPES, 'TASK_UPDATED'), oddStrings),
           vendor_id: fc.oneof(fc.constantFrom('fuzz-vendor'), oddStrings),
-          timestamp: fc.oneof(fc.date({ noInvalidDate: true }).map((d) => d.toISOString()), oddStrings),
+          timestamp: fc.oneof(
+            fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
+            oddStrings,
+          ),
           data: fc.jsonValue(),
         },
         { requiredKeys: [] },
@@ -142,7 +199,12 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
     await fc.assert(
       fc.asyncProperty(fc.array(event, { minLength: 1, maxLength: 20 }), async (events) => {
         casesRun += 1;
-        const res = await t.app.inject({ method: 'POST', url: '/internal/v1/events', headers: { 'x-api-key': eventsKey, 'content-type': 'application/json' }, payload: JSON.stringify({ events }) });
+        const res = await t.app.inject({
+          method: 'POST',
+          url: '/internal/v1/events',
+          headers: { 'x-api-key': eventsKey, 'content-type': 'application/json' },
+          payload: JSON.stringify({ events }),
+        });
         expectClearAnswer(res);
         if (res.statusCode === 202) {
           const answer = res.json<{ results: { status: string; reason?: string }[] }>();
@@ -154,7 +216,12 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
     );
     // A valid machine event among garbage still reaches the read model.
     const valid = { event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'fuzz-vendor', data: { status: 'available', metadata: { machine_id: 'fuzz-m-1' } } };
-    const res = await t.app.inject({ method: 'POST', url: '/internal/v1/events', headers: { 'x-api-key': eventsKey }, payload: { events: [{ junk: true }, valid, 42] } });
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/internal/v1/events',
+      headers: { 'x-api-key': eventsKey },
+      payload: { events: [{ junk: true }, valid, 42] },
+    });
     expect(res.json<{ accepted: number; rejected: number }>()).toMatchObject({ accepted: 1, rejected: 2 });
     expect((await t.machines.get('fuzz-m-1'))?.metadata.machine_id).toBe('fuzz-m-1');
   });

@@ -392,9 +392,7 @@ describe('guardedLookup', () => {
   }
 
   function run(answer: LookupAddress[] | NodeJS.ErrnoException, all: boolean): Promise<Answer> {
-    return new Promise((resolve) =>
-      guardedLookup(resolveWith(answer))('hooks.test', { all }, (error, address, family) => resolve({ error, address, family })),
-    );
+    return new Promise((resolve) => guardedLookup(resolveWith(answer))('hooks.test', { all }, (error, address, family) => resolve({ error, address, family })));
   }
 
   it('blocks when ANY resolved address is blocked, even if another is public', async () => {

@@ -86,10 +86,11 @@ describe('ingest rate limit (events per second per key, not requests)', () => {
     const otherKey = await t.keyFor(['events:write']);
     const batch = (from: number, count: number) => ({ events: Array.from({ length: count }, (_, i) => deploymentEvent(from + i)) });
     const ingested = async (payload: { events: { event_id: string; data: { deployment_id: string } }[] }) =>
-      (await Promise.all(payload.events.map(async (e) => (await t!.redis.exists(t!.keys.events.seen(e.event_id))) + ((await t!.agents.get(e.data.deployment_id)) ? 1 : 0)))).reduce(
-        (a, b) => a + b,
-        0,
-      );
+      (
+        await Promise.all(
+          payload.events.map(async (e) => (await t!.redis.exists(t!.keys.events.seen(e.event_id))) + ((await t!.agents.get(e.data.deployment_id)) ? 1 : 0)),
+        )
+      ).reduce((a, b) => a + b, 0);
 
     await startOfSecond();
     const first = batch(0, 30);

@@ -51,7 +51,11 @@ describe('Ingestor: matching and the envelope', () => {
   it('delivers data exactly as the producer sent it: fields the schema does not name stay, no defaults are added', async () => {
     await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_UPDATED');
     await f.subscribe('v-1', 'EVENT_TYPE_DEPLOYMENT_UPDATED');
-    const machineData = { ...machine('m-7'), owner_note: 'rack 4', hardware_specs: { cpu: { model: 'EPYC', cores: 8, microcode: '0xa0011d1' }, gpus: [{ name: 'H100', nvlink: true }] } };
+    const machineData = {
+      ...machine('m-7'),
+      owner_note: 'rack 4',
+      hardware_specs: { cpu: { model: 'EPYC', cores: 8, microcode: '0xa0011d1' }, gpus: [{ name: 'H100', nvlink: true }] },
+    };
     const agentData = { status: 'STATUS_RUNNING', machine_id: 'm-7', deployment_id: 'dep-7', image: 'vllm:0.6' };
     const results = await f.ingest([
       { event_id: id(1), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v-1', timestamp: '2024-05-01T12:00:00Z', data: machineData },
@@ -59,8 +63,12 @@ describe('Ingestor: matching and the envelope', () => {
     ]);
     expect(results.map((r) => r.status)).toEqual(['accepted', 'accepted']);
     const [machineBody, agentBody] = f.enqueuer.requests.map((r) => r.body);
-    expect(machineBody).toBe(`{"version":"1.0","event_id":"${id(1)}","event_type":"EVENT_TYPE_MACHINE_UPDATED","timestamp":"2024-05-01T12:00:00.000Z","data":${JSON.stringify(machineData)}}`);
-    expect(agentBody).toBe(`{"version":"1.0","event_id":"${id(2)}","event_type":"EVENT_TYPE_DEPLOYMENT_UPDATED","timestamp":"2024-05-01T12:00:00.000Z","data":${JSON.stringify(agentData)}}`);
+    expect(machineBody).toBe(
+      `{"version":"1.0","event_id":"${id(1)}","event_type":"EVENT_TYPE_MACHINE_UPDATED","timestamp":"2024-05-01T12:00:00.000Z","data":${JSON.stringify(machineData)}}`,
+    );
+    expect(agentBody).toBe(
+      `{"version":"1.0","event_id":"${id(2)}","event_type":"EVENT_TYPE_DEPLOYMENT_UPDATED","timestamp":"2024-05-01T12:00:00.000Z","data":${JSON.stringify(agentData)}}`,
+    );
     // The read models keep their validated form.
     expect(await f.agents.get('dep-7')).toEqual({ deployment_id: 'dep-7', machine_id: 'm-7', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} });
     expect(await f.machines.get('m-7')).not.toHaveProperty('owner_note');
@@ -84,7 +92,10 @@ describe('Ingestor: matching and the envelope', () => {
 
   it('accepts an event for a vendor without a webhook, with 0 deliveries and no enqueue', async () => {
     await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
-    const results = await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(1) }), sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-2', { event_id: id(2) })]);
+    const results = await f.ingest([
+      sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(1) }),
+      sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-2', { event_id: id(2) }),
+    ]);
     expect(results).toEqual([
       { event_id: id(1), status: 'accepted', deliveries: 0 },
       { event_id: id(2), status: 'accepted', deliveries: 0 },
@@ -144,7 +155,10 @@ describe('Ingestor: idempotency', () => {
 
   it('marks nothing seen when the enqueuer fails, so a retry delivers', async () => {
     await f.subscribe('v-1', 'EVENT_TYPE_DEPLOYMENT_UPDATED');
-    const batch = [sampleEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', 'v-1', { event_id: id(1) }), sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2) })];
+    const batch = [
+      sampleEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', 'v-1', { event_id: id(1) }),
+      sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2) }),
+    ];
     f.enqueuer.failure = new Error('queue unavailable');
     await expect(f.ingest(batch)).rejects.toThrow('queue unavailable');
     expect(await f.redis.exists(f.keys.events.seen(id(1)), f.keys.events.seen(id(2)))).toBe(0);
@@ -182,7 +196,9 @@ describe('Ingestor: validation', () => {
     expect(f.enqueuer.requests.map((r) => r.eventId)).toEqual([id(6)]);
     // A rejected id is not remembered: the corrected event is accepted later.
     expect(await f.redis.exists(f.keys.events.seen(id(2)))).toBe(0);
-    expect(await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_REMOVED', 'v-1', { event_id: id(2) })])).toEqual([{ event_id: id(2), status: 'accepted', deliveries: 1 }]);
+    expect(await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_REMOVED', 'v-1', { event_id: id(2) })])).toEqual([
+      { event_id: id(2), status: 'accepted', deliveries: 1 },
+    ]);
   });
 
   it('answers an empty batch with no results and no Redis work', async () => {
@@ -197,7 +213,9 @@ describe('Ingestor: read models', () => {
   it('keeps the newer machine when an older event arrives later, and still delivers the older event', async () => {
     await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_UPDATED');
     await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(1), timestamp: at(10), data: machine('m-1', 'unavailable') })]);
-    const [older] = await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(2), timestamp: at(9), data: machine('m-1', 'available') })]);
+    const [older] = await f.ingest([
+      sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(2), timestamp: at(9), data: machine('m-1', 'available') }),
+    ]);
     expect(older).toEqual({ event_id: id(2), status: 'accepted', deliveries: 1 });
     expect((await f.machines.get('m-1'))?.status).toBe('unavailable');
     await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(3), timestamp: at(11), data: machine('m-1', 'available') })]);

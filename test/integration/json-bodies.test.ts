@@ -45,7 +45,12 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
   });
 
   it('answers 400 invalid_json to a PATCH with invalid UTF-8 and changes nothing', async () => {
-    const created = await send('POST', '/vendors/v1/webhooks', vendorKey, JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/h', secret: 'keep' }));
+    const created = await send(
+      'POST',
+      '/vendors/v1/webhooks',
+      vendorKey,
+      JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/h', secret: 'keep' }),
+    );
     const id = created.json<{ webhook_id: string }>().webhook_id;
     const res = await send('PATCH', `/vendors/v1/webhooks/${id}`, vendorKey, withBytes('{"secret":"new-@@"}', '@@', INVALID_UTF8));
     expect(res.statusCode).toBe(400);
@@ -57,7 +62,12 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
     const eventId = randomUUID();
     const event = `{"event_id":"${eventId}","event_type":"EVENT_TYPE_MACHINE_CREATED","vendor_id":"v-utf8","data":{"status":"available","metadata":{"machine_id":"m-utf8","cuda_version":"@@"}}}`;
     const otherId = randomUUID();
-    const valid = JSON.stringify({ event_id: otherId, event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-utf8', data: { status: 'available', metadata: { machine_id: 'm-fine' } } });
+    const valid = JSON.stringify({
+      event_id: otherId,
+      event_type: 'EVENT_TYPE_MACHINE_CREATED',
+      vendor_id: 'v-utf8',
+      data: { status: 'available', metadata: { machine_id: 'm-fine' } },
+    });
     for (const payload of [withBytes(event, '@@', INVALID_UTF8), withBytes(`{"events":[${valid},${event}]}`, '@@', INVALID_UTF8)]) {
       const res = await send('POST', '/internal/v1/events', producerKey, payload);
       expect(res.statusCode).toBe(400);
@@ -70,7 +80,12 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
 
   it('keeps valid multi-byte UTF-8 exactly: é, 🚀, CJK', async () => {
     const secret = 'clé-🚀-秘密の鍵';
-    const created = await send('POST', '/vendors/v1/webhooks', vendorKey, Buffer.from(JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/h', secret }), 'utf8'));
+    const created = await send(
+      'POST',
+      '/vendors/v1/webhooks',
+      vendorKey,
+      Buffer.from(JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/h', secret }), 'utf8'),
+    );
     expect(created.statusCode).toBe(201);
     const listed = await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': vendorKey } });
     expect(listed.json<{ webhooks: { secret: string }[] }>().webhooks[0]?.secret).toBe(secret);
@@ -80,7 +95,14 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
       'POST',
       '/internal/v1/events',
       producerKey,
-      Buffer.from(JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-utf8', data: { status: 'available', metadata: { machine_id: 'm-utf8-ok' }, hardware_specs: { gpus: [{ name: gpu }] } } }), 'utf8'),
+      Buffer.from(
+        JSON.stringify({
+          event_type: 'EVENT_TYPE_MACHINE_CREATED',
+          vendor_id: 'v-utf8',
+          data: { status: 'available', metadata: { machine_id: 'm-utf8-ok' }, hardware_specs: { gpus: [{ name: gpu }] } },
+        }),
+        'utf8',
+      ),
     );
     expect(ingested.statusCode).toBe(202);
     expect((await t.machines.get('m-utf8-ok'))?.hardware_specs?.gpus?.[0]?.name).toBe(gpu);
@@ -97,12 +119,20 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
     // The server-wide 1 MiB limit, and the ingest route's own 5 MiB.
     const big = await send('POST', '/vendors/v1/webhooks', vendorKey, JSON.stringify({ secret: 'x'.repeat(1024 * 1024) }));
     expect(big.statusCode).toBe(413);
-    const events = Array.from({ length: 1000 }, (_, i) => ({ event_type: 'TASK_UPDATED', data: { task_id: randomUUID(), status: 'failed', fail_reason: `${i}`.padEnd(2_000, 'é') } }));
+    const events = Array.from({ length: 1000 }, (_, i) => ({
+      event_type: 'TASK_UPDATED',
+      data: { task_id: randomUUID(), status: 'failed', fail_reason: `${i}`.padEnd(2_000, 'é') },
+    }));
     const large = JSON.stringify({ events });
     expect(Buffer.byteLength(large)).toBeGreaterThan(2 * 1024 * 1024);
     expect(Buffer.byteLength(large)).toBeLessThan(EVENTS_BODY_LIMIT_BYTES);
     expect((await send('POST', '/internal/v1/events', producerKey, large)).statusCode).toBe(202);
-    const tooLarge = await send('POST', '/internal/v1/events', producerKey, JSON.stringify({ events: [{ event_type: 'TASK_UPDATED', pad: 'x'.repeat(EVENTS_BODY_LIMIT_BYTES) }] }));
+    const tooLarge = await send(
+      'POST',
+      '/internal/v1/events',
+      producerKey,
+      JSON.stringify({ events: [{ event_type: 'TASK_UPDATED', pad: 'x'.repeat(EVENTS_BODY_LIMIT_BYTES) }] }),
+    );
     expect(tooLarge.statusCode).toBe(413);
   });
 });

@@ -56,7 +56,13 @@ describe('GET /rental/v1/machines/agents/{deployment_id}', () => {
   const get = (id: string) => t.app.inject({ method: 'GET', url: `/rental/v1/machines/agents/${id}`, headers: { 'x-api-key': key } });
 
   it('answers the agent deployment status', async () => {
-    const agent = { deployment_id: 'dep-42', machine_id: 'm-7', status: 'STATUS_RUNNING' as const, fail_reason: '', metadata: { region: 'eu', image: 'vllm:1' } };
+    const agent = {
+      deployment_id: 'dep-42',
+      machine_id: 'm-7',
+      status: 'STATUS_RUNNING' as const,
+      fail_reason: '',
+      metadata: { region: 'eu', image: 'vllm:1' },
+    };
     await t.agents.put(agent, 10);
     const res = await get('dep-42');
     expect(res.statusCode).toBe(200);

@@ -39,7 +39,14 @@ function machine(id: string, shape: Shape = {}): Machine {
 const FLEET: Machine[] = [
   machine('m-04', { memory: 16, cores: 4, storage: 250, cpu: 'Intel Core i9-13900K', gpus: ['NVIDIA GeForce RTX 4090', 'NVIDIA GeForce RTX 3090'] }),
   machine('m-01', { memory: 32, cores: 8, storage: 500, cpu: 'Intel Xeon Gold 6338', gpus: ['NVIDIA GeForce RTX 3090'] }),
-  machine('m-07', { status: 'unavailable', memory: 256, cores: 64, storage: 4000, cpu: 'Intel Xeon Platinum 8480+', gpus: ['NVIDIA H100', 'NVIDIA A100 40GB'] }),
+  machine('m-07', {
+    status: 'unavailable',
+    memory: 256,
+    cores: 64,
+    storage: 4000,
+    cpu: 'Intel Xeon Platinum 8480+',
+    gpus: ['NVIDIA H100', 'NVIDIA A100 40GB'],
+  }),
   machine('m-02', { memory: 64, cores: 16, storage: 1000, cpu: 'AMD EPYC 7763', gpus: ['NVIDIA A100 80GB PCIe', 'NVIDIA A100 80GB PCIe'] }),
   machine('m-06'),
   machine('m-03', { status: 'unavailable', memory: 128, cores: 32, storage: 2000, cpu: 'AMD EPYC 9654', gpus: ['NVIDIA H100'] }),

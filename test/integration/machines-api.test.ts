@@ -7,13 +7,23 @@ function machine(id: string, spec: { status?: string; gpus?: string[]; cpu?: str
     status: spec.status ?? 'available',
     metadata: { machine_id: id, geo_location: { country: 'DE', city: 'Berlin' }, cuda_version: '12.4' },
     hardware_specs: {
-      cpu: { model: spec.cpu ?? 'AMD EPYC 7763 64-Core Processor', cpu_arch: 'x86_64', cores: spec.cores ?? 16, threads: (spec.cores ?? 16) * 2, base_clock: 2450, boost_clock: 3500 },
+      cpu: {
+        model: spec.cpu ?? 'AMD EPYC 7763 64-Core Processor',
+        cpu_arch: 'x86_64',
+        cores: spec.cores ?? 16,
+        threads: (spec.cores ?? 16) * 2,
+        base_clock: 2450,
+        boost_clock: 3500,
+      },
       memory: { total_memory: spec.memory ?? 64, memory_required: 8 },
       storage: { disk_space_available: spec.disk ?? 500, disk_type: 'nvme', disk_name: 'nvme0n1' },
       gpus: (spec.gpus ?? []).map((name, i) => ({ id: `${id}-gpu${i}`, name, memory: 24, cuda_cores: 16384, tensor_cores: 512, flops: 82 })),
     },
     network_info: { bandwidth: 1000 },
-    machine_prices: [{ id: `${id}-p1`, amount: '0.45', currency: 'USD' }, { id: `${id}-p2`, amount: '0.000011', currency: 'BTC' }],
+    machine_prices: [
+      { id: `${id}-p1`, amount: '0.45', currency: 'USD' },
+      { id: `${id}-p2`, amount: '0.000011', currency: 'BTC' },
+    ],
   };
 }
 
@@ -39,7 +49,10 @@ describe('GET /rental/v1/machines', () => {
 
   const list = async (query: string) => {
     const res = await t.app.inject({ method: 'GET', url: `/rental/v1/machines${query}`, headers: { 'x-api-key': key } });
-    return { status: res.statusCode, body: res.json<{ total: number; current_page: number; page_size: number; machines: Machine[]; error?: string; code?: string }>() };
+    return {
+      status: res.statusCode,
+      body: res.json<{ total: number; current_page: number; page_size: number; machines: Machine[]; error?: string; code?: string }>(),
+    };
   };
   const ids = (machines: Machine[]) => machines.map((m) => m.metadata.machine_id);
 
@@ -49,7 +62,11 @@ describe('GET /rental/v1/machines', () => {
     expect(body.total).toBe(FLEET.length);
     expect(body.current_page).toBe(1);
     expect(body.page_size).toBe(20);
-    expect(ids(body.machines)).toEqual(FLEET.map((m) => m.metadata.machine_id).sort().slice(0, 20));
+    expect(ids(body.machines)).toEqual(
+      FLEET.map((m) => m.metadata.machine_id)
+        .sort()
+        .slice(0, 20),
+    );
     expect(body.machines[0]).toEqual(FLEET[0]);
   });
 

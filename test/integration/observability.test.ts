@@ -70,23 +70,48 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     await register('EVENT_TYPE_MACHINE_UPDATED', '/flaky');
     await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/gone');
     const events = [
-      { event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-obs', data: { status: 'available', metadata: { machine_id: 'm-obs-1' } } },
-      { event_id: randomUUID(), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v-obs', data: { status: 'unavailable', metadata: { machine_id: 'm-obs-1' } } },
-      { event_id: randomUUID(), event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED', vendor_id: 'v-obs', data: { deployment_id: 'd-obs', machine_id: 'm-obs-1', status: 'STATUS_PENDING' } },
+      {
+        event_id: randomUUID(),
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        vendor_id: 'v-obs',
+        data: { status: 'available', metadata: { machine_id: 'm-obs-1' } },
+      },
+      {
+        event_id: randomUUID(),
+        event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+        vendor_id: 'v-obs',
+        data: { status: 'unavailable', metadata: { machine_id: 'm-obs-1' } },
+      },
+      {
+        event_id: randomUUID(),
+        event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED',
+        vendor_id: 'v-obs',
+        data: { deployment_id: 'd-obs', machine_id: 'm-obs-1', status: 'STATUS_PENDING' },
+      },
       { event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-obs', data: { status: 'available' } },
     ];
-    const posted = await fetch(`${base}/internal/v1/events`, { method: 'POST', headers: { 'x-api-key': eventsKey, 'content-type': 'application/json' }, body: JSON.stringify({ events }) });
+    const posted = await fetch(`${base}/internal/v1/events`, {
+      method: 'POST',
+      headers: { 'x-api-key': eventsKey, 'content-type': 'application/json' },
+      body: JSON.stringify({ events }),
+    });
     expect(posted.status).toBe(202);
     await waitFor(() => receiver.at('/ok').length === 1 && receiver.at('/flaky').length === 2 && receiver.at('/gone').length === 1, 15_000, 'deliveries');
     await fetch(`${base}/rental/v1/tasks/not-a-uuid`, { headers: { 'x-api-key': vendorKey } });
     // Let the last attempts be counted before scraping.
-    metricsText = await waitFor(async () => {
-      const text = await (await fetch(`${base}/metrics`)).text();
-      // Labelled counters start at 0, so wait for the values, not the series.
-      return /^hookline_webhooks_disabled_total\{reason="gone",role="all"\} 1$/m.test(text) &&
-        /^hookline_deliveries_finished_total\{event_type="EVENT_TYPE_MACHINE_UPDATED",outcome="delivered",role="all"\} 1$/m.test(text) &&
-        text;
-    }, 10_000, 'counted deliveries');
+    metricsText = await waitFor(
+      async () => {
+        const text = await (await fetch(`${base}/metrics`)).text();
+        // Labelled counters start at 0, so wait for the values, not the series.
+        return (
+          /^hookline_webhooks_disabled_total\{reason="gone",role="all"\} 1$/m.test(text) &&
+          /^hookline_deliveries_finished_total\{event_type="EVENT_TYPE_MACHINE_UPDATED",outcome="delivered",role="all"\} 1$/m.test(text) &&
+          text
+        );
+      },
+      10_000,
+      'counted deliveries',
+    );
     // A standalone worker, started after the deliveries so that they were all counted above.
     worker = await startCli(['worker'], env, /delivery worker running/);
   }, 90_000);
@@ -158,7 +183,10 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
   });
 
   it('logs one wide line per attempt and per batch, with no key, secret or signature', () => {
-    const lines = `${engine.output()}${worker.output()}`.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = `${engine.output()}${worker.output()}`
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     const attempts = lines.filter((l) => l.msg === 'delivery.attempted');
     expect(attempts.length).toBeGreaterThanOrEqual(4);
     for (const line of attempts) {
@@ -253,7 +281,16 @@ describe('log redaction', () => {
     const chunks: string[] = [];
     const sink = new Writable({ write: (chunk: Buffer, _enc, done) => (chunks.push(chunk.toString()), done()) });
     const logger = createLogger({ level: 'info', format: 'json', fd: 1, destination: sink });
-    logger.info({ req: { headers: { 'x-api-key': 'hk_leak1', authorization: 'Bearer leak2', cookie: 'leak3' } }, secret: 'leak4', webhook: { secret: 'leak5' }, apiKey: 'leak6', secretKey: 'leak7' }, 'hello');
+    logger.info(
+      {
+        req: { headers: { 'x-api-key': 'hk_leak1', authorization: 'Bearer leak2', cookie: 'leak3' } },
+        secret: 'leak4',
+        webhook: { secret: 'leak5' },
+        apiKey: 'leak6',
+        secretKey: 'leak7',
+      },
+      'hello',
+    );
     const out = chunks.join('');
     for (const leak of ['hk_leak1', 'leak2', 'leak3', 'leak4', 'leak5', 'leak6', 'leak7']) expect(out).not.toContain(leak);
     expect(out).toContain('[redacted]');

@@ -12,7 +12,11 @@ describe('OpenAPI, docs and health', () => {
   it('serves an OpenAPI 3 document covering every seed endpoint, generated from the route schemas', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/openapi.json' });
     expect(res.statusCode).toBe(200);
-    const doc = res.json<{ openapi: string; paths: Record<string, Record<string, { parameters?: { name: string }[]; requestBody?: unknown; responses: Record<string, unknown> }>>; components: { schemas: Record<string, unknown>; securitySchemes: Record<string, unknown> } }>();
+    const doc = res.json<{
+      openapi: string;
+      paths: Record<string, Record<string, { parameters?: { name: string }[]; requestBody?: unknown; responses: Record<string, unknown> }>>;
+      components: { schemas: Record<string, unknown>; securitySchemes: Record<string, unknown> };
+    }>();
     expect(doc.openapi).toMatch(/^3\./);
     expect(Object.keys(doc.paths).sort()).toEqual(
       [
@@ -39,7 +43,9 @@ describe('OpenAPI, docs and health', () => {
     expect(doc.paths['/rental/v1/machines']?.get?.parameters?.map((p) => p.name).sort()).toEqual(['filter', 'page', 'page_size']);
     expect(Object.keys(doc.paths['/rental/v1/tasks/{task_id}']?.get?.responses ?? {})).toEqual(expect.arrayContaining(['200', '400', '404']));
     expect(doc.components.securitySchemes).toHaveProperty('apiKey');
-    expect(Object.keys(doc.components.schemas)).toEqual(expect.arrayContaining(['Webhook', 'Task', 'AgentDeploymentStatus', 'Error', 'Machine', 'Delivery', 'DeliveryAttempt']));
+    expect(Object.keys(doc.components.schemas)).toEqual(
+      expect.arrayContaining(['Webhook', 'Task', 'AgentDeploymentStatus', 'Error', 'Machine', 'Delivery', 'DeliveryAttempt']),
+    );
     expect(doc.paths['/internal/v1/events']?.post?.requestBody).toBeDefined();
   });
 
@@ -90,8 +96,17 @@ describe('a full Redis (maxmemory with noeviction)', () => {
     const path = await import('node:path');
     const { ensureRedisServerBinary, startRedisServer } = await import('../../src/embedded/redis-server.js');
     const dir = mkdtempSync(path.join(tmpdir(), 'hookline-oom-'));
-    const server = await startRedisServer({ binary: await ensureRedisServerBinary(() => undefined), port: 0, dir, appendOnly: false, extraArgs: ['--maxmemory', '2mb'] });
-    const engine = await testEngine(testConfig({ redisUrl: server.url, redisPrefix: 'oom', retryScheduleMs: [0], queuePartitions: 1, secretRotationOverlapMs: 0 }), { role: 'api' });
+    const server = await startRedisServer({
+      binary: await ensureRedisServerBinary(() => undefined),
+      port: 0,
+      dir,
+      appendOnly: false,
+      extraArgs: ['--maxmemory', '2mb'],
+    });
+    const engine = await testEngine(
+      testConfig({ redisUrl: server.url, redisPrefix: 'oom', retryScheduleMs: [0], queuePartitions: 1, secretRotationOverlapMs: 0 }),
+      { role: 'api' },
+    );
     const { stores } = engine;
     const { redis } = stores;
     const app = engine.api!;
@@ -101,7 +116,10 @@ describe('a full Redis (maxmemory with noeviction)', () => {
       let n = 0;
       for (const size of [64 * 1024, 4 * 1024, 256]) {
         for (let i = 0; i < 500; i += 1) {
-          const ok = await redis.set(`{oom:filler}:${(n += 1)}`, 'x'.repeat(size)).then(() => true, () => false);
+          const ok = await redis.set(`{oom:filler}:${(n += 1)}`, 'x'.repeat(size)).then(
+            () => true,
+            () => false,
+          );
           if (!ok) break;
         }
       }

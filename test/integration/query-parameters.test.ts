@@ -24,13 +24,22 @@ describe('query parameters', () => {
 
   /** Records delivery `n` (accepted at T0 + n s) as finished with `status`. */
   async function record(n: number, status: AttemptWrite['status']): Promise<string> {
-    const job: DeliverJob = { deliveryId: uuid(n), eventId: uuid(10_000 + n), eventType: 'EVENT_TYPE_MACHINE_CREATED', vendorId: 'v-q', webhookId, body: '{}', acceptedAtMs: T0 + n * 1_000 };
+    const job: DeliverJob = {
+      deliveryId: uuid(n),
+      eventId: uuid(10_000 + n),
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      vendorId: 'v-q',
+      webhookId,
+      body: '{}',
+      acceptedAtMs: T0 + n * 1_000,
+    };
     const attempt = { attempt: 1, atMs: job.acceptedAtMs + 500, outcome: status === 'delivered' ? 'delivered' : 'http_5xx', durationMs: 5 };
     await t.deliveryLog.recordAttempt({ job, attempt, status, ...(status === 'retrying' ? { nextAttemptAtMs: T0 + 3_600_000 } : {}) });
     return job.deliveryId;
   }
 
-  const ids = (res: { json: <T>() => T }) => res.json<{ deliveries: { delivery_id: string; status: string }[] }>().deliveries.map((d) => [d.delivery_id, d.status]);
+  const ids = (res: { json: <T>() => T }) =>
+    res.json<{ deliveries: { delivery_id: string; status: string }[] }>().deliveries.map((d) => [d.delivery_id, d.status]);
 
   it('filters a webhook’s deliveries by status, newest first, scanning past non-matching ones until limit match', async () => {
     const oldestDead = await record(1, 'dead');
@@ -48,7 +57,12 @@ describe('query parameters', () => {
     ]);
     expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries?status=dead&limit=1`))).toEqual([[dead, 'dead']]);
     expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries?status=retrying`))).toEqual([[retrying, 'retrying']]);
-    expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries?status=delivered&limit=3`))).toEqual(delivered.slice(-3).reverse().map((id) => [id, 'delivered']));
+    expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries?status=delivered&limit=3`))).toEqual(
+      delivered
+        .slice(-3)
+        .reverse()
+        .map((id) => [id, 'delivered']),
+    );
     expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries?status=replayed`))).toEqual([]);
     // Without a status: the newest 20 whatever their status, as before.
     expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries`))).toHaveLength(20);

@@ -92,15 +92,26 @@ describe('StreamIngestSource', () => {
   it('acknowledges an entry whose event is not valid UTF-8 without ingesting it; valid UTF-8 (U+FFFD included) goes through', async () => {
     const webhookId = await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
     await source().start();
-    const event = (eventId: string, cuda: string) => JSON.stringify({ ...sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: eventId }), data: { status: 'available', metadata: { machine_id: `m-${eventId.slice(-2)}`, cuda_version: cuda } } });
+    const event = (eventId: string, cuda: string) =>
+      JSON.stringify({
+        ...sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: eventId }),
+        data: { status: 'available', metadata: { machine_id: `m-${eventId.slice(-2)}`, cuda_version: cuda } },
+      });
     const [before, after] = event(id(7), '@@').split('@@') as [string, string];
-    const notUtf8 = (await f.redis.xadd(stream(), '*', 'event', Buffer.concat([Buffer.from(before), Buffer.from([0xc3, 0x28, 0xed, 0xa0, 0x80]), Buffer.from(after)])))!;
+    const notUtf8 = (await f.redis.xadd(
+      stream(),
+      '*',
+      'event',
+      Buffer.concat([Buffer.from(before), Buffer.from([0xc3, 0x28, 0xed, 0xa0, 0x80]), Buffer.from(after)]),
+    ))!;
     await add(event(id(8), '12.4 \ufffd é 🚀 中文'));
 
     await waitFor(() => f.enqueuer.requests.length === 1, 5_000, 'the valid event');
     await waitFor(async () => (await pendingCount()) === 0, 5_000, 'no pending entries');
     expect(f.enqueuer.requests.map((r) => [r.eventId, r.webhookId])).toEqual([[id(8), webhookId]]);
-    expect((JSON.parse(f.enqueuer.requests[0]!.body) as { data: { metadata: { cuda_version: string } } }).data.metadata.cuda_version).toBe('12.4 \ufffd é 🚀 中文');
+    expect((JSON.parse(f.enqueuer.requests[0]!.body) as { data: { metadata: { cuda_version: string } } }).data.metadata.cuda_version).toBe(
+      '12.4 \ufffd é 🚀 中文',
+    );
     expect(await f.redis.exists(f.keys.events.seen(id(7)))).toBe(0);
     expect(await f.machines.get('m-07')).toBeUndefined();
     const skipped = logs.filter((line) => line.entryId !== undefined).map((line) => [line.entryId, line.reason]);
@@ -152,7 +163,8 @@ describe('StreamIngestSource', () => {
     const first = await add(sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(1) }));
     // A live but slow consumer holds the first entry (not idle long enough to be claimed).
     await f.redis.xreadgroup('GROUP', GROUP, 'slow-consumer', 'COUNT', 1, 'STREAMS', stream(), '>');
-    for (let n = 2; n <= 350; n += 1) await add({ event_type: 'TASK_UPDATED', event_id: id(n), data: { task_id: id(n), status: 'pending', fail_reason: null } });
+    for (let n = 2; n <= 350; n += 1)
+      await add({ event_type: 'TASK_UPDATED', event_id: id(n), data: { task_id: id(n), status: 'pending', fail_reason: null } });
 
     await source({ claimMinIdleMs: 60_000 }).start();
     await waitFor(async () => (await pendingCount()) === 1, 10_000, 'the backlog ingested');

@@ -77,7 +77,12 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       const empty = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers, payload: '' });
       expect(empty.statusCode).toBe(400);
 
-      const text = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key, 'content-type': 'text/plain' }, payload: 'hi' });
+      const text = await t.app.inject({
+        method: 'POST',
+        url: '/vendors/v1/webhooks',
+        headers: { 'x-api-key': key, 'content-type': 'text/plain' },
+        payload: 'hi',
+      });
       expect(text.statusCode).toBe(415);
       expect(text.json<{ code: string }>().code).toBe('unsupported_media_type');
 
@@ -259,13 +264,26 @@ describe('callback targets at registration (the SSRF guard)', () => {
       const key = await t.keyFor(['vendor'], 'vendor-1');
       const headers = { 'x-api-key': key };
       for (const [url, reason] of BLOCKED) {
-        const res = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers, payload: { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: url } });
+        const res = await t.app.inject({
+          method: 'POST',
+          url: '/vendors/v1/webhooks',
+          headers,
+          payload: { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: url },
+        });
         expect([url, res.statusCode]).toEqual([url, 400]);
-        expect(res.json()).toEqual({ error: `Invalid request body: callback_url must not point at a private or reserved address (${reason})`, code: 'invalid_request' });
+        expect(res.json()).toEqual({
+          error: `Invalid request body: callback_url must not point at a private or reserved address (${reason})`,
+          code: 'invalid_request',
+        });
       }
       expect(await t.webhooks.list('vendor-1')).toEqual([]);
 
-      const created = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers, payload: { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A } });
+      const created = await t.app.inject({
+        method: 'POST',
+        url: '/vendors/v1/webhooks',
+        headers,
+        payload: { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A },
+      });
       expect(created.statusCode).toBe(201);
       const id = created.json<{ webhook_id: string }>().webhook_id;
       for (const [url, reason] of BLOCKED) {
@@ -275,7 +293,12 @@ describe('callback targets at registration (the SSRF guard)', () => {
       }
       expect((await t.webhooks.getById(id))?.callbackUrl).toBe(URL_A);
       // A name that is not localhost passes here: what it resolves to is checked at delivery.
-      const named = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers, payload: { callback_url: 'https://hooks.example.net/in' } });
+      const named = await t.app.inject({
+        method: 'PATCH',
+        url: `/vendors/v1/webhooks/${id}`,
+        headers,
+        payload: { callback_url: 'https://hooks.example.net/in' },
+      });
       expect(named.statusCode).toBe(200);
     } finally {
       await t.close();
@@ -287,7 +310,12 @@ describe('callback targets at registration (the SSRF guard)', () => {
     try {
       const key = await t.keyFor(['vendor'], 'vendor-1');
       for (const [i, [url]] of BLOCKED.entries()) {
-        const res = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key }, payload: { event_type: WEBHOOK_EVENT_TYPES[i], callback_url: url } });
+        const res = await t.app.inject({
+          method: 'POST',
+          url: '/vendors/v1/webhooks',
+          headers: { 'x-api-key': key },
+          payload: { event_type: WEBHOOK_EVENT_TYPES[i], callback_url: url },
+        });
         expect([url, res.statusCode]).toEqual([url, 201]);
       }
     } finally {

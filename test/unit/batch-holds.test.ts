@@ -99,6 +99,11 @@ describe('BatchHolds (fixed clock)', () => {
     expect(holds.pending).toBe(2);
     expect(holds.nextCheckInMs()).toBe(250);
     after(250);
-    expect(holds.check(true).handOff.map((h) => h.item).sort()).toEqual(['slow', 'suspect']);
+    expect(
+      holds
+        .check(true)
+        .handOff.map((h) => h.item)
+        .sort(),
+    ).toEqual(['slow', 'suspect']);
   });
 });

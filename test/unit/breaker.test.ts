@@ -2,7 +2,18 @@ import { describe, expect, it } from 'vitest';
 import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions } from '../../src/delivery/breaker.js';
 import { SendSlots } from '../../src/delivery/send-slots.js';
 
-const OPTIONS: BreakerOptions = { failureThreshold: 3, timeoutThreshold: 2, failureRate: 0.75, minAttempts: 20, windowMs: 1_000, openMs: 1_000, openMsMax: 4_000, slowAfterMs: 100, slowInflightMax: 1, attemptTimeoutMs: 500 };
+const OPTIONS: BreakerOptions = {
+  failureThreshold: 3,
+  timeoutThreshold: 2,
+  failureRate: 0.75,
+  minAttempts: 20,
+  windowMs: 1_000,
+  openMs: 1_000,
+  openMsMax: 4_000,
+  slowAfterMs: 100,
+  slowInflightMax: 1,
+  attemptTimeoutMs: 500,
+};
 const E = 'http://receiver.example:8080';
 
 describe('EndpointBreakers', () => {
@@ -127,7 +138,10 @@ describe('EndpointBreakers', () => {
 
   it('opens a degraded endpoint on its failure rate, even while some requests are answered', () => {
     const reasons: string[] = [];
-    const b = new EndpointBreakers({ ...OPTIONS, windowMs: 10_000, minAttempts: 20, failureRate: 0.75 }, (_e, change) => change.state === 'open' && reasons.push(change.reason));
+    const b = new EndpointBreakers(
+      { ...OPTIONS, windowMs: 10_000, minAttempts: 20, failureRate: 0.75 },
+      (_e, change) => change.state === 'open' && reasons.push(change.reason),
+    );
     // Two failures, then a success: never three in a row, and two thirds fail: below the rate.
     for (let i = 0; i < 30; i++) b.finish(E, b.start(E, i * 10), i % 3 === 2 ? 'healthy' : 'failed', i * 10 + 5);
     expect(reasons).toEqual([]);

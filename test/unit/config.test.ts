@@ -56,7 +56,16 @@ describe('loadConfig', () => {
       HOOKLINE_DEDUPE_WINDOW: '24h',
       HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '0',
     });
-    expect(config).toMatchObject({ redisUrl: 'redis://localhost:6380/2', apiPort: 9000, allowPrivateTargets: true, workerConcurrency: 8, deliveryTimeoutMs: 2_000, logLevel: 'debug', dedupeWindowMs: 86_400_000, ingestRateLimitPerSecond: 0 });
+    expect(config).toMatchObject({
+      redisUrl: 'redis://localhost:6380/2',
+      apiPort: 9000,
+      allowPrivateTargets: true,
+      workerConcurrency: 8,
+      deliveryTimeoutMs: 2_000,
+      logLevel: 'debug',
+      dedupeWindowMs: 86_400_000,
+      ingestRateLimitPerSecond: 0,
+    });
     expect(config.retryScheduleMs).toEqual([0, 1_000, 500]);
     expect(config.secretKey?.equals(Buffer.alloc(32, 7))).toBe(true);
   });

@@ -67,18 +67,24 @@ describe('ingest event schema, per type', () => {
   });
 
   it('names the field of each problem', () => {
-    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { status: 'available', metadata: {} } })).toBe('data.metadata.machine_id: required');
+    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { status: 'available', metadata: {} } })).toBe(
+      'data.metadata.machine_id: required',
+    );
     expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { ...MACHINE, hardware_specs: { gpus: [{ memory: -1 }] } } })).toMatch(
       /^data\.hardware_specs\.gpus\[0\]\.memory: /,
     );
     expect(reasonOf({ event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: { ...AGENT, status: 'RUNNING' } })).toMatch(/^data\.status: /);
-    expect(reasonOf({ event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: { ...AGENT, metadata: { 'odd key': 5 } } })).toMatch(/^data\.metadata\["odd key"\]: /);
+    expect(reasonOf({ event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: { ...AGENT, metadata: { 'odd key': 5 } } })).toMatch(
+      /^data\.metadata\["odd key"\]: /,
+    );
     expect(reasonOf({ event_type: 'TASK_UPDATED', data: { ...TASK, task_id: 'nope' } })).toBe('data.task_id: task_id must be a UUID');
     expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1' })).toBe('data: required');
   });
 
   it('rejects an unknown or missing event_type and anything but an object', () => {
-    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_EXPLODED', vendor_id: 'v-1', data: {} })).toMatch(/^event_type: must be one of EVENT_TYPE_MACHINE_CREATED, .*TASK_UPDATED$/);
+    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_EXPLODED', vendor_id: 'v-1', data: {} })).toMatch(
+      /^event_type: must be one of EVENT_TYPE_MACHINE_CREATED, .*TASK_UPDATED$/,
+    );
     expect(reasonOf({ vendor_id: 'v-1', data: {} })).toMatch(/^event_type: required: one of /);
     for (const raw of [null, 'event', 42, [valid.TASK_UPDATED]]) expect(reasonOf(raw)).toBe('the event must be a JSON object');
   });
@@ -95,8 +101,14 @@ describe('ingest event schema, per type', () => {
   it('rejects unknown top-level fields, naming them', () => {
     expect(reasonOf({ event_type: 'TASK_UPDATED', data: TASK, priority: 'high' })).toBe('unknown field "priority"');
     expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', vendor: 'v-1', data: MACHINE })).toBe('unknown field "vendor"');
-    expect(reasonOf({ event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: AGENT, machine_id: 'm', Data: {} })).toBe('unknown field "machine_id", "Data"');
-    expect(parse({ event_id: EVENT_ID, event_type: 'TASK_UPDATED', data: TASK, extra: 1 })).toEqual({ ok: false, reason: 'unknown field "extra"', event_id: EVENT_ID });
+    expect(reasonOf({ event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: AGENT, machine_id: 'm', Data: {} })).toBe(
+      'unknown field "machine_id", "Data"',
+    );
+    expect(parse({ event_id: EVENT_ID, event_type: 'TASK_UPDATED', data: TASK, extra: 1 })).toEqual({
+      ok: false,
+      reason: 'unknown field "extra"',
+      event_id: EVENT_ID,
+    });
   });
 
   it('keeps the data exactly as sent beside the parsed form the read models use', () => {
@@ -123,7 +135,10 @@ describe('event id and time', () => {
   });
 
   it('normalises the timestamp to UTC with milliseconds and defaults it to the acceptance time', () => {
-    expect(accepted(valid({ timestamp: '2024-05-01T14:00:00+02:00' }))).toMatchObject({ timestamp: '2024-05-01T12:00:00.000Z', timestampMs: Date.UTC(2024, 4, 1, 12) });
+    expect(accepted(valid({ timestamp: '2024-05-01T14:00:00+02:00' }))).toMatchObject({
+      timestamp: '2024-05-01T12:00:00.000Z',
+      timestampMs: Date.UTC(2024, 4, 1, 12),
+    });
     expect(accepted(valid({ timestamp: '2024-05-01T12:00:00.123456Z' })).timestamp).toBe('2024-05-01T12:00:00.123Z');
     expect(accepted(valid())).toMatchObject({ timestamp: '2024-05-01T12:30:00.000Z', timestampMs: ACCEPTED_AT_MS });
   });

@@ -168,9 +168,7 @@ describe('parseMachineFilter: errors name the offending clause', () => {
     ['a leading comma', ',gpu_name:A100', 1],
     ['a blank clause', 'gpu_name:A100, ,cpu_cores:2', 2],
   ])('empty clause: %s', (_, raw, position) => {
-    expect(rejected(raw)).toBe(
-      `Empty filter clause at position ${position} in "${raw}"; separate name:value clauses with single commas`,
-    );
+    expect(rejected(raw)).toBe(`Empty filter clause at position ${position} in "${raw}"; separate name:value clauses with single commas`);
   });
 
   it.each(['24TB', '-1', '1.5', 'abc', '24 G B', 'GB', '2147483648', '99999999999GB'])('bad memory_size %s', (value) => {
@@ -194,9 +192,7 @@ describe('parseMachineFilter: errors name the offending clause', () => {
   it('too many clauses, counted over all parameters', () => {
     const twelve = Array.from({ length: 12 }, (_, i) => `gpu_name:g${i}`).join(',');
     expect(rejected([twelve, twelve])).toBe('Too many filter clauses (24); at most 20 are allowed');
-    expect(rejected(Array.from({ length: 21 }, () => 'cpu_cores:1').join(','))).toBe(
-      'Too many filter clauses (21); at most 20 are allowed',
-    );
+    expect(rejected(Array.from({ length: 21 }, () => 'cpu_cores:1').join(','))).toBe('Too many filter clauses (21); at most 20 are allowed');
   });
 
   it('value longer than 256 characters, quoted shortened', () => {

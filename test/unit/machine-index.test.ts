@@ -50,7 +50,15 @@ function reference(machines: ReadonlyMap<string, Machine>, filter: MachineFilter
 // characters machine ids may hold, in lengths that make prefixes and mixed classes sort together.
 // ---------------------------------------------------------------------------------------------
 
-const GPU_NAMES = ['NVIDIA GeForce RTX 4090', 'NVIDIA GeForce RTX 3090', 'NVIDIA H100', 'nvidia a100 40gb', 'NVIDIA A100 80GB PCIe', 'AMD Instinct MI300X', 'Tesla T4'];
+const GPU_NAMES = [
+  'NVIDIA GeForce RTX 4090',
+  'NVIDIA GeForce RTX 3090',
+  'NVIDIA H100',
+  'nvidia a100 40gb',
+  'NVIDIA A100 80GB PCIe',
+  'AMD Instinct MI300X',
+  'Tesla T4',
+];
 const CPU_MODELS = ['Intel Xeon Gold 6338', 'INTEL CORE i9-13900K', 'AMD EPYC 7763', 'AMD Ryzen 9 7950X', 'Apple M2 Ultra'];
 /** Both named statuses and odd ones: another case, another word, a trailing space, a non-ASCII one. */
 const STATUSES = ['available', 'unavailable', 'Available', 'retired', 'available ', 'ßtatus'];
@@ -58,7 +66,10 @@ const STATUSES = ['available', 'unavailable', 'Available', 'retired', 'available
 const MISSING_NEEDLES = ['tpu', 'rtx 5090', 'xeon  gold'];
 
 const idArb = fc
-  .tuple(fc.constantFrom('0', '1', '9', 'A', 'Z', 'a', 'm', 'z'), fc.string({ unit: fc.constantFrom('-', '.', '0', '9', ':', '@', 'A', '_', 'a', 'z'), maxLength: 3 }))
+  .tuple(
+    fc.constantFrom('0', '1', '9', 'A', 'Z', 'a', 'm', 'z'),
+    fc.string({ unit: fc.constantFrom('-', '.', '0', '9', ':', '@', 'A', '_', 'a', 'z'), maxLength: 3 }),
+  )
   .map(([first, rest]) => first + rest);
 
 /** Absent, zero, small, at and past the Int32 cells' limit, and the largest safe integer. */
@@ -108,7 +119,8 @@ const needleArb = (pool: readonly string[]) =>
 
 /** Mostly no condition of a kind, so queries with none, one and several conditions all come up. */
 const sometimes = <T>(arb: fc.Arbitrary<T>) => fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: arb });
-const someOf = <T>(arb: fc.Arbitrary<T>) => fc.oneof({ weight: 3, arbitrary: fc.constant<T[]>([]) }, { weight: 1, arbitrary: fc.array(arb, { minLength: 1, maxLength: 2 }) });
+const someOf = <T>(arb: fc.Arbitrary<T>) =>
+  fc.oneof({ weight: 3, arbitrary: fc.constant<T[]>([]) }, { weight: 1, arbitrary: fc.array(arb, { minLength: 1, maxLength: 2 }) });
 const minimumArb = fc.oneof(fc.integer({ min: 0, max: 70 }), fc.constantFrom(0, 2 ** 31 - 2, 2 ** 31 - 1));
 
 interface QuerySpec {
@@ -132,7 +144,11 @@ const querySpecArb: fc.Arbitrary<QuerySpec> = fc.record({
   machineIds: someOf(idPickArb),
   statuses: someOf(fc.constantFrom(...STATUSES, 'never-seen')),
   // Mostly pages with machines on them; some far past the end.
-  page: fc.oneof({ weight: 4, arbitrary: fc.constant(1) }, { weight: 3, arbitrary: fc.integer({ min: 2, max: 4 }) }, { weight: 1, arbitrary: fc.integer({ min: 5, max: 40 }) }),
+  page: fc.oneof(
+    { weight: 4, arbitrary: fc.constant(1) },
+    { weight: 3, arbitrary: fc.integer({ min: 2, max: 4 }) },
+    { weight: 1, arbitrary: fc.integer({ min: 5, max: 40 }) },
+  ),
   pageSize: fc.oneof(fc.integer({ min: 1, max: 6 }), fc.constantFrom(20, 100)),
 });
 
@@ -178,49 +194,57 @@ const batchArb = fc.array(changeArb, { minLength: 1, maxLength: 80, size: 'mediu
 const stepArb = fc.record({ batch: batchArb, queries: fc.array(querySpecArb, { minLength: 1, maxLength: 4 }) });
 
 describe('MachineIndex against a naive reference (property-based)', () => {
-  it('answers any filter and page over a loaded fleet as the reference does', () => {
-    fc.assert(
-      fc.property(fleetArb, fc.array(querySpecArb, { minLength: 1, maxLength: 8 }), (fleet, queries) => {
-        const { index, machines } = load(fleet);
-        for (const spec of queries) expectAgreement(index, machines, spec);
-      }),
-      { numRuns: runs(1000) },
-    );
-  }, TIMEOUT_MS);
-
-  it('stays in step with the reference over random update sequences, checked after every batch', () => {
-    // Batches that inserted or removed at most, and more than, SPLICE_CHANGES_MAX machines: both paths must come up.
-    const structuralBatches = { spliced: 0, merged: 0 };
-    fc.assert(
-      fc.property(fleetArb, fc.array(stepArb, { minLength: 1, maxLength: 6 }), (fleet, steps) => {
-        const { index, machines } = load(fleet);
-        for (const { batch, queries } of steps) {
-          // Later changes to the same id replace earlier ones, as a catch-up reads only the latest record.
-          const changes = new Map<string, Machine | undefined>();
-          for (const change of batch) {
-            if ('upsert' in change) {
-              const id = resolve(change.upsert, machines);
-              changes.set(id, machineOf(id, change.shape));
-            } else {
-              changes.set(resolve(change.remove, machines), undefined);
-            }
-          }
-          const structural = [...changes].filter(([id, machine]) => (machine === undefined) === machines.has(id)).length;
-          if (structural > SPLICE_CHANGES_MAX) structuralBatches.merged += 1;
-          else if (structural > 0) structuralBatches.spliced += 1;
-
-          index.apply(new Map([...changes].map(([id, machine]) => [id, machine && indexRecordOf(machine)])));
-          for (const [id, machine] of changes) {
-            if (machine) machines.set(id, machine);
-            else machines.delete(id);
-          }
+  it(
+    'answers any filter and page over a loaded fleet as the reference does',
+    () => {
+      fc.assert(
+        fc.property(fleetArb, fc.array(querySpecArb, { minLength: 1, maxLength: 8 }), (fleet, queries) => {
+          const { index, machines } = load(fleet);
           for (const spec of queries) expectAgreement(index, machines, spec);
-        }
-      }),
-      { numRuns: runs(400) },
-    );
-    console.log(`machine index: ${structuralBatches.spliced} spliced and ${structuralBatches.merged} merged batches checked`);
-    expect(structuralBatches.spliced).toBeGreaterThan(0);
-    expect(structuralBatches.merged).toBeGreaterThan(0);
-  }, TIMEOUT_MS);
+        }),
+        { numRuns: runs(1000) },
+      );
+    },
+    TIMEOUT_MS,
+  );
+
+  it(
+    'stays in step with the reference over random update sequences, checked after every batch',
+    () => {
+      // Batches that inserted or removed at most, and more than, SPLICE_CHANGES_MAX machines: both paths must come up.
+      const structuralBatches = { spliced: 0, merged: 0 };
+      fc.assert(
+        fc.property(fleetArb, fc.array(stepArb, { minLength: 1, maxLength: 6 }), (fleet, steps) => {
+          const { index, machines } = load(fleet);
+          for (const { batch, queries } of steps) {
+            // Later changes to the same id replace earlier ones, as a catch-up reads only the latest record.
+            const changes = new Map<string, Machine | undefined>();
+            for (const change of batch) {
+              if ('upsert' in change) {
+                const id = resolve(change.upsert, machines);
+                changes.set(id, machineOf(id, change.shape));
+              } else {
+                changes.set(resolve(change.remove, machines), undefined);
+              }
+            }
+            const structural = [...changes].filter(([id, machine]) => (machine === undefined) === machines.has(id)).length;
+            if (structural > SPLICE_CHANGES_MAX) structuralBatches.merged += 1;
+            else if (structural > 0) structuralBatches.spliced += 1;
+
+            index.apply(new Map([...changes].map(([id, machine]) => [id, machine && indexRecordOf(machine)])));
+            for (const [id, machine] of changes) {
+              if (machine) machines.set(id, machine);
+              else machines.delete(id);
+            }
+            for (const spec of queries) expectAgreement(index, machines, spec);
+          }
+        }),
+        { numRuns: runs(400) },
+      );
+      console.log(`machine index: ${structuralBatches.spliced} spliced and ${structuralBatches.merged} merged batches checked`);
+      expect(structuralBatches.spliced).toBeGreaterThan(0);
+      expect(structuralBatches.merged).toBeGreaterThan(0);
+    },
+    TIMEOUT_MS,
+  );
 });

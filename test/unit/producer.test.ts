@@ -106,7 +106,9 @@ describe('HooklineProducer', () => {
 
   it('does not retry a 400 and reports the server’s message', async () => {
     script = [status(400)];
-    const error = await producer().publish([taskEvent()]).catch((e: unknown) => e);
+    const error = await producer()
+      .publish([taskEvent()])
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(HooklinePublishError);
     expect(error).toMatchObject({ status: 400, retryable: false, message: 'Hookline answered 400: scripted 400' });
     expect(received).toHaveLength(1);
@@ -114,7 +116,9 @@ describe('HooklineProducer', () => {
 
   it('gives up after maxRetries retries', async () => {
     script = [status(500), status(502), status(503), status(504)];
-    const error = (await producer({ maxRetries: 2 }).publish([taskEvent()]).catch((e: unknown) => e)) as HooklinePublishError;
+    const error = (await producer({ maxRetries: 2 })
+      .publish([taskEvent()])
+      .catch((e: unknown) => e)) as HooklinePublishError;
     expect(error).toMatchObject({ status: 503, retryable: true });
     expect(received).toHaveLength(3);
   });
@@ -135,7 +139,9 @@ describe('HooklineProducer', () => {
 
   it('reports the accepted batches and every event id when a later batch fails', async () => {
     script = [accept, status(422)];
-    const error = (await producer({ batchSize: 2 }).publish([taskEvent(), taskEvent(), taskEvent()]).catch((e: unknown) => e)) as HooklinePublishError;
+    const error = (await producer({ batchSize: 2 })
+      .publish([taskEvent(), taskEvent(), taskEvent()])
+      .catch((e: unknown) => e)) as HooklinePublishError;
     expect(error).toBeInstanceOf(HooklinePublishError);
     expect(error.results.map((r) => r.event_id)).toEqual(received[0]!.events.map((e) => e.event_id));
     expect(error.events.map((e) => e.event_id)).toEqual([...received[0]!.events, ...received[1]!.events].map((e) => e.event_id));

@@ -12,10 +12,30 @@ describe('parseRedisUrl', () => {
     ['redis+cluster://127.0.0.1:7000', { seeds: [{ host: '127.0.0.1', port: 7000 }], username: undefined, password: undefined, tls: false }],
     [
       'redis+cluster://10.0.0.1:7000,10.0.0.2:7001, redis-2.internal',
-      { seeds: [{ host: '10.0.0.1', port: 7000 }, { host: '10.0.0.2', port: 7001 }, { host: 'redis-2.internal', port: 6379 }], username: undefined, password: undefined, tls: false },
+      {
+        seeds: [
+          { host: '10.0.0.1', port: 7000 },
+          { host: '10.0.0.2', port: 7001 },
+          { host: 'redis-2.internal', port: 6379 },
+        ],
+        username: undefined,
+        password: undefined,
+        tls: false,
+      },
     ],
     ['rediss+cluster://:s%40cret@[::1]:7000/', { seeds: [{ host: '::1', port: 7000 }], username: undefined, password: 's@cret', tls: true }],
-    ['redis+cluster://hook:pw@h1:7000,h2:7000', { seeds: [{ host: 'h1', port: 7000 }, { host: 'h2', port: 7000 }], username: 'hook', password: 'pw', tls: false }],
+    [
+      'redis+cluster://hook:pw@h1:7000,h2:7000',
+      {
+        seeds: [
+          { host: 'h1', port: 7000 },
+          { host: 'h2', port: 7000 },
+        ],
+        username: 'hook',
+        password: 'pw',
+        tls: false,
+      },
+    ],
   ])('reads a cluster: %s', (url, expected) => {
     expect(parseRedisUrl(url)).toEqual({ ok: true, kind: 'cluster', ...expected });
   });

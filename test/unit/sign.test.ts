@@ -4,7 +4,8 @@ import { describe, expect, it } from 'vitest';
 import { secretKeyBytes, signatureHeaders } from '../../src/delivery/sign.js';
 
 const WHSEC = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
-const BODY = '{"version":"1.0","event_id":"0b8f5d8e-2f59-4a57-9a7e-3c2c7d1f6b10","event_type":"EVENT_TYPE_MACHINE_CREATED","timestamp":"2025-01-02T03:04:05.000Z","data":{"name":"größe ✓"}}';
+const BODY =
+  '{"version":"1.0","event_id":"0b8f5d8e-2f59-4a57-9a7e-3c2c7d1f6b10","event_type":"EVENT_TYPE_MACHINE_CREATED","timestamp":"2025-01-02T03:04:05.000Z","data":{"name":"größe ✓"}}';
 const ID = '0b8f5d8e-2f59-4a57-9a7e-3c2c7d1f6b10';
 
 /** Independent reference: base64 HMAC-SHA256 of `{id}.{ts}.{body}` with the given key bytes. */
@@ -72,10 +73,7 @@ describe('signatureHeaders', () => {
     const nowSec = Math.floor(Date.now() / 1000);
     const headers = signatureHeaders({ webhookId: ID, timestampSec: nowSec, body: BODY, secrets: [WHSEC, previous] });
     const entries = headers['webhook-signature']?.split(' ');
-    expect(entries).toEqual([
-      `v1,${reference(secretKeyBytes(WHSEC), ID, nowSec, BODY)}`,
-      `v1,${reference(secretKeyBytes(previous), ID, nowSec, BODY)}`,
-    ]);
+    expect(entries).toEqual([`v1,${reference(secretKeyBytes(WHSEC), ID, nowSec, BODY)}`, `v1,${reference(secretKeyBytes(previous), ID, nowSec, BODY)}`]);
     // A receiver holding either secret accepts the delivery.
     expect(() => new Webhook(WHSEC).verify(BODY, headers)).not.toThrow();
     expect(() => new Webhook(previous).verify(BODY, headers)).not.toThrow();

@@ -47,10 +47,14 @@ describe('StorageGate', () => {
   it('probes at once when told the connection is ready again, and stops probing when stopped', async () => {
     let answer = false;
     let probes = 0;
-    const gate = new StorageGate(async () => {
-      probes += 1;
-      return answer;
-    }, undefined, 10_000);
+    const gate = new StorageGate(
+      async () => {
+        probes += 1;
+        return answer;
+      },
+      undefined,
+      10_000,
+    );
     gate.close();
     answer = true;
     gate.check();

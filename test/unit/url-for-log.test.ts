@@ -19,7 +19,9 @@ describe('urlForLog', () => {
 
 describe('requestLogSerializer', () => {
   it('keeps Fastify’s request fields with the query values redacted', () => {
-    expect(requestLogSerializer({ method: 'GET', url: '/x?api_key=hk_secret', host: '127.0.0.1:8080', ip: '127.0.0.1', socket: { remotePort: 51234 } })).toEqual({
+    expect(
+      requestLogSerializer({ method: 'GET', url: '/x?api_key=hk_secret', host: '127.0.0.1:8080', ip: '127.0.0.1', socket: { remotePort: 51234 } }),
+    ).toEqual({
       method: 'GET',
       url: '/x?api_key=[redacted]',
       host: '127.0.0.1:8080',

@@ -43,9 +43,7 @@ describe('verifyStandardWebhook', () => {
     expect(verifyStandardWebhook({ secret: OTHER, headers, body: BODY, nowSec: NOW })).toBe(false);
     expect(verifyStandardWebhook({ secret: SECRET, headers, body: `${BODY}\n`, nowSec: NOW })).toBe(false);
     expect(verifyStandardWebhook({ secret: SECRET, headers: { ...headers, 'webhook-id': 'e-2' }, body: BODY, nowSec: NOW })).toBe(false);
-    expect(
-      verifyStandardWebhook({ secret: SECRET, headers: { ...headers, 'webhook-timestamp': String(NOW + 1) }, body: BODY, nowSec: NOW }),
-    ).toBe(false);
+    expect(verifyStandardWebhook({ secret: SECRET, headers: { ...headers, 'webhook-timestamp': String(NOW + 1) }, body: BODY, nowSec: NOW })).toBe(false);
   });
 
   it('enforces the timestamp tolerance both ways (300 s by default)', () => {
@@ -69,16 +67,10 @@ describe('verifyStandardWebhook', () => {
     const headers = signed([SECRET]);
     const valid = headers['webhook-signature'] ?? '';
     const noise = ['v2,abc', 'v1,', 'v1,not-base64!', `v1a,${valid.slice(3)}`, `v1,${valid.slice(3, -2)}=`].join(' ');
-    expect(verifyStandardWebhook({ secret: SECRET, headers: { ...headers, 'webhook-signature': noise }, body: BODY, nowSec: NOW })).toBe(
-      false,
-    );
-    expect(
-      verifyStandardWebhook({ secret: SECRET, headers: { ...headers, 'webhook-signature': `${noise} ${valid}` }, body: BODY, nowSec: NOW }),
-    ).toBe(true);
+    expect(verifyStandardWebhook({ secret: SECRET, headers: { ...headers, 'webhook-signature': noise }, body: BODY, nowSec: NOW })).toBe(false);
+    expect(verifyStandardWebhook({ secret: SECRET, headers: { ...headers, 'webhook-signature': `${noise} ${valid}` }, body: BODY, nowSec: NOW })).toBe(true);
     // Node joins a repeated header with ", ".
-    expect(
-      verifyStandardWebhook({ secret: SECRET, headers: { ...headers, 'webhook-signature': `v1,AAAA, ${valid}` }, body: BODY, nowSec: NOW }),
-    ).toBe(true);
+    expect(verifyStandardWebhook({ secret: SECRET, headers: { ...headers, 'webhook-signature': `v1,AAAA, ${valid}` }, body: BODY, nowSec: NOW })).toBe(true);
   });
 
   it('rejects missing or malformed headers', () => {
@@ -112,7 +104,16 @@ describe('verifyLegacySignature', () => {
     const header = signed([SECRET])['x-webhook-signature'] ?? '';
     expect(verifyLegacySignature({ secret: OTHER, header, body: BODY })).toBe(false);
     expect(verifyLegacySignature({ secret: SECRET, header, body: `${BODY} ` })).toBe(false);
-    for (const bad of [undefined, null, '', header.slice('sha256='.length), header.replace('sha256=', 'sha1='), header.slice(0, -2), `${header}00`, [header, header]]) {
+    for (const bad of [
+      undefined,
+      null,
+      '',
+      header.slice('sha256='.length),
+      header.replace('sha256=', 'sha1='),
+      header.slice(0, -2),
+      `${header}00`,
+      [header, header],
+    ]) {
       expect(verifyLegacySignature({ secret: SECRET, header: bad, body: BODY })).toBe(false);
     }
   });

@@ -28,7 +28,11 @@ describe('DeferralWakeups', () => {
   it('promotes the deferred deliveries as soon as their endpoint takes deliveries again', async () => {
     const { state, breakers } = fakeBreakers();
     const promoted: DeferredRef[][] = [];
-    const wakeups = new DeferralWakeups(breakers, async (refs) => void promoted.push([...refs]), () => 0);
+    const wakeups = new DeferralWakeups(
+      breakers,
+      async (refs) => void promoted.push([...refs]),
+      () => 0,
+    );
     wakeups.register('e', [ref(1), ref(2)], 15_000);
     wakeups.register('e', [ref(3)], 15_000);
     await flush();
@@ -47,7 +51,11 @@ describe('DeferralWakeups', () => {
     const { state, breakers } = fakeBreakers();
     state.admission = { admitted: true, probe: false, lane: 'healthy' };
     const promoted: DeferredRef[] = [];
-    const wakeups = new DeferralWakeups(breakers, async (refs) => void promoted.push(...refs), () => 0);
+    const wakeups = new DeferralWakeups(
+      breakers,
+      async (refs) => void promoted.push(...refs),
+      () => 0,
+    );
     wakeups.register('e', [ref(1)], 15_000);
     await flush();
     expect(promoted).toEqual([ref(1)]);
@@ -56,7 +64,11 @@ describe('DeferralWakeups', () => {
   it('leaves deliveries to their own delay when nothing in flight can change the endpoint, or a suspect lane is all it offers', async () => {
     const { state, breakers } = fakeBreakers();
     const promoted: DeferredRef[] = [];
-    const wakeups = new DeferralWakeups(breakers, async (refs) => void promoted.push(...refs), () => 0);
+    const wakeups = new DeferralWakeups(
+      breakers,
+      async (refs) => void promoted.push(...refs),
+      () => 0,
+    );
     // Admitted, but only as a suspect: a wake-up would only defer them again.
     state.admission = { admitted: true, probe: true, lane: 'suspect' };
     state.inflight = false;
@@ -70,7 +82,11 @@ describe('DeferralWakeups', () => {
     const { state, breakers } = fakeBreakers();
     let nowMs = 0;
     const promoted: DeferredRef[] = [];
-    const wakeups = new DeferralWakeups(breakers, async (refs) => void promoted.push(...refs), () => nowMs);
+    const wakeups = new DeferralWakeups(
+      breakers,
+      async (refs) => void promoted.push(...refs),
+      () => nowMs,
+    );
     wakeups.register('e', [ref(1)], 1_000);
     nowMs = 2_000;
     state.admission = { admitted: true, probe: false, lane: 'healthy' };

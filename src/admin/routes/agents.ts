@@ -26,10 +26,7 @@ export function agentRoutes(deps: { authorize: Authorizer; agents: DocLookup<Age
       async (request) => {
         const { deployment_id: deploymentId } = request.params;
         if (!EXTERNAL_ID_RE.test(deploymentId)) {
-          throw new ApiError(
-            'invalid_deployment_id',
-            deploymentId === '' ? 'deployment_id is required' : 'Invalid deployment_id format',
-          );
+          throw new ApiError('invalid_deployment_id', deploymentId === '' ? 'deployment_id is required' : 'Invalid deployment_id format');
         }
         const agent = await deps.agents.get(deploymentId);
         if (!agent) throw new ApiError('deployment_not_found');

@@ -21,14 +21,21 @@ const deliverySchema = z
     event_type: z.string(),
     status: z.enum(DELIVERY_STATUSES).describe('pending, retrying, delivered, dead (dead letter), dropped (webhook deleted) or replayed.'),
     attempts: z.number().int(),
-    last_outcome: z.string().nullable().describe('delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, circuit_open (due while the endpoint’s circuit was open; not sent) or webhook_disabled.'),
+    last_outcome: z
+      .string()
+      .nullable()
+      .describe(
+        'delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, circuit_open (due while the endpoint’s circuit was open; not sent) or webhook_disabled.',
+      ),
     last_status_code: z.number().int().nullable(),
     created_at: z.string().describe('When the event was accepted.'),
     updated_at: z.string(),
     next_attempt_at: z
       .string()
       .nullable()
-      .describe('When the next attempt will be made (pending and retrying deliveries): the retry schedule, moved later while the endpoint’s circuit holds the delivery back.'),
+      .describe(
+        'When the next attempt will be made (pending and retrying deliveries): the retry schedule, moved later while the endpoint’s circuit holds the delivery back.',
+      ),
     replay_of: z.string().nullable().describe('The dead letter this delivery replays.'),
   })
   .meta({ id: 'Delivery' });
@@ -125,7 +132,16 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
 
     app.get(
       '/vendors/v1/webhooks/:webhook_id/deliveries',
-      { onRequest, schema: { tags, summary: 'Recent deliveries of a webhook', params: webhookParams, querystring: deliveriesQuery, response: { 200: z.object({ deliveries: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) } } },
+      {
+        onRequest,
+        schema: {
+          tags,
+          summary: 'Recent deliveries of a webhook',
+          params: webhookParams,
+          querystring: deliveriesQuery,
+          response: { 200: z.object({ deliveries: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) },
+        },
+      },
       async (request) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);
         const { limit: count = 20, status } = request.query;
@@ -138,7 +154,13 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
       '/vendors/v1/webhooks/:webhook_id/deliveries/:delivery_id',
       {
         onRequest,
-        schema: { tags, summary: 'One delivery with every attempt', params: deliveryParams, querystring: noQueryParameters, response: { 200: z.object({ delivery: deliverySchema, attempts: z.array(attemptSchema) }), ...errorResponses(400, 401, 403, 404) } },
+        schema: {
+          tags,
+          summary: 'One delivery with every attempt',
+          params: deliveryParams,
+          querystring: noQueryParameters,
+          response: { 200: z.object({ delivery: deliverySchema, attempts: z.array(attemptSchema) }), ...errorResponses(400, 401, 403, 404) },
+        },
       },
       async (request) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);
@@ -150,7 +172,16 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
 
     app.get(
       '/vendors/v1/webhooks/:webhook_id/dead-letters',
-      { onRequest, schema: { tags, summary: 'Dead letters of a webhook (every attempt failed)', params: webhookParams, querystring: limitQuery, response: { 200: z.object({ dead_letters: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) } } },
+      {
+        onRequest,
+        schema: {
+          tags,
+          summary: 'Dead letters of a webhook (every attempt failed)',
+          params: webhookParams,
+          querystring: limitQuery,
+          response: { 200: z.object({ dead_letters: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) },
+        },
+      },
       async (request) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);
         return { dead_letters: (await deps.history.deadLetters(webhook.id, request.query.limit ?? 20)).map(toDelivery) };
@@ -161,7 +192,14 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
       '/vendors/v1/webhooks/:webhook_id/dead-letters/:delivery_id/replay',
       {
         onRequest,
-        schema: { tags, summary: 'Replay one dead letter', description: 'Queues a new delivery of the same event; answers its id.', params: deliveryParams, querystring: noQueryParameters, response: { 202: z.object({ delivery_id: z.string(), replay_of: z.string() }), ...errorResponses(400, 401, 403, 404, 409) } },
+        schema: {
+          tags,
+          summary: 'Replay one dead letter',
+          description: 'Queues a new delivery of the same event; answers its id.',
+          params: deliveryParams,
+          querystring: noQueryParameters,
+          response: { 202: z.object({ delivery_id: z.string(), replay_of: z.string() }), ...errorResponses(400, 401, 403, 404, 409) },
+        },
       },
       async (request, reply) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);
@@ -195,7 +233,14 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
       '/vendors/v1/webhooks/:webhook_id/test',
       {
         onRequest,
-        schema: { tags, summary: 'Send a test event', description: 'Queues a signed event of the webhook’s type with data {"test": true}.', params: webhookParams, querystring: noQueryParameters, response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }), ...errorResponses(400, 401, 403, 404) } },
+        schema: {
+          tags,
+          summary: 'Send a test event',
+          description: 'Queues a signed event of the webhook’s type with data {"test": true}.',
+          params: webhookParams,
+          querystring: noQueryParameters,
+          response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }), ...errorResponses(400, 401, 403, 404) },
+        },
       },
       async (request, reply) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);

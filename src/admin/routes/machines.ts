@@ -7,8 +7,8 @@ import type { Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
 import { errorResponses, queryParameters } from '../schemas.js';
 
-export const PAGE_SIZE_DEFAULT = 20;
-export const PAGE_SIZE_MAX = 100;
+const PAGE_SIZE_DEFAULT = 20;
+const PAGE_SIZE_MAX = 100;
 const PAGE_MAX = 1_000_000;
 
 const wholeNumber = (name: string, min: number, max: number) =>
