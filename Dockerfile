@@ -3,7 +3,7 @@
 # The runtime stage holds only the compiled dist/, the production node_modules/ and package.json.
 
 # ---- build: install everything, compile TypeScript, then drop the dev dependencies
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 # No install scripts: the one native module the engine uses ships prebuilt (an optional package),
@@ -14,7 +14,7 @@ COPY src ./src
 RUN npm run build && npm prune --omit=dev
 
 # ---- runtime
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 ENV NODE_ENV=production \
     HOOKLINE_API_HOST=0.0.0.0 \
     HOOKLINE_DATA_DIR=/var/lib/hookline

@@ -1,6 +1,6 @@
 import type { Reporter, TestModule } from 'vitest/node';
 
-/** Prints one plain closing line, `Tests: N passed, N failed, N skipped`, that CI logs can be read by. */
+/** Prints one plain closing line, `Tests: N passed, N failed, N skipped (Node vX)`, that CI logs can be read by. */
 export default class SummaryReporter implements Reporter {
   onTestRunEnd(testModules: ReadonlyArray<TestModule>): void {
     const counts = { passed: 0, failed: 0, skipped: 0 };
@@ -15,6 +15,6 @@ export default class SummaryReporter implements Reporter {
       const failedTests = [...testModule.children.allTests()].filter((test) => test.result().state === 'failed').length;
       if (testModule.state() === 'failed' && failedTests === 0) counts.failed += 1;
     }
-    process.stdout.write(`\nTests: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped\n`);
+    process.stdout.write(`\nTests: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped (Node ${process.version})\n`);
   }
 }

@@ -4,13 +4,23 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
+import semver from 'semver';
 import { parse } from 'yaml';
+import { loadConfig } from '../../src/config/env.js';
 import { signatureHeaders } from '../../src/delivery/sign.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import { dashboardExpressions, dashboardFiles, metricNamesInExpression, metricNamesUsedInDashboards, ruleExpressions } from '../helpers/dashboard-metrics.js';
 import { waitFor } from '../helpers/wait.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
+/** The configuration's defaults: the ports the images and compose file must agree with. */
+const DEFAULTS = loadConfig({});
+const ENGINES = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { engines: { node: string } }).engines.node;
+/** A `node:<major>…` image whose Node the package supports (its `engines`) and that is a long-term-support line (even major). */
+const supportedNodeImage = (image: string): boolean => {
+  const major = Number(/^node:(\d+)/.exec(image)?.[1]);
+  return major % 2 === 0 && semver.satisfies(`${major}.99.0`, ENGINES);
+};
 const read = (file: string) => readFileSync(path.join(ROOT, file), 'utf8');
 // Compose files use YAML merge keys (`<<: *anchor`), a YAML 1.1 feature the parser enables on request.
 const readYaml = <T>(file: string) => parse(read(file), { merge: true }) as T;
@@ -107,13 +117,9 @@ function run(command: string, args: string[], options: { cwd?: string; env?: Nod
 }
 
 describe('docker-compose.yml', () => {
-  it('defines exactly the six services', () => {
-    expect(Object.keys(compose.services).sort()).toEqual(['api', 'grafana', 'prometheus', 'receiver', 'redis', 'worker']);
-  });
-
-  it('runs Redis 7 with AOF (fsync every second), noeviction, a volume and a PING health check', () => {
+  it('runs Redis 7 or newer with AOF (fsync every second), noeviction, a volume and a PING health check', () => {
     const redis = service('redis');
-    expect(redis.image).toBe('redis:7-alpine');
+    expect(Number(/^redis:(\d+)/.exec(redis.image ?? '')?.[1])).toBeGreaterThanOrEqual(7);
     const command = [redis.command ?? []].flat().join(' ');
     expect(command).toContain('--appendonly yes');
     expect(command).toContain('--appendfsync everysec');
@@ -130,9 +136,10 @@ describe('docker-compose.yml', () => {
     expect([api.command].flat()).toEqual(['api']);
     expect(api.environment).toMatchObject({ REDIS_URL: 'redis://redis:6379', HOOKLINE_API_HOST: '0.0.0.0' });
     expect(api.environment?.HOOKLINE_SECRET_KEY).toBe('${HOOKLINE_SECRET_KEY:?set it: openssl rand -base64 32}');
-    expect(api.ports).toEqual(['8080:8080']);
+    // Published and checked on the port the API listens on by default.
+    expect(api.ports?.map((p) => String(p).split(':').at(-1))).toEqual([String(DEFAULTS.apiPort)]);
     expect(api.depends_on).toEqual({ redis: { condition: 'service_healthy' } });
-    expect(healthTest(api)).toContain('127.0.0.1:8080/healthz');
+    expect(healthTest(api)).toContain(`127.0.0.1:${DEFAULTS.apiPort}/healthz`);
   });
 
   it('runs scalable workers: same image, no host port, metrics port reachable, private targets for the demo only', () => {
@@ -149,7 +156,7 @@ describe('docker-compose.yml', () => {
       HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
     });
     expect(read('docker-compose.yml')).toMatch(/production must not set it/);
-    expect(healthTest(worker)).toContain('127.0.0.1:9464/healthz');
+    expect(healthTest(worker)).toContain(`127.0.0.1:${DEFAULTS.metricsPort}/healthz`);
     expect(api.environment?.HOOKLINE_ALLOW_PRIVATE_TARGETS).toBeUndefined();
   });
 
@@ -181,13 +188,11 @@ describe('docker-compose.yml', () => {
       GF_AUTH_ANONYMOUS_ORG_ROLE: 'Viewer',
       GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH: dashboardTarget,
     });
-    expect(grafana.ports).toEqual(['3000:3000']);
 
     const receiver = service('receiver');
-    expect(receiver.image).toBe('node:20-alpine');
+    expect(supportedNodeImage(receiver.image ?? ''), receiver.image).toBe(true);
     expect(bindMounts(receiver)).toContainEqual(['./examples/demo-receiver', '/app']);
     expect([receiver.command].flat().join(' ')).toContain('/app/receiver.mjs');
-    expect(receiver.ports).toEqual(['9000:9000']);
   });
 
   it('passes `docker compose config -q`', (ctx) => {
@@ -224,9 +229,9 @@ describe('Dockerfile', () => {
   const runtime = stages.at(-1);
   const all = (stage: typeof runtime, keyword: string) => (stage?.instructions ?? []).filter(([k]) => k === keyword).map(([, rest]) => rest);
 
-  it('builds on node:20-bookworm-slim: npm ci, build, prune dev dependencies', () => {
+  it('builds on a Node the package supports: npm ci, build, prune dev dependencies', () => {
     expect(stages).toHaveLength(2);
-    expect(build?.from).toBe('node:20-bookworm-slim AS build');
+    expect(supportedNodeImage(build?.from.replace(/\s+AS\s+build$/i, '') ?? ''), build?.from).toBe(true);
     const runs = all(build, 'RUN').join(' && ');
     expect(runs).toMatch(/npm ci\b/);
     expect(runs).toContain('npm run build');
@@ -234,7 +239,8 @@ describe('Dockerfile', () => {
   });
 
   it('copies only dist/, node_modules/ and package.json from the build stage into the runtime stage', () => {
-    expect(runtime?.from).toBe('node:20-bookworm-slim');
+    // The runtime stage runs what the build stage built, on the same Node.
+    expect(`${runtime?.from} AS build`).toBe(build?.from);
     const copies = [...all(runtime, 'COPY'), ...all(runtime, 'ADD')];
     expect(copies.length).toBeGreaterThan(0);
     const sources = copies.flatMap((copy) => {
@@ -249,12 +255,14 @@ describe('Dockerfile', () => {
     const users = all(runtime, 'USER');
     expect(users.length).toBeGreaterThan(0);
     expect(users.at(-1)).not.toMatch(/^(root|0)(:|$)/);
-    expect(users.at(-1)).toBe('node');
     expect(all(runtime, 'ENV').join(' ')).toMatch(/\bNODE_ENV=production\b/);
-    expect(all(runtime, 'EXPOSE').join(' ').split(/\s+/).sort()).toEqual(['8080', '9464']);
+    // The ports the API and a worker's health server listen on by default.
+    expect(all(runtime, 'EXPOSE').join(' ').split(/\s+/).sort()).toEqual([String(DEFAULTS.apiPort), String(DEFAULTS.metricsPort)].sort());
     const [healthcheck] = all(runtime, 'HEALTHCHECK');
     expect(healthcheck).toMatch(/CMD \["node", "-e", ".*fetch\(.*\/healthz/);
-    expect(all(runtime, 'ENTRYPOINT')).toEqual(['["node", "dist/cli.js"]']);
+    // The package's own CLI, started as `hookline start` unless the container is given another command.
+    const pkg = JSON.parse(read('package.json')) as { bin: { hookline: string } };
+    expect(all(runtime, 'ENTRYPOINT')).toEqual([`["node", "${pkg.bin.hookline}"]`]);
     expect(all(runtime, 'CMD')).toEqual(['["start"]']);
   });
 
