@@ -31,7 +31,7 @@ import { machineRoutes } from './routes/machines.js';
 import { taskRoutes } from './routes/tasks.js';
 import { webhookRoutes } from './routes/webhooks.js';
 
-/** Everything the admin API needs, passed in by the composition root (the CLI) or a test. */
+/** Everything the admin API needs, passed in by the composition root (createEngine). */
 export interface AdminDeps {
   logger: Logger;
   bodyLimitBytes: number;

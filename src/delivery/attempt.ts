@@ -21,7 +21,7 @@ import type { DeferralWakeups } from './wakeups.js';
  * decide, record, and the one log line. The single and batch processors build on these.
  */
 
-/** What the processors need; the CLI wires the real ones, tests may pass their own clock. */
+/** What the processors need; the composition root (createEngine) wires them, with a clock of its own for tests. */
 export interface DeliveryProcessorDeps {
   webhooks: WebhookSource;
   sender: { send(request: SendRequest): Promise<SendResult> };
