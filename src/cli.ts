@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { randomBytes } from 'node:crypto';
-import { Command, Option } from 'commander';
+import { Command, CommanderError, Option } from 'commander';
 import { ConfigError, loadConfig, type Config } from './config/env.js';
 import { EXTERNAL_ID_RE } from './domain/ids.js';
 import { ROLES, type Role } from './domain/roles.js';
@@ -99,6 +99,8 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
   const program = new Command('hookline')
     .description('Hookline: signed, retried webhook deliveries of machine and deployment events, with an admin API.')
     .version(VERSION)
+    // Commander would exit 1 on a usage error itself; main() answers 2 as the README promises.
+    .exitOverride()
     .showHelpAfterError()
     .addHelpText('after', '\nConfiguration comes from environment variables; see README.md or .env.example.');
 
@@ -232,6 +234,8 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<numb
     await buildProgram(env).parseAsync(argv);
     return 0;
   } catch (error) {
+    // Commander has printed its message (and the help) already; --help and --version end here too.
+    if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
     if (error instanceof UsageError || error instanceof ConfigError || error instanceof RedisServerUnavailableError) {
       say(`hookline: ${error.message}`);
       return error instanceof UsageError ? 2 : 1;

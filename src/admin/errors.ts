@@ -35,6 +35,8 @@ export class ApiError extends Error {
   constructor(
     readonly code: ErrorCode,
     message: string = ERRORS[code].message,
+    /** Fields the body carries beside `error` and `code` (a 409's existing `webhook_id`). */
+    readonly details: { webhook_id?: string } = {},
   ) {
     super(message);
     this.name = 'ApiError';
@@ -45,6 +47,7 @@ export class ApiError extends Error {
 export interface ErrorBody {
   error: string;
   code: ErrorCode;
+  webhook_id?: string;
 }
 
 export function errorBody(code: ErrorCode, message: string = ERRORS[code].message): ErrorBody {

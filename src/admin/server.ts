@@ -152,7 +152,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   app.setSerializerCompiler(serializerCompiler);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    if (error instanceof ApiError) return reply.code(error.statusCode).send(errorBody(error.code, error.message));
+    if (error instanceof ApiError) return reply.code(error.statusCode).send({ ...errorBody(error.code, error.message), ...error.details });
     if (hasZodFastifySchemaValidationErrors(error)) return reply.code(400).send(errorBody('invalid_request', validationMessage(error)));
     const mapped = error.code ? FASTIFY_CODES[error.code] : undefined;
     if (mapped) return reply.code(error.statusCode ?? 400).send(errorBody(mapped));

@@ -52,6 +52,26 @@ describe('hookline keys (against REDIS_URL)', () => {
     expect(result.stdout).toBe('');
   });
 
+  it.each([
+    [['keys', 'create', '--role', 'admin'], "required option '--name <name>' not specified"],
+    [['keys', 'list', '--bogus'], "unknown option '--bogus'"],
+    [['nope'], "unknown command 'nope'"],
+    [['dlq', 'list'], "required option '--webhook <webhookId>' not specified"],
+  ])('answers the usage error %j with exit code 2, as the README promises', async (args, message) => {
+    const result = await runCli(args, cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix }));
+    expect(result.stderr).toContain(message);
+    expect(result.code).toBe(2);
+  });
+
+  it('answers --help and --version with exit code 0', async () => {
+    const help = await runCli(['keys', '--help'], cleanEnv({}));
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain('Issue, list and revoke API keys');
+    const version = await runCli(['--version'], cleanEnv({}));
+    expect(version.code).toBe(0);
+    expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+  });
+
   it('stops on invalid configuration, naming the variable', async () => {
     const result = await runCli(['keys', 'list'], cleanEnv({ REDIS_URL: 'http://nope', HOOKLINE_API_PORT: 'eighty' }));
     expect(result.code).toBe(1);

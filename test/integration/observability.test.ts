@@ -274,6 +274,23 @@ describe('request URLs in a live engine’s logs', () => {
       '/no/such/route?api_key=[redacted]',
     ]);
   });
+
+  it('does not log health probes at info', async () => {
+    for (let i = 0; i < 3; i++) {
+      expect((await fetch(`${base}/healthz`)).status).toBe(200);
+      await fetch(`${base}/readyz`);
+    }
+    // A request after the probes: once its line is in the log, the probes' lines would be too.
+    await fetch(`${base}/rental/v1/machines?probe-marker=1`);
+    await waitFor(() => engine.output().includes('probe-marker='), 10_000, 'the request after the probes logged');
+    const probeLines = engine
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { req?: { url?: string } })
+      .filter((l) => l.req?.url === '/healthz' || l.req?.url === '/readyz');
+    expect(probeLines).toEqual([]);
+  });
 });
 
 describe('log redaction', () => {

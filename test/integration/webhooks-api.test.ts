@@ -98,10 +98,15 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
     });
 
     it('answers 409 for a second webhook of the same event_type, and allows it for another vendor', async () => {
-      await register();
+      const existing = await register();
       const second = await post({ event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://other.example.com/' });
       expect(second.statusCode).toBe(409);
-      expect(second.json()).toEqual({ error: `A webhook for ${WEBHOOK_EVENT_TYPES[0]} is already registered for this vendor`, code: 'webhook_conflict' });
+      // The answer names the webhook that has the event type, so the vendor can PATCH it instead.
+      expect(second.json()).toEqual({
+        error: `A webhook for ${WEBHOOK_EVENT_TYPES[0]} is already registered for this vendor: ${existing}`,
+        code: 'webhook_conflict',
+        webhook_id: existing,
+      });
       const otherVendor = await post({ event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A }, otherVendorKey);
       expect(otherVendor.statusCode).toBe(201);
     });

@@ -6,12 +6,14 @@ export function healthRoutes(deps: { isReady: () => Promise<boolean> }): Fastify
   return async (app) => {
     app.get(
       '/healthz',
-      { schema: { tags: ['health'], security: [], summary: 'Liveness', response: { 200: z.object({ status: z.literal('ok') }) } } },
+      // Probes come every few seconds: logged only when something goes wrong.
+      { logLevel: 'warn', schema: { tags: ['health'], security: [], summary: 'Liveness', response: { 200: z.object({ status: z.literal('ok') }) } } },
       async () => ({ status: 'ok' as const }),
     );
     app.get(
       '/readyz',
       {
+        logLevel: 'warn',
         schema: {
           tags: ['health'],
           security: [],

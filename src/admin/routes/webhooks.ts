@@ -14,8 +14,10 @@ function checkedId(webhookId: string): string {
   return webhookId.toLowerCase();
 }
 
-function conflict(eventType: string): ApiError {
-  return new ApiError('webhook_conflict', `A webhook for ${eventType} is already registered for this vendor`);
+function conflict(eventType: string, existingId?: string): ApiError {
+  return existingId === undefined
+    ? new ApiError('webhook_conflict', `A webhook for ${eventType} is already registered for this vendor`)
+    : new ApiError('webhook_conflict', `A webhook for ${eventType} is already registered for this vendor: ${existingId}`, { webhook_id: existingId });
 }
 
 export interface WebhookRouteDeps {
@@ -61,7 +63,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           callbackUrl: body.callback_url,
           ...(body.secret === undefined ? {} : { secret: body.secret }),
         });
-        if (!result.ok) throw conflict(body.event_type);
+        if (!result.ok) throw conflict(body.event_type, result.existingId);
         return reply.code(201).send({ webhook_id: result.webhook.id });
       },
     );
