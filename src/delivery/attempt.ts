@@ -27,7 +27,10 @@ export interface DeliveryProcessorDeps {
   sender: { send(request: SendRequest): Promise<SendResult> };
   recorder: DeliveryRecorder;
   /** Where deliveries that leave a batch (retries, deferrals, hand-offs) go, and how deferred ones are woken. */
-  singles: { addSingles(singles: readonly SingleDelivery[]): Promise<void> };
+  singles: {
+    addSingles(singles: readonly SingleDelivery[]): Promise<void>;
+    promote(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<void>;
+  };
   breakers: EndpointBreakers;
   /** The attempts this process runs at once. */
   slots: SendSlots;

@@ -77,6 +77,9 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     };
 
     let failure: Error | undefined;
+    // Settled once this batch's single jobs exist (or adding them failed).
+    let singlesAdded: () => void = () => undefined;
+    const added = new Promise<void>((resolve) => (singlesAdded = resolve));
     const run = async (data: DeliverJob) => {
       const prepared = await steps.prepare(data, 1);
       if ('finished' in prepared) return;
@@ -104,8 +107,14 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
         steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
         return;
       }
-      // Handed off while in flight: its single job exists and reads the record when it runs.
-      if (end.retryDelayMs !== undefined && !holds.isHandedOff(data)) leave(data, end.retryDelayMs);
+      if (!holds.isHandedOff(data)) {
+        if (end.retryDelayMs !== undefined) leave(data, end.retryDelayMs);
+        return;
+      }
+      // Handed off while in flight: its single job waits until this attempt would have timed out.
+      // The attempt is recorded now, so wake the job: it reads the record and finishes (delivered,
+      // dead) or waits for the retry the record schedules, instead of idling in the queue.
+      void added.then(() => deps.singles.promote([data])).catch(() => undefined);
     };
     const settle = (data: DeliverJob) => {
       holds.settled(data);
@@ -153,7 +162,11 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     // instead of sending them a second time beside it.
     const marks = [...deferred.map(({ data, retryAtMs, dueAtMs }) => ({ job: data, nextAttemptAtMs: retryAtMs, dueAtMs })), ...handOffs];
     if (marks.length > 0) await deps.recorder.recordDeferred(marks);
-    await deps.singles.addSingles(singles);
+    try {
+      await deps.singles.addSingles(singles);
+    } finally {
+      singlesAdded();
+    }
     // Only now are the deferred jobs in the queue to be woken.
     const byEndpoint = new Map<string, { refs: DeliverJob[]; untilMs: number }>();
     for (const { data, endpoint, retryAtMs } of deferred) {

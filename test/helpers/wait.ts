@@ -55,14 +55,20 @@ export async function quiescent<T>(read: () => T | Promise<T>, holdMs: number, t
   return last;
 }
 
-/** Waits until the queues (the engine's `queues.counts()`) hold no job waiting, delayed or running. */
+/**
+ * Waits until the queues (the engine's `queues.counts()`) hold no job waiting, delayed or running;
+ * on timeout the error names what was left, so a failure says which jobs stayed.
+ */
 export async function queuesDrained(queues: { counts(): Promise<Record<string, number>> }, timeoutMs = 10_000): Promise<void> {
-  await waitFor(
+  let last: Record<string, number> = {};
+  const left = (counts: Record<string, number>) => (counts.waiting ?? 0) + (counts.delayed ?? 0) + (counts.active ?? 0) + (counts.prioritized ?? 0);
+  const drained = await poll(
     async () => {
-      const counts = await queues.counts();
-      return (counts.waiting ?? 0) + (counts.delayed ?? 0) + (counts.active ?? 0) + (counts.prioritized ?? 0) === 0;
+      last = await queues.counts();
+      return left(last) === 0;
     },
     timeoutMs,
-    'the delivery queues to drain',
+    25,
   );
+  if (drained === undefined) throw new Error(`timed out after ${timeoutMs} ms waiting for the delivery queues to drain; left: ${JSON.stringify(last)}`);
 }

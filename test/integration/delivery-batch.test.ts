@@ -160,6 +160,23 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     await slots.idle();
   });
 
+  it('a handed-off delivery whose slow attempt then succeeds leaves no delayed job behind: the queues drain at once', async () => {
+    t = await testApp({ retryScheduleMs: [0, 200] });
+    const r = await receiver();
+    // Slower than the hold (200 ms), far quicker than the timeout (20 s): handed off, then delivered.
+    r.script('/slow', { status: 200, delayMs: 600 });
+    const created = await t.webhooks.create('v-slow', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/slow` });
+    if (!created.ok) throw new Error('webhook not created');
+    await t.ingestor.ingest([machineEvent('v-slow')], 'http');
+    worker = await startTestWorker(t, { deliveryTimeoutMs: 20_000, breaker: { slowAfterMs: 200 } });
+    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.outcome === 'delivered'), 10_000, 'delivered');
+    // Its single job, due at the attempt's start + timeout + 1 s, is woken once the attempt is
+    // recorded, finds the delivery finished and completes: nothing waits 21 s in the queue.
+    await queuesDrained(t.queues, 5_000);
+    expect(worker.outcomes.filter((o) => o.kind === 'skipped')).toHaveLength(1);
+    expect(r.requests).toHaveLength(1);
+  });
+
   it('the single job of a handed-off delivery skips it once the record says delivered', async () => {
     t = await testApp({ retryScheduleMs: [0, 200] });
     const r = await receiver();
