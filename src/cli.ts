@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { randomBytes } from 'node:crypto';
 import { Command, CommanderError, Option } from 'commander';
+import { addOperatorCommands } from './cli-operator.js';
 import { ConfigError, loadConfig, type Config } from './config/env.js';
 import { EXTERNAL_ID_RE } from './domain/ids.js';
 import { ROLES, type Role } from './domain/roles.js';
@@ -180,27 +181,11 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     if (!webhook) throw new UsageError(`no webhook with id ${webhookId}`);
     return webhook;
   };
-  dlq
-    .command('list')
-    .description('List a webhook’s dead letters, newest first.')
-    .requiredOption('--webhook <webhookId>', 'the webhook')
-    .option('--limit <n>', 'how many (1-1000)', '50')
-    .option('--json', 'print JSON')
-    .action(async (options: { webhook: string; limit: string; json?: boolean }) => {
-      const limit = Number(options.limit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new UsageError('--limit must be a whole number from 1 to 1000');
-      await withStores(config(), async (stores) => {
-        await knownWebhook(stores, options.webhook);
-        const dead = await stores.deliveryLog.deadLetters(options.webhook, limit);
-        if (options.json) return void process.stdout.write(`${JSON.stringify(dead, null, 2)}\n`);
-        if (dead.length === 0) return void say('no dead letters');
-        for (const d of dead) {
-          process.stdout.write(
-            `${d.deliveryId}\t${d.eventId}\t${d.eventType}\t${d.attempts} attempts\t${d.lastOutcome ?? '-'}\t${new Date(d.updatedAtMs).toISOString()}\n`,
-          );
-        }
-      });
-    });
+  addOperatorCommands(program, dlq, {
+    withStores: (body) => withStores(config(), body),
+    usageError: (message) => new UsageError(message),
+    interrupted: shutdownSignal,
+  });
   dlq
     .command('replay')
     .description('Replay one dead letter (--delivery) or all of a webhook’s, showing progress; a running worker delivers them.')
@@ -208,14 +193,14 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     .option('--delivery <deliveryId>', 'replay only this dead letter')
     .action(async (options: { webhook: string; delivery?: string }) => {
       await withStores(config(), async (stores) => {
-        await knownWebhook(stores, options.webhook);
+        const webhook = await knownWebhook(stores, options.webhook);
         if (options.delivery !== undefined) {
           const result = await stores.replayer.replayOne(options.webhook, options.delivery);
           if (!result.ok) throw new UsageError(result.reason === 'not_found' ? `no delivery ${options.delivery}` : `${options.delivery} is not a dead letter`);
           process.stdout.write(`${result.deliveryId}\n`);
           return say(`queued ${result.deliveryId} replaying ${options.delivery}`);
         }
-        const taskId = await stores.replayer.createTask();
+        const taskId = await stores.replayer.createTask(webhook.vendorId, webhook.id);
         say(`task ${taskId}`);
         const { replayed, skipped } = await stores.replayer.runReplayAll(taskId, options.webhook, {
           onProgress: (done, total) => process.stderr.write(`\rreplayed ${done}/${total}`),

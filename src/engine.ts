@@ -19,13 +19,17 @@ import type { Logger } from './logger.js';
 import { createMetrics, initialiseSeries, type Metrics } from './metrics/metrics.js';
 import { breakerObserver, deliveryObserver, ingestObserver, scrapeCollector } from './metrics/observers.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
+import { RedisAttemptFeed, type FeedEntry } from './store/attempt-feed.js';
+import { RedisCircuitLog } from './store/circuits.js';
 import { RedisDeliveryLog } from './store/delivery-log.js';
 import { RedisEndpointMemory } from './store/endpoints.js';
 import { redisKeys } from './store/keys.js';
 import { RedisMachineStore } from './store/machines.js';
+import { OperatorViews } from './store/operator-views.js';
 import { RedisEventBudget, RedisRequestCounter } from './store/rate-limiter.js';
 import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
 import { connectRedis, pingRedis, type Redis } from './store/redis.js';
+import { RedisReplayTasks } from './store/replay-tasks.js';
 import { SecretBox } from './store/secret-box.js';
 import { RedisWebhookStore } from './store/webhooks.js';
 import { VERSION } from './version.js';
@@ -65,7 +69,11 @@ function composeStores(settings: StoreSettings) {
     // Connection trouble is logged once per outage by the connection watcher; this keeps BullMQ quiet.
     onError: (error) => settings.observability?.logger.debug({ err: error.message }, 'delivery queue error'),
   });
-  const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, nowMs });
+  const replayTasks = new RedisReplayTasks(redis, keys, tasks, (refs) => deliveryLog.progressOf(refs), nowMs);
+  const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, replayTasks, nowMs });
+  const circuits = new RedisCircuitLog(redis, keys);
+  const operatorViews = new OperatorViews({ webhooks, history: deliveryLog, circuits });
+  const attemptFeed = new RedisAttemptFeed(redis, keys, nowMs);
   const testEvents = new TestEventSender({ queues, nowMs });
   const ingestor = new Ingestor({
     redis,
@@ -90,6 +98,10 @@ function composeStores(settings: StoreSettings) {
     deliveryLog,
     queues,
     replayer,
+    replayTasks,
+    circuits,
+    operatorViews,
+    attemptFeed,
     testEvents,
     ingestor,
     /** The admin API's dependencies. */
@@ -114,11 +126,12 @@ function composeStores(settings: StoreSettings) {
         apiKeys: this.apiKeys,
         webhooks,
         nowMs,
-        tasks,
+        tasks: replayTasks,
         agents,
         machines,
         ingestor,
         deliveries: { history: deliveryLog, replayer, testEvents },
+        operator: { views: operatorViews, replayer },
       };
     },
   };
@@ -148,10 +161,27 @@ interface WorkerSettings {
 }
 
 /** Logs a circuit's changes (open and close at warn, with the webhooks behind the endpoint) and counts them. */
-function circuitObserver(logger: Logger, metrics: Metrics | undefined): (endpoint: string, change: CircuitChange) => void {
+function circuitObserver(
+  logger: Logger,
+  metrics: Metrics | undefined,
+  circuits: Pick<RedisCircuitLog, 'changed'>,
+  nowMs: () => number,
+): (endpoint: string, change: CircuitChange) => void {
   const count = metrics ? breakerObserver(metrics) : undefined;
+  // The open circuits the operator views show; losing one write only hides it there.
+  const share = (endpoint: string, change: CircuitChange) => {
+    const now = nowMs();
+    const view =
+      change.state === 'open'
+        ? { state: 'open' as const, reason: change.reason, endpoint, openedAtMs: now, probeAtMs: now + change.openForMs }
+        : change.state === 'half_open'
+          ? { state: 'half_open' as const, reason: 'probing', endpoint, openedAtMs: now, probeAtMs: now }
+          : undefined;
+    circuits.changed(change.webhookIds, view, now).catch((error: Error) => logger.debug({ err: error.message }, 'circuit state not shared'));
+  };
   return (endpoint, change) => {
     count?.(endpoint, change);
+    share(endpoint, change);
     if (change.state === 'open') {
       logger.warn(
         { event: 'circuit.opened', endpoint, reason: change.reason, openForMs: change.openForMs, webhookIds: change.webhookIds },
@@ -163,6 +193,28 @@ function circuitObserver(logger: Logger, metrics: Metrics | undefined): (endpoin
         'circuit closed: a probe was answered; deliveries to this endpoint flow again',
       );
     } else logger.debug({ event: 'circuit.half_open', endpoint, webhookIds: change.webhookIds }, 'circuit half-open: probing');
+  };
+}
+
+/** Publishes every finished attempt to the live feed (`hookline deliveries tail`), which costs nothing while nobody listens. */
+function feedObserver(feed: Pick<RedisAttemptFeed, 'publish'>): (outcome: FinishedOutcome) => void {
+  return (outcome) => {
+    if (outcome.kind !== 'attempted') return;
+    const { job } = outcome;
+    const entry: FeedEntry = {
+      at: new Date(outcome.endedAtMs).toISOString(),
+      vendor_id: job.vendorId,
+      webhook_id: job.webhookId,
+      event_type: job.eventType,
+      event_id: job.eventId,
+      delivery_id: job.deliveryId,
+      attempt: outcome.attempt,
+      outcome: outcome.outcome,
+      status_code: outcome.statusCode ?? null,
+      duration_ms: Math.round(outcome.durationMs),
+      decision: outcome.decision,
+    };
+    feed.publish(entry);
   };
 }
 
@@ -178,7 +230,7 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     connections: Math.max(10, settings.concurrency),
   });
   const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: settings.deliveryTimeoutMs, ...settings.breaker };
-  const breakers = new EndpointBreakers(breakerOptions, circuitObserver(settings.logger, settings.metrics));
+  const breakers = new EndpointBreakers(breakerOptions, circuitObserver(settings.logger, settings.metrics, stores.circuits, nowMs));
   // Endpoints that never answered or were slow lately may hold at most a fifth of the slots.
   const slots = new SendSlots(settings.concurrency, Math.max(1, Math.floor(settings.concurrency / 5)));
   const gate = new StorageGate(
@@ -199,7 +251,9 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
   stores.redis.on('close', onClose);
   stores.redis.on('ready', onReady);
   const wakeups = new DeferralWakeups(breakers, (refs) => stores.queues.promote(refs), nowMs);
-  const observers = [settings.metrics ? deliveryObserver(settings.metrics) : undefined, settings.onOutcome].filter((o) => o !== undefined);
+  const observers = [settings.metrics ? deliveryObserver(settings.metrics) : undefined, feedObserver(stores.attemptFeed), settings.onOutcome].filter(
+    (o) => o !== undefined,
+  );
   const deps: DeliveryProcessorDeps = {
     webhooks: new CachedWebhookSource(stores.webhooks, settings.webhookCacheTtlMs ?? 2_000, nowMs),
     sender,

@@ -18,7 +18,8 @@ interface AuthorizeOptions {
   requestLimited?: boolean;
 }
 
-export type Authorizer = (role: Role, options?: AuthorizeOptions) => onRequestAsyncHookHandler;
+/** A hook that lets a request through when its key has `role` (or any of `role` when several are given). */
+export type Authorizer = (role: Role | readonly Role[], options?: AuthorizeOptions) => onRequestAsyncHookHandler;
 
 /** The per-key request limit of the admin API. */
 export interface RateLimit {
@@ -34,6 +35,7 @@ export interface RateLimit {
  */
 export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit): Authorizer {
   return (role, options = {}) => {
+    const roles: readonly Role[] = typeof role === 'string' ? [role] : role;
     const limited = rateLimit && rateLimit.perSecond > 0 && options.requestLimited !== false ? rateLimit : undefined;
     return async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {
       const header = request.headers['x-api-key'];
@@ -49,7 +51,7 @@ export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit): 
         void reply.header('retry-after', '1');
         throw new ApiError('rate_limited', `Rate limit of ${limited.perSecond} requests per second for this API key exceeded; retry after 1 s`);
       }
-      if (!hasRole(principal, role)) throw new ApiError('forbidden', `This API key does not have the ${role} role`);
+      if (!roles.some((r) => hasRole(principal, r))) throw new ApiError('forbidden', `This API key does not have the ${roles.join(' or ')} role`);
       request.principal = principal;
     };
   };

@@ -12,7 +12,6 @@ import {
 } from 'fastify-type-provider-zod';
 import type { AgentStatus } from '../domain/agent.js';
 import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
-import type { Task } from '../domain/task.js';
 import type { Ingestor } from '../ingest/ingest.js';
 import { requestLogSerializer, type Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';
@@ -28,7 +27,8 @@ import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
 import { eventRoutes, type IngestRateLimit } from './routes/events.js';
 import { healthRoutes } from './routes/health.js';
 import { machineRoutes } from './routes/machines.js';
-import { taskRoutes } from './routes/tasks.js';
+import { operatorRoutes, type OperatorRouteDeps } from './routes/operator.js';
+import { taskRoutes, type TaskReader } from './routes/tasks.js';
 import { webhookRoutes } from './routes/webhooks.js';
 
 /** Everything the admin API needs, passed in by the composition root (createEngine). */
@@ -37,13 +37,15 @@ export interface AdminDeps {
   bodyLimitBytes: number;
   apiKeys: ApiKeyLookup;
   webhooks: WebhookRegistry;
-  tasks: DocLookup<Task>;
+  tasks: TaskReader;
   agents: DocLookup<AgentStatus>;
   machines: MachineListing;
   /** Event ingest (`POST /internal/v1/events`). */
   ingestor: Pick<Ingestor, 'ingest'>;
   /** Delivery log, dead-letter replays and test events. */
   deliveries: Omit<DeliveryRouteDeps, 'authorize' | 'webhooks'>;
+  /** The operator's views and actions across vendors (role admin). */
+  operator: Omit<OperatorRouteDeps, 'authorize' | 'webhooks' | 'logger'>;
   /** Per-key request limit (429 with Retry-After past it); event ingest is exempt. */
   rateLimit?: RateLimit;
   /** Event ingest's own limit, in events per second per key (429 with Retry-After past it). */
@@ -214,6 +216,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   await app.register(eventRoutes({ authorize, ingestor: deps.ingestor, ...(deps.ingestRateLimit ? { ingestRateLimit: deps.ingestRateLimit } : {}) }));
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
+  await app.register(operatorRoutes({ authorize, webhooks: deps.webhooks, logger: deps.logger, ...deps.operator }));
   await app.register(agentRoutes({ authorize, agents: deps.agents }));
   await app.register(machineRoutes({ authorize, machines: deps.machines }));
   await app.ready();

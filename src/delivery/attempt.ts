@@ -79,6 +79,10 @@ export type FinishedOutcome =
       decision: Decision['action'];
       durationMs: number;
       endedAtMs: number;
+      /** The receiver's HTTP status, when it answered. */
+      statusCode?: number;
+      /** Which attempt of the delivery this was (1 = first). */
+      attempt: number;
       /** Set when this attempt disabled the webhook. */
       disabled?: 'gone' | 'failing';
     }
@@ -227,7 +231,9 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
         attempt: { attempt, atMs: deps.nowMs(), outcome: 'webhook_disabled', durationMs: 0, error: `webhook disabled (${webhook.disabled.reason})` },
         status: 'dead',
       });
-      return { finished: finish({ kind: 'attempted', job: data, outcome: 'webhook_disabled', decision: 'dead', durationMs: 0, endedAtMs: deps.nowMs() }) };
+      return {
+        finished: finish({ kind: 'attempted', job: data, attempt, outcome: 'webhook_disabled', decision: 'dead', durationMs: 0, endedAtMs: deps.nowMs() }),
+      };
     }
     return { webhook };
   }
@@ -367,6 +373,8 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       decision: decision.action,
       durationMs: result.durationMs,
       endedAtMs: endedMs,
+      attempt: attemptNo,
+      ...(result.kind === 'response' ? { statusCode: result.status } : {}),
       ...(disabled === undefined ? {} : { disabled }),
     });
     return { finished, retryDelayMs: decision.action === 'retry' ? decision.delayMs : undefined };

@@ -1,6 +1,7 @@
 import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
 import type { DeliveryHistory } from '../store/delivery-log.js';
+import type { RedisReplayTasks } from '../store/replay-tasks.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { DeliveryQueues } from './queue.js';
@@ -14,6 +15,7 @@ export class DeadLetterReplayer {
       history: DeliveryHistory;
       queues: Pick<DeliveryQueues, 'add' | 'addReplayAll'>;
       tasks: DocWriter<Task>;
+      replayTasks: Pick<RedisReplayTasks, 'begin' | 'queued' | 'queuedAll'>;
       nowMs: () => number;
     },
   ) {}
@@ -43,21 +45,23 @@ export class DeadLetterReplayer {
 
   /** Creates a pending task and queues the bulk replay; the worker runs it (runReplayAll). */
   async startReplayAll(vendorId: string, webhookId: string): Promise<string> {
-    const taskId = await this.createTask();
+    const taskId = await this.createTask(vendorId, webhookId);
     await this.deps.queues.addReplayAll({ taskId, vendorId, webhookId });
     return taskId;
   }
 
-  /** A new pending task for a bulk replay run here rather than by a worker (the CLI). */
-  async createTask(): Promise<string> {
+  /** A new pending task for a bulk replay of a vendor's webhook (run by a worker, or here by the CLI). */
+  async createTask(vendorId: string, webhookId: string): Promise<string> {
     const taskId = newId();
+    await this.deps.replayTasks.begin(taskId, vendorId, webhookId);
     await this.deps.tasks.put({ task_id: taskId, status: 'pending', fail_reason: null }, this.deps.nowMs());
     return taskId;
   }
 
   /**
-   * Replays the dead letters a webhook has when the run starts, in pages, reporting progress. Dead
-   * letters that arrive during the run wait for the next one, so the run always ends.
+   * Queues replays of the dead letters a webhook has when the run starts, in pages, reporting
+   * progress. Dead letters that arrive during the run wait for the next one, so the run always ends.
+   * The task stays in progress until every replay has an outcome (see RedisReplayTasks).
    */
   async runReplayAll(
     taskId: string,
@@ -67,7 +71,7 @@ export class DeadLetterReplayer {
     const pageSize = options.pageSize ?? 100;
     const report = async (status: Task['status'], done: number, total: number, failReason: string | null = null) => {
       options.onProgress?.(done, total);
-      await this.deps.tasks.put({ task_id: taskId, status, fail_reason: failReason, progress: { total, done } }, this.deps.nowMs());
+      await this.deps.tasks.put({ task_id: taskId, status, fail_reason: failReason, progress: { total, done, queued: replayed } }, this.deps.nowMs());
     };
     const total = (await this.deps.history.deadLetterIds(webhookId, 1_000_000)).length;
     let done = 0;
@@ -77,17 +81,20 @@ export class DeadLetterReplayer {
       while (done < total) {
         const ids = await this.deps.history.deadLetterIds(webhookId, Math.min(pageSize, total - done));
         if (ids.length === 0) break;
+        const queued: string[] = [];
         for (const id of ids) {
           const result = await this.replayOne(webhookId, id);
-          if (result.ok) replayed += 1;
+          if (result.ok) queued.push(result.deliveryId);
           // An id whose record has expired (or that is no longer dead) cannot be replayed: it leaves
           // the set, or every later page would start with it again and the run would never get past it.
           else await this.deps.history.forgetDeadLetter(webhookId, id);
           done += 1;
         }
+        await this.deps.replayTasks.queued(taskId, queued);
+        replayed += queued.length;
         await report('in_progress', done, total);
       }
-      await report('success', done, total);
+      await this.deps.replayTasks.queuedAll(taskId);
       return { replayed, skipped: done - replayed };
     } catch (error) {
       await report('failed', done, total, `replay stopped after ${done} of ${total}: ${(error as Error).message}`);

@@ -8,9 +8,19 @@ export const taskSchema = z
     status: z.enum(TASK_STATUSES).describe('pending, in_progress, success or failed; success and failed are terminal.'),
     fail_reason: z.string().max(4096).nullable().describe('Why the task failed; null unless status is failed.'),
     progress: z
-      .object({ total: z.number().int().min(0), done: z.number().int().min(0) })
+      .object({
+        total: z.number().int().min(0).describe('Dead letters the replay found when it started.'),
+        done: z.number().int().min(0).describe('Of those, how many it has handled: queued again, or dropped because their record had expired.'),
+        queued: z.number().int().min(0).optional().describe('Replays queued (each a new delivery).'),
+        delivered: z.number().int().min(0).optional().describe('Replays delivered.'),
+        failed: z.number().int().min(0).optional().describe('Replays that failed again (dead letters once more, or dropped with their webhook).'),
+        pending: z.number().int().min(0).optional().describe('Replays queued and not yet finished (waiting, in flight or retrying).'),
+      })
       .optional()
-      .describe('For the engine’s own long operations (bulk replay): items done out of total.'),
+      .describe(
+        'For the engine’s own long operations (bulk replay). The task ends when every replay has an outcome: success when all ' +
+          'were delivered, failed (fail_reason says how many) when some failed again.',
+      ),
   })
   .meta({ id: 'Task' });
 

@@ -78,11 +78,45 @@ export interface DeferralWrite {
   ifNoRecord?: true;
 }
 
+/** Which recent deliveries a page holds. */
+export interface DeliveryQuery {
+  limit: number;
+  status?: DeliveryStatus;
+  eventType?: string;
+  /** Accepted at or after. */
+  sinceMs?: number;
+  /** Accepted at or before. */
+  untilMs?: number;
+  /** Continue after this delivery (a page's `next`). */
+  after?: DeliveryCursor;
+}
+
+export interface DeliveryCursor {
+  acceptedAtMs: number;
+  deliveryId: string;
+}
+
+export interface DeliveryPage {
+  deliveries: DeliverySummary[];
+  next: DeliveryCursor | undefined;
+}
+
+/** What the operator views show of a webhook's deliveries. */
+export interface WebhookDeliveryHealth {
+  /** When its current run of failed attempts began; undefined after a success. */
+  failingSinceMs: number | undefined;
+  deadLetters: number;
+  /** The newest outcome among its last deliveries. */
+  last: { outcome: string; statusCode: number | undefined; atMs: number } | undefined;
+}
+
 /** The admin side: what vendors read and replay. */
 export interface DeliveryHistory {
   recent(webhookId: string, limit: number): Promise<DeliverySummary[]>;
-  /** The newest `limit` of the recent deliveries that are in `status`, newest first. */
-  recentWithStatus(webhookId: string, status: DeliveryStatus, limit: number): Promise<DeliverySummary[]>;
+  /** A page of the recent deliveries, newest first, filtered; `next` continues after its last one. */
+  page(webhookId: string, query: DeliveryQuery): Promise<DeliveryPage>;
+  /** Per webhook: failure run, dead-letter count and last outcome (operator views). */
+  health(webhookIds: readonly string[]): Promise<WebhookDeliveryHealth[]>;
   get(webhookId: string, deliveryId: string): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined>;
   deadLetters(webhookId: string, limit: number): Promise<DeliverySummary[]>;
   /** Dead-letter ids oldest first, after `afterScore` (for paging through a bulk replay). */
@@ -255,21 +289,44 @@ type RecordAttemptArgv = [
   fallenOffGraceMs: string,
 ];
 
-// The recent list, newest first, until ARGV[3] records in status ARGV[2] are found: one round trip
-// however far the matches lie. ARGV[1] is the webhook's record key prefix, hash tag included, so
-// every key read hashes to the slot of KEYS[1]. A record without a status is pending (as toSummary
-// reads it); an id whose record has expired is skipped.
-const RECENT_WITH_STATUS_LUA = `
-local limit = tonumber(ARGV[3])
+// One page of the recent list, newest first, within accepted times [ARGV[5], ARGV[4]], matching a
+// status (ARGV[2]) and event type (ARGV[3]) when given ('' = any), after the cursor id ARGV[6] among
+// entries scored ARGV[4]: one round trip however far the matches lie. ARGV[1] is the webhook's
+// record key prefix, hash tag included, so every key read hashes to the slot of KEYS[1]. A record
+// without a status is pending (as toSummary reads it); an id whose record has expired is skipped.
+// Returns {more (1/0), score of the last id found, ids...}.
+const PAGE_LUA = `
+local limit = tonumber(ARGV[7])
+local entries = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[4], ARGV[5], 'WITHSCORES')
 local found = {}
-for _, id in ipairs(redis.call('ZREVRANGE', KEYS[1], 0, -1)) do
-  local fields = redis.call('HMGET', ARGV[1] .. id, 'deliveryId', 'status')
-  if fields[1] and (fields[2] or 'pending') == ARGV[2] then
-    found[#found + 1] = id
-    if #found >= limit then break end
+local lastScore = ''
+local i = 1
+while i <= #entries do
+  local id, score = entries[i], entries[i + 1]
+  i = i + 2
+  if not (ARGV[6] ~= '' and tonumber(score) == tonumber(ARGV[4]) and id >= ARGV[6]) then
+    local f = redis.call('HMGET', ARGV[1] .. id, 'deliveryId', 'status', 'eventType')
+    if f[1] and (ARGV[2] == '' or (f[2] or 'pending') == ARGV[2]) and (ARGV[3] == '' or f[3] == ARGV[3]) then
+      found[#found + 1] = id
+      lastScore = score
+      if #found >= limit then break end
+    end
   end
 end
-return found`;
+local more = 0
+if #found >= limit and i <= #entries then more = 1 end
+return {more, lastScore, unpack(found)}`;
+
+// What an operator view needs of one webhook, in one round trip: when its current run of failures
+// began, its dead-letter count, and the newest of its last 20 deliveries that has an outcome.
+const HEALTH_LUA = `
+local since = redis.call('GET', KEYS[1]) or ''
+local dead = redis.call('ZCARD', KEYS[2])
+for _, id in ipairs(redis.call('ZREVRANGE', KEYS[3], 0, 19)) do
+  local f = redis.call('HMGET', ARGV[1] .. id, 'lastOutcome', 'lastStatusCode', 'updatedAtMs')
+  if f[1] and f[1] ~= '' then return {since, dead, f[1], f[2] or '', f[3] or ''} end
+end
+return {since, dead}`;
 
 type RecordDeferredKeys = [recordKey: string, recentKey: string];
 type RecordDeferredArgv = [
@@ -296,8 +353,13 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   /** Returns when (ms, as text) the webhook's current run of failures began; null once delivered. */
   private readonly recordAttemptScript: ScriptCall<RecordAttemptKeys, RecordAttemptArgv, string | null>;
   private readonly recordDeferredScript: ScriptCall<RecordDeferredKeys, RecordDeferredArgv, number>;
-  /** Ids of the newest recent deliveries in a status (see RECENT_WITH_STATUS_LUA). */
-  private readonly recentWithStatusScript: ScriptCall<[recentKey: string], [recordKeyPrefix: string, status: string, limit: number], string[]>;
+  /** A page of the recent list (see PAGE_LUA). */
+  private readonly pageScript: ScriptCall<
+    [recentKey: string],
+    [recordKeyPrefix: string, status: string, eventType: string, maxScore: string, minScore: string, afterId: string, limit: number],
+    (string | number)[]
+  >;
+  private readonly healthScript: ScriptCall<[failingSince: string, dead: string, recent: string], [recordKeyPrefix: string], (string | number)[]>;
   // The script's fixed arguments, as text once rather than on every attempt.
   private readonly retentionMsArg: string;
   private readonly deadLetterRetentionMsArg: string;
@@ -312,7 +374,8 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   ) {
     this.recordAttemptScript = defineScript(redis, { name: 'hooklineRecordAttempt', keys: 4, lua: RECORD_ATTEMPT_LUA });
     this.recordDeferredScript = defineScript(redis, { name: 'hooklineRecordDeferred', keys: 2, lua: RECORD_DEFERRED_LUA });
-    this.recentWithStatusScript = defineScript(redis, { name: 'hooklineRecentWithStatus', keys: 1, lua: RECENT_WITH_STATUS_LUA });
+    this.pageScript = defineScript(redis, { name: 'hooklineDeliveryPage', keys: 1, lua: PAGE_LUA });
+    this.healthScript = defineScript(redis, { name: 'hooklineWebhookHealth', keys: 3, lua: HEALTH_LUA });
     this.retentionMsArg = String(options.retentionMs);
     this.deadLetterRetentionMsArg = String(options.deadLetterRetentionMs);
     this.recentPerWebhookArg = String(options.recentPerWebhook);
@@ -413,10 +476,35 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     return this.summaries(webhookId, ids);
   }
 
-  async recentWithStatus(webhookId: string, status: DeliveryStatus, limit: number): Promise<DeliverySummary[]> {
+  async page(webhookId: string, query: DeliveryQuery): Promise<DeliveryPage> {
     const k = this.keys.deliveries;
-    const ids = await this.recentWithStatusScript([k.ofWebhook(webhookId)], k.record(webhookId, ''), status, limit);
-    return this.summaries(webhookId, ids);
+    const maxScore = query.after !== undefined ? String(query.after.acceptedAtMs) : query.untilMs !== undefined ? String(query.untilMs) : '+inf';
+    const [more, lastScore, ...ids] = await this.pageScript(
+      [k.ofWebhook(webhookId)],
+      k.record(webhookId, ''),
+      query.status ?? '',
+      query.eventType ?? '',
+      maxScore,
+      query.sinceMs === undefined ? '-inf' : String(query.sinceMs),
+      query.after?.deliveryId ?? '',
+      query.limit,
+    );
+    const deliveries = await this.summaries(webhookId, ids.map(String));
+    const lastId = ids.at(-1);
+    return {
+      deliveries,
+      next: Number(more) === 1 && lastId !== undefined ? { acceptedAtMs: Number(lastScore), deliveryId: String(lastId) } : undefined,
+    };
+  }
+
+  async health(webhookIds: readonly string[]): Promise<WebhookDeliveryHealth[]> {
+    const k = this.keys.deliveries;
+    const rows = await Promise.all(webhookIds.map((id) => this.healthScript([k.failingSince(id), k.dead(id), k.ofWebhook(id)], k.record(id, ''))));
+    return rows.map(([since, dead, outcome, statusCode, atMs]) => ({
+      failingSinceMs: num(since === undefined ? undefined : String(since)),
+      deadLetters: Number(dead ?? 0),
+      last: outcome === undefined ? undefined : { outcome: String(outcome), statusCode: num(String(statusCode ?? '')), atMs: num(String(atMs ?? '')) ?? 0 },
+    }));
   }
 
   async get(webhookId: string, deliveryId: string): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined> {

@@ -52,6 +52,14 @@ export function redisKeys(prefix: string) {
       dead: (webhookId: string) => `${tag(`wh:${webhookId}`)}:dead`,
       /** string: when (ms) the webhook's current run of failed attempts began; absent after a success */
       failingSince: (webhookId: string) => `${tag(`wh:${webhookId}`)}:failing-since`,
+      /** string with TTL: JSON of the circuit a worker opened on the webhook's endpoint; absent once closed */
+      circuit: (webhookId: string) => `${tag(`wh:${webhookId}`)}:circuit`,
+    },
+    /** pub/sub channel of finished attempts, published only while a listener key exists (`hookline deliveries tail`) */
+    attemptFeed: {
+      channel: `${tag('feed')}:attempts`,
+      /** string with TTL: set and refreshed by every listener */
+      listening: `${tag('feed')}:listening`,
     },
     /** string with TTL: a receiver endpoint (by digest of its origin) answered a worker lately; see endpoints.ts */
     endpointAnswered: (endpointDigest: string) => tag(`ep:${endpointDigest}`),
@@ -60,6 +68,13 @@ export function redisKeys(prefix: string) {
     /** counter with a 2 s TTL: events ingested with one API key (by key id) in one second */
     ingestRateWindow: (keyId: string, second: number) => `${tag(`irl:${keyId}`)}:${second}`,
     task: (taskId: string) => tag(`task:${taskId}`),
+    /** A bulk replay task's bookkeeping, beside its task document (same slot). */
+    replayTask: {
+      /** hash: vendorId, webhookId, delivered, failed, queuedAll */
+      state: (taskId: string) => `${tag(`task:${taskId}`)}:replay`,
+      /** set of `<deliveryId>` replays still without an outcome */
+      open: (taskId: string) => `${tag(`task:${taskId}`)}:open`,
+    },
     agent: (deploymentId: string) => tag(`agent:${deploymentId}`),
   } as const;
 }

@@ -150,6 +150,18 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
   }
 
+  /** Every vendor's webhooks (operator views), oldest first; read in pages of the registry hash. */
+  async listAll(): Promise<Webhook[]> {
+    const found: Webhook[] = [];
+    let cursor = '0';
+    do {
+      const [next, flat] = await this.redis.hscan(this.keys.webhooks.byId, cursor, 'COUNT', 500);
+      for (let i = 1; i < flat.length; i += 2) found.push(this.toWebhook(recordSchema.parse(JSON.parse(flat[i]!))));
+      cursor = next;
+    } while (cursor !== '0');
+    return found.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
+  }
+
   async get(vendorId: string, webhookId: string): Promise<Webhook | undefined> {
     const found = await this.readRecord(vendorId, webhookId);
     return found && this.toWebhook(found.record);

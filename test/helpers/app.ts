@@ -39,6 +39,8 @@ export interface TestAppOptions {
   redisUrl?: string;
   /** A fixed key prefix instead of a fresh random one. */
   prefix?: string;
+  /** Where the engine logs (default: nowhere). */
+  logger?: pino.Logger;
 }
 
 /**
@@ -58,8 +60,8 @@ export function testConfig(overrides: Partial<EngineConfig> & Pick<EngineConfig,
 }
 
 /** An engine of `config` with a silent logger, not listening (tests inject requests). */
-export function testEngine(config: EngineConfig, options: Omit<EngineOptions, 'logger'>): Promise<Engine> {
-  return createEngine(config, { logger: pino({ level: 'silent' }), ...options });
+export function testEngine(config: EngineConfig, options: Omit<EngineOptions, 'logger'>, logger: pino.Logger = pino({ level: 'silent' })): Promise<Engine> {
+  return createEngine(config, { logger, ...options });
 }
 
 /** The admin API and every store (the production assembly, role `api`) on the suite's real Redis under a fresh key prefix. */
@@ -76,7 +78,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.ingestRateLimitPerSecond === undefined ? {} : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
     ...(options.allowPrivateTargets === undefined ? {} : { allowPrivateTargets: options.allowPrivateTargets }),
   });
-  const engine = await testEngine(config, { role: 'api' });
+  const engine = await testEngine(config, { role: 'api' }, options.logger);
   const { stores } = engine;
   return Object.assign(stores, {
     app: engine.api!,

@@ -29,7 +29,7 @@ export function runCli(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 30_00
   });
 }
 
-/** Starts a long-running `hookline <args>` and resolves once a stdout line matches `ready`. */
+/** Starts a long-running `hookline <args>` and resolves once its output (stdout or stderr) matches `ready`. */
 export function startCli(
   args: string[],
   env: NodeJS.ProcessEnv,
@@ -51,8 +51,9 @@ export function startCli(
         resolve({ child, output: () => output, exited });
       }
     };
+    // Either stream may say it is ready (a server logs to stdout; an interactive command to stderr).
     child.stdout?.on('data', onData);
-    child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr?.on('data', onData);
     void exited.then((code) => {
       clearTimeout(timer);
       reject(new Error(`hookline ${args.join(' ')} exited with ${code} before it was ready; output: ${output}`));

@@ -5,8 +5,15 @@ import { testApp, type TestApp } from '../helpers/app.js';
 const SOME_UUID = '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f';
 
 /** Every protected route with the role it needs and a well-formed request. */
-const ROUTES: { method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; role: Role; payload?: object }[] = [
-  { method: 'GET', url: `/rental/v1/tasks/${SOME_UUID}`, role: 'tasks:read' },
+const ROUTES: { method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; role: Role; also?: Role; payload?: object }[] = [
+  // A vendor key reads the tasks it started (another vendor's are "not found" to it).
+  { method: 'GET', url: `/rental/v1/tasks/${SOME_UUID}`, role: 'tasks:read', also: 'vendor' },
+  { method: 'GET', url: '/admin/v1/webhooks', role: 'admin' },
+  { method: 'GET', url: `/admin/v1/webhooks/${SOME_UUID}`, role: 'admin' },
+  { method: 'GET', url: '/admin/v1/dead-letters', role: 'admin' },
+  { method: 'POST', url: `/admin/v1/webhooks/${SOME_UUID}/enable`, role: 'admin' },
+  { method: 'POST', url: `/admin/v1/webhooks/${SOME_UUID}/dead-letters/replay`, role: 'admin' },
+  { method: 'POST', url: `/admin/v1/webhooks/${SOME_UUID}/dead-letters/${SOME_UUID}/replay`, role: 'admin' },
   { method: 'GET', url: '/rental/v1/machines', role: 'machines:read' },
   { method: 'GET', url: '/rental/v1/machines/agents/dep-1', role: 'agents:read' },
   {
@@ -67,15 +74,16 @@ describe('authentication and roles', () => {
     });
 
     it('answers 403 for a valid key without the role', async () => {
-      const otherRoles = ROLES.filter((r) => r !== route.role && r !== 'admin');
+      const otherRoles = ROLES.filter((r) => r !== route.role && r !== route.also && r !== 'admin');
       const key = await t.keyFor(otherRoles, 'vendor-1');
       const res = await call({ 'x-api-key': key });
       expect(res.statusCode).toBe(403);
-      expect(res.json()).toEqual({ error: `This API key does not have the ${route.role} role`, code: 'forbidden' });
+      const roles = route.also === undefined ? route.role : `${route.role} or ${route.also}`;
+      expect(res.json()).toEqual({ error: `This API key does not have the ${roles} role`, code: 'forbidden' });
     });
 
     it('lets the role (and admin) through', async () => {
-      for (const roles of [[route.role], ['admin']] as Role[][]) {
+      for (const roles of [[route.role], ['admin'], ...(route.also ? [[route.also]] : [])] as Role[][]) {
         const key = await t.keyFor(roles, 'vendor-1');
         expect([401, 403]).not.toContain((await call({ 'x-api-key': key })).statusCode);
       }

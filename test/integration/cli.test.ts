@@ -56,7 +56,8 @@ describe('hookline keys (against REDIS_URL)', () => {
     [['keys', 'create', '--role', 'admin'], "required option '--name <name>' not specified"],
     [['keys', 'list', '--bogus'], "unknown option '--bogus'"],
     [['nope'], "unknown command 'nope'"],
-    [['dlq', 'list'], "required option '--webhook <webhookId>' not specified"],
+    [['dlq', 'list'], 'give exactly one of --webhook <id>, --vendor <vendorId> or --all'],
+    [['dlq', 'list', '--all', '--vendor', 'v'], 'give exactly one of'],
   ])('answers the usage error %j with exit code 2, as the README promises', async (args, message) => {
     const result = await runCli(args, cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix }));
     expect(result.stderr).toContain(message);
@@ -157,14 +158,9 @@ describe('hookline dlq', () => {
         HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
         HOOKLINE_QUEUE_PARTITIONS: '2',
       });
-      const listed = await runCli(['dlq', 'list', '--webhook', webhookId], env);
+      const listed = await runCli(['dlq', 'list', '--webhook', webhookId, '--json'], env);
       expect(listed.code).toBe(0);
-      expect(
-        listed.stdout
-          .trim()
-          .split('\n')
-          .map((line) => line.split('\t')[0]),
-      ).toEqual([...ids].reverse());
+      expect((JSON.parse(listed.stdout) as { delivery_id: string }[]).map((d) => d.delivery_id)).toEqual([...ids].reverse());
 
       const one = await runCli(['dlq', 'replay', '--webhook', webhookId, '--delivery', ids[0]!], env);
       expect(one.code).toBe(0);
@@ -181,9 +177,13 @@ describe('hookline dlq', () => {
       expect((counts.waiting ?? 0) + (counts.delayed ?? 0) + (counts.prioritized ?? 0)).toBe(3);
       expect(await t.deliveryLog.deadLetters(webhookId, 10)).toEqual([]);
 
-      const unknown = await runCli(['dlq', 'list', '--webhook', 'nope'], env);
+      const malformed = await runCli(['dlq', 'list', '--webhook', 'nope'], env);
+      expect(malformed.code).toBe(2);
+      expect(malformed.stderr).toContain('--webhook must be a webhook id (a UUID), not "nope"');
+      const unknown = await runCli(['dlq', 'list', '--webhook', ids[0]!], env);
       expect(unknown.code).toBe(2);
-      expect(unknown.stderr).toContain('no webhook with id nope');
+      expect(unknown.stderr).toContain(`no webhook with id ${ids[0]}`);
+      expect(unknown.stderr).not.toMatch(/EPIPE|\n\s+at /);
     } finally {
       await t.close();
     }

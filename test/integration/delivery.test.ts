@@ -403,13 +403,26 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     // The three oldest records expired (their ids stay in the set until something removes them).
     for (const job of dead.slice(0, 3)) await t.redis.del(t.keys.deliveries.record(id, job.deliveryId));
 
-    const taskId = await t.replayer.createTask();
+    const taskId = await t.replayer.createTask(VENDOR, id);
     // Pages of 2: with the old behaviour every page started with the same expired ids.
     const result = await t.replayer.runReplayAll(taskId, id, { pageSize: 2 });
     expect(result).toEqual({ replayed: 2, skipped: 3 });
     expect(await t.deliveryLog.deadLetterIds(id, 10)).toEqual([]);
-    expect((await t.tasks.get(taskId))?.progress).toEqual({ total: 5, done: 5 });
+    expect((await t.tasks.get(taskId))?.progress).toEqual({ total: 5, done: 5, queued: 2 });
     await waitFor(() => receiver.at('/replayed').length === 2, 10_000, 'two replays delivered');
+    // Queued is not delivered: the task ends once both replays have their outcome.
+    const finished = await waitFor(
+      async () => {
+        const view = await t.replayTasks.view(taskId);
+        return view?.task.status === 'success' ? view : undefined;
+      },
+      10_000,
+      'the task to end',
+    );
+    expect(finished).toEqual({
+      vendorId: VENDOR,
+      task: { task_id: taskId, status: 'success', fail_reason: null, progress: { total: 5, done: 5, queued: 2, delivered: 2, failed: 0, pending: 0 } },
+    });
     expect(
       receiver
         .at('/replayed')

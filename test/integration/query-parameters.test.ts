@@ -79,7 +79,7 @@ describe('query parameters', () => {
 
   it('answers 400 naming an unknown query parameter on the routes that take a query string', async () => {
     for (const [url, takes] of [
-      [`/vendors/v1/webhooks/${webhookId}/deliveries?limit=5&state=dead`, 'limit, status'],
+      [`/vendors/v1/webhooks/${webhookId}/deliveries?limit=5&state=dead`, 'limit, status, event_type, since, until, cursor'],
       [`/vendors/v1/webhooks/${webhookId}/dead-letters?status=dead`, 'limit'],
       ['/rental/v1/machines?filter=gpu_name:h100&pagesize=5', 'filter, page, page_size'],
     ] as const) {

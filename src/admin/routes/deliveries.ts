@@ -6,7 +6,7 @@ import type { Webhook } from '../../domain/webhook.js';
 import type { DeadLetterReplayer } from '../../delivery/replay.js';
 import type { TestEventSender } from '../../delivery/test-event.js';
 import { DELIVERY_STATUSES, type AttemptRecord } from '../../domain/delivery.js';
-import type { DeliveryHistory, DeliverySummary } from '../../store/delivery-log.js';
+import type { DeliveryCursor, DeliveryHistory, DeliverySummary } from '../../store/delivery-log.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
@@ -14,7 +14,7 @@ import { errorResponses, noQueryParameters, queryParameters } from '../schemas.j
 
 const iso = (ms: number | undefined) => (ms === undefined ? null : new Date(ms).toISOString());
 
-const deliverySchema = z
+export const deliverySchema = z
   .object({
     delivery_id: z.string(),
     event_id: z.string(),
@@ -52,7 +52,7 @@ const attemptSchema = z
   })
   .meta({ id: 'DeliveryAttempt' });
 
-function toDelivery(d: DeliverySummary): z.infer<typeof deliverySchema> {
+export function toDelivery(d: DeliverySummary): z.infer<typeof deliverySchema> {
   return {
     delivery_id: d.deliveryId,
     event_id: d.eventId,
@@ -90,16 +90,40 @@ const limit = z
   .optional()
   .describe('How many, newest first (1-100, default 20).');
 const limitQuery = queryParameters({ limit });
+/** A time bound of the deliveries list: ISO 8601 with a time zone, as the API answers times. */
+const timeBound = (name: string) =>
+  z
+    .string()
+    .refine((text) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/.test(text) && Number.isFinite(Date.parse(text)), {
+      message: `${name} must be an ISO 8601 time with a time zone, e.g. 2026-11-24T10:00:00Z`,
+    })
+    .transform((text) => Date.parse(text))
+    .optional();
+
 const deliveriesQuery = queryParameters({
   limit,
   status: z
     .enum(DELIVERY_STATUSES, { error: `status must be one of ${DELIVERY_STATUSES.join(', ')}` })
     .optional()
-    .describe(
-      `Only deliveries in this status (${DELIVERY_STATUSES.join(', ')}): the newest \`limit\` of them among the webhook's ` +
-        'recent deliveries (the last 1000).',
-    ),
+    .describe(`Only deliveries in this status (${DELIVERY_STATUSES.join(', ')}).`),
+  event_type: z.string().max(128).optional().describe('Only deliveries of this event type (a test event has the webhook’s).'),
+  since: timeBound('since').describe('Only deliveries accepted at or after this time (ISO 8601).'),
+  until: timeBound('until').describe('Only deliveries accepted at or before this time (ISO 8601).'),
+  cursor: z.string().max(200).optional().describe('next_cursor of the previous page: continues after its last delivery, with the same filters.'),
 });
+
+/** A page cursor: the accepted time and id of the page's last delivery, opaque to clients. */
+function encodeCursor(cursor: DeliveryCursor): string {
+  return Buffer.from(`${cursor.acceptedAtMs}:${cursor.deliveryId}`).toString('base64url');
+}
+
+function decodeCursor(text: string): DeliveryCursor {
+  const [ms, id, extra] = Buffer.from(text, 'base64url').toString('utf8').split(':');
+  if (extra !== undefined || ms === undefined || !/^\d{1,15}$/.test(ms) || id === undefined || !isUuid(id)) {
+    throw new ApiError('invalid_request', 'Invalid query parameters: cursor is not a next_cursor this API answered');
+  }
+  return { acceptedAtMs: Number(ms), deliveryId: id };
+}
 
 export interface DeliveryRouteDeps {
   authorize: Authorizer;
@@ -137,16 +161,34 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Recent deliveries of a webhook',
+          description:
+            'The webhook’s recent deliveries (the last 1000), newest first, filtered by status, event type and accepted time. ' +
+            'A page ends with next_cursor when more may follow: pass it as cursor, with the same filters, for the next page.',
           params: webhookParams,
           querystring: deliveriesQuery,
-          response: { 200: z.object({ deliveries: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) },
+          response: {
+            200: z.object({
+              deliveries: z.array(deliverySchema),
+              next_cursor: z.string().nullable().describe('Pass as cursor for the next page; null on the last page.'),
+            }),
+            ...errorResponses(400, 401, 403, 404),
+          },
         },
       },
       async (request) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);
-        const { limit: count = 20, status } = request.query;
-        const found = status === undefined ? await deps.history.recent(webhook.id, count) : await deps.history.recentWithStatus(webhook.id, status, count);
-        return { deliveries: found.map(toDelivery) };
+        const { limit: count = 20, status, event_type: eventType, since, until, cursor } = request.query;
+        if (since !== undefined && until !== undefined && since > until)
+          throw new ApiError('invalid_request', 'Invalid query parameters: since is after until');
+        const page = await deps.history.page(webhook.id, {
+          limit: count,
+          ...(status === undefined ? {} : { status }),
+          ...(eventType === undefined ? {} : { eventType }),
+          ...(since === undefined ? {} : { sinceMs: since }),
+          ...(until === undefined ? {} : { untilMs: until }),
+          ...(cursor === undefined ? {} : { after: decodeCursor(cursor) }),
+        });
+        return { deliveries: page.deliveries.map(toDelivery), next_cursor: page.next === undefined ? null : encodeCursor(page.next) };
       },
     );
 

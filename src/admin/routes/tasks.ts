@@ -1,23 +1,35 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { isUuid } from '../../domain/ids.js';
-import { taskSchema, type Task } from '../../domain/task.js';
-import type { DocLookup } from '../../store/versioned-docs.js';
-import type { Authorizer } from '../auth.js';
+import { hasRole } from '../../domain/roles.js';
+import { taskSchema } from '../../domain/task.js';
+import type { ReplayTaskView } from '../../store/replay-tasks.js';
+import { principalOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
 import { errorResponses, noQueryParameters } from '../schemas.js';
 
-/** `GET /rental/v1/tasks/{task_id}` (role tasks:read). */
-export function taskRoutes(deps: { authorize: Authorizer; tasks: DocLookup<Task> }): FastifyPluginAsyncZod {
+/** Tasks as the route reads them: bulk replays with their outcomes counted, and who started them. */
+export interface TaskReader {
+  view(taskId: string): Promise<ReplayTaskView | undefined>;
+}
+
+/**
+ * `GET /rental/v1/tasks/{task_id}`: any task with role tasks:read; a vendor key reads the tasks it
+ * started (bulk replays of its webhooks), and another vendor's task is "not found" to it.
+ */
+export function taskRoutes(deps: { authorize: Authorizer; tasks: TaskReader }): FastifyPluginAsyncZod {
   return async (app) => {
     app.get(
       '/rental/v1/tasks/:task_id',
       {
-        onRequest: deps.authorize('tasks:read'),
+        onRequest: deps.authorize(['tasks:read', 'vendor']),
         schema: {
           tags: ['rental'],
           summary: 'Get a task',
-          description: 'Poll until status is success or failed. task_id must be a UUID.',
+          description:
+            'Poll until status is success or failed. task_id must be a UUID. A key with tasks:read reads any task; a vendor key ' +
+            'reads the bulk replays of its own webhooks. A bulk replay ends when every replayed delivery has an outcome: success ' +
+            'when all were delivered, failed (fail_reason says how many) when some failed again; progress counts them.',
           params: z.object({ task_id: z.string().describe('Task id (UUID).') }),
           querystring: noQueryParameters,
           response: { 200: taskSchema, ...errorResponses(400, 401, 403, 404, 500) },
@@ -26,8 +38,12 @@ export function taskRoutes(deps: { authorize: Authorizer; tasks: DocLookup<Task>
       async (request) => {
         const { task_id: taskId } = request.params;
         if (!isUuid(taskId)) throw new ApiError('invalid_task_id');
-        const task = await deps.tasks.get(taskId.toLowerCase());
-        if (!task) throw new ApiError('task_not_found');
+        const found = await deps.tasks.view(taskId.toLowerCase());
+        const principal = principalOf(request);
+        // A vendor key that may not read every task sees only its own, and no hint that others exist.
+        const mayRead = found !== undefined && (hasRole(principal, 'tasks:read') || (found.vendorId !== undefined && found.vendorId === principal.vendorId));
+        if (!mayRead) throw new ApiError('task_not_found');
+        const { task } = found;
         return { ...task, fail_reason: task.status === 'failed' ? task.fail_reason : null };
       },
     );

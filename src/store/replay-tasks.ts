@@ -1,0 +1,112 @@
+import type { Task } from '../domain/task.js';
+import type { DeliveryStatus } from '../domain/delivery.js';
+import type { RedisKeys } from './keys.js';
+import type { Redis } from './redis.js';
+import type { TaskStore } from './read-models.js';
+import { defineScript, type ScriptCall } from './scripts.js';
+
+/** A replay's outcome once its delivery has one: delivered, or failed (dead again, or dropped with its webhook). */
+const OUTCOME_OF: Partial<Record<DeliveryStatus, 'delivered' | 'failed'>> = { delivered: 'delivered', dead: 'failed', dropped: 'failed', replayed: 'failed' };
+
+/** How long a replay task's bookkeeping lives (as long as a finished task document). */
+const BOOKKEEPING_TTL_MS = 30 * 24 * 3_600_000;
+/** Open replays looked at per read of the task; a larger task catches up over a few polls. */
+const CHECK_PER_READ = 1_000;
+
+// Counts each replay's outcome once, however many readers race: only the reader whose SREM took the
+// id out of the open set counts it. KEYS share the task's hash tag; ARGV: id, field, id, field, …
+const SETTLE_LUA = `
+for i = 1, #ARGV, 2 do
+  if redis.call('SREM', KEYS[1], ARGV[i]) == 1 then redis.call('HINCRBY', KEYS[2], ARGV[i + 1], 1) end
+end
+return 1`;
+
+/** A replay task as its reader sees it, with the vendor that started it. */
+export interface ReplayTaskView {
+  task: Task;
+  /** The vendor whose webhook's dead letters it replays; undefined for tasks that are no bulk replay. */
+  vendorId: string | undefined;
+}
+
+/**
+ * The honest progress of bulk replays. Queueing a replay is not delivering it: the task notes each
+ * replay it queued, and a read of the task looks up which of them have an outcome since (delivered,
+ * or failed again). The task ends when every replay has an outcome: success when all were
+ * delivered, failed (saying how many) when some were not.
+ */
+export class RedisReplayTasks {
+  private readonly settleScript: ScriptCall<[open: string, state: string], string[], number>;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Pick<RedisKeys, 'replayTask'>,
+    private readonly tasks: TaskStore,
+    private readonly progressOf: (refs: readonly { webhookId: string; deliveryId: string }[]) => Promise<({ status: DeliveryStatus } | undefined)[]>,
+    private readonly nowMs: () => number,
+  ) {
+    this.settleScript = defineScript(redis, { name: 'hooklineReplayTaskSettle', keys: 2, lua: SETTLE_LUA });
+  }
+
+  /** Notes who started a replay task, before anything is queued. */
+  async begin(taskId: string, vendorId: string, webhookId: string): Promise<void> {
+    const state = this.keys.replayTask.state(taskId);
+    await this.redis.multi().hset(state, { vendorId, webhookId, delivered: 0, failed: 0 }).pexpire(state, BOOKKEEPING_TTL_MS).exec();
+  }
+
+  /** Notes replays just queued (their new delivery ids). */
+  async queued(taskId: string, deliveryIds: readonly string[]): Promise<void> {
+    if (deliveryIds.length === 0) return;
+    const open = this.keys.replayTask.open(taskId);
+    await this.redis
+      .multi()
+      .sadd(open, ...deliveryIds)
+      .pexpire(open, BOOKKEEPING_TTL_MS)
+      .exec();
+  }
+
+  /** Every replay is queued: from now the task ends as soon as the last one has an outcome. */
+  async queuedAll(taskId: string): Promise<void> {
+    await this.redis.hset(this.keys.replayTask.state(taskId), 'queuedAll', '1');
+  }
+
+  /** The task with its replays' outcomes counted; finished tasks are written back as such. */
+  async view(taskId: string): Promise<ReplayTaskView | undefined> {
+    const task = await this.tasks.get(taskId);
+    if (!task) return undefined;
+    const { state: stateKey, open: openKey } = this.keys.replayTask;
+    const state = await this.redis.hgetall(stateKey(taskId));
+    if (state.webhookId === undefined || state.vendorId === undefined) return { task, vendorId: undefined };
+    if (task.status === 'success' || task.status === 'failed') return { task, vendorId: state.vendorId };
+
+    const webhookId = state.webhookId;
+    const [, open] = await this.redis.sscan(openKey(taskId), 0, 'COUNT', CHECK_PER_READ);
+    if (open.length > 0) {
+      const progress = await this.progressOf(open.map((deliveryId) => ({ webhookId, deliveryId })));
+      const settled = open.flatMap((id, i) => {
+        const status = progress[i]?.status;
+        // A replay whose record expired has no outcome anyone will learn: it counts as failed.
+        const outcome = status === undefined ? 'failed' : OUTCOME_OF[status];
+        return outcome === undefined ? [] : [id, outcome];
+      });
+      if (settled.length > 0) await this.settleScript([openKey(taskId), stateKey(taskId)], ...settled);
+    }
+    const [counts, stillOpen] = await Promise.all([this.redis.hmget(stateKey(taskId), 'delivered', 'failed', 'queuedAll'), this.redis.scard(openKey(taskId))]);
+    const delivered = Number(counts[0] ?? 0);
+    const failed = Number(counts[1] ?? 0);
+    const queued = task.progress?.queued ?? delivered + failed + stillOpen;
+    const progress = { ...task.progress, total: task.progress?.total ?? queued, done: task.progress?.done ?? 0, queued, delivered, failed, pending: stillOpen };
+    if (counts[2] !== '1' || stillOpen > 0) return { task: { ...task, progress }, vendorId: state.vendorId };
+
+    const finished: Task =
+      failed === 0
+        ? { task_id: taskId, status: 'success', fail_reason: null, progress }
+        : {
+            task_id: taskId,
+            status: 'failed',
+            fail_reason: `${failed} of ${queued} replayed deliveries failed again (see the webhook's dead letters); ${delivered} delivered`,
+            progress,
+          };
+    await this.tasks.put(finished, this.nowMs());
+    return { task: finished, vendorId: state.vendorId };
+  }
+}

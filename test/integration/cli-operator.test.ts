@@ -1,0 +1,126 @@
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { testApp, type TestApp } from '../helpers/app.js';
+import { runCli, startCli } from '../helpers/cli.js';
+import { cleanEnv } from '../helpers/processes.js';
+import { receiverPool } from '../helpers/receiver.js';
+import { waitFor } from '../helpers/wait.js';
+import { startTestWorker, type TestWorker } from '../helpers/worker.js';
+
+const machineEvent = (vendorId: string) => ({
+  event_id: randomUUID(),
+  event_type: 'EVENT_TYPE_MACHINE_CREATED',
+  vendor_id: vendorId,
+  data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } },
+});
+
+describe('the operator CLI: webhooks list, webhooks enable, dlq list across webhooks, deliveries tail', () => {
+  let t: TestApp | undefined;
+  let worker: TestWorker | undefined;
+  const receivers = receiverPool();
+  const children: { kill(signal: NodeJS.Signals): boolean }[] = [];
+
+  afterEach(async () => {
+    for (const child of children.splice(0)) child.kill('SIGKILL');
+    await worker?.close();
+    worker = undefined;
+    await receivers.closeAll();
+    await t?.close();
+  });
+
+  async function setup() {
+    t = await testApp({ retryScheduleMs: [0, 100] });
+    const healthy = await receivers.start();
+    const failing = await receivers.start();
+    failing.script('/bad', { status: 503 });
+    const ok = await t.webhooks.create('vendor-ok', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${healthy.base}/ok` });
+    const bad = await t.webhooks.create('vendor-bad', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${failing.base}/bad` });
+    if (!ok.ok || !bad.ok) throw new Error('webhooks not created');
+    worker = await startTestWorker(t, { sustainedFailureWindowMs: 24 * 3_600_000, breaker: { failureThreshold: 1_000, failureRate: 1, minAttempts: 1_000 } });
+    const env = {
+      ...cleanEnv(),
+      REDIS_URL: t.url,
+      HOOKLINE_REDIS_PREFIX: t.prefix,
+      HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
+      HOOKLINE_QUEUE_PARTITIONS: String(t.config.queuePartitions),
+    };
+    return { env, okId: ok.webhook.id, badId: bad.webhook.id, failing };
+  }
+
+  it('finds the failing webhook across vendors, lists its dead letters by vendor, and enables it again', async () => {
+    const { env, okId, badId } = await setup();
+    await t!.ingestor.ingest([machineEvent('vendor-ok'), machineEvent('vendor-bad'), machineEvent('vendor-bad')], 'http');
+    await waitFor(async () => (await t!.deliveryLog.health([badId]))[0]?.deadLetters === 2, 15_000, 'two dead letters');
+
+    const listed = await runCli(['webhooks', 'list'], env);
+    expect(listed.code).toBe(0);
+    const lines = listed.stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^STATE\s+DEAD\s+LAST\s+FAILING SINCE\s+VENDOR\s+EVENT TYPE\s+WEBHOOK\s+CALLBACK$/);
+    // Failing first, with its dead letters and last outcome.
+    expect(lines[1]).toMatch(new RegExp(`^failing\\s+2\\s+http_5xx 503 \\d+s ago\\s+\\d+s ago\\s+vendor-bad\\s+EVENT_TYPE_MACHINE_CREATED\\s+${badId}`));
+    expect(lines[2]).toMatch(new RegExp(`^healthy\\s+0\\s+delivered 200 .*vendor-ok.*${okId}`));
+
+    const failingOnly = await runCli(['webhooks', 'list', '--failing', '--json'], env);
+    const parsed = JSON.parse(failingOnly.stdout) as { webhook_id: string; state: string; dead_letters: number; failing_since: string }[];
+    expect(parsed.map((w) => [w.webhook_id, w.state, w.dead_letters])).toEqual([[badId, 'failing', 2]]);
+    expect(Number.isFinite(Date.parse(parsed[0]!.failing_since))).toBe(true);
+    expect((await runCli(['webhooks', 'list', '--vendor', 'vendor-ok', '--failing'], env)).stderr).toContain('no webhooks match');
+
+    const byVendor = await runCli(['dlq', 'list', '--vendor', 'vendor-bad', '--json'], env);
+    expect(byVendor.code).toBe(0);
+    const dead = JSON.parse(byVendor.stdout) as { webhook_id: string; vendor_id: string; status: string; last_status_code: number }[];
+    expect(dead.map((d) => [d.webhook_id, d.vendor_id, d.status, d.last_status_code])).toEqual([
+      [badId, 'vendor-bad', 'dead', 503],
+      [badId, 'vendor-bad', 'dead', 503],
+    ]);
+    const all = await runCli(['dlq', 'list', '--all'], env);
+    expect(all.stdout.trim().split('\n')).toHaveLength(3);
+    expect(all.stdout).toContain('http_5xx 503');
+
+    await t!.webhooks.disable(badId, 'failing');
+    const enabled = await runCli(['webhooks', 'enable', badId], env);
+    expect(enabled.code).toBe(0);
+    expect(enabled.stderr).toContain(`enabled ${badId} (was disabled: failing)`);
+    expect((await t!.webhooks.getById(badId))?.disabled).toBeUndefined();
+    const unknown = await runCli(['webhooks', 'enable', randomUUID()], env);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('no webhook with id');
+  }, 90_000);
+
+  it('deliveries tail streams attempts as they finish, only the vendor asked for, until interrupted', async () => {
+    const { env, badId, failing } = await setup();
+    const tail = await startCli(['deliveries', 'tail', '--vendor', 'vendor-bad', '--json'], env, /watching delivery attempts/);
+    children.push(tail.child);
+    const entries = () =>
+      tail
+        .output()
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as { vendor_id: string; webhook_id: string; outcome: string; status_code: number; attempt: number; decision: string });
+    // Workers notice a new listener within a second: keep events coming until attempts show (bounded).
+    await waitFor(
+      async () => {
+        await t!.ingestor.ingest([machineEvent('vendor-ok'), machineEvent('vendor-bad')], 'http');
+        return entries().some((e) => e.decision === 'dead');
+      },
+      15_000,
+      'a dead letter in the tail',
+      300,
+    );
+    expect(entries().every((e) => e.vendor_id === 'vendor-bad' && e.webhook_id === badId && e.outcome === 'http_5xx' && e.status_code === 503)).toBe(true);
+    expect(entries().some((e) => e.attempt === 1 && e.decision === 'retry')).toBe(true);
+    // The fix lands: the tail shows it.
+    failing.script('/bad', { status: 200 });
+    await waitFor(
+      async () => {
+        await t!.ingestor.ingest([machineEvent('vendor-bad')], 'http');
+        return entries().some((e) => e.outcome === 'delivered' && e.status_code === 200);
+      },
+      15_000,
+      'a delivered attempt in the tail',
+      300,
+    );
+    tail.child.kill('SIGINT');
+    expect(await tail.exited).toBe(0);
+  }, 60_000);
+});
