@@ -31,6 +31,7 @@ const ROUTES: { method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; role: 
   { method: 'POST', url: `/vendors/v1/webhooks/${SOME_UUID}/dead-letters/${SOME_UUID}/replay`, role: 'vendor' },
   { method: 'POST', url: `/vendors/v1/webhooks/${SOME_UUID}/dead-letters/replay`, role: 'vendor' },
   { method: 'POST', url: `/vendors/v1/webhooks/${SOME_UUID}/test`, role: 'vendor' },
+  { method: 'POST', url: `/vendors/v1/webhooks/${SOME_UUID}/rotate-secret`, role: 'vendor' },
   {
     method: 'POST',
     url: '/internal/v1/events',

@@ -138,6 +138,33 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     expect(legacyValid(newSecret, request!.body, h['x-webhook-signature'] as string)).toBe(false);
   });
 
+  it('rotates to a secret Hookline generates, returned once, that signs beside the old one', async () => {
+    const id = await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/generated', WHSEC);
+    const rotate = () => t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/rotate-secret`, headers: { 'x-api-key': key } });
+    const res = await rotate();
+    expect(res.statusCode).toBe(200);
+    const {
+      secret,
+      previous_secret_expires_at: until,
+      webhook_id: webhookId,
+    } = res.json<{ webhook_id: string; secret: string; previous_secret_expires_at: string }>();
+    expect(webhookId).toBe(id);
+    expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    expect(Buffer.from(secret.slice('whsec_'.length), 'base64')).toHaveLength(32);
+    expect(Date.parse(until) - Date.now()).toBeGreaterThan(23 * 3_600_000);
+    // Each call generates a new one.
+    expect((await rotate()).json<{ secret: string }>().secret).not.toBe(secret);
+    const generated = await rotate();
+    const latest = generated.json<{ secret: string }>().secret;
+    await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_CREATED'));
+    const [request] = await waitFor(() => receiver.at('/generated').length > 0 && receiver.at('/generated'), 10_000, 'delivery after the rotation');
+    expect(new StandardWebhook(latest).verify(request!.body, standardHeaders(request!))).toBeTruthy();
+    // Another vendor's webhook, or none, is not found.
+    const other = await t.keyFor(['vendor'], 'someone-else');
+    expect((await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/rotate-secret`, headers: { 'x-api-key': other } })).statusCode).toBe(404);
+    expect((await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks/nope/rotate-secret', headers: { 'x-api-key': key } })).statusCode).toBe(400);
+  });
+
   it('keeps a receiver that holds only the old secret verifying both headers through a rotation', async () => {
     const secretA = 'secret-A only the old receiver has';
     const secretB = 'secret-B the vendor rotated to';

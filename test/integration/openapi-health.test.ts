@@ -33,6 +33,7 @@ describe('OpenAPI, docs and health', () => {
         '/vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay',
         '/vendors/v1/webhooks/{webhook_id}/dead-letters/replay',
         '/vendors/v1/webhooks/{webhook_id}/test',
+        '/vendors/v1/webhooks/{webhook_id}/rotate-secret',
         '/internal/v1/events',
         '/admin/v1/webhooks',
         '/admin/v1/webhooks/{webhook_id}',

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { isUuid } from '../../domain/ids.js';
@@ -111,6 +112,39 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
         if (result.ok) return toWebhookResource(result.webhook, deps.nowMs());
         if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');
         throw new ApiError('webhook_not_found');
+      },
+    );
+
+    app.post(
+      '/vendors/v1/webhooks/:webhook_id/rotate-secret',
+      {
+        onRequest,
+        schema: {
+          tags: ['webhooks'],
+          summary: 'Rotate the secret to one Hookline generates',
+          description:
+            'Generates a Standard Webhooks secret (whsec_ and 32 random bytes in base64) and starts a rotation as a PATCH with a new ' +
+            'secret does: the previous secret keeps signing until previous_secret_expires_at. The answer is the only one that carries ' +
+            'the secret beside the webhook list; store it before the overlap ends. A webhook without a secret gets its first one.',
+          params: idParams,
+          querystring: noQueryParameters,
+          response: {
+            200: z.object({
+              webhook_id: z.string(),
+              secret: z.string().describe('The new secret.'),
+              previous_secret_expires_at: z.string().nullable().describe('When the previous secret stops signing; null when there was none.'),
+            }),
+            ...errorResponses(400, 401, 403, 404, 500),
+          },
+        },
+      },
+      async (request) => {
+        const webhookId = checkedId(request.params.webhook_id);
+        const secret = `whsec_${randomBytes(32).toString('base64')}`;
+        const result = await deps.webhooks.update(vendorOf(request), webhookId, { secret });
+        if (!result.ok) throw new ApiError('webhook_not_found');
+        const untilMs = result.webhook.previousSecret?.untilMs;
+        return { webhook_id: webhookId, secret, previous_secret_expires_at: untilMs === undefined ? null : new Date(untilMs).toISOString() };
       },
     );
 
