@@ -97,7 +97,7 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     });
     expect(posted.status).toBe(202);
     await waitFor(() => receiver.at('/ok').length === 1 && receiver.at('/flaky').length === 2 && receiver.at('/gone').length === 1, 15_000, 'deliveries');
-    await fetch(`${base}/rental/v1/tasks/not-a-uuid`, { headers: { 'x-api-key': vendorKey } });
+    await fetch(`${base}/rental/v1/machines`, { headers: { 'x-api-key': vendorKey } });
     // Let the last attempts be counted before scraping.
     metricsText = await waitFor(
       async () => {
@@ -142,7 +142,7 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     expect(sample('hookline_delivery_lag_seconds_count', { event_type: 'EVENT_TYPE_MACHINE_CREATED' })).toBe(1);
     expect(sample('hookline_delivery_attempt_duration_seconds_count', { outcome: 'delivered' })).toBeGreaterThanOrEqual(2);
     expect(sample('hookline_http_requests_total', { route: '/internal/v1/events', method: 'POST', status: '202' })).toBe(1);
-    expect(sample('hookline_http_requests_total', { route: '/rental/v1/tasks/:task_id', method: 'GET', status: '403' })).toBe(1);
+    expect(sample('hookline_http_requests_total', { route: '/rental/v1/machines', method: 'GET', status: '403' })).toBe(1);
     expect(metricsText).toMatch(/^hookline_queue_jobs\{state="waiting",role="all"\} \d+$/m);
     expect(metricsText).toMatch(/^hookline_redis_up\{role="all"\} 1$/m);
     expect(metricsText).toMatch(/^hookline_build_info\{version="[^"]+",role="all"\} 1$/m);
