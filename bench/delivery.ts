@@ -2,7 +2,7 @@ import type { Config } from '../src/config/env.js';
 import type { FinishedOutcome } from '../src/delivery/attempt.js';
 import type { Redis } from '../src/store/redis.js';
 import { bareUndiciLoop, NaiveBaseline, type ThroughputFigures } from './baselines.js';
-import { percentile, sampleProcessMemory, sleep, wallMs } from './measure.js';
+import { percentile, sampleProcessMemory, sleep, waitUntil, wallMs } from './measure.js';
 import { BenchEngine, type PostResult } from './engine.js';
 import type { ReceiverProcess, ReceiverRun } from './receiver-client.js';
 import { redisCommands, redisCpuUs } from './redis-info.js';
@@ -348,6 +348,8 @@ export async function hooklineLatency(setup: DeliveryBenchSetup, perSecond: numb
     const { events, batches, perTick } = pacedBatches(factory, perSecond, seconds, setup.vendors, setup.warmup, tickMs);
     const posted = await pacedPosts(engine, batches, tickMs);
     await run.waitVerified(setup.warmup + events.length, setup.timeoutMs, 'paced deliveries');
+    // The receiver has every event; the worker reports an attempt only once it is recorded, a moment later.
+    await waitUntil(async () => events.every((e) => acceptedAt.has(e.event_id)) || undefined, setup.timeoutMs, 'the attempts recorded', 10);
     const { ids, atMs } = await run.times();
     const receivedAt = new Map(ids.map((id, i) => [id, atMs[i]!]));
     const fromAccepted: number[] = [];
