@@ -137,6 +137,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Recent deliveries of a webhook',
+          description: 'The newest deliveries, from the webhook’s last 1000; with status, only those in that status.',
           params: webhookParams,
           querystring: deliveriesQuery,
           response: { 200: z.object({ deliveries: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) },
@@ -157,6 +158,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'One delivery with every attempt',
+          description: 'Each attempt with its time, outcome, status code, duration and the first 4 KiB of the answer.',
           params: deliveryParams,
           querystring: noQueryParameters,
           response: { 200: z.object({ delivery: deliverySchema, attempts: z.array(attemptSchema) }), ...errorResponses(400, 401, 403, 404) },
@@ -177,6 +179,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Dead letters of a webhook (every attempt failed)',
+          description: 'Newest first. Replay one, or all of them as a task.',
           params: webhookParams,
           querystring: limitQuery,
           response: { 200: z.object({ dead_letters: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) },
