@@ -20,6 +20,18 @@ export default defineConfig({
         },
       },
       {
+        // Redocly CLI and Spectral on the served OpenAPI document: `npm run lint:openapi`, also run by
+        // CI. A project of its own: the linters are CPU-heavy, and beside the timing-sensitive
+        // integration tests on a 2-core machine they would slow those.
+        test: {
+          name: 'openapi-lint',
+          include: ['test/lint/**/*.test.ts'],
+          globalSetup: ['test/helpers/global-setup.ts'],
+          testTimeout: 90_000,
+          hookTimeout: 60_000,
+        },
+      },
+      {
         // Real processes, outages and long waits by design: `npm run test:faults`, also run by CI.
         test: {
           name: 'faults',

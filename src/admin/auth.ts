@@ -21,6 +21,27 @@ interface AuthorizeOptions {
 /** A hook that lets a request through when its key has `role` (or any of `role` when several are given). */
 export type Authorizer = (role: Role | readonly Role[], options?: AuthorizeOptions) => onRequestAsyncHookHandler;
 
+/** What a route's authorizer hook checks: the OpenAPI document derives its security and 401/403/429 answers from it. */
+export interface Authorization {
+  /** Any of these lets a request through. */
+  roles: readonly Role[];
+  /** Whether the per-key request limit applies (it answers 429 when configured). */
+  requestLimited: boolean;
+}
+
+/** Every hook an authorizer made, with what it checks. */
+const authorizations = new WeakMap<object, Authorization>();
+
+/** What the authorizer among a route's onRequest hooks checks; undefined for a route without one. */
+export function authorizationOf(onRequest: unknown): Authorization | undefined {
+  const hooks: unknown[] = Array.isArray(onRequest) ? onRequest : [onRequest];
+  for (const hook of hooks) {
+    const found = typeof hook === 'function' ? authorizations.get(hook) : undefined;
+    if (found) return found;
+  }
+  return undefined;
+}
+
 /** The per-key request limit of the admin API. */
 export interface RateLimit {
   counter: RequestCounter;
@@ -37,7 +58,7 @@ export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit): 
   return (role, options = {}) => {
     const roles: readonly Role[] = typeof role === 'string' ? [role] : role;
     const limited = rateLimit && rateLimit.perSecond > 0 && options.requestLimited !== false ? rateLimit : undefined;
-    return async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    const hook = async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {
       const header = request.headers['x-api-key'];
       const presented = Array.isArray(header) ? undefined : header?.trim();
       if (!presented) throw new ApiError('unauthorized');
@@ -54,6 +75,8 @@ export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit): 
       if (!roles.some((r) => hasRole(principal, r))) throw new ApiError('forbidden', `This API key does not have the ${roles.join(' or ')} role`);
       request.principal = principal;
     };
+    authorizations.set(hook, { roles, requestLimited: options.requestLimited !== false });
+    return hook;
   };
 }
 

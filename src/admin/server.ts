@@ -2,14 +2,7 @@ import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type RawServerDefault } from 'fastify';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import {
-  hasZodFastifySchemaValidationErrors,
-  jsonSchemaTransform,
-  jsonSchemaTransformObject,
-  serializerCompiler,
-  validatorCompiler,
-  type ZodTypeProvider,
-} from 'fastify-type-provider-zod';
+import { hasZodFastifySchemaValidationErrors, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { AgentStatus } from '../domain/agent.js';
 import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Ingestor } from '../ingest/ingest.js';
@@ -19,9 +12,9 @@ import type { ApiKeyLookup } from '../store/api-keys.js';
 import type { MachineListing } from '../store/machines.js';
 import type { DocLookup } from '../store/versioned-docs.js';
 import type { WebhookRegistry } from '../store/webhooks.js';
-import { VERSION } from '../version.js';
 import { createAuthorizer, type RateLimit } from './auth.js';
 import { ApiError, errorBody, type ErrorCode } from './errors.js';
+import { swaggerOptions } from './openapi.js';
 import { agentRoutes } from './routes/agents.js';
 import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
 import { eventRoutes, type IngestRateLimit } from './routes/events.js';
@@ -184,29 +177,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     metricsRoute(app, metrics);
   }
 
-  await app.register(fastifySwagger, {
-    openapi: {
-      openapi: '3.1.0',
-      info: {
-        title: 'Hookline admin API',
-        version: VERSION,
-        description:
-          'Webhook registration for vendors, task and agent-status lookups and the machine listing of the rental platform. ' +
-          'Every error answers `{ "error": "<message>", "code": "<stable code>" }`.',
-      },
-      components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' } } },
-      security: [{ apiKey: [] }],
-      tags: [
-        { name: 'webhooks', description: 'A vendor’s webhooks (scoped to the key’s vendor)' },
-        { name: 'deliveries', description: 'A webhook’s deliveries, attempts, dead letters, replays and test events' },
-        { name: 'rental', description: 'Tasks, agent status and the machine listing' },
-        { name: 'ingest', description: 'Events from the platform’s producer services (role events:write)' },
-        { name: 'health', description: 'Liveness and readiness' },
-      ],
-    },
-    transform: jsonSchemaTransform,
-    transformObject: jsonSchemaTransformObject,
-  });
+  await app.register(fastifySwagger, swaggerOptions());
   await app.register(fastifySwaggerUi, { routePrefix: '/docs' });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 

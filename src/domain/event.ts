@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { agentStatusSchema } from './agent.js';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
-import { externalIdSchema, isUuid } from './ids.js';
+import { externalIdSchema, isUuid, LOWER_CASE_UUID_RE } from './ids.js';
 import { machineSchema } from './machine.js';
 import { taskSchema } from './task.js';
 
@@ -49,19 +49,35 @@ const machineRefSchema = z
 /** A removal's data: the full Machine when it validates as one, otherwise just `{ metadata: { machine_id } }`. */
 const machineRemovedDataSchema = z.union([machineSchema, machineRefSchema]);
 
+/**
+ * What each webhook event type carries in `data`: ingest validates it with this schema, and vendors
+ * receive it (as sent) in the envelope, so the OpenAPI document's webhooks section shows the same.
+ */
+const WEBHOOK_EVENTS = {
+  EVENT_TYPE_MACHINE_CREATED: { data: machineSchema, description: 'A machine was created; data is the Machine.' },
+  EVENT_TYPE_MACHINE_UPDATED: { data: machineSchema, description: 'A machine changed; data is the whole Machine.' },
+  EVENT_TYPE_MACHINE_REMOVED: {
+    data: machineRemovedDataSchema,
+    description: 'A machine was removed; data needs only metadata.machine_id (a full Machine is accepted too).',
+  },
+  EVENT_TYPE_DEPLOYMENT_CREATED: { data: agentStatusSchema, description: 'A deployment was created; data is its agent deployment status.' },
+  EVENT_TYPE_DEPLOYMENT_UPDATED: { data: agentStatusSchema, description: 'A deployment changed; data is its agent deployment status.' },
+  EVENT_TYPE_DEPLOYMENT_STOPPED: { data: agentStatusSchema, description: 'A deployment stopped; data is its agent deployment status.' },
+} as const satisfies Record<WebhookEventType, { data: z.ZodType; description: string }>;
+
 // Envelope fields are strict (an unknown one is a misplaced field, rejected with its name); `data`
 // schemas strip what they do not name, but only from the read models' copy: vendors receive the
 // data as it was sent (see `sentData`).
-function webhookEvent<const T extends WebhookEventType, D extends z.ZodType>(eventType: T, data: D, description: string) {
+function webhookEvent<const T extends WebhookEventType, D extends z.ZodType>(eventType: T, event: { data: D; description: string }) {
   return z
     .strictObject({
       event_id: eventIdSchema.optional(),
       event_type: z.literal(eventType),
       vendor_id: vendorIdSchema,
       timestamp: timestampSchema.optional(),
-      data,
+      data: event.data,
     })
-    .meta({ description });
+    .meta({ description: event.description });
 }
 
 const taskUpdatedEvent = z
@@ -82,16 +98,12 @@ export const ingestEventSchema = z
   .discriminatedUnion(
     'event_type',
     [
-      webhookEvent('EVENT_TYPE_MACHINE_CREATED', machineSchema, 'A machine was created; data is the Machine.'),
-      webhookEvent('EVENT_TYPE_MACHINE_UPDATED', machineSchema, 'A machine changed; data is the whole Machine.'),
-      webhookEvent(
-        'EVENT_TYPE_MACHINE_REMOVED',
-        machineRemovedDataSchema,
-        'A machine was removed; data needs only metadata.machine_id (a full Machine is accepted too).',
-      ),
-      webhookEvent('EVENT_TYPE_DEPLOYMENT_CREATED', agentStatusSchema, 'A deployment was created; data is its agent deployment status.'),
-      webhookEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', agentStatusSchema, 'A deployment changed; data is its agent deployment status.'),
-      webhookEvent('EVENT_TYPE_DEPLOYMENT_STOPPED', agentStatusSchema, 'A deployment stopped; data is its agent deployment status.'),
+      webhookEvent('EVENT_TYPE_MACHINE_CREATED', WEBHOOK_EVENTS.EVENT_TYPE_MACHINE_CREATED),
+      webhookEvent('EVENT_TYPE_MACHINE_UPDATED', WEBHOOK_EVENTS.EVENT_TYPE_MACHINE_UPDATED),
+      webhookEvent('EVENT_TYPE_MACHINE_REMOVED', WEBHOOK_EVENTS.EVENT_TYPE_MACHINE_REMOVED),
+      webhookEvent('EVENT_TYPE_DEPLOYMENT_CREATED', WEBHOOK_EVENTS.EVENT_TYPE_DEPLOYMENT_CREATED),
+      webhookEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', WEBHOOK_EVENTS.EVENT_TYPE_DEPLOYMENT_UPDATED),
+      webhookEvent('EVENT_TYPE_DEPLOYMENT_STOPPED', WEBHOOK_EVENTS.EVENT_TYPE_DEPLOYMENT_STOPPED),
       taskUpdatedEvent,
     ],
     {
@@ -228,6 +240,34 @@ function describeEventIssues(error: z.ZodError): string {
   const more = issues.length - REASON_ISSUES_MAX;
   const reason = parts.join('; ') + (more > 0 ? ` (and ${more} more)` : '');
   return reason.length > REASON_LENGTH_MAX ? `${reason.slice(0, REASON_LENGTH_MAX - 1)}…` : reason;
+}
+
+/** The data of a test event (`POST /vendors/v1/webhooks/{webhook_id}/test`), sent with the webhook's own event type. */
+const testEventDataSchema = z
+  .strictObject({ test: z.literal(true), message: z.string() })
+  .meta({ description: 'A test event sent from the API: not a real change; data is only this.' });
+
+export type TestEventData = z.infer<typeof testEventDataSchema>;
+
+/**
+ * The JSON body a webhook of `eventType` receives, as `buildEnvelope` writes it: what the OpenAPI
+ * document's webhooks section shows, and what a test checks real deliveries against. `data` is the
+ * event's data exactly as the producer sent it (valid by ingest's schema, with any fields it did
+ * not name), or a test event's.
+ */
+export function envelopeSchema(eventType: WebhookEventType) {
+  return z
+    .strictObject({
+      version: z.literal(ENVELOPE_VERSION).describe('Version of the envelope format.'),
+      event_id: z
+        .string()
+        .regex(LOWER_CASE_UUID_RE)
+        .describe('The event id (lower-case UUID), also sent as webhook-id: the same on every attempt and replay, so receivers deduplicate on it.'),
+      event_type: z.literal(eventType),
+      timestamp: z.iso.datetime().describe('When the event happened: ISO 8601 in UTC with milliseconds.'),
+      data: z.union([WEBHOOK_EVENTS[eventType].data, testEventDataSchema]),
+    })
+    .meta({ description: WEBHOOK_EVENTS[eventType].description });
 }
 
 /** What `buildEnvelope` needs of an event. */

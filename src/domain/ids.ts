@@ -3,6 +3,9 @@ import { z } from 'zod';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/** A UUID as the engine writes ids it sends (event ids in envelopes and headers): lower case. */
+export const LOWER_CASE_UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
 /** True for a UUID in its canonical 8-4-4-4-12 hex form (any version). */
 export function isUuid(text: string): boolean {
   return UUID_RE.test(text);

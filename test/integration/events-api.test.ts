@@ -161,10 +161,11 @@ describe('POST /internal/v1/events', () => {
       components: { schemas: Record<string, { oneOf?: unknown[]; anyOf?: unknown[] }> };
     };
     const body = JSON.stringify(doc.paths[URL]?.post?.requestBody.content['application/json']?.schema);
-    expect(body).toContain('#/components/schemas/IngestEvent');
+    // A request body is the input form of a schema: fields with defaults optional, unnamed data fields allowed.
+    expect(body).toContain('"#/components/schemas/IngestEventInput"');
     expect(body).toContain('"maxItems":1000');
-    const eventSchema = doc.components.schemas.IngestEvent!;
+    const eventSchema = doc.components.schemas.IngestEventInput!;
     expect((eventSchema.oneOf ?? eventSchema.anyOf)?.length).toBe(7);
-    expect(JSON.stringify(eventSchema)).toContain('#/components/schemas/Machine');
+    expect(JSON.stringify(eventSchema)).toContain('"#/components/schemas/MachineInput"');
   });
 });

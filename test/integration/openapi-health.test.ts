@@ -1,6 +1,23 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ERRORS, type ErrorCode } from '../../src/admin/errors.js';
 import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { testApp, testConfig, testEngine, type TestApp } from '../helpers/app.js';
+import { operationsOf, servedDocument, type OpenApiDocument, type OpenApiOperation } from '../helpers/openapi.js';
+import { waitFor } from '../helpers/wait.js';
+
+/** Every operation of the document, the webhooks section's too, by a readable name. */
+function allOperations(doc: OpenApiDocument): [string, OpenApiOperation][] {
+  const webhooks = Object.entries(doc.webhooks ?? {}).flatMap(([name, item]) =>
+    Object.entries(item).map(([method, op]): [string, OpenApiOperation] => [`webhook ${name} ${method.toUpperCase()}`, op]),
+  );
+  return [...operationsOf(doc), ...webhooks];
+}
+
+/** The error codes a documented response gives examples of. */
+function exampleCodes(op: OpenApiOperation | undefined, status: string): string[] {
+  const examples = op?.responses[status]?.content?.['application/json']?.examples ?? {};
+  return Object.values(examples).map((example) => (example.value as { code: string }).code);
+}
 
 describe('OpenAPI, docs and health', () => {
   let t: TestApp;
@@ -56,6 +73,92 @@ describe('OpenAPI, docs and health', () => {
     expect(doc.paths['/internal/v1/events']?.post?.requestBody).toBeDefined();
   });
 
+  it('names every operation, webhooks included, with a unique camelCase operationId that stays put', async () => {
+    const doc = await servedDocument(t.app);
+    const operations = allOperations(doc);
+    // A route missing from OPERATIONS in src/admin/openapi.ts shows up here.
+    expect(operations.filter(([, op]) => op.operationId === undefined).map(([name]) => name)).toEqual([]);
+    const ids = operations.map(([, op]) => op.operationId ?? '');
+    expect(ids.filter((id) => !/^[a-z][a-zA-Z0-9]*$/.test(id))).toEqual([]);
+    expect(new Set(ids).size).toBe(ids.length);
+    // Generated clients name their methods after these: renaming one is a breaking change.
+    expect(Object.fromEntries(operationsOf(doc).map(([name, op]) => [name, op.operationId]))).toMatchObject({
+      'GET /healthz': 'getLiveness',
+      'GET /readyz': 'getReadiness',
+      'POST /vendors/v1/webhooks': 'createWebhook',
+      'GET /vendors/v1/webhooks': 'listWebhooks',
+      'PATCH /vendors/v1/webhooks/{webhook_id}': 'updateWebhook',
+      'DELETE /vendors/v1/webhooks/{webhook_id}': 'deleteWebhook',
+      'POST /internal/v1/events': 'ingestEvents',
+      'GET /vendors/v1/webhooks/{webhook_id}/deliveries': 'listDeliveries',
+      'GET /vendors/v1/webhooks/{webhook_id}/deliveries/{delivery_id}': 'getDelivery',
+      'GET /vendors/v1/webhooks/{webhook_id}/dead-letters': 'listDeadLetters',
+      'POST /vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay': 'replayDeadLetter',
+      'POST /vendors/v1/webhooks/{webhook_id}/dead-letters/replay': 'replayAllDeadLetters',
+      'POST /vendors/v1/webhooks/{webhook_id}/test': 'sendTestEvent',
+      'GET /rental/v1/tasks/{task_id}': 'getTask',
+      'GET /rental/v1/machines/agents/{deployment_id}': 'getAgentStatus',
+      'GET /rental/v1/machines': 'listMachines',
+    });
+  });
+
+  it('describes every answer, and gives each error status an example of every code that answers with it', async () => {
+    const doc = await servedDocument(t.app);
+    const problems: string[] = [];
+    for (const [name, op] of allOperations(doc)) {
+      for (const [status, response] of Object.entries(op.responses)) {
+        if (!response.description || response.description === 'Default Response') problems.push(`${name} ${status}: no description`);
+        if (!/^[45]\d\d$/.test(status) || name.startsWith('webhook ') || name === 'GET /readyz') continue;
+        const codes = exampleCodes(op, status);
+        if (codes.length === 0) problems.push(`${name} ${status}: no example`);
+        for (const code of codes) {
+          if (ERRORS[code as ErrorCode]?.status !== Number(status))
+            problems.push(`${name} ${status}: example of ${code}, which answers ${ERRORS[code as ErrorCode]?.status}`);
+          if (!response.description.includes(`\`${code}\``)) problems.push(`${name} ${status}: ${code} not described`);
+        }
+      }
+    }
+    expect(problems).toEqual([]);
+    // The handlers' own errors are there, with the example a client will really see.
+    expect(exampleCodes(doc.paths['/vendors/v1/webhooks']?.post, '409')).toEqual(['webhook_conflict']);
+    expect(exampleCodes(doc.paths['/vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay']?.post, '409')).toEqual(['not_dead_letter']);
+    expect(exampleCodes(doc.paths['/rental/v1/tasks/{task_id}']?.get, '404')).toEqual(['task_not_found']);
+    expect(exampleCodes(doc.paths['/vendors/v1/webhooks']?.get, '403').sort()).toEqual(['forbidden', 'no_vendor']);
+  });
+
+  it('documents 401, 403, 429, 500 and 503 wherever a key is needed, with Retry-After on 429 and 503; none on the probes', async () => {
+    const doc = await servedDocument(t.app);
+    const problems: string[] = [];
+    const open: string[] = [];
+    for (const [name, op] of operationsOf(doc)) {
+      // An operation without its own `security` needs the document's API key.
+      if (op.security !== undefined) {
+        expect(op.security, name).toEqual([]);
+        open.push(name);
+        if (op.responses['401']) problems.push(`${name}: needs no key, documents 401`);
+        continue;
+      }
+      for (const status of ['401', '403', '429', '500', '503']) if (!op.responses[status]) problems.push(`${name}: no ${status}`);
+      for (const status of ['429', '503']) if (!op.responses[status]?.headers?.['Retry-After']) problems.push(`${name} ${status}: no Retry-After`);
+    }
+    expect(problems).toEqual([]);
+    expect(open.sort()).toEqual(['GET /healthz', 'GET /readyz']);
+    // Ingest is exempt from the per-key request limit; its 429 is its own events-per-second limit.
+    expect(doc.paths['/internal/v1/events']?.post?.responses['429']?.description).toContain('HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND');
+    expect(exampleCodes(doc.paths['/rental/v1/machines']?.get, '503')).toEqual(['storage_unavailable']);
+  });
+
+  it('has what client generators and linters look for: servers, an Apache-2.0 license, a contact and described tags', async () => {
+    const doc = await servedDocument(t.app);
+    expect(doc.servers?.length).toBeGreaterThan(0);
+    expect(doc.info.license).toMatchObject({ name: 'Apache-2.0', identifier: 'Apache-2.0' });
+    expect(doc.info.contact).toBeDefined();
+    const declared = new Map((doc.tags ?? []).map((tag) => [tag.name, tag.description ?? '']));
+    const used = new Set(allOperations(doc).flatMap(([, op]) => op.tags ?? []));
+    expect([...used].filter((tag) => !declared.get(tag))).toEqual([]);
+    expect([...declared.keys()].filter((tag) => !used.has(tag))).toEqual([]);
+  });
+
   it('serves the docs UI at /docs', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/docs/' });
     expect(res.statusCode).toBe(200);
@@ -90,6 +193,9 @@ describe('readiness when Redis is unreachable', () => {
       const res = await app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': 'hk_whatever' } });
       expect(res.statusCode).toBe(503);
       expect(res.json()).toEqual({ error: 'Storage is unreachable; try again shortly', code: 'storage_unavailable' });
+      // As the document says: the code among the 503's examples, and a Retry-After.
+      expect(res.headers['retry-after']).toBe('1');
+      expect(exampleCodes((await servedDocument(app)).paths['/vendors/v1/webhooks']?.get, '503')).toContain('storage_unavailable');
     } finally {
       await engine.close(0);
     }
@@ -137,6 +243,35 @@ describe('a full Redis (maxmemory with noeviction)', () => {
       await engine.close(0);
       await server.stop();
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a rate-limited key', () => {
+  it('gets the 429 the document shows, with its Retry-After', async () => {
+    const t = await testApp({ rateLimitPerSecond: 1 });
+    try {
+      const key = await t.keyFor(['vendor'], 'v');
+      // Two requests in one second pass the limit of one; a second boundary between them may let one more through.
+      const limited = await waitFor(
+        async () => {
+          const res = await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } });
+          return res.statusCode === 429 ? res : undefined;
+        },
+        10_000,
+        'a 429',
+        0,
+      );
+      expect(limited.headers['retry-after']).toBe('1');
+      const body = limited.json<{ error: string; code: string }>();
+      const doc = await servedDocument(t.app);
+      const documented = doc.paths['/vendors/v1/webhooks']?.get?.responses['429']?.content?.['application/json']?.examples?.[body.code]?.value as
+        { error: string; code: string } | undefined;
+      expect(documented?.code).toBe(body.code);
+      // The same message but for the configured limit.
+      expect(documented?.error.replace(/\d+/, 'N')).toBe(body.error.replace(/\d+/, 'N'));
+    } finally {
+      await t.close();
     }
   });
 });

@@ -199,6 +199,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'One delivery with every attempt',
+          description: 'Each attempt with its time, outcome, status code, duration and the first 4 KiB of the answer.',
           params: deliveryParams,
           querystring: noQueryParameters,
           response: { 200: z.object({ delivery: deliverySchema, attempts: z.array(attemptSchema) }), ...errorResponses(400, 401, 403, 404) },
@@ -219,6 +220,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Dead letters of a webhook (every attempt failed)',
+          description: 'Newest first. Replay one, or all of them as a task.',
           params: webhookParams,
           querystring: limitQuery,
           response: { 200: z.object({ dead_letters: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) },

@@ -7,7 +7,16 @@ export function healthRoutes(deps: { isReady: () => Promise<boolean> }): Fastify
     app.get(
       '/healthz',
       // Probes come every few seconds: logged only when something goes wrong.
-      { logLevel: 'warn', schema: { tags: ['health'], security: [], summary: 'Liveness', response: { 200: z.object({ status: z.literal('ok') }) } } },
+      {
+        logLevel: 'warn',
+        schema: {
+          tags: ['health'],
+          security: [],
+          summary: 'Liveness',
+          description: 'Answers 200 while the process serves requests; it reads nothing from Redis, so a storage outage does not fail it.',
+          response: { 200: z.object({ status: z.literal('ok') }) },
+        },
+      },
       async () => ({ status: 'ok' as const }),
     );
     app.get(
@@ -18,6 +27,7 @@ export function healthRoutes(deps: { isReady: () => Promise<boolean> }): Fastify
           tags: ['health'],
           security: [],
           summary: 'Readiness: Redis answers',
+          description: 'Answers 200 when Redis answers, 503 when it does not: a load balancer sends traffic only to a ready instance.',
           response: { 200: z.object({ status: z.literal('ready') }), 503: z.object({ status: z.literal('unavailable'), error: z.string() }) },
         },
       },

@@ -180,6 +180,7 @@ export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'One webhook of any vendor, with its state',
+          description: 'The same fields as the list, for one webhook whoever owns it.',
           params: webhookParams,
           querystring: noQueryParameters,
           response: { 200: webhookStatusSchema, ...errorResponses(400, 401, 403, 404) },
@@ -195,6 +196,7 @@ export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Dead letters across webhooks, newest first',
+          description: 'Of one webhook, a vendor’s webhooks, or every webhook; each with the webhook and vendor it belongs to.',
           querystring: deadLettersQuery,
           response: { 200: z.object({ dead_letters: z.array(operatorDeadLetterSchema) }), ...errorResponses(400, 401, 403, 404) },
         },

@@ -76,6 +76,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags: ['webhooks'],
           summary: 'List the vendor’s webhooks',
+          description: 'Every webhook of the key’s vendor, with its secret when it has one and whether deliveries to it are enabled.',
           querystring: noQueryParameters,
           response: { 200: z.object({ webhooks: z.array(webhookResourceSchema) }), ...errorResponses(401, 403, 500) },
         },
@@ -155,6 +156,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags: ['webhooks'],
           summary: 'Delete a webhook',
+          description: 'Its pending deliveries are dropped (counted in metrics), not retried.',
           params: idParams,
           querystring: noQueryParameters,
           response: { 204: z.null().describe('Deleted.'), ...errorResponses(400, 401, 403, 404, 500) },
