@@ -365,10 +365,16 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
         }>();
         return res.status === 'success' && res;
       },
-      10_000,
+      // The task ends once both replays are delivered, not when they are queued.
+      30_000,
       'bulk replay task',
     );
-    expect(task).toMatchObject({ task_id: taskId, status: 'success', fail_reason: null, progress: { total: 2, done: 2 } });
+    expect(task).toMatchObject({
+      task_id: taskId,
+      status: 'success',
+      fail_reason: null,
+      progress: { total: 2, done: 2, queued: 2, delivered: 2, failed: 0, pending: 0 },
+    });
     await waitFor(() => receiver.at('/down').length === 15, 10_000, 'bulk replayed deliveries');
     const eventIds = new Set(receiver.at('/down').map((r) => r.headers['webhook-id']));
     expect(eventIds.size).toBe(3);
