@@ -1,3 +1,4 @@
+import type { TestEventData } from '@hookline/verify';
 import { buildEnvelope } from '../domain/event.js';
 import { newId } from '../domain/ids.js';
 import type { Webhook } from '../domain/webhook.js';
@@ -21,7 +22,7 @@ export class TestEventSender {
         event_id: eventId,
         event_type: webhook.eventType,
         timestamp: new Date(nowMs).toISOString(),
-        data: { test: true, message: 'A test event sent from the Hookline API.' },
+        data: { test: true, message: 'A test event sent from the Hookline API.' } satisfies TestEventData,
       }),
       acceptedAtMs: nowMs,
       manual: true,
