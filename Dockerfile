@@ -1,11 +1,15 @@
 # syntax=docker/dockerfile:1
 # Hookline's container image: `docker build -t hookline .`, then `docker run hookline api|worker|start`.
-# The runtime stage holds only the compiled dist/, the production node_modules/ and package.json.
+# The runtime stage holds only the compiled dist/, the production node_modules/ and package.json, and
+# the same of the client packages the engine uses.
 
 # ---- build: install everything, compile TypeScript, then drop the dev dependencies
 FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
+# The client packages are npm workspaces (the engine signs with @hookline/verify's code): npm ci
+# links them into node_modules/@hookline/.
+COPY packages ./packages
 # No install scripts: the one native module the engine uses ships prebuilt (an optional package),
 # and the dev tools' native add-ons are not needed to compile.
 RUN npm ci --ignore-scripts --no-audit --no-fund
@@ -23,6 +27,11 @@ WORKDIR /app
 COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
+# What the node_modules/@hookline/ links point to: each client package's manifest and built code.
+COPY --from=build /app/packages/verify/package.json ./packages/verify/package.json
+COPY --from=build /app/packages/verify/dist ./packages/verify/dist
+COPY --from=build /app/packages/producer/package.json ./packages/producer/package.json
+COPY --from=build /app/packages/producer/dist ./packages/producer/dist
 RUN mkdir -p /var/lib/hookline && chown node:node /var/lib/hookline
 USER node
 # 8080: admin API (HOOKLINE_API_PORT). 9464: a standalone worker's /metrics and /healthz (HOOKLINE_METRICS_PORT).

@@ -36,7 +36,7 @@ const rootZones = [
 ];
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', '.hookline/', 'bench/results/', 'coverage/'] },
+  { ignores: ['dist/', 'packages/*/dist/', 'node_modules/', '.hookline/', 'bench/results/', 'coverage/'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

@@ -1,16 +1,20 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
+  // The client packages (@hookline/*) from their sources, as tsconfig.json maps them, not their build.
+  resolve: { tsconfigPaths: true },
   test: {
     reporters: ['default', './test/helpers/summary-reporter.ts'],
     projects: [
       {
+        extends: true,
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
         },
       },
       {
+        extends: true,
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
@@ -33,6 +37,7 @@ export default defineConfig({
       },
       {
         // Real processes, outages and long waits by design: `npm run test:faults`, also run by CI.
+        extends: true,
         test: {
           name: 'faults',
           include: ['test/faults/**/*.test.ts'],

@@ -6,7 +6,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { verifyLegacySignature, verifyStandardWebhook } from '../src/verify.js';
+import { verifyLegacySignature, verifyStandardWebhook } from '@hookline/verify';
 import { wallMs } from './measure.js';
 import type { ReceiverEnvelope, ReceiverReply, RunConfig, RunStats } from './receiver-protocol.js';
 

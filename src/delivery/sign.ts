@@ -1,26 +1,6 @@
-import { createHmac, createSecretKey, type KeyObject } from 'node:crypto';
-
-/** Standard Webhooks marks a base64 key with this prefix. */
-const STANDARD_SECRET_PREFIX = 'whsec_';
-
-/** The HMAC key for a webhook secret: the base64-decoded rest after `whsec_`, else the secret's UTF-8 bytes. */
-export function secretKeyBytes(secret: string): Buffer {
-  return secret.startsWith(STANDARD_SECRET_PREFIX) ? Buffer.from(secret.slice(STANDARD_SECRET_PREFIX.length), 'base64') : Buffer.from(secret, 'utf8');
-}
-
-/** Base64 HMAC-SHA256 over `{webhookId}.{timestampSec}.{body}`: the part after `v1,` in `webhook-signature`. */
-export function standardSignature(key: Buffer | KeyObject, webhookId: string, timestampSec: number | string, body: string | Uint8Array): string {
-  // Hashing the prefix and the body separately keeps raw body bytes exact (no string round trip).
-  return createHmac('sha256', key).update(`${webhookId}.${timestampSec}.`, 'utf8').update(body).digest('base64');
-}
-
-/** Hex HMAC-SHA256 of the body keyed by the secret's UTF-8 bytes: the part after `sha256=` in `x-webhook-signature`. */
-function legacySignature(secret: string | KeyObject, body: string | Uint8Array): string {
-  // The platform's legacy scheme never decoded whsec_ secrets, so neither do we.
-  return createHmac('sha256', typeof secret === 'string' ? Buffer.from(secret, 'utf8') : secret)
-    .update(body)
-    .digest('hex');
-}
+import { createSecretKey, type KeyObject } from 'node:crypto';
+// The signatures are the client package's own functions, so what receivers verify is what is signed.
+import { legacySignature, secretKeyBytes, standardSignature } from '@hookline/verify';
 
 /** HMAC keys by secret: importing a key costs more than hashing a small body, and secrets repeat. */
 const keyCache = new Map<string, { standard: KeyObject; legacy: KeyObject }>();

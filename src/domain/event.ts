@@ -1,3 +1,4 @@
+import type { HooklineEnvelope } from '@hookline/verify';
 import { z } from 'zod';
 import { agentStatusSchema } from './agent.js';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
@@ -286,11 +287,14 @@ export interface EnvelopeSource {
 export function buildEnvelope(event: EnvelopeSource): string {
   const timestampMs = Date.parse(event.timestamp);
   if (!Number.isFinite(timestampMs)) throw new RangeError(`envelope timestamp is not a date-time: ${event.timestamp}`);
-  return JSON.stringify({
+  // Typed as the envelope @hookline/verify publishes, so a field added, dropped or renamed here
+  // fails to compile until the package's type says the same.
+  const envelope: HooklineEnvelope<WebhookEventType, unknown> = {
     version: ENVELOPE_VERSION,
     event_id: event.event_id,
     event_type: event.event_type,
     timestamp: new Date(timestampMs).toISOString(),
     data: event.data,
-  });
+  };
+  return JSON.stringify(envelope);
 }

@@ -1,11 +1,5 @@
-/** The six event types a vendor can subscribe a webhook to (interface section 6). */
-export const WEBHOOK_EVENT_TYPES = [
-  'EVENT_TYPE_MACHINE_CREATED',
-  'EVENT_TYPE_MACHINE_UPDATED',
-  'EVENT_TYPE_MACHINE_REMOVED',
-  'EVENT_TYPE_DEPLOYMENT_CREATED',
-  'EVENT_TYPE_DEPLOYMENT_UPDATED',
-  'EVENT_TYPE_DEPLOYMENT_STOPPED',
-] as const;
-
-export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
+/**
+ * The six event types a vendor can subscribe a webhook to (interface section 6). The list is the one
+ * the client packages publish, so the engine and its receivers cannot disagree on it.
+ */
+export { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '@hookline/verify';

@@ -238,7 +238,7 @@ describe('Dockerfile', () => {
     expect(runs).toContain('npm prune --omit=dev');
   });
 
-  it('copies only dist/, node_modules/ and package.json from the build stage into the runtime stage', () => {
+  it('copies only dist/, node_modules/ and package.json (the engine’s and each workspace’s) from the build stage into the runtime stage', () => {
     // The runtime stage runs what the build stage built, on the same Node.
     expect(`${runtime?.from} AS build`).toBe(build?.from);
     const copies = [...all(runtime, 'COPY'), ...all(runtime, 'ADD')];
@@ -248,7 +248,11 @@ describe('Dockerfile', () => {
       expect(words, copy).toContain('--from=build');
       return words.filter((word) => !word.startsWith('--')).slice(0, -1);
     });
-    expect(sources.map((source) => path.posix.basename(source)).sort()).toEqual(['dist', 'node_modules', 'package.json']);
+    // node_modules/ links each workspace (a client package the engine imports) to its folder.
+    const { workspaces } = JSON.parse(read('package.json')) as { workspaces: string[] };
+    const workdir = all(runtime, 'WORKDIR').at(-1) ?? '/';
+    const expected = ['.', ...workspaces].flatMap((dir) => (dir === '.' ? ['dist', 'node_modules', 'package.json'] : [`${dir}/dist`, `${dir}/package.json`]));
+    expect(sources.sort()).toEqual(expected.map((source) => path.posix.join(workdir, source)).sort());
   });
 
   it('runs as a non-root user with NODE_ENV=production, both ports, a health check and the hookline CLI', () => {

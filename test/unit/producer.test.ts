@@ -13,7 +13,7 @@ import {
   producerRetryDelayMs,
   type HooklineProducerOptions,
   type ProducerEvent,
-} from '../../src/producer.js';
+} from '@hookline/producer';
 
 interface Received {
   headers: IncomingMessage['headers'];
