@@ -8,6 +8,7 @@ import { createLogger, type Logger } from './logger.js';
 import { createEngine, SHUTDOWN_SLACK_MS, type EngineConfig, type EngineRole, type Stores } from './engine.js';
 import { resolveRedis, resolveSecretKey, type RedisEndpoint } from './embedded/defaults.js';
 import { RedisServerUnavailableError } from './embedded/redis-server.js';
+import { startupLine } from './cli/startup.js';
 import { VERSION } from './version.js';
 
 /** Errors whose message is the whole story for a user: printed without a stack trace. */
@@ -55,14 +56,8 @@ function shutdownSignal(): Promise<NodeJS.Signals> {
 async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole, 'tools'>): Promise<void> {
   const { config, endpoint } = await settle(base, (line) => logger.info(line));
   const engine = await createEngine(config, { role, logger, listen: true });
-  const addresses = await engine.start();
-  if (addresses.api !== undefined) {
-    const address = addresses.api;
-    logger.info(
-      { redis: endpoint.origin === 'configured' ? 'REDIS_URL' : `embedded ${endpoint.url} (data in ${config.dataDir}/redis)`, version: VERSION },
-      `Hookline API listening on ${address} (OpenAPI at ${address}/openapi.json, docs at ${address}/docs)`,
-    );
-  }
+  const started = startupLine({ role, config, redis: endpoint, addresses: await engine.start() });
+  logger[started.level](started.fields, started.msg);
 
   const signal = await shutdownSignal();
   logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down');

@@ -1,5 +1,6 @@
 import { buildAdminServer, buildHealthServer, type AdminDeps, type AdminServer, type HealthServer } from './admin/server.js';
 import type { Config } from './config/env.js';
+import { redisUrlForLog } from './config/redis-url.js';
 import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions, type CircuitChange } from './delivery/breaker.js';
 import { HttpSender } from './delivery/http-sender.js';
 import type { DeliveryProcessorDeps, FinishedOutcome } from './delivery/attempt.js';
@@ -25,7 +26,7 @@ import { redisKeys } from './store/keys.js';
 import { RedisMachineStore } from './store/machines.js';
 import { RedisEventBudget, RedisRequestCounter } from './store/rate-limiter.js';
 import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
-import { connectRedis, pingRedis, type Redis } from './store/redis.js';
+import { connectRedis, isRedisUnavailable, pingRedis, type Redis } from './store/redis.js';
 import { SecretBox } from './store/secret-box.js';
 import { RedisWebhookStore } from './store/webhooks.js';
 import { VERSION } from './version.js';
@@ -314,7 +315,10 @@ export interface Engine {
   readonly worker: DeliveryWorker | undefined;
   /** Resolves true when its Redis answers. */
   isReady(): Promise<boolean>;
-  /** Starts listening (when asked), the worker and the ingest-stream consumer; answers where it listens. */
+  /**
+   * Starts listening (when asked), the worker and the ingest-stream consumer; answers where it
+   * listens. Logs nothing: the caller writes the process's start-up line (see `startupLine`).
+   */
   start(): Promise<{ api?: string; health?: string }>;
   /**
    * Stops in order (API; stream consumer; worker, whose attempts in flight get `graceMs`; queues;
@@ -354,26 +358,53 @@ class ShutdownSteps {
   }
 }
 
-/** Logs a connection's outage once when it starts and once when it ends, not on every retry. */
-function watchConnection(connection: Redis, name: string, logger: Logger): void {
-  let down = false;
-  connection.on('error', (error: Error) => {
-    if (down) return;
-    down = true;
-    logger.warn({ connection: name, err: error.message }, 'Redis connection lost; retrying in the background');
-  });
-  connection.on('ready', () => {
-    if (!down) return;
-    down = false;
-    logger.info({ connection: name }, 'Redis connection restored');
-  });
+/**
+ * Logs a Redis outage once when the first of the process's connections fails and once when every
+ * connection that failed is back, however many connections (and reconnect attempts) there are.
+ * Every connection must be watched: ioredis prints an error event nobody listens to as a raw stack
+ * trace on stderr, outside the JSON log.
+ */
+function outageLog(logger: Logger, redisUrl: string) {
+  const down = new Set<string>();
+  const redis = redisUrlForLog(redisUrl);
+  let sinceMs = 0;
+  return {
+    watch(connection: Redis, name: string): void {
+      connection.on('error', (error: Error) => {
+        if (down.has(name)) return;
+        down.add(name);
+        if (down.size > 1) return;
+        sinceMs = Date.now();
+        logger.warn({ event: 'redis.unreachable', redis, connection: name, err: error.message }, 'Redis unreachable; retrying in the background');
+      });
+      connection.on('ready', () => {
+        if (!down.delete(name) || down.size > 0) return;
+        logger.info({ event: 'redis.restored', redis, downForMs: Date.now() - sinceMs }, 'Redis connection restored');
+      });
+    },
+  };
+}
+
+/**
+ * Listens without Fastify's line per address (one for each network interface on 0.0.0.0): the
+ * process's start-up line names where it listens.
+ */
+async function quietListen(server: AdminServer | HealthServer, host: string, port: number): Promise<string> {
+  const level = server.log.level;
+  server.log.level = 'warn';
+  try {
+    return await server.listen({ host, port });
+  } finally {
+    server.log.level = level;
+  }
 }
 
 /** Runs `start` until it succeeds (Redis may be down at start-up), every 2 s; stops trying once `stopped()`. */
 function startWhenRedisAnswers(start: () => Promise<void>, logger: Logger, stopped: () => boolean, attempt = 1): void {
   start().catch((error: Error) => {
     if (stopped()) return;
-    if (attempt === 1) logger.warn({ err: error.message }, 'ingest stream consumer waiting for Redis');
+    // An outage is logged by the connection watcher; anything else (an ACL refusing XGROUP, say) here.
+    if (attempt === 1 && !isRedisUnavailable(error)) logger.warn({ err: error.message }, 'ingest stream consumer cannot start yet; retrying every 2 s');
     setTimeout(() => startWhenRedisAnswers(start, logger, stopped, attempt + 1), 2_000).unref();
   });
 }
@@ -399,14 +430,13 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
   const workerConnection = runsWorker
     ? connectRedis(config.redisUrl, { connectionName: 'hookline-worker-jobs', maxRetriesPerRequest: null, autoPipelining: false })
     : undefined;
-  if (!tools) {
-    for (const [label, connection] of [
-      ['app', redis],
-      ['queues', queueConnection],
-      ['worker', workerConnection],
-    ] as const) {
-      if (connection) watchConnection(connection, label, logger);
-    }
+  const outages = outageLog(logger, config.redisUrl);
+  for (const [label, connection] of [
+    ['app', redis],
+    ['queues', queueConnection],
+    ['worker', workerConnection],
+  ] as const) {
+    if (connection) outages.watch(connection, label);
   }
   const isReady = () => pingRedis(redis, 1_000);
 
@@ -446,7 +476,16 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           nowMs,
         })
       : undefined;
-  const stream = worker && config.ingestStream ? new StreamIngestSource({ redis, keys: stores.keys, ingestor: stores.ingestor, logger }) : undefined;
+  const stream =
+    worker && config.ingestStream
+      ? new StreamIngestSource({
+          redis,
+          keys: stores.keys,
+          ingestor: stores.ingestor,
+          logger,
+          watchConnection: (connection) => outages.watch(connection, 'stream'),
+        })
+      : undefined;
 
   // 4. The servers: the admin API, or a worker's health server; neither listens yet.
   const collect = metrics
@@ -487,15 +526,12 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       if (api) {
         // Load the listing's in-memory index now rather than on the first request (in the background:
         // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
-        void stores.machines
-          .refresh()
-          .catch((error: Error) => logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it'));
-        if (options.listen) addresses.api = await api.listen({ host: config.apiHost, port: config.apiPort });
+        void stores.machines.refresh().catch((error: Error) => {
+          if (!isRedisUnavailable(error)) logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it');
+        });
+        if (options.listen) addresses.api = await quietListen(api, config.apiHost, config.apiPort);
       }
-      if (health && options.listen) {
-        addresses.health = await health.listen({ host: config.apiHost, port: config.metricsPort });
-        logger.info(`worker health and metrics on ${addresses.health} (/healthz, /readyz, /metrics)`);
-      }
+      if (health && options.listen) addresses.health = await quietListen(health, config.apiHost, config.metricsPort);
       if (worker) {
         worker.pool.start();
         if (stream)
@@ -504,7 +540,6 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
             logger,
             () => closing,
           );
-        logger.info({ concurrency: config.workerConcurrency, partitions: config.queuePartitions, stream: config.ingestStream }, 'delivery worker running');
       }
       return addresses;
     },

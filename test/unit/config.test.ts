@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseDurationMs } from '../../src/config/duration.js';
+import { formatDurationMs, parseDurationMs } from '../../src/config/duration.js';
 import { ConfigError, loadConfig } from '../../src/config/env.js';
 
 describe('durations', () => {
@@ -15,6 +15,20 @@ describe('durations', () => {
   ])('parses %s', (text, ms) => expect(parseDurationMs(text)).toBe(ms));
 
   it.each(['', '5', 'm', '5 m', '-5s', '5min', '1e3s', 'abc'])('rejects %j', (text) => expect(parseDurationMs(text)).toBeUndefined());
+
+  it.each([
+    [0, '0s'],
+    [200, '200ms'],
+    [1_500, '1500ms'],
+    [15_000, '15s'],
+    [90_000, '90s'],
+    [300_000, '5m'],
+    [7_200_000, '2h'],
+    [86_400_000, '1d'],
+  ])('writes %d ms as %s, which parses back', (ms, text) => {
+    expect(formatDurationMs(ms)).toBe(text);
+    expect(parseDurationMs(text)).toBe(ms);
+  });
 });
 
 describe('loadConfig', () => {
