@@ -123,16 +123,25 @@ function requestFields(request: FastifyRequest, reply: FastifyReply, status: num
   };
 }
 
+/** How a request was answered, for its line. */
+interface Answer {
+  status: number;
+  level: 'info' | 'error';
+  /** The error code of the answer, when the line is written before the body is (see logRequestNow). */
+  code?: string;
+  err?: Error | string;
+}
+
 /**
- * Writes the request's one line now, as answered with `status`, at `level` (with `err` for a
- * failure). The error handler calls it for a 5xx, so the failure is logged even when the client is
- * gone before the response finishes; a request's line is written once.
+ * Writes the request's one line now. The error handler calls it for a 5xx, so that the failure is
+ * logged even when the client is gone before the response finishes; a request's line is written once.
  */
-export function logRequestNow(request: FastifyRequest, reply: FastifyReply, status: number, level: 'info' | 'error', err?: Error | string): void {
+export function logRequestNow(request: FastifyRequest, reply: FastifyReply, answer: Answer): void {
   if (request.logWritten) return;
   request.logWritten = true;
-  const fields = requestFields(request, reply, status);
-  request.log[level](err === undefined ? fields : { ...fields, err }, String(fields.event));
+  if (answer.code !== undefined) request.loggedErrorCode = answer.code;
+  const fields = requestFields(request, reply, answer.status);
+  request.log[answer.level](answer.err === undefined ? fields : { ...fields, err: answer.err }, String(fields.event));
 }
 
 /**
@@ -144,13 +153,13 @@ export class RequestLogController extends LogController {
   override incomingRequest(): void {}
 
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
-    if (error) logRequestNow(request, reply, reply.statusCode, 'error', error);
-    else logRequestNow(request, reply, reply.statusCode, 'info');
+    if (error) logRequestNow(request, reply, { status: reply.statusCode, level: 'error', err: error });
+    else logRequestNow(request, reply, { status: reply.statusCode, level: 'info' });
   }
 
   /** Fastify's own error handler (the health server has no other): the request's line, at error for a 5xx. */
   override defaultErrorLog(error: Error, request: FastifyRequest, reply: FastifyReply): void {
-    logRequestNow(request, reply, reply.statusCode, reply.statusCode >= 500 ? 'error' : 'info', error);
+    logRequestNow(request, reply, { status: reply.statusCode, level: reply.statusCode >= 500 ? 'error' : 'info', err: error });
   }
 }
 

@@ -153,13 +153,13 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     }
     if (isRedisUnavailable(error)) {
       // At info, without a stack: the outage itself is logged once, at warn, by the connection watcher.
-      logRequestNow(request, reply, 503, 'info', error.message);
+      logRequestNow(request, reply, { status: 503, level: 'info', code: 'storage_unavailable', err: error.message });
       return reply.code(503).header('retry-after', '1').send(errorBody('storage_unavailable'));
     }
     if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
       return reply.code(error.statusCode).send(errorBody('invalid_request', error.message));
     }
-    logRequestNow(request, reply, 500, 'error', error);
+    logRequestNow(request, reply, { status: 500, level: 'error', code: 'internal', err: error });
     return reply.code(500).send(errorBody('internal'));
   });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));
