@@ -52,7 +52,7 @@ const attemptSchema = z
   })
   .meta({ id: 'DeliveryAttempt' });
 
-function toDelivery(d: DeliverySummary): z.infer<typeof deliverySchema> {
+export function toDelivery(d: DeliverySummary): z.infer<typeof deliverySchema> {
   return {
     delivery_id: d.deliveryId,
     event_id: d.eventId,
