@@ -105,6 +105,8 @@ function composeStores(settings: StoreSettings) {
       ingestRateLimitPerSecond?: number;
       /** Accept callback URLs on loopback and private addresses; default false (the SSRF guard). */
       allowPrivateTargets?: boolean;
+      /** Serve `GET /metrics` on the API's port; default true. */
+      metricsRoute?: boolean;
     }): AdminDeps {
       const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, ...rest } = options;
       return {
@@ -290,8 +292,8 @@ export interface EngineOptions {
   logger: Logger;
   /**
    * Listen on the configured addresses when started: the admin API on HOOKLINE_API_HOST and
-   * HOOKLINE_API_PORT, a worker's health server on HOOKLINE_METRICS_PORT. Tests leave it off and
-   * call `inject()`.
+   * HOOKLINE_API_PORT, the health server on HOOKLINE_METRICS_PORT. Tests leave it off and call
+   * `inject()`.
    */
   listen?: boolean;
   /** One registry for several engines of one process (the bench); default a registry of its own. */
@@ -309,7 +311,10 @@ export interface Engine {
   readonly metrics: Metrics | undefined;
   /** The admin API (roles all and api). */
   readonly api: AdminServer | undefined;
-  /** A standalone worker's `/healthz`, `/readyz` and `/metrics` (role worker). */
+  /**
+   * `/healthz`, `/readyz` and `/metrics` on a port of their own: a standalone worker's, and an API's
+   * when HOOKLINE_METRICS_ON_API_PORT is false.
+   */
   readonly health: HealthServer | undefined;
   /** The delivery worker (roles all and worker). */
   readonly worker: DeliveryWorker | undefined;
@@ -487,7 +492,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         })
       : undefined;
 
-  // 4. The servers: the admin API, or a worker's health server; neither listens yet.
+  // 4. The servers: the admin API, a health server (a worker's, or the API's /metrics on a port of its own); none listens yet.
   const collect = metrics
     ? scrapeCollector(metrics, {
         queueCounts: () => stores.queues.counts(),
@@ -506,10 +511,13 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           rateLimitPerSecond: config.rateLimitPerSecond,
           ingestRateLimitPerSecond: config.ingestRateLimitPerSecond,
           allowPrivateTargets: config.allowPrivateTargets,
+          metricsRoute: config.metricsOnApiPort,
         }),
       )
     : undefined;
-  const health = role === 'worker' && scraped ? await buildHealthServer({ logger, isReady, metrics: scraped }) : undefined;
+  // A worker's probes and scrapes have a port of their own, and so do an API's scrapes when they must stay off its port.
+  const health =
+    scraped && (role === 'worker' || (runsApi && !config.metricsOnApiPort)) ? await buildHealthServer({ logger, isReady, metrics: scraped }) : undefined;
 
   let closing = false;
   return {

@@ -58,6 +58,8 @@ export interface AdminDeps {
   nowMs?: () => number;
   /** When given: request metrics, and `GET /metrics` (after `collect` refreshes scrape-time gauges). */
   metrics?: { registry: Metrics['registry']; httpRequests: Metrics['httpRequests']; httpDuration: Metrics['httpDuration']; collect?: () => Promise<void> };
+  /** Serve `GET /metrics` here (default true); false when a health server of its own serves it, off the published port. */
+  metricsRoute?: boolean;
 }
 
 export type AdminServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
@@ -172,7 +174,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
       metrics.httpRequests.inc({ route, method: request.method, status: String(reply.statusCode) });
       metrics.httpDuration.observe({ route, method: request.method }, reply.elapsedTime / 1000);
     });
-    metricsRoute(app, metrics);
+    if (deps.metricsRoute !== false) metricsRoute(app, metrics);
   }
 
   await app.register(fastifySwagger, {

@@ -14,7 +14,7 @@ export interface StartupLine {
 
 /**
  * What an operator must know about a process that just started: its role and version, where it
- * listens, which Redis it uses (never with credentials), whether the SSRF guard is on, and the
+ * listens (and where its /metrics are), which Redis it uses (never with credentials), whether the SSRF guard is on, and the
  * delivery settings a worker runs with.
  */
 export function startupLine(input: {
@@ -26,12 +26,15 @@ export function startupLine(input: {
   const { role, config, addresses } = input;
   const worker = role === 'all' || role === 'worker';
   const embedded = input.redis.origin !== 'configured';
+  // Where Prometheus scrapes this process: its health server's port when it has one.
+  const metrics = addresses.health !== undefined ? `${addresses.health}/metrics` : addresses.api !== undefined ? `${addresses.api}/metrics` : undefined;
   const fields: Record<string, unknown> = {
     event: 'hookline.started',
     role,
     version: VERSION,
     ...(addresses.api === undefined ? {} : { api: addresses.api }),
     ...(addresses.health === undefined ? {} : { health: addresses.health }),
+    ...(metrics === undefined ? {} : { metrics }),
     redis: redisUrlForLog(input.redis.url),
     redisSource: embedded ? 'embedded' : 'REDIS_URL',
     ...(embedded ? { dataDir: config.dataDir } : {}),
@@ -50,7 +53,8 @@ export function startupLine(input: {
   };
   const parts: string[] = [];
   if (addresses.api !== undefined) parts.push(`Hookline API listening on ${addresses.api} (docs at ${addresses.api}/docs)`);
-  if (worker) parts.push(`delivery worker running${addresses.health === undefined ? '' : `; health and metrics on ${addresses.health}`}`);
+  if (worker) parts.push('delivery worker running');
+  if (addresses.health !== undefined) parts.push(`health and metrics on ${addresses.health}`);
   if (config.allowPrivateTargets) parts.push('SSRF guard OFF (HOOKLINE_ALLOW_PRIVATE_TARGETS=true): callbacks may target private and loopback addresses');
   return { level: config.allowPrivateTargets ? 'warn' : 'info', fields, msg: parts.join('; ') };
 }

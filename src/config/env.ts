@@ -51,6 +51,7 @@ export const envSchema = z.object({
   HOOKLINE_API_HOST: z.string().trim().min(1).default('127.0.0.1'),
   HOOKLINE_API_PORT: port(8080),
   HOOKLINE_METRICS_PORT: port(9464),
+  HOOKLINE_METRICS_ON_API_PORT: boolean(true),
   HOOKLINE_SECRET_KEY: z
     .string()
     .trim()
@@ -127,7 +128,10 @@ export interface Config {
   readonly redisPrefix: string;
   readonly apiHost: string;
   readonly apiPort: number;
+  /** A worker's health server: `/healthz`, `/readyz`, `/metrics`; the API's too when `metricsOnApiPort` is false. */
   readonly metricsPort: number;
+  /** Serve `/metrics` on the API port (true), or on `metricsPort` only, so the API port can be published without it. */
+  readonly metricsOnApiPort: boolean;
   /** AES-256-GCM key for webhook secrets at rest; resolved by the CLI for the embedded default. */
   readonly secretKey: Buffer | undefined;
   readonly allowPrivateTargets: boolean;
@@ -194,6 +198,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     apiHost: e.HOOKLINE_API_HOST,
     apiPort: e.HOOKLINE_API_PORT,
     metricsPort: e.HOOKLINE_METRICS_PORT,
+    metricsOnApiPort: e.HOOKLINE_METRICS_ON_API_PORT,
     secretKey: e.HOOKLINE_SECRET_KEY === undefined ? undefined : Buffer.from(e.HOOKLINE_SECRET_KEY, 'base64'),
     allowPrivateTargets: e.HOOKLINE_ALLOW_PRIVATE_TARGETS,
     workerConcurrency: e.HOOKLINE_WORKER_CONCURRENCY,

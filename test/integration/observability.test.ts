@@ -394,6 +394,51 @@ describe('request URLs in a live engine’s logs', () => {
   });
 });
 
+describe('an API with HOOKLINE_METRICS_ON_API_PORT=false', () => {
+  let t: TestApp;
+  let api: Awaited<ReturnType<typeof startCli>> | undefined;
+
+  afterAll(async () => {
+    api?.child.kill('SIGTERM');
+    await api?.exited;
+    await t?.close();
+  });
+
+  it('serves /metrics on HOOKLINE_METRICS_PORT only, so the API port can be published without it', async () => {
+    t = await testApp();
+    const [apiPort, metricsPort] = [await freeLoopbackPort(), await freeLoopbackPort()];
+    api = await startCli(
+      ['api'],
+      {
+        ...cleanEnv(),
+        REDIS_URL: t.url,
+        HOOKLINE_REDIS_PREFIX: t.prefix,
+        HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
+        HOOKLINE_API_PORT: String(apiPort),
+        HOOKLINE_METRICS_PORT: String(metricsPort),
+        HOOKLINE_METRICS_ON_API_PORT: 'false',
+        HOOKLINE_LOG_FORMAT: 'json',
+      },
+      /Hookline API listening/,
+    );
+    const apiBase = `http://127.0.0.1:${apiPort}`;
+    const metricsBase = `http://127.0.0.1:${metricsPort}`;
+    expect((await fetch(`${apiBase}/metrics`)).status).toBe(404);
+    expect((await fetch(`${apiBase}/healthz`)).status).toBe(200);
+    const scraped = await fetch(`${metricsBase}/metrics`);
+    expect(scraped.status).toBe(200);
+    expect(await scraped.text()).toMatch(/^hookline_http_requests_total\{route="\/healthz",method="GET",status="200",role="api"\} 1$/m);
+    expect((await fetch(`${metricsBase}/readyz`)).status).toBe(200);
+    expect(jsonLines(api.output())[0]).toMatchObject({
+      event: 'hookline.started',
+      role: 'api',
+      api: apiBase,
+      health: metricsBase,
+      metrics: `${metricsBase}/metrics`,
+    });
+  });
+});
+
 describe('a live engine’s log through a Redis outage', () => {
   let dir: string;
   let redis: RedisServerHandle | undefined;
