@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
@@ -118,8 +118,13 @@ function promtool(ctx: TestContext): string {
   return ctx.skip(why);
 }
 
-function run(command: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}) {
-  const result = spawnSync(command, args, { cwd: options.cwd ?? ROOT, env: options.env ?? process.env, encoding: 'utf8', timeout: 60_000 });
+function run(command: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}) {
+  const result = spawnSync(command, args, {
+    cwd: options.cwd ?? ROOT,
+    env: options.env ?? process.env,
+    encoding: 'utf8',
+    timeout: options.timeoutMs ?? 60_000,
+  });
   return { status: result.status, output: `${result.stdout ?? ''}${result.stderr ?? ''}`.trim() };
 }
 
@@ -253,6 +258,33 @@ describe('docker-compose.yml', () => {
     expect(result.output).toBe('');
     expect(result.status).toBe(0);
   });
+});
+
+describe('npm start', () => {
+  /** Every file under dist/ with its modification time. */
+  const outputs = (dir = path.join(ROOT, 'dist')): Map<string, number> =>
+    new Map(
+      readdirSync(dir, { recursive: true, withFileTypes: true })
+        .filter((entry) => entry.isFile())
+        .map((entry) => {
+          const file = path.join(entry.parentPath, entry.name);
+          return [file, statSync(file).mtimeMs] as const;
+        }),
+    );
+
+  it('builds only when the sources changed: a second build writes nothing', () => {
+    const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
+    expect(pkg.scripts.start).toMatch(/^npm run -s build && node dist\/cli\.js start$/);
+    const build = () => run('npm', ['run', '-s', 'build'], { timeoutMs: 150_000 });
+    // The first build may compile everything (a fresh checkout); the second finds nothing to do.
+    expect(build()).toMatchObject({ status: 0 });
+    const before = outputs();
+    const startedMs = Date.now();
+    expect(build()).toMatchObject({ status: 0 });
+    console.log(`second build: ${Date.now() - startedMs} ms, ${before.size} files in dist/`);
+    expect(outputs()).toEqual(before);
+    expect(before.has(path.join(ROOT, 'dist', 'cli.js'))).toBe(true);
+  }, 180_000);
 });
 
 describe('Dockerfile', () => {
