@@ -58,7 +58,9 @@ export function createLogger(options: LoggerOptions): Logger {
   if (options.format === 'pretty' || (options.format === 'auto' && tty)) {
     return pino({
       ...base,
-      transport: { target: 'pino-pretty', options: { destination: options.fd, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' } },
+      // One line per record, as in JSON: pino-pretty otherwise puts every field on a line of its own
+      // (an attempt's line became twelve).
+      transport: { target: 'pino-pretty', options: { destination: options.fd, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true } },
     });
   }
   return pino(base, pino.destination(options.fd));

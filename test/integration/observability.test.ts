@@ -394,6 +394,67 @@ describe('request URLs in a live engine’s logs', () => {
   });
 });
 
+describe('a live engine’s pretty log (what a terminal shows)', () => {
+  let t: TestApp;
+  let receiver: TestReceiver;
+  let engine: Awaited<ReturnType<typeof startCli>> | undefined;
+
+  afterAll(async () => {
+    engine?.child.kill('SIGKILL');
+    await engine?.exited;
+    await receiver?.close();
+    await t?.close();
+  });
+
+  it('writes one line per record: an attempt and a request are one line each, as in JSON', async () => {
+    t = await testApp();
+    receiver = new TestReceiver();
+    await receiver.start();
+    const apiPort = await freeLoopbackPort();
+    engine = await startCli(
+      ['start'],
+      {
+        ...cleanEnv(),
+        REDIS_URL: t.url,
+        HOOKLINE_REDIS_PREFIX: t.prefix,
+        HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
+        HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
+        HOOKLINE_API_PORT: String(apiPort),
+        HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
+        HOOKLINE_LOG_FORMAT: 'pretty',
+      },
+      /delivery worker running/,
+    );
+    const running = engine;
+    const vendorKey = await t.keyFor(['vendor'], 'v-pretty');
+    const registered = await fetch(`http://127.0.0.1:${apiPort}/vendors/v1/webhooks`, {
+      method: 'POST',
+      headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' },
+      body: JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: `${receiver.base}/pretty` }),
+    });
+    const { webhook_id: webhookId } = (await registered.json()) as { webhook_id: string };
+    expect(
+      (await fetch(`http://127.0.0.1:${apiPort}/vendors/v1/webhooks/${webhookId}/test`, { method: 'POST', headers: { 'x-api-key': vendorKey } })).status,
+    ).toBe(202);
+    await waitFor(() => running.output().includes('delivery.attempted'), 10_000, 'the attempt logged');
+    running.child.kill('SIGTERM');
+    expect(await running.exited).toBe(0);
+
+    const lines = running
+      .output()
+      .split('\n')
+      .filter((l) => l !== '');
+    console.log(`pretty log: ${lines.length} lines`);
+    for (const line of lines) expect(line).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] (TRACE|DEBUG|INFO|WARN|ERROR|FATAL): /);
+    expect(lines.filter((l) => l.includes('delivery.attempted'))).toHaveLength(1);
+    expect(lines.filter((l) => l.includes(webhookId)).map((l) => /: ([\w.]+)/.exec(l)?.[1])).toEqual([
+      'webhook.created',
+      'webhook.test_sent',
+      'delivery.attempted',
+    ]);
+  }, 60_000);
+});
+
 describe('an API with HOOKLINE_METRICS_ON_API_PORT=false', () => {
   let t: TestApp;
   let api: Awaited<ReturnType<typeof startCli>> | undefined;
