@@ -39,6 +39,31 @@ function jsonLines(output: string): LogLine[] {
     });
 }
 
+type Started = Awaited<ReturnType<typeof startCli>>;
+
+/** `hookline <args>` on a test app's Redis and key prefix, logging JSON unless `extra` says otherwise. */
+function startOn(t: TestApp, args: string[], extra: Record<string, string>, ready: RegExp): Promise<Started> {
+  return startCli(
+    args,
+    {
+      ...cleanEnv(),
+      REDIS_URL: t.url,
+      HOOKLINE_REDIS_PREFIX: t.prefix,
+      HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
+      HOOKLINE_LOG_FORMAT: 'json',
+      ...extra,
+    },
+    ready,
+  );
+}
+
+/** Ends a started process and what the test set up around it. */
+async function stopAll(started: Started | undefined, ...others: ({ close(): Promise<void> } | undefined)[]): Promise<void> {
+  started?.child.kill('SIGKILL');
+  await started?.exited;
+  for (const other of others) await other?.close();
+}
+
 describe('a live engine’s metrics and logs after real deliveries', () => {
   let t: TestApp;
   let receiver: TestReceiver;
@@ -322,33 +347,21 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
 
 describe('request URLs in a live engine’s logs', () => {
   let t: TestApp;
-  let engine: Awaited<ReturnType<typeof startCli>>;
+  let engine: Started;
   let base: string;
 
   beforeAll(async () => {
     t = await testApp();
     const apiPort = await freeLoopbackPort();
-    engine = await startCli(
+    engine = await startOn(
+      t,
       ['start'],
-      {
-        ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL')),
-        REDIS_URL: t.url,
-        HOOKLINE_REDIS_PREFIX: t.prefix,
-        HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
-        HOOKLINE_API_PORT: String(apiPort),
-        HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
-        HOOKLINE_LOG_FORMAT: 'json',
-      },
+      { HOOKLINE_API_PORT: String(apiPort), HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()) },
       /delivery worker running/,
     );
     base = `http://127.0.0.1:${apiPort}`;
   }, 90_000);
-
-  afterAll(async () => {
-    engine?.child.kill('SIGTERM');
-    await engine?.exited;
-    await t?.close();
-  });
+  afterAll(async () => stopAll(engine, t));
 
   it('never writes a query string value, such as a key a client put in the URL, to any log line', async () => {
     const keyInUrl = await t.keyFor(['vendor'], 'v-leak');
@@ -397,27 +410,18 @@ describe('request URLs in a live engine’s logs', () => {
 describe('a live engine’s pretty log (what a terminal shows)', () => {
   let t: TestApp;
   let receiver: TestReceiver;
-  let engine: Awaited<ReturnType<typeof startCli>> | undefined;
-
-  afterAll(async () => {
-    engine?.child.kill('SIGKILL');
-    await engine?.exited;
-    await receiver?.close();
-    await t?.close();
-  });
+  let engine: Started | undefined;
+  afterAll(async () => stopAll(engine, receiver, t));
 
   it('writes one line per record: an attempt and a request are one line each, as in JSON', async () => {
     t = await testApp();
     receiver = new TestReceiver();
     await receiver.start();
     const apiPort = await freeLoopbackPort();
-    engine = await startCli(
+    engine = await startOn(
+      t,
       ['start'],
       {
-        ...cleanEnv(),
-        REDIS_URL: t.url,
-        HOOKLINE_REDIS_PREFIX: t.prefix,
-        HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
         HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
         HOOKLINE_API_PORT: String(apiPort),
         HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
@@ -457,29 +461,16 @@ describe('a live engine’s pretty log (what a terminal shows)', () => {
 
 describe('an API with HOOKLINE_METRICS_ON_API_PORT=false', () => {
   let t: TestApp;
-  let api: Awaited<ReturnType<typeof startCli>> | undefined;
-
-  afterAll(async () => {
-    api?.child.kill('SIGTERM');
-    await api?.exited;
-    await t?.close();
-  });
+  let api: Started | undefined;
+  afterAll(async () => stopAll(api, t));
 
   it('serves /metrics on HOOKLINE_METRICS_PORT only, so the API port can be published without it', async () => {
     t = await testApp();
     const [apiPort, metricsPort] = [await freeLoopbackPort(), await freeLoopbackPort()];
-    api = await startCli(
+    api = await startOn(
+      t,
       ['api'],
-      {
-        ...cleanEnv(),
-        REDIS_URL: t.url,
-        HOOKLINE_REDIS_PREFIX: t.prefix,
-        HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
-        HOOKLINE_API_PORT: String(apiPort),
-        HOOKLINE_METRICS_PORT: String(metricsPort),
-        HOOKLINE_METRICS_ON_API_PORT: 'false',
-        HOOKLINE_LOG_FORMAT: 'json',
-      },
+      { HOOKLINE_API_PORT: String(apiPort), HOOKLINE_METRICS_PORT: String(metricsPort), HOOKLINE_METRICS_ON_API_PORT: 'false' },
       /Hookline API listening/,
     );
     const apiBase = `http://127.0.0.1:${apiPort}`;
