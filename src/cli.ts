@@ -129,7 +129,7 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
           });
           process.stdout.write(`${key}\n`);
           commandLogger(c).info(
-            { event: 'api_key.created', keyId: record.id, name: record.name, vendorId: record.vendorId, roles: record.roles, by: operator() },
+            { event: 'api_key.created', keyId: record.id, keyName: record.name, vendorId: record.vendorId, roles: record.roles, by: operator() },
             `created ${record.id} "${record.name}" with roles ${record.roles.join(', ')}${record.vendorId ? ` for vendor ${record.vendorId}` : ''}; the key is not shown again`,
           );
         },
@@ -159,7 +159,7 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         const revoked = await apiKeys.revoke(id);
         if (!revoked) throw new UsageError(`no API key with id ${id}`);
         commandLogger(c).info(
-          { event: 'api_key.revoked', keyId: id, name: revoked.name, vendorId: revoked.vendorId, by: operator() },
+          { event: 'api_key.revoked', keyId: id, keyName: revoked.name, vendorId: revoked.vendorId, by: operator() },
           `revoked ${id} "${revoked.name}"`,
         );
       });
@@ -179,19 +179,15 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     .action(async (options: { webhook: string; limit: string; json?: boolean }) => {
       const limit = Number(options.limit);
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new UsageError('--limit must be a whole number from 1 to 1000');
-      await withStores(
-        config(),
-        async (stores) => {
-          await knownWebhook(stores, options.webhook);
-          const dead = await stores.deliveryLog.deadLetters(options.webhook, limit);
-          if (options.json) return printJson({ dead_letters: dead.map(toDelivery) });
-          if (dead.length === 0) return void say('no dead letters');
-          printRows(
-            dead.map((d) => [d.deliveryId, d.eventId, d.eventType, `${d.attempts} attempts`, d.lastOutcome ?? '-', new Date(d.updatedAtMs).toISOString()]),
-          );
-        },
-        { createData: false, needsSecretKey: true },
-      );
+      await withStores(config(), async (stores) => {
+        await knownWebhook(stores, options.webhook);
+        const dead = await stores.deliveryLog.deadLetters(options.webhook, limit);
+        if (options.json) return printJson({ dead_letters: dead.map(toDelivery) });
+        if (dead.length === 0) return void say('no dead letters');
+        printRows(
+          dead.map((d) => [d.deliveryId, d.eventId, d.eventType, `${d.attempts} attempts`, d.lastOutcome ?? '-', new Date(d.updatedAtMs).toISOString()]),
+        );
+      });
     });
   dlq
     .command('replay')
@@ -199,28 +195,23 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     .requiredOption('--webhook <webhookId>', 'the webhook')
     .option('--delivery <deliveryId>', 'replay only this dead letter')
     .action(async (options: { webhook: string; delivery?: string }) => {
-      await withStores(
-        config(),
-        async (stores) => {
-          await knownWebhook(stores, options.webhook);
-          if (options.delivery !== undefined) {
-            const result = await stores.replayer.replayOne(options.webhook, options.delivery);
-            if (!result.ok)
-              throw new UsageError(result.reason === 'not_found' ? `no delivery ${options.delivery}` : `${options.delivery} is not a dead letter`);
-            process.stdout.write(`${result.deliveryId}\n`);
-            return say(`queued ${result.deliveryId} replaying ${options.delivery}`);
-          }
-          const taskId = await stores.replayer.createTask();
-          say(`task ${taskId}`);
-          const { replayed, skipped } = await stores.replayer.runReplayAll(taskId, options.webhook, {
-            onProgress: (done, total) => process.stderr.write(`\rreplayed ${done}/${total}`),
-          });
-          process.stderr.write('\n');
-          process.stdout.write(`${replayed}\n`);
-          say(`queued ${replayed} replays${skipped > 0 ? ` (${skipped} dead letters had expired and were dropped)` : ''}`);
-        },
-        { createData: false, needsSecretKey: true },
-      );
+      await withStores(config(), async (stores) => {
+        await knownWebhook(stores, options.webhook);
+        if (options.delivery !== undefined) {
+          const result = await stores.replayer.replayOne(options.webhook, options.delivery);
+          if (!result.ok) throw new UsageError(result.reason === 'not_found' ? `no delivery ${options.delivery}` : `${options.delivery} is not a dead letter`);
+          process.stdout.write(`${result.deliveryId}\n`);
+          return say(`queued ${result.deliveryId} replaying ${options.delivery}`);
+        }
+        const taskId = await stores.replayer.createTask();
+        say(`task ${taskId}`);
+        const { replayed, skipped } = await stores.replayer.runReplayAll(taskId, options.webhook, {
+          onProgress: (done, total) => process.stderr.write(`\rreplayed ${done}/${total}`),
+        });
+        process.stderr.write('\n');
+        process.stdout.write(`${replayed}\n`);
+        say(`queued ${replayed} replays${skipped > 0 ? ` (${skipped} dead letters had expired and were dropped)` : ''}`);
+      });
     });
   return program;
 }

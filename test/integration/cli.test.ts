@@ -26,7 +26,7 @@ describe('hookline keys (against REDIS_URL)', () => {
     expect(created.stderr).toContain('roles vendor, machines:read for vendor acme');
     // The change is logged (a JSON line: stderr is no terminal here), with who made it and never the key.
     const createdLine = JSON.parse(created.stderr) as Record<string, unknown>;
-    expect(createdLine).toMatchObject({ level: 30, event: 'api_key.created', name: 'acme prod', vendorId: 'acme', by: expect.any(String) as unknown });
+    expect(createdLine).toMatchObject({ level: 30, event: 'api_key.created', keyName: 'acme prod', vendorId: 'acme', by: expect.any(String) as unknown });
     expect(created.stderr).not.toContain(key);
 
     // The API's names and ISO-8601 times, in the API's envelope.
@@ -41,7 +41,7 @@ describe('hookline keys (against REDIS_URL)', () => {
 
     const revoked = await runCli(['keys', 'revoke', String(createdLine.keyId)], env);
     expect(revoked.code).toBe(0);
-    expect(JSON.parse(revoked.stderr)).toMatchObject({ event: 'api_key.revoked', keyId: createdLine.keyId, name: 'acme prod' });
+    expect(JSON.parse(revoked.stderr)).toMatchObject({ event: 'api_key.revoked', keyId: createdLine.keyId, keyName: 'acme prod' });
     expect(JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout)).toEqual({ api_keys: [] });
     const again = await runCli(['keys', 'revoke', String(createdLine.keyId)], env);
     expect(again.code).toBe(2);
