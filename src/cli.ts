@@ -3,7 +3,7 @@ import { userInfo } from 'node:os';
 import { Command, Option } from 'commander';
 import { toDelivery } from './admin/routes/deliveries.js';
 import { failure, UsageError } from './cli/errors.js';
-import { exitQuietlyWhenStdoutCloses, printJson, printRows, toApiKeyResource } from './cli/output.js';
+import { exitQuietlyWhenStdoutCloses, printJson, printRows, say, toApiKeyResource } from './cli/output.js';
 import { startupLine } from './cli/startup.js';
 import { settle, withStores } from './cli/stores.js';
 import { loadConfig, type Config } from './config/env.js';
@@ -12,8 +12,6 @@ import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
 import { createEngine, SHUTDOWN_SLACK_MS, type EngineRole, type Stores } from './engine.js';
 import { VERSION } from './version.js';
-
-const say = (line: string) => process.stderr.write(`${line}\n`);
 
 /** `withStores` for the key commands, which need no webhook secret key. */
 function withApiKeys<T>(config: Config, body: (apiKeys: Stores['apiKeys']) => Promise<T>, createData = false): Promise<T> {

@@ -380,7 +380,7 @@ function outageLog(logger: Logger, redisUrl: string) {
         down.add(name);
         if (down.size > 1) return;
         sinceMs = Date.now();
-        logger.warn({ event: 'redis.unreachable', redis, connection: name, err: error.message }, 'Redis unreachable; retrying in the background');
+        logger.warn({ event: 'redis.unreachable', redis, connection: name, err: error.message }, 'Redis connection lost; retrying in the background');
       });
       connection.on('ready', () => {
         if (!down.delete(name) || down.size > 0) return;

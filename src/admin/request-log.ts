@@ -51,8 +51,9 @@ function onPathWebhook(event: string, fromResponse: Record<string, string>): Aud
 }
 
 /**
- * The routes whose successful requests are audit events: what changed, on which webhook. The line
- * never holds a secret, only whether one was set; keys and secrets are never in a body we read here.
+ * The routes whose successful requests are audit events: what changed, on which webhook. Only named
+ * fields of a body are read, so the line never holds a secret, only whether one was set
+ * (`secretSet`, `secretRotated`).
  */
 const AUDITED: Partial<Record<string, AuditRule>> = {
   'POST /vendors/v1/webhooks': {

@@ -9,6 +9,11 @@ export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
 }
 
+/** A note for the person at the terminal (`no dead letters`, progress): stderr, so that stdout stays the result. */
+export function say(line: string): void {
+  process.stderr.write(`${line}\n`);
+}
+
 /** What a listing prints without `--json`: one tab-separated line per row on stdout. */
 export function printRows(rows: readonly (readonly (string | number)[])[]): void {
   for (const row of rows) process.stdout.write(`${row.join('\t')}\n`);

@@ -6,6 +6,7 @@ import { createEngine, type EngineConfig, type Stores } from '../engine.js';
 import { createLogger } from '../logger.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import { CliError, redisFailureReason } from './errors.js';
+import { say } from './output.js';
 
 /** How long a command waits for Redis to answer before it says it cannot reach it. */
 const REACH_TIMEOUT_MS = 5_000;
@@ -80,7 +81,7 @@ function reach(redis: Redis, timeoutMs: number): Promise<void> {
  */
 export async function withStores<T>(config: Config, body: (stores: Stores) => Promise<T>, options: Partial<SettleOptions> = {}): Promise<T> {
   // Installing redis-server (as root on Debian) is announced on stderr, so stdout stays the result.
-  const settled = await settle(config, (line) => process.stderr.write(`${line}\n`), { createData: false, needsSecretKey: true, ...options });
+  const settled = await settle(config, say, { createData: false, needsSecretKey: true, ...options });
   const url = settled.endpoint.url;
   try {
     const engine = await createEngine(settled.config, { role: 'tools', logger: createLogger({ level: 'silent', format: 'json', fd: 2 }) });
