@@ -15,7 +15,8 @@ COPY packages ./packages
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
-RUN npm run build && npm prune --omit=dev
+# The build's incremental state (dist/.tsbuildinfo) serves only `npm start` on a developer's machine.
+RUN npm run build && rm dist/.tsbuildinfo && npm prune --omit=dev
 
 # ---- runtime
 FROM node:24-bookworm-slim

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { printJson, say } from './cli/output.js';
 import { toDelivery } from './admin/routes/deliveries.js';
 import { toWebhookStatus } from './admin/routes/operator.js';
 import { EXTERNAL_ID_RE, isUuid } from './domain/ids.js';
@@ -16,8 +17,6 @@ export interface OperatorCommandContext {
 }
 
 const out = (line: string) => process.stdout.write(`${line}\n`);
-const say = (line: string) => process.stderr.write(`${line}\n`);
-const json = (value: unknown) => out(JSON.stringify(value, null, 2));
 
 function parseLimit(text: string, max: number, usageError: OperatorCommandContext['usageError']): number {
   const n = Number(text);
@@ -61,7 +60,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
     .option('--vendor <vendorId>', 'only this vendor’s webhooks')
     .option('--failing', 'only webhooks that need attention: disabled by the engine, circuit open, failing, or holding dead letters')
     .option('--state <states>', `only these states, comma-separated (${WEBHOOK_STATES.join(', ')})`)
-    .option('--json', 'print JSON (the fields of GET /admin/v1/webhooks)')
+    .option('--json', 'print JSON (what GET /admin/v1/webhooks answers)')
     .action(async (options: { vendor?: string; failing?: boolean; state?: string; json?: boolean }) => {
       checkVendor(options.vendor, usageError);
       const states = options.state?.split(',');
@@ -74,7 +73,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
             ...(states === undefined ? {} : { states: states as WebhookState[] }),
           })
         ).map(toWebhookStatus);
-        if (options.json) return json(found);
+        if (options.json) return printJson({ total: found.length, webhooks: found });
         if (found.length === 0) return say(options.failing || states || options.vendor ? 'no webhooks match' : 'no webhooks');
         const nowMs = Date.now();
         table(
@@ -114,7 +113,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
     .option('--vendor <vendorId>', 'the dead letters of a vendor’s webhooks')
     .option('--all', 'every webhook’s dead letters')
     .option('--limit <n>', 'how many (1-1000)', '50')
-    .option('--json', 'print JSON (the fields of GET /admin/v1/dead-letters)')
+    .option('--json', 'print JSON (what GET /admin/v1/dead-letters answers)')
     .action(async (options: { webhook?: string; vendor?: string; all?: boolean; limit: string; json?: boolean }) => {
       const scopes = [options.webhook, options.vendor, options.all].filter((o) => o !== undefined).length;
       if (scopes !== 1)
@@ -129,7 +128,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
           ...(webhookId === undefined ? {} : { webhookId }),
           ...(options.vendor === undefined ? {} : { vendorId: options.vendor }),
         });
-        if (options.json) return json(dead.map((d) => ({ ...toDelivery(d), webhook_id: d.webhookId, vendor_id: d.vendorId })));
+        if (options.json) return printJson({ dead_letters: dead.map((d) => ({ ...toDelivery(d), webhook_id: d.webhookId, vendor_id: d.vendorId })) });
         if (dead.length === 0) return say('no dead letters');
         table(
           ['DEAD SINCE', 'DELIVERY', 'EVENT TYPE', 'ATTEMPTS', 'LAST', 'VENDOR', 'WEBHOOK'],

@@ -1,47 +1,31 @@
 #!/usr/bin/env node
-import { randomBytes } from 'node:crypto';
-import { Command, CommanderError, Option } from 'commander';
+import { userInfo } from 'node:os';
+import { Command, Option } from 'commander';
 import { addOperatorCommands } from './cli-operator.js';
-import { ConfigError, loadConfig, type Config } from './config/env.js';
+import { failure, UsageError } from './cli/errors.js';
+import { exitQuietlyWhenStdoutCloses, printJson, printRows, say, toApiKeyResource } from './cli/output.js';
+import { startupLine } from './cli/startup.js';
+import { settle, withStores } from './cli/stores.js';
+import { loadConfig, type Config } from './config/env.js';
 import { EXTERNAL_ID_RE } from './domain/ids.js';
 import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
-import { createEngine, SHUTDOWN_SLACK_MS, type EngineConfig, type EngineRole, type Stores } from './engine.js';
-import { resolveRedis, resolveSecretKey, type RedisEndpoint } from './embedded/defaults.js';
-import { RedisServerUnavailableError } from './embedded/redis-server.js';
+import { createEngine, SHUTDOWN_SLACK_MS, type EngineRole, type Stores } from './engine.js';
 import { VERSION } from './version.js';
 
-/** Errors whose message is the whole story for a user: printed without a stack trace. */
-class UsageError extends Error {}
-
-const say = (line: string) => process.stderr.write(`${line}\n`);
-
-/**
- * Settles where Redis is (the embedded default when REDIS_URL is unset) and the secret key. The key
- * commands never touch webhook secrets, so for them (`needsSecretKey` false) a missing
- * HOOKLINE_SECRET_KEY is no error: the stores get a throwaway key they never use.
- */
-async function settle(config: Config, announce: (line: string) => void, needsSecretKey = true): Promise<{ config: EngineConfig; endpoint: RedisEndpoint }> {
-  const secretKey = needsSecretKey || config.redisUrl === undefined ? resolveSecretKey(config) : (config.secretKey ?? randomBytes(32));
-  const endpoint = await resolveRedis(config, announce);
-  return { config: { ...config, redisUrl: endpoint.url, secretKey }, endpoint };
-}
-
-/** Runs `body` with the stores of the engine's `tools` role (the embedded Redis when REDIS_URL is unset), then releases both. */
-async function withStores<T>(config: Config, body: (stores: Stores) => Promise<T>, needsSecretKey = true): Promise<T> {
-  const settled = await settle(config, say, needsSecretKey);
-  const engine = await createEngine(settled.config, { role: 'tools', logger: createLogger({ level: 'silent', format: 'json', fd: 2 }) });
-  try {
-    return await body(engine.stores);
-  } finally {
-    await engine.close(0);
-    await settled.endpoint.release();
-  }
-}
-
 /** `withStores` for the key commands, which need no webhook secret key. */
-function withApiKeys<T>(config: Config, body: (apiKeys: Stores['apiKeys']) => Promise<T>): Promise<T> {
-  return withStores(config, (stores) => body(stores.apiKeys), false);
+function withApiKeys<T>(config: Config, body: (apiKeys: Stores['apiKeys']) => Promise<T>, createData = false): Promise<T> {
+  return withStores(config, (stores) => body(stores.apiKeys), { createData, needsSecretKey: false });
+}
+
+/** Who ran a command, for the audit lines of key changes: the operating-system user. */
+function operator(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    // A container user without a passwd entry.
+    return `uid ${process.getuid?.() ?? 'unknown'}`;
+  }
 }
 
 /** Resolves on SIGINT or SIGTERM. */
@@ -54,16 +38,10 @@ function shutdownSignal(): Promise<NodeJS.Signals> {
 
 /** Runs the admin API, the delivery worker, or both, until SIGINT/SIGTERM; then shuts down in order. */
 async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole, 'tools'>): Promise<void> {
-  const { config, endpoint } = await settle(base, (line) => logger.info(line));
+  const { config, endpoint } = await settle(base, (line) => logger.info(line), { createData: true, needsSecretKey: true });
   const engine = await createEngine(config, { role, logger, listen: true });
-  const addresses = await engine.start();
-  if (addresses.api !== undefined) {
-    const address = addresses.api;
-    logger.info(
-      { redis: endpoint.origin === 'configured' ? 'REDIS_URL' : `embedded ${endpoint.url} (data in ${config.dataDir}/redis)`, version: VERSION },
-      `Hookline API listening on ${address} (OpenAPI at ${address}/openapi.json, docs at ${address}/docs)`,
-    );
-  }
+  const started = startupLine({ role, config, redis: endpoint, addresses: await engine.start() });
+  logger[started.level](started.fields, started.msg);
 
   const signal = await shutdownSignal();
   logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down');
@@ -107,6 +85,8 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
 
   const config = (): Config => loadConfig(env);
   const serverLogger = (c: Config) => createLogger({ level: c.logLevel, format: c.logFormat, fd: 1 });
+  // A command's stdout is its result: its log lines (the audit lines of key changes) go to stderr.
+  const commandLogger = (c: Config) => createLogger({ level: c.logLevel, format: c.logFormat, fd: 2 });
 
   const serve = (role: Exclude<EngineRole, 'tools'>) => async () => {
     const c = config();
@@ -137,17 +117,22 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
       }
       if (options.role.includes('vendor') && options.vendor === undefined) throw new UsageError('--role vendor needs --vendor <vendorId>');
       const c = config();
-      await withApiKeys(c, async (apiKeys) => {
-        const { key, record } = await apiKeys.create({
-          name: options.name.trim(),
-          roles: options.role,
-          ...(options.vendor === undefined ? {} : { vendorId: options.vendor }),
-        });
-        process.stdout.write(`${key}\n`);
-        say(
-          `created ${record.id} "${record.name}" with roles ${record.roles.join(', ')}${record.vendorId ? ` for vendor ${record.vendorId}` : ''}; the key is not shown again`,
-        );
-      });
+      await withApiKeys(
+        c,
+        async (apiKeys) => {
+          const { key, record } = await apiKeys.create({
+            name: options.name.trim(),
+            roles: options.role,
+            ...(options.vendor === undefined ? {} : { vendorId: options.vendor }),
+          });
+          process.stdout.write(`${key}\n`);
+          commandLogger(c).info(
+            { event: 'api_key.created', keyId: record.id, keyName: record.name, vendorId: record.vendorId, roles: record.roles, by: operator() },
+            `created ${record.id} "${record.name}" with roles ${record.roles.join(', ')}${record.vendorId ? ` for vendor ${record.vendorId}` : ''}; the key is not shown again`,
+          );
+        },
+        true,
+      );
     });
   keysCommand
     .command('list')
@@ -157,11 +142,9 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
       const c = config();
       await withApiKeys(c, async (apiKeys) => {
         const records = await apiKeys.list();
-        if (options.json) return void process.stdout.write(`${JSON.stringify(records, null, 2)}\n`);
+        if (options.json) return printJson({ api_keys: records.map(toApiKeyResource) });
         if (records.length === 0) return void say('no API keys');
-        for (const r of records) {
-          process.stdout.write(`${r.id}\t${r.name}\t${r.vendorId ?? '-'}\t${r.roles.join(',')}\t${r.createdAt}\n`);
-        }
+        printRows(records.map((r) => [r.id, r.name, r.vendorId ?? '-', r.roles.join(','), r.createdAt]));
       });
     });
   keysCommand
@@ -171,8 +154,12 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     .action(async (id: string) => {
       const c = config();
       await withApiKeys(c, async (apiKeys) => {
-        if (!(await apiKeys.revoke(id))) throw new UsageError(`no API key with id ${id}`);
-        say(`revoked ${id}`);
+        const revoked = await apiKeys.revoke(id);
+        if (!revoked) throw new UsageError(`no API key with id ${id}`);
+        commandLogger(c).info(
+          { event: 'api_key.revoked', keyId: id, keyName: revoked.name, vendorId: revoked.vendorId, by: operator() },
+          `revoked ${id} "${revoked.name}"`,
+        );
       });
     });
   const dlq = program.command('dlq').description('List and replay dead letters (deliveries whose every attempt failed).');
@@ -215,18 +202,14 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
 
 /** Entry point: parse argv, run the command, print user errors without stack traces. */
 export async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  exitQuietlyWhenStdoutCloses();
   try {
     await buildProgram(env).parseAsync(argv);
     return 0;
   } catch (error) {
-    // Commander has printed its message (and the help) already; --help and --version end here too.
-    if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
-    if (error instanceof UsageError || error instanceof ConfigError || error instanceof RedisServerUnavailableError) {
-      say(`hookline: ${error.message}`);
-      return error instanceof UsageError ? 2 : 1;
-    }
-    say(`hookline: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
-    return 1;
+    const { exitCode, message } = failure(error);
+    if (message !== undefined) say(`hookline: ${message}`);
+    return exitCode;
   }
 }
 

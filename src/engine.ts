@@ -1,5 +1,6 @@
 import { buildAdminServer, buildHealthServer, type AdminDeps, type AdminServer, type HealthServer } from './admin/server.js';
 import type { Config } from './config/env.js';
+import { redisUrlForLog } from './config/redis-url.js';
 import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions, type CircuitChange } from './delivery/breaker.js';
 import { HttpSender } from './delivery/http-sender.js';
 import type { DeliveryProcessorDeps, FinishedOutcome } from './delivery/attempt.js';
@@ -28,7 +29,7 @@ import { RedisMachineStore } from './store/machines.js';
 import { OperatorViews } from './store/operator-views.js';
 import { RedisEventBudget, RedisRequestCounter } from './store/rate-limiter.js';
 import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
-import { connectRedis, pingRedis, type Redis } from './store/redis.js';
+import { connectRedis, isRedisUnavailable, pingRedis, type Redis } from './store/redis.js';
 import { RedisReplayTasks } from './store/replay-tasks.js';
 import { SecretBox } from './store/secret-box.js';
 import { RedisWebhookStore } from './store/webhooks.js';
@@ -116,6 +117,8 @@ function composeStores(settings: StoreSettings) {
       ingestRateLimitPerSecond?: number;
       /** Accept callback URLs on loopback and private addresses; default false (the SSRF guard). */
       allowPrivateTargets?: boolean;
+      /** Serve `GET /metrics` on the API's port; default true. */
+      metricsRoute?: boolean;
     }): AdminDeps {
       const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, ...rest } = options;
       return {
@@ -343,8 +346,8 @@ export interface EngineOptions {
   logger: Logger;
   /**
    * Listen on the configured addresses when started: the admin API on HOOKLINE_API_HOST and
-   * HOOKLINE_API_PORT, a worker's health server on HOOKLINE_METRICS_PORT. Tests leave it off and
-   * call `inject()`.
+   * HOOKLINE_API_PORT, the health server on HOOKLINE_METRICS_PORT. Tests leave it off and call
+   * `inject()`.
    */
   listen?: boolean;
   /** One registry for several engines of one process (the bench); default a registry of its own. */
@@ -362,13 +365,19 @@ export interface Engine {
   readonly metrics: Metrics | undefined;
   /** The admin API (roles all and api). */
   readonly api: AdminServer | undefined;
-  /** A standalone worker's `/healthz`, `/readyz` and `/metrics` (role worker). */
+  /**
+   * `/healthz`, `/readyz` and `/metrics` on a port of their own: a standalone worker's, and an API's
+   * when HOOKLINE_METRICS_ON_API_PORT is false.
+   */
   readonly health: HealthServer | undefined;
   /** The delivery worker (roles all and worker). */
   readonly worker: DeliveryWorker | undefined;
   /** Resolves true when its Redis answers. */
   isReady(): Promise<boolean>;
-  /** Starts listening (when asked), the worker and the ingest-stream consumer; answers where it listens. */
+  /**
+   * Starts listening (when asked), the worker and the ingest-stream consumer; answers where it
+   * listens. Logs nothing: the caller writes the process's start-up line (see `startupLine`).
+   */
   start(): Promise<{ api?: string; health?: string }>;
   /**
    * Stops in order (API; stream consumer; worker, whose attempts in flight get `graceMs`; queues;
@@ -408,26 +417,53 @@ class ShutdownSteps {
   }
 }
 
-/** Logs a connection's outage once when it starts and once when it ends, not on every retry. */
-function watchConnection(connection: Redis, name: string, logger: Logger): void {
-  let down = false;
-  connection.on('error', (error: Error) => {
-    if (down) return;
-    down = true;
-    logger.warn({ connection: name, err: error.message }, 'Redis connection lost; retrying in the background');
-  });
-  connection.on('ready', () => {
-    if (!down) return;
-    down = false;
-    logger.info({ connection: name }, 'Redis connection restored');
-  });
+/**
+ * Logs a Redis outage once when the first of the process's connections fails and once when every
+ * connection that failed is back, however many connections (and reconnect attempts) there are.
+ * Every connection must be watched: ioredis prints an error event nobody listens to as a raw stack
+ * trace on stderr, outside the JSON log.
+ */
+function outageLog(logger: Logger, redisUrl: string) {
+  const down = new Set<string>();
+  const redis = redisUrlForLog(redisUrl);
+  let sinceMs = 0;
+  return {
+    watch(connection: Redis, name: string): void {
+      connection.on('error', (error: Error) => {
+        if (down.has(name)) return;
+        down.add(name);
+        if (down.size > 1) return;
+        sinceMs = Date.now();
+        logger.warn({ event: 'redis.unreachable', redis, connection: name, err: error.message }, 'Redis connection lost; retrying in the background');
+      });
+      connection.on('ready', () => {
+        if (!down.delete(name) || down.size > 0) return;
+        logger.info({ event: 'redis.restored', redis, downForMs: Date.now() - sinceMs }, 'Redis connection restored');
+      });
+    },
+  };
+}
+
+/**
+ * Listens without Fastify's line per address (one for each network interface on 0.0.0.0): the
+ * process's start-up line names where it listens.
+ */
+async function quietListen(server: AdminServer | HealthServer, host: string, port: number): Promise<string> {
+  const level = server.log.level;
+  server.log.level = 'warn';
+  try {
+    return await server.listen({ host, port });
+  } finally {
+    server.log.level = level;
+  }
 }
 
 /** Runs `start` until it succeeds (Redis may be down at start-up), every 2 s; stops trying once `stopped()`. */
 function startWhenRedisAnswers(start: () => Promise<void>, logger: Logger, stopped: () => boolean, attempt = 1): void {
   start().catch((error: Error) => {
     if (stopped()) return;
-    if (attempt === 1) logger.warn({ err: error.message }, 'ingest stream consumer waiting for Redis');
+    // An outage is logged by the connection watcher; anything else (an ACL refusing XGROUP, say) here.
+    if (attempt === 1 && !isRedisUnavailable(error)) logger.warn({ err: error.message }, 'ingest stream consumer cannot start yet; retrying every 2 s');
     setTimeout(() => startWhenRedisAnswers(start, logger, stopped, attempt + 1), 2_000).unref();
   });
 }
@@ -453,14 +489,13 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
   const workerConnection = runsWorker
     ? connectRedis(config.redisUrl, { connectionName: 'hookline-worker-jobs', maxRetriesPerRequest: null, autoPipelining: false })
     : undefined;
-  if (!tools) {
-    for (const [label, connection] of [
-      ['app', redis],
-      ['queues', queueConnection],
-      ['worker', workerConnection],
-    ] as const) {
-      if (connection) watchConnection(connection, label, logger);
-    }
+  const outages = outageLog(logger, config.redisUrl);
+  for (const [label, connection] of [
+    ['app', redis],
+    ['queues', queueConnection],
+    ['worker', workerConnection],
+  ] as const) {
+    if (connection) outages.watch(connection, label);
   }
   const isReady = () => pingRedis(redis, 1_000);
 
@@ -500,9 +535,18 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           nowMs,
         })
       : undefined;
-  const stream = worker && config.ingestStream ? new StreamIngestSource({ redis, keys: stores.keys, ingestor: stores.ingestor, logger }) : undefined;
+  const stream =
+    worker && config.ingestStream
+      ? new StreamIngestSource({
+          redis,
+          keys: stores.keys,
+          ingestor: stores.ingestor,
+          logger,
+          watchConnection: (connection) => outages.watch(connection, 'stream'),
+        })
+      : undefined;
 
-  // 4. The servers: the admin API, or a worker's health server; neither listens yet.
+  // 4. The servers: the admin API, a health server (a worker's, or the API's /metrics on a port of its own); none listens yet.
   const collect = metrics
     ? scrapeCollector(metrics, {
         queueCounts: () => stores.queues.counts(),
@@ -521,10 +565,13 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           rateLimitPerSecond: config.rateLimitPerSecond,
           ingestRateLimitPerSecond: config.ingestRateLimitPerSecond,
           allowPrivateTargets: config.allowPrivateTargets,
+          metricsRoute: config.metricsOnApiPort,
         }),
       )
     : undefined;
-  const health = role === 'worker' && scraped ? await buildHealthServer({ logger, isReady, metrics: scraped }) : undefined;
+  // A worker's probes and scrapes have a port of their own, and so do an API's scrapes when they must stay off its port.
+  const health =
+    scraped && (role === 'worker' || (runsApi && !config.metricsOnApiPort)) ? await buildHealthServer({ logger, isReady, metrics: scraped }) : undefined;
 
   let closing = false;
   return {
@@ -541,15 +588,12 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       if (api) {
         // Load the listing's in-memory index now rather than on the first request (in the background:
         // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
-        void stores.machines
-          .refresh()
-          .catch((error: Error) => logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it'));
-        if (options.listen) addresses.api = await api.listen({ host: config.apiHost, port: config.apiPort });
+        void stores.machines.refresh().catch((error: Error) => {
+          if (!isRedisUnavailable(error)) logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it');
+        });
+        if (options.listen) addresses.api = await quietListen(api, config.apiHost, config.apiPort);
       }
-      if (health && options.listen) {
-        addresses.health = await health.listen({ host: config.apiHost, port: config.metricsPort });
-        logger.info(`worker health and metrics on ${addresses.health} (/healthz, /readyz, /metrics)`);
-      }
+      if (health && options.listen) addresses.health = await quietListen(health, config.apiHost, config.metricsPort);
       if (worker) {
         worker.pool.start();
         if (stream)
@@ -558,7 +602,6 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
             logger,
             () => closing,
           );
-        logger.info({ concurrency: config.workerConcurrency, partitions: config.queuePartitions, stream: config.ingestStream }, 'delivery worker running');
       }
       return addresses;
     },

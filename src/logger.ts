@@ -41,30 +41,6 @@ export function urlForLog(url: string): string {
   return names.length === 0 ? path : `${path}?${names.join('&')}`;
 }
 
-/** What Fastify's request serializer logs, with the URL passed through `urlForLog`. */
-interface LoggedRequest {
-  method?: string;
-  url?: string;
-  host?: string;
-  ip?: string;
-  socket?: { remotePort?: number } | null;
-}
-
-/**
- * The `req` serializer of the admin API's logger: Fastify's fields (method, url, host, remote
- * address and port) with the query string's values redacted. Fastify puts `req` on its incoming
- * request and error lines, and a serializer of the logger it is given replaces its own.
- */
-export function requestLogSerializer(req: LoggedRequest): Record<string, unknown> {
-  return {
-    method: req.method,
-    url: req.url === undefined ? undefined : urlForLog(req.url),
-    host: req.host,
-    remoteAddress: req.ip,
-    remotePort: req.socket?.remotePort,
-  };
-}
-
 export interface LoggerOptions {
   level: string;
   format: 'auto' | 'json' | 'pretty';
@@ -82,7 +58,9 @@ export function createLogger(options: LoggerOptions): Logger {
   if (options.format === 'pretty' || (options.format === 'auto' && tty)) {
     return pino({
       ...base,
-      transport: { target: 'pino-pretty', options: { destination: options.fd, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' } },
+      // One line per record, as in JSON: pino-pretty otherwise puts every field on a line of its own
+      // (an attempt's line became twelve).
+      transport: { target: 'pino-pretty', options: { destination: options.fd, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true } },
     });
   }
   return pino(base, pino.destination(options.fd));

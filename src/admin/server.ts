@@ -6,15 +6,17 @@ import { hasZodFastifySchemaValidationErrors, serializerCompiler, validatorCompi
 import type { AgentStatus } from '../domain/agent.js';
 import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Ingestor } from '../ingest/ingest.js';
-import { requestLogSerializer, type Logger } from '../logger.js';
+import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ApiKeyLookup } from '../store/api-keys.js';
 import type { MachineListing } from '../store/machines.js';
+import { isRedisUnavailable } from '../store/redis.js';
 import type { DocLookup } from '../store/versioned-docs.js';
 import type { WebhookRegistry } from '../store/webhooks.js';
 import { createAuthorizer, type RateLimit } from './auth.js';
 import { ApiError, errorBody, type ErrorCode } from './errors.js';
 import { swaggerOptions } from './openapi.js';
+import { keepResponseForLog, logRequestNow, RequestLogController } from './request-log.js';
 import { agentRoutes } from './routes/agents.js';
 import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
 import { eventRoutes, type IngestRateLimit } from './routes/events.js';
@@ -51,22 +53,11 @@ export interface AdminDeps {
   nowMs?: () => number;
   /** When given: request metrics, and `GET /metrics` (after `collect` refreshes scrape-time gauges). */
   metrics?: { registry: Metrics['registry']; httpRequests: Metrics['httpRequests']; httpDuration: Metrics['httpDuration']; collect?: () => Promise<void> };
+  /** Serve `GET /metrics` here (default true); false when a health server of its own serves it, off the published port. */
+  metricsRoute?: boolean;
 }
 
 export type AdminServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
-
-/**
- * The Redis errors that mean "storage cannot take this right now" (unreachable, loading, out of
- * memory under noeviction, a cluster failing over), as opposed to a bug: they answer 503.
- */
-function isStorageOutage(error: Error): boolean {
-  return (
-    error.name === 'MaxRetriesPerRequestError' ||
-    /Connection is closed|ECONNREFUSED|ETIMEDOUT|Stream isn't writeable|enableOfflineQueue|^OOM command not allowed|^LOADING|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^READONLY/.test(
-      error.message,
-    )
-  );
-}
 
 const FASTIFY_CODES: Partial<Record<string, ErrorCode>> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
@@ -107,9 +98,10 @@ export type HealthServer = FastifyInstance;
 export async function buildHealthServer(deps: Pick<AdminDeps, 'logger' | 'isReady'> & { metrics: NonNullable<AdminDeps['metrics']> }): Promise<HealthServer> {
   // Probes and scrapes every few seconds would drown the log: only warnings and errors are logged.
   const loggerInstance: FastifyBaseLogger = deps.logger.child({}, { level: 'warn' });
-  const app = Fastify({ loggerInstance, return503OnClosing: true }).withTypeProvider<ZodTypeProvider>();
+  const app = Fastify({ loggerInstance, logController: new RequestLogController(), return503OnClosing: true }).withTypeProvider<ZodTypeProvider>();
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
+  keepResponseForLog(app);
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));
   await app.register(healthRoutes({ isReady: deps.isReady }));
   metricsRoute(app, deps.metrics);
@@ -122,11 +114,12 @@ export async function buildHealthServer(deps: Pick<AdminDeps, 'logger' | 'isRead
  * listen(), tests call inject().
  */
 export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
-  // Fastify logs every request's URL; query strings may carry what a client should never have put
-  // there (an API key), so its values are redacted at the serializer, for every line that has `req`.
-  const loggerInstance: FastifyBaseLogger = deps.logger.child({}, { serializers: { req: requestLogSerializer } });
+  // A child of its own: the server's level may be changed (see quietListen) without touching the process's logger.
+  const loggerInstance: FastifyBaseLogger = deps.logger.child({});
   const app = Fastify({
     loggerInstance,
+    // One line per request, when it completes, with its query values redacted (see request-log.ts).
+    logController: new RequestLogController(),
     bodyLimit: deps.bodyLimitBytes,
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 512 },
@@ -145,6 +138,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
+  keepResponseForLog(app);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error instanceof ApiError) return reply.code(error.statusCode).send({ ...errorBody(error.code, error.message), ...error.details });
@@ -154,14 +148,15 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     if (error instanceof SyntaxError || (error.statusCode === 400 && /JSON/i.test(error.message))) {
       return reply.code(400).send(errorBody('invalid_json'));
     }
-    if (isStorageOutage(error)) {
-      request.log.warn({ err: error }, 'storage unreachable while serving a request');
+    if (isRedisUnavailable(error)) {
+      // At info, without a stack: the outage itself is logged once, at warn, by the connection watcher.
+      logRequestNow(request, reply, { status: 503, level: 'info', code: 'storage_unavailable', err: error.message });
       return reply.code(503).header('retry-after', '1').send(errorBody('storage_unavailable'));
     }
     if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
       return reply.code(error.statusCode).send(errorBody('invalid_request', error.message));
     }
-    request.log.error({ err: error }, 'unexpected error while serving a request');
+    logRequestNow(request, reply, { status: 500, level: 'error', code: 'internal', err: error });
     return reply.code(500).send(errorBody('internal'));
   });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));
@@ -174,7 +169,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
       metrics.httpRequests.inc({ route, method: request.method, status: String(reply.statusCode) });
       metrics.httpDuration.observe({ route, method: request.method }, reply.elapsedTime / 1000);
     });
-    metricsRoute(app, metrics);
+    if (deps.metricsRoute !== false) metricsRoute(app, metrics);
   }
 
   await app.register(fastifySwagger, swaggerOptions());

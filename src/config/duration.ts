@@ -8,3 +8,11 @@ export function parseDurationMs(text: string): number | undefined {
   const ms = Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS];
   return Number.isFinite(ms) ? Math.round(ms) : undefined;
 }
+
+/** Writes milliseconds the way durations are configured: the largest whole unit (`300000` → `5m`, `1500` → `1500ms`). */
+export function formatDurationMs(ms: number): string {
+  for (const unit of ['d', 'h', 'm', 's'] as const) {
+    if (ms >= UNIT_MS[unit] && ms % UNIT_MS[unit] === 0) return `${ms / UNIT_MS[unit]}${unit}`;
+  }
+  return ms === 0 ? '0s' : `${ms}ms`;
+}

@@ -1,3 +1,5 @@
+import { homedir } from 'node:os';
+import path from 'node:path';
 import { z } from 'zod';
 import { parseDurationMs } from './duration.js';
 import { parseRedisUrl } from './redis-url.js';
@@ -49,6 +51,7 @@ export const envSchema = z.object({
   HOOKLINE_API_HOST: z.string().trim().min(1).default('127.0.0.1'),
   HOOKLINE_API_PORT: port(8080),
   HOOKLINE_METRICS_PORT: port(9464),
+  HOOKLINE_METRICS_ON_API_PORT: boolean(true),
   HOOKLINE_SECRET_KEY: z
     .string()
     .trim()
@@ -96,7 +99,8 @@ export const envSchema = z.object({
   HOOKLINE_INGEST_STREAM: boolean(true),
   HOOKLINE_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   HOOKLINE_LOG_FORMAT: z.enum(['auto', 'json', 'pretty'], { message: 'expected auto, json or pretty' }).default('auto'),
-  HOOKLINE_DATA_DIR: z.string().trim().min(1).default('.hookline'),
+  // Unset: the per-user state folder (defaultDataDir), the same whatever folder a command runs in.
+  HOOKLINE_DATA_DIR: z.string().trim().min(1).optional(),
   HOOKLINE_EMBEDDED_REDIS_PORT: port(0),
   HOOKLINE_RATE_LIMIT_PER_SECOND: z.coerce
     .number({ message: 'expected a whole number of requests' })
@@ -124,7 +128,10 @@ export interface Config {
   readonly redisPrefix: string;
   readonly apiHost: string;
   readonly apiPort: number;
+  /** A worker's health server: `/healthz`, `/readyz`, `/metrics`; the API's too when `metricsOnApiPort` is false. */
   readonly metricsPort: number;
+  /** Serve `/metrics` on the API port (true), or on `metricsPort` only, so the API port can be published without it. */
+  readonly metricsOnApiPort: boolean;
   /** AES-256-GCM key for webhook secrets at rest; resolved by the CLI for the embedded default. */
   readonly secretKey: Buffer | undefined;
   readonly allowPrivateTargets: boolean;
@@ -148,6 +155,7 @@ export interface Config {
   readonly logLevel: z.infer<typeof envSchema>['HOOKLINE_LOG_LEVEL'];
   /** `auto`: pretty in a terminal, JSON lines otherwise. */
   readonly logFormat: 'auto' | 'json' | 'pretty';
+  /** The embedded Redis's data, its state file and the generated secret key; an absolute path. */
   readonly dataDir: string;
   readonly embeddedRedisPort: number;
   readonly apiBodyLimitBytes: number;
@@ -155,6 +163,19 @@ export interface Config {
   readonly rateLimitPerSecond: number;
   /** Events ingested over HTTP per second per API key (0: no limit). */
   readonly ingestRateLimitPerSecond: number;
+}
+
+/**
+ * The per-user state folder Hookline keeps the embedded Redis in when HOOKLINE_DATA_DIR is unset,
+ * so every command finds the same data whatever folder it runs in: `$XDG_STATE_HOME/hookline`, or
+ * `~/.local/state/hookline` (the XDG default); `%LOCALAPPDATA%\hookline` on Windows.
+ */
+export function defaultDataDir(env: NodeJS.ProcessEnv, platform: NodeJS.Platform = process.platform): string {
+  const home = env.HOME || homedir();
+  if (platform === 'win32') return path.join(env.LOCALAPPDATA || path.join(home, 'AppData', 'Local'), 'hookline');
+  // The XDG spec ignores a relative XDG_STATE_HOME.
+  const stateHome = env.XDG_STATE_HOME && path.isAbsolute(env.XDG_STATE_HOME) ? env.XDG_STATE_HOME : path.join(home, '.local', 'state');
+  return path.join(stateHome, 'hookline');
 }
 
 export class ConfigError extends Error {
@@ -177,6 +198,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     apiHost: e.HOOKLINE_API_HOST,
     apiPort: e.HOOKLINE_API_PORT,
     metricsPort: e.HOOKLINE_METRICS_PORT,
+    metricsOnApiPort: e.HOOKLINE_METRICS_ON_API_PORT,
     secretKey: e.HOOKLINE_SECRET_KEY === undefined ? undefined : Buffer.from(e.HOOKLINE_SECRET_KEY, 'base64'),
     allowPrivateTargets: e.HOOKLINE_ALLOW_PRIVATE_TARGETS,
     workerConcurrency: e.HOOKLINE_WORKER_CONCURRENCY,
@@ -191,7 +213,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     ingestStream: e.HOOKLINE_INGEST_STREAM,
     logLevel: e.HOOKLINE_LOG_LEVEL,
     logFormat: e.HOOKLINE_LOG_FORMAT,
-    dataDir: e.HOOKLINE_DATA_DIR,
+    dataDir: path.resolve(e.HOOKLINE_DATA_DIR ?? defaultDataDir(env)),
     embeddedRedisPort: e.HOOKLINE_EMBEDDED_REDIS_PORT,
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
     rateLimitPerSecond: e.HOOKLINE_RATE_LIMIT_PER_SECOND,

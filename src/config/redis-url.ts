@@ -57,3 +57,13 @@ export function parseRedisUrl(text: string): ParsedRedisUrl {
   if (SERVER_RE.test(text)) return { ok: true, kind: 'server', url: text };
   return { ok: false, reason: `expected a redis:// or rediss:// URL, or ${CLUSTER_FORM} for a Redis Cluster` };
 }
+
+/**
+ * `REDIS_URL` as it may be shown in logs and messages: without `user:password@` (and without a
+ * query, which may carry options with credentials). `redis://hook:pw@h:6379/2` → `redis://h:6379/2`.
+ * Pure; never throws.
+ */
+export function redisUrlForLog(text: string): string {
+  const withoutCredentials = text.replace(/^([a-z+]+:\/\/)[^/?#]*@/i, '$1');
+  return withoutCredentials.replace(/[?#].*$/, '');
+}

@@ -204,6 +204,23 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
     memory.rememberAnswered(endpoint, deps.nowMs()).catch(() => shared.delete(endpoint));
   }
 
+  /**
+   * The one wide line of an attempt (`delivery.attempted`): at info when it delivered, at warn when
+   * it failed, dead-lettered the delivery or disabled the webhook.
+   */
+  function logAttempt(data: DeliverJob, fields: { attempt: number; outcome: string; decision: string } & Record<string, unknown>): void {
+    const line = {
+      event: 'delivery.attempted',
+      eventId: data.eventId,
+      eventType: data.eventType,
+      webhookId: data.webhookId,
+      deliveryId: data.deliveryId,
+      ...fields,
+    };
+    if (fields.decision === 'delivered') deps.logger.info(line, 'delivery.attempted');
+    else deps.logger.warn(line, 'delivery.attempted');
+  }
+
   function finish(outcome: FinishedOutcome): FinishedOutcome {
     deps.onOutcome?.(outcome);
     return outcome;
@@ -231,6 +248,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
         attempt: { attempt, atMs: deps.nowMs(), outcome: 'webhook_disabled', durationMs: 0, error: `webhook disabled (${webhook.disabled.reason})` },
         status: 'dead',
       });
+      logAttempt(data, { attempt, outcome: 'webhook_disabled', durationMs: 0, decision: 'dead', disabledReason: webhook.disabled.reason });
       return {
         finished: finish({ kind: 'attempted', job: data, attempt, outcome: 'webhook_disabled', decision: 'dead', durationMs: 0, endedAtMs: deps.nowMs() }),
       };
@@ -348,24 +366,15 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       if (await deps.webhooks.disable(webhook.id, 'failing')) disabled = 'failing';
     }
 
-    // One wide log line per attempt.
-    deps.logger.info(
-      {
-        event: 'delivery.attempted',
-        eventId: data.eventId,
-        eventType: data.eventType,
-        webhookId: data.webhookId,
-        deliveryId: data.deliveryId,
-        attempt: attemptNo,
-        outcome,
-        status: result.kind === 'response' ? result.status : undefined,
-        durationMs: Math.round(result.durationMs),
-        decision: decision.action,
-        ...(decision.action === 'retry' ? { retryInMs: decision.delayMs } : {}),
-        ...(disabled === undefined ? {} : { webhookDisabled: disabled }),
-      },
-      'delivery.attempted',
-    );
+    logAttempt(data, {
+      attempt: attemptNo,
+      outcome,
+      status: result.kind === 'response' ? result.status : undefined,
+      durationMs: Math.round(result.durationMs),
+      decision: decision.action,
+      ...(decision.action === 'retry' ? { retryInMs: decision.delayMs } : {}),
+      ...(disabled === undefined ? {} : { webhookDisabled: disabled }),
+    });
     const finished = finish({
       kind: 'attempted',
       job: data,

@@ -1,7 +1,7 @@
 import { Worker, type Job } from 'bullmq';
 import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
-import type { Redis } from '../store/redis.js';
+import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import { BATCH_MAX, JOBS } from './jobs.js';
 import { backoffFromError, RetryLaterError, StorageUnavailableError } from './signals.js';
 import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
@@ -66,10 +66,13 @@ export class DeliveryWorkerPool {
         { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 1 },
       ),
     );
-    // Connection errors repeat on every reconnect attempt: log at most one every 10 s.
+    // Other errors may repeat on every job fetch: log at most one every 10 s.
     let lastErrorLogMs = 0;
     for (const worker of this.workers) {
       worker.on('error', (error) => {
+        // A connection error repeats on every reconnect attempt of every worker; the process's
+        // connection watcher logs the outage once.
+        if (isRedisUnavailable(error)) return;
         const now = Date.now();
         if (now - lastErrorLogMs < 10_000) return;
         lastErrorLogMs = now;

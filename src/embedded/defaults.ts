@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import type { Config } from '../config/env.js';
@@ -15,19 +15,37 @@ export interface RedisEndpoint {
   release(): Promise<void>;
 }
 
+/**
+ * `<HOOKLINE_DATA_DIR>/redis.json`: where the embedded Redis of this data folder listens while a
+ * Hookline process runs it (`url`, `port`, and `pid`, the process that started it), so that every
+ * command finds it from any folder; once it stops, only `port`, to use the same one next time.
+ */
 interface EmbeddedState {
   port: number;
-  pid: number;
+  url?: string;
+  pid?: number;
 }
 
 const stateFile = (config: Config) => path.join(config.dataDir, 'redis.json');
+const redisDir = (config: Config) => path.join(config.dataDir, 'redis');
 
-async function answersPing(port: number): Promise<boolean> {
+/** No engine data where the CLI looked: nothing runs there and nothing ever ran there. */
+export class NoEngineDataError extends Error {
+  override name = 'NoEngineDataError';
+}
+
+/**
+ * Whether the Redis answering on `port` is the embedded Redis of `dir`: a port remembered from an
+ * earlier run may since belong to another Redis (another data folder's, or any other).
+ */
+async function embeddedRedisOf(dir: string, port: number): Promise<boolean> {
   const probe = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1_000 });
   probe.on('error', () => undefined);
   try {
     await probe.connect();
-    return (await probe.ping()) === 'PONG';
+    const [, served] = (await probe.config('GET', 'dir')) as [string, string];
+    // Redis reports the folder it changed into, with symbolic links resolved.
+    return served === realpathSync(dir);
   } catch {
     return false;
   } finally {
@@ -38,40 +56,62 @@ async function answersPing(port: number): Promise<boolean> {
 function readState(config: Config): EmbeddedState | undefined {
   try {
     const state = JSON.parse(readFileSync(stateFile(config), 'utf8')) as Partial<EmbeddedState>;
-    return typeof state.port === 'number' && typeof state.pid === 'number' ? { port: state.port, pid: state.pid } : undefined;
+    if (typeof state.port !== 'number') return undefined;
+    return { port: state.port, ...(typeof state.url === 'string' ? { url: state.url } : {}), ...(typeof state.pid === 'number' ? { pid: state.pid } : {}) };
   } catch {
     return undefined;
   }
 }
 
+function writeState(config: Config, state: EmbeddedState): void {
+  mkdirSync(config.dataDir, { recursive: true });
+  writeFileSync(stateFile(config), `${JSON.stringify(state)}\n`);
+}
+
+export interface ResolveRedisOptions {
+  /**
+   * Start the embedded Redis even where no engine ever kept data (`hookline start`, `keys
+   * create`); otherwise (the commands that read what an engine wrote) that is a NoEngineDataError.
+   */
+  createData: boolean;
+}
+
 /**
  * `REDIS_URL` when set; otherwise the embedded default: the local redis-server of this data folder,
  * reused when another Hookline process already runs it, else started here (loopback only, AOF on,
- * data in `<HOOKLINE_DATA_DIR>/redis`), and stopped again by release().
+ * data in `<HOOKLINE_DATA_DIR>/redis`, on the port it had last time when that is free), and
+ * stopped again by release().
  */
-export async function resolveRedis(config: Config, say: (line: string) => void): Promise<RedisEndpoint> {
+export async function resolveRedis(config: Config, say: (line: string) => void, options: ResolveRedisOptions): Promise<RedisEndpoint> {
   if (config.redisUrl !== undefined) return { url: config.redisUrl, origin: 'configured', release: async () => undefined };
 
+  const dir = redisDir(config);
   const existing = readState(config);
-  if (existing && (await answersPing(existing.port))) {
+  if (existing && (await embeddedRedisOf(dir, existing.port))) {
     return { url: `redis://127.0.0.1:${existing.port}`, origin: 'embedded-shared', release: async () => undefined };
+  }
+  if (!options.createData && !existsSync(dir)) {
+    throw new NoEngineDataError(
+      `no Hookline engine data found in ${config.dataDir} (no engine runs there, and none has run there). ` +
+        'Point this command at the engine: REDIS_URL=redis://host:port when it uses a Redis of its own, or ' +
+        'HOOKLINE_DATA_DIR=<its data folder> when it runs the embedded Redis (its start-up line names the folder as dataDir).',
+    );
   }
 
   const binary = await ensureRedisServerBinary(say);
   const port = config.embeddedRedisPort !== 0 ? config.embeddedRedisPort : (existing?.port ?? 0);
-  const dir = path.join(config.dataDir, 'redis');
   // A remembered port may have been taken meanwhile; fall back to a free one.
   const server = await startRedisServer({ binary, port, dir, appendOnly: true }).catch((error: unknown) => {
     if (port === 0 || config.embeddedRedisPort !== 0) throw error;
     return startRedisServer({ binary, port: 0, dir, appendOnly: true });
   });
-  writeFileSync(stateFile(config), JSON.stringify({ port: server.port, pid: process.pid } satisfies EmbeddedState));
+  writeState(config, { url: server.url, port: server.port, pid: process.pid });
   return {
     url: server.url,
     origin: 'embedded-started',
     async release() {
       await server.stop();
-      rmSync(stateFile(config), { force: true });
+      writeState(config, { port: server.port });
     },
   };
 }

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
-import { connectionNameOf, duplicateRedis, serverClientFor, unblockClient, type Redis, type ServerClient } from '../store/redis.js';
+import { connectionNameOf, duplicateRedis, isRedisUnavailable, serverClientFor, unblockClient, type Redis, type ServerClient } from '../store/redis.js';
 import type { Ingestor } from './ingest.js';
 
 /** The consumer group Hookline reads the ingest stream with. */
@@ -17,6 +17,12 @@ export interface StreamIngestSourceOptions {
   keys: Pick<RedisKeys, 'events'>;
   ingestor: Pick<Ingestor, 'ingest'>;
   logger: Pick<Logger, 'info' | 'warn' | 'error'>;
+  /**
+   * Told about the reader's own connection, so that its errors are heard and its outages logged
+   * with the process's others; without it the reader's errors are ignored here (the failed reads
+   * are retried either way).
+   */
+  watchConnection?: (connection: Redis) => void;
   /** Default STREAM_GROUP_DEFAULT. */
   group?: string;
   /** This consumer's name in the group; default host, pid and a random suffix. */
@@ -168,6 +174,8 @@ export class StreamIngestSource {
     await this.ensureGroup();
     // A connection of its own: a blocking read would hold up every other command queued behind it.
     this.reader = duplicateRedis(this.redis, { connectionName: `${connectionNameOf(this.redis) ?? 'hookline'}-ingest-stream`, autoPipelining: false });
+    if (this.options.watchConnection) this.options.watchConnection(this.reader);
+    else this.reader.on('error', () => undefined);
     // A reconnect (on a cluster: a node connection replaced) means a new client id.
     for (const event of ['ready', '+node', '-node']) {
       this.reader.on(event, () => {
@@ -236,7 +244,10 @@ export class StreamIngestSource {
           await this.ensureGroup().catch(() => undefined);
         }
         const delayMs = this.backoffMs(failures);
-        this.options.logger.error({ err: error, failures, retryInMs: delayMs }, 'ingest stream: batch failed; its entries stay pending and are retried');
+        // An outage is logged once by the connection watcher, not on every retry.
+        if (!isRedisUnavailable(error as Error)) {
+          this.options.logger.error({ err: error, failures, retryInMs: delayMs }, 'ingest stream: batch failed; its entries stay pending and are retried');
+        }
         await this.pause(delayMs);
       }
     }
@@ -314,7 +325,9 @@ export class StreamIngestSource {
       await this.trim();
       await this.pruneIdleConsumers();
     } catch (error) {
-      this.options.logger.warn({ err: error }, 'ingest stream: trimming or pruning failed; retried at the next maintenance');
+      if (!isRedisUnavailable(error as Error)) {
+        this.options.logger.warn({ err: error }, 'ingest stream: trimming or pruning failed; retried at the next maintenance');
+      }
     }
   }
 

@@ -4,11 +4,15 @@ import type { IngestBatchSummary } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from './metrics.js';
 
-/** Counts an ingested batch and writes its one log line (`ingest.batch`). */
+/**
+ * Counts an ingested batch and, for a stream batch, writes its one log line (`ingest.batch`); an
+ * HTTP batch's counts are in its request's line, so that a request writes one line.
+ */
 export function ingestObserver(metrics: Metrics, logger: Logger): (summary: IngestBatchSummary) => void {
   return (summary) => {
     for (const { eventType, result } of summary.outcomes) metrics.eventsIngested.inc({ event_type: eventType, source: summary.source, result });
     metrics.ingestBatchDuration.observe({ source: summary.source }, summary.durationMs / 1000);
+    if (summary.source === 'http') return;
     logger.info(
       {
         event: 'ingest.batch',

@@ -57,12 +57,13 @@ export class RedisApiKeyStore implements ApiKeyLookup {
     return rows.map((row) => keyRecordSchema.parse(JSON.parse(row))).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
   }
 
-  /** Revokes by key id; resolves false when no such key exists. */
-  async revoke(id: string): Promise<boolean> {
+  /** Revokes by key id; resolves with the revoked key's record, or undefined when no such key exists. */
+  async revoke(id: string): Promise<ApiKeyRecord | undefined> {
     const hash = await this.redis.hget(this.keys.apiKeys.hashById, id);
-    if (hash === null) return false;
+    if (hash === null) return undefined;
+    const row = await this.redis.hget(this.keys.apiKeys.byHash, hash);
     await this.redis.multi().hdel(this.keys.apiKeys.byHash, hash).hdel(this.keys.apiKeys.hashById, id).exec();
-    return true;
+    return row === null ? undefined : keyRecordSchema.parse(JSON.parse(row));
   }
 
   async authenticate(presentedKey: string): Promise<Principal | undefined> {

@@ -60,6 +60,20 @@ export function connectRedis(url: string, options: RedisConnectOptions): Redis {
   return new RedisServer(url, redisOptions);
 }
 
+/**
+ * The Redis errors that mean "storage cannot take this right now" (unreachable, loading, out of
+ * memory under noeviction, a cluster failing over), as opposed to a bug: the API answers 503, and
+ * the process's connection watcher has logged the outage once.
+ */
+export function isRedisUnavailable(error: Error): boolean {
+  return (
+    error.name === 'MaxRetriesPerRequestError' ||
+    /Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EPIPE|Stream isn't writeable|enableOfflineQueue|^OOM command not allowed|^LOADING|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^READONLY/.test(
+      error.message,
+    )
+  );
+}
+
 /** The connection name `redis` was opened with. */
 export function connectionNameOf(redis: Redis): string | undefined {
   return redis instanceof Cluster ? redis.options.redisOptions?.connectionName : redis.options.connectionName;

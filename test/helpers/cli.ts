@@ -1,8 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createRequire } from 'node:module';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
-const CLI = ['--import', 'tsx', path.join(REPO_ROOT, 'src/cli.ts')];
+/** tsx resolved here, not in the working folder, so that the CLI runs from any folder. */
+const CLI = ['--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href, path.join(REPO_ROOT, 'src/cli.ts')];
 
 export interface CliResult {
   code: number | null;
@@ -10,14 +13,24 @@ export interface CliResult {
   stderr: string;
 }
 
+export interface CliOptions {
+  /** The working folder; default the repository's root. */
+  cwd?: string;
+}
+
+/** Starts `hookline <args>` from source with piped stdout and stderr, and leaves the rest to the caller. */
+export function spawnCli(args: string[], env: NodeJS.ProcessEnv, options: CliOptions = {}): ChildProcess {
+  return spawn(process.execPath, [...CLI, ...args], { cwd: options.cwd ?? REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
 /** Runs `hookline <args>` from source to completion (bounded by `timeoutMs`). */
-export function runCli(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 30_000): Promise<CliResult> {
+export function runCli(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 30_000, options: CliOptions = {}): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...CLI, ...args], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnCli(args, env, options);
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`hookline ${args.join(' ')} timed out; stderr: ${stderr}`));
@@ -35,9 +48,10 @@ export function startCli(
   env: NodeJS.ProcessEnv,
   ready: RegExp,
   timeoutMs = 60_000,
+  options: CliOptions = {},
 ): Promise<{ child: ChildProcess; output: () => string; exited: Promise<number | null> }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...CLI, ...args], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnCli(args, env, options);
     let output = '';
     const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
     const timer = setTimeout(() => {

@@ -48,7 +48,7 @@ describe('authentication and roles', () => {
     t = await testApp();
     const { key, record } = await t.apiKeys.create({ name: 'to revoke', roles: [...ROLES], vendorId: 'vendor-1' });
     revokedKey = key;
-    expect(await t.apiKeys.revoke(record.id)).toBe(true);
+    expect(await t.apiKeys.revoke(record.id)).toEqual(record);
   });
   afterAll(async () => t.close());
 

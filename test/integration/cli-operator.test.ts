@@ -61,14 +61,16 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     expect(lines[2]).toMatch(new RegExp(`^healthy\\s+0\\s+delivered 200 .*vendor-ok.*${okId}`));
 
     const failingOnly = await runCli(['webhooks', 'list', '--failing', '--json'], env);
-    const parsed = JSON.parse(failingOnly.stdout) as { webhook_id: string; state: string; dead_letters: number; failing_since: string }[];
+    const parsed = (JSON.parse(failingOnly.stdout) as { webhooks: { webhook_id: string; state: string; dead_letters: number; failing_since: string }[] })
+      .webhooks;
     expect(parsed.map((w) => [w.webhook_id, w.state, w.dead_letters])).toEqual([[badId, 'failing', 2]]);
     expect(Number.isFinite(Date.parse(parsed[0]!.failing_since))).toBe(true);
     expect((await runCli(['webhooks', 'list', '--vendor', 'vendor-ok', '--failing'], env)).stderr).toContain('no webhooks match');
 
     const byVendor = await runCli(['dlq', 'list', '--vendor', 'vendor-bad', '--json'], env);
     expect(byVendor.code).toBe(0);
-    const dead = JSON.parse(byVendor.stdout) as { webhook_id: string; vendor_id: string; status: string; last_status_code: number }[];
+    const dead = (JSON.parse(byVendor.stdout) as { dead_letters: { webhook_id: string; vendor_id: string; status: string; last_status_code: number }[] })
+      .dead_letters;
     expect(dead.map((d) => [d.webhook_id, d.vendor_id, d.status, d.last_status_code])).toEqual([
       [badId, 'vendor-bad', 'dead', 503],
       [badId, 'vendor-bad', 'dead', 503],

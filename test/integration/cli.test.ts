@@ -1,10 +1,10 @@
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
-import { runCli, startCli } from '../helpers/cli.js';
+import { runCli, spawnCli, startCli } from '../helpers/cli.js';
 import { deletePrefix, testRedis } from '../helpers/redis.js';
 
 /** A clean environment: none of the developer's HOOKLINE_* or REDIS_URL leaks in. */
@@ -24,21 +24,62 @@ describe('hookline keys (against REDIS_URL)', () => {
     expect(created.stdout).toMatch(/^hk_[A-Za-z0-9_-]{43}\n$/);
     const key = created.stdout.trim();
     expect(created.stderr).toContain('roles vendor, machines:read for vendor acme');
+    // The change is logged (a JSON line: stderr is no terminal here), with who made it and never the key.
+    const createdLine = JSON.parse(created.stderr) as Record<string, unknown>;
+    expect(createdLine).toMatchObject({ level: 30, event: 'api_key.created', keyName: 'acme prod', vendorId: 'acme', by: expect.any(String) as unknown });
+    expect(created.stderr).not.toContain(key);
 
+    // The API's names and ISO-8601 times, in the API's envelope.
     const listed = await runCli(['keys', 'list', '--json'], env);
     expect(listed.code).toBe(0);
-    const records = JSON.parse(listed.stdout) as { id: string; name: string; vendorId: string; roles: string[] }[];
-    expect(records).toHaveLength(1);
-    expect(records[0]).toMatchObject({ name: 'acme prod', vendorId: 'acme', roles: ['vendor', 'machines:read'] });
+    const records = (JSON.parse(listed.stdout) as { api_keys: Record<string, unknown>[] }).api_keys;
+    expect(records).toEqual([
+      { key_id: createdLine.keyId, name: 'acme prod', vendor_id: 'acme', roles: ['vendor', 'machines:read'], created_at: expect.any(String) as unknown },
+    ]);
+    expect(new Date(String(records[0]?.created_at)).toISOString()).toBe(records[0]?.created_at);
     expect(listed.stdout).not.toContain(key);
 
-    const revoked = await runCli(['keys', 'revoke', records[0]?.id ?? ''], env);
+    const revoked = await runCli(['keys', 'revoke', String(createdLine.keyId)], env);
     expect(revoked.code).toBe(0);
-    expect(JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout)).toEqual([]);
-    const again = await runCli(['keys', 'revoke', records[0]?.id ?? ''], env);
+    expect(JSON.parse(revoked.stderr)).toMatchObject({ event: 'api_key.revoked', keyId: createdLine.keyId, keyName: 'acme prod' });
+    expect(JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout)).toEqual({ api_keys: [] });
+    const again = await runCli(['keys', 'revoke', String(createdLine.keyId)], env);
     expect(again.code).toBe(2);
-    expect(again.stderr).toContain('no API key with id');
-  });
+    expect(again.stderr).toBe(`hookline: no API key with id ${String(createdLine.keyId)}\n`);
+  }, 120_000);
+
+  it.each([[['keys', 'list']], [['dlq', 'list', '--webhook', '11111111-1111-4111-8111-111111111111']]])(
+    'says in one sentence, within seconds, that %j cannot reach Redis (without its credentials)',
+    async (args) => {
+      const port = await freeLoopbackPort();
+      const startedMs = Date.now();
+      const result = await runCli(
+        args,
+        cleanEnv({ REDIS_URL: `redis://hook:pa55word@127.0.0.1:${port}`, HOOKLINE_SECRET_KEY: Buffer.alloc(32, 1).toString('base64') }),
+      );
+      const elapsedMs = Date.now() - startedMs;
+      console.log(`hookline ${args.join(' ')} against a closed port: exit ${result.code} after ${elapsedMs} ms`);
+      expect(result.stderr).toBe(`hookline: cannot reach Redis at redis://127.0.0.1:${port} (connection refused)\n`);
+      expect(result.code).toBe(1);
+      expect(result.stdout).toBe('');
+      // Starting the CLI from source takes a few seconds on a busy machine; minutes would be a hang.
+      expect(elapsedMs).toBeLessThan(20_000);
+    },
+    60_000,
+  );
+
+  it('ends quietly when its reader closes stdout (`hookline keys list | head -0`), with no EPIPE trace', async () => {
+    const env = cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix });
+    expect((await runCli(['keys', 'create', '--name', 'pipe', '--role', 'admin'], env)).code).toBe(0);
+    const child = spawnCli(['keys', 'list'], env);
+    // Closed before the command writes its first line.
+    child.stdout?.destroy();
+    let stderr = '';
+    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
+  }, 60_000);
 
   it.each([
     [['keys', 'create', '--name', 'x'], 'give at least one --role'],
@@ -93,13 +134,14 @@ describe('hookline start with the embedded default', () => {
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
 
-  it('starts its own Redis, serves the API, shares Redis with the CLI, and stops it on SIGTERM; data survives', async () => {
+  it('starts its own Redis, serves the API, shares Redis with the CLI, and stops it on SIGTERM; data and port survive', async () => {
     dataDir = mkdtempSync(path.join(tmpdir(), 'hookline-embedded-'));
     const port = await freeLoopbackPort();
     const env = cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(port) });
     const engine = await startCli(['start'], env, /Hookline API listening/);
     const stateFile = path.join(dataDir, 'redis.json');
-    expect(existsSync(stateFile)).toBe(true);
+    const state = () => JSON.parse(readFileSync(stateFile, 'utf8')) as { port: number; url?: string; pid?: number };
+    expect(state()).toEqual({ port: expect.any(Number) as unknown, url: `redis://127.0.0.1:${state().port}`, pid: engine.child.pid });
     expect(existsSync(path.join(dataDir, 'secret.key'))).toBe(true);
 
     const created = await runCli(['keys', 'create', '--name', 'demo', '--vendor', 'v1', '--role', 'vendor'], env);
@@ -114,10 +156,11 @@ describe('hookline start with the embedded default', () => {
     expect(registered.status).toBe(201);
     expect((await fetch(`${base}/readyz`)).status).toBe(200);
 
-    const redisPort = (JSON.parse((await import('node:fs')).readFileSync(stateFile, 'utf8')) as { port: number }).port;
+    const redisPort = state().port;
     engine.child.kill('SIGTERM');
     expect(await engine.exited).toBe(0);
-    expect(existsSync(stateFile)).toBe(false);
+    // Stopped: only the port is remembered, so that the next start uses it again (README: "0 reuses the last one").
+    expect(state()).toEqual({ port: redisPort });
     const probe = new Redis({ port: redisPort, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
     probe.on('error', () => undefined);
     await expect(probe.connect()).rejects.toThrow();
@@ -126,12 +169,43 @@ describe('hookline start with the embedded default', () => {
     // A second start reads the AOF: the key and the webhook (with its secret) are still there.
     const second = await startCli(['start'], env, /Hookline API listening/);
     try {
+      expect(state()).toMatchObject({ port: redisPort, pid: second.child.pid });
       const listed = await fetch(`${base}/vendors/v1/webhooks`, { headers: { 'x-api-key': key } });
       expect(listed.status).toBe(200);
       expect(((await listed.json()) as { webhooks: { secret: string }[] }).webhooks[0]?.secret).toBe('shh');
     } finally {
       second.child.kill('SIGTERM');
       expect(await second.exited).toBe(0);
+    }
+  }, 120_000);
+
+  it('finds the running engine’s data from any working folder (the per-user state folder), and says so when there is none', async () => {
+    dataDir = mkdtempSync(path.join(tmpdir(), 'hookline-state-'));
+    const [engineCwd, otherCwd, stateHome] = ['engine-cwd', 'elsewhere', 'state'].map((name) => path.join(dataDir ?? '', name));
+    for (const dir of [engineCwd, otherCwd]) mkdirSync(dir ?? '');
+    const port = await freeLoopbackPort();
+    // No HOOKLINE_DATA_DIR: where the data goes is the state folder under XDG_STATE_HOME, whatever the folder.
+    const env = cleanEnv({ XDG_STATE_HOME: stateHome ?? '', HOOKLINE_API_PORT: String(port) });
+
+    const none = await runCli(['keys', 'list'], env, 30_000, { cwd: otherCwd });
+    expect(none.stderr).toContain(`hookline: no Hookline engine data found in ${path.join(stateHome ?? '', 'hookline')}`);
+    expect(none.stderr).toMatch(/REDIS_URL=.*HOOKLINE_DATA_DIR=/);
+    expect(none.code).toBe(1);
+    expect(existsSync(path.join(stateHome ?? '', 'hookline'))).toBe(false);
+
+    const engine = await startCli(['start'], env, /Hookline API listening/, 60_000, { cwd: engineCwd });
+    try {
+      const created = await runCli(['keys', 'create', '--name', 'from elsewhere', '--vendor', 'v1', '--role', 'vendor'], env, 30_000, { cwd: otherCwd });
+      expect(created.code).toBe(0);
+      // The engine knows the key made from another folder, and the listing from there shows it.
+      const answered = await fetch(`http://127.0.0.1:${port}/vendors/v1/webhooks`, { headers: { 'x-api-key': created.stdout.trim() } });
+      expect(answered.status).toBe(200);
+      const listed = await runCli(['keys', 'list'], env, 30_000, { cwd: otherCwd });
+      expect(listed.stdout).toContain('from elsewhere');
+      expect(existsSync(path.join(otherCwd ?? '', '.hookline'))).toBe(false);
+    } finally {
+      engine.child.kill('SIGTERM');
+      expect(await engine.exited).toBe(0);
     }
   }, 120_000);
 });
@@ -160,7 +234,28 @@ describe('hookline dlq', () => {
       });
       const listed = await runCli(['dlq', 'list', '--webhook', webhookId, '--json'], env);
       expect(listed.code).toBe(0);
-      expect((JSON.parse(listed.stdout) as { delivery_id: string }[]).map((d) => d.delivery_id)).toEqual([...ids].reverse());
+      expect((JSON.parse(listed.stdout) as { dead_letters: { delivery_id: string }[] }).dead_letters.map((d) => d.delivery_id)).toEqual([...ids].reverse());
+      // --json: what the API's cross-webhook dead-letter route (GET /admin/v1/dead-letters) answers for the same records.
+      const json = await runCli(['dlq', 'list', '--webhook', webhookId, '--limit', '1', '--json'], env);
+      expect(JSON.parse(json.stdout)).toEqual({
+        dead_letters: [
+          {
+            delivery_id: ids[2],
+            event_id: 'e2',
+            event_type: 'EVENT_TYPE_MACHINE_CREATED',
+            status: 'dead',
+            attempts: 1,
+            last_outcome: 'http_5xx',
+            last_status_code: 500,
+            created_at: new Date(1_002).toISOString(),
+            updated_at: expect.any(String) as unknown,
+            next_attempt_at: null,
+            replay_of: null,
+            webhook_id: webhookId,
+            vendor_id: 'v',
+          },
+        ],
+      });
 
       const one = await runCli(['dlq', 'replay', '--webhook', webhookId, '--delivery', ids[0]!], env);
       expect(one.code).toBe(0);
@@ -182,10 +277,9 @@ describe('hookline dlq', () => {
       expect(malformed.stderr).toContain('--webhook must be a webhook id (a UUID), not "nope"');
       const unknown = await runCli(['dlq', 'list', '--webhook', ids[0]!], env);
       expect(unknown.code).toBe(2);
-      expect(unknown.stderr).toContain(`no webhook with id ${ids[0]}`);
-      expect(unknown.stderr).not.toMatch(/EPIPE|\n\s+at /);
+      expect(unknown.stderr).toBe(`hookline: no webhook with id ${ids[0]}\n`);
     } finally {
       await t.close();
     }
-  }, 60_000);
+  }, 120_000);
 });

@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
@@ -10,6 +10,7 @@ import { loadConfig } from '../../src/config/env.js';
 import { signatureHeaders } from '../../src/delivery/sign.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import { dashboardExpressions, dashboardFiles, metricNamesInExpression, metricNamesUsedInDashboards, ruleExpressions } from '../helpers/dashboard-metrics.js';
+import { runCli } from '../helpers/cli.js';
 import { waitFor } from '../helpers/wait.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -83,6 +84,12 @@ const service = (name: string): Service => {
   return s;
 };
 const healthTest = (s: Service) => [s.healthcheck?.test ?? []].flat().join(' ');
+/** A service's environment as compose passes it from a shell that sets none of the variables it interpolates (`${X:-default}`). */
+const composeEnvironment = (s: Service): Record<string, string> =>
+  Object.fromEntries(
+    Object.entries(s.environment ?? {}).map(([key, value]) => [key, String(value).replace(/\$\{\w+:-([^}]*)\}/g, (_match, fallback: string) => fallback)]),
+  );
+const commandOf = (s: Service): string[] => [s.command ?? []].flat();
 
 /** Bind mounts of a service as [host path relative to the repo, container path]. */
 function bindMounts(s: Service): [string, string][] {
@@ -111,8 +118,13 @@ function promtool(ctx: TestContext): string {
   return ctx.skip(why);
 }
 
-function run(command: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}) {
-  const result = spawnSync(command, args, { cwd: options.cwd ?? ROOT, env: options.env ?? process.env, encoding: 'utf8', timeout: 60_000 });
+function run(command: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}) {
+  const result = spawnSync(command, args, {
+    cwd: options.cwd ?? ROOT,
+    env: options.env ?? process.env,
+    encoding: 'utf8',
+    timeout: options.timeoutMs ?? 60_000,
+  });
   return { status: result.status, output: `${result.stdout ?? ''}${result.stderr ?? ''}`.trim() };
 }
 
@@ -130,17 +142,55 @@ describe('docker-compose.yml', () => {
     expect(Object.keys(compose.volumes ?? {})).toContain(volume?.split(':')[0]);
   });
 
-  it('runs the API from the Dockerfile with Redis, a required secret key and a /healthz check', () => {
+  it('runs the API from the Dockerfile with Redis, the secret key from the shell and a /healthz check', () => {
     const api = service('api');
     expect(api.build).toBeDefined();
     expect([api.command].flat()).toEqual(['api']);
     expect(api.environment).toMatchObject({ REDIS_URL: 'redis://redis:6379', HOOKLINE_API_HOST: '0.0.0.0' });
-    expect(api.environment?.HOOKLINE_SECRET_KEY).toBe('${HOOKLINE_SECRET_KEY:?set it: openssl rand -base64 32}');
+    expect(api.environment?.HOOKLINE_SECRET_KEY).toBe('${HOOKLINE_SECRET_KEY:-}');
     // Published and checked on the port the API listens on by default.
     expect(api.ports?.map((p) => String(p).split(':').at(-1))).toEqual([String(DEFAULTS.apiPort)]);
     expect(api.depends_on).toEqual({ redis: { condition: 'service_healthy' } });
     expect(healthTest(api)).toContain(`127.0.0.1:${DEFAULTS.apiPort}/healthz`);
   });
+
+  it('serves no /metrics on a published port: Prometheus scrapes them on the compose network', () => {
+    const scraped = readYaml<PrometheusConfig>('dashboards/prometheus/prometheus.yml').scrape_configs.flatMap((job) => [
+      ...(job.static_configs ?? []).flatMap((c) => c.targets),
+      ...(job.dns_sd_configs ?? []).flatMap((c) => c.names.map((name) => `${name}:${c.port}`)),
+    ]);
+    for (const [name, s] of Object.entries(compose.services)) {
+      if (s.image !== service('api').image) continue;
+      // Where this Hookline container serves /metrics, by its configuration.
+      const config = loadConfig(composeEnvironment(s));
+      const role = commandOf(s)[0];
+      const metricsPorts = role === 'worker' || !config.metricsOnApiPort ? [config.metricsPort] : [config.apiPort];
+      const published = (s.ports ?? []).map((p) => Number(String(p).split(':').at(-1)));
+      expect(
+        published.filter((port) => metricsPorts.includes(port)),
+        `${name} publishes its /metrics port`,
+      ).toEqual([]);
+      // Prometheus reaches every one of them, and compose lets it.
+      for (const port of metricsPorts) {
+        expect(scraped, `${name}:${port} scraped`).toContain(`${name}:${port}`);
+        expect(s.expose ?? [], `${name} exposes ${port}`).toContain(String(port));
+      }
+    }
+    expect(service('api').environment?.HOOKLINE_METRICS_ON_API_PORT).toBe('false');
+  });
+
+  it('interpolates no required variable (`${X:?}`), so `docker compose logs`, `ps` and `down` work in any shell', () => {
+    expect(read('docker-compose.yml')).not.toMatch(/\$\{\w+:?\?/);
+  });
+
+  it('leaves the refusal to the engine: the API’s configuration without HOOKLINE_SECRET_KEY stops with the reason', async () => {
+    const environment = composeEnvironment(service('api'));
+    expect(environment.HOOKLINE_SECRET_KEY).toBe('');
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL'));
+    const result = await runCli(commandOf(service('api')), { ...env, ...environment });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('HOOKLINE_SECRET_KEY: required when REDIS_URL is set (32 random bytes in base64: openssl rand -base64 32)');
+  }, 60_000);
 
   it('runs scalable workers: same image, no host port, metrics port reachable, private targets for the demo only', () => {
     const api = service('api');
@@ -202,11 +252,39 @@ describe('docker-compose.yml', () => {
       console.warn(why);
       return ctx.skip(why);
     }
-    const env = { ...process.env, HOOKLINE_SECRET_KEY: Buffer.alloc(32, 7).toString('base64') };
+    // Without HOOKLINE_SECRET_KEY too: compose itself requires nothing.
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'HOOKLINE_SECRET_KEY'));
     const result = run('docker', ['compose', '-f', 'docker-compose.yml', 'config', '-q'], { env });
     expect(result.output).toBe('');
     expect(result.status).toBe(0);
   });
+});
+
+describe('npm start', () => {
+  /** Every file under dist/ with its modification time. */
+  const outputs = (dir = path.join(ROOT, 'dist')): Map<string, number> =>
+    new Map(
+      readdirSync(dir, { recursive: true, withFileTypes: true })
+        .filter((entry) => entry.isFile())
+        .map((entry) => {
+          const file = path.join(entry.parentPath, entry.name);
+          return [file, statSync(file).mtimeMs] as const;
+        }),
+    );
+
+  it('builds only when the sources changed: a second build writes nothing', () => {
+    const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
+    expect(pkg.scripts.start).toMatch(/^npm run -s build && node dist\/cli\.js start$/);
+    const build = () => run('npm', ['run', '-s', 'build'], { timeoutMs: 150_000 });
+    // The first build may compile everything (a fresh checkout); the second finds nothing to do.
+    expect(build()).toMatchObject({ status: 0 });
+    const before = outputs();
+    const startedMs = Date.now();
+    expect(build()).toMatchObject({ status: 0 });
+    console.log(`second build: ${Date.now() - startedMs} ms, ${before.size} files in dist/`);
+    expect(outputs()).toEqual(before);
+    expect(before.has(path.join(ROOT, 'dist', 'cli.js'))).toBe(true);
+  }, 180_000);
 });
 
 describe('Dockerfile', () => {
@@ -386,7 +464,7 @@ describe('Prometheus scrape config and alert rules', () => {
     expect(config.rule_files).toEqual(['alerts.yml']);
     const jobs = new Map(config.scrape_configs.map((job) => [job.job_name, job]));
     expect([...jobs.keys()].sort()).toEqual(['hookline-api', 'hookline-worker']);
-    expect(jobs.get('hookline-api')?.static_configs).toEqual([{ targets: ['api:8080'] }]);
+    expect(jobs.get('hookline-api')?.static_configs).toEqual([{ targets: [`api:${DEFAULTS.metricsPort}`] }]);
     expect(jobs.get('hookline-worker')?.dns_sd_configs).toEqual([expect.objectContaining({ names: ['worker'], type: 'A', port: 9464 })]);
   });
 

@@ -1,13 +1,15 @@
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.js';
-import { freeLoopbackPort, findRedisServerBinary } from '../../src/embedded/redis-server.js';
+import { freeLoopbackPort, findRedisServerBinary, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
+import { cleanEnv } from '../helpers/processes.js';
 import { TestReceiver } from '../helpers/receiver.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -18,6 +20,49 @@ function promtool(): string | undefined {
 }
 
 const SECRET = 'observability-canary-secret-5d1e';
+const ROTATED_SECRET = 'observability-rotated-secret-77a0';
+const REDIS_PASSWORD = 'observability-redis-password-c3f9';
+
+type LogLine = Record<string, unknown> & { level: number; msg: string; event?: string };
+
+/** Every line of a process's output as JSON; a line that is not JSON fails the test, naming it. */
+function jsonLines(output: string): LogLine[] {
+  return output
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => {
+      try {
+        return JSON.parse(line) as LogLine;
+      } catch {
+        throw new Error(`a log line that is not JSON: ${line}`);
+      }
+    });
+}
+
+type Started = Awaited<ReturnType<typeof startCli>>;
+
+/** `hookline <args>` on a test app's Redis and key prefix, logging JSON unless `extra` says otherwise. */
+function startOn(t: TestApp, args: string[], extra: Record<string, string>, ready: RegExp): Promise<Started> {
+  return startCli(
+    args,
+    {
+      ...cleanEnv(),
+      REDIS_URL: t.url,
+      HOOKLINE_REDIS_PREFIX: t.prefix,
+      HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
+      HOOKLINE_LOG_FORMAT: 'json',
+      ...extra,
+    },
+    ready,
+  );
+}
+
+/** Ends a started process and what the test set up around it. */
+async function stopAll(started: Started | undefined, ...others: ({ close(): Promise<void> } | undefined)[]): Promise<void> {
+  started?.child.kill('SIGKILL');
+  await started?.exited;
+  for (const other of others) await other?.close();
+}
 
 describe('a live engine’s metrics and logs after real deliveries', () => {
   let t: TestApp;
@@ -29,6 +74,7 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
   let eventsKey: string;
   let vendorKey: string;
   let metricsText: string;
+  const webhookIds: Record<'ok' | 'flaky' | 'gone', string> = { ok: '', flaky: '', gone: '' };
 
   beforeAll(async () => {
     expect(await findRedisServerBinary()).toBeDefined();
@@ -42,7 +88,8 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     const metricsPort = await freeLoopbackPort();
     const env = {
       ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL')),
-      REDIS_URL: t.url,
+      // Redis's default user has no password, so it accepts any: the log must still never show it.
+      REDIS_URL: t.url.replace('redis://', `redis://default:${REDIS_PASSWORD}@`),
       HOOKLINE_REDIS_PREFIX: t.prefix,
       HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
       HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
@@ -65,10 +112,11 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
         body: JSON.stringify({ event_type: eventType, callback_url: `${receiver.base}${pathName}`, secret: SECRET }),
       });
       expect(res.status).toBe(201);
+      return ((await res.json()) as { webhook_id: string }).webhook_id;
     };
-    await register('EVENT_TYPE_MACHINE_CREATED', '/ok');
-    await register('EVENT_TYPE_MACHINE_UPDATED', '/flaky');
-    await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/gone');
+    webhookIds.ok = await register('EVENT_TYPE_MACHINE_CREATED', '/ok');
+    webhookIds.flaky = await register('EVENT_TYPE_MACHINE_UPDATED', '/flaky');
+    webhookIds.gone = await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/gone');
     const events = [
       {
         event_id: randomUUID(),
@@ -183,10 +231,7 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
   });
 
   it('logs one wide line per attempt and per batch, with no key, secret or signature', () => {
-    const lines = `${engine.output()}${worker.output()}`
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = jsonLines(`${engine.output()}${worker.output()}`);
     const attempts = lines.filter((l) => l.msg === 'delivery.attempted');
     expect(attempts.length).toBeGreaterThanOrEqual(4);
     for (const line of attempts) {
@@ -204,62 +249,135 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     expect(batches).toEqual([expect.objectContaining({ source: 'http', events: 4, accepted: 3, rejected: 1, deliveries: 3 })]);
     const all = `${engine.output()}${worker.output()}`;
     const signatures = receiver.requests.flatMap((r) => [String(r.headers['webhook-signature']), String(r.headers['x-webhook-signature'])]);
-    for (const forbidden of [SECRET, eventsKey, vendorKey, t.secretKey.toString('base64'), ...signatures]) expect(all).not.toContain(forbidden);
+    for (const forbidden of [SECRET, eventsKey, vendorKey, t.secretKey.toString('base64'), REDIS_PASSWORD, ...signatures]) expect(all).not.toContain(forbidden);
+  });
+
+  it('writes exactly one line per attempt (at info when delivered, at warn when it failed) and one per request', () => {
+    const lines = jsonLines(engine.output());
+    const attempts = lines.filter((l) => l.event === 'delivery.attempted');
+    // Every line naming a delivery is one of its attempts: nothing else is logged per attempt.
+    for (const attempt of attempts)
+      expect(lines.filter((l) => l.deliveryId === attempt.deliveryId).length).toBe(attempts.filter((a) => a.deliveryId === attempt.deliveryId).length);
+    const delivered = attempts.filter((l) => l.outcome === 'delivered');
+    const failed = attempts.filter((l) => l.outcome !== 'delivered');
+    console.log(
+      `log lines: ${lines.length} in all; ${delivered.length} delivered attempts, ${failed.length} failed, ${receiver.requests.length} requests received`,
+    );
+    // One attempt per request the receiver got, and no other line per attempt.
+    expect(attempts.length).toBe(receiver.requests.length);
+    expect(delivered.map((l) => l.level)).toEqual(delivered.map(() => 30));
+    expect(failed.map((l) => [l.outcome, l.level])).toEqual(
+      expect.arrayContaining([
+        ['http_5xx', 40],
+        ['http_4xx', 40],
+      ]),
+    );
+    expect(failed.every((l) => l.level === 40)).toBe(true);
+    expect(failed.find((l) => l.outcome === 'http_4xx')).toMatchObject({ webhookDisabled: 'gone', decision: 'disable' });
+    // One line per request: each request id appears once.
+    const requestIds = lines.filter((l) => l.reqId !== undefined).map((l) => l.reqId);
+    expect(new Set(requestIds).size).toBe(requestIds.length);
+    expect(lines.filter((l) => l.url === '/internal/v1/events')).toEqual([
+      expect.objectContaining({ event: 'ingest.batch', status: 202, keyId: expect.stringMatching(/^key_/) as unknown, keyName: 'test events:write' }),
+    ]);
+  });
+
+  it('starts with one line saying what an operator must know, with the SSRF guard off at warn and Redis without credentials', () => {
+    const [first] = jsonLines(engine.output());
+    expect(first).toMatchObject({
+      level: 40,
+      event: 'hookline.started',
+      role: 'all',
+      version: expect.stringMatching(/^\d+\.\d+\.\d+/) as unknown,
+      api: base,
+      redis: t.url,
+      redisSource: 'REDIS_URL',
+      ssrfGuard: 'off',
+      retrySchedule: '0s,200ms,200ms',
+      attempts: 3,
+      partitions: 2,
+      workerConcurrency: 50,
+      deliveryTimeout: '15s',
+    });
+    expect(first?.msg).toContain('SSRF guard OFF');
+    const [workerFirst] = jsonLines(worker.output());
+    expect(workerFirst).toMatchObject({ event: 'hookline.started', role: 'worker', health: workerMetricsUrl.replace(/\/metrics$/, ''), ssrfGuard: 'off' });
+    expect(workerFirst).not.toHaveProperty('api');
+  });
+
+  it('logs webhook changes with the key that made them and the webhook, never the secret', async () => {
+    const patch = async (id: string, body: Record<string, unknown>) => {
+      const res = await fetch(`${base}/vendors/v1/webhooks/${id}`, {
+        method: 'PATCH',
+        headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      expect(res.status).toBe(200);
+    };
+    await patch(webhookIds.ok, { secret: ROTATED_SECRET });
+    await patch(webhookIds.gone, { enabled: true });
+    await patch(webhookIds.flaky, { callback_url: `${receiver.base}/flaky?token=callback-token-1` });
+    expect((await fetch(`${base}/vendors/v1/webhooks/${webhookIds.gone}`, { method: 'DELETE', headers: { 'x-api-key': vendorKey } })).status).toBe(204);
+    const audited = await waitFor(
+      () => {
+        const found = jsonLines(engine.output()).filter((l) => typeof l.event === 'string' && l.event.startsWith('webhook.'));
+        return found.length >= 7 && found;
+      },
+      10_000,
+      'the audit lines',
+    );
+    const by = { keyId: expect.stringMatching(/^key_/) as unknown, keyName: 'test vendor', vendorId: 'v-obs' };
+    expect(audited.map((l) => [l.event, l.webhookId])).toEqual([
+      ['webhook.created', webhookIds.ok],
+      ['webhook.created', webhookIds.flaky],
+      ['webhook.created', webhookIds.gone],
+      ['webhook.secret_rotated', webhookIds.ok],
+      ['webhook.enabled', webhookIds.gone],
+      ['webhook.updated', webhookIds.flaky],
+      ['webhook.deleted', webhookIds.gone],
+    ]);
+    for (const line of audited) expect(line).toMatchObject({ level: 30, ...by });
+    expect(audited[0]).toMatchObject({ eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${receiver.base}/ok`, secretSet: true });
+    expect(audited[3]).toMatchObject({ changed: ['secret'], secretRotated: true });
+    expect(audited[5]).toMatchObject({ changed: ['callback_url'], callbackUrl: `${receiver.base}/flaky?token=[redacted]` });
+    const output = engine.output();
+    for (const forbidden of [SECRET, ROTATED_SECRET, 'callback-token-1', vendorKey]) expect(output).not.toContain(forbidden);
   });
 });
 
 describe('request URLs in a live engine’s logs', () => {
   let t: TestApp;
-  let engine: Awaited<ReturnType<typeof startCli>>;
+  let engine: Started;
   let base: string;
 
   beforeAll(async () => {
     t = await testApp();
     const apiPort = await freeLoopbackPort();
-    engine = await startCli(
+    engine = await startOn(
+      t,
       ['start'],
-      {
-        ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL')),
-        REDIS_URL: t.url,
-        HOOKLINE_REDIS_PREFIX: t.prefix,
-        HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
-        HOOKLINE_API_PORT: String(apiPort),
-        HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
-        HOOKLINE_LOG_FORMAT: 'json',
-      },
+      { HOOKLINE_API_PORT: String(apiPort), HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()) },
       /delivery worker running/,
     );
     base = `http://127.0.0.1:${apiPort}`;
   }, 90_000);
-
-  afterAll(async () => {
-    engine?.child.kill('SIGTERM');
-    await engine?.exited;
-    await t?.close();
-  });
+  afterAll(async () => stopAll(engine, t));
 
   it('never writes a query string value, such as a key a client put in the URL, to any log line', async () => {
     const keyInUrl = await t.keyFor(['vendor'], 'v-leak');
     const headerKey = await t.keyFor(['vendor'], 'v-leak');
-    const urlOf = (line: Record<string, unknown>) => (line.req as { url?: string } | undefined)?.url;
-    const lines = () =>
-      engine
-        .output()
-        .split('\n')
-        .filter((l) => l.startsWith('{'))
-        .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const urlOf = (line: Record<string, unknown>) => line.url as string | undefined;
+    const lines = () => jsonLines(engine.output());
 
     expect((await fetch(`${base}/vendors/v1/webhooks?api_key=${keyInUrl}`)).status).toBe(401);
     expect((await fetch(`${base}/rental/v1/machines?api_key=${keyInUrl}&page=1`)).status).toBe(401);
     await fetch(`${base}/vendors/v1/webhooks?token=secret-value&x=1`, { headers: { 'x-api-key': headerKey } });
     expect((await fetch(`${base}/no/such/route?api_key=${keyInUrl}`)).status).toBe(404);
-    // Every request logged its incoming line and its completion.
+    // Every request logged its one line.
     const logged = await waitFor(
       () => {
-        const all = lines();
-        const ours = all.filter((l) => /^\/(vendors\/v1\/webhooks|rental\/v1\/machines|no\/such\/route)\?/.test(urlOf(l) ?? ''));
-        const done = new Set(all.filter((l) => l.msg === 'request completed').map((l) => l.reqId));
-        return ours.length >= 4 && ours.every((l) => done.has(l.reqId)) && ours;
+        const ours = lines().filter((l) => /^\/(vendors\/v1\/webhooks|rental\/v1\/machines|no\/such\/route)\?/.test(urlOf(l) ?? ''));
+        return ours.length >= 4 && ours;
       },
       10_000,
       'the request log lines',
@@ -279,18 +397,155 @@ describe('request URLs in a live engine’s logs', () => {
     for (let i = 0; i < 3; i++) {
       expect((await fetch(`${base}/healthz`)).status).toBe(200);
       await fetch(`${base}/readyz`);
+      await fetch(`${base}/metrics`);
     }
     // A request after the probes: once its line is in the log, the probes' lines would be too.
     await fetch(`${base}/rental/v1/machines?probe-marker=1`);
     await waitFor(() => engine.output().includes('probe-marker='), 10_000, 'the request after the probes logged');
-    const probeLines = engine
-      .output()
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as { req?: { url?: string } })
-      .filter((l) => l.req?.url === '/healthz' || l.req?.url === '/readyz');
+    const probeLines = jsonLines(engine.output()).filter((l) => l.url === '/healthz' || l.url === '/readyz' || l.url === '/metrics');
     expect(probeLines).toEqual([]);
   });
+});
+
+describe('a live engine’s pretty log (what a terminal shows)', () => {
+  let t: TestApp;
+  let receiver: TestReceiver;
+  let engine: Started | undefined;
+  afterAll(async () => stopAll(engine, receiver, t));
+
+  it('writes one line per record: an attempt and a request are one line each, as in JSON', async () => {
+    t = await testApp();
+    receiver = new TestReceiver();
+    await receiver.start();
+    const apiPort = await freeLoopbackPort();
+    engine = await startOn(
+      t,
+      ['start'],
+      {
+        HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
+        HOOKLINE_API_PORT: String(apiPort),
+        HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
+        HOOKLINE_LOG_FORMAT: 'pretty',
+      },
+      /delivery worker running/,
+    );
+    const running = engine;
+    const vendorKey = await t.keyFor(['vendor'], 'v-pretty');
+    const registered = await fetch(`http://127.0.0.1:${apiPort}/vendors/v1/webhooks`, {
+      method: 'POST',
+      headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' },
+      body: JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: `${receiver.base}/pretty` }),
+    });
+    const { webhook_id: webhookId } = (await registered.json()) as { webhook_id: string };
+    expect(
+      (await fetch(`http://127.0.0.1:${apiPort}/vendors/v1/webhooks/${webhookId}/test`, { method: 'POST', headers: { 'x-api-key': vendorKey } })).status,
+    ).toBe(202);
+    await waitFor(() => running.output().includes('delivery.attempted'), 10_000, 'the attempt logged');
+    running.child.kill('SIGTERM');
+    expect(await running.exited).toBe(0);
+
+    const lines = running
+      .output()
+      .split('\n')
+      .filter((l) => l !== '');
+    console.log(`pretty log: ${lines.length} lines`);
+    for (const line of lines) expect(line).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] (TRACE|DEBUG|INFO|WARN|ERROR|FATAL): /);
+    expect(lines.filter((l) => l.includes('delivery.attempted'))).toHaveLength(1);
+    expect(lines.filter((l) => l.includes(webhookId)).map((l) => /: ([\w.]+)/.exec(l)?.[1])).toEqual([
+      'webhook.created',
+      'webhook.test_sent',
+      'delivery.attempted',
+    ]);
+  }, 60_000);
+});
+
+describe('an API with HOOKLINE_METRICS_ON_API_PORT=false', () => {
+  let t: TestApp;
+  let api: Started | undefined;
+  afterAll(async () => stopAll(api, t));
+
+  it('serves /metrics on HOOKLINE_METRICS_PORT only, so the API port can be published without it', async () => {
+    t = await testApp();
+    const [apiPort, metricsPort] = [await freeLoopbackPort(), await freeLoopbackPort()];
+    api = await startOn(
+      t,
+      ['api'],
+      { HOOKLINE_API_PORT: String(apiPort), HOOKLINE_METRICS_PORT: String(metricsPort), HOOKLINE_METRICS_ON_API_PORT: 'false' },
+      /Hookline API listening/,
+    );
+    const apiBase = `http://127.0.0.1:${apiPort}`;
+    const metricsBase = `http://127.0.0.1:${metricsPort}`;
+    expect((await fetch(`${apiBase}/metrics`)).status).toBe(404);
+    expect((await fetch(`${apiBase}/healthz`)).status).toBe(200);
+    const scraped = await fetch(`${metricsBase}/metrics`);
+    expect(scraped.status).toBe(200);
+    expect(await scraped.text()).toMatch(/^hookline_http_requests_total\{route="\/healthz",method="GET",status="200",role="api"\} 1$/m);
+    expect((await fetch(`${metricsBase}/readyz`)).status).toBe(200);
+    expect(jsonLines(api.output())[0]).toMatchObject({
+      event: 'hookline.started',
+      role: 'api',
+      api: apiBase,
+      health: metricsBase,
+      metrics: `${metricsBase}/metrics`,
+    });
+  });
+});
+
+describe('a live engine’s log through a Redis outage', () => {
+  let dir: string;
+  let redis: RedisServerHandle | undefined;
+  let engine: Awaited<ReturnType<typeof startCli>> | undefined;
+
+  afterAll(async () => {
+    engine?.child.kill('SIGKILL');
+    await engine?.exited;
+    await redis?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('logs the outage once each way, as JSON: no raw ioredis traces, no line per reconnect attempt', async () => {
+    const binary = await findRedisServerBinary();
+    if (!binary) throw new Error('redis-server is required');
+    dir = mkdtempSync(path.join(tmpdir(), 'hookline-outage-'));
+    // AOF, so the ingest stream's consumer group is still there when Redis comes back.
+    redis = await startRedisServer({ binary, port: 0, dir, appendOnly: true });
+    const port = redis.port;
+    const apiPort = await freeLoopbackPort();
+    engine = await startCli(
+      ['start'],
+      {
+        ...cleanEnv(),
+        REDIS_URL: redis.url,
+        HOOKLINE_SECRET_KEY: Buffer.alloc(32, 9).toString('base64'),
+        HOOKLINE_API_PORT: String(apiPort),
+        HOOKLINE_LOG_FORMAT: 'json',
+      },
+      /delivery worker running/,
+    );
+    const running = engine;
+    const logged = (event: string) => jsonLines(running.output()).filter((l) => l.event === event);
+
+    await redis.stop();
+    await waitFor(() => logged('redis.unreachable').length > 0, 10_000, 'the outage logged');
+    // Every connection retries several times meanwhile: each /readyz waits up to a second for a PING.
+    let refused = 0;
+    await waitFor(async () => (await fetch(`http://127.0.0.1:${apiPort}/readyz`)).status === 503 && ++refused >= 4, 20_000, 'four refused readiness probes');
+    redis = await startRedisServer({ binary, port, dir, appendOnly: true });
+    await waitFor(() => logged('redis.restored').length > 0, 15_000, 'the recovery logged');
+    running.child.kill('SIGTERM');
+    expect(await running.exited).toBe(0);
+
+    const lines = jsonLines(running.output());
+    console.log(`outage log: ${lines.map((l) => l.event ?? l.msg).join(', ')}`);
+    expect(logged('redis.unreachable')).toEqual([expect.objectContaining({ level: 40, redis: redis.url })]);
+    expect(logged('redis.restored')).toHaveLength(1);
+    expect(
+      lines
+        .filter((l) => l.level >= 40)
+        .map((l) => l.event ?? l.msg)
+        .sort(),
+    ).toEqual(['delivery.sends_paused', 'redis.unreachable']);
+  }, 60_000);
 });
 
 describe('log redaction', () => {

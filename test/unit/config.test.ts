@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { parseDurationMs } from '../../src/config/duration.js';
-import { ConfigError, loadConfig } from '../../src/config/env.js';
+import { formatDurationMs, parseDurationMs } from '../../src/config/duration.js';
+import path from 'node:path';
+import { ConfigError, defaultDataDir, loadConfig } from '../../src/config/env.js';
 
 describe('durations', () => {
   it.each([
@@ -15,6 +16,20 @@ describe('durations', () => {
   ])('parses %s', (text, ms) => expect(parseDurationMs(text)).toBe(ms));
 
   it.each(['', '5', 'm', '5 m', '-5s', '5min', '1e3s', 'abc'])('rejects %j', (text) => expect(parseDurationMs(text)).toBeUndefined());
+
+  it.each([
+    [0, '0s'],
+    [200, '200ms'],
+    [1_500, '1500ms'],
+    [15_000, '15s'],
+    [90_000, '90s'],
+    [300_000, '5m'],
+    [7_200_000, '2h'],
+    [86_400_000, '1d'],
+  ])('writes %d ms as %s, which parses back', (ms, text) => {
+    expect(formatDurationMs(ms)).toBe(text);
+    expect(parseDurationMs(text)).toBe(ms);
+  });
 });
 
 describe('loadConfig', () => {
@@ -32,7 +47,6 @@ describe('loadConfig', () => {
       deliveryTimeoutMs: 15_000,
       logLevel: 'info',
       logFormat: 'auto',
-      dataDir: '.hookline',
       embeddedRedisPort: 0,
       dedupeWindowMs: 48 * 3_600_000,
       rateLimitPerSecond: 100,
@@ -68,6 +82,17 @@ describe('loadConfig', () => {
     });
     expect(config.retryScheduleMs).toEqual([0, 1_000, 500]);
     expect(config.secretKey?.equals(Buffer.alloc(32, 7))).toBe(true);
+  });
+
+  it('keeps the embedded Redis in the per-user state folder by default, whatever the working folder', () => {
+    expect(loadConfig({ HOME: '/home/ops' }).dataDir).toBe('/home/ops/.local/state/hookline');
+    expect(loadConfig({ HOME: '/home/ops', XDG_STATE_HOME: '/var/state/ops' }).dataDir).toBe('/var/state/ops/hookline');
+    // A relative XDG_STATE_HOME is ignored, as the XDG spec says.
+    expect(loadConfig({ HOME: '/home/ops', XDG_STATE_HOME: 'state' }).dataDir).toBe('/home/ops/.local/state/hookline');
+    expect(defaultDataDir({ LOCALAPPDATA: 'C:\\Users\\ops\\AppData\\Local' }, 'win32')).toMatch(/hookline$/);
+    // HOOKLINE_DATA_DIR wins; a relative one is taken from the working folder once, at start-up.
+    expect(loadConfig({ HOME: '/home/ops', HOOKLINE_DATA_DIR: '/srv/hookline' }).dataDir).toBe('/srv/hookline');
+    expect(loadConfig({ HOOKLINE_DATA_DIR: 'data' }).dataDir).toBe(path.resolve('data'));
   });
 
   it('treats empty strings as unset', () => {

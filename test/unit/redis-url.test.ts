@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config/env.js';
-import { parseRedisUrl } from '../../src/config/redis-url.js';
+import { parseRedisUrl, redisUrlForLog } from '../../src/config/redis-url.js';
 import { keySlot } from '../../src/store/redis.js';
 
 describe('parseRedisUrl', () => {
@@ -79,4 +79,16 @@ describe('keySlot', () => {
   ])('%j is in slot %i', (key, slot) => {
     expect(keySlot(key)).toBe(slot);
   });
+});
+
+describe('redisUrlForLog', () => {
+  it.each([
+    ['redis://127.0.0.1:6379', 'redis://127.0.0.1:6379'],
+    ['rediss://user:pw@redis.example:6380/2', 'rediss://redis.example:6380/2'],
+    ['redis://:p%40ss@h', 'redis://h'],
+    ['redis://u:p@ss@h:1', 'redis://h:1'],
+    ['redis://default:secret@h:6379?password=other', 'redis://h:6379'],
+    ['redis+cluster://hook:pw@h1:7000,h2:7000', 'redis+cluster://h1:7000,h2:7000'],
+    ['rediss+cluster://:s%40cret@[::1]:7000/', 'rediss+cluster://[::1]:7000/'],
+  ])('%s → %s', (url, shown) => expect(redisUrlForLog(url)).toBe(shown));
 });

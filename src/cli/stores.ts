@@ -1,0 +1,108 @@
+import { randomBytes } from 'node:crypto';
+import type { Config } from '../config/env.js';
+import { redisUrlForLog } from '../config/redis-url.js';
+import { resolveRedis, resolveSecretKey, type RedisEndpoint } from '../embedded/defaults.js';
+import { createEngine, type EngineConfig, type Stores } from '../engine.js';
+import { createLogger } from '../logger.js';
+import { isRedisUnavailable, type Redis } from '../store/redis.js';
+import { CliError, redisFailureReason } from './errors.js';
+import { say } from './output.js';
+
+/** How long a command waits for Redis to answer before it says it cannot reach it. */
+const REACH_TIMEOUT_MS = 5_000;
+
+export interface SettleOptions {
+  /**
+   * Whether the command may start the embedded Redis where no engine ever kept data (`start`,
+   * `keys create`); a command that reads what an engine wrote says there is no data instead.
+   */
+  createData: boolean;
+  /**
+   * Whether the command touches webhook secrets. Without REDIS_URL the embedded default's key is
+   * used either way; with REDIS_URL a command that never decrypts (the key commands) does without.
+   */
+  needsSecretKey: boolean;
+}
+
+/** Settles where Redis is (the embedded default when REDIS_URL is unset), then the secret key. */
+export async function settle(
+  config: Config,
+  announce: (line: string) => void,
+  options: SettleOptions,
+): Promise<{ config: EngineConfig; endpoint: RedisEndpoint }> {
+  // Redis first: a command that finds no engine data must not leave a data folder (and a key) behind.
+  const endpoint = await resolveRedis(config, announce, { createData: options.createData });
+  try {
+    const secretKey = options.needsSecretKey || config.redisUrl === undefined ? resolveSecretKey(config) : (config.secretKey ?? randomBytes(32));
+    return { config: { ...config, redisUrl: endpoint.url, secretKey }, endpoint };
+  } catch (error) {
+    await endpoint.release();
+    throw error;
+  }
+}
+
+/** What a command says when Redis does not answer: one sentence naming it (without credentials) and why. */
+function unreachable(url: string, cause: Error): CliError {
+  return new CliError(`cannot reach Redis at ${redisUrlForLog(url)} (${redisFailureReason(cause)})`);
+}
+
+/**
+ * Resolves once `redis` is ready; rejects with the connection's first error (on a cluster, the
+ * last error of a node, which says more than the cluster's own), or after `timeoutMs` when nothing
+ * answers at all (a host that drops packets). A command does not retry: it says why.
+ */
+function reach(redis: Redis, timeoutMs: number): Promise<void> {
+  if (redis.status === 'ready') return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    let nodeError: Error | undefined;
+    const settled = (error?: Error) => {
+      clearTimeout(timer);
+      redis.off('ready', onReady);
+      redis.off('error', onError);
+      redis.off('node error', onNodeError);
+      if (error) reject(nodeError ?? error);
+      else resolve();
+    };
+    const onReady = () => settled();
+    const onError = (error: Error) => settled(error);
+    const onNodeError = (error: Error) => (nodeError ??= error);
+    const timer = setTimeout(() => settled(new Error(`no answer within ${timeoutMs / 1000} s`)), timeoutMs);
+    redis.on('ready', onReady);
+    redis.on('error', onError);
+    redis.on('node error', onNodeError);
+  });
+}
+
+/**
+ * Runs `body` with the stores of the engine's `tools` role, then releases them and the embedded
+ * Redis if the command started it. By default the command reads what an engine wrote (no data
+ * folder is created) and may decrypt webhook secrets. An unreachable Redis ends the command with one sentence
+ * (`cannot reach Redis at redis://host:6379 (connection refused)`) within a few seconds.
+ */
+export async function withStores<T>(config: Config, body: (stores: Stores) => Promise<T>, options: Partial<SettleOptions> = {}): Promise<T> {
+  // Installing redis-server (as root on Debian) is announced on stderr, so stdout stays the result.
+  const settled = await settle(config, say, { createData: false, needsSecretKey: true, ...options });
+  const url = settled.endpoint.url;
+  try {
+    const engine = await createEngine(settled.config, { role: 'tools', logger: createLogger({ level: 'silent', format: 'json', fd: 2 }) });
+    // The connection's last error says why a command failed better than the command's own error does.
+    let lastError: Error | undefined;
+    engine.stores.redis.on('error', (error: Error) => (lastError = error));
+    try {
+      try {
+        await reach(engine.stores.redis, REACH_TIMEOUT_MS);
+      } catch (error) {
+        throw unreachable(url, error as Error);
+      }
+      return await body(engine.stores);
+    } catch (error) {
+      // Redis went away during the command: say so, rather than ioredis's MaxRetriesPerRequestError.
+      if (!(error instanceof CliError) && error instanceof Error && isRedisUnavailable(error)) throw unreachable(url, lastError ?? error);
+      throw error;
+    } finally {
+      await engine.close(0);
+    }
+  } finally {
+    await settled.endpoint.release();
+  }
+}
