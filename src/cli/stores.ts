@@ -76,8 +76,8 @@ function reach(redis: Redis, timeoutMs: number): Promise<void> {
 /**
  * Runs `body` with the stores of the engine's `tools` role, then releases them and the embedded
  * Redis if the command started it. By default the command reads what an engine wrote (no data
- * folder is created) and may decrypt webhook secrets. An unreachable Redis ends the command with one sentence
- * (`cannot reach Redis at redis://host:6379 (connection refused)`) within a few seconds.
+ * folder is created) and may decrypt webhook secrets. An unreachable Redis ends the command with
+ * one sentence (`cannot reach Redis at redis://host:6379 (connection refused)`) within seconds.
  */
 export async function withStores<T>(config: Config, body: (stores: Stores) => Promise<T>, options: Partial<SettleOptions> = {}): Promise<T> {
   // Installing redis-server (as root on Debian) is announced on stderr, so stdout stays the result.
