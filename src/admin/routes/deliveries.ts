@@ -280,7 +280,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Send a test event',
-          description: 'Queues a signed event of the webhook’s type with data {"test": true}.',
+          description: 'Queues a signed event of the webhook’s type with data {"test": true, "message": "A test event sent from the Hookline API."}.',
           params: webhookParams,
           querystring: noQueryParameters,
           response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }), ...errorResponses(400, 401, 403, 404) },
