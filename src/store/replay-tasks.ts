@@ -93,7 +93,8 @@ export class RedisReplayTasks {
     const [counts, stillOpen] = await Promise.all([this.redis.hmget(stateKey(taskId), 'delivered', 'failed', 'queuedAll'), this.redis.scard(openKey(taskId))]);
     const delivered = Number(counts[0] ?? 0);
     const failed = Number(counts[1] ?? 0);
-    const queued = task.progress?.queued ?? delivered + failed + stillOpen;
+    // The open set may be ahead of the document (a page is noted before its progress is written).
+    const queued = Math.max(task.progress?.queued ?? 0, delivered + failed + stillOpen);
     const progress = { ...task.progress, total: task.progress?.total ?? queued, done: task.progress?.done ?? 0, queued, delivered, failed, pending: stillOpen };
     if (counts[2] !== '1' || stillOpen > 0) return { task: { ...task, progress }, vendorId: state.vendorId };
 
