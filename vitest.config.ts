@@ -27,6 +27,7 @@ export default defineConfig({
         // Redocly CLI and Spectral on the served OpenAPI document: `npm run lint:openapi`, also run by
         // CI. A project of its own: the linters are CPU-heavy, and beside the timing-sensitive
         // integration tests on a 2-core machine they would slow those.
+        extends: true,
         test: {
           name: 'openapi-lint',
           include: ['test/lint/**/*.test.ts'],
