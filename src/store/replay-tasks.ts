@@ -83,9 +83,10 @@ export class RedisReplayTasks {
     if (open.length > 0) {
       const progress = await this.progressOf(open.map((deliveryId) => ({ webhookId, deliveryId })));
       const settled = open.flatMap((id, i) => {
+        // No record yet: the replay waits for its first attempt (a record is written at the first
+        // attempt or deferral), so it is still pending.
         const status = progress[i]?.status;
-        // A replay whose record expired has no outcome anyone will learn: it counts as failed.
-        const outcome = status === undefined ? 'failed' : OUTCOME_OF[status];
+        const outcome = status === undefined ? undefined : OUTCOME_OF[status];
         return outcome === undefined ? [] : [id, outcome];
       });
       if (settled.length > 0) await this.settleScript([openKey(taskId), stateKey(taskId)], ...settled);

@@ -176,8 +176,12 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
   }
 
   /** Replays every dead letter of each webhook through the admin API and polls each task until it ends. */
+  /**
+   * Replays every webhook's dead letters, all at once, and waits for each task to end: a replay
+   * task ends when every replayed delivery has an outcome, not when they are queued.
+   */
   async function replayAll(app: TestApp): Promise<Task[]> {
-    const tasks: Task[] = [];
+    const taskIds: string[] = [];
     for (const hook of hooks) {
       const res = await app.app.inject({
         method: 'POST',
@@ -185,15 +189,18 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
         headers: { 'x-api-key': hook.vendorKey },
       });
       expect(res.statusCode).toBe(202);
-      const { task_id: taskId } = res.json<{ task_id: string }>();
+      taskIds.push(res.json<{ task_id: string }>().task_id);
+    }
+    const tasks: Task[] = [];
+    for (const [i, taskId] of taskIds.entries()) {
       tasks.push(
         await waitFor(
           async () => {
             const task = (await app.app.inject({ method: 'GET', url: `/rental/v1/tasks/${taskId}`, headers: { 'x-api-key': taskKey } })).json<Task>();
             return (task.status === 'success' || task.status === 'failed') && task;
           },
-          LONG ? 120_000 : 30_000,
-          `replay task of ${hook.vendorId}`,
+          LONG ? 240_000 : 90_000,
+          `replay task of ${hooks[i]!.vendorId}`,
         ),
       );
     }

@@ -233,6 +233,46 @@ describe('the operator API: webhooks across vendors, dead letters, actions (real
   });
 });
 
+describe('replay task progress before any attempt', () => {
+  let t: TestApp | undefined;
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+  });
+
+  it('counts replays that wait for their first attempt as pending, not failed, and keeps the task in progress', async () => {
+    t = await testApp();
+    const created = await t.webhooks.create('v-wait', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h' });
+    if (!created.ok) throw new Error('webhook not created');
+    const webhookId = created.webhook.id;
+    for (let i = 0; i < 3; i += 1) {
+      const job = {
+        deliveryId: randomUUID(),
+        eventId: randomUUID(),
+        eventType: 'EVENT_TYPE_MACHINE_CREATED' as const,
+        vendorId: 'v-wait',
+        webhookId,
+        body: '{}',
+        acceptedAtMs: Date.now(),
+      };
+      await t.deliveryLog.recordAttempt({
+        job,
+        attempt: { attempt: 1, atMs: Date.now(), outcome: 'http_5xx', statusCode: 500, durationMs: 1 },
+        status: 'dead',
+      });
+    }
+    // No worker runs: the replays are queued and have no record yet.
+    const taskId = await t.replayer.createTask('v-wait', webhookId);
+    expect(await t.replayer.runReplayAll(taskId, webhookId)).toEqual({ replayed: 3, skipped: 0 });
+    for (let read = 0; read < 2; read += 1) {
+      expect(await t.replayTasks.view(taskId)).toEqual({
+        vendorId: 'v-wait',
+        task: { task_id: taskId, status: 'in_progress', fail_reason: null, progress: { total: 3, done: 3, queued: 3, delivered: 0, failed: 0, pending: 3 } },
+      });
+    }
+  });
+});
+
 describe('the deliveries list: filters, time range and cursor', () => {
   let t: TestApp | undefined;
   afterEach(async () => {
