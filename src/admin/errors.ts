@@ -1,3 +1,4 @@
+import { isUuid } from '../domain/ids.js';
 /** Every error the admin API answers with, by stable code. The body is `{ error, code }`. */
 export const ERRORS = {
   unauthorized: { status: 401, message: 'Missing or invalid API key' },
@@ -53,3 +54,12 @@ export interface ErrorBody {
 export function errorBody(code: ErrorCode, message: string = ERRORS[code].message): ErrorBody {
   return { error: message, code };
 }
+
+/** A path id that must be a UUID, lower-cased; else 400 with `code`. One check for every route. */
+export function checkedUuid(text: string, code: 'invalid_webhook_id' | 'invalid_delivery_id' | 'invalid_task_id'): string {
+  if (!isUuid(text)) throw new ApiError(code);
+  return text.toLowerCase();
+}
+
+/** A Unix-ms time as the API writes times (ISO 8601), or null. */
+export const isoOrNull = (ms: number | undefined): string | null => (ms === undefined ? null : new Date(ms).toISOString());

@@ -9,10 +9,10 @@ import { DELIVERY_STATUSES, type AttemptRecord } from '../../domain/delivery.js'
 import type { DeliveryCursor, DeliveryHistory, DeliverySummary } from '../../store/delivery-log.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
-import { ApiError } from '../errors.js';
+import { ApiError, checkedUuid, isoOrNull } from '../errors.js';
 import { errorResponses, noQueryParameters, queryParameters } from '../schemas.js';
 
-const iso = (ms: number | undefined) => (ms === undefined ? null : new Date(ms).toISOString());
+const iso = isoOrNull;
 
 export const deliverySchema = z
   .object({
@@ -145,10 +145,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
     if (!webhook) throw new ApiError('webhook_not_found');
     return webhook;
   }
-  const checkedDeliveryId = (deliveryId: string) => {
-    if (!isUuid(deliveryId)) throw new ApiError('invalid_delivery_id');
-    return deliveryId.toLowerCase();
-  };
+  const checkedDeliveryId = (deliveryId: string) => checkedUuid(deliveryId, 'invalid_delivery_id');
 
   return async (app) => {
     const onRequest = deps.authorize('vendor');

@@ -1,17 +1,17 @@
 import type { FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { EXTERNAL_ID_RE, isUuid } from '../../domain/ids.js';
+import { EXTERNAL_ID_RE } from '../../domain/ids.js';
 import type { DeadLetterReplayer } from '../../delivery/replay.js';
 import type { Logger } from '../../logger.js';
 import { WEBHOOK_STATES, type OperatorViews, type WebhookState, type WebhookStatus } from '../../store/operator-views.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { principalOf, type Authorizer } from '../auth.js';
-import { ApiError } from '../errors.js';
+import { ApiError, checkedUuid, isoOrNull } from '../errors.js';
 import { errorResponses, noQueryParameters, queryParameters } from '../schemas.js';
 import { deliverySchema, toDelivery } from './deliveries.js';
 
-const iso = (ms: number | undefined) => (ms === undefined ? null : new Date(ms).toISOString());
+const iso = isoOrNull;
 
 const webhookStatusSchema = z
   .object({
@@ -130,12 +130,8 @@ export interface OperatorRouteDeps {
  * webhook (enable, replay), each logged with the key that took it.
  */
 export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
-  const checkedId = (id: string, code: 'invalid_webhook_id' | 'invalid_delivery_id') => {
-    if (!isUuid(id)) throw new ApiError(code);
-    return id.toLowerCase();
-  };
   async function anyWebhook(webhookId: string): Promise<WebhookStatus> {
-    const found = await deps.views.webhook(checkedId(webhookId, 'invalid_webhook_id'));
+    const found = await deps.views.webhook(checkedUuid(webhookId, 'invalid_webhook_id'));
     if (!found) throw new ApiError('webhook_not_found');
     return found;
   }
@@ -282,7 +278,7 @@ export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
       },
       async (request, reply) => {
         const { webhook } = await anyWebhook(request.params.webhook_id);
-        const deliveryId = checkedId(request.params.delivery_id, 'invalid_delivery_id');
+        const deliveryId = checkedUuid(request.params.delivery_id, 'invalid_delivery_id');
         const result = await deps.replayer.replayOne(webhook.id, deliveryId);
         if (!result.ok) throw new ApiError(result.reason === 'not_found' ? 'delivery_not_found' : 'not_dead_letter');
         logAction(

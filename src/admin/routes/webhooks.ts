@@ -1,19 +1,15 @@
 import { randomBytes } from 'node:crypto';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { isUuid } from '../../domain/ids.js';
 import { callbackTargetProblem, toWebhookResource, webhookCreateSchema, webhookPatchSchema, webhookResourceSchema } from '../../domain/webhook.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
-import { ApiError } from '../errors.js';
+import { ApiError, checkedUuid } from '../errors.js';
 import { errorResponses, noQueryParameters } from '../schemas.js';
 
 const idParams = z.object({ webhook_id: z.string().describe('Webhook id (UUID) as returned on registration.') });
 
-function checkedId(webhookId: string): string {
-  if (!isUuid(webhookId)) throw new ApiError('invalid_webhook_id');
-  return webhookId.toLowerCase();
-}
+const checkedId = (webhookId: string) => checkedUuid(webhookId, 'invalid_webhook_id');
 
 function conflict(eventType: string, existingId?: string): ApiError {
   return existingId === undefined
