@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { buildAdminServer, buildHealthServer, type AdminDeps, type AdminServer, type HealthServer } from './admin/server.js';
 import type { Config } from './config/env.js';
 import { redisUrlForLog } from './config/redis-url.js';
@@ -119,6 +120,8 @@ function composeStores(settings: StoreSettings) {
       allowPrivateTargets?: boolean;
       /** Serve `GET /metrics` on the API's port; default true. */
       metricsRoute?: boolean;
+      /** The vendor portal's built browser app. */
+      portalAssetsDir: string;
     }): AdminDeps {
       const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, ...rest } = options;
       return {
@@ -355,7 +358,15 @@ export interface EngineOptions {
   nowMs?: () => number;
   /** What tests and the bench tune about the worker; production uses the defaults. */
   worker?: Pick<WorkerSettings, 'breaker' | 'webhookCacheTtlMs' | 'onOutcome'>;
+  /** Where the vendor portal's built browser app is; default the package's `dist/portal/` (see PORTAL_ASSETS_DIR). */
+  portalAssetsDir?: string;
 }
+
+/**
+ * The package's `dist/portal/`, which `npm run build` writes. This module runs from `src/` (tsx) or
+ * `dist/` (built): the package root is one folder up either way.
+ */
+const PORTAL_ASSETS_DIR = fileURLToPath(new URL('../dist/portal/', import.meta.url));
 
 /** A running (or ready to run) Hookline process. */
 export interface Engine {
@@ -566,6 +577,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           ingestRateLimitPerSecond: config.ingestRateLimitPerSecond,
           allowPrivateTargets: config.allowPrivateTargets,
           metricsRoute: config.metricsOnApiPort,
+          portalAssetsDir: options.portalAssetsDir ?? PORTAL_ASSETS_DIR,
         }),
       )
     : undefined;

@@ -152,6 +152,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     errors: ['invalid_deployment_id', 'deployment_not_found'],
   },
   'GET /rental/v1/machines': { operationId: 'listMachines', success: 'One page of matching machines.', errors: ['invalid_filter', 'machine_not_found'] },
+  'GET /portal/v1/catalogue': { operationId: 'getEventCatalogue', success: 'The six event types, each with its JSON Schema and a sample body.' },
 };
 
 /** What each status means, before the codes that answer it. */
@@ -395,6 +396,7 @@ export function swaggerOptions(): FastifyDynamicSwaggerOptions {
         { name: 'ingest', description: 'Events from the platform’s producer services (role events:write)' },
         { name: 'operator', description: 'The operator’s views and actions across vendors (role admin)' },
         { name: 'health', description: 'Liveness and readiness' },
+        { name: 'portal', description: 'The vendor portal: its sessions and the public event catalogue its pages read' },
         { name: 'callbacks', description: 'What a webhook’s callback_url receives: one signed POST per event, and how its answer is read' },
       ],
     },

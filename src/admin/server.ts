@@ -8,6 +8,8 @@ import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Ingestor } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';
+import { portalAssets } from '../portal/assets.js';
+import { catalogueRoutes } from '../portal/catalogue.js';
 import type { ApiKeyLookup } from '../store/api-keys.js';
 import type { MachineListing } from '../store/machines.js';
 import { isRedisUnavailable } from '../store/redis.js';
@@ -55,6 +57,8 @@ export interface AdminDeps {
   metrics?: { registry: Metrics['registry']; httpRequests: Metrics['httpRequests']; httpDuration: Metrics['httpDuration']; collect?: () => Promise<void> };
   /** Serve `GET /metrics` here (default true); false when a health server of its own serves it, off the published port. */
   metricsRoute?: boolean;
+  /** The vendor portal's built browser app (`dist/portal/`), served under `/portal/`. */
+  portalAssetsDir: string;
 }
 
 export type AdminServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
@@ -185,6 +189,9 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   await app.register(operatorRoutes({ authorize, webhooks: deps.webhooks, logger: deps.logger, ...deps.operator }));
   await app.register(agentRoutes({ authorize, agents: deps.agents }));
   await app.register(machineRoutes({ authorize, machines: deps.machines }));
+  // The vendor portal's page and its event catalogue.
+  await app.register(portalAssets({ dir: deps.portalAssetsDir, logger: deps.logger }));
+  await app.register(catalogueRoutes());
   await app.ready();
   return app;
 }

@@ -41,6 +41,8 @@ export interface TestAppOptions {
   prefix?: string;
   /** Where the engine logs (default: nowhere). */
   logger?: pino.Logger;
+  /** The vendor portal's built assets to serve (default: the package's dist/portal/, as in production). */
+  portalAssetsDir?: string;
 }
 
 /**
@@ -78,7 +80,11 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.ingestRateLimitPerSecond === undefined ? {} : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
     ...(options.allowPrivateTargets === undefined ? {} : { allowPrivateTargets: options.allowPrivateTargets }),
   });
-  const engine = await testEngine(config, { role: 'api' }, options.logger);
+  const engine = await testEngine(
+    config,
+    { role: 'api', ...(options.portalAssetsDir === undefined ? {} : { portalAssetsDir: options.portalAssetsDir }) },
+    options.logger,
+  );
   const { stores } = engine;
   return Object.assign(stores, {
     app: engine.api!,

@@ -58,6 +58,7 @@ describe('OpenAPI, docs and health', () => {
         '/admin/v1/webhooks/{webhook_id}/dead-letters/replay',
         '/admin/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay',
         '/admin/v1/dead-letters',
+        '/portal/v1/catalogue',
       ].sort(),
     );
     expect(Object.keys(doc.paths['/vendors/v1/webhooks'] ?? {}).sort()).toEqual(['get', 'post']);
@@ -99,6 +100,7 @@ describe('OpenAPI, docs and health', () => {
       'GET /rental/v1/tasks/{task_id}': 'getTask',
       'GET /rental/v1/machines/agents/{deployment_id}': 'getAgentStatus',
       'GET /rental/v1/machines': 'listMachines',
+      'GET /portal/v1/catalogue': 'getEventCatalogue',
     });
   });
 
@@ -142,7 +144,7 @@ describe('OpenAPI, docs and health', () => {
       for (const status of ['429', '503']) if (!op.responses[status]?.headers?.['Retry-After']) problems.push(`${name} ${status}: no Retry-After`);
     }
     expect(problems).toEqual([]);
-    expect(open.sort()).toEqual(['GET /healthz', 'GET /readyz']);
+    expect(open.sort()).toEqual(['GET /healthz', 'GET /portal/v1/catalogue', 'GET /readyz']);
     // Ingest is exempt from the per-key request limit; its 429 is its own events-per-second limit.
     expect(doc.paths['/internal/v1/events']?.post?.responses['429']?.description).toContain('HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND');
     expect(exampleCodes(doc.paths['/rental/v1/machines']?.get, '503')).toEqual(['storage_unavailable']);
