@@ -15,6 +15,8 @@ COPY packages ./packages
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
+# The vendor portal's browser app: bundled by esbuild into dist/portal/, which the API serves.
+COPY web ./web
 # The build's incremental state (dist/.tsbuildinfo) serves only `npm start` on a developer's machine.
 RUN npm run build && rm dist/.tsbuildinfo && npm prune --omit=dev
 

@@ -1,0 +1,140 @@
+import { useEffect, useState } from 'preact/hooks';
+import { endAccess, onAccessLost } from './api';
+import { ErrorText } from './components';
+import { formatTime, fromNow } from './format';
+import { CataloguePage } from './pages/catalogue';
+import { DeliveriesPage } from './pages/deliveries';
+import { EndpointsPage } from './pages/endpoints';
+import { NoticesPage } from './pages/notices';
+import { href, useRoute, type Route } from './router';
+import { openSession, PERMISSION_TEXT, signOut, type Closed } from './session';
+import type { Session } from './types';
+
+type State = { kind: 'opening' } | { kind: 'open'; session: Session } | { kind: 'closed'; why: Closed } | { kind: 'failed'; error: Error };
+
+const CLOSED_TEXT: Record<Closed, { title: string; text: string }> = {
+  link_invalid: {
+    title: 'This link does not open the portal',
+    text: 'This portal link is invalid, was already used, has expired or was revoked. Each link opens once. Ask for a new link.',
+  },
+  expired: { title: 'Access ended', text: 'This portal link has expired or was revoked. Ask for a new link.' },
+  signed_out: { title: 'Signed out', text: 'You signed out of the portal. Open a new link to come back.' },
+};
+
+export function App() {
+  const [state, setState] = useState<State>({ kind: 'opening' });
+  const route = useRoute();
+
+  useEffect(() => {
+    // The first 401 of any call ends the page's access: every page unmounts, and with it every poll.
+    const unsubscribe = onAccessLost(() => setState((old) => (old.kind === 'closed' ? old : { kind: 'closed', why: 'expired' })));
+    openSession().then(
+      (opened) => setState(typeof opened === 'string' ? { kind: 'closed', why: opened } : { kind: 'open', session: opened }),
+      (error: Error) => setState({ kind: 'failed', error }),
+    );
+    return unsubscribe;
+  }, []);
+
+  if (state.kind === 'opening') {
+    return (
+      <main class="centered">
+        <p role="status">Opening the portal…</p>
+      </main>
+    );
+  }
+  if (state.kind === 'failed') {
+    return (
+      <main class="centered">
+        <h1>The portal could not open</h1>
+        <ErrorText error={state.error} />
+      </main>
+    );
+  }
+  if (state.kind === 'closed') {
+    const { title, text } = CLOSED_TEXT[state.why];
+    return (
+      <main class="centered">
+        <h1>{title}</h1>
+        <p role="alert" class="closed">
+          {text}
+        </p>
+      </main>
+    );
+  }
+  return <Shell session={state.session} route={route} onSignedOut={() => setState({ kind: 'closed', why: 'signed_out' })} />;
+}
+
+const NAV: { page: Route['page']; label: string; href: string }[] = [
+  { page: 'endpoints', label: 'Endpoints', href: href.endpoints },
+  { page: 'deliveries', label: 'Delivery log', href: href.deliveries() },
+  { page: 'catalogue', label: 'Event catalogue', href: href.catalogue },
+  { page: 'notices', label: 'Notices', href: href.notices },
+];
+
+function Shell({ session, route, onSignedOut }: { session: Session; route: Route; onSignedOut: () => void }) {
+  const [error, setError] = useState<Error>();
+  const leave = () => {
+    signOut().then(() => {
+      // Signed out before access ends, so the page says so rather than "expired"; nothing is sent after.
+      onSignedOut();
+      endAccess();
+    }, setError);
+  };
+  return (
+    <>
+      <a class="skip" href="#main" onClick={skipToMain}>
+        Skip to content
+      </a>
+      <header class="top">
+        <div class="brand">
+          <span aria-hidden="true">⇢</span> Hookline <span class="muted">vendor portal</span>
+        </div>
+        <dl class="who">
+          <div>
+            <dt>Vendor</dt>
+            <dd>
+              <code>{session.vendor_id}</code>
+            </dd>
+          </div>
+          <div>
+            <dt>Permission</dt>
+            <dd title={PERMISSION_TEXT[session.permission]}>
+              {session.permission} <span class="muted">({PERMISSION_TEXT[session.permission]})</span>
+            </dd>
+          </div>
+          <div>
+            <dt>Expires</dt>
+            <dd>
+              <time dateTime={session.expires_at} title={formatTime(session.expires_at)}>
+                {fromNow(session.expires_at)}
+              </time>
+            </dd>
+          </div>
+        </dl>
+        <button type="button" class="signout" onClick={leave}>
+          Sign out
+        </button>
+      </header>
+      <nav class="tabs" aria-label="Portal">
+        {NAV.map((item) => (
+          <a key={item.page} href={item.href} aria-current={route.page === item.page ? 'page' : undefined}>
+            {item.label}
+          </a>
+        ))}
+      </nav>
+      <main id="main" tabIndex={-1}>
+        <ErrorText error={error} />
+        {route.page === 'endpoints' && <EndpointsPage session={session} />}
+        {route.page === 'deliveries' && <DeliveriesPage session={session} webhookId={route.webhookId} deliveryId={route.deliveryId} />}
+        {route.page === 'catalogue' && <CataloguePage />}
+        {route.page === 'notices' && <NoticesPage session={session} />}
+      </main>
+    </>
+  );
+}
+
+/** The skip link moves focus without touching the fragment, which holds the route. */
+function skipToMain(event: Event) {
+  event.preventDefault();
+  document.getElementById('main')?.focus();
+}

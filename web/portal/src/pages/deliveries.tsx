@@ -1,0 +1,371 @@
+import { useEffect, useState } from 'preact/hooks';
+import { call, query, seg } from '../api';
+import { Badge, ErrorText, Loading } from '../components';
+import { eventTypeName, formatMs, formatTime, outcomeLabel, STATUS_LABELS } from '../format';
+import { useAction, useResource } from '../hooks';
+import { DeliveryWatch, deliveryOf, ReplayProgress } from '../replay';
+import { href } from '../router';
+import { can } from '../session';
+import { DELIVERY_STATUSES, EVENT_TYPES, type Attempt, type Delivery, type DeliveryPage, type Session, type Webhook } from '../types';
+
+interface Filters {
+  status: string;
+  eventType: string;
+  /** `datetime-local` values, in the reader's time zone. */
+  since: string;
+  until: string;
+}
+
+const NO_FILTERS: Filters = { status: '', eventType: '', since: '', until: '' };
+
+/** A `datetime-local` value as the ISO 8601 time (with zone) the API takes. */
+const isoOf = (local: string) => (local === '' ? undefined : new Date(local).toISOString());
+
+export function DeliveriesPage({ session, webhookId, deliveryId }: { session: Session; webhookId: string | undefined; deliveryId: string | undefined }) {
+  const webhooks = useResource('webhooks', () => call<{ webhooks: Webhook[] }>('GET', '/vendors/v1/webhooks'));
+  const list = webhooks.data?.webhooks ?? [];
+  const webhook = list.find((w) => w.webhook_id === webhookId) ?? (webhookId === undefined ? list[0] : undefined);
+
+  return (
+    <section aria-labelledby="log-title">
+      <div class="page-head">
+        <h1 id="log-title">Delivery log</h1>
+        {list.length > 0 && (
+          <div class="picker">
+            <label for="log-webhook">Webhook</label>
+            <select id="log-webhook" value={webhook?.webhook_id ?? ''} onChange={(e) => (location.hash = href.deliveries(e.currentTarget.value))}>
+              {webhook === undefined && <option value="">Choose a webhook</option>}
+              {list.map((w) => (
+                <option key={w.webhook_id} value={w.webhook_id}>
+                  {eventTypeName(w.event_type)} → {w.callback_url}
+                </option>
+              ))}
+            </select>
+          </div>
+        )}
+      </div>
+      <ErrorText error={webhooks.error} />
+      {webhooks.data === undefined ? (
+        webhooks.loading && <Loading what="webhooks" />
+      ) : list.length === 0 ? (
+        <p class="empty">No webhooks, so nothing was delivered yet.</p>
+      ) : webhook === undefined ? (
+        <p class="empty">This webhook is not one of yours (or was deleted). Choose one above.</p>
+      ) : (
+        <WebhookLog key={webhook.webhook_id} session={session} webhook={webhook} deliveryId={deliveryId} />
+      )}
+    </section>
+  );
+}
+
+function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhook: Webhook; deliveryId: string | undefined }) {
+  const [filters, setFilters] = useState<Filters>(NO_FILTERS);
+  const [draft, setDraft] = useState<Filters>(NO_FILTERS);
+  const [items, setItems] = useState<Delivery[]>();
+  const [next, setNext] = useState<string | null>(null);
+  const [loading, setLoading] = useState(false);
+  const [error, setError] = useState<Error>();
+  const [version, setVersion] = useState(0);
+  const [testId, setTestId] = useState<string>();
+  const [taskId, setTaskId] = useState<string>();
+  const action = useAction();
+  const mayReplay = can(session.permission, 'replay');
+  const base = `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`;
+  const reload = () => setVersion((v) => v + 1);
+
+  const page = (cursor?: string) =>
+    call<DeliveryPage>(
+      'GET',
+      `${base}/deliveries${query({
+        limit: '25',
+        status: filters.status,
+        event_type: filters.eventType,
+        since: isoOf(filters.since),
+        until: isoOf(filters.until),
+        cursor,
+      })}`,
+    );
+
+  useEffect(() => {
+    let current = true;
+    setLoading(true);
+    setError(undefined);
+    page().then(
+      (answer) => {
+        if (!current) return;
+        setItems(answer.deliveries);
+        setNext(answer.next_cursor);
+        setLoading(false);
+      },
+      (e: Error) => {
+        if (!current) return;
+        setError(e);
+        setLoading(false);
+      },
+    );
+    return () => {
+      current = false;
+    };
+  }, [filters, version]);
+
+  const more = async () => {
+    if (next === null) return;
+    setLoading(true);
+    try {
+      const answer = await page(next);
+      setItems((old) => [...(old ?? []), ...answer.deliveries]);
+      setNext(answer.next_cursor);
+    } catch (e) {
+      setError(e as Error);
+    } finally {
+      setLoading(false);
+    }
+  };
+
+  const sendTest = () =>
+    action.run(async () => {
+      setTestId((await call<{ delivery_id: string }>('POST', `${base}/test`)).delivery_id);
+      reload();
+    });
+  const replayAll = () =>
+    action.run(async () => {
+      setTaskId((await call<{ task_id: string }>('POST', `${base}/dead-letters/replay`)).task_id);
+    });
+
+  return (
+    <>
+      {mayReplay && (
+        <div class="toolbar">
+          <button type="button" disabled={action.busy} onClick={() => void sendTest()}>
+            Send test event
+          </button>
+          <button type="button" disabled={action.busy} onClick={() => void replayAll()}>
+            Replay all dead letters
+          </button>
+        </div>
+      )}
+      <ErrorText error={action.error} />
+      {testId && <DeliveryWatch key={testId} webhookId={webhook.webhook_id} deliveryId={testId} what="Test event" onEnded={reload} />}
+      {taskId && <ReplayProgress key={taskId} taskId={taskId} onEnded={reload} />}
+      <form
+        class="filters"
+        aria-label="Filter deliveries"
+        onSubmit={(e) => {
+          e.preventDefault();
+          setFilters(draft);
+        }}
+      >
+        <div>
+          <label for="f-status">Status</label>
+          <select id="f-status" value={draft.status} onChange={(e) => setDraft({ ...draft, status: e.currentTarget.value })}>
+            <option value="">Any</option>
+            {DELIVERY_STATUSES.map((s) => (
+              <option key={s} value={s}>
+                {STATUS_LABELS[s].text}
+              </option>
+            ))}
+          </select>
+        </div>
+        <div>
+          <label for="f-type">Event type</label>
+          <select id="f-type" value={draft.eventType} onChange={(e) => setDraft({ ...draft, eventType: e.currentTarget.value })}>
+            <option value="">Any</option>
+            {EVENT_TYPES.map((t) => (
+              <option key={t} value={t}>
+                {eventTypeName(t)}
+              </option>
+            ))}
+          </select>
+        </div>
+        <div>
+          <label for="f-since">From</label>
+          <input id="f-since" type="datetime-local" value={draft.since} onInput={(e) => setDraft({ ...draft, since: e.currentTarget.value })} />
+        </div>
+        <div>
+          <label for="f-until">To</label>
+          <input id="f-until" type="datetime-local" value={draft.until} onInput={(e) => setDraft({ ...draft, until: e.currentTarget.value })} />
+        </div>
+        <div class="actions">
+          <button type="submit" class="primary">
+            Apply
+          </button>
+          <button
+            type="button"
+            onClick={() => {
+              setDraft(NO_FILTERS);
+              setFilters(NO_FILTERS);
+            }}
+          >
+            Clear
+          </button>
+          <button type="button" onClick={reload}>
+            Refresh
+          </button>
+        </div>
+      </form>
+      <ErrorText error={error} />
+      <div class={deliveryId ? 'log has-detail' : 'log'}>
+        {deliveryId && <DeliveryDetail key={deliveryId} session={session} webhookId={webhook.webhook_id} deliveryId={deliveryId} onChanged={reload} />}
+        <div class="log-list">
+          {items === undefined ? (
+            loading && <Loading what="deliveries" />
+          ) : items.length === 0 ? (
+            <p class="empty">No deliveries{filters === NO_FILTERS ? ' yet' : ' match these filters'}.</p>
+          ) : (
+            <ul class="deliveries" aria-label="Deliveries, newest first">
+              {items.map((d) => (
+                <li key={d.delivery_id}>
+                  <a
+                    class="delivery-row"
+                    href={href.deliveries(webhook.webhook_id, d.delivery_id)}
+                    aria-current={d.delivery_id === deliveryId ? 'true' : undefined}
+                  >
+                    <Badge label={STATUS_LABELS[d.status]} />
+                    <span class="row-type">{eventTypeName(d.event_type)}</span>
+                    <time dateTime={d.created_at}>{formatTime(d.created_at)}</time>
+                    <span class="muted">
+                      {d.attempts} {d.attempts === 1 ? 'attempt' : 'attempts'}
+                      {d.last_status_code !== null && ` · HTTP ${d.last_status_code}`}
+                      {d.last_status_code === null &&
+                        d.last_outcome !== null &&
+                        d.last_outcome !== 'delivered' &&
+                        ` · ${outcomeLabel(d.last_outcome, null).text}`}
+                    </span>
+                  </a>
+                </li>
+              ))}
+            </ul>
+          )}
+          {next !== null && (
+            <button type="button" class="more" disabled={loading} onClick={() => void more()}>
+              Load more
+            </button>
+          )}
+        </div>
+      </div>
+    </>
+  );
+}
+
+function DeliveryDetail({ session, webhookId, deliveryId, onChanged }: { session: Session; webhookId: string; deliveryId: string; onChanged: () => void }) {
+  const found = useResource(`delivery:${deliveryId}`, () => deliveryOf(webhookId, deliveryId));
+  const [replayId, setReplayId] = useState<string>();
+  const { busy, error, run } = useAction();
+  const delivery = found.data?.delivery;
+
+  const replay = () =>
+    run(async () => {
+      const answer = await call<{ delivery_id: string }>('POST', `/vendors/v1/webhooks/${seg(webhookId)}/dead-letters/${seg(deliveryId)}/replay`);
+      setReplayId(answer.delivery_id);
+      found.reload();
+      onChanged();
+    });
+
+  return (
+    <section class="detail" aria-labelledby="detail-title">
+      <div class="page-head">
+        <h2 id="detail-title">Delivery {deliveryId.slice(0, 8)}</h2>
+        <a class="button" href={href.deliveries(webhookId)}>
+          Close
+        </a>
+      </div>
+      <ErrorText error={found.error} />
+      {found.loading && delivery === undefined && <Loading what="the delivery" />}
+      {!found.loading && found.data === undefined && !found.error && <p class="empty">This delivery is not in the log (it may have expired).</p>}
+      {delivery && (
+        <>
+          <dl class="facts">
+            <div>
+              <dt>Status</dt>
+              <dd>
+                <Badge label={STATUS_LABELS[delivery.status]} />
+              </dd>
+            </div>
+            <div>
+              <dt>Event</dt>
+              <dd>
+                {eventTypeName(delivery.event_type)} <code class="wrap">{delivery.event_id}</code>
+              </dd>
+            </div>
+            <div>
+              <dt>Accepted</dt>
+              <dd>{formatTime(delivery.created_at)}</dd>
+            </div>
+            {delivery.next_attempt_at && (
+              <div>
+                <dt>Next attempt</dt>
+                <dd>{formatTime(delivery.next_attempt_at)}</dd>
+              </div>
+            )}
+            {delivery.replay_of && (
+              <div>
+                <dt>Replay of</dt>
+                <dd>
+                  <a href={href.deliveries(webhookId, delivery.replay_of)}>{delivery.replay_of.slice(0, 8)}</a>
+                </dd>
+              </div>
+            )}
+          </dl>
+          {delivery.status === 'dead' && can(session.permission, 'replay') && !replayId && (
+            <div class="actions">
+              <button type="button" class="primary" disabled={busy} onClick={() => void replay()}>
+                Replay
+              </button>
+            </div>
+          )}
+          <ErrorText error={error} />
+          {replayId && <DeliveryWatch key={replayId} webhookId={webhookId} deliveryId={replayId} what="Replay" onEnded={onChanged} />}
+          <h3>
+            {found.data!.attempts.length} {found.data!.attempts.length === 1 ? 'attempt' : 'attempts'}
+          </h3>
+          <ol class="attempts" reversed>
+            {[...found.data!.attempts].reverse().map((attempt) => (
+              <li key={attempt.attempt}>
+                <AttemptView attempt={attempt} />
+              </li>
+            ))}
+          </ol>
+        </>
+      )}
+    </section>
+  );
+}
+
+function AttemptView({ attempt }: { attempt: Attempt }) {
+  const headers = attempt.request_headers ? Object.entries(attempt.request_headers) : [];
+  return (
+    <article class="attempt" aria-label={`Attempt ${attempt.attempt}`}>
+      <p class="attempt-head">
+        <strong>Attempt {attempt.attempt}</strong> <Badge label={outcomeLabel(attempt.outcome, attempt.status_code)} />{' '}
+        <span>{formatMs(attempt.duration_ms)}</span> <time dateTime={attempt.attempted_at}>{formatTime(attempt.attempted_at)}</time>
+      </p>
+      {attempt.error && <p class="muted">{attempt.error}</p>}
+      {attempt.response_snippet !== null && attempt.response_snippet !== '' ? (
+        <>
+          <p class="label">Response body (first 4 KiB, shown as text)</p>
+          {/* Text, never markup: a receiver's body is hostile input, and Preact escapes every text node. */}
+          <pre class="snippet">{attempt.response_snippet}</pre>
+        </>
+      ) : (
+        <p class="muted">No response body.</p>
+      )}
+      {headers.length > 0 && (
+        <details>
+          <summary>Request headers sent ({headers.length})</summary>
+          <table class="headers">
+            <tbody>
+              {headers.map(([name, value]) => (
+                <tr key={name}>
+                  <th scope="row">{name}</th>
+                  <td>
+                    <code class="wrap">{value}</code>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </details>
+      )}
+    </article>
+  );
+}

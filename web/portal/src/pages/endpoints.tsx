@@ -1,0 +1,383 @@
+import { useState } from 'preact/hooks';
+import { ApiError, call, seg } from '../api';
+import { Badge, Confirm, CopyButton, ErrorText, Loading, SecretValue } from '../components';
+import { CIRCUIT_LABELS, DISABLED_SHORT, DISABLED_TEXT, eventTypeName, formatMs, formatRate, formatTime, fromNow, outcomeLabel } from '../format';
+import { useAction, useEvery, useResource } from '../hooks';
+import { href } from '../router';
+import { can } from '../session';
+import { EVENT_TYPES, type EventType, type Session, type Webhook, type WebhookStats } from '../types';
+
+/** How often the health figures refresh while the page is open. */
+const STATS_REFRESH_MS = 30_000;
+
+/** A webhook's stats, or undefined where the engine has none for it (an engine without the stats route answers 404). */
+async function statsOf(webhookId: string): Promise<WebhookStats | undefined> {
+  try {
+    return await call<WebhookStats>('GET', `/vendors/v1/webhooks/${seg(webhookId)}/stats`);
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) return undefined;
+    throw error;
+  }
+}
+
+export function EndpointsPage({ session }: { session: Session }) {
+  const webhooks = useResource('webhooks', () => call<{ webhooks: Webhook[] }>('GET', '/vendors/v1/webhooks'));
+  const [creating, setCreating] = useState(false);
+  const [flash, setFlash] = useState('');
+  const manage = can(session.permission, 'manage');
+  const list = webhooks.data?.webhooks ?? [];
+  const disabled = list.filter((w) => !w.enabled).length;
+  const changed = (message: string) => {
+    setFlash(message);
+    webhooks.reload();
+  };
+
+  return (
+    <section aria-labelledby="endpoints-title">
+      <div class="page-head">
+        <h1 id="endpoints-title">Endpoints</h1>
+        <div class="actions">
+          <button type="button" onClick={webhooks.reload}>
+            Refresh
+          </button>
+          {manage && !creating && list.length < EVENT_TYPES.length && (
+            <button type="button" class="primary" onClick={() => setCreating(true)}>
+              Add a webhook
+            </button>
+          )}
+        </div>
+      </div>
+      <p role="status" class="flash">
+        {flash}
+      </p>
+      {disabled > 0 && (
+        <p class="notice">
+          <span aria-hidden="true">⚠</span> {disabled === 1 ? 'One webhook is' : `${disabled} webhooks are`} disabled. <a href={href.notices}>See notices</a>
+        </p>
+      )}
+      {creating && (
+        <WebhookForm
+          taken={list.map((w) => w.event_type)}
+          onDone={(message) => {
+            setCreating(false);
+            if (message) changed(message);
+          }}
+        />
+      )}
+      <ErrorText error={webhooks.error} />
+      {webhooks.data === undefined ? (
+        webhooks.loading && <Loading what="webhooks" />
+      ) : list.length === 0 ? (
+        <p class="empty">No webhooks yet.{manage ? ' Add one to start receiving events.' : ''}</p>
+      ) : (
+        <ul class="cards">
+          {list.map((webhook) => (
+            <li key={webhook.webhook_id}>
+              <WebhookCard webhook={webhook} session={session} onChanged={changed} />
+            </li>
+          ))}
+        </ul>
+      )}
+    </section>
+  );
+}
+
+type Mode = 'view' | 'edit' | 'delete' | 'rotate';
+
+function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; session: Session; onChanged: (message: string) => void }) {
+  const stats = useResource(`stats:${webhook.webhook_id}:${webhook.updated_at}`, () => statsOf(webhook.webhook_id));
+  useEvery(STATS_REFRESH_MS, stats.reload);
+  const [mode, setMode] = useState<Mode>('view');
+  const { busy, error, run } = useAction();
+  const [newSecret, setNewSecret] = useState<{ secret: string; previousUntil: string | null }>();
+  const manage = can(session.permission, 'manage');
+  const name = eventTypeName(webhook.event_type);
+  const path = `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`;
+
+  const remove = () =>
+    run(async () => {
+      await call('DELETE', path);
+      onChanged(`Deleted the ${name} webhook.`);
+    });
+  const setEnabled = (enabled: boolean) =>
+    run(async () => {
+      await call('PATCH', path, { body: { enabled } });
+      onChanged(enabled ? `Enabled the ${name} webhook.` : `Paused the ${name} webhook.`);
+    });
+  const rotate = () =>
+    run(async () => {
+      const rotated = await call<{ secret: string; previous_secret_expires_at: string | null }>('POST', `${path}/rotate-secret`);
+      setNewSecret({ secret: rotated.secret, previousUntil: rotated.previous_secret_expires_at });
+      setMode('view');
+    });
+
+  return (
+    <article class="card" aria-labelledby={`wh-${webhook.webhook_id}`}>
+      <header class="card-head">
+        <h2 id={`wh-${webhook.webhook_id}`}>
+          {name} <code class="type">{webhook.event_type}</code>
+        </h2>
+        {webhook.enabled ? (
+          <Badge label={{ icon: '●', text: 'Enabled', tone: 'ok' }} />
+        ) : (
+          <Badge label={{ icon: '‖', text: DISABLED_SHORT[webhook.disabled_reason ?? 'paused'], tone: 'bad' }} />
+        )}
+      </header>
+      <dl class="facts">
+        <div>
+          <dt>Callback URL</dt>
+          <dd>
+            <code class="wrap">{webhook.callback_url}</code>
+          </dd>
+        </div>
+        {!webhook.enabled && (
+          <div>
+            <dt>Why disabled</dt>
+            <dd>{DISABLED_TEXT[webhook.disabled_reason ?? 'paused']}</dd>
+          </div>
+        )}
+        {webhook.secret !== undefined && (
+          <div>
+            <dt>Secret</dt>
+            <dd>
+              <SecretValue secret={webhook.secret} />
+              {webhook.previous_secret_expires_at && (
+                <span class="muted"> The previous secret signs too until {formatTime(webhook.previous_secret_expires_at)}.</span>
+              )}
+            </dd>
+          </div>
+        )}
+      </dl>
+      <Health stats={stats.data} loading={stats.loading} error={stats.error} />
+      {newSecret && (
+        <div class="reveal-once" role="status">
+          <p>
+            <strong>New secret — shown only this once.</strong> Store it with your receiver now.
+            {newSecret.previousUntil && ` The previous secret keeps signing until ${formatTime(newSecret.previousUntil)}.`}
+          </p>
+          <p>
+            <code class="wrap secret-new">{newSecret.secret}</code>
+          </p>
+          <div class="actions">
+            <CopyButton text={newSecret.secret} what="secret" />
+            <button type="button" onClick={() => setNewSecret(undefined)}>
+              I have stored it
+            </button>
+          </div>
+        </div>
+      )}
+      <ErrorText error={error} />
+      {mode === 'delete' && (
+        <Confirm
+          question={`Delete the ${name} webhook? Its pending deliveries are dropped and its log goes with it.`}
+          action="Delete webhook"
+          danger
+          busy={busy}
+          onConfirm={() => void remove()}
+          onCancel={() => setMode('view')}
+        />
+      )}
+      {mode === 'rotate' && (
+        <Confirm
+          question="Generate a new secret? It is shown once. The current secret keeps signing beside it for an overlap period, so your receiver can switch without losing deliveries."
+          action="Rotate secret"
+          busy={busy}
+          onConfirm={() => void rotate()}
+          onCancel={() => setMode('view')}
+        />
+      )}
+      {mode === 'edit' && (
+        <WebhookForm
+          webhook={webhook}
+          taken={[]}
+          onDone={(message) => {
+            setMode('view');
+            if (message) onChanged(message);
+          }}
+        />
+      )}
+      <div class="actions">
+        <a class="button" href={href.deliveries(webhook.webhook_id)}>
+          Delivery log
+        </a>
+        {manage && mode === 'view' && (
+          <>
+            {!webhook.enabled && (
+              <button type="button" class="primary" disabled={busy} onClick={() => void setEnabled(true)}>
+                Enable
+              </button>
+            )}
+            <button type="button" onClick={() => setMode('edit')}>
+              Edit
+            </button>
+            <button type="button" onClick={() => setMode('rotate')}>
+              Rotate secret
+            </button>
+            {webhook.enabled && (
+              <button type="button" disabled={busy} onClick={() => void setEnabled(false)}>
+                Pause
+              </button>
+            )}
+            <button type="button" class="danger" onClick={() => setMode('delete')}>
+              Delete
+            </button>
+          </>
+        )}
+      </div>
+    </article>
+  );
+}
+
+function Health({ stats, loading, error }: { stats: WebhookStats | undefined; loading: boolean; error: Error | undefined }) {
+  if (error) return <ErrorText error={error} />;
+  if (stats === undefined) return loading ? <Loading what="health" /> : <p class="muted">Health figures are not available for this webhook.</p>;
+  const last = stats.last_attempt;
+  return (
+    <div class="health">
+      <table>
+        <caption>Health</caption>
+        <thead>
+          <tr>
+            <th scope="col">Window</th>
+            <th scope="col">Success</th>
+            <th scope="col">p50</th>
+            <th scope="col">p95</th>
+            <th scope="col">Attempts</th>
+          </tr>
+        </thead>
+        <tbody>
+          {(['hour', 'day'] as const).map((window) => {
+            const w = stats.windows[window];
+            return (
+              <tr key={window}>
+                <th scope="row">Last {window}</th>
+                <td>{formatRate(w.success_rate)}</td>
+                <td>{formatMs(w.p50_ms)}</td>
+                <td>{formatMs(w.p95_ms)}</td>
+                <td>{w.attempts}</td>
+              </tr>
+            );
+          })}
+        </tbody>
+      </table>
+      <dl class="facts">
+        <div>
+          <dt>Last attempt</dt>
+          <dd>
+            {last === null ? (
+              'None yet'
+            ) : (
+              <>
+                <Badge label={outcomeLabel(last.outcome, last.status_code)} /> {formatMs(last.duration_ms)},{' '}
+                <time dateTime={last.attempted_at} title={formatTime(last.attempted_at)}>
+                  {fromNow(last.attempted_at)}
+                </time>
+              </>
+            )}
+          </dd>
+        </div>
+        <div>
+          <dt>Circuit</dt>
+          <dd>
+            <Badge label={CIRCUIT_LABELS[stats.circuit]} />
+          </dd>
+        </div>
+      </dl>
+      <Sparkline minutes={stats.minutes} id={`spark-${stats.webhook_id}`} />
+    </div>
+  );
+}
+
+/** The last hour, a bar per minute (delivered above the line, failed below), drawn with SVG attributes: no inline styles. */
+function Sparkline({ minutes, id }: { minutes: WebhookStats['minutes']; id: string }) {
+  if (minutes.length === 0) return null;
+  const peak = Math.max(1, ...minutes.map((m) => Math.max(m.delivered, m.failed)));
+  const delivered = minutes.reduce((sum, m) => sum + m.delivered, 0);
+  const failed = minutes.reduce((sum, m) => sum + m.failed, 0);
+  const half = 15;
+  return (
+    <figure class="spark">
+      <svg viewBox={`0 0 ${minutes.length * 4} ${half * 2 + 1}`} preserveAspectRatio="none" role="img" aria-labelledby={id}>
+        {minutes.map((m, i) => {
+          const up = (m.delivered / peak) * half;
+          const down = (m.failed / peak) * half;
+          return (
+            <g key={m.minute}>
+              {up > 0 && <rect class="spark-ok" x={i * 4} y={half - up} width="3" height={up} />}
+              {down > 0 && <rect class="spark-bad" x={i * 4} y={half + 1} width="3" height={down} />}
+            </g>
+          );
+        })}
+        <rect class="spark-axis" x="0" y={half} width={minutes.length * 4} height="1" />
+      </svg>
+      <figcaption id={id} class="muted">
+        Last {minutes.length} minutes: {delivered} delivered (above the line), {failed} failed (below).
+      </figcaption>
+    </figure>
+  );
+}
+
+/** Registers a webhook (no `webhook`) or edits one; `onDone` gets what to announce, or nothing when cancelled. */
+function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: EventType[]; onDone: (message?: string) => void }) {
+  const free = EVENT_TYPES.filter((t) => !taken.includes(t));
+  const [eventType, setEventType] = useState<EventType>(webhook?.event_type ?? free[0] ?? EVENT_TYPES[0]);
+  const [url, setUrl] = useState(webhook?.callback_url ?? '');
+  const [secret, setSecret] = useState('');
+  const { busy, error, run } = useAction();
+  const id = webhook?.webhook_id ?? 'new';
+
+  const submit = (event: Event) => {
+    event.preventDefault();
+    return run(async () => {
+      if (webhook) {
+        const changes: Record<string, string> = {};
+        if (eventType !== webhook.event_type) changes.event_type = eventType;
+        if (url !== webhook.callback_url) changes.callback_url = url;
+        if (secret !== '') changes.secret = secret;
+        if (Object.keys(changes).length === 0) return onDone();
+        await call('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, { body: changes });
+        onDone(`Saved the ${eventTypeName(eventType)} webhook.`);
+      } else {
+        await call('POST', '/vendors/v1/webhooks', { body: { event_type: eventType, callback_url: url, ...(secret === '' ? {} : { secret }) } });
+        onDone(`Added the ${eventTypeName(eventType)} webhook.`);
+      }
+    });
+  };
+
+  return (
+    <form class="form" onSubmit={(e) => void submit(e)} aria-label={webhook ? 'Edit webhook' : 'Add a webhook'}>
+      <h3>{webhook ? 'Edit webhook' : 'Add a webhook'}</h3>
+      <label for={`type-${id}`}>Event type</label>
+      <select id={`type-${id}`} value={eventType} onChange={(e) => setEventType(e.currentTarget.value as EventType)}>
+        {(webhook ? EVENT_TYPES : free).map((t) => (
+          <option key={t} value={t}>
+            {t}
+          </option>
+        ))}
+      </select>
+      <label for={`url-${id}`}>Callback URL</label>
+      <input
+        id={`url-${id}`}
+        type="url"
+        required
+        inputMode="url"
+        autoComplete="off"
+        placeholder="https://example.com/hooks/hookline"
+        value={url}
+        onInput={(e) => setUrl(e.currentTarget.value)}
+      />
+      <label for={`secret-${id}`}>{webhook ? 'New secret (leave empty to keep the current one)' : 'Secret (optional)'}</label>
+      <input id={`secret-${id}`} type="password" autoComplete="new-password" value={secret} onInput={(e) => setSecret(e.currentTarget.value)} />
+      <p class="hint">A whsec_ secret (base64 after the prefix) works with Standard Webhooks libraries; Rotate secret generates one.</p>
+      <ErrorText error={error} />
+      <div class="actions">
+        <button type="submit" class="primary" disabled={busy}>
+          {webhook ? 'Save' : 'Add webhook'}
+        </button>
+        <button type="button" onClick={() => onDone()}>
+          Cancel
+        </button>
+      </div>
+    </form>
+  );
+}

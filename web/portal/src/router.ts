@@ -1,0 +1,46 @@
+import { useEffect, useState } from 'preact/hooks';
+
+/** The page's place, from the address's fragment: `#/endpoints`, `#/deliveries/<webhook>/<delivery>`, `#/catalogue`, `#/notices`. */
+export type Route =
+  { page: 'endpoints' } | { page: 'deliveries'; webhookId: string | undefined; deliveryId: string | undefined } | { page: 'catalogue' } | { page: 'notices' };
+
+function parseRoute(hash: string): Route {
+  const [page, first, second] = hash.replace(/^#\/?/, '').split('/').map(decodeSegment);
+  switch (page) {
+    case 'deliveries':
+      return { page, webhookId: first || undefined, deliveryId: second || undefined };
+    case 'catalogue':
+    case 'notices':
+      return { page };
+    default:
+      return { page: 'endpoints' };
+  }
+}
+
+function decodeSegment(text: string): string {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return '';
+  }
+}
+
+/** Links to each place. */
+export const href = {
+  endpoints: '#/endpoints',
+  catalogue: '#/catalogue',
+  notices: '#/notices',
+  deliveries: (webhookId?: string, deliveryId?: string) =>
+    `#/deliveries${webhookId === undefined ? '' : `/${encodeURIComponent(webhookId)}`}${deliveryId === undefined ? '' : `/${encodeURIComponent(deliveryId)}`}`,
+};
+
+/** The current route, following the fragment as links and the back button change it. */
+export function useRoute(): Route {
+  const [route, setRoute] = useState(() => parseRoute(location.hash));
+  useEffect(() => {
+    const follow = () => setRoute(parseRoute(location.hash));
+    addEventListener('hashchange', follow);
+    return () => removeEventListener('hashchange', follow);
+  }, []);
+  return route;
+}

@@ -1,0 +1,53 @@
+import { ApiError, call, setCsrfToken } from './api';
+import type { Permission, Session } from './types';
+
+/** Why the page has no session: a link that does not open, or a session that ended. */
+export type Closed = 'link_invalid' | 'expired' | 'signed_out';
+
+/**
+ * Opens the page's session. A link carries a one-time token in its fragment (`#token=…`), which
+ * browsers never send to a server: it is taken out of the address bar first (so it is in no
+ * history entry, bookmark or screenshot), then exchanged for the session cookie. Without a token,
+ * the cookie of an earlier visit (a reload) is asked for its session.
+ */
+export async function openSession(): Promise<Session | Closed> {
+  // Tokens are URL-safe text; anything else in the fragment is not part of one.
+  const token = /^#token=([^&]+)/.exec(location.hash)?.[1];
+  if (token !== undefined) {
+    history.replaceState(null, '', `${location.pathname}${location.search}#/endpoints`);
+    try {
+      return accept(await call<Session>('POST', '/portal/v1/session', { body: { token }, own401: true }));
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) return 'link_invalid';
+      throw error;
+    }
+  }
+  try {
+    return accept(await call<Session>('GET', '/portal/v1/session', { own401: true }));
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) return 'expired';
+    throw error;
+  }
+}
+
+function accept(session: Session): Session {
+  setCsrfToken(session.csrf_token);
+  return session;
+}
+
+/** Ends the session on the server (its cookie is cleared), then stops every further request of the page. */
+export async function signOut(): Promise<void> {
+  await call('DELETE', '/portal/v1/session');
+  setCsrfToken(undefined);
+}
+
+const RANK: Record<Permission, number> = { read: 0, replay: 1, manage: 2 };
+
+/** Whether a session of `permission` may do what `needs` allows. The server checks every call too; this only hides buttons. */
+export const can = (permission: Permission, needs: Permission) => RANK[permission] >= RANK[needs];
+
+export const PERMISSION_TEXT: Record<Permission, string> = {
+  read: 'view only',
+  replay: 'view, replay and send test events',
+  manage: 'view, replay, test, and change webhooks and secrets',
+};

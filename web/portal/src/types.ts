@@ -1,0 +1,97 @@
+/** The shapes the portal reads from the API (see /openapi.json); only the fields it uses. */
+
+import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../../../packages/wire/events';
+
+/** The six event types, from the one list the engine and the client packages share. */
+export const EVENT_TYPES = WEBHOOK_EVENT_TYPES;
+export type EventType = WebhookEventType;
+
+export type Permission = 'read' | 'replay' | 'manage';
+
+export interface Session {
+  session_id: string;
+  vendor_id: string;
+  permission: Permission;
+  expires_at: string;
+  csrf_token: string;
+}
+
+export type DisabledReason = 'gone' | 'failing' | 'paused';
+
+export interface Webhook {
+  webhook_id: string;
+  event_type: EventType;
+  callback_url: string;
+  /** Absent for sessions below manage, and for a webhook without a secret. */
+  secret?: string;
+  previous_secret_expires_at?: string;
+  enabled: boolean;
+  disabled_reason?: DisabledReason;
+  created_at: string;
+  updated_at: string;
+}
+
+interface StatsWindow {
+  attempts: number;
+  delivered: number;
+  failed: number;
+  success_rate: number | null;
+  p50_ms: number | null;
+  p95_ms: number | null;
+}
+
+export interface WebhookStats {
+  webhook_id: string;
+  circuit: 'closed' | 'open' | 'half_open';
+  last_attempt: null | { attempted_at: string; outcome: string; status_code: number | null; duration_ms: number };
+  windows: { hour: StatsWindow; day: StatsWindow };
+  minutes: { minute: string; delivered: number; failed: number }[];
+}
+
+export const DELIVERY_STATUSES = ['pending', 'retrying', 'delivered', 'dead', 'dropped', 'replayed'] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
+
+export interface Delivery {
+  delivery_id: string;
+  event_id: string;
+  event_type: string;
+  status: DeliveryStatus;
+  attempts: number;
+  last_outcome: string | null;
+  last_status_code: number | null;
+  created_at: string;
+  updated_at: string;
+  next_attempt_at: string | null;
+  replay_of: string | null;
+}
+
+export interface Attempt {
+  attempt: number;
+  attempted_at: string;
+  outcome: string;
+  status_code: number | null;
+  duration_ms: number;
+  error: string | null;
+  response_snippet: string | null;
+  /** The headers sent, signature values masked (engines from the version that records them). */
+  request_headers?: Record<string, string>;
+}
+
+export interface DeliveryPage {
+  deliveries: Delivery[];
+  next_cursor: string | null;
+}
+
+export interface Task {
+  task_id: string;
+  status: 'pending' | 'in_progress' | 'success' | 'failed';
+  fail_reason: string | null;
+  progress?: { total: number; done: number; queued?: number; delivered?: number; failed?: number; pending?: number };
+}
+
+export interface CatalogueEntry {
+  event_type: EventType;
+  description: string;
+  schema: unknown;
+  sample: unknown;
+}
