@@ -19,6 +19,7 @@ import { StreamIngestSource } from './ingest/stream-source.js';
 import type { Logger } from './logger.js';
 import { createMetrics, initialiseSeries, type Metrics } from './metrics/metrics.js';
 import { breakerObserver, deliveryObserver, ingestObserver, scrapeCollector } from './metrics/observers.js';
+import { RedisPortalSessions } from './store/portal-sessions.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
 import { RedisAttemptFeed, type FeedEntry } from './store/attempt-feed.js';
 import { RedisCircuitLog } from './store/circuits.js';
@@ -76,6 +77,7 @@ function composeStores(settings: StoreSettings) {
   const operatorViews = new OperatorViews({ webhooks, history: deliveryLog, circuits });
   const attemptFeed = new RedisAttemptFeed(redis, keys, nowMs);
   const testEvents = new TestEventSender({ queues, nowMs });
+  const portalSessions = new RedisPortalSessions(redis, keys, nowMs);
   const ingestor = new Ingestor({
     redis,
     keys,
@@ -104,6 +106,7 @@ function composeStores(settings: StoreSettings) {
     operatorViews,
     attemptFeed,
     testEvents,
+    portalSessions,
     ingestor,
     /** The admin API's dependencies. */
     adminDeps(options: {
@@ -119,8 +122,10 @@ function composeStores(settings: StoreSettings) {
       allowPrivateTargets?: boolean;
       /** Serve `GET /metrics` on the API's port; default true. */
       metricsRoute?: boolean;
+      /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: the address a link's issuer called. */
+      publicUrl?: string;
     }): AdminDeps {
-      const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, ...rest } = options;
+      const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, publicUrl, ...rest } = options;
       return {
         ...rest,
         allowPrivateTargets: allowPrivateTargets ?? false,
@@ -135,6 +140,7 @@ function composeStores(settings: StoreSettings) {
         ingestor,
         deliveries: { history: deliveryLog, replayer, testEvents },
         operator: { views: operatorViews, replayer },
+        portal: { sessions: portalSessions, publicUrl },
       };
     },
   };
@@ -566,6 +572,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           ingestRateLimitPerSecond: config.ingestRateLimitPerSecond,
           allowPrivateTargets: config.allowPrivateTargets,
           metricsRoute: config.metricsOnApiPort,
+          ...(config.publicUrl === undefined ? {} : { publicUrl: config.publicUrl }),
         }),
       )
     : undefined;
