@@ -3,6 +3,9 @@ import { printJson, say } from './cli/output.js';
 import { toDelivery } from './admin/routes/deliveries.js';
 import { toWebhookStatus } from './admin/routes/operator.js';
 import { EXTERNAL_ID_RE, isUuid } from './domain/ids.js';
+import { PORTAL_PERMISSIONS, type PortalPermission } from './domain/roles.js';
+import { portalLink } from './admin/routes/portal.js';
+import { isSessionId, ttlMsOf, ttlProblem } from './store/portal-sessions.js';
 import type { Stores } from './engine.js';
 import type { FeedEntry } from './store/attempt-feed.js';
 import { WEBHOOK_STATES, type WebhookState } from './store/operator-views.js';
@@ -14,6 +17,10 @@ export interface OperatorCommandContext {
   usageError(message: string): Error;
   /** Resolves when the user interrupts (SIGINT/SIGTERM). */
   interrupted(): Promise<unknown>;
+  /** Where browsers reach the API: HOOKLINE_PUBLIC_URL, else the API's listen address. */
+  publicBaseUrl(): string;
+  /** Writes an audit line (stderr), as the key commands do. */
+  audit(fields: Record<string, unknown>, message: string): void;
 }
 
 const out = (line: string) => process.stdout.write(`${line}\n`);
@@ -182,6 +189,67 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
           stop.signal,
           () => say('watching delivery attempts (Ctrl-C to stop); workers start sending them within a second'),
         );
+      });
+    });
+}
+
+/**
+ * The vendor portal's links: `portal link` mints one (printed on stdout, shown once), `portal revoke`
+ * ends one session or every session of a vendor.
+ */
+export function addPortalCommands(program: Command, ctx: OperatorCommandContext): void {
+  const usageError = (message: string) => ctx.usageError(message);
+  const portal = program.command('portal').description('Vendor portal links: issue one, revoke sessions.');
+  portal
+    .command('link')
+    .description('Print a one-time link that opens the vendor portal for one vendor (the link is shown once).')
+    .requiredOption('--vendor <vendorId>', 'the vendor whose webhooks the portal shows')
+    .option('--permission <permission>', `${PORTAL_PERMISSIONS.join(', ')} (read: view; replay: + replays and test events; manage: + changes)`, 'read')
+    .option('--ttl <duration>', 'how long the session lasts, 5m to 7d', '24h')
+    .action(async (options: { vendor: string; permission: string; ttl: string }) => {
+      checkVendor(options.vendor, usageError);
+      if (!(PORTAL_PERMISSIONS as readonly string[]).includes(options.permission)) throw usageError(`--permission takes ${PORTAL_PERMISSIONS.join(', ')}`);
+      const problem = ttlProblem(options.ttl);
+      if (problem) throw usageError(`--${problem}`);
+      await ctx.withStores(async (stores) => {
+        const { session, token } = await stores.portalSessions.issue({
+          vendorId: options.vendor,
+          permission: options.permission as PortalPermission,
+          ttlMs: ttlMsOf(options.ttl),
+          issuedBy: 'cli',
+        });
+        out(portalLink(ctx.publicBaseUrl(), token));
+        ctx.audit(
+          {
+            event: 'portal.session_issued',
+            sessionId: session.id,
+            vendorId: session.vendorId,
+            permission: session.permission,
+            expiresAt: new Date(session.expiresAtMs).toISOString(),
+          },
+          `portal link for vendor ${session.vendorId} (${session.permission}) issued as ${session.id}; it works once and expires ${new Date(session.expiresAtMs).toISOString()}`,
+        );
+      });
+    });
+  portal
+    .command('revoke')
+    .description('Revoke one portal session (--session) or every session of a vendor (--vendor); they stop working at once.')
+    .option('--session <sessionId>', 'a session id (ps_…)')
+    .option('--vendor <vendorId>', 'every session of this vendor')
+    .action(async (options: { session?: string; vendor?: string }) => {
+      if ((options.session === undefined) === (options.vendor === undefined)) throw usageError('give either --session or --vendor');
+      checkVendor(options.vendor, usageError);
+      if (options.session !== undefined && !isSessionId(options.session)) throw usageError('--session must be a session id: ps_ and 24 hex digits');
+      await ctx.withStores(async (stores) => {
+        if (options.session !== undefined) {
+          const revoked = await stores.portalSessions.revoke(options.session);
+          if (!revoked) throw usageError(`no live portal session ${options.session}`);
+          ctx.audit({ event: 'portal.session_revoked', sessionId: revoked.id, vendorId: revoked.vendorId }, `revoked portal session ${revoked.id}`);
+          return out('1');
+        }
+        const revoked = await stores.portalSessions.revokeVendor(options.vendor!);
+        ctx.audit({ event: 'portal.sessions_revoked', vendorId: options.vendor, revoked }, `revoked ${revoked} portal sessions of vendor ${options.vendor}`);
+        out(String(revoked));
       });
     });
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { userInfo } from 'node:os';
 import { Command, Option } from 'commander';
-import { addOperatorCommands } from './cli-operator.js';
+import { addOperatorCommands, addPortalCommands } from './cli-operator.js';
 import { failure, UsageError } from './cli/errors.js';
 import { exitQuietlyWhenStdoutCloses, printJson, printRows, say, toApiKeyResource } from './cli/output.js';
 import { startupLine } from './cli/startup.js';
@@ -168,11 +168,23 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     if (!webhook) throw new UsageError(`no webhook with id ${webhookId}`);
     return webhook;
   };
-  addOperatorCommands(program, dlq, {
-    withStores: (body) => withStores(config(), body),
-    usageError: (message) => new UsageError(message),
+  const operatorContext = {
+    withStores: <T>(body: (stores: Stores) => Promise<T>) => withStores(config(), body),
+    usageError: (message: string) => new UsageError(message),
     interrupted: shutdownSignal,
-  });
+    publicBaseUrl: () => {
+      const c = config();
+      // A wildcard listen address is no place for a browser to go; this machine's loopback is.
+      const host = ['0.0.0.0', '::', '[::]'].includes(c.apiHost) ? '127.0.0.1' : c.apiHost.includes(':') ? `[${c.apiHost}]` : c.apiHost;
+      return c.publicUrl ?? `http://${host}:${c.apiPort}`;
+    },
+    audit: (fields: Record<string, unknown>, message: string) => {
+      const c = config();
+      commandLogger(c).info({ ...fields, by: operator() }, message);
+    },
+  };
+  addOperatorCommands(program, dlq, operatorContext);
+  addPortalCommands(program, operatorContext);
   dlq
     .command('replay')
     .description('Replay one dead letter (--delivery) or all of a webhook’s, showing progress; a running worker delivers them.')

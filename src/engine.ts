@@ -20,6 +20,7 @@ import { StreamIngestSource } from './ingest/stream-source.js';
 import type { Logger } from './logger.js';
 import { createMetrics, initialiseSeries, type Metrics } from './metrics/metrics.js';
 import { breakerObserver, deliveryObserver, ingestObserver, scrapeCollector } from './metrics/observers.js';
+import { RedisPortalSessions } from './store/portal-sessions.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
 import { RedisAttemptFeed, type FeedEntry } from './store/attempt-feed.js';
 import { RedisCircuitLog } from './store/circuits.js';
@@ -35,6 +36,12 @@ import { RedisReplayTasks } from './store/replay-tasks.js';
 import { SecretBox } from './store/secret-box.js';
 import { RedisWebhookStore } from './store/webhooks.js';
 import { VERSION } from './version.js';
+
+/**
+ * The package's `dist/portal/`, which `npm run build` writes. This module runs from `src/` (tsx) or
+ * `dist/` (built): the package root is one folder up either way.
+ */
+const PORTAL_ASSETS_DIR = fileURLToPath(new URL('../dist/portal/', import.meta.url));
 
 interface StoreSettings {
   /** The application connection (auto-pipelined). */
@@ -77,6 +84,7 @@ function composeStores(settings: StoreSettings) {
   const operatorViews = new OperatorViews({ webhooks, history: deliveryLog, circuits });
   const attemptFeed = new RedisAttemptFeed(redis, keys, nowMs);
   const testEvents = new TestEventSender({ queues, nowMs });
+  const portalSessions = new RedisPortalSessions(redis, keys, nowMs);
   const ingestor = new Ingestor({
     redis,
     keys,
@@ -105,6 +113,7 @@ function composeStores(settings: StoreSettings) {
     operatorViews,
     attemptFeed,
     testEvents,
+    portalSessions,
     ingestor,
     /** The admin API's dependencies. */
     adminDeps(options: {
@@ -120,13 +129,16 @@ function composeStores(settings: StoreSettings) {
       allowPrivateTargets?: boolean;
       /** Serve `GET /metrics` on the API's port; default true. */
       metricsRoute?: boolean;
-      /** The vendor portal's built browser app. */
-      portalAssetsDir: string;
+      /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: the address a link's issuer called. */
+      publicUrl?: string;
+      /** The vendor portal's built browser app; default the package's (PORTAL_ASSETS_DIR). */
+      portalAssetsDir?: string;
     }): AdminDeps {
-      const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, ...rest } = options;
+      const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, publicUrl, portalAssetsDir, ...rest } = options;
       return {
         ...rest,
         allowPrivateTargets: allowPrivateTargets ?? false,
+        portalAssetsDir: portalAssetsDir ?? PORTAL_ASSETS_DIR,
         ...(rateLimitPerSecond ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } } : {}),
         ...(ingestRateLimitPerSecond ? { ingestRateLimit: { budget: new RedisEventBudget(redis, keys), perSecond: ingestRateLimitPerSecond, nowMs } } : {}),
         apiKeys: this.apiKeys,
@@ -138,6 +150,7 @@ function composeStores(settings: StoreSettings) {
         ingestor,
         deliveries: { history: deliveryLog, replayer, testEvents },
         operator: { views: operatorViews, replayer },
+        portal: { sessions: portalSessions, publicUrl },
       };
     },
   };
@@ -358,15 +371,9 @@ export interface EngineOptions {
   nowMs?: () => number;
   /** What tests and the bench tune about the worker; production uses the defaults. */
   worker?: Pick<WorkerSettings, 'breaker' | 'webhookCacheTtlMs' | 'onOutcome'>;
-  /** Where the vendor portal's built browser app is; default the package's `dist/portal/` (see PORTAL_ASSETS_DIR). */
+  /** Where the vendor portal's built browser app is; default the package's `dist/portal/`. */
   portalAssetsDir?: string;
 }
-
-/**
- * The package's `dist/portal/`, which `npm run build` writes. This module runs from `src/` (tsx) or
- * `dist/` (built): the package root is one folder up either way.
- */
-const PORTAL_ASSETS_DIR = fileURLToPath(new URL('../dist/portal/', import.meta.url));
 
 /** A running (or ready to run) Hookline process. */
 export interface Engine {
@@ -577,7 +584,8 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           ingestRateLimitPerSecond: config.ingestRateLimitPerSecond,
           allowPrivateTargets: config.allowPrivateTargets,
           metricsRoute: config.metricsOnApiPort,
-          portalAssetsDir: options.portalAssetsDir ?? PORTAL_ASSETS_DIR,
+          ...(config.publicUrl === undefined ? {} : { publicUrl: config.publicUrl }),
+          ...(options.portalAssetsDir === undefined ? {} : { portalAssetsDir: options.portalAssetsDir }),
         }),
       )
     : undefined;

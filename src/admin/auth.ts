@@ -1,5 +1,7 @@
 import type { FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
-import { hasRole, type Principal, type Role } from '../domain/roles.js';
+import { timingSafeEqual } from 'node:crypto';
+import { hasRole, permits, type PortalPermission, type Principal, type Role } from '../domain/roles.js';
+import type { OpenedSession, PortalSessionLookup } from '../store/portal-sessions.js';
 import { keyFingerprint, type ApiKeyLookup } from '../store/api-keys.js';
 import type { RequestCounter } from '../store/rate-limiter.js';
 import { ApiError } from './errors.js';
@@ -7,6 +9,8 @@ import { ApiError } from './errors.js';
 declare module 'fastify' {
   interface FastifyRequest {
     principal?: Principal;
+    /** Set by portalSessionHook: the portal session whose cookie came with the request. */
+    portalSession?: OpenedSession;
   }
 }
 
@@ -16,6 +20,11 @@ interface AuthorizeOptions {
    * trusted traffic, turns it off and is bounded by its events-per-second limit instead.
    */
   requestLimited?: boolean;
+  /**
+   * The permission a vendor portal session needs here; when set, the route also accepts the portal's
+   * session cookie (with its CSRF header) in place of `X-API-Key`. Unset: API keys only.
+   */
+  portal?: PortalPermission;
 }
 
 /** A hook that lets a request through when its key has `role` (or any of `role` when several are given). */
@@ -27,6 +36,10 @@ export interface Authorization {
   roles: readonly Role[];
   /** Whether the per-key request limit applies (it answers 429 when configured). */
   requestLimited: boolean;
+  /** The permission a portal session needs; undefined when the route takes API keys only. */
+  portal: PortalPermission | undefined;
+  /** Only a portal session's cookie authenticates here (the portal's own session routes), with or without its CSRF header. */
+  sessionOnly?: { csrf: boolean };
 }
 
 /** Every hook an authorizer made, with what it checks. */
@@ -50,17 +63,104 @@ export interface RateLimit {
   nowMs: () => number;
 }
 
+/** The cookie that carries a vendor portal session. */
+export const PORTAL_COOKIE = 'hookline_portal';
+
+/** The request header a portal session's requests echo its CSRF token in. */
+export const CSRF_HEADER = 'x-csrf-token';
+
+/** The value of cookie `name` in a request's Cookie header, if it is there once. */
+function cookieOf(request: FastifyRequest, name: string): string | undefined {
+  const header = request.headers.cookie;
+  if (header === undefined) return undefined;
+  const values = header
+    .split(';')
+    .map((pair) => pair.trim())
+    .filter((pair) => pair.startsWith(`${name}=`))
+    .map((pair) => pair.slice(name.length + 1));
+  // Two cookies of one name (a sibling path or domain set one) are refused rather than guessed between.
+  return values.length === 1 ? values[0] : undefined;
+}
+
 /**
- * Builds the hook that authenticates `X-API-Key` and checks a role. It runs on request, before the
- * body is read, so an unauthenticated caller learns nothing from validation errors.
+ * Whether a cookie-authenticated request is the portal's own: it echoes the session's CSRF token in
+ * a header (a cross-site form or image cannot set headers, and another origin cannot read the token),
+ * and when the browser says where it comes from (Sec-Fetch-Site), it is this origin.
  */
-export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit): Authorizer {
+function sameOriginRequest(request: FastifyRequest, csrfToken: string): boolean {
+  const site = request.headers['sec-fetch-site'];
+  if (site !== undefined && site !== 'same-origin') return false;
+  const echoed = request.headers[CSRF_HEADER];
+  if (typeof echoed !== 'string' || echoed.length !== csrfToken.length) return false;
+  return timingSafeEqual(Buffer.from(echoed, 'utf8'), Buffer.from(csrfToken, 'utf8'));
+}
+
+/** The principal a portal session acts as: a vendor key of that vendor, with the session's permission. */
+function portalPrincipal({ session }: OpenedSession): Principal {
+  return {
+    keyId: session.id,
+    name: `portal session ${session.id}`,
+    roles: ['vendor'],
+    vendorId: session.vendorId,
+    portal: { sessionId: session.id, permission: session.permission },
+  };
+}
+
+/**
+ * Authenticates a portal session's cookie for a route that accepts one: 401 when the session is
+ * unknown, expired or revoked; 403 when the CSRF check fails or the permission is too low.
+ */
+async function authenticatePortal(
+  request: FastifyRequest,
+  sessions: PortalSessionLookup,
+  needs: PortalPermission,
+  options: { csrf: boolean } = { csrf: true },
+): Promise<OpenedSession> {
+  const cookie = cookieOf(request, PORTAL_COOKIE);
+  const opened = cookie === undefined ? undefined : await sessions.authenticate(cookie);
+  if (!opened) throw new ApiError('unauthorized', 'Missing or invalid API key, or the portal session has expired or was revoked');
+  if (options.csrf && !sameOriginRequest(request, opened.csrfToken)) throw new ApiError('csrf_failed');
+  if (!permits(opened.session.permission, needs)) {
+    throw new ApiError('portal_permission', `This portal session has the ${opened.session.permission} permission; this needs ${needs}`);
+  }
+  return opened;
+}
+
+/**
+ * The hook of the portal's own session routes: only the session cookie authenticates, and `csrf`
+ * says whether the request must echo the CSRF token too. The session lands on `request.portalSession`.
+ */
+export function portalSessionHook(sessions: PortalSessionLookup, options: { csrf: boolean }): onRequestAsyncHookHandler {
+  const hook = async function authorizePortalSession(request: FastifyRequest): Promise<void> {
+    request.portalSession = await authenticatePortal(request, sessions, 'read', options);
+  };
+  authorizations.set(hook, { roles: [], requestLimited: false, portal: 'read', sessionOnly: options });
+  return hook;
+}
+
+/**
+ * Builds the hook that authenticates `X-API-Key` (or, on routes that take one, a portal session's
+ * cookie) and checks a role. It runs on request, before the body is read, so an unauthenticated
+ * caller learns nothing from validation errors.
+ */
+export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit, portalSessions?: PortalSessionLookup): Authorizer {
   return (role, options = {}) => {
     const roles: readonly Role[] = typeof role === 'string' ? [role] : role;
     const limited = rateLimit && rateLimit.perSecond > 0 && options.requestLimited !== false ? rateLimit : undefined;
+    const portal = options.portal;
     const hook = async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {
       const header = request.headers['x-api-key'];
       const presented = Array.isArray(header) ? undefined : header?.trim();
+      if (!presented && portal !== undefined && portalSessions !== undefined && request.headers.cookie !== undefined) {
+        const opened = await authenticatePortal(request, portalSessions, portal);
+        // A session's requests count against a limit of their own, as a key's do.
+        if (limited && (await limited.counter.hit(`portal:${opened.session.id}`, limited.nowMs())) > limited.perSecond) {
+          void reply.header('retry-after', '1');
+          throw new ApiError('rate_limited', `Rate limit of ${limited.perSecond} requests per second for this session exceeded; retry after 1 s`);
+        }
+        request.principal = portalPrincipal(opened);
+        return;
+      }
       if (!presented) throw new ApiError('unauthorized');
       // The lookup and the request count go out together: one round trip.
       const [principal, count] = await Promise.all([
@@ -75,7 +175,7 @@ export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit): 
       if (!roles.some((r) => hasRole(principal, r))) throw new ApiError('forbidden', `This API key does not have the ${roles.join(' or ')} role`);
       request.principal = principal;
     };
-    authorizations.set(hook, { roles, requestLimited: options.requestLimited !== false });
+    authorizations.set(hook, { roles, requestLimited: options.requestLimited !== false, portal });
     return hook;
   };
 }

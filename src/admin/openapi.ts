@@ -152,6 +152,26 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     errors: ['invalid_deployment_id', 'deployment_not_found'],
   },
   'GET /rental/v1/machines': { operationId: 'listMachines', success: 'One page of matching machines.', errors: ['invalid_filter', 'machine_not_found'] },
+  'POST /admin/v1/portal/sessions': { operationId: 'issuePortalLink', success: 'Issued: the session and its one-time link.' },
+  'GET /admin/v1/portal/sessions': { operationId: 'listPortalSessions', success: 'The vendor’s live sessions, newest first.' },
+  'DELETE /admin/v1/portal/sessions/{session_id}': {
+    operationId: 'revokePortalSession',
+    success: 'Revoked.',
+    errors: ['invalid_session_id', 'portal_session_not_found'],
+  },
+  'DELETE /admin/v1/portal/sessions': { operationId: 'revokeVendorPortalSessions', success: 'Every session of the vendor revoked; how many were live.' },
+  'POST /portal/v1/session': {
+    operationId: 'openPortalSession',
+    success: 'Opened: the session cookie is set; the CSRF token to echo.',
+    errors: [
+      { code: 'portal_token_invalid', when: 'The token is malformed, was already used, has expired or was revoked.' },
+      { code: 'csrf_failed', when: 'The browser says the request came from another site (Sec-Fetch-Site).' },
+      { code: 'storage_unavailable', when: 'Redis is unreachable.' },
+      'internal',
+    ],
+  },
+  'GET /portal/v1/session': { operationId: 'getPortalSession', success: 'The session and its CSRF token.' },
+  'DELETE /portal/v1/session': { operationId: 'closePortalSession', success: 'Signed out: the session is revoked and its cookie cleared.' },
   'GET /portal/v1/catalogue': { operationId: 'getEventCatalogue', success: 'The six event types, each with its JSON Schema and a sample body.' },
 };
 
@@ -172,15 +192,30 @@ const STATUS_TEXT: Readonly<Record<number, string>> = {
 /** The answers that carry `Retry-After: 1`. */
 const RETRY_AFTER_STATUSES = new Set([429, 503]);
 
+const CSRF_DOC: ErrorDoc = {
+  code: 'csrf_failed',
+  when: 'A request made with the portal’s session cookie lacks the session’s X-CSRF-Token header, or comes from another site.',
+};
+
 /** The errors a route answers by its kind, then its handler's own; each code once. */
 function errorsOf(schema: FastifySchema, authorization: Authorization | undefined, own: OperationDoc['errors'] = []): ErrorDoc[] {
   const docs: ErrorDoc[] = [];
-  if (authorization) {
+  if (authorization?.sessionOnly) {
+    docs.push({ code: 'unauthorized', when: 'No portal session cookie, or its session has expired or was revoked.' });
+    if (authorization.sessionOnly.csrf) docs.push(CSRF_DOC);
+  } else if (authorization) {
     docs.push({ code: 'unauthorized', when: 'The X-API-Key header is missing, or names no valid key.' });
     const roleMessage = `This API key does not have the ${authorization.roles.join(' or ')} role`;
     docs.push({ code: 'forbidden', when: `${roleMessage}.`, message: roleMessage });
     if (authorization.roles.length === 1 && authorization.roles[0] === 'vendor')
       docs.push({ code: 'no_vendor', when: 'The API key is not bound to a vendor.' });
+    if (authorization.portal) {
+      docs.push(CSRF_DOC, {
+        code: 'portal_permission',
+        when: `A portal session without the ${authorization.portal} permission.`,
+        message: `This portal session has the read permission; this needs ${authorization.portal}`,
+      });
+    }
     if (authorization.requestLimited) {
       docs.push({
         code: 'rate_limited',
@@ -269,8 +304,15 @@ const transform: SwaggerTransform = (document) => {
     schema: {
       ...rest,
       ...(doc ? { operationId: doc.operationId } : {}),
-      // Routes with an authorizer inherit the document's API key requirement; the others need none.
-      ...(authorization ? {} : { security: [] }),
+      // Routes with an authorizer inherit the document's API key requirement (and take the portal's
+      // session cookie when they say so); the portal's session routes take only the cookie; the others need none.
+      ...(authorization?.sessionOnly
+        ? { security: [{ portalSession: [] }] }
+        : authorization?.portal
+          ? { security: [{ apiKey: [] }, { portalSession: [] }] }
+          : authorization
+            ? {}
+            : { security: [] }),
       response: responses,
     },
   };
@@ -387,7 +429,19 @@ export function swaggerOptions(): FastifyDynamicSwaggerOptions {
         contact: { name: 'Hookline maintainers' },
       },
       servers: [{ url: '/', description: 'The engine serving this document' }],
-      components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' } } },
+      components: {
+        securitySchemes: {
+          apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' },
+          portalSession: {
+            type: 'apiKey',
+            in: 'cookie',
+            name: 'hookline_portal',
+            description:
+              'The vendor portal’s session cookie (POST /portal/v1/session sets it). Requests made with it also carry the ' +
+              'session’s X-CSRF-Token header, and may do what the session’s permission allows (read, replay or manage).',
+          },
+        },
+      },
       security: [{ apiKey: [] }],
       tags: [
         { name: 'webhooks', description: 'A vendor’s webhooks (scoped to the key’s vendor)' },
@@ -395,8 +449,11 @@ export function swaggerOptions(): FastifyDynamicSwaggerOptions {
         { name: 'rental', description: 'Tasks, agent status and the machine listing' },
         { name: 'ingest', description: 'Events from the platform’s producer services (role events:write)' },
         { name: 'operator', description: 'The operator’s views and actions across vendors (role admin)' },
+        {
+          name: 'portal',
+          description: 'The vendor portal: magic-link sessions (role portal:issue), the browser’s session, and the public event catalogue its pages read',
+        },
         { name: 'health', description: 'Liveness and readiness' },
-        { name: 'portal', description: 'The vendor portal: its sessions and the public event catalogue its pages read' },
         { name: 'callbacks', description: 'What a webhook’s callback_url receives: one signed POST per event, and how its answer is read' },
       ],
     },

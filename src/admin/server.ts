@@ -10,6 +10,7 @@ import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { portalAssets } from '../portal/assets.js';
 import { catalogueRoutes } from '../portal/catalogue.js';
+import { portalSessionRoutes, type PortalRouteDeps } from './routes/portal.js';
 import type { ApiKeyLookup } from '../store/api-keys.js';
 import type { MachineListing } from '../store/machines.js';
 import { isRedisUnavailable } from '../store/redis.js';
@@ -43,6 +44,8 @@ export interface AdminDeps {
   deliveries: Omit<DeliveryRouteDeps, 'authorize' | 'webhooks'>;
   /** The operator's views and actions across vendors (role admin). */
   operator: Omit<OperatorRouteDeps, 'authorize' | 'webhooks' | 'logger'>;
+  /** Vendor portal sessions: issuing links, and the session cookie the vendor routes accept. */
+  portal: Omit<PortalRouteDeps, 'authorize' | 'logger' | 'nowMs'>;
   /** Per-key request limit (429 with Retry-After past it); event ingest is exempt. */
   rateLimit?: RateLimit;
   /** Event ingest's own limit, in events per second per key (429 with Retry-After past it). */
@@ -180,13 +183,14 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   await app.register(fastifySwaggerUi, { routePrefix: '/docs' });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
-  const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit);
+  const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit, deps.portal.sessions);
   await app.register(healthRoutes({ isReady: deps.isReady }));
   await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, allowPrivateTargets: deps.allowPrivateTargets, nowMs: deps.nowMs ?? Date.now }));
   await app.register(eventRoutes({ authorize, ingestor: deps.ingestor, ...(deps.ingestRateLimit ? { ingestRateLimit: deps.ingestRateLimit } : {}) }));
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
   await app.register(operatorRoutes({ authorize, webhooks: deps.webhooks, logger: deps.logger, ...deps.operator }));
+  await app.register(portalSessionRoutes({ authorize, logger: deps.logger, nowMs: deps.nowMs ?? Date.now, ...deps.portal }));
   await app.register(agentRoutes({ authorize, agents: deps.agents }));
   await app.register(machineRoutes({ authorize, machines: deps.machines }));
   // The vendor portal's page and its event catalogue.

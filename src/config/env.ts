@@ -33,6 +33,19 @@ const boolean = (fallback: boolean) =>
     .default(fallback ? 'true' : 'false')
     .transform((v) => v === 'true' || v === '1' || v === 'yes');
 
+/** Why `text` cannot be the address browsers reach the API at, or undefined when it can. */
+function publicUrlProblem(text: string): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return 'expected an absolute http(s) URL such as https://hooks.example.com';
+  }
+  if (url.protocol !== 'https:' && url.protocol !== 'http:') return 'expected an http or https URL';
+  if (url.search || url.hash || url.username || url.password) return 'expected a URL without query, fragment or credentials';
+  return undefined;
+}
+
 /** The environment variables Hookline reads, with defaults; README's table and .env.example mirror it. */
 export const envSchema = z.object({
   REDIS_URL: z
@@ -50,6 +63,15 @@ export const envSchema = z.object({
     .default('hl'),
   HOOKLINE_API_HOST: z.string().trim().min(1).default('127.0.0.1'),
   HOOKLINE_API_PORT: port(8080),
+  HOOKLINE_PUBLIC_URL: z
+    .string()
+    .trim()
+    .superRefine((v, ctx) => {
+      const problem = publicUrlProblem(v);
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    .transform((v) => v.replace(/\/+$/, ''))
+    .optional(),
   HOOKLINE_METRICS_PORT: port(9464),
   HOOKLINE_METRICS_ON_API_PORT: boolean(true),
   HOOKLINE_SECRET_KEY: z
@@ -128,6 +150,8 @@ export interface Config {
   readonly redisPrefix: string;
   readonly apiHost: string;
   readonly apiPort: number;
+  /** Where browsers reach the API (portal links start with it); unset: the address a link's issuer called (the CLI: the API's listen address). */
+  readonly publicUrl: string | undefined;
   /** A worker's health server: `/healthz`, `/readyz`, `/metrics`; the API's too when `metricsOnApiPort` is false. */
   readonly metricsPort: number;
   /** Serve `/metrics` on the API port (true), or on `metricsPort` only, so the API port can be published without it. */
@@ -197,6 +221,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     redisPrefix: e.HOOKLINE_REDIS_PREFIX,
     apiHost: e.HOOKLINE_API_HOST,
     apiPort: e.HOOKLINE_API_PORT,
+    publicUrl: e.HOOKLINE_PUBLIC_URL,
     metricsPort: e.HOOKLINE_METRICS_PORT,
     metricsOnApiPort: e.HOOKLINE_METRICS_ON_API_PORT,
     secretKey: e.HOOKLINE_SECRET_KEY === undefined ? undefined : Buffer.from(e.HOOKLINE_SECRET_KEY, 'base64'),

@@ -76,6 +76,12 @@ export function redisKeys(prefix: string) {
       open: (taskId: string) => `${tag(`task:${taskId}`)}:open`,
     },
     agent: (deploymentId: string) => tag(`agent:${deploymentId}`),
+    portal: {
+      /** hash with the session's TTL: vendor, permission, times, and digests of the link token and the cookie */
+      session: (sessionId: string) => tag(`portal:${sessionId}`),
+      /** sorted set: a vendor's session ids → expiry (ms), for revoking them all */
+      ofVendor: (vendorId: string) => tag(`portal-vendor:${vendorId}`),
+    },
   } as const;
 }
 

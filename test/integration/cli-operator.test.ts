@@ -126,4 +126,47 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     tail.child.kill('SIGINT');
     expect(await tail.exited).toBe(0);
   }, 60_000);
+
+  it('portal link prints a one-time link to the API (or HOOKLINE_PUBLIC_URL); portal revoke ends sessions; bad usage exits 2', async () => {
+    t = await testApp();
+    const env = {
+      ...cleanEnv(),
+      REDIS_URL: t.url,
+      HOOKLINE_REDIS_PREFIX: t.prefix,
+      HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
+      HOOKLINE_API_PORT: '18080',
+    };
+    const linked = await runCli(['portal', 'link', '--vendor', 'vendor-a', '--permission', 'replay', '--ttl', '2h'], env);
+    expect(linked.code, linked.stderr).toBe(0);
+    const url = linked.stdout.trim();
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:18080\/portal\/#token=ps_[0-9a-f]{24}\.[A-Za-z0-9_-]{43}$/);
+    // The audit line names the session, never the token.
+    expect(linked.stderr).toContain('portal.session_issued');
+    expect(linked.stderr).not.toContain(url.split('#token=')[1]!);
+    const opened = await t.portalSessions.exchange(url.split('#token=')[1]!);
+    expect(opened?.session).toMatchObject({ vendorId: 'vendor-a', permission: 'replay', issuedBy: 'cli' });
+    expect(opened!.session.expiresAtMs - opened!.session.createdAtMs).toBe(2 * 3_600_000);
+
+    const publicUrl = await runCli(['portal', 'link', '--vendor', 'vendor-a'], { ...env, HOOKLINE_PUBLIC_URL: 'https://hooks.example.com/' });
+    expect(publicUrl.stdout.trim()).toMatch(/^https:\/\/hooks\.example\.com\/portal\/#token=ps_/);
+
+    const one = await runCli(['portal', 'revoke', '--session', opened!.session.id], env);
+    expect(one.code, one.stderr).toBe(0);
+    expect(await t.portalSessions.authenticate(opened!.cookieValue)).toBeUndefined();
+    const all = await runCli(['portal', 'revoke', '--vendor', 'vendor-a'], env);
+    expect(all.stdout.trim()).toBe('1');
+
+    for (const args of [
+      ['portal', 'link'],
+      ['portal', 'link', '--vendor', 'v', '--permission', 'admin'],
+      ['portal', 'link', '--vendor', 'v', '--ttl', '30d'],
+      ['portal', 'link', '--vendor', 'has space'],
+      ['portal', 'revoke'],
+      ['portal', 'revoke', '--session', 'nope'],
+    ]) {
+      const bad = await runCli(args, env);
+      expect(bad.code, args.join(' ')).toBe(2);
+      expect(bad.stderr, args.join(' ')).toMatch(/vendor|permission|ttl|session/);
+    }
+  });
 });

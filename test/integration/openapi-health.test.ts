@@ -58,6 +58,9 @@ describe('OpenAPI, docs and health', () => {
         '/admin/v1/webhooks/{webhook_id}/dead-letters/replay',
         '/admin/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay',
         '/admin/v1/dead-letters',
+        '/admin/v1/portal/sessions',
+        '/admin/v1/portal/sessions/{session_id}',
+        '/portal/v1/session',
         '/portal/v1/catalogue',
       ].sort(),
     );
@@ -125,26 +128,41 @@ describe('OpenAPI, docs and health', () => {
     expect(exampleCodes(doc.paths['/vendors/v1/webhooks']?.post, '409')).toEqual(['webhook_conflict']);
     expect(exampleCodes(doc.paths['/vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay']?.post, '409')).toEqual(['not_dead_letter']);
     expect(exampleCodes(doc.paths['/rental/v1/tasks/{task_id}']?.get, '404')).toEqual(['task_not_found']);
-    expect(exampleCodes(doc.paths['/vendors/v1/webhooks']?.get, '403').sort()).toEqual(['forbidden', 'no_vendor']);
+    // A vendor route the portal's session cookie opens also answers the portal's 403s.
+    expect(exampleCodes(doc.paths['/vendors/v1/webhooks']?.get, '403').sort()).toEqual(['csrf_failed', 'forbidden', 'no_vendor', 'portal_permission']);
+    expect(exampleCodes(doc.paths['/admin/v1/webhooks']?.get, '403').sort()).toEqual(['forbidden']);
   });
 
   it('documents 401, 403, 429, 500 and 503 wherever a key is needed, with Retry-After on 429 and 503; none on the probes', async () => {
     const doc = await servedDocument(t.app);
     const problems: string[] = [];
     const open: string[] = [];
+    const portal: string[] = [];
     for (const [name, op] of operationsOf(doc)) {
-      // An operation without its own `security` needs the document's API key.
-      if (op.security !== undefined) {
-        expect(op.security, name).toEqual([]);
+      // An operation without its own `security` needs the document's API key; one with the API key
+      // or the portal's cookie is a vendor route the portal calls; one with the cookie alone is the portal's own.
+      if (op.security !== undefined && op.security.length === 0) {
         open.push(name);
-        if (op.responses['401']) problems.push(`${name}: needs no key, documents 401`);
+        // Opening a portal session needs no key: the link's token in the body is the credential, and a bad one answers 401.
+        if (op.responses['401'] && name !== 'POST /portal/v1/session') problems.push(`${name}: needs no key, documents 401`);
         continue;
+      }
+      if (op.security !== undefined) {
+        expect([[{ apiKey: [] }, { portalSession: [] }], [{ portalSession: [] }]], name).toContainEqual(op.security);
+        if (op.security.length === 2) portal.push(name);
+        else {
+          for (const status of ['401', '500', '503']) if (!op.responses[status]) problems.push(`${name}: no ${status}`);
+          continue;
+        }
       }
       for (const status of ['401', '403', '429', '500', '503']) if (!op.responses[status]) problems.push(`${name}: no ${status}`);
       for (const status of ['429', '503']) if (!op.responses[status]?.headers?.['Retry-After']) problems.push(`${name} ${status}: no Retry-After`);
     }
     expect(problems).toEqual([]);
-    expect(open.sort()).toEqual(['GET /healthz', 'GET /portal/v1/catalogue', 'GET /readyz']);
+    expect(open.sort()).toEqual(['GET /healthz', 'GET /portal/v1/catalogue', 'GET /readyz', 'POST /portal/v1/session']);
+    // Every vendor route takes the portal's cookie too, and nothing else does.
+    expect(portal.filter((name) => !/ \/vendors\/v1\/| \/rental\/v1\/tasks\//.test(name))).toEqual([]);
+    expect(portal.length).toBe(operationsOf(doc).filter(([name]) => name.includes(' /vendors/v1/')).length + 1);
     // Ingest is exempt from the per-key request limit; its 429 is its own events-per-second limit.
     expect(doc.paths['/internal/v1/events']?.post?.responses['429']?.description).toContain('HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND');
     expect(exampleCodes(doc.paths['/rental/v1/machines']?.get, '503')).toEqual(['storage_unavailable']);

@@ -148,7 +148,9 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
   const checkedDeliveryId = (deliveryId: string) => checkedUuid(deliveryId, 'invalid_delivery_id');
 
   return async (app) => {
-    const onRequest = deps.authorize('vendor');
+    // Portal sessions: reading needs read; replays and test events need replay.
+    const onRequest = deps.authorize('vendor', { portal: 'read' });
+    const onReplay = deps.authorize('vendor', { portal: 'replay' });
     const tags = ['deliveries'];
 
     app.get(
@@ -232,7 +234,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
     app.post(
       '/vendors/v1/webhooks/:webhook_id/dead-letters/:delivery_id/replay',
       {
-        onRequest,
+        onRequest: onReplay,
         schema: {
           tags,
           summary: 'Replay one dead letter',
@@ -254,7 +256,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
     app.post(
       '/vendors/v1/webhooks/:webhook_id/dead-letters/replay',
       {
-        onRequest,
+        onRequest: onReplay,
         schema: {
           tags,
           summary: 'Replay every dead letter of a webhook',
@@ -273,7 +275,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
     app.post(
       '/vendors/v1/webhooks/:webhook_id/test',
       {
-        onRequest,
+        onRequest: onReplay,
         schema: {
           tags,
           summary: 'Send a test event',

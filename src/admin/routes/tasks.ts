@@ -22,7 +22,7 @@ export function taskRoutes(deps: { authorize: Authorizer; tasks: TaskReader }): 
     app.get(
       '/rental/v1/tasks/:task_id',
       {
-        onRequest: deps.authorize(['tasks:read', 'vendor']),
+        onRequest: deps.authorize(['tasks:read', 'vendor'], { portal: 'read' }),
         schema: {
           tags: ['rental'],
           summary: 'Get a task',

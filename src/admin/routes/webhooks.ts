@@ -34,7 +34,9 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
   };
 
   return async (app) => {
-    const onRequest = deps.authorize('vendor');
+    // Portal sessions: listing needs read; every change needs manage.
+    const onRequest = deps.authorize('vendor', { portal: 'manage' });
+    const onRead = deps.authorize('vendor', { portal: 'read' });
 
     app.post(
       '/vendors/v1/webhooks',
@@ -68,16 +70,23 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
     app.get(
       '/vendors/v1/webhooks',
       {
-        onRequest,
+        onRequest: onRead,
         schema: {
           tags: ['webhooks'],
           summary: 'List the vendor’s webhooks',
-          description: 'Every webhook of the key’s vendor, with its secret when it has one and whether deliveries to it are enabled.',
+          description:
+            'Every webhook of the key’s vendor, with its secret when it has one and whether deliveries to it are enabled. ' +
+            'A vendor portal session sees secrets only with the manage permission.',
           querystring: noQueryParameters,
           response: { 200: z.object({ webhooks: z.array(webhookResourceSchema) }), ...errorResponses(401, 403, 500) },
         },
       },
-      async (request) => ({ webhooks: (await deps.webhooks.list(vendorOf(request))).map((webhook) => toWebhookResource(webhook, deps.nowMs())) }),
+      async (request) => {
+        // A portal session below manage sees no secret: whoever holds the secret can sign as the platform.
+        const hideSecrets = request.principal?.portal !== undefined && request.principal.portal.permission !== 'manage';
+        const webhooks = (await deps.webhooks.list(vendorOf(request))).map((webhook) => toWebhookResource(webhook, deps.nowMs()));
+        return { webhooks: hideSecrets ? webhooks.map(({ secret: _secret, ...rest }) => rest) : webhooks };
+      },
     );
 
     app.patch(
