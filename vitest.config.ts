@@ -24,6 +24,18 @@ export default defineConfig({
         },
       },
       {
+        // The vendor portal in a real Chromium (playwright-core, the system's /usr/bin/chromium)
+        // against a listening API, a worker and receivers on 127.0.0.1.
+        extends: true,
+        test: {
+          name: 'browser',
+          include: ['test/browser/**/*.test.ts'],
+          globalSetup: ['test/helpers/global-setup.ts', 'test/helpers/portal-setup.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+        },
+      },
+      {
         // Redocly CLI and Spectral on the served OpenAPI document: `npm run lint:openapi`, also run by
         // CI. A project of its own: the linters are CPU-heavy, and beside the timing-sensitive
         // integration tests on a 2-core machine they would slow those.

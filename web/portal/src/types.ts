@@ -74,7 +74,7 @@ export interface Attempt {
   error: string | null;
   response_snippet: string | null;
   /** The headers sent, signature values masked (engines from the version that records them). */
-  request_headers?: Record<string, string>;
+  request_headers?: Record<string, string> | null;
 }
 
 export interface DeliveryPage {

@@ -52,7 +52,7 @@ export function NoticesPage({ session }: { session: Session }) {
         <ul class="cards">
           {disabled.map((webhook) => (
             <li key={webhook.webhook_id}>
-              <DisabledNotice webhook={webhook} session={session} onChanged={notices.reload} />
+              <DisabledNotice webhook={webhook} session={session} />
             </li>
           ))}
           {circuits.map((stats) => {
@@ -81,7 +81,8 @@ export function NoticesPage({ session }: { session: Session }) {
   );
 }
 
-function DisabledNotice({ webhook, session, onChanged }: { webhook: Webhook; session: Session; onChanged: () => void }) {
+/** A disabled webhook; once re-enabled it stays listed (with the replay's progress) until the page is refreshed. */
+function DisabledNotice({ webhook, session }: { webhook: Webhook; session: Session }) {
   const { busy, error, run } = useAction();
   const [taskId, setTaskId] = useState<string>();
   const reason = webhook.disabled_reason ?? 'paused';
@@ -97,7 +98,7 @@ function DisabledNotice({ webhook, session, onChanged }: { webhook: Webhook; ses
   return (
     <article class="card notice-card" aria-labelledby={`notice-${webhook.webhook_id}`}>
       <h2 id={`notice-${webhook.webhook_id}`}>{eventTypeName(webhook.event_type)}</h2>
-      <Badge label={{ icon: '‖', text: DISABLED_SHORT[reason], tone: 'bad' }} />
+      {taskId ? <Badge label={{ icon: '●', text: 'Enabled again', tone: 'ok' }} /> : <Badge label={{ icon: '‖', text: DISABLED_SHORT[reason], tone: 'bad' }} />}
       <p>{DISABLED_TEXT[reason]}</p>
       <p class="muted">
         Callback URL <code class="wrap">{webhook.callback_url}</code>, since {formatTime(webhook.updated_at)}. Events that arrived meanwhile are dead letters:
@@ -105,7 +106,7 @@ function DisabledNotice({ webhook, session, onChanged }: { webhook: Webhook; ses
       </p>
       <ErrorText error={error} />
       {taskId ? (
-        <ReplayProgress taskId={taskId} onEnded={onChanged} />
+        <ReplayProgress taskId={taskId} />
       ) : can(session.permission, 'manage') ? (
         <div class="actions">
           <button type="button" class="primary" disabled={busy} onClick={() => void recover()}>

@@ -1,0 +1,296 @@
+import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chromiumMissing, launchChromium } from '../helpers/browser.js';
+import { waitFor } from '../helpers/wait.js';
+import { HOSTILE_BODY, portalWorld, SECRET, VENDOR, type PortalWorld } from './fixture.js';
+
+const skip = chromiumMissing();
+if (skip) console.warn(skip);
+
+type Permission = 'read' | 'replay' | 'manage';
+
+const EXPIRED_TEXT = 'This portal link has expired or was revoked. Ask for a new link.';
+const LINK_INVALID_TEXT = 'This portal link is invalid, was already used, has expired or was revoked.';
+
+/** A page of the portal, with what would betray a problem: script errors, dialogs, CSP refusals, requests to other origins. */
+interface Portal {
+  page: Page;
+  context: BrowserContext;
+  problems: string[];
+}
+
+describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, worker, receivers)', () => {
+  let w: PortalWorld;
+  let browser: Browser;
+  const contexts: BrowserContext[] = [];
+
+  beforeAll(async () => {
+    w = await portalWorld();
+    await w.ingest('EVENT_TYPE_MACHINE_CREATED', 3);
+    browser = await launchChromium();
+  });
+  afterAll(async () => {
+    for (const context of contexts) await context.close();
+    await browser?.close();
+    await w?.close();
+  });
+
+  /** Mints a link as the platform's backend would: POST /admin/v1/portal/sessions over HTTP. */
+  async function mint(permission: Permission, ttl = '1h'): Promise<{ session_id: string; url: string }> {
+    const res = await fetch(`${w.baseUrl}/admin/v1/portal/sessions`, {
+      method: 'POST',
+      headers: { 'x-api-key': w.adminKey, 'content-type': 'application/json' },
+      body: JSON.stringify({ vendor_id: VENDOR, permission, ttl }),
+    });
+    expect(res.status).toBe(201);
+    const link = (await res.json()) as { session_id: string; url: string };
+    expect(link.url).toMatch(new RegExp(`^${w.baseUrl}/portal/#token=`));
+    return link;
+  }
+
+  /** Opens `url` in a fresh browser (no cookies), watching for problems. */
+  async function open(url: string, viewport = { width: 1280, height: 900 }): Promise<Portal> {
+    const context = await browser.newContext({ viewport });
+    contexts.push(context);
+    context.setDefaultTimeout(15_000);
+    const page = await context.newPage();
+    const problems: string[] = [];
+    page.on('console', (message) => {
+      // The browser reports each 4xx/5xx answer (a 401 after revocation, say) as a console error: expected.
+      if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) problems.push(`console: ${message.text()}`);
+    });
+    page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+    page.on('dialog', (dialog) => {
+      problems.push(`dialog: ${dialog.message()}`);
+      void dialog.dismiss();
+    });
+    page.on('request', (request) => {
+      if (!request.url().startsWith(`${w.baseUrl}/`) && !request.url().startsWith('data:')) problems.push(`request to another origin: ${request.url()}`);
+    });
+    await page.goto(url);
+    return { page, context, problems };
+  }
+
+  /** A tab of the portal's navigation. */
+  const tab = (page: Page, name: string): Locator => page.getByRole('navigation', { name: 'Portal' }).getByRole('link', { name });
+
+  /** The card of one webhook on the endpoints page. */
+  const card = (page: Page, name: string): Locator => page.locator('article.card', { has: page.getByRole('heading', { name }) });
+
+  /** Makes the failing receiver fail the next event (500 and HOSTILE_BODY), ingests one, and answers its dead letter's id. */
+  async function deadLetter(): Promise<string> {
+    w.bad.script('/deployments', { status: 500, headers: { 'content-type': 'text/html' }, body: HOSTILE_BODY });
+    await w.ingest('EVENT_TYPE_DEPLOYMENT_STOPPED');
+    const res = await w.t.app.inject({
+      method: 'GET',
+      url: `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}/dead-letters?limit=1`,
+      headers: { 'x-api-key': w.vendorKey },
+    });
+    return res.json<{ dead_letters: { delivery_id: string }[] }>().dead_letters[0]!.delivery_id;
+  }
+
+  const scrollWidth = (page: Page) => page.evaluate<number>('document.scrollingElement.scrollWidth');
+
+  it('manage: a link opens the vendor’s webhooks only; a failed delivery shows its attempts and hostile body as text; replay, test event and rotation work; revoking ends access', async () => {
+    const failed = await deadLetter();
+    const link = await mint('manage');
+    const { page, problems } = await open(link.url);
+
+    // The token leaves the address bar; the header says whose portal this is and what it may do.
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    expect(page.url()).toBe(`${w.baseUrl}/portal/#/endpoints`);
+    const header = page.locator('header.top');
+    expect(await header.textContent()).toContain(VENDOR);
+    expect(await header.textContent()).toContain('manage');
+    await header.getByRole('button', { name: 'Sign out' }).waitFor();
+
+    // The vendor's three webhooks, and nothing of the other vendor's.
+    await page.getByRole('heading', { name: 'Deployment stopped' }).waitFor();
+    await page.getByRole('heading', { name: 'Machine removed' }).waitFor();
+    expect(await page.locator('article.card').count()).toBe(3);
+    expect(await page.content()).not.toContain('/other-vendor-hook');
+    await card(page, 'Machine removed').getByText('Disabled: receiver answered 410 Gone').waitFor();
+
+    // Secrets are hidden until revealed.
+    const machineCreated = card(page, 'Machine created');
+    expect(await page.content()).not.toContain(SECRET);
+    await machineCreated.getByRole('button', { name: 'Reveal' }).click();
+    await machineCreated.getByText(SECRET).waitFor();
+    await machineCreated.getByRole('button', { name: 'Hide' }).click();
+    expect(await page.content()).not.toContain(SECRET);
+
+    // The failed delivery opens to its attempt; the receiver's markup is shown as text and runs nothing.
+    await card(page, 'Deployment stopped').getByRole('link', { name: 'Delivery log' }).click();
+    await page.locator(`a[href$="/${failed}"]`).click();
+    await page.getByRole('heading', { name: `Delivery ${failed.slice(0, 8)}` }).waitFor();
+    const attempt = page.getByRole('article', { name: 'Attempt 1' });
+    await attempt.getByText('Server error (5xx) · HTTP 500').waitFor();
+    expect(await attempt.locator('pre.snippet').textContent()).toBe(HOSTILE_BODY);
+    expect(await page.locator('.detail img').count()).toBe(0);
+    expect(await page.evaluate('window.__pwned')).toBeUndefined();
+
+    // Replayed once the receiver answers again, and seen delivered.
+    w.bad.script('/deployments', { status: 200 });
+    const received = w.bad.at('/deployments').length;
+    await page.getByRole('button', { name: 'Replay', exact: true }).click();
+    await page.locator('.watch', { hasText: 'Replay:' }).getByText('Delivered · HTTP 200').waitFor();
+    expect(w.bad.at('/deployments').length).toBeGreaterThan(received);
+
+    // A test event, watched until it arrives.
+    await page.getByRole('button', { name: 'Send test event' }).click();
+    await page.locator('.watch', { hasText: 'Test event:' }).getByText('Delivered · HTTP 200').waitFor();
+    await waitFor(() => w.bad.at('/deployments').some((r) => (JSON.parse(r.body) as { data: { test?: boolean } }).data.test === true));
+
+    // Rotating a secret shows the new one once; the webhook now signs with it.
+    await tab(page, 'Endpoints').click();
+    await machineCreated.getByRole('button', { name: 'Rotate secret' }).click();
+    await machineCreated.getByRole('group', { name: 'Rotate secret' }).getByRole('button', { name: 'Rotate secret' }).click();
+    const shown = (await machineCreated.locator('.secret-new').textContent()) ?? '';
+    expect(shown).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.secret).toBe(shown);
+    await machineCreated.getByRole('button', { name: 'Copy secret' }).waitFor();
+    await machineCreated.getByRole('button', { name: 'I have stored it' }).click();
+    expect(await page.content()).not.toContain(shown);
+
+    // Revoked: the next call answers 401 and the page says so.
+    const revoked = await fetch(`${w.baseUrl}/admin/v1/portal/sessions/${link.session_id}`, { method: 'DELETE', headers: { 'x-api-key': w.adminKey } });
+    expect(revoked.status).toBe(204);
+    await tab(page, 'Notices').click();
+    await page.getByText(EXPIRED_TEXT).waitFor();
+    expect(await page.locator('nav.tabs').count()).toBe(0);
+    expect(problems).toEqual([]);
+  });
+
+  it('read: no button that changes anything, and the server refuses a replay made with its cookie', async () => {
+    const failed = await deadLetter();
+    const { page, problems } = await open((await mint('read')).url);
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    await card(page, 'Machine removed').getByText('Disabled: receiver answered 410 Gone').waitFor();
+    const changing = /^(Add a webhook|Edit|Delete|Rotate secret|Pause|Enable|Reveal)$/;
+    expect(await page.getByRole('button', { name: changing }).count()).toBe(0);
+    // No secret reaches a read session at all.
+    expect(await page.content()).not.toContain('whsec_');
+
+    await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}/${failed}`);
+    await page.getByRole('article', { name: 'Attempt 1' }).waitFor();
+    expect(await page.locator('.detail').getByText('Dead letter').count()).toBe(1);
+    expect(await page.getByRole('button', { name: /^(Replay|Send test event|Replay all dead letters)$/ }).count()).toBe(0);
+
+    const path = `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}/dead-letters/${failed}/replay`;
+    const refused = await page.evaluate(async (replayPath) => {
+      const session = (await (await fetch('/portal/v1/session')).json()) as { csrf_token: string };
+      const res = await fetch(replayPath, { method: 'POST', headers: { 'x-csrf-token': session.csrf_token } });
+      return { status: res.status, body: (await res.json()) as { code: string } };
+    }, path);
+    expect(refused).toMatchObject({ status: 403, body: { code: 'portal_permission' } });
+    expect(problems).toEqual([]);
+  });
+
+  it('replay: replays all dead letters with a live progress bar; no create, edit, delete or rotate', async () => {
+    await deadLetter();
+    await deadLetter();
+    w.bad.script('/deployments', { status: 200 });
+    const { page, problems } = await open((await mint('replay')).url);
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    expect(await page.getByRole('button', { name: /^(Add a webhook|Edit|Delete|Rotate secret|Pause|Enable)$/ }).count()).toBe(0);
+    expect(await page.content()).not.toContain('whsec_');
+
+    await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}`);
+    await page.getByRole('button', { name: 'Replay all dead letters' }).click();
+    await page.getByText('✓ Replay finished').waitFor();
+    const bar = page.locator('.watch progress');
+    const [value, max] = [await bar.getAttribute('value'), await bar.getAttribute('max')];
+    expect(Number(value)).toBeGreaterThanOrEqual(2);
+    expect(value).toBe(max);
+    await page
+      .locator('.watch')
+      .getByText(/delivered, 0 failed/)
+      .waitFor();
+    expect(problems).toEqual([]);
+  });
+
+  it('notices: a disabled webhook with its reason, re-enabled and its dead letters replayed in one click', async () => {
+    w.good.script('/removed', { status: 200 });
+    const received = w.good.at('/removed').length;
+    const { page, problems } = await open((await mint('manage')).url);
+    await tab(page, 'Notices').click();
+    const notice = page.locator('article.notice-card', { has: page.getByRole('heading', { name: 'Machine removed' }) });
+    await notice.getByText('The receiver answered 410 Gone').waitFor();
+    await notice.getByRole('button', { name: 'Re-enable and replay dead letters' }).click();
+    await notice.getByText('✓ Replay finished').waitFor();
+    expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineRemoved))?.disabled).toBeUndefined();
+    expect(w.good.at('/removed').length).toBeGreaterThan(received);
+    expect(problems).toEqual([]);
+  });
+
+  it('a link works once: opened again elsewhere it fails, while the first browser keeps its session', async () => {
+    const link = await mint('read');
+    const first = await open(link.url);
+    await first.page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    expect(first.page.url()).not.toContain('token=');
+
+    const second = await open(link.url);
+    await second.page.getByRole('heading', { name: 'This link does not open the portal' }).waitFor();
+    await second.page.getByText(LINK_INVALID_TEXT).waitFor();
+    expect(second.page.url()).not.toContain('token=');
+
+    // The first browser's cookie still holds the session: a reload opens it without the token.
+    await first.page.reload();
+    await first.page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    expect([...first.problems, ...second.problems]).toEqual([]);
+  });
+
+  it('an expired link fails, and a session that expires while open loses access', async () => {
+    const expire = (sessionId: string) => w.t.redis.hset(w.t.keys.portal.session(sessionId), 'expiresAtMs', String(Date.now() - 1_000));
+    const unopened = await mint('read');
+    await expire(unopened.session_id);
+    const late = await open(unopened.url);
+    await late.page.getByText(LINK_INVALID_TEXT).waitFor();
+
+    const link = await mint('read');
+    const { page, problems } = await open(link.url);
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    await expire(link.session_id);
+    await tab(page, 'Delivery log').click();
+    await page.getByText(EXPIRED_TEXT).waitFor();
+    expect([...late.problems, ...problems]).toEqual([]);
+  });
+
+  it('signing out ends the session on the server', async () => {
+    const { page, problems } = await open((await mint('read')).url);
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('heading', { name: 'Signed out' }).waitFor();
+    expect(await page.evaluate(async () => (await fetch('/portal/v1/session')).status)).toBe(401);
+    expect(problems).toEqual([]);
+  });
+
+  it('fits a 375 px wide screen: no page scrolls sideways', async () => {
+    const failed = await deadLetter();
+    const { page, problems } = await open((await mint('manage')).url, { width: 375, height: 800 });
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
+    await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}/${failed}`);
+    await page.getByRole('article', { name: 'Attempt 1' }).waitFor();
+    expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
+    await tab(page, 'Event catalogue').click();
+    await page.getByRole('heading', { name: 'Verify a signature' }).waitFor();
+    expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
+    await tab(page, 'Notices').click();
+    await page.getByRole('heading', { name: 'Notices', exact: true }).waitFor();
+    expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
+    expect(problems).toEqual([]);
+  });
+
+  it('is usable with the keyboard: tabbing reaches the navigation and Enter follows it', async () => {
+    const { page, problems } = await open((await mint('read')).url);
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    await page.keyboard.press('Tab');
+    expect(await page.evaluate('document.activeElement.textContent')).toBe('Skip to content');
+    // Sign out, then the four tabs: the catalogue is the fourth stop after the skip link.
+    for (let i = 0; i < 4; i++) await page.keyboard.press('Tab');
+    expect(await page.evaluate('document.activeElement.textContent')).toBe('Event catalogue');
+    await page.keyboard.press('Enter');
+    await page.getByRole('heading', { name: 'Verify a signature' }).waitFor();
+    expect(problems).toEqual([]);
+  });
+});
