@@ -5,6 +5,7 @@ import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions, type Ci
 import { HttpSender } from './delivery/http-sender.js';
 import type { DeliveryProcessorDeps, FinishedOutcome } from './delivery/attempt.js';
 import { createBatchProcessor } from './delivery/batch-processor.js';
+import { createOperationalProcessor, operationalWebhookQueuer } from './delivery/operational.js';
 import { createSingleProcessor } from './delivery/single-processor.js';
 import { DeliveryQueues } from './delivery/queue.js';
 import { DeadLetterReplayer } from './delivery/replay.js';
@@ -50,6 +51,11 @@ interface StoreSettings {
   dedupeWindowMs?: number;
   /** When given, ingest counts batches into it and logs one line per batch. */
   observability?: { metrics: Metrics; logger: Logger };
+  /**
+   * When given (HOOKLINE_OPERATIONAL_WEBHOOK_URL is set), each disable the engine makes and each
+   * re-enable of such a webhook queues an operational webhook, whichever process makes the change.
+   */
+  operationalWebhooks?: { logger: Logger };
   nowMs?: () => number;
 }
 
@@ -58,11 +64,6 @@ function composeStores(settings: StoreSettings) {
   const nowMs = settings.nowMs ?? Date.now;
   const { redis } = settings;
   const keys = redisKeys(settings.redisPrefix);
-  const webhooks = new RedisWebhookStore(redis, keys, new SecretBox(settings.secretKey), () => new Date(nowMs()), settings.secretRotationOverlapMs);
-  const tasks = createTaskStore(redis, keys);
-  const agents = createAgentStatusStore(redis, keys);
-  const machines = new RedisMachineStore(redis, keys);
-  const deliveryLog = new RedisDeliveryLog(redis, keys);
   const queues = new DeliveryQueues({
     connection: settings.queueConnection,
     keys,
@@ -71,6 +72,18 @@ function composeStores(settings: StoreSettings) {
     // Connection trouble is logged once per outage by the connection watcher; this keeps BullMQ quiet.
     onError: (error) => settings.observability?.logger.debug({ err: error.message }, 'delivery queue error'),
   });
+  const webhooks = new RedisWebhookStore(
+    redis,
+    keys,
+    new SecretBox(settings.secretKey),
+    () => new Date(nowMs()),
+    settings.secretRotationOverlapMs,
+    settings.operationalWebhooks && operationalWebhookQueuer(queues, settings.operationalWebhooks.logger),
+  );
+  const tasks = createTaskStore(redis, keys);
+  const agents = createAgentStatusStore(redis, keys);
+  const machines = new RedisMachineStore(redis, keys);
+  const deliveryLog = new RedisDeliveryLog(redis, keys);
   const replayTasks = new RedisReplayTasks(redis, keys, tasks, (refs) => deliveryLog.progressOf(refs), nowMs);
   const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, replayTasks, nowMs });
   const circuits = new RedisCircuitLog(redis, keys);
@@ -165,6 +178,8 @@ interface WorkerSettings {
   breaker?: Partial<BreakerOptions>;
   /** Counts attempts, outcomes and circuit changes. */
   metrics?: Metrics;
+  /** The operator's receiver of operational webhooks and its secret; absent: this worker sends none. */
+  operationalWebhook?: { url: string; secret: string };
   onOutcome?: (outcome: FinishedOutcome) => void;
   nowMs?: () => number;
 }
@@ -299,6 +314,18 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
   const { deps, sender, breakers, slots, gate, detach } = composeDeliveryDeps(stores, settings);
   const processBatch = createBatchProcessor(deps);
   const processSingle = createSingleProcessor(deps);
+  const { operationalWebhook } = settings;
+  const operationalProcessor =
+    operationalWebhook &&
+    createOperationalProcessor({
+      sender,
+      target: operationalWebhook,
+      retryScheduleMs: settings.retryScheduleMs,
+      timeoutMs: settings.deliveryTimeoutMs,
+      logger: settings.logger,
+      nowMs: deps.nowMs,
+      random: deps.random,
+    });
   const pool = new DeliveryWorkerPool({
     connection: settings.workerConnection,
     keys: stores.keys,
@@ -307,6 +334,7 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
     batchProcessor: processBatch,
     singleProcessor: processSingle,
     replayer: stores.replayer,
+    ...(operationalProcessor ? { operationalProcessor } : {}),
     logger: settings.logger,
     lockDurationMs: settings.lockDurationMs ?? 30_000,
   });
@@ -521,6 +549,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     queuePartitions: config.queuePartitions,
     secretRotationOverlapMs: config.secretRotationOverlapMs,
     dedupeWindowMs: config.dedupeWindowMs,
+    ...(config.operationalWebhook ? { operationalWebhooks: { logger } } : {}),
     nowMs,
   });
 
@@ -537,6 +566,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           sustainedFailureWindowMs: config.sustainedFailureWindowMs,
           lockDurationMs: config.workerLockDurationMs,
           ...(metrics ? { metrics } : {}),
+          ...(config.operationalWebhook ? { operationalWebhook: config.operationalWebhook } : {}),
           ...options.worker,
           nowMs,
         })

@@ -41,6 +41,8 @@ export interface TestAppOptions {
   prefix?: string;
   /** Where the engine logs (default: nowhere). */
   logger?: pino.Logger;
+  /** HOOKLINE_OPERATIONAL_WEBHOOK_URL and _SECRET; workers started for the app inherit them. */
+  operationalWebhook?: EngineConfig['operationalWebhook'];
 }
 
 /**
@@ -77,6 +79,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: options.rateLimitPerSecond }),
     ...(options.ingestRateLimitPerSecond === undefined ? {} : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
     ...(options.allowPrivateTargets === undefined ? {} : { allowPrivateTargets: options.allowPrivateTargets }),
+    ...(options.operationalWebhook === undefined ? {} : { operationalWebhook: options.operationalWebhook }),
   });
   const engine = await testEngine(config, { role: 'api' }, options.logger);
   const { stores } = engine;
