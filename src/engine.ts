@@ -242,17 +242,22 @@ function feedObserver(feed: Pick<RedisAttemptFeed, 'publish'>): (outcome: Finish
   };
 }
 
-/** What the delivery processors of one process run on: sender, breakers, send slots, storage gate and stores. */
-function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'workerConnection' | 'lockDurationMs'>) {
-  const nowMs = settings.nowMs ?? Date.now;
-  const sender = new HttpSender({
+/** The delivery sender's options for a worker of these settings. */
+function senderOptions(settings: Pick<WorkerSettings, 'allowPrivateTargets' | 'deliveryTimeoutMs' | 'concurrency'>) {
+  return {
     allowPrivateTargets: settings.allowPrivateTargets,
     connectTimeoutMs: Math.min(5_000, settings.deliveryTimeoutMs),
     maxResponseBytes: 64 * 1024,
     snippetBytes: 4 * 1024,
     userAgent: `Hookline/${VERSION}`,
     connections: Math.max(10, settings.concurrency),
-  });
+  };
+}
+
+/** What the delivery processors of one process run on: sender, breakers, send slots, storage gate and stores. */
+function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'workerConnection' | 'lockDurationMs'>) {
+  const nowMs = settings.nowMs ?? Date.now;
+  const sender = new HttpSender(senderOptions(settings));
   const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: settings.deliveryTimeoutMs, ...settings.breaker };
   const breakers = new EndpointBreakers(breakerOptions, circuitObserver(settings.logger, settings.metrics, stores.circuits, nowMs));
   // Endpoints that never answered or were slow lately may hold at most a fifth of the slots.
@@ -315,10 +320,14 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
   const processBatch = createBatchProcessor(deps);
   const processSingle = createSingleProcessor(deps);
   const { operationalWebhook } = settings;
+  // The operator set this URL, unlike vendors' callback URLs: it is trusted, and usually on the
+  // platform's private network, so the SSRF guard does not apply to it (a sender of its own).
+  const operationalSender = operationalWebhook && new HttpSender({ ...senderOptions(settings), allowPrivateTargets: true, connections: 2 });
   const operationalProcessor =
+    operationalSender &&
     operationalWebhook &&
     createOperationalProcessor({
-      sender,
+      sender: operationalSender,
       target: operationalWebhook,
       retryScheduleMs: settings.retryScheduleMs,
       timeoutMs: settings.deliveryTimeoutMs,
@@ -357,7 +366,7 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
       clearTimeout(timer);
       if (!idle) result = 'forced';
       // Requests still in flight past the grace period are abandoned: their jobs run again elsewhere.
-      await sender.close(idle ? undefined : 0);
+      await Promise.all([sender.close(idle ? undefined : 0), operationalSender?.close(0)]);
       return result;
     },
   };
