@@ -6,6 +6,7 @@ import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions, type Ci
 import { HttpSender } from './delivery/http-sender.js';
 import type { DeliveryProcessorDeps, FinishedOutcome } from './delivery/attempt.js';
 import { createBatchProcessor } from './delivery/batch-processor.js';
+import { createOperationalProcessor, operationalWebhookQueuer } from './delivery/operational.js';
 import { createSingleProcessor } from './delivery/single-processor.js';
 import { DeliveryQueues } from './delivery/queue.js';
 import { DeadLetterReplayer } from './delivery/replay.js';
@@ -57,6 +58,11 @@ interface StoreSettings {
   dedupeWindowMs?: number;
   /** When given, ingest counts batches into it and logs one line per batch. */
   observability?: { metrics: Metrics; logger: Logger };
+  /**
+   * When given (HOOKLINE_OPERATIONAL_WEBHOOK_URL is set), each disable the engine makes and each
+   * re-enable of such a webhook queues an operational webhook, whichever process makes the change.
+   */
+  operationalWebhooks?: { logger: Logger };
   nowMs?: () => number;
 }
 
@@ -65,11 +71,6 @@ function composeStores(settings: StoreSettings) {
   const nowMs = settings.nowMs ?? Date.now;
   const { redis } = settings;
   const keys = redisKeys(settings.redisPrefix);
-  const webhooks = new RedisWebhookStore(redis, keys, new SecretBox(settings.secretKey), () => new Date(nowMs()), settings.secretRotationOverlapMs);
-  const tasks = createTaskStore(redis, keys);
-  const agents = createAgentStatusStore(redis, keys);
-  const machines = new RedisMachineStore(redis, keys);
-  const deliveryLog = new RedisDeliveryLog(redis, keys);
   const queues = new DeliveryQueues({
     connection: settings.queueConnection,
     keys,
@@ -78,6 +79,18 @@ function composeStores(settings: StoreSettings) {
     // Connection trouble is logged once per outage by the connection watcher; this keeps BullMQ quiet.
     onError: (error) => settings.observability?.logger.debug({ err: error.message }, 'delivery queue error'),
   });
+  const webhooks = new RedisWebhookStore(
+    redis,
+    keys,
+    new SecretBox(settings.secretKey),
+    () => new Date(nowMs()),
+    settings.secretRotationOverlapMs,
+    settings.operationalWebhooks && operationalWebhookQueuer(queues, settings.operationalWebhooks.logger),
+  );
+  const tasks = createTaskStore(redis, keys);
+  const agents = createAgentStatusStore(redis, keys);
+  const machines = new RedisMachineStore(redis, keys);
+  const deliveryLog = new RedisDeliveryLog(redis, keys);
   const replayTasks = new RedisReplayTasks(redis, keys, tasks, (refs) => deliveryLog.progressOf(refs), nowMs);
   const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, replayTasks, nowMs });
   const circuits = new RedisCircuitLog(redis, keys);
@@ -175,6 +188,8 @@ interface WorkerSettings {
   breaker?: Partial<BreakerOptions>;
   /** Counts attempts, outcomes and circuit changes. */
   metrics?: Metrics;
+  /** The operator's receiver of operational webhooks and its secret; absent: this worker sends none. */
+  operationalWebhook?: { url: string; secret: string };
   onOutcome?: (outcome: FinishedOutcome) => void;
   nowMs?: () => number;
 }
@@ -237,17 +252,22 @@ function feedObserver(feed: Pick<RedisAttemptFeed, 'publish'>): (outcome: Finish
   };
 }
 
-/** What the delivery processors of one process run on: sender, breakers, send slots, storage gate and stores. */
-function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'workerConnection' | 'lockDurationMs'>) {
-  const nowMs = settings.nowMs ?? Date.now;
-  const sender = new HttpSender({
+/** The delivery sender's options for a worker of these settings. */
+function senderOptions(settings: Pick<WorkerSettings, 'allowPrivateTargets' | 'deliveryTimeoutMs' | 'concurrency'>) {
+  return {
     allowPrivateTargets: settings.allowPrivateTargets,
     connectTimeoutMs: Math.min(5_000, settings.deliveryTimeoutMs),
     maxResponseBytes: 64 * 1024,
     snippetBytes: 4 * 1024,
     userAgent: `Hookline/${VERSION}`,
     connections: Math.max(10, settings.concurrency),
-  });
+  };
+}
+
+/** What the delivery processors of one process run on: sender, breakers, send slots, storage gate and stores. */
+function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'workerConnection' | 'lockDurationMs'>) {
+  const nowMs = settings.nowMs ?? Date.now;
+  const sender = new HttpSender(senderOptions(settings));
   const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: settings.deliveryTimeoutMs, ...settings.breaker };
   const breakers = new EndpointBreakers(breakerOptions, circuitObserver(settings.logger, settings.metrics, stores.circuits, nowMs));
   // Endpoints that never answered or were slow lately may hold at most a fifth of the slots.
@@ -309,6 +329,22 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
   const { deps, sender, breakers, slots, gate, detach } = composeDeliveryDeps(stores, settings);
   const processBatch = createBatchProcessor(deps);
   const processSingle = createSingleProcessor(deps);
+  const { operationalWebhook } = settings;
+  // The operator set this URL, unlike vendors' callback URLs: it is trusted, and usually on the
+  // platform's private network, so the SSRF guard does not apply to it (a sender of its own).
+  const operationalSender = operationalWebhook && new HttpSender({ ...senderOptions(settings), allowPrivateTargets: true, connections: 2 });
+  const operationalProcessor =
+    operationalSender &&
+    operationalWebhook &&
+    createOperationalProcessor({
+      sender: operationalSender,
+      target: operationalWebhook,
+      retryScheduleMs: settings.retryScheduleMs,
+      timeoutMs: settings.deliveryTimeoutMs,
+      logger: settings.logger,
+      nowMs: deps.nowMs,
+      random: deps.random,
+    });
   const pool = new DeliveryWorkerPool({
     connection: settings.workerConnection,
     keys: stores.keys,
@@ -317,6 +353,7 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
     batchProcessor: processBatch,
     singleProcessor: processSingle,
     replayer: stores.replayer,
+    ...(operationalProcessor ? { operationalProcessor } : {}),
     logger: settings.logger,
     lockDurationMs: settings.lockDurationMs ?? 30_000,
   });
@@ -339,7 +376,7 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
       clearTimeout(timer);
       if (!idle) result = 'forced';
       // Requests still in flight past the grace period are abandoned: their jobs run again elsewhere.
-      await sender.close(idle ? undefined : 0);
+      await Promise.all([sender.close(idle ? undefined : 0), operationalSender?.close(0)]);
       return result;
     },
   };
@@ -533,6 +570,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     queuePartitions: config.queuePartitions,
     secretRotationOverlapMs: config.secretRotationOverlapMs,
     dedupeWindowMs: config.dedupeWindowMs,
+    ...(config.operationalWebhook ? { operationalWebhooks: { logger } } : {}),
     nowMs,
   });
 
@@ -549,6 +587,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           sustainedFailureWindowMs: config.sustainedFailureWindowMs,
           lockDurationMs: config.workerLockDurationMs,
           ...(metrics ? { metrics } : {}),
+          ...(config.operationalWebhook ? { operationalWebhook: config.operationalWebhook } : {}),
           ...options.worker,
           nowMs,
         })

@@ -103,7 +103,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
   },
   'GET /vendors/v1/webhooks/{webhook_id}/deliveries/{delivery_id}': {
     operationId: 'getDelivery',
-    success: 'The delivery and every attempt made.',
+    success: 'The delivery and every attempt made, each with the headers of its request (signatures masked).',
     errors: deliveryLookup,
   },
   'GET /vendors/v1/webhooks/{webhook_id}/dead-letters': {

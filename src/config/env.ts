@@ -142,7 +142,54 @@ export const envSchema = z.object({
     .min(1024, 'expected at least 1024 bytes')
     .max(64 * 1024 * 1024, 'expected at most 64 MiB')
     .default(1024 * 1024),
+  HOOKLINE_OPERATIONAL_WEBHOOK_URL: z
+    .string()
+    .trim()
+    .superRefine((v, ctx) => {
+      const problem = operationalUrlProblem(v);
+      if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    .optional(),
+  HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: z
+    .string()
+    .trim()
+    .refine(
+      // Standard Webhooks: the part after the prefix is the base64 HMAC key.
+      (v) => /^whsec_[A-Za-z0-9+/]+={0,2}$/.test(v) && Buffer.from(v.slice('whsec_'.length), 'base64').length >= 16,
+      'expected a Standard Webhooks secret: whsec_ followed by base64 of at least 16 random bytes (echo "whsec_$(openssl rand -base64 32)")',
+    )
+    .optional(),
 });
+
+/** Why `text` cannot be the operational webhook URL, or undefined when it can. */
+function operationalUrlProblem(text: string): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return 'expected an absolute http(s) URL';
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return 'expected an http or https URL';
+  // Credentials in a URL end up in logs and proxies: the signature is how the receiver trusts a request.
+  if (url.username !== '' || url.password !== '') return 'must not contain credentials (the receiver checks the signature instead)';
+  if (url.hash !== '') return 'must not contain a fragment';
+  return undefined;
+}
+
+/**
+ * The rules between variables, each naming the variable to fix and why. Checked once every variable
+ * parsed on its own, so a message never speaks of a value that was itself invalid.
+ */
+function crossFieldProblems(e: z.infer<typeof envSchema>): { variable: string; message: string }[] {
+  const problems: { variable: string; message: string }[] = [];
+  if (e.HOOKLINE_OPERATIONAL_WEBHOOK_URL !== undefined && e.HOOKLINE_OPERATIONAL_WEBHOOK_SECRET === undefined) {
+    problems.push({
+      variable: 'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET',
+      message: 'required when HOOKLINE_OPERATIONAL_WEBHOOK_URL is set: operational webhooks are always signed, so their receiver can tell them from forgeries',
+    });
+  }
+  return problems;
+}
 
 export interface Config {
   /** Unset: `hookline start` runs an embedded local redis-server. `redis+cluster://…` names a Redis Cluster. */
@@ -187,6 +234,11 @@ export interface Config {
   readonly rateLimitPerSecond: number;
   /** Events ingested over HTTP per second per API key (0: no limit). */
   readonly ingestRateLimitPerSecond: number;
+  /**
+   * Where `webhook.disabled` and `webhook.recovered` notices go, and the whsec_ secret that signs
+   * them; undefined: none are sent.
+   */
+  readonly operationalWebhook: { readonly url: string; readonly secret: string } | undefined;
 }
 
 /**
@@ -216,6 +268,10 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
   }
   const e = parsed.data;
+  const problems = crossFieldProblems(e);
+  if (problems.length > 0) {
+    throw new ConfigError(`Invalid configuration:\n${problems.map((p) => `  ${p.variable}: ${p.message}`).join('\n')}`);
+  }
   return Object.freeze({
     redisUrl: e.REDIS_URL,
     redisPrefix: e.HOOKLINE_REDIS_PREFIX,
@@ -243,5 +299,9 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
     rateLimitPerSecond: e.HOOKLINE_RATE_LIMIT_PER_SECOND,
     ingestRateLimitPerSecond: e.HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND,
+    operationalWebhook:
+      e.HOOKLINE_OPERATIONAL_WEBHOOK_URL === undefined || e.HOOKLINE_OPERATIONAL_WEBHOOK_SECRET === undefined
+        ? undefined
+        : Object.freeze({ url: e.HOOKLINE_OPERATIONAL_WEBHOOK_URL, secret: e.HOOKLINE_OPERATIONAL_WEBHOOK_SECRET }),
   });
 }

@@ -1,7 +1,7 @@
 import type { Webhook } from '../domain/webhook.js';
 import { signingSecrets } from '../domain/webhook.js';
 import type { Logger } from '../logger.js';
-import type { AttemptOutcome, DeliveryStatus } from '../domain/delivery.js';
+import type { AttemptOutcome, DeliveryStatus, SentRequest } from '../domain/delivery.js';
 import type { DeliveryRecorder } from '../store/delivery-log.js';
 import type { EndpointMemory } from '../store/endpoints.js';
 import type { WebhookSource } from '../store/webhooks.js';
@@ -11,7 +11,7 @@ import type { SendRequest, SendResult } from './http-sender.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { SingleDelivery } from './queue.js';
 import type { SendSlots } from './send-slots.js';
-import { signatureHeaders } from './sign.js';
+import { deliveryHeaders } from './sign.js';
 import type { StorageGate } from './storage-gate.js';
 import type { DeferralWakeups } from './wakeups.js';
 
@@ -24,7 +24,7 @@ import type { DeferralWakeups } from './wakeups.js';
 /** What the processors need; the composition root (createEngine) wires them, with a clock of its own for tests. */
 export interface DeliveryProcessorDeps {
   webhooks: WebhookSource;
-  sender: { send(request: SendRequest): Promise<SendResult> };
+  sender: { send(request: SendRequest): Promise<SendResult>; readonly userAgent: string };
   recorder: DeliveryRecorder;
   /** Where deliveries that leave a batch (retries, deferrals, hand-offs) go, and how deferred ones are woken. */
   singles: {
@@ -308,10 +308,13 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
 
   /** Signs, sends, decides and records one admitted attempt; always gives the slot back. */
   async function attempt(data: DeliverJob, webhook: Webhook, attemptNo: number, started: StartedAttempt): Promise<AttemptEnd> {
+    // One instant for both: the attempt is recorded at startedMs, and signed with its whole seconds,
+    // so the delivery log rebuilds the exact webhook-timestamp from the record.
     const startedMs = deps.nowMs();
+    const request = buildRequest(data, webhook, attemptNo, startedMs, deps.deliveryTimeoutMs);
     let result: SendResult;
     try {
-      result = await deps.sender.send(buildRequest(data, webhook, attemptNo, startedMs, deps.deliveryTimeoutMs));
+      result = await deps.sender.send(request);
     } catch (error) {
       // send() reports failures as values; an exception is a bug, but must not leak the slot.
       deps.breakers.finish(started.endpoint, started.ticket, 'failed', deps.nowMs());
@@ -324,7 +327,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
     // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
     // at most as many attempts as it has slots (sent or answered, but not yet recorded).
     try {
-      return await conclude(data, webhook, attemptNo, result, startedMs, endedMs);
+      return await conclude(data, webhook, attemptNo, result, startedMs, endedMs, sentRequest(request, deps.sender.userAgent));
     } finally {
       deps.slots.release(started.suspect);
     }
@@ -337,7 +340,15 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
   }
 
   /** Decides what follows an attempt, records it, disables the webhook when it must be, logs and counts. */
-  async function conclude(data: DeliverJob, webhook: Webhook, attemptNo: number, result: SendResult, startedMs: number, endedMs: number): Promise<AttemptEnd> {
+  async function conclude(
+    data: DeliverJob,
+    webhook: Webhook,
+    attemptNo: number,
+    result: SendResult,
+    startedMs: number,
+    endedMs: number,
+    sent?: SentRequest,
+  ): Promise<AttemptEnd> {
     const decision = decide({ result, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, nowMs: endedMs, random: deps.random });
     const outcome = attemptOutcome(result);
     let failingSinceMs: number | undefined;
@@ -350,6 +361,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
           outcome,
           durationMs: result.durationMs,
           ...(result.kind === 'response' ? { statusCode: result.status, responseSnippet: result.bodySnippet } : { error: result.message }),
+          ...(sent === undefined ? {} : { sent }),
         },
         status: STATUS_OF[decision.action],
         ...(decision.action === 'retry' ? { nextAttemptAtMs: endedMs + decision.delayMs } : {}),
@@ -398,10 +410,25 @@ function buildRequest(job: DeliverJob, webhook: Webhook, attempt: number, nowMs:
     url: webhook.callbackUrl,
     body: job.body,
     timeoutMs,
-    headers: {
-      ...signatureHeaders({ webhookId: job.eventId, timestampSec: Math.floor(nowMs / 1000), body: job.body, secrets: signingSecrets(webhook, nowMs) }),
-      'x-webhook-event': job.eventType,
-      'x-webhook-attempt': String(attempt),
-    },
+    headers: deliveryHeaders({
+      webhookId: job.eventId,
+      eventType: job.eventType,
+      attempt,
+      timestampSec: Math.floor(nowMs / 1000),
+      body: job.body,
+      secrets: signingSecrets(webhook, nowMs),
+    }),
   };
+}
+
+/** What the attempt record keeps of a request so its headers can be shown exactly (about 100 bytes of JSON). */
+function sentRequest(request: SendRequest, userAgent: string): SentRequest {
+  let host = '';
+  try {
+    host = new URL(request.url).host;
+  } catch {
+    // Never stored (registration checks URLs); the sender reports such a URL as a network error.
+  }
+  const signature = request.headers['webhook-signature'];
+  return { host, bodyBytes: Buffer.byteLength(request.body), signatures: signature === undefined ? 0 : signature.split(' ').length, userAgent };
 }

@@ -72,6 +72,11 @@ export class HttpSender {
     });
   }
 
+  /** The user-agent header every request carries. */
+  get userAgent(): string {
+    return this.#options.userAgent;
+  }
+
   /** One delivery attempt: a response of any status, or the class of error that prevented one. */
   async send(request: SendRequest): Promise<SendResult> {
     const started = performance.now();

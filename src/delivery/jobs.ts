@@ -25,6 +25,20 @@ export const JOBS = {
     name: 'replay-dead-letters',
     schema: z.object({ taskId: z.string(), vendorId: z.string(), webhookId: z.string() }),
   },
+  /**
+   * One operational webhook (`webhook.disabled`, `webhook.recovered`) to the operator's receiver,
+   * with its exact body, so every retry sends the same bytes under the same `webhook-id`.
+   */
+  operationalWebhook: {
+    name: 'operational-webhook',
+    schema: z.object({
+      id: z.string(),
+      type: z.enum(['webhook.disabled', 'webhook.recovered']),
+      webhookId: z.string(),
+      vendorId: z.string(),
+      body: z.string(),
+    }),
+  },
 } as const satisfies Record<string, { name: string; schema: z.ZodType }>;
 
 /** Deliveries per batch job at most: bounds a job's size and the work a crash makes a worker redo. */
@@ -37,6 +51,7 @@ export function batchIdOf(deliveryIds: readonly string[]): string {
   return `b-${hash.digest('hex').slice(0, 32)}`;
 }
 export type ReplayDeadLettersJob = z.infer<typeof JOBS.replayDeadLetters.schema>;
+export type OperationalWebhookJob = z.infer<typeof JOBS.operationalWebhook.schema>;
 
 /**
  * The delivery id of (event, webhook): a UUID derived from both, so enqueueing the same pair again

@@ -3,13 +3,15 @@ import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
 import type { DeliverJob } from '../domain/delivery.js';
-import { BATCH_MAX, batchIdOf, deliveryIdFor, JOBS, partitionOf, type ReplayDeadLettersJob } from './jobs.js';
+import { BATCH_MAX, batchIdOf, deliveryIdFor, JOBS, partitionOf, type OperationalWebhookJob, type ReplayDeadLettersJob } from './jobs.js';
 
 /** Ingest's batches: first attempts of many deliveries per job. */
 export const BATCH_QUEUE_NAME = 'deliveries';
 /** Every delivery that runs on its own: retries, deferrals, replays and test events. */
 export const SINGLE_QUEUE_NAME = 'retries';
 export const CONTROL_QUEUE_NAME = 'control';
+/** Operational webhooks to the operator's receiver; beside the control queue, under its hash tag. */
+export const OPERATIONAL_QUEUE_NAME = 'operational';
 /** Spare attempts for unexpected processor errors (a Redis blip while recording), beyond the schedule. */
 const SPARE_ATTEMPTS = 10;
 const FAILED_JOB_RETENTION_S = 7 * 24 * 3_600;
@@ -44,6 +46,7 @@ export interface SingleDelivery {
 export class DeliveryQueues implements DeliveryEnqueuer {
   readonly partitions: DeliveryPartition[];
   readonly control: Queue;
+  readonly operational: Queue;
   readonly retryScheduleMs: readonly number[];
 
   constructor(private readonly options: DeliveryQueueOptions) {
@@ -55,6 +58,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       singles: queue(SINGLE_QUEUE_NAME, options.keys.deliveryQueuePrefix(n)),
     }));
     this.control = queue(CONTROL_QUEUE_NAME, options.keys.controlQueuePrefix);
+    this.operational = queue(OPERATIONAL_QUEUE_NAME, options.keys.controlQueuePrefix);
     const onError = options.onError ?? (() => undefined);
     for (const q of this.allQueues()) q.on('error', onError);
   }
@@ -137,6 +141,11 @@ export class DeliveryQueues implements DeliveryEnqueuer {
     });
   }
 
+  /** Queues an operational webhook; retried on the delivery schedule by its processor's own decisions. */
+  async addOperationalWebhook(job: OperationalWebhookJob): Promise<void> {
+    await this.operational.add(JOBS.operationalWebhook.name, job, this.jobOptions(job.id, this.options.retryScheduleMs[0] ?? 0));
+  }
+
   /** Jobs by state over all partitions (waiting, delayed, active, …); a batch job counts once. */
   async counts(): Promise<Record<string, number>> {
     const queues = this.partitions.flatMap((p) => [p.batches, p.singles]);
@@ -151,7 +160,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   }
 
   private allQueues(): Queue[] {
-    return [...this.partitions.flatMap((p) => [p.batches, p.singles]), this.control];
+    return [...this.partitions.flatMap((p) => [p.batches, p.singles]), this.control, this.operational];
   }
 
   private byPartition<T>(items: readonly T[], jobOf: (item: T) => { webhookId: string }): Map<number, T[]> {

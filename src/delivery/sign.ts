@@ -51,3 +51,16 @@ export function signatureHeaders(input: SignatureInput): Record<string, string> 
   headers['x-webhook-signature'] = `sha256=${legacySignature(keysOf(legacySecret).legacy, bytes)}`;
   return headers;
 }
+
+/**
+ * The headers Hookline sets on a delivery (lowercase names, in the order sent): the signature
+ * headers, then `x-webhook-event` and `x-webhook-attempt`. The sender adds content-type and
+ * user-agent, the HTTP client host, connection and content-length (see attemptRequestHeaders).
+ */
+export function deliveryHeaders(input: SignatureInput & { eventType: string; attempt: number }): Record<string, string> {
+  return {
+    ...signatureHeaders(input),
+    'x-webhook-event': input.eventType,
+    'x-webhook-attempt': String(input.attempt),
+  };
+}

@@ -4,7 +4,7 @@ import type { RedisKeys } from '../store/keys.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import { BATCH_MAX, JOBS } from './jobs.js';
 import { backoffFromError, RetryLaterError, StorageUnavailableError } from './signals.js';
-import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
+import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, OPERATIONAL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
 import type { DeadLetterReplayer } from './replay.js';
 
 export interface DeliveryWorkerPoolOptions {
@@ -19,6 +19,8 @@ export interface DeliveryWorkerPoolOptions {
   /** Runs a single delivery job (retries, deferrals, replays, test events). */
   singleProcessor: (job: Job, token?: string) => Promise<unknown>;
   replayer: DeadLetterReplayer;
+  /** Sends operational webhooks; absent (none configured): this process leaves their queue alone. */
+  operationalProcessor?: (job: Job) => Promise<unknown>;
   logger: Logger;
   /** How long a job's lock lasts without renewal; a killed worker's jobs return after this. */
   lockDurationMs: number;
@@ -66,6 +68,12 @@ export class DeliveryWorkerPool {
         { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 1 },
       ),
     );
+    // A few at once: one operator receiver that hangs must not hold back every other message.
+    if (options.operationalProcessor) {
+      this.workers.push(
+        new Worker(OPERATIONAL_QUEUE_NAME, options.operationalProcessor, { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 4 }),
+      );
+    }
     // Other errors may repeat on every job fetch: log at most one every 10 s.
     let lastErrorLogMs = 0;
     for (const worker of this.workers) {

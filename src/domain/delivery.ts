@@ -38,9 +38,25 @@ export type AttemptErrorClass = 'timeout' | 'dns' | 'connect' | 'tls' | 'ssrf_bl
 /** What one attempt amounted to: the label of the attempt log and the outcome metrics. */
 export type AttemptOutcome = 'delivered' | 'http_3xx' | 'http_4xx' | 'http_5xx' | AttemptErrorClass;
 
+/**
+ * What an attempt's request headers depend on beyond the delivery record (event id and type) and the
+ * attempt (its number, and `atMs`, whose whole seconds are the signed `webhook-timestamp`): recorded
+ * with each attempt that made a request, so the delivery log can show its headers exactly.
+ */
+export interface SentRequest {
+  /** The Host header: the callback URL's host, with the port unless it is the scheme's default. */
+  host: string;
+  /** Content-Length: the body's UTF-8 bytes. */
+  bodyBytes: number;
+  /** The `v1,` entries of webhook-signature: 0 without a secret, 2 during a rotation. */
+  signatures: number;
+  userAgent: string;
+}
+
 /** One attempt as recorded (and shown to vendors). */
 export interface AttemptRecord {
   attempt: number;
+  /** When the attempt started; its whole seconds are the `webhook-timestamp` it was signed with. */
   atMs: number;
   /** `delivered`, `http_4xx`, `timeout`, `ssrf_blocked`, … */
   outcome: string;
@@ -48,4 +64,6 @@ export interface AttemptRecord {
   durationMs: number;
   error?: string;
   responseSnippet?: string;
+  /** Absent when no request was made (`circuit_open`, `webhook_disabled`) and on attempts recorded before it was. */
+  sent?: SentRequest;
 }

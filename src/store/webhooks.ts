@@ -23,6 +23,21 @@ const recordSchema = z.object({
 
 type WebhookRecord = z.infer<typeof recordSchema>;
 
+/** The disable reasons the engine sets itself (a vendor's own pause is `paused`). */
+export type EngineDisabledReason = Exclude<DisabledReason, 'paused'>;
+
+/**
+ * A webhook entering or leaving a disable the engine made (410 Gone, sustained failure), told once:
+ * by the writer whose compare-and-set made the change, so two workers that both saw a 410, or two
+ * PATCHes that both re-enabled, tell it once between them. A vendor's own pause is neither.
+ */
+export type WebhookTransition =
+  | { kind: 'disabled'; webhook: Webhook; reason: EngineDisabledReason; atMs: number }
+  | { kind: 'recovered'; webhook: Webhook; reason: EngineDisabledReason; disabledAtMs: number; atMs: number };
+
+/** Told of each transition once it is stored; it reports its own failures and never throws. */
+export type TransitionListener = (transition: WebhookTransition) => Promise<void>;
+
 export type CreateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'conflict'; existingId: string };
 export type UpdateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'not_found' | 'conflict' };
 
@@ -38,7 +53,7 @@ export interface WebhookChanges {
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */
 export interface WebhookSource {
   getById(webhookId: string): Promise<Webhook | undefined>;
-  disable(webhookId: string, reason: Exclude<DisabledReason, 'paused'>): Promise<boolean>;
+  disable(webhookId: string, reason: EngineDisabledReason): Promise<boolean>;
 }
 
 /** The vendor-scoped webhook registry the admin routes use. Another vendor's webhook is "not found". */
@@ -117,6 +132,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     private readonly now: () => Date = () => new Date(),
     /** How long a replaced secret keeps signing beside the new one. */
     private readonly rotationOverlapMs: number = 24 * 3_600_000,
+    /** Told when the engine disables a webhook and when such a webhook is enabled again. */
+    private readonly onTransition?: TransitionListener,
   ) {
     this.createScript = defineScript(redis, { name: 'hooklineWebhookCreate', keys: 3, lua: CREATE_LUA });
     this.updateScript = defineScript(redis, { name: 'hooklineWebhookUpdate', keys: 2, lua: UPDATE_LUA });
@@ -185,7 +202,14 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         // Re-enabled: the run of failures that may have disabled it starts over (another hash tag,
         // so a second command; losing it only means one more failure could disable it again early).
         if (changes.enabled === true) await this.redis.del(this.keys.deliveries.failingSince(webhookId));
-        return { ok: true, webhook: this.toWebhook(next) };
+        const webhook = this.toWebhook(next);
+        // This write replaced the very record that held the engine's disable (compare-and-set), so
+        // no other writer can also see itself ending it.
+        const ended = record.disabledReason;
+        if (ended !== undefined && ended !== 'paused' && next.disabledReason === undefined) {
+          await this.onTransition?.({ kind: 'recovered', webhook, reason: ended, disabledAtMs: record.disabledAtMs ?? 0, atMs: Date.parse(next.updatedAt) });
+        }
+        return { ok: true, webhook };
       }
       if (outcome === 'not_found' || outcome === 'conflict') return { ok: false, reason: outcome };
       // 'changed': another writer got there first; read again and re-apply the patch.
@@ -204,17 +228,24 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     return raw === null ? undefined : this.toWebhook(recordSchema.parse(JSON.parse(raw)));
   }
 
-  /** Disables a webhook (410 Gone, sustained failures); false when it is gone or already disabled. */
-  async disable(webhookId: string, reason: Exclude<DisabledReason, 'paused'>): Promise<boolean> {
+  /**
+   * Disables a webhook (410 Gone, sustained failures); false when it is gone or already disabled, so
+   * true comes back to one caller only however many disable it at once.
+   */
+  async disable(webhookId: string, reason: EngineDisabledReason): Promise<boolean> {
     for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt += 1) {
       const raw = await this.redis.hget(this.keys.webhooks.byId, webhookId);
       if (raw === null) return false;
       const record = recordSchema.parse(JSON.parse(raw));
       if (record.disabledReason !== undefined) return false;
-      const next: WebhookRecord = { ...record, disabledReason: reason, disabledAtMs: this.now().getTime(), updatedAt: this.now().toISOString() };
+      const now = this.now();
+      const next: WebhookRecord = { ...record, disabledReason: reason, disabledAtMs: now.getTime(), updatedAt: now.toISOString() };
       const field = indexField(record.vendorId, record.eventType);
       const outcome = await this.updateScript([this.keys.webhooks.byId, this.keys.webhooks.byVendorType], webhookId, raw, JSON.stringify(next), field, field);
-      if (outcome === 'ok') return true;
+      if (outcome === 'ok') {
+        await this.onTransition?.({ kind: 'disabled', webhook: this.toWebhook(next), reason, atMs: now.getTime() });
+        return true;
+      }
       if (outcome === 'not_found') return false;
     }
     throw new Error(`webhook ${webhookId} kept changing while being disabled`);

@@ -41,6 +41,8 @@ export interface TestAppOptions {
   prefix?: string;
   /** Where the engine logs (default: nowhere). */
   logger?: pino.Logger;
+  /** HOOKLINE_OPERATIONAL_WEBHOOK_URL and _SECRET; workers started for the app inherit them. */
+  operationalWebhook?: EngineConfig['operationalWebhook'];
   /** The vendor portal's built assets to serve (default: the package's dist/portal/, as in production). */
   portalAssetsDir?: string;
 }
@@ -79,6 +81,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: options.rateLimitPerSecond }),
     ...(options.ingestRateLimitPerSecond === undefined ? {} : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
     ...(options.allowPrivateTargets === undefined ? {} : { allowPrivateTargets: options.allowPrivateTargets }),
+    ...(options.operationalWebhook === undefined ? {} : { operationalWebhook: options.operationalWebhook }),
   });
   const engine = await testEngine(
     config,

@@ -1,3 +1,4 @@
+import type { pino } from 'pino';
 import type { FinishedOutcome } from '../../src/delivery/attempt.js';
 import type { DeliveryWorker, EngineConfig, EngineOptions } from '../../src/engine.js';
 import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
@@ -14,11 +15,14 @@ export interface TestWorker {
 export type TestWorkerSettings = Partial<
   Pick<EngineConfig, 'workerConcurrency' | 'deliveryTimeoutMs' | 'allowPrivateTargets' | 'sustainedFailureWindowMs' | 'workerLockDurationMs' | 'ingestStream'>
 > &
-  NonNullable<EngineOptions['worker']>;
+  NonNullable<EngineOptions['worker']> & {
+    /** Where the worker logs (default: nowhere). */
+    logger?: pino.Logger;
+  };
 
 /** The configuration of a worker for the test app: its Redis, prefix, secret key, schedule and partitions, and these settings. */
 export function testWorkerConfig(t: TestApp, settings: TestWorkerSettings = {}): EngineConfig {
-  const { breaker: _breaker, webhookCacheTtlMs: _ttl, onOutcome: _onOutcome, ...config } = settings;
+  const { breaker: _breaker, webhookCacheTtlMs: _ttl, onOutcome: _onOutcome, logger: _logger, ...config } = settings;
   return {
     ...t.config,
     workerConcurrency: 20,
@@ -37,17 +41,21 @@ export function testWorkerConfig(t: TestApp, settings: TestWorkerSettings = {}):
  */
 export async function startTestWorker(t: TestApp, settings: TestWorkerSettings = {}): Promise<TestWorker> {
   const outcomes: FinishedOutcome[] = [];
-  const engine = await testEngine(testWorkerConfig(t, settings), {
-    role: 'worker',
-    worker: {
-      webhookCacheTtlMs: settings.webhookCacheTtlMs ?? 0,
-      onOutcome: (o) => {
-        outcomes.push(o);
-        settings.onOutcome?.(o);
+  const engine = await testEngine(
+    testWorkerConfig(t, settings),
+    {
+      role: 'worker',
+      worker: {
+        webhookCacheTtlMs: settings.webhookCacheTtlMs ?? 0,
+        onOutcome: (o) => {
+          outcomes.push(o);
+          settings.onOutcome?.(o);
+        },
+        ...(settings.breaker ? { breaker: settings.breaker } : {}),
       },
-      ...(settings.breaker ? { breaker: settings.breaker } : {}),
     },
-  });
+    settings.logger,
+  );
   await engine.start();
   return {
     outcomes,

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { Writable } from 'node:stream';
-import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { capturedLogs } from '../helpers/logs.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { receiverPool, type TestReceiver } from '../helpers/receiver.js';
 import { queuesDrained, waitFor } from '../helpers/wait.js';
@@ -38,7 +37,9 @@ describe('the operator API: webhooks across vendors, dead letters, actions (real
   let t: TestApp | undefined;
   let worker: TestWorker | undefined;
   const receivers = receiverPool();
-  const logLines: Record<string, unknown>[] = [];
+  const logs = capturedLogs();
+  const logLines = logs.lines;
+  const logger = logs.logger;
 
   afterEach(async () => {
     await worker?.close();
@@ -46,19 +47,8 @@ describe('the operator API: webhooks across vendors, dead letters, actions (real
     await receivers.closeAll();
     await t?.close();
     t = undefined;
-    logLines.length = 0;
+    logs.clear();
   });
-
-  const logger = () =>
-    pino(
-      { level: 'info' },
-      new Writable({
-        write(chunk: Buffer, _encoding, done) {
-          for (const line of chunk.toString('utf8').split('\n').filter(Boolean)) logLines.push(JSON.parse(line) as Record<string, unknown>);
-          done();
-        },
-      }),
-    );
 
   /** Two vendors: `ok` delivers, `bad` answers 500 until told otherwise; every `bad` delivery dead-letters. */
   async function twoVendors(options: { breaker?: { failureThreshold: number; openMs: number } } = {}) {

@@ -113,9 +113,36 @@ describe('loadConfig', () => {
     [{ HOOKLINE_DEDUPE_WINDOW: '12h' }, 'HOOKLINE_DEDUPE_WINDOW: expected at least 24h'],
     [{ HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '-1' }, 'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected 0 (off) or more'],
     [{ HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '1.5' }, 'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected a whole number of events'],
+    [{ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'ftp://ops.example/hooks' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_URL: expected an http or https URL'],
+    [{ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'https://user:pw@ops.example/hooks' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_URL: must not contain credentials'],
+    [{ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'ops.example/hooks' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_URL: expected an absolute http(s) URL'],
+    [{ HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: 'plain-secret' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: expected a Standard Webhooks secret'],
+    [{ HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: 'whsec_c2hvcnQ=' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: expected a Standard Webhooks secret'],
+    [
+      { HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'https://ops.example/hooks' },
+      'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: required when HOOKLINE_OPERATIONAL_WEBHOOK_URL is set',
+    ],
   ])('rejects %j naming the variable', (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);
+  });
+
+  it('takes the operational webhook receiver with its secret, and neither by default', () => {
+    const secret = `whsec_${Buffer.alloc(32, 1).toString('base64')}`;
+    expect(loadConfig({}).operationalWebhook).toBeUndefined();
+    expect(
+      loadConfig({ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'https://ops.example/hooks?c=1', HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: secret }).operationalWebhook,
+    ).toEqual({
+      url: 'https://ops.example/hooks?c=1',
+      secret,
+    });
+    // A secret alone sends nothing, and is not an error: it may be set before the receiver exists.
+    expect(loadConfig({ HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: secret }).operationalWebhook).toBeUndefined();
+  });
+
+  it('never echoes an invalid operational webhook secret', () => {
+    expect(() => loadConfig({ HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: 'whsec_not-base64-sekrit' })).toThrow(ConfigError);
+    expect(() => loadConfig({ HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: 'whsec_not-base64-sekrit' })).not.toThrow(/sekrit/);
   });
 
   it('names every bad variable at once and never echoes the secret key', () => {

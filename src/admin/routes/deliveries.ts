@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { isUuid } from '../../domain/ids.js';
 import type { Webhook } from '../../domain/webhook.js';
 import type { DeadLetterReplayer } from '../../delivery/replay.js';
+import { attemptRequestHeaders } from '../../delivery/request-headers.js';
 import type { TestEventSender } from '../../delivery/test-event.js';
 import { DELIVERY_STATUSES, type AttemptRecord } from '../../domain/delivery.js';
 import type { DeliveryCursor, DeliveryHistory, DeliverySummary } from '../../store/delivery-log.js';
@@ -49,6 +50,16 @@ const attemptSchema = z
     duration_ms: z.number(),
     error: z.string().nullable(),
     response_snippet: z.string().nullable().describe('The first 4 KiB of the response body.'),
+    request_headers: z
+      .record(z.string(), z.string())
+      .nullable()
+      .describe(
+        'The headers of the request this attempt sent, exactly as the receiver got them: lowercase names in the order sent ' +
+          '(host, connection, webhook-id, webhook-timestamp, webhook-signature, x-webhook-signature, x-webhook-event, ' +
+          'x-webhook-attempt, content-type, user-agent, content-length). Signature values are masked to their scheme ' +
+          'prefix (`v1,••••`, two entries during a secret rotation; `sha256=••••`). null when no request was made ' +
+          '(circuit_open, webhook_disabled); for a connection that failed (dns, connect, tls, ssrf_blocked), the headers it would have sent.',
+      ),
   })
   .meta({ id: 'DeliveryAttempt' });
 
@@ -68,7 +79,7 @@ export function toDelivery(d: DeliverySummary): z.infer<typeof deliverySchema> {
   };
 }
 
-function toAttempt(a: AttemptRecord): z.infer<typeof attemptSchema> {
+function toAttempt(a: AttemptRecord, delivery: DeliverySummary): z.infer<typeof attemptSchema> {
   return {
     attempt: a.attempt,
     attempted_at: new Date(a.atMs).toISOString(),
@@ -77,6 +88,10 @@ function toAttempt(a: AttemptRecord): z.infer<typeof attemptSchema> {
     duration_ms: Math.round(a.durationMs),
     error: a.error ?? null,
     response_snippet: a.responseSnippet ?? null,
+    request_headers:
+      a.sent === undefined
+        ? null
+        : attemptRequestHeaders({ eventId: delivery.eventId, eventType: delivery.eventType, attempt: a.attempt, atMs: a.atMs, sent: a.sent }),
   };
 }
 
@@ -198,7 +213,8 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'One delivery with every attempt',
-          description: 'Each attempt with its time, outcome, status code, duration and the first 4 KiB of the answer.',
+          description:
+            'Each attempt with its time, outcome, status code, duration, the first 4 KiB of the answer, and the headers of the request it sent (signatures masked).',
           params: deliveryParams,
           querystring: noQueryParameters,
           response: { 200: z.object({ delivery: deliverySchema, attempts: z.array(attemptSchema) }), ...errorResponses(400, 401, 403, 404) },
@@ -208,7 +224,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         const webhook = await ownWebhook(request, request.params.webhook_id);
         const found = await deps.history.get(webhook.id, checkedDeliveryId(request.params.delivery_id));
         if (!found) throw new ApiError('delivery_not_found');
-        return { delivery: toDelivery(found.delivery), attempts: found.attempts.map(toAttempt) };
+        return { delivery: toDelivery(found.delivery), attempts: found.attempts.map((a) => toAttempt(a, found.delivery)) };
       },
     );
 
