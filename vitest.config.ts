@@ -36,6 +36,17 @@ export default defineConfig({
         },
       },
       {
+        // The README's pictures of the portal (docs/portal/*.png): `npm run docs:screenshots`.
+        extends: true,
+        test: {
+          name: 'screenshots',
+          include: ['test/browser/screenshots.ts'],
+          globalSetup: ['test/helpers/global-setup.ts', 'test/helpers/portal-setup.ts'],
+          testTimeout: 120_000,
+          hookTimeout: 60_000,
+        },
+      },
+      {
         // Redocly CLI and Spectral on the served OpenAPI document: `npm run lint:openapi`, also run by
         // CI. A project of its own: the linters are CPU-heavy, and beside the timing-sensitive
         // integration tests on a 2-core machine they would slow those.

@@ -128,6 +128,13 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect(await attempt.locator('pre.snippet').textContent()).toBe(HOSTILE_BODY);
     expect(await page.locator('.detail img').count()).toBe(0);
     expect(await page.evaluate('window.__pwned')).toBeUndefined();
+    // The headers that were sent, signature values masked.
+    await attempt.getByText(/^Request headers sent/).click();
+    const headers = attempt.locator('table.headers');
+    await headers.getByRole('rowheader', { name: 'webhook-id' }).waitFor();
+    expect(await headers.getByRole('row', { name: /^webhook-signature/ }).textContent()).toBe('webhook-signaturev1,••••');
+    expect(await headers.getByRole('row', { name: /x-webhook-signature/ }).textContent()).toBe('x-webhook-signaturesha256=••••');
+    expect(await attempt.textContent()).not.toMatch(/v1,[A-Za-z0-9+/]{20}/);
 
     // Replayed once the receiver answers again, and seen delivered.
     w.bad.script('/deployments', { status: 200 });
