@@ -26,6 +26,7 @@ import { RedisApiKeyStore } from './store/api-keys.js';
 import { RedisAttemptFeed, type FeedEntry } from './store/attempt-feed.js';
 import { RedisCircuitLog } from './store/circuits.js';
 import { RedisDeliveryLog } from './store/delivery-log.js';
+import { RedisEndpointStats, type EndpointStatsRecorder } from './store/endpoint-stats.js';
 import { RedisEndpointMemory } from './store/endpoints.js';
 import { redisKeys } from './store/keys.js';
 import { RedisMachineStore } from './store/machines.js';
@@ -96,6 +97,10 @@ function composeStores(settings: StoreSettings) {
   const circuits = new RedisCircuitLog(redis, keys);
   const operatorViews = new OperatorViews({ webhooks, history: deliveryLog, circuits });
   const attemptFeed = new RedisAttemptFeed(redis, keys, nowMs);
+  // Lost counts only thin the portal's stats: worth a debug line, not a warning.
+  const endpointStats = new RedisEndpointStats(redis, keys, (error) =>
+    settings.observability?.logger.debug({ err: error.message }, 'endpoint stats not written'),
+  );
   const testEvents = new TestEventSender({ queues, nowMs });
   const portalSessions = new RedisPortalSessions(redis, keys, nowMs);
   const ingestor = new Ingestor({
@@ -125,6 +130,7 @@ function composeStores(settings: StoreSettings) {
     circuits,
     operatorViews,
     attemptFeed,
+    endpointStats,
     testEvents,
     portalSessions,
     ingestor,
@@ -164,6 +170,7 @@ function composeStores(settings: StoreSettings) {
         deliveries: { history: deliveryLog, replayer, testEvents },
         operator: { views: operatorViews, replayer },
         portal: { sessions: portalSessions, publicUrl },
+        stats: { stats: endpointStats, circuits },
       };
     },
   };
@@ -252,6 +259,15 @@ function feedObserver(feed: Pick<RedisAttemptFeed, 'publish'>): (outcome: Finish
   };
 }
 
+/** Counts every finished attempt into its webhook's stats (the store decides what counts as sent). */
+function statsObserver(stats: EndpointStatsRecorder): (outcome: FinishedOutcome) => void {
+  return (o) => {
+    if (o.kind !== 'attempted') return;
+    const { outcome, statusCode, startedAtMs, endedAtMs, durationMs } = o;
+    stats.observe({ webhookId: o.job.webhookId, outcome, statusCode, startedAtMs, endedAtMs, durationMs });
+  };
+}
+
 /** The delivery sender's options for a worker of these settings. */
 function senderOptions(settings: Pick<WorkerSettings, 'allowPrivateTargets' | 'deliveryTimeoutMs' | 'concurrency'>) {
   return {
@@ -290,9 +306,12 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
   stores.redis.on('close', onClose);
   stores.redis.on('ready', onReady);
   const wakeups = new DeferralWakeups(breakers, (refs) => stores.queues.promote(refs), nowMs);
-  const observers = [settings.metrics ? deliveryObserver(settings.metrics) : undefined, feedObserver(stores.attemptFeed), settings.onOutcome].filter(
-    (o) => o !== undefined,
-  );
+  const observers = [
+    settings.metrics ? deliveryObserver(settings.metrics) : undefined,
+    feedObserver(stores.attemptFeed),
+    statsObserver(stores.endpointStats),
+    settings.onOutcome,
+  ].filter((o) => o !== undefined);
   const deps: DeliveryProcessorDeps = {
     webhooks: new CachedWebhookSource(stores.webhooks, settings.webhookCacheTtlMs ?? 2_000, nowMs),
     sender,
@@ -674,6 +693,8 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         ended = await worker.close(graceMs);
         logger.info({ ended }, ended === 'drained' ? 'in-flight deliveries finished' : 'grace period over; unfinished deliveries return to the queue');
       }
+      // After the worker: the counts of its last attempts are in the buffer.
+      await steps.run(stores.endpointStats.close());
       await steps.run(health?.close());
       stores.machines.close();
       await steps.run(stores.queues.close());

@@ -121,6 +121,11 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     success: 'Started: the task that replays them.',
     errors: webhookLookup,
   },
+  'GET /vendors/v1/webhooks/{webhook_id}/stats': {
+    operationId: 'getWebhookStats',
+    success: 'The webhook’s stats over the last hour and day, its newest attempt and its circuit.',
+    errors: webhookLookup,
+  },
   'POST /vendors/v1/webhooks/{webhook_id}/test': { operationId: 'sendTestEvent', success: 'Queued: the test delivery and its event.', errors: webhookLookup },
   'POST /vendors/v1/webhooks/{webhook_id}/rotate-secret': {
     operationId: 'rotateWebhookSecret',
@@ -446,6 +451,7 @@ export function swaggerOptions(): FastifyDynamicSwaggerOptions {
       tags: [
         { name: 'webhooks', description: 'A vendor’s webhooks (scoped to the key’s vendor)' },
         { name: 'deliveries', description: 'A webhook’s deliveries, attempts, dead letters, replays and test events' },
+        { name: 'stats', description: 'A webhook’s delivery stats: success rate, response times, attempts per minute, circuit' },
         { name: 'rental', description: 'Tasks, agent status and the machine listing' },
         { name: 'ingest', description: 'Events from the platform’s producer services (role events:write)' },
         { name: 'operator', description: 'The operator’s views and actions across vendors (role admin)' },

@@ -26,6 +26,7 @@ import { eventRoutes, type IngestRateLimit } from './routes/events.js';
 import { healthRoutes } from './routes/health.js';
 import { machineRoutes } from './routes/machines.js';
 import { operatorRoutes, type OperatorRouteDeps } from './routes/operator.js';
+import { statsRoutes, type StatsRouteDeps } from './routes/stats.js';
 import { taskRoutes, type TaskReader } from './routes/tasks.js';
 import { webhookRoutes } from './routes/webhooks.js';
 
@@ -46,6 +47,8 @@ export interface AdminDeps {
   operator: Omit<OperatorRouteDeps, 'authorize' | 'webhooks' | 'logger'>;
   /** Vendor portal sessions: issuing links, and the session cookie the vendor routes accept. */
   portal: Omit<PortalRouteDeps, 'authorize' | 'logger' | 'nowMs'>;
+  /** Per-webhook delivery stats and the circuits they show. */
+  stats: Omit<StatsRouteDeps, 'authorize' | 'webhooks' | 'nowMs'>;
   /** Per-key request limit (429 with Retry-After past it); event ingest is exempt. */
   rateLimit?: RateLimit;
   /** Event ingest's own limit, in events per second per key (429 with Retry-After past it). */
@@ -188,6 +191,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, allowPrivateTargets: deps.allowPrivateTargets, nowMs: deps.nowMs ?? Date.now }));
   await app.register(eventRoutes({ authorize, ingestor: deps.ingestor, ...(deps.ingestRateLimit ? { ingestRateLimit: deps.ingestRateLimit } : {}) }));
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
+  await app.register(statsRoutes({ authorize, webhooks: deps.webhooks, nowMs: deps.nowMs ?? Date.now, ...deps.stats }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
   await app.register(operatorRoutes({ authorize, webhooks: deps.webhooks, logger: deps.logger, ...deps.operator }));
   await app.register(portalSessionRoutes({ authorize, logger: deps.logger, nowMs: deps.nowMs ?? Date.now, ...deps.portal }));

@@ -78,6 +78,8 @@ export type FinishedOutcome =
       outcome: AttemptOutcome | 'webhook_disabled';
       decision: Decision['action'];
       durationMs: number;
+      /** When the attempt started (the delivery log's `atMs`). */
+      startedAtMs: number;
       endedAtMs: number;
       /** The receiver's HTTP status, when it answered. */
       statusCode?: number;
@@ -243,14 +245,24 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
     }
     // A disabled webhook's deliveries go straight to the dead letters, replayable once re-enabled.
     if (webhook.disabled) {
+      const atMs = deps.nowMs();
       await deps.recorder.recordAttempt({
         job: data,
-        attempt: { attempt, atMs: deps.nowMs(), outcome: 'webhook_disabled', durationMs: 0, error: `webhook disabled (${webhook.disabled.reason})` },
+        attempt: { attempt, atMs, outcome: 'webhook_disabled', durationMs: 0, error: `webhook disabled (${webhook.disabled.reason})` },
         status: 'dead',
       });
       logAttempt(data, { attempt, outcome: 'webhook_disabled', durationMs: 0, decision: 'dead', disabledReason: webhook.disabled.reason });
       return {
-        finished: finish({ kind: 'attempted', job: data, attempt, outcome: 'webhook_disabled', decision: 'dead', durationMs: 0, endedAtMs: deps.nowMs() }),
+        finished: finish({
+          kind: 'attempted',
+          job: data,
+          attempt,
+          outcome: 'webhook_disabled',
+          decision: 'dead',
+          durationMs: 0,
+          startedAtMs: atMs,
+          endedAtMs: deps.nowMs(),
+        }),
       };
     }
     return { webhook };
@@ -393,6 +405,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       outcome,
       decision: decision.action,
       durationMs: result.durationMs,
+      startedAtMs: startedMs,
       endedAtMs: endedMs,
       attempt: attemptNo,
       ...(result.kind === 'response' ? { statusCode: result.status } : {}),

@@ -55,6 +55,15 @@ export function redisKeys(prefix: string) {
       /** string with TTL: JSON of the circuit a worker opened on the webhook's endpoint; absent once closed */
       circuit: (webhookId: string) => `${tag(`wh:${webhookId}`)}:circuit`,
     },
+    /** A webhook's delivery stats (see endpoint-stats.ts), under the hash tag of its delivery log. */
+    endpointStats: {
+      /** hash with an expiry: one 10-minute slot's per-minute counts and latency histogram */
+      slot: (webhookId: string, slot: number) => `${tag(`wh:${webhookId}`)}:stats:s:${slot}`,
+      /** hash with an expiry: the counts and latency histogram of each clock hour of one quarter-day */
+      quarter: (webhookId: string, quarter: number) => `${tag(`wh:${webhookId}`)}:stats:q:${quarter}`,
+      /** string with a TTL: the newest attempt sent, `<startedAtMs>|<outcome>|<status>|<durationMs>` */
+      last: (webhookId: string) => `${tag(`wh:${webhookId}`)}:stats:last`,
+    },
     /** pub/sub channel of finished attempts, published only while a listener key exists (`hookline deliveries tail`) */
     attemptFeed: {
       channel: `${tag('feed')}:attempts`,

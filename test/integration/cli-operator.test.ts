@@ -2,17 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { runCli, startCli } from '../helpers/cli.js';
+import { machineEvent } from '../helpers/events.js';
 import { cleanEnv } from '../helpers/processes.js';
 import { receiverPool } from '../helpers/receiver.js';
 import { waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
-
-const machineEvent = (vendorId: string) => ({
-  event_id: randomUUID(),
-  event_type: 'EVENT_TYPE_MACHINE_CREATED',
-  vendor_id: vendorId,
-  data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } },
-});
 
 describe('the operator CLI: webhooks list, webhooks enable, dlq list across webhooks, deliveries tail', () => {
   let t: TestApp | undefined;

@@ -4,17 +4,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { DeliverJob } from '../../src/domain/delivery.js';
 import { deliveryIdFor, partitionOf } from '../../src/delivery/jobs.js';
 import { testApp, testEngine, type TestApp } from '../helpers/app.js';
+import { machineEvent } from '../helpers/events.js';
 import { receiverPool } from '../helpers/receiver.js';
 import { queuesDrained, waitFor } from '../helpers/wait.js';
 import { startTestWorker, testWorkerConfig, type TestWorker } from '../helpers/worker.js';
 
 const EVENT_TYPE = 'EVENT_TYPE_MACHINE_CREATED';
-const machineEvent = (vendorId: string) => ({
-  event_id: randomUUID(),
-  event_type: EVENT_TYPE,
-  vendor_id: vendorId,
-  data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } },
-});
 
 /** A delivery as ingest would queue it. */
 function delivery(webhookId: string, vendorId: string): DeliverJob {

@@ -50,6 +50,7 @@ describe('OpenAPI, docs and health', () => {
         '/vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay',
         '/vendors/v1/webhooks/{webhook_id}/dead-letters/replay',
         '/vendors/v1/webhooks/{webhook_id}/test',
+        '/vendors/v1/webhooks/{webhook_id}/stats',
         '/vendors/v1/webhooks/{webhook_id}/rotate-secret',
         '/internal/v1/events',
         '/admin/v1/webhooks',
@@ -72,7 +73,17 @@ describe('OpenAPI, docs and health', () => {
     expect(Object.keys(doc.paths['/rental/v1/tasks/{task_id}']?.get?.responses ?? {})).toEqual(expect.arrayContaining(['200', '400', '404']));
     expect(doc.components.securitySchemes).toHaveProperty('apiKey');
     expect(Object.keys(doc.components.schemas)).toEqual(
-      expect.arrayContaining(['Webhook', 'Task', 'AgentDeploymentStatus', 'Error', 'Machine', 'Delivery', 'DeliveryAttempt']),
+      expect.arrayContaining([
+        'Webhook',
+        'Task',
+        'AgentDeploymentStatus',
+        'Error',
+        'Machine',
+        'Delivery',
+        'DeliveryAttempt',
+        'EndpointStats',
+        'EndpointStatsWindow',
+      ]),
     );
     expect(doc.paths['/internal/v1/events']?.post?.requestBody).toBeDefined();
   });
@@ -100,6 +111,7 @@ describe('OpenAPI, docs and health', () => {
       'POST /vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay': 'replayDeadLetter',
       'POST /vendors/v1/webhooks/{webhook_id}/dead-letters/replay': 'replayAllDeadLetters',
       'POST /vendors/v1/webhooks/{webhook_id}/test': 'sendTestEvent',
+      'GET /vendors/v1/webhooks/{webhook_id}/stats': 'getWebhookStats',
       'GET /rental/v1/tasks/{task_id}': 'getTask',
       'GET /rental/v1/machines/agents/{deployment_id}': 'getAgentStatus',
       'GET /rental/v1/machines': 'listMachines',

@@ -2,16 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { capturedLogs } from '../helpers/logs.js';
 import { testApp, type TestApp } from '../helpers/app.js';
+import { machineEvent } from '../helpers/events.js';
 import { receiverPool, type TestReceiver } from '../helpers/receiver.js';
 import { queuesDrained, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
-
-const machineEvent = (vendorId: string, eventType = 'EVENT_TYPE_MACHINE_CREATED') => ({
-  event_id: randomUUID(),
-  event_type: eventType,
-  vendor_id: vendorId,
-  data: { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } },
-});
 
 interface WebhookStatusBody {
   webhook_id: string;

@@ -269,6 +269,7 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       { name: 'list webhooks', needs: 'read', method: 'GET', url: '/vendors/v1/webhooks' },
       { name: 'deliveries', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries` },
       { name: 'dead letters', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/dead-letters` },
+      { name: 'stats', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/stats` },
       { name: 'task', needs: 'read', method: 'GET', url: `/rental/v1/tasks/${randomUUID()}` },
       { name: 'test event', needs: 'replay', method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/test`, body: {} },
       { name: 'replay one', needs: 'replay', method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/dead-letters/${randomUUID()}/replay` },

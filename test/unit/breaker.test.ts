@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions } from '../../src/delivery/breaker.js';
 import { SendSlots } from '../../src/delivery/send-slots.js';
+import { lcg } from '../helpers/random.js';
 
 const OPTIONS: BreakerOptions = {
   failureThreshold: 3,
@@ -176,15 +177,6 @@ describe('EndpointBreakers', () => {
     expect(b.admit(E, 1)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
   });
 });
-
-/** A small deterministic random source (numbers in [0, 1)). */
-function lcg(seed: number): () => number {
-  let state = seed;
-  return () => {
-    state = (state * 1_103_515_245 + 12_345) % 2 ** 31;
-    return state / 2 ** 31;
-  };
-}
 
 describe('SendSlots', () => {
   it('hands out slots first come, first served and caps the suspect share without queueing it', async () => {
