@@ -111,8 +111,22 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect(await page.content()).not.toContain('/other-vendor-hook');
     await card(page, 'Machine removed').getByText('Disabled: receiver answered 410 Gone').waitFor();
 
-    // Secrets are hidden until revealed.
+    // Health at a glance, from the stats route: every delivery of this webhook went through.
     const machineCreated = card(page, 'Machine created');
+    const lastHour = machineCreated.getByRole('row', { name: /^Last hour/ });
+    await lastHour.waitFor();
+    expect(await lastHour.getByRole('cell').first().textContent()).toBe('100 %');
+    await machineCreated.getByText('Delivered · HTTP 200').waitFor();
+    await machineCreated.getByText('Closed: deliveries flow').waitFor();
+    expect(
+      await card(page, 'Deployment stopped')
+        .getByRole('row', { name: /^Last hour/ })
+        .getByRole('cell')
+        .first()
+        .textContent(),
+    ).not.toBe('100 %');
+
+    // Secrets are hidden until revealed.
     expect(await page.content()).not.toContain(SECRET);
     await machineCreated.getByRole('button', { name: 'Reveal' }).click();
     await machineCreated.getByText(SECRET).waitFor();

@@ -148,7 +148,7 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
           </div>
         )}
       </dl>
-      <Health stats={stats.data} loading={stats.loading} error={stats.error} />
+      <Health stats={stats.data} loading={stats.loading} error={stats.error} enabled={webhook.enabled} />
       {newSecret && (
         <div class="reveal-once" role="status">
           <p>
@@ -228,7 +228,7 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
   );
 }
 
-function Health({ stats, loading, error }: { stats: WebhookStats | undefined; loading: boolean; error: Error | undefined }) {
+function Health({ stats, loading, error, enabled }: { stats: WebhookStats | undefined; loading: boolean; error: Error | undefined; enabled: boolean }) {
   if (error) return <ErrorText error={error} />;
   if (stats === undefined) return loading ? <Loading what="health" /> : <p class="muted">Health figures are not available for this webhook.</p>;
   const last = stats.last_attempt;
@@ -276,12 +276,15 @@ function Health({ stats, loading, error }: { stats: WebhookStats | undefined; lo
             )}
           </dd>
         </div>
-        <div>
-          <dt>Circuit</dt>
-          <dd>
-            <Badge label={CIRCUIT_LABELS[stats.circuit]} />
-          </dd>
-        </div>
+        {/* A disabled webhook sends nothing, so "deliveries flow" would mislead. */}
+        {enabled && (
+          <div>
+            <dt>Circuit</dt>
+            <dd>
+              <Badge label={CIRCUIT_LABELS[stats.circuit]} />
+            </dd>
+          </div>
+        )}
       </dl>
       <Sparkline minutes={stats.minutes} id={`spark-${stats.webhook_id}`} />
     </div>
