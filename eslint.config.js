@@ -18,9 +18,7 @@ const LAYERS = {
   ingest: ['./domain', './store', './logger.ts'],
   delivery: ['./domain', './store', './ingest', './logger.ts'],
   metrics: ['./domain', './delivery', './ingest', './logger.ts'],
-  admin: ['./domain', './store', './ingest', './delivery', './metrics', './portal', './logger.ts', './version.ts'],
-  // The vendor portal's routes: plugins the admin server registers, built on its errors and schemas.
-  portal: ['./domain', './store', './config', './admin', './logger.ts'],
+  admin: ['./domain', './store', './ingest', './delivery', './metrics', './logger.ts', './version.ts'],
 };
 const layerZones = Object.entries(LAYERS).map(([layer, allowed]) => ({
   target: `./src/${layer}`,

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WEBHOOK_EVENT_TYPES } from '../../src/domain/events.js';
-import { PORTAL_CSP } from '../../src/portal/assets.js';
+import { PORTAL_CSP } from '../../src/admin/routes/portal-assets.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { servedDocument } from '../helpers/openapi.js';
 

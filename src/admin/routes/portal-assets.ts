@@ -1,8 +1,8 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { FastifyPluginAsync } from 'fastify';
-import { errorBody } from '../admin/errors.js';
-import type { Logger } from '../logger.js';
+import { errorBody } from '../errors.js';
+import type { Logger } from '../../logger.js';
 
 /**
  * The vendor portal's browser app, served by the API process under `/portal/` from the files

@@ -1,8 +1,8 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { eventCatalogue } from '../domain/event-catalogue.js';
-import { WEBHOOK_EVENT_TYPES } from '../domain/events.js';
-import { noQueryParameters } from '../admin/schemas.js';
+import { eventCatalogue } from '../../domain/event-catalogue.js';
+import { WEBHOOK_EVENT_TYPES } from '../../domain/events.js';
+import { noQueryParameters } from '../schemas.js';
 
 const catalogueSchema = z
   .object({
