@@ -84,7 +84,26 @@ export async function portalWorld(): Promise<PortalWorld> {
     const res = await t.app.inject({ method: 'POST', url: '/internal/v1/events', headers: { 'x-api-key': eventsKey }, payload: { events } });
     expect(res.statusCode, res.body).toBe(202);
     await queuesDrained(t.queues);
+    await statsSettled();
   };
+
+  /**
+   * Workers flush their stats counts about once a second: the pages show health from them, so a
+   * test looks only once every attempt the delivery log holds is counted in its webhook's stats.
+   */
+  const statsSettled = () =>
+    waitFor(
+      async () => {
+        for (const webhookId of [webhooks.machineCreated, webhooks.deploymentStopped, webhooks.machineRemoved]) {
+          const deliveries = await t.deliveryLog.recent(webhookId, 1_000);
+          const attempted = deliveries.reduce((sum, d) => sum + (d.lastOutcome === 'webhook_disabled' ? 0 : d.attempts), 0);
+          if ((await t.endpointStats.read(webhookId, Date.now())).hour.attempts !== attempted) return false;
+        }
+        return true;
+      },
+      10_000,
+      'every attempt counted in its webhook’s stats',
+    );
 
   // The 410 disables its webhook at once; the other vendor's event must not show up anywhere.
   await ingest('EVENT_TYPE_MACHINE_REMOVED');

@@ -142,7 +142,11 @@ describe('operational webhooks (real Redis, real receivers)', () => {
     await waitFor(() => ops.at(opsPath).length === 4, 10_000, 'the second webhook.recovered');
     expect(typesAt(ops)).toEqual(['webhook.disabled', 'webhook.recovered', 'webhook.disabled', 'webhook.recovered']);
 
-    const sent = logLines.filter((l) => l.event === 'operational_webhook.sent');
+    // The receiver has the fourth request before its sender has logged the answer.
+    const sent = await waitFor(() => {
+      const found = logLines.filter((l) => l.event === 'operational_webhook.sent');
+      return found.length >= 4 && found;
+    });
     expect(sent).toHaveLength(4);
     expect(sent[0]).toMatchObject({ type: 'webhook.disabled', webhookId: id, vendorId: VENDOR, attempt: 1, status: 200, target: ops.base });
     // Neither secret, nor a signature, nor the receiver's query reaches the logs.
