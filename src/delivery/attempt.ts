@@ -345,7 +345,8 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       const suspect = admission.lane === 'suspect';
       if (suspect && !deps.slots.markSuspect()) {
         deps.slots.release();
-        return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs: nowMs + 250 + Math.floor(deps.random() * 750), reason: 'slow' };
+        const retryAtMs = Math.round(nowMs + 250 + Math.floor(deps.random() * 750) + deps.random() * options.deferJitterMs);
+        return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs, reason: 'slow' };
       }
       const ticket = deps.breakers.start(endpoint, nowMs, admission.probe, webhook.id);
       // Started before the token's round trip, so that deliveries racing for the same endpoint meanwhile
