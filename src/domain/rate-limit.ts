@@ -14,6 +14,8 @@
  * token at once, so a backlog of N costs about N checks, not N per token. The line reaches at most
  * DEFER_HORIZON_US ahead: beyond it, deliveries come back spread over the second half of the
  * horizon and look again; that also bounds how long a raised or removed limit takes to reach them.
+ * The line cannot tell a delivery coming back for its place from a new one: one that comes back a
+ * moment before its token is refused again and joins the end of the line (slower, never faster).
  */
 
 /** The largest limit a webhook may set. */

@@ -197,6 +197,31 @@ describe('per-webhook rate limit', () => {
     for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(950);
   });
 
+  it('replays of dead letters obey the limit too', async () => {
+    // One attempt each: the three fail (500) and are dead-lettered; their replays are answered 200.
+    t = await testApp({ retryScheduleMs: [0] });
+    const receiver = await receivers.start();
+    receiver.script('/in', { status: 500 }, { status: 500 }, { status: 500 }, { status: 200 });
+    const webhook = await register(t, 'replays', `${receiver.base}/in`, { rate_limit_per_second: 1 });
+    workers.push(await startTestWorker(t));
+    await t.ingestor.ingest(
+      Array.from({ length: 3 }, () => machineEvent('replays')),
+      'http',
+    );
+    await waitFor(async () => (await t!.deliveryLog.deadLetters(webhook.id, 10)).length === 3, 10_000, 'three dead letters');
+    const replayed = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${webhook.id}/dead-letters/replay`,
+      headers: { 'x-api-key': webhook.key },
+    });
+    expect(replayed.statusCode).toBe(202);
+    await waitFor(() => receiver.requests.length >= 6, 10_000, 'three replays');
+    const replays = receiver.requests.slice(3);
+    const gaps = replays.slice(1).map((r, i) => r.atMs - replays[i]!.atMs);
+    console.log(`replays at 1/s: gaps ${gaps.join(', ')} ms`);
+    for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(950);
+  });
+
   it('validates rate_limit_per_second on POST and PATCH, naming the field', async () => {
     t = await testApp();
     const key = await t.keyFor(['vendor'], 'v-api');
