@@ -35,6 +35,7 @@ import { RedisEventBudget, RedisRequestCounter } from './store/rate-limiter.js';
 import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
 import { connectRedis, isRedisUnavailable, pingRedis, type Redis } from './store/redis.js';
 import { RedisReplayTasks } from './store/replay-tasks.js';
+import { RedisSendRate } from './store/send-rate.js';
 import { SecretBox } from './store/secret-box.js';
 import { RedisWebhookStore } from './store/webhooks.js';
 import { VERSION } from './version.js';
@@ -321,6 +322,7 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     slots,
     gate,
     wakeups,
+    sendRate: new RedisSendRate(stores.redis, stores.keys),
     endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
     logger: settings.logger,
     retryScheduleMs: settings.retryScheduleMs,

@@ -4,6 +4,7 @@ import type { Logger } from '../logger.js';
 import type { AttemptOutcome, DeliveryStatus, SentRequest } from '../domain/delivery.js';
 import type { DeliveryRecorder } from '../store/delivery-log.js';
 import type { EndpointMemory } from '../store/endpoints.js';
+import type { SendRateLimiter } from '../store/send-rate.js';
 import type { WebhookSource } from '../store/webhooks.js';
 import { endpointOf, type AttemptHealth, type EndpointBreakers } from './breaker.js';
 import { attemptOutcome, decide, type Decision } from './classify.js';
@@ -38,6 +39,8 @@ export interface DeliveryProcessorDeps {
   gate: StorageGate;
   /** Wakes deferred deliveries when their endpoint takes deliveries again. */
   wakeups: Pick<DeferralWakeups, 'register'>;
+  /** The shared token buckets of webhooks with a `rate_limit_per_second`. */
+  sendRate: SendRateLimiter;
   /** What workers know about receiver endpoints across processes and restarts; absent: nothing shared. */
   endpointMemory?: EndpointMemory;
   logger: Logger;
@@ -68,7 +71,8 @@ export interface DeliveryProcessorDeps {
   onOutcome?: (outcome: FinishedOutcome) => void;
 }
 
-type DeferReason = 'open' | 'probing' | 'slow';
+/** Why a delivery was put back without an attempt: its endpoint's breaker (open, probing, slow) or its webhook's rate limit. */
+type DeferReason = 'open' | 'probing' | 'slow' | 'rate_limited';
 
 /** How a delivery run ended, for the caller and for metrics. */
 export type FinishedOutcome =
@@ -125,13 +129,15 @@ interface StartedAttempt {
 }
 
 /**
- * Admission: an attempt may start; or it is deferred (held back without spending an attempt); or it
- * is due past what an open circuit may hold it (record `circuit_open`); or storage is failing (send
- * nothing; the job runs again).
+ * Admission: an attempt may start; or it is deferred (held back without spending an attempt) until
+ * `retryAtMs`, and woken earlier when `wakeOn` (its endpoint) takes deliveries again; or it is due
+ * past what an open circuit may hold it (record `circuit_open`); or storage is failing (send
+ * nothing; the job runs again). A rate-limited delivery has no `wakeOn`: its endpoint is healthy,
+ * and its time is its place in the line for the webhook's tokens.
  */
 export type Admitted =
   | { ok: true; started: StartedAttempt }
-  | { ok: false; kind: 'deferred'; endpoint: string; retryAtMs: number; reason: DeferReason }
+  | { ok: false; kind: 'deferred'; wakeOn: string | undefined; retryAtMs: number; reason: DeferReason }
   | { ok: false; kind: 'circuit_open' }
   | { ok: false; kind: 'storage' };
 
@@ -144,6 +150,11 @@ export interface AdmitOptions {
   giveUp: Promise<void>;
   /** A replay or test event: probe an open circuit now. */
   forceProbe?: boolean;
+  /**
+   * Spreads deliveries the breaker defers over this much past their retry time, so a herd held back
+   * behind one endpoint does not come back at one instant (0: not spread).
+   */
+  deferJitterMs: number;
   onWaiting?: (waiting: boolean) => void;
 }
 
@@ -269,9 +280,29 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
   }
 
   /** Why an attempt that the breaker holds back is deferred, or recorded as `circuit_open` when it is overdue. */
-  function notAdmitted(endpoint: string, reason: 'open' | 'probing' | 'slow' | 'first_contact', retryAtMs: number, dueAtMs: number): Admitted {
-    if ((reason === 'open' || reason === 'probing') && retryAtMs > dueAtMs + deps.circuitHoldMs) return { ok: false, kind: 'circuit_open' };
-    return { ok: false, kind: 'deferred', endpoint, retryAtMs, reason: reason === 'first_contact' ? 'slow' : reason };
+  function notAdmitted(endpoint: string, reason: 'open' | 'probing' | 'slow' | 'first_contact', retryAtMs: number, options: AdmitOptions): Admitted {
+    if ((reason === 'open' || reason === 'probing') && retryAtMs > options.dueAtMs + deps.circuitHoldMs) return { ok: false, kind: 'circuit_open' };
+    const spreadAtMs = Math.round(retryAtMs + deps.random() * options.deferJitterMs);
+    return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs: spreadAtMs, reason: reason === 'first_contact' ? 'slow' : reason };
+  }
+
+  /**
+   * A send token of a rate-limited webhook (one round trip; none for an unlimited one), taken last,
+   * with the slot held and the breaker's attempt started, so that the send follows it at once: a
+   * token taken long before its send could let sends bunch up past the limit. Undefined: the send
+   * may go; else why not.
+   */
+  async function rateLimited(webhook: Webhook, nowMs: () => number): Promise<Admitted | undefined> {
+    if (webhook.rateLimitPerSecond === undefined) return undefined;
+    let grant: Awaited<ReturnType<SendRateLimiter['take']>>;
+    try {
+      grant = await deps.sendRate.take(webhook.id, webhook.rateLimitPerSecond);
+    } catch {
+      // Storage fails: nothing is sent until it answers (the job runs again).
+      deps.gate.close();
+      return { ok: false, kind: 'storage' };
+    }
+    return grant.sent ? undefined : { ok: false, kind: 'deferred', wakeOn: undefined, retryAtMs: nowMs() + grant.retryInMs, reason: 'rate_limited' };
   }
 
   /**
@@ -279,8 +310,10 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
    * endpoint's first answer (until `giveUp` resolves); a slot is waited for in turn (healthy
    * endpoints always keep part of the slots, so the wait ends). Everything else is deferred, or
    * recorded as `circuit_open` when an open circuit would hold it past its due time by more than
-   * one open period. Nothing is sent while the storage gate is closed, or once it has closed since
-   * the job started (its queue lock may have been lost meanwhile).
+   * one open period. A rate-limited webhook's delivery then takes a token of its bucket, or is
+   * deferred to its place in the line (`rate_limited`, no attempt spent). Nothing is sent while the
+   * storage gate is closed, or once it has closed since the job started (its queue lock may have
+   * been lost meanwhile).
    */
   async function admit(webhook: Webhook, options: AdmitOptions): Promise<Admitted> {
     const endpoint = endpointFor(webhook.callbackUrl);
@@ -292,7 +325,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       if (!deps.gate.allows(options.epoch)) return { ok: false, kind: 'storage' };
       const pre = deps.breakers.admit(endpoint, deps.nowMs(), forceProbe);
       if (!pre.admitted) {
-        if (pre.reason !== 'first_contact' || gaveUp) return notAdmitted(endpoint, pre.reason, pre.retryAtMs, options.dueAtMs);
+        if (pre.reason !== 'first_contact' || gaveUp) return notAdmitted(endpoint, pre.reason, pre.retryAtMs, options);
         options.onWaiting?.(true);
         await Promise.race([pre.settled, options.giveUp]);
         options.onWaiting?.(false);
@@ -312,9 +345,19 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       const suspect = admission.lane === 'suspect';
       if (suspect && !deps.slots.markSuspect()) {
         deps.slots.release();
-        return { ok: false, kind: 'deferred', endpoint, retryAtMs: nowMs + 250 + Math.floor(deps.random() * 750), reason: 'slow' };
+        const retryAtMs = Math.round(nowMs + 250 + Math.floor(deps.random() * 750) + deps.random() * options.deferJitterMs);
+        return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs, reason: 'slow' };
       }
-      return { ok: true, started: { endpoint, ticket: deps.breakers.start(endpoint, nowMs, admission.probe, webhook.id), suspect } };
+      const ticket = deps.breakers.start(endpoint, nowMs, admission.probe, webhook.id);
+      // Started before the token's round trip, so that deliveries racing for the same endpoint meanwhile
+      // see it in flight (a first contact stays one); a refused one is taken back as if never started.
+      const limited = await rateLimited(webhook, deps.nowMs);
+      if (limited !== undefined) {
+        deps.breakers.cancel(endpoint, ticket);
+        deps.slots.release(suspect);
+        return limited;
+      }
+      return { ok: true, started: { endpoint, ticket, suspect } };
     }
   }
 

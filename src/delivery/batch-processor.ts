@@ -42,7 +42,7 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     const epoch = deps.gate.epoch;
     const singles: SingleDelivery[] = [];
     const leave = (data: DeliverJob, delayMs: number) => singles.push({ job: data, delayMs: Math.max(0, delayMs) });
-    const deferred: { data: DeliverJob; endpoint: string; retryAtMs: number; dueAtMs: number }[] = [];
+    const deferred: { data: DeliverJob; wakeOn: string | undefined; retryAtMs: number; dueAtMs: number }[] = [];
     const handOffs: DeferralWrite[] = [];
     let todo = deliveries;
     let skipped = 0;
@@ -84,7 +84,8 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       const prepared = await steps.prepare(data, 1);
       if ('finished' in prepared) return;
       const dueAtMs = data.acceptedAtMs + firstDelayMs;
-      const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp, onWaiting });
+      // Not spread: the wakeups bring a batch's deferrals back when their endpoint answers.
+      const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp, onWaiting, deferJitterMs: 0 });
       let end: AttemptEnd;
       if (admitted.ok) {
         holds.started(data, admitted.started.suspect);
@@ -103,7 +104,7 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
         return;
       } else {
         leave(data, admitted.retryAtMs - deps.nowMs());
-        deferred.push({ data, endpoint: admitted.endpoint, retryAtMs: admitted.retryAtMs, dueAtMs });
+        deferred.push({ data, wakeOn: admitted.wakeOn, retryAtMs: admitted.retryAtMs, dueAtMs });
         steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
         return;
       }
@@ -169,7 +170,8 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     }
     // Only now are the deferred jobs in the queue to be woken.
     const byEndpoint = new Map<string, { refs: DeliverJob[]; untilMs: number }>();
-    for (const { data, endpoint, retryAtMs } of deferred) {
+    for (const { data, wakeOn: endpoint, retryAtMs } of deferred) {
+      if (endpoint === undefined) continue;
       const entry = byEndpoint.get(endpoint) ?? { refs: [], untilMs: 0 };
       entry.refs.push(data);
       entry.untilMs = Math.max(entry.untilMs, retryAtMs);

@@ -161,6 +161,20 @@ export class EndpointBreakers {
     return ticket;
   }
 
+  /**
+   * Takes back a started attempt that was not sent (its webhook's rate limit held it back): it counts
+   * for nothing, and deliveries waiting on the endpoint look again. A probe taken back leaves the
+   * circuit open with its period over, so the next delivery probes.
+   */
+  cancel(endpoint: string, ticket: number): void {
+    const state = this.states.get(endpoint);
+    if (!state?.inflight.delete(ticket)) return;
+    if (state.openUntilMs !== undefined) state.probeInFlight = false;
+    const settle = state.settle;
+    state.settle = undefined;
+    settle?.resolve();
+  }
+
   /** Records how an attempt ended. `failed`: connection errors and 5xx/429; `timeout`: no answer in time. */
   finish(endpoint: string, ticket: number, health: AttemptHealth, nowMs: number): void {
     const state = this.stateOf(endpoint);

@@ -46,16 +46,17 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
     const prepared = await steps.prepare(data, attemptNo);
     if ('finished' in prepared) return prepared.finished;
 
-    // 3. Gate, breaker and slot: an endpoint that keeps failing or hangs waits in the queue, not in a slot.
-    const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp: GIVE_UP_NOW, forceProbe: data.manual === true });
+    // 3. Gate, breaker, slot and rate limit: an endpoint that keeps failing or hangs, or a webhook
+    // over its rate limit, waits in the queue, not in a slot.
+    const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp: GIVE_UP_NOW, forceProbe: data.manual === true, deferJitterMs: 1_000 });
     let end: AttemptEnd;
     if (admitted.ok) end = await steps.attempt(data, prepared.webhook, attemptNo, admitted.started);
     else if (admitted.kind === 'circuit_open') end = await steps.recordCircuitOpen(data, prepared.webhook, attemptNo);
     else if (admitted.kind === 'storage') return wait(job, deps.nowMs() + 1_000 + deps.random() * 1_000, token);
     else {
-      const retryAtMs = Math.round(admitted.retryAtMs + deps.random() * 1_000);
+      const { retryAtMs, wakeOn } = admitted;
       await Promise.all([job.moveToDelayed(retryAtMs, token), deps.recorder.recordDeferred([{ job: data, nextAttemptAtMs: retryAtMs, dueAtMs }])]);
-      deps.wakeups.register(admitted.endpoint, [data], retryAtMs);
+      if (wakeOn !== undefined) deps.wakeups.register(wakeOn, [data], retryAtMs);
       steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
       throw new DelayedError();
     }

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
+import { RATE_LIMIT_PER_SECOND_MAX } from './rate-limit.js';
 
 const CALLBACK_URL_MAX_CHARS = 2048;
 export const DISABLED_REASONS = ['gone', 'failing', 'paused'] as const;
@@ -81,11 +82,25 @@ const secretSchema = withProblem(requiredString('secret'), secretProblem).descri
   'Shared secret for the HMAC signatures; non-empty, at most 512 characters. A `whsec_` prefix marks a base64 key (Standard Webhooks).',
 );
 
+const RATE_LIMIT_PROBLEM = `rate_limit_per_second must be an integer from 1 to ${RATE_LIMIT_PER_SECOND_MAX}`;
+
+const rateLimitSchema = z
+  .number({ error: RATE_LIMIT_PROBLEM })
+  .int({ error: RATE_LIMIT_PROBLEM })
+  .min(1, { error: RATE_LIMIT_PROBLEM })
+  .max(RATE_LIMIT_PER_SECOND_MAX, { error: RATE_LIMIT_PROBLEM })
+  .describe(
+    `Sends per second to this webhook at most, over all workers (1 to ${RATE_LIMIT_PER_SECOND_MAX}); absent: unlimited. A token bucket ` +
+      'whose burst equals the rate: up to this many at once, then one every 1/rate s. Deliveries over it wait in the queue; ' +
+      'waiting is not a failed attempt.',
+  );
+
 export const webhookCreateSchema = z.strictObject(
   {
     event_type: eventTypeSchema,
     callback_url: callbackUrlSchema,
     secret: secretSchema.optional(),
+    rate_limit_per_second: rateLimitSchema.optional(),
   },
   { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
 );
@@ -106,12 +121,13 @@ export const webhookPatchSchema = z
         .boolean({ error: 'enabled must be true or false' })
         .optional()
         .describe('true re-enables a webhook that was disabled (410 Gone or sustained failures); false pauses it.'),
+      rate_limit_per_second: rateLimitSchema.nullable().optional().describe('A new limit; null removes it (unlimited).'),
     },
     {
       error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object'),
     },
   )
-  .refine((body) => Object.keys(body).length > 0, 'the body must set at least one of event_type, callback_url, secret, enabled');
+  .refine((body) => Object.keys(body).length > 0, 'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second');
 
 export const webhookResourceSchema = z
   .object({
@@ -134,6 +150,7 @@ export const webhookResourceSchema = z
       .describe(
         'Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused (PATCH enabled=false).',
       ),
+    rate_limit_per_second: z.number().int().nullable().describe('Sends per second at most over all workers; null: unlimited.'),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })
@@ -152,6 +169,8 @@ export interface Webhook {
   previousSecret: { secret: string; untilMs: number } | undefined;
   /** Set while deliveries are paused. */
   disabled: { reason: DisabledReason; atMs: number } | undefined;
+  /** Sends per second at most, over all workers; undefined: unlimited. */
+  rateLimitPerSecond: number | undefined;
   createdAt: string;
   updatedAt: string;
 }
@@ -183,6 +202,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     ...(previousUntilMs === undefined ? {} : { previous_secret_expires_at: new Date(previousUntilMs).toISOString() }),
     enabled: webhook.disabled === undefined,
     ...(webhook.disabled === undefined ? {} : { disabled_reason: webhook.disabled.reason }),
+    rate_limit_per_second: webhook.rateLimitPerSecond ?? null,
     created_at: webhook.createdAt,
     updated_at: webhook.updatedAt,
   };

@@ -72,7 +72,7 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
     }),
     deliveriesDeferred: new Counter({
       name: 'hookline_deliveries_deferred_total',
-      help: 'Deliveries put back in the queue without an attempt because their endpoint was isolated, by reason (open, probing, slow).',
+      help: 'Deliveries put back in the queue without an attempt, by reason: their endpoint was isolated (open, probing, slow) or their webhook was over its rate limit (rate_limited).',
       labelNames: ['reason'] as const,
       registers,
     }),

@@ -163,6 +163,8 @@ export interface EndpointStats {
   day: StatsWindow;
   /** The last 60 minutes, oldest first, zeros included. */
   minutes: { atMs: number; delivered: number; failed: number }[];
+  /** Attempts sent in the last full minute (the one before the current), per second. */
+  sendRatePerSecond: number;
   last: { atMs: number; outcome: string; statusCode: number | undefined; durationMs: number } | undefined;
 }
 
@@ -335,6 +337,8 @@ export class RedisEndpointStats implements EndpointStatsRecorder, EndpointStatsR
       const m = minute % SLOT_MINUTES;
       return { atMs: minute * MINUTE_MS, delivered: Number(hash[`${m}d`] ?? 0), failed: Number(hash[`${m}f`] ?? 0) };
     });
+    // The current minute is still filling up: the last full one is the one before it.
+    const lastFull = minutes.at(-2)!;
     const hourBuckets = emptyBuckets();
     for (const hash of slots) addBuckets(hourBuckets, hash);
     const dayBuckets = emptyBuckets();
@@ -356,6 +360,7 @@ export class RedisEndpointStats implements EndpointStatsRecorder, EndpointStatsR
       ),
       day: windowOf(dayDelivered, dayFailed, dayBuckets),
       minutes,
+      sendRatePerSecond: (lastFull.delivered + lastFull.failed) / 60,
       last: parseLast(last),
     };
   }

@@ -17,6 +17,7 @@ const recordSchema = z.object({
   previousSecretUntilMs: z.number().optional(),
   disabledReason: z.enum(DISABLED_REASONS).optional(),
   disabledAtMs: z.number().optional(),
+  rateLimitPerSecond: z.number().optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });
@@ -48,6 +49,16 @@ export interface WebhookChanges {
   secret?: string;
   /** true re-enables; false pauses (reason `paused`). */
   enabled?: boolean;
+  /** A new send rate limit; null removes it. */
+  rateLimitPerSecond?: number | null;
+}
+
+/** What a registration sets. */
+export interface WebhookInput {
+  eventType: WebhookEventType;
+  callbackUrl: string;
+  secret?: string;
+  rateLimitPerSecond?: number;
 }
 
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */
@@ -58,7 +69,7 @@ export interface WebhookSource {
 
 /** The vendor-scoped webhook registry the admin routes use. Another vendor's webhook is "not found". */
 export interface WebhookRegistry {
-  create(vendorId: string, input: { eventType: WebhookEventType; callbackUrl: string; secret?: string }): Promise<CreateResult>;
+  create(vendorId: string, input: WebhookInput): Promise<CreateResult>;
   list(vendorId: string): Promise<Webhook[]>;
   get(vendorId: string, webhookId: string): Promise<Webhook | undefined>;
   update(vendorId: string, webhookId: string, changes: WebhookChanges): Promise<UpdateResult>;
@@ -141,7 +152,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     this.listScript = defineScript(redis, { name: 'hooklineWebhookList', keys: 2, lua: LIST_LUA });
   }
 
-  async create(vendorId: string, input: { eventType: WebhookEventType; callbackUrl: string; secret?: string }): Promise<CreateResult> {
+  async create(vendorId: string, input: WebhookInput): Promise<CreateResult> {
     const id = newId();
     const at = this.now().toISOString();
     const record: WebhookRecord = {
@@ -150,6 +161,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       eventType: input.eventType,
       callbackUrl: input.callbackUrl,
       ...(input.secret === undefined ? {} : { secretSealed: this.box.seal(input.secret, id) }),
+      ...(input.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: input.rateLimitPerSecond }),
       createdAt: at,
       updatedAt: at,
     };
@@ -272,6 +284,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       ...(changes.callbackUrl === undefined ? {} : { callbackUrl: changes.callbackUrl }),
       updatedAt: now.toISOString(),
     };
+    if (changes.rateLimitPerSecond === null) delete next.rateLimitPerSecond;
+    else if (changes.rateLimitPerSecond !== undefined) next.rateLimitPerSecond = changes.rateLimitPerSecond;
     if (changes.secret !== undefined) {
       const current = record.secretSealed === undefined ? undefined : this.box.open(record.secretSealed, record.id);
       if (current !== changes.secret) {
@@ -306,6 +320,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       previousSecret:
         previous === undefined || record.previousSecretUntilMs === undefined ? undefined : { secret: previous, untilMs: record.previousSecretUntilMs },
       disabled: record.disabledReason === undefined ? undefined : { reason: record.disabledReason, atMs: record.disabledAtMs ?? 0 },
+      rateLimitPerSecond: record.rateLimitPerSecond,
       createdAt: record.createdAt,
       updatedAt: record.updatedAt,
     };

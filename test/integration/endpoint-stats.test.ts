@@ -116,6 +116,10 @@ describe('endpoint stats store (real Redis)', () => {
     expect(read.minutes.reduce((sum, m) => sum + m.delivered + m.failed, 0)).toBe(4);
     expect(read.day).toMatchObject({ attempts: 5, delivered: 2, failed: 3, successRate: 0.4 });
     expect(read.last).toEqual({ atMs: now - 3, outcome: 'connect', statusCode: undefined, durationMs: 3 });
+    // The send rate: attempts sent in the last full minute ÷ 60. Read now, that is the minute before
+    // this one (none); read a minute later, this one (the timeout and the connect error).
+    expect(read.sendRatePerSecond).toBe(0);
+    expect((await store().read(id, now + MINUTE_MS)).sendRatePerSecond).toBe(2 / 60);
 
     // A webhook nobody attempted.
     const none = await stats.read(randomUUID(), now);
@@ -313,7 +317,14 @@ describe('GET /vendors/v1/webhooks/{webhook_id}/stats (real worker, real receive
     const empty = await getStats(id.toUpperCase(), key);
     expect(empty.status).toBe(200);
     const zero = { attempts: 0, delivered: 0, failed: 0, success_rate: null, p50_ms: null, p95_ms: null };
-    expect(empty.body).toMatchObject({ webhook_id: id, circuit: 'closed', last_attempt: null, windows: { hour: zero, day: zero } });
+    expect(empty.body).toMatchObject({
+      webhook_id: id,
+      circuit: 'closed',
+      last_attempt: null,
+      windows: { hour: zero, day: zero },
+      rate_limit_per_second: null,
+      send_rate_per_second: 0,
+    });
     expect(empty.body.minutes).toHaveLength(60);
     expect(empty.body.minutes.every((m) => m.delivered === 0 && m.failed === 0)).toBe(true);
 

@@ -40,6 +40,27 @@ describe('EndpointBreakers', () => {
     }
   });
 
+  it('takes back a started attempt that was not sent: it counts for nothing and wakes the waiters', async () => {
+    const b = new EndpointBreakers(OPTIONS);
+    const ticket = b.start(E, 0);
+    const waiting = b.admit(E, 1);
+    if (waiting.admitted || waiting.reason !== 'first_contact') throw new Error('expected first_contact');
+    b.cancel(E, ticket);
+    await waiting.settled;
+    // Still a first contact, with nothing in flight: the next one may go; nothing was counted.
+    expect(b.hasInflight(E)).toBe(false);
+    expect(b.hasAnswered(E)).toBe(false);
+    expect(b.admit(E, 2)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
+    // A probe taken back leaves the circuit open with its period over: the next delivery probes.
+    const down = new EndpointBreakers(OPTIONS);
+    for (let i = 0; i < 3; i += 1) down.finish(E, down.start(E, 0), 'failed', 10);
+    expect(down.openEndpoints(10)).toEqual([E]);
+    const probe = down.start(E, 1_010, true);
+    expect(down.admit(E, 1_011).admitted).toBe(false);
+    down.cancel(E, probe);
+    expect(down.admit(E, 1_012)).toEqual({ admitted: true, probe: true, lane: 'suspect' });
+  });
+
   it('keeps a slow endpoint to one attempt in flight, then lets it recover', () => {
     const b = new EndpointBreakers(OPTIONS);
     b.finish(E, b.start(E, 0), 'healthy', 1);

@@ -10,6 +10,7 @@ const webhook: Webhook = {
   secret: 'whsec_dGhlLXZlbmRvci1zZWNyZXQtMTYrYnl0ZXM=',
   previousSecret: { secret: 'the-previous-secret', untilMs: 9e15 },
   disabled: { reason: 'gone', atMs: 1_763_726_400_000 },
+  rateLimitPerSecond: undefined,
   createdAt: '2026-01-01T00:00:00.000Z',
   updatedAt: '2026-01-01T00:00:00.000Z',
 };

@@ -11,6 +11,7 @@ const enabled: Webhook = {
   secret: undefined,
   previousSecret: undefined,
   disabled: undefined,
+  rateLimitPerSecond: undefined,
   createdAt: '2026-01-01T00:00:00.000Z',
   updatedAt: '2026-01-01T00:00:00.000Z',
 };

@@ -74,3 +74,26 @@ describe('webhook body schemas', () => {
     expect(webhookPatchSchema.safeParse({ secret: 'x', extra: 1 }).success).toBe(false);
   });
 });
+
+describe('rate_limit_per_second', () => {
+  const base = { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/' };
+  const problem = 'rate_limit_per_second must be an integer from 1 to 10000';
+  it.each([1, 20, 10_000])('accepts %j on create and PATCH', (rate) => {
+    expect(webhookCreateSchema.parse({ ...base, rate_limit_per_second: rate }).rate_limit_per_second).toBe(rate);
+    expect(webhookPatchSchema.parse({ rate_limit_per_second: rate })).toEqual({ rate_limit_per_second: rate });
+  });
+  it.each([0, -1, 1.5, 'x', '20', 10_001, true, Number.MAX_SAFE_INTEGER + 2])('refuses %j with a message naming the field', (rate) => {
+    for (const result of [
+      webhookCreateSchema.safeParse({ ...base, rate_limit_per_second: rate }),
+      webhookPatchSchema.safeParse({ rate_limit_per_second: rate }),
+    ]) {
+      expect(result.success).toBe(false);
+      expect(new Set(result.error?.issues.map((issue) => issue.message))).toEqual(new Set([problem]));
+    }
+  });
+  it('is removed by null on PATCH only; absent on create means unlimited', () => {
+    expect(webhookPatchSchema.parse({ rate_limit_per_second: null })).toEqual({ rate_limit_per_second: null });
+    expect(webhookCreateSchema.safeParse({ ...base, rate_limit_per_second: null }).success).toBe(false);
+    expect(webhookCreateSchema.parse(base)).not.toHaveProperty('rate_limit_per_second');
+  });
+});

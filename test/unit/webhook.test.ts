@@ -11,6 +11,7 @@ const webhook = (over: Partial<Webhook> = {}): Webhook => ({
   secret: 'new-secret',
   previousSecret: undefined,
   disabled: undefined,
+  rateLimitPerSecond: undefined,
   createdAt: '2025-01-01T00:00:00.000Z',
   updatedAt: '2025-01-02T00:00:00.000Z',
   ...over,
@@ -35,11 +36,17 @@ describe('toWebhookResource', () => {
       secret: 'new-secret',
       previous_secret_expires_at: '2025-01-02T03:05:05.000Z',
       enabled: true,
+      rate_limit_per_second: null,
       created_at: '2025-01-01T00:00:00.000Z',
       updated_at: '2025-01-02T00:00:00.000Z',
     });
     expect(toWebhookResource(rotating, NOW + 60_000)).not.toHaveProperty('previous_secret_expires_at');
     expect(toWebhookResource(webhook(), NOW)).not.toHaveProperty('previous_secret_expires_at');
+  });
+
+  it('shows the rate limit, null when unlimited', () => {
+    expect(toWebhookResource(webhook({ rateLimitPerSecond: 25 }), NOW).rate_limit_per_second).toBe(25);
+    expect(toWebhookResource(webhook(), NOW).rate_limit_per_second).toBeNull();
   });
 
   it('never shows the previous secret itself', () => {

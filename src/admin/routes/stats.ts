@@ -45,6 +45,10 @@ const statsSchema = z
         'hour: the last 60 minutes (its percentiles: the 10-minute slots those minutes fall in, 60 to 69 minutes); day: the ' +
           'current clock hour and the 24 before it. Counts may trail the attempts by a second or two: workers write them once a second.',
       ),
+    rate_limit_per_second: z.number().int().nullable().describe('The webhook’s send rate limit (sends per second over all workers); null: unlimited.'),
+    send_rate_per_second: z
+      .number()
+      .describe('Attempts sent in the last full minute (the one before the current), divided by 60: the recent send rate, to hold against the limit.'),
     minutes: z
       .array(z.object({ minute: z.string().describe('The minute’s start (ISO 8601).'), delivered: z.number().int(), failed: z.number().int() }))
       .describe('The last 60 minutes, oldest first, the current one last; minutes without attempts are zeros.'),
@@ -83,7 +87,7 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
           summary: 'Delivery stats of a webhook',
           description:
             'Success rate and response times over the last hour and day, attempts per minute over the last hour, the newest ' +
-            'attempt and the endpoint’s circuit. Counted from attempts sent; kept a day.',
+            'attempt, the endpoint’s circuit, and the send rate beside the webhook’s rate limit. Counted from attempts sent; kept a day.',
           params: z.object({ webhook_id: z.string().describe('Webhook id (UUID).') }),
           querystring: noQueryParameters,
           response: { 200: statsSchema, ...errorResponses(400, 401, 403, 404) },
@@ -103,6 +107,8 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
               ? null
               : { attempted_at: new Date(last.atMs).toISOString(), outcome: last.outcome, status_code: last.statusCode ?? null, duration_ms: last.durationMs },
           windows: { hour: toWindow(stats.hour), day: toWindow(stats.day) },
+          rate_limit_per_second: webhook.rateLimitPerSecond ?? null,
+          send_rate_per_second: Math.round(stats.sendRatePerSecond * 1_000) / 1_000,
           minutes: stats.minutes.map((m) => ({ minute: new Date(m.atMs).toISOString(), delivered: m.delivered, failed: m.failed })),
         };
       },

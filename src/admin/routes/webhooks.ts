@@ -61,6 +61,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           eventType: body.event_type,
           callbackUrl: body.callback_url,
           ...(body.secret === undefined ? {} : { secret: body.secret }),
+          ...(body.rate_limit_per_second === undefined ? {} : { rateLimitPerSecond: body.rate_limit_per_second }),
         });
         if (!result.ok) throw conflict(body.event_type, result.existingId);
         return reply.code(201).send({ webhook_id: result.webhook.id });
@@ -97,7 +98,8 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           tags: ['webhooks'],
           summary: 'Update a webhook',
           description:
-            'Any of event_type, callback_url, secret, enabled, with the rules of registration. Answers the whole webhook. ' +
+            'Any of event_type, callback_url, secret, enabled, rate_limit_per_second (null removes the limit), with the rules of ' +
+            'registration. Answers the whole webhook. ' +
             'A new secret starts a rotation (see secret and previous_secret_expires_at).',
           params: idParams,
           querystring: noQueryParameters,
@@ -114,6 +116,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.callback_url === undefined ? {} : { callbackUrl: body.callback_url }),
           ...(body.secret === undefined ? {} : { secret: body.secret }),
           ...(body.enabled === undefined ? {} : { enabled: body.enabled }),
+          ...(body.rate_limit_per_second === undefined ? {} : { rateLimitPerSecond: body.rate_limit_per_second }),
         });
         if (result.ok) return toWebhookResource(result.webhook, deps.nowMs());
         if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');
