@@ -83,13 +83,21 @@ function cookieOf(request: FastifyRequest, name: string): string | undefined {
 }
 
 /**
+ * Whether the browser says (Sec-Fetch-Site) that a request comes from somewhere other than `allowed`;
+ * false when it says nothing (an older browser, or no browser).
+ */
+export function fromAnotherSite(request: FastifyRequest, allowed: readonly string[]): boolean {
+  const site = request.headers['sec-fetch-site'];
+  return site !== undefined && !allowed.includes(String(site));
+}
+
+/**
  * Whether a cookie-authenticated request is the portal's own: it echoes the session's CSRF token in
  * a header (a cross-site form or image cannot set headers, and another origin cannot read the token),
  * and when the browser says where it comes from (Sec-Fetch-Site), it is this origin.
  */
 function sameOriginRequest(request: FastifyRequest, csrfToken: string): boolean {
-  const site = request.headers['sec-fetch-site'];
-  if (site !== undefined && site !== 'same-origin') return false;
+  if (fromAnotherSite(request, ['same-origin'])) return false;
   const echoed = request.headers[CSRF_HEADER];
   if (typeof echoed !== 'string' || echoed.length !== csrfToken.length) return false;
   return timingSafeEqual(Buffer.from(echoed, 'utf8'), Buffer.from(csrfToken, 'utf8'));
@@ -151,27 +159,25 @@ export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit, p
     const hook = async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {
       const header = request.headers['x-api-key'];
       const presented = Array.isArray(header) ? undefined : header?.trim();
-      if (!presented && portal !== undefined && portalSessions !== undefined && request.headers.cookie !== undefined) {
-        const opened = await authenticatePortal(request, portalSessions, portal);
-        // A session's requests count against a limit of their own, as a key's do.
-        if (limited && (await limited.counter.hit(`portal:${opened.session.id}`, limited.nowMs())) > limited.perSecond) {
-          void reply.header('retry-after', '1');
-          throw new ApiError('rate_limited', `Rate limit of ${limited.perSecond} requests per second for this session exceeded; retry after 1 s`);
-        }
+      // The credential's lookup and its request count go out together: one round trip. A portal
+      // session's requests count against a limit of their own (by its cookie), as a key's do.
+      const count = (credential: string) => (limited ? limited.counter.hit(keyFingerprint(credential), limited.nowMs()) : Promise.resolve(0));
+      const refuseOverLimit = (n: number, whose: string) => {
+        if (!limited || n <= limited.perSecond) return;
+        void reply.header('retry-after', '1');
+        throw new ApiError('rate_limited', `Rate limit of ${limited.perSecond} requests per second for this ${whose} exceeded; retry after 1 s`);
+      };
+      const cookie = presented || portal === undefined || portalSessions === undefined ? undefined : cookieOf(request, PORTAL_COOKIE);
+      if (cookie !== undefined) {
+        const [opened, n] = await Promise.all([authenticatePortal(request, portalSessions!, portal!), count(cookie)]);
+        refuseOverLimit(n, 'session');
         request.principal = portalPrincipal(opened);
         return;
       }
       if (!presented) throw new ApiError('unauthorized');
-      // The lookup and the request count go out together: one round trip.
-      const [principal, count] = await Promise.all([
-        apiKeys.authenticate(presented),
-        limited ? limited.counter.hit(keyFingerprint(presented), limited.nowMs()) : Promise.resolve(0),
-      ]);
+      const [principal, n] = await Promise.all([apiKeys.authenticate(presented), count(presented)]);
       if (!principal) throw new ApiError('unauthorized');
-      if (limited && count > limited.perSecond) {
-        void reply.header('retry-after', '1');
-        throw new ApiError('rate_limited', `Rate limit of ${limited.perSecond} requests per second for this API key exceeded; retry after 1 s`);
-      }
+      refuseOverLimit(n, 'API key');
       if (!roles.some((r) => hasRole(principal, r))) throw new ApiError('forbidden', `This API key does not have the ${roles.join(' or ')} role`);
       request.principal = principal;
     };

@@ -30,14 +30,14 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     logged.length = 0;
   });
 
-  const start = async () => {
+  const start = async (options: { rateLimitPerSecond?: number } = {}) => {
     const sink = new Writable({
       write(chunk: Buffer, _encoding, done) {
         logged.push(chunk.toString('utf8'));
         done();
       },
     });
-    t = await testApp({ logger: pino({ level: 'info' }, sink) });
+    t = await testApp({ logger: pino({ level: 'info' }, sink), ...options });
     return t;
   };
 
@@ -359,5 +359,18 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     const token = tokenOf(link.url);
     const answers = await Promise.all(Array.from({ length: 8 }, () => app.app.inject({ method: 'POST', url: '/portal/v1/session', payload: { token } })));
     expect(answers.map((a) => a.statusCode).sort()).toEqual([200, 401, 401, 401, 401, 401, 401, 401]);
+  });
+
+  it('a session’s requests count against the per-key request limit, as a key’s do, separately from other sessions', async () => {
+    const app = await start({ rateLimitPerSecond: 3 });
+    const busy = await open(app, tokenOf((await linkFor(app, 'vendor-a', 'read')).url));
+    const quiet = await open(app, tokenOf((await linkFor(app, 'vendor-a', 'read')).url));
+    const answers = await Promise.all(Array.from({ length: 8 }, () => asPortal(app, busy, 'GET', '/vendors/v1/webhooks')));
+    const limited = answers.filter((a) => a.statusCode === 429);
+    // Eight at once, three a second: whichever second boundary they straddle, most are refused.
+    expect(limited.length).toBeGreaterThanOrEqual(2);
+    expect(limited[0]!.headers['retry-after']).toBe('1');
+    expect(limited[0]!.json<{ error: string }>().error).toContain('for this session');
+    expect((await asPortal(app, quiet, 'GET', '/vendors/v1/webhooks')).statusCode).toBe(200);
   });
 });

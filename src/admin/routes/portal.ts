@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { CSRF_HEADER, PORTAL_COOKIE, portalSessionHook, principalOf, type Authorizer } from '../auth.js';
+import { CSRF_HEADER, fromAnotherSite, PORTAL_COOKIE, portalSessionHook, principalOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
 import { errorResponses, noQueryParameters, queryParameters } from '../schemas.js';
 import { externalIdSchema } from '../../domain/ids.js';
@@ -211,8 +211,7 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
       },
       async (request, reply) => {
         // A cross-site page must not log a visitor into a session of its choosing.
-        const site = request.headers['sec-fetch-site'];
-        if (site !== undefined && site !== 'same-origin' && site !== 'none') throw new ApiError('csrf_failed');
+        if (fromAnotherSite(request, ['same-origin', 'none'])) throw new ApiError('csrf_failed');
         const opened = await deps.sessions.exchange(request.body.token);
         if (!opened) throw new ApiError('portal_token_invalid');
         log('portal.session_opened', opened.session, {}, 'portal link opened');
