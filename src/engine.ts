@@ -35,7 +35,7 @@ import { RedisEventBudget, RedisRequestCounter } from './store/rate-limiter.js';
 import { createAgentStatusStore, createTaskStore } from './store/read-models.js';
 import { connectRedis, isRedisUnavailable, pingRedis, type Redis } from './store/redis.js';
 import { RedisReplayTasks } from './store/replay-tasks.js';
-import { RedisSendRate } from './store/send-rate.js';
+import { RedisSendRate, type SendRateLimiter } from './store/send-rate.js';
 import { SecretBox } from './store/secret-box.js';
 import { RedisWebhookStore } from './store/webhooks.js';
 import { VERSION } from './version.js';
@@ -322,7 +322,7 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     slots,
     gate,
     wakeups,
-    sendRate: new RedisSendRate(stores.redis, stores.keys),
+    sendRate: countedSendRate(new RedisSendRate(stores.redis, stores.keys), settings.metrics),
     endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
     logger: settings.logger,
     retryScheduleMs: settings.retryScheduleMs,
@@ -702,6 +702,18 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       await steps.run(stores.queues.close());
       await Promise.all([redis, queueConnection, ...(workerConnection ? [workerConnection] : [])].map((connection) => steps.closeConnection(connection)));
       return ended;
+    },
+  };
+}
+
+/** The send-rate limiter, its answers counted (`hookline_rate_limit_checks_total`) when there are metrics. */
+function countedSendRate(limiter: SendRateLimiter, metrics: Metrics | undefined): SendRateLimiter {
+  if (metrics === undefined) return limiter;
+  return {
+    take: async (webhookId, ratePerSecond) => {
+      const grant = await limiter.take(webhookId, ratePerSecond);
+      metrics.rateLimitChecks.inc({ result: grant.sent ? 'sent' : 'deferred' });
+      return grant;
     },
   };
 }

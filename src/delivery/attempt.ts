@@ -39,7 +39,7 @@ export interface DeliveryProcessorDeps {
   gate: StorageGate;
   /** Wakes deferred deliveries when their endpoint takes deliveries again. */
   wakeups: Pick<DeferralWakeups, 'register'>;
-  /** The shared token buckets of webhooks with a `rate_limit_per_second`. */
+  /** The shared send windows of webhooks with a `rate_limit_per_second`. */
   sendRate: SendRateLimiter;
   /** What workers know about receiver endpoints across processes and restarts; absent: nothing shared. */
   endpointMemory?: EndpointMemory;
@@ -310,7 +310,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
    * endpoint's first answer (until `giveUp` resolves); a slot is waited for in turn (healthy
    * endpoints always keep part of the slots, so the wait ends). Everything else is deferred, or
    * recorded as `circuit_open` when an open circuit would hold it past its due time by more than
-   * one open period. A rate-limited webhook's delivery then takes a token of its bucket, or is
+   * one open period. A rate-limited webhook's delivery then takes a place in its send window, or is
    * deferred to its place in the line (`rate_limited`, no attempt spent). Nothing is sent while the
    * storage gate is closed, or once it has closed since the job started (its queue lock may have
    * been lost meanwhile).

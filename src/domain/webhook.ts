@@ -90,8 +90,8 @@ const rateLimitSchema = z
   .min(1, { error: RATE_LIMIT_PROBLEM })
   .max(RATE_LIMIT_PER_SECOND_MAX, { error: RATE_LIMIT_PROBLEM })
   .describe(
-    `Sends per second to this webhook at most, over all workers (1 to ${RATE_LIMIT_PER_SECOND_MAX}); absent: unlimited. A token bucket ` +
-      'whose burst equals the rate: up to this many at once, then one every 1/rate s. Deliveries over it wait in the queue; ' +
+    `Sends to this webhook in any one second at most, over all workers (1 to ${RATE_LIMIT_PER_SECOND_MAX}); absent: unlimited. ` +
+      'Up to this many may go at once, then none until the second has passed. Deliveries over it wait in the queue; ' +
       'waiting is not a failed attempt.',
   );
 

@@ -76,6 +76,12 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
       labelNames: ['reason'] as const,
       registers,
     }),
+    rateLimitChecks: new Counter({
+      name: 'hookline_rate_limit_checks_total',
+      help: 'Sends of webhooks with a rate_limit_per_second checked against their limit, by result: sent (the rate at which rate-limited webhooks are sent to, all together) or deferred (over the limit, put back without an attempt).',
+      labelNames: ['result'] as const,
+      registers,
+    }),
     deadLetters: new Counter({
       name: 'hookline_dead_letters_total',
       help: 'Deliveries dead-lettered after their last attempt (or because their webhook was disabled), by event type.',
@@ -156,5 +162,6 @@ export function initialiseSeries(metrics: Metrics): void {
   }
   for (const reason of ['gone', 'failing']) metrics.webhooksDisabled.inc({ reason }, 0);
   for (const state of ['open', 'half_open', 'closed']) metrics.circuitTransitions.inc({ state }, 0);
+  for (const result of ['sent', 'deferred']) metrics.rateLimitChecks.inc({ result }, 0);
   metrics.ssrfBlocked.inc(0);
 }

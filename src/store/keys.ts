@@ -54,7 +54,7 @@ export function redisKeys(prefix: string) {
       failingSince: (webhookId: string) => `${tag(`wh:${webhookId}`)}:failing-since`,
       /** string with TTL: JSON of the circuit a worker opened on the webhook's endpoint; absent once closed */
       circuit: (webhookId: string) => `${tag(`wh:${webhookId}`)}:circuit`,
-      /** hash with an expiry: the send-rate token bucket of a rate-limited webhook (tat, defer; µs; see domain/rate-limit.ts) */
+      /** hash with an expiry: the send window of a rate-limited webhook (sends per 50 ms slot, defer; µs; see domain/rate-limit.ts) */
       sendRate: (webhookId: string) => `${tag(`wh:${webhookId}`)}:send-rate`,
     },
     /** A webhook's delivery stats (see endpoint-stats.ts), under the hash tag of its delivery log. */

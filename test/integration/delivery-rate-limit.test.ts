@@ -10,14 +10,14 @@ import { testRedis, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
-/** The most arrivals in any window [a, a + windowMs) that starts at an arrival at or after `fromMs`. */
-function busiestWindow(arrivalsMs: readonly number[], windowMs: number, fromMs = -Infinity): number {
+/** The most arrivals in any window [a, a + windowMs) (the busiest starts at an arrival). */
+function busiestWindow(arrivalsMs: readonly number[], windowMs: number): number {
   const sorted = [...arrivalsMs].sort((a, b) => a - b);
   let most = 0;
   let end = 0;
   for (let start = 0; start < sorted.length; start += 1) {
     while (end < sorted.length && sorted[end]! < sorted[start]! + windowMs) end += 1;
-    if (sorted[start]! >= fromMs) most = Math.max(most, end - start);
+    most = Math.max(most, end - start);
   }
   return most;
 }
@@ -77,7 +77,7 @@ describe('per-webhook rate limit', () => {
     }
   });
 
-  it('two workers together keep a limited webhook within its bucket; deferrals are no attempts; an unlimited webhook beside it keeps its pace', async () => {
+  it('two workers together keep a limited webhook within its limit; deferrals are no attempts; an unlimited webhook beside it keeps its pace', async () => {
     // A short schedule: were a deferral counted as an attempt, deliveries would show attempts > 1 and
     // dead-letter after three.
     t = await testApp({ retryScheduleMs: [0, 1_000, 1_000] });
@@ -104,12 +104,11 @@ describe('per-webhook rate limit', () => {
     const firstMs = Math.min(...arrivals);
     const spanMs = Math.max(...arrivals) - firstMs;
     const busiest = busiestWindow(arrivals, 1_000);
-    const busiestAfterBurst = busiestWindow(arrivals, 1_000, firstMs + 1_000);
     const deferred = workers.flatMap((w) => w.outcomes).filter((o) => o.kind === 'deferred' && o.reason === 'rate_limited');
     const attempted = attemptsOf();
     console.log(
-      `rate limit ${LIMIT}/s, ${EVENTS} events, 2 workers: delivered over ${spanMs} ms; busiest 1 s window ${busiest} ` +
-        `(after the first second ${busiestAfterBurst}); ${deferred.length} deferrals (rate_limited), ${attempted.length} attempts; ` +
+      `rate limit ${LIMIT}/s, ${EVENTS} events, 2 workers: delivered over ${spanMs} ms; busiest 1 s window ${busiest}; ` +
+        `${deferred.length} deferrals (rate_limited), ${attempted.length} attempts; ` +
         `the unlimited webhook's ${EVENTS} in ${freeDoneMs} ms (the limited one had ${limitedAtFreeDone} by then)`,
     );
 
@@ -124,22 +123,12 @@ describe('per-webhook rate limit', () => {
     expect(await t.deliveryLog.deadLetters(limited.id, 10)).toEqual([]);
     expect(deferred.length).toBeGreaterThan(0);
 
-    // What the bucket (burst = rate = 20, then one token per 50 ms, shared by both workers) promises,
-    // asserted on the receiver's arrival times with two requests of slack (one token is 50 ms; an
-    // arrival may be late after its token, and one later early, by up to that each):
-    // - from the first arrival on, the k-th arrival (1-based) comes no earlier than (k - 20) × 50 ms
-    //   after it: never ahead of the burst plus the rate;
-    // - any 1-second window holds at most burst + rate × 1 s = 40. It holds more than the limit only
-    //   by spending tokens saved earlier (at the start: the burst; later: tokens no deferred delivery
-    //   was back for yet); the busiest window is printed above.
-    const sorted = [...arrivals].sort((a, b) => a - b);
-    const ahead = sorted
-      .map((atMs, i) => ({ k: i + 1, sinceFirstMs: atMs - firstMs }))
-      .filter(({ k, sinceFirstMs }) => k > LIMIT + 2 + (LIMIT * sinceFirstMs) / 1_000);
-    expect(ahead).toEqual([]);
-    expect(busiest).toBeLessThanOrEqual(2 * LIMIT + 2);
-    // 180 after the burst at 20/s take 9 s at least; and the limit is used, not wasted: under 15 s.
-    expect(spanMs).toBeGreaterThanOrEqual(((EVENTS - LIMIT - 1) * 1_000) / LIMIT);
+    // What the limit promises (20 in any second, shared by both workers), asserted on the receiver's
+    // arrival times with two requests of slack (an arrival may come late after its send was allowed,
+    // and a later one early): the busiest window of one second holds at most the limit. 200 at no
+    // more than 20 a second take 9 s at least (10 windows); and the limit is used, not wasted: under 15 s.
+    expect(busiest).toBeLessThanOrEqual(LIMIT + 2);
+    expect(spanMs).toBeGreaterThanOrEqual(((EVENTS - LIMIT - 2) * 1_000) / LIMIT);
     expect(spanMs).toBeLessThan(15_000);
     // The unlimited webhook is done before the limited one is half way.
     expect(limitedAtFreeDone).toBeLessThan(EVENTS / 2);
