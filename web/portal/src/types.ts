@@ -27,6 +27,8 @@ export interface Webhook {
   previous_secret_expires_at?: string;
   enabled: boolean;
   disabled_reason?: DisabledReason;
+  /** Sends in any one second at most, over all workers; null: unlimited. */
+  rate_limit_per_second: number | null;
   created_at: string;
   updated_at: string;
 }
@@ -45,6 +47,9 @@ export interface WebhookStats {
   circuit: 'closed' | 'open' | 'half_open';
   last_attempt: null | { attempted_at: string; outcome: string; status_code: number | null; duration_ms: number };
   windows: { hour: StatsWindow; day: StatsWindow };
+  rate_limit_per_second: number | null;
+  /** Attempts sent in the last full minute ÷ 60. */
+  send_rate_per_second: number;
   minutes: { minute: string; delivered: number; failed: number }[];
 }
 

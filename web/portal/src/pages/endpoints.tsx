@@ -84,6 +84,21 @@ export function EndpointsPage({ session }: { session: Session }) {
 
 type Mode = 'view' | 'edit' | 'delete' | 'rotate';
 
+/** A number field's value: null when empty (the API then removes the setting); the API checks the range. */
+function numberOrNull(text: string): number | null {
+  const trimmed = text.trim();
+  return trimmed === '' ? null : Number(trimmed);
+}
+
+/** The webhook's flow-control settings in words. */
+function controlsText(webhook: Webhook): string {
+  return webhook.rate_limit_per_second === null ? 'No rate limit' : `At most ${webhook.rate_limit_per_second} requests a second`;
+}
+
+function formatPerSecond(rate: number): string {
+  return `${rate < 10 ? rate.toFixed(1) : Math.round(rate)}/s`;
+}
+
 function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; session: Session; onChanged: (message: string) => void }) {
   const stats = useResource(`stats:${webhook.webhook_id}:${webhook.updated_at}`, () => statsOf(webhook.webhook_id));
   useEvery(STATS_REFRESH_MS, stats.reload);
@@ -129,6 +144,10 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
           <dd>
             <code class="wrap">{webhook.callback_url}</code>
           </dd>
+        </div>
+        <div>
+          <dt>Delivery controls</dt>
+          <dd>{controlsText(webhook)}</dd>
         </div>
         {!webhook.enabled && (
           <div>
@@ -285,6 +304,14 @@ function Health({ stats, loading, error, enabled }: { stats: WebhookStats | unde
             </dd>
           </div>
         )}
+        {stats.rate_limit_per_second !== null && (
+          <div>
+            <dt>Send rate</dt>
+            <dd>
+              {formatPerSecond(stats.send_rate_per_second)} over the last minute, of at most {stats.rate_limit_per_second}/s
+            </dd>
+          </div>
+        )}
       </dl>
       <Sparkline minutes={stats.minutes} id={`spark-${stats.webhook_id}`} />
     </div>
@@ -326,22 +353,26 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
   const [eventType, setEventType] = useState<EventType>(webhook?.event_type ?? free[0] ?? EVENT_TYPES[0]);
   const [url, setUrl] = useState(webhook?.callback_url ?? '');
   const [secret, setSecret] = useState('');
+  const [rateLimit, setRateLimit] = useState(webhook?.rate_limit_per_second?.toString() ?? '');
   const { busy, error, run } = useAction();
   const id = webhook?.webhook_id ?? 'new';
 
   const submit = (event: Event) => {
     event.preventDefault();
     return run(async () => {
+      const limit = numberOrNull(rateLimit);
       if (webhook) {
-        const changes: Record<string, string> = {};
+        const changes: Record<string, string | number | null> = {};
         if (eventType !== webhook.event_type) changes.event_type = eventType;
         if (url !== webhook.callback_url) changes.callback_url = url;
         if (secret !== '') changes.secret = secret;
+        if (limit !== webhook.rate_limit_per_second) changes.rate_limit_per_second = limit;
         if (Object.keys(changes).length === 0) return onDone();
         await call('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, { body: changes });
         onDone(`Saved the ${eventTypeName(eventType)} webhook.`);
       } else {
-        await call('POST', '/vendors/v1/webhooks', { body: { event_type: eventType, callback_url: url, ...(secret === '' ? {} : { secret }) } });
+        const controls = limit === null ? {} : { rate_limit_per_second: limit };
+        await call('POST', '/vendors/v1/webhooks', { body: { event_type: eventType, callback_url: url, ...(secret === '' ? {} : { secret }), ...controls } });
         onDone(`Added the ${eventTypeName(eventType)} webhook.`);
       }
     });
@@ -372,6 +403,21 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
       <label for={`secret-${id}`}>{webhook ? 'New secret (leave empty to keep the current one)' : 'Secret (optional)'}</label>
       <input id={`secret-${id}`} type="password" autoComplete="new-password" value={secret} onInput={(e) => setSecret(e.currentTarget.value)} />
       <p class="hint">A whsec_ secret (base64 after the prefix) works with Standard Webhooks libraries; Rotate secret generates one.</p>
+      <fieldset>
+        <legend>Delivery controls</legend>
+        <label for={`rate-${id}`}>Rate limit: requests per second at most (empty: unlimited)</label>
+        <input
+          id={`rate-${id}`}
+          type="number"
+          min="1"
+          max="10000"
+          step="1"
+          inputMode="numeric"
+          value={rateLimit}
+          onInput={(e) => setRateLimit(e.currentTarget.value)}
+        />
+        <p class="hint">Never more than this many requests reach you in any one second; deliveries over it wait their turn (not a failure).</p>
+      </fieldset>
       <ErrorText error={error} />
       <div class="actions">
         <button type="submit" class="primary" disabled={busy}>
