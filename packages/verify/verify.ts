@@ -4,8 +4,8 @@
  * Always verify against the raw request body (the exact bytes received), never a re-serialised
  * JSON object: any change in whitespace or key order changes the signature.
  */
-import { timingSafeEqual } from 'node:crypto';
-import { legacySignature, secretKeyBytes, standardSignature } from './signature.js';
+import { timingSafeEqual, verify, type KeyObject } from 'node:crypto';
+import { ed25519PublicKey, legacySignature, secretKeyBytes, signedContent, standardSignature, type PublicJwk } from './signature.js';
 
 /** A `Headers` object (fetch, undici) or a plain record such as Node's `req.headers`. */
 export type HeaderSource = { get(name: string): string | null } | Readonly<Record<string, string | readonly string[] | undefined>>;
@@ -13,6 +13,22 @@ export type HeaderSource = { get(name: string): string | null } | Readonly<Recor
 export interface StandardWebhookInput {
   /** The webhook's secret exactly as registered (`whsec_…` or any other string). */
   secret: string;
+  headers: HeaderSource;
+  /** The raw request body. */
+  body: string | Uint8Array;
+  /** How far `webhook-timestamp` may be from now, either way; default 300 s (replay protection). */
+  toleranceSec?: number;
+  /** The current Unix time in seconds; default the system clock. */
+  nowSec?: number;
+}
+
+export interface AsymmetricWebhookInput {
+  /**
+   * The webhook's public keys (`whpk_…`, JWKs from the key set document, or KeyObjects): during a
+   * rotation two sign; any may match. Only this webhook's keys: a key of another webhook would
+   * accept requests meant for that one.
+   */
+  publicKeys: readonly (string | PublicJwk | KeyObject)[];
   headers: HeaderSource;
   /** The raw request body. */
   body: string | Uint8Array;
@@ -31,6 +47,7 @@ export interface LegacySignatureInput {
 }
 
 const SHA256_BYTES = 32;
+const BASE64_ED25519 = /^[A-Za-z0-9+/]{86}==$/;
 const BASE64_SHA256 = /^[A-Za-z0-9+/]{43}=$/;
 const HEX_SHA256 = /^[0-9a-fA-F]{64}$/;
 const TIMESTAMP = /^\d{1,15}$/;
@@ -54,28 +71,64 @@ const TIMESTAMP = /^\d{1,15}$/;
  * }).listen(3000);
  */
 export function verifyStandardWebhook(input: StandardWebhookInput): boolean {
-  const { secret, headers, body, toleranceSec = 300 } = input;
+  const signed = signedParts(input, 'v1,', BASE64_SHA256);
+  if (signed === undefined) return false;
+  const expected = Buffer.from(standardSignature(secretKeyBytes(input.secret), signed.id, signed.timestamp, input.body), 'base64');
+  let matched = false;
+  // Every candidate is compared, so the time taken does not reveal which one matched.
+  for (const encoded of signed.signatures) if (timingSafeEqual(Buffer.from(encoded, 'base64'), expected)) matched = true;
+  return matched;
+}
+
+/**
+ * True when the Standard Webhooks headers carry a valid `v1a` (Ed25519) signature of `body` under one
+ * of `publicKeys` and the timestamp is within the tolerance. Webhooks set to `signature: "ed25519"`
+ * send it; their public keys come from `GET /vendors/v1/webhooks/{id}/public-keys` or the key set
+ * document (`/.well-known/jwks.json`, the keys whose `kid` starts with the webhook's id).
+ *
+ * @example
+ * const ok = verifyAsymmetricWebhook({ publicKeys: [process.env.WEBHOOK_PUBLIC_KEY!], headers: req.headers, body: rawBody });
+ */
+export function verifyAsymmetricWebhook(input: AsymmetricWebhookInput): boolean {
+  const signed = signedParts(input, 'v1a,', BASE64_ED25519);
+  if (signed === undefined) return false;
+  const keys = input.publicKeys.map((key) => ed25519PublicKey(key));
+  const content = signedContent(signed.id, signed.timestamp, input.body);
+  let matched = false;
+  for (const encoded of signed.signatures) {
+    const signature = Buffer.from(encoded, 'base64');
+    for (const key of keys) if (verify(null, content, key, signature)) matched = true;
+  }
+  return matched;
+}
+
+/**
+ * The id, timestamp and the well-formed signatures of one version (`v1,` or `v1a,`) from the
+ * Standard Webhooks headers; undefined when a header is missing or malformed or the timestamp is
+ * outside the tolerance.
+ */
+function signedParts(
+  input: { headers: HeaderSource; toleranceSec?: number; nowSec?: number },
+  version: 'v1,' | 'v1a,',
+  shape: RegExp,
+): { id: string; timestamp: string; signatures: string[] } | undefined {
+  const { headers, toleranceSec = 300 } = input;
   const id = single(header(headers, 'webhook-id'));
   const timestamp = single(header(headers, 'webhook-timestamp'));
   const signatures = header(headers, 'webhook-signature');
-  if (!id || timestamp === undefined || signatures === undefined || !TIMESTAMP.test(timestamp)) return false;
-
+  if (!id || timestamp === undefined || signatures === undefined || !TIMESTAMP.test(timestamp)) return undefined;
   const nowSec = input.nowSec ?? Math.floor(Date.now() / 1000);
-  if (Math.abs(nowSec - Number(timestamp)) > toleranceSec) return false;
-
-  const expected = Buffer.from(standardSignature(secretKeyBytes(secret), id, timestamp, body), 'base64');
+  if (Math.abs(nowSec - Number(timestamp)) > toleranceSec) return undefined;
   // Node joins repeated headers with ", "; the list itself is space-separated.
-  const candidates = [signatures].flat().join(' ').split(/\s+/);
-  let matched = false;
-  for (const candidate of candidates) {
-    const entry = candidate.replace(/,$/, '');
-    if (!entry.startsWith('v1,')) continue;
-    const encoded = entry.slice('v1,'.length);
-    if (!BASE64_SHA256.test(encoded)) continue;
-    // Every candidate is compared, so the time taken does not reveal which one matched.
-    if (timingSafeEqual(Buffer.from(encoded, 'base64'), expected)) matched = true;
-  }
-  return matched;
+  const entries = [signatures]
+    .flat()
+    .join(' ')
+    .split(/\s+/)
+    .map((candidate) => candidate.replace(/,$/, ''))
+    .filter((entry) => entry.startsWith(version))
+    .map((entry) => entry.slice(version.length))
+    .filter((encoded) => shape.test(encoded));
+  return { id, timestamp, signatures: entries };
 }
 
 /**

@@ -1,6 +1,6 @@
 import { createSecretKey, type KeyObject } from 'node:crypto';
 // The signatures are the client package's own functions, so what receivers verify is what is signed.
-import { legacySignature, secretKeyBytes, standardSignature } from '@hookline/verify';
+import { asymmetricSignature, legacySignature, secretKeyBytes, standardSignature } from '@hookline/verify';
 
 /** HMAC keys by secret: importing a key costs more than hashing a small body, and secrets repeat. */
 const keyCache = new Map<string, { standard: KeyObject; legacy: KeyObject }>();
@@ -25,12 +25,15 @@ export interface SignatureInput {
   body: string;
   /** Current secret first, then the previous one during a rotation; empty when the webhook has none. */
   secrets: readonly string[];
+  /** Ed25519 private keys (`signature: "ed25519"`): the current one first, then the previous one during a rotation. */
+  signingKeys?: readonly KeyObject[];
 }
 
 /**
  * The signature headers of one attempt (lowercase names): always `webhook-id` and `webhook-timestamp`;
- * with secrets also `webhook-signature` (one `v1,` entry per secret) and the legacy `x-webhook-signature`
- * from the last secret: the previous one during a rotation, else the current one.
+ * `webhook-signature` with one `v1,` entry per secret and one `v1a,` entry per signing key; and, with
+ * secrets, the legacy `x-webhook-signature` from the last secret: the previous one during a
+ * rotation, else the current one (the legacy scheme is HMAC only).
  */
 export function signatureHeaders(input: SignatureInput): Record<string, string> {
   const { webhookId, timestampSec, body, secrets } = input;
@@ -44,11 +47,15 @@ export function signatureHeaders(input: SignatureInput): Record<string, string> 
   // The legacy header holds one signature, so during a rotation it must be the one every receiver
   // can already check: the previous secret's, until the overlap ends and the new one takes over.
   const legacySecret = secrets.at(-1);
-  if (legacySecret === undefined) return headers;
-  // The body's bytes once, for every HMAC of this attempt.
+  const signingKeys = input.signingKeys ?? [];
+  if (legacySecret === undefined && signingKeys.length === 0) return headers;
+  // The body's bytes once, for every signature of this attempt.
   const bytes = Buffer.from(body, 'utf8');
-  headers['webhook-signature'] = secrets.map((secret) => `v1,${standardSignature(keysOf(secret).standard, webhookId, timestampSec, bytes)}`).join(' ');
-  headers['x-webhook-signature'] = `sha256=${legacySignature(keysOf(legacySecret).legacy, bytes)}`;
+  headers['webhook-signature'] = [
+    ...secrets.map((secret) => `v1,${standardSignature(keysOf(secret).standard, webhookId, timestampSec, bytes)}`),
+    ...signingKeys.map((key) => `v1a,${asymmetricSignature(key, webhookId, timestampSec, bytes)}`),
+  ].join(' ');
+  if (legacySecret !== undefined) headers['x-webhook-signature'] = `sha256=${legacySignature(keysOf(legacySecret).legacy, bytes)}`;
   return headers;
 }
 
