@@ -3,7 +3,9 @@
  * `webhook-signature` is `v1,<base64 HMAC-SHA256(key, "{webhook-id}.{webhook-timestamp}.{body}")>`
  * (two space-separated entries during a secret rotation); the key is the base64-decoded rest of a
  * `whsec_` secret, or any other secret's UTF-8 bytes. The legacy `x-webhook-signature` is
- * `sha256=<hex HMAC-SHA256(secret as UTF-8, body)>`.
+ * `sha256=<hex HMAC-SHA256(secret as UTF-8, body)>`. A webhook with `signature: "ed25519"` also (or
+ * instead) sends `v1a,<base64 Ed25519 signature of the same content>`, checked with its public key
+ * (`whpk_<base64 of the 32 raw bytes>`).
  */
 export interface Snippet {
   title: string;
@@ -71,6 +73,39 @@ def verify(secret: str, headers, raw_body: bytes) -> bool:
         for entry in headers["webhook-signature"].split()
         if entry.startswith("v1,")
     )`,
+  },
+  {
+    title: 'TypeScript: Ed25519 (v1a) with @hookline/verify',
+    install: 'npm install @hookline/verify',
+    code: `import { verifyAsymmetricWebhook } from '@hookline/verify';
+
+// The webhook's public keys: GET /vendors/v1/webhooks/{id}/public-keys (whpk_…), or the entries of
+// /.well-known/jwks.json whose kid starts with the webhook's id. During a rotation two keys sign.
+const ok = verifyAsymmetricWebhook({ publicKeys: [process.env.WEBHOOK_PUBLIC_KEY!], headers: req.headers, body: rawBody });`,
+  },
+  {
+    title: 'Python: Ed25519 (v1a) with cryptography',
+    install: 'pip install cryptography',
+    code: `import base64, time
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+def verify_v1a(public_keys: list[str], headers, raw_body: bytes) -> bool:
+    msg_id, ts = headers["webhook-id"], headers["webhook-timestamp"]
+    if abs(time.time() - int(ts)) > 300:
+        return False  # too old or too new: a replayed request
+    signed = f"{msg_id}.{ts}.".encode() + raw_body
+    keys = [Ed25519PublicKey.from_public_bytes(base64.b64decode(k.removeprefix("whpk_"))) for k in public_keys]
+    for entry in headers["webhook-signature"].split():
+        if not entry.startswith("v1a,"):
+            continue
+        for key in keys:
+            try:
+                key.verify(base64.b64decode(entry[4:]), signed)
+                return True
+            except InvalidSignature:
+                pass
+    return False`,
   },
   {
     title: 'Go: crypto/hmac',
