@@ -15,6 +15,7 @@ export const ERRORS = {
   invalid_webhook_id: { status: 400, message: 'Invalid webhook_id format' },
   webhook_not_found: { status: 404, message: 'Webhook not found' },
   webhook_conflict: { status: 409, message: 'A webhook for this event_type is already registered' },
+  webhook_not_ed25519: { status: 409, message: 'This webhook signs with hmac only; PATCH signature to ed25519 first' },
   invalid_delivery_id: { status: 400, message: 'Invalid delivery_id format' },
   delivery_not_found: { status: 404, message: 'Delivery not found' },
   not_dead_letter: { status: 409, message: 'This delivery is not a dead letter (already replayed or never dead)' },

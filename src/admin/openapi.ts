@@ -132,6 +132,22 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     success: 'Rotated: the generated secret (shown here once) and when the previous one stops signing.',
     errors: webhookLookup,
   },
+  'GET /vendors/v1/webhooks/{webhook_id}/public-keys': {
+    operationId: 'getWebhookPublicKeys',
+    success: 'The webhook’s signing keys’ public halves (none for an hmac webhook).',
+    errors: webhookLookup,
+  },
+  'POST /vendors/v1/webhooks/{webhook_id}/rotate-signing-key': {
+    operationId: 'rotateWebhookSigningKey',
+    success: 'Rotated: the new key and the replaced one, with when it stops signing.',
+    errors: [...webhookLookup, 'webhook_not_ed25519'],
+  },
+  'GET /.well-known/jwks.json': {
+    operationId: 'getKeySet',
+    success: 'The key set: every Ed25519 public key that signs deliveries now.',
+    errors: ['invalid_webhook_id'],
+    others: { 304: 'Not modified: the key set is the one the If-None-Match ETag names.' },
+  },
   'GET /rental/v1/tasks/{task_id}': {
     operationId: 'getTask',
     success: 'The task.',

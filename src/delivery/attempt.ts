@@ -1,5 +1,6 @@
 import type { Webhook } from '../domain/webhook.js';
-import { signingSecrets } from '../domain/webhook.js';
+import { privateKeyObject } from '../domain/signing-keys.js';
+import { signingSecrets, webhookSigningKeys } from '../domain/webhook.js';
 import type { Logger } from '../logger.js';
 import type { AttemptOutcome, DeliveryStatus, SentRequest } from '../domain/delivery.js';
 import type { DeliveryRecorder } from '../store/delivery-log.js';
@@ -473,6 +474,7 @@ function buildRequest(job: DeliverJob, webhook: Webhook, attempt: number, nowMs:
       timestampSec: Math.floor(nowMs / 1000),
       body: job.body,
       secrets: signingSecrets(webhook, nowMs),
+      signingKeys: webhookSigningKeys(webhook, nowMs).map((key) => privateKeyObject(key.privateKey)),
     }),
   };
 }
@@ -485,6 +487,13 @@ function sentRequest(request: SendRequest, userAgent: string): SentRequest {
   } catch {
     // Never stored (registration checks URLs); the sender reports such a URL as a network error.
   }
-  const signature = request.headers['webhook-signature'];
-  return { host, bodyBytes: Buffer.byteLength(request.body), signatures: signature === undefined ? 0 : signature.split(' ').length, userAgent };
+  const entries = request.headers['webhook-signature']?.split(' ') ?? [];
+  const keySignatures = entries.filter((entry) => entry.startsWith('v1a,')).length;
+  return {
+    host,
+    bodyBytes: Buffer.byteLength(request.body),
+    signatures: entries.length - keySignatures,
+    ...(keySignatures === 0 ? {} : { keySignatures }),
+    userAgent,
+  };
 }

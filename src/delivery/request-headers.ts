@@ -1,3 +1,4 @@
+import { generateKeyPairSync, type KeyObject } from 'node:crypto';
 import type { SentRequest } from '../domain/delivery.js';
 import { deliveryHeaders } from './sign.js';
 
@@ -17,6 +18,13 @@ export function maskSignature(value: string): string {
     .split(' ')
     .map((entry) => `${/^[^,=]*[,=]/.exec(entry)?.[0] ?? ''}${SIGNATURE_MASK}`)
     .join(' ');
+}
+
+let standIn: KeyObject | undefined;
+/** A key to sign with where only the masked form is shown (made once, when first needed). */
+function standInKey(): KeyObject {
+  standIn ??= generateKeyPairSync('ed25519').privateKey;
+  return standIn;
 }
 
 export interface AttemptHeadersInput {
@@ -44,6 +52,7 @@ export function attemptRequestHeaders(input: AttemptHeadersInput): Record<string
     timestampSec: Math.floor(input.atMs / 1000),
     body: '',
     secrets: Array.from({ length: sent.signatures }, (_, i) => `stand-in-${i}`),
+    signingKeys: Array.from({ length: sent.keySignatures ?? 0 }, standInKey),
   });
   for (const [name, value] of Object.entries(own)) if (name.includes('signature')) own[name] = maskSignature(value);
   return {

@@ -50,6 +50,8 @@ export interface SentRequest {
   bodyBytes: number;
   /** The `v1,` entries of webhook-signature: 0 without a secret, 2 during a rotation. */
   signatures: number;
+  /** The `v1a,` entries (Ed25519): absent or 0 unless the webhook signs with keys, 2 during a key rotation. */
+  keySignatures?: number;
   userAgent: string;
 }
 

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
 import { RATE_LIMIT_PER_SECOND_MAX } from './rate-limit.js';
+import { SIGNATURE_SCHEMES, signingKeysAt, type SignatureScheme, type SigningKey } from './signing-keys.js';
 
 const CALLBACK_URL_MAX_CHARS = 2048;
 export const DISABLED_REASONS = ['gone', 'failing', 'paused'] as const;
@@ -95,12 +96,22 @@ const rateLimitSchema = z
       'waiting is not a failed attempt.',
   );
 
+const signatureSchema = z
+  .enum(SIGNATURE_SCHEMES, { error: `signature must be one of ${SIGNATURE_SCHEMES.join(', ')}` })
+  .describe(
+    'How deliveries are signed. hmac (the default): webhook-signature v1 entries and the legacy x-webhook-signature, by the secret. ' +
+      'ed25519: also a v1a entry (Standard Webhooks asymmetric), by a key pair of the webhook that Hookline generates; ' +
+      'receivers verify with its public key (GET /vendors/v1/webhooks/{id}/public-keys, or /.well-known/jwks.json) and need no secret. ' +
+      'The v1 and legacy headers are sent only while the webhook also has a secret.',
+  );
+
 export const webhookCreateSchema = z.strictObject(
   {
     event_type: eventTypeSchema,
     callback_url: callbackUrlSchema,
     secret: secretSchema.optional(),
     rate_limit_per_second: rateLimitSchema.optional(),
+    signature: signatureSchema.optional(),
   },
   { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
 );
@@ -111,23 +122,31 @@ export const webhookPatchSchema = z
       event_type: eventTypeSchema.optional(),
       callback_url: callbackUrlSchema.optional(),
       secret: secretSchema
+        .nullable()
         .optional()
         .describe(
           'A new secret starts a rotation: for the overlap period (24 h by default) webhook-signature carries a signature by each ' +
             'secret, and the one-value legacy x-webhook-signature stays signed with the previous secret, which every receiver ' +
-            'already holds; it switches to the new secret when the overlap ends (previous_secret_expires_at in the answer).',
+            'already holds; it switches to the new secret when the overlap ends (previous_secret_expires_at in the answer). ' +
+            'null removes the secret at once (no v1 or legacy signature from then on; with signature ed25519, v1a alone).',
         ),
       enabled: z
         .boolean({ error: 'enabled must be true or false' })
         .optional()
         .describe('true re-enables a webhook that was disabled (410 Gone or sustained failures); false pauses it.'),
       rate_limit_per_second: rateLimitSchema.nullable().optional().describe('A new limit; null removes it (unlimited).'),
+      signature: signatureSchema
+        .optional()
+        .describe('ed25519 generates the webhook’s key pair (if it has none) and adds v1a; hmac stops v1a and drops the keys.'),
     },
     {
       error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object'),
     },
   )
-  .refine((body) => Object.keys(body).length > 0, 'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second');
+  .refine(
+    (body) => Object.keys(body).length > 0,
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, signature',
+  );
 
 export const webhookResourceSchema = z
   .object({
@@ -151,6 +170,7 @@ export const webhookResourceSchema = z
         'Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused (PATCH enabled=false).',
       ),
     rate_limit_per_second: z.number().int().nullable().describe('Sends per second at most over all workers; null: unlimited.'),
+    signature: z.enum(SIGNATURE_SCHEMES).describe('hmac, or ed25519: deliveries also carry a v1a signature by the webhook’s key pair.'),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })
@@ -171,6 +191,9 @@ export interface Webhook {
   disabled: { reason: DisabledReason; atMs: number } | undefined;
   /** Sends per second at most, over all workers; undefined: unlimited. */
   rateLimitPerSecond: number | undefined;
+  signature: SignatureScheme;
+  /** Ed25519 key pairs (`signature: "ed25519"`): the current one first, then one in its rotation overlap. */
+  signingKeys: SigningKey[];
   createdAt: string;
   updatedAt: string;
 }
@@ -181,6 +204,11 @@ export function signingSecrets(webhook: Webhook, nowMs: number): string[] {
   const previous = previousSecretAt(webhook, nowMs);
   if (previous) secrets.push(previous.secret);
   return secrets;
+}
+
+/** The Ed25519 keys that sign a delivery at `nowMs` (none unless `signature` is ed25519): the current one first. */
+export function webhookSigningKeys(webhook: Webhook, nowMs: number): SigningKey[] {
+  return webhook.signature === 'ed25519' ? signingKeysAt(webhook.signingKeys, nowMs) : [];
 }
 
 /** The replaced secret while its rotation overlap lasts at `nowMs`, else undefined. */
@@ -203,6 +231,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     enabled: webhook.disabled === undefined,
     ...(webhook.disabled === undefined ? {} : { disabled_reason: webhook.disabled.reason }),
     rate_limit_per_second: webhook.rateLimitPerSecond ?? null,
+    signature: webhook.signature,
     created_at: webhook.createdAt,
     updated_at: webhook.updatedAt,
   };

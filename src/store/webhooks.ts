@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
+import { keyNumber, newSigningKey, SIGNATURE_SCHEMES, type SignatureScheme, type SigningKey } from '../domain/signing-keys.js';
 import { DISABLED_REASONS, type DisabledReason, type Webhook } from '../domain/webhook.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
@@ -18,6 +19,11 @@ const recordSchema = z.object({
   disabledReason: z.enum(DISABLED_REASONS).optional(),
   disabledAtMs: z.number().optional(),
   rateLimitPerSecond: z.number().optional(),
+  signature: z.enum(SIGNATURE_SCHEMES).optional(),
+  /** Ed25519 key pairs, the current one first; private keys sealed like secrets. */
+  signingKeys: z
+    .array(z.object({ kid: z.string(), publicKey: z.string(), privateSealed: z.string(), createdAtMs: z.number(), untilMs: z.number().optional() }))
+    .optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });
@@ -45,12 +51,16 @@ export type UpdateResult = { ok: true; webhook: Webhook } | { ok: false; reason:
 export interface WebhookChanges {
   eventType?: WebhookEventType;
   callbackUrl?: string;
-  /** A different secret starts a rotation: the old one keeps signing for the overlap period. */
-  secret?: string;
+  /** A different secret starts a rotation: the old one keeps signing for the overlap period; null removes the secret at once. */
+  secret?: string | null;
   /** true re-enables; false pauses (reason `paused`). */
   enabled?: boolean;
   /** A new send rate limit; null removes it. */
   rateLimitPerSecond?: number | null;
+  /** ed25519 generates a key pair when the webhook has none; hmac drops its keys. */
+  signature?: SignatureScheme;
+  /** A new Ed25519 key pair; the current one keeps signing beside it for the overlap period. */
+  rotateSigningKey?: boolean;
 }
 
 /** What a registration sets. */
@@ -59,6 +69,7 @@ export interface WebhookInput {
   callbackUrl: string;
   secret?: string;
   rateLimitPerSecond?: number;
+  signature?: SignatureScheme;
 }
 
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */
@@ -74,7 +85,12 @@ export interface WebhookRegistry {
   get(vendorId: string, webhookId: string): Promise<Webhook | undefined>;
   update(vendorId: string, webhookId: string, changes: WebhookChanges): Promise<UpdateResult>;
   delete(vendorId: string, webhookId: string): Promise<boolean>;
+  /** Every webhook's Ed25519 public keys that sign at `nowMs` (the key set document); no private key is opened. */
+  publicSigningKeys(nowMs: number): Promise<PublicSigningKey[]>;
 }
+
+/** A public key of a webhook signing with Ed25519. */
+export type PublicSigningKey = Omit<SigningKey, 'privateKey'> & { webhookId: string };
 
 // One webhook per (vendor, event type): the index field is claimed atomically with the record.
 const CREATE_LUA = `
@@ -162,6 +178,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       callbackUrl: input.callbackUrl,
       ...(input.secret === undefined ? {} : { secretSealed: this.box.seal(input.secret, id) }),
       ...(input.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: input.rateLimitPerSecond }),
+      ...(input.signature === 'ed25519' ? { signature: 'ed25519' as const, signingKeys: [this.sealKey(newSigningKey(id, 1, Date.parse(at)), id)] } : {}),
       createdAt: at,
       updatedAt: at,
     };
@@ -189,6 +206,23 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       cursor = next;
     } while (cursor !== '0');
     return found.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
+  }
+
+  async publicSigningKeys(nowMs: number): Promise<PublicSigningKey[]> {
+    const found: PublicSigningKey[] = [];
+    let cursor = '0';
+    do {
+      const [next, flat] = await this.redis.hscan(this.keys.webhooks.byId, cursor, 'COUNT', 500);
+      for (let i = 1; i < flat.length; i += 2) {
+        const record = recordSchema.parse(JSON.parse(flat[i]!));
+        if (record.signature !== 'ed25519') continue;
+        for (const { privateSealed: _sealed, ...key } of record.signingKeys ?? []) {
+          if (key.untilMs === undefined || key.untilMs > nowMs) found.push({ ...key, webhookId: record.id });
+        }
+      }
+      cursor = next;
+    } while (cursor !== '0');
+    return found.sort((a, b) => a.kid.localeCompare(b.kid));
   }
 
   async get(vendorId: string, webhookId: string): Promise<Webhook | undefined> {
@@ -286,7 +320,11 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     };
     if (changes.rateLimitPerSecond === null) delete next.rateLimitPerSecond;
     else if (changes.rateLimitPerSecond !== undefined) next.rateLimitPerSecond = changes.rateLimitPerSecond;
-    if (changes.secret !== undefined) {
+    if (changes.secret === null) {
+      delete next.secretSealed;
+      delete next.previousSecretSealed;
+      delete next.previousSecretUntilMs;
+    } else if (changes.secret !== undefined) {
       const current = record.secretSealed === undefined ? undefined : this.box.open(record.secretSealed, record.id);
       if (current !== changes.secret) {
         next.secretSealed = this.box.seal(changes.secret, record.id);
@@ -296,6 +334,19 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
           next.previousSecretSealed = this.box.seal(current, record.id);
           next.previousSecretUntilMs = now.getTime() + this.rotationOverlapMs;
         }
+      }
+    }
+    if (changes.signature === 'hmac') {
+      delete next.signature;
+      delete next.signingKeys;
+    } else if (changes.signature === 'ed25519' || (changes.rotateSigningKey === true && record.signature === 'ed25519')) {
+      next.signature = 'ed25519';
+      const current = record.signingKeys?.[0];
+      if (current === undefined) next.signingKeys = [this.sealKey(newSigningKey(record.id, 1, now.getTime()), record.id)];
+      else if (changes.rotateSigningKey === true) {
+        // The new key signs from now; the one it replaces beside it for the overlap (an older one is dropped).
+        const fresh = this.sealKey(newSigningKey(record.id, keyNumber(current.kid) + 1, now.getTime()), record.id);
+        next.signingKeys = [fresh, { ...current, untilMs: now.getTime() + this.rotationOverlapMs }];
       }
     }
     if (changes.enabled === true) {
@@ -321,8 +372,16 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         previous === undefined || record.previousSecretUntilMs === undefined ? undefined : { secret: previous, untilMs: record.previousSecretUntilMs },
       disabled: record.disabledReason === undefined ? undefined : { reason: record.disabledReason, atMs: record.disabledAtMs ?? 0 },
       rateLimitPerSecond: record.rateLimitPerSecond,
+      signature: record.signature ?? 'hmac',
+      signingKeys: (record.signingKeys ?? []).map(({ privateSealed, ...key }) => ({ ...key, privateKey: this.box.open(privateSealed, record.id) })),
       createdAt: record.createdAt,
       updatedAt: record.updatedAt,
     };
+  }
+
+  /** A key pair as the record keeps it: the private key sealed, bound to the webhook id. */
+  private sealKey(key: SigningKey, webhookId: string): NonNullable<WebhookRecord['signingKeys']>[number] {
+    const { privateKey, ...rest } = key;
+    return { ...rest, privateSealed: this.box.seal(privateKey, webhookId) };
   }
 }

@@ -52,6 +52,9 @@ describe('OpenAPI, docs and health', () => {
         '/vendors/v1/webhooks/{webhook_id}/test',
         '/vendors/v1/webhooks/{webhook_id}/stats',
         '/vendors/v1/webhooks/{webhook_id}/rotate-secret',
+        '/vendors/v1/webhooks/{webhook_id}/rotate-signing-key',
+        '/vendors/v1/webhooks/{webhook_id}/public-keys',
+        '/.well-known/jwks.json',
         '/internal/v1/events',
         '/admin/v1/webhooks',
         '/admin/v1/webhooks/{webhook_id}',
@@ -116,6 +119,9 @@ describe('OpenAPI, docs and health', () => {
       'GET /rental/v1/machines/agents/{deployment_id}': 'getAgentStatus',
       'GET /rental/v1/machines': 'listMachines',
       'GET /portal/v1/catalogue': 'getEventCatalogue',
+      'GET /vendors/v1/webhooks/{webhook_id}/public-keys': 'getWebhookPublicKeys',
+      'POST /vendors/v1/webhooks/{webhook_id}/rotate-signing-key': 'rotateWebhookSigningKey',
+      'GET /.well-known/jwks.json': 'getKeySet',
     });
   });
 
@@ -171,7 +177,7 @@ describe('OpenAPI, docs and health', () => {
       for (const status of ['429', '503']) if (!op.responses[status]?.headers?.['Retry-After']) problems.push(`${name} ${status}: no Retry-After`);
     }
     expect(problems).toEqual([]);
-    expect(open.sort()).toEqual(['GET /healthz', 'GET /portal/v1/catalogue', 'GET /readyz', 'POST /portal/v1/session']);
+    expect(open.sort()).toEqual(['GET /.well-known/jwks.json', 'GET /healthz', 'GET /portal/v1/catalogue', 'GET /readyz', 'POST /portal/v1/session']);
     // Every vendor route takes the portal's cookie too, and nothing else does.
     expect(portal.filter((name) => !/ \/vendors\/v1\/| \/rental\/v1\/tasks\//.test(name))).toEqual([]);
     expect(portal.length).toBe(operationsOf(doc).filter(([name]) => name.includes(' /vendors/v1/')).length + 1);

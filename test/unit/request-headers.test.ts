@@ -43,6 +43,16 @@ describe('attemptRequestHeaders', () => {
     expect(Object.keys(unsigned).filter((name) => name.includes('signature'))).toEqual([]);
   });
 
+  it('shows Ed25519 entries (v1a) after the HMAC ones, and no legacy header for keys alone', () => {
+    const input = { eventId: EVENT_ID, eventType: 'EVENT_TYPE_MACHINE_CREATED', attempt: 1, atMs: 0 };
+    const both = attemptRequestHeaders({ ...input, sent: { ...sent, signatures: 1, keySignatures: 2 } });
+    expect(both['webhook-signature']).toBe('v1,•••• v1a,•••• v1a,••••');
+    expect(both['x-webhook-signature']).toBe('sha256=••••');
+    const keysOnly = attemptRequestHeaders({ ...input, sent: { ...sent, signatures: 0, keySignatures: 1 } });
+    expect(keysOnly['webhook-signature']).toBe('v1a,••••');
+    expect(keysOnly['x-webhook-signature']).toBeUndefined();
+  });
+
   it('holds the headers the sender is given, in their order, between the client’s and the sender’s own', () => {
     const own = deliveryHeaders({ webhookId: EVENT_ID, eventType: 'EVENT_TYPE_MACHINE_CREATED', attempt: 1, timestampSec: 5, body: '{}', secrets: ['a', 'b'] });
     const shown = attemptRequestHeaders({

@@ -1,0 +1,83 @@
+import { createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { publicKeyText } from '@hookline/verify';
+
+/**
+ * Ed25519 signing keys of webhooks with `signature: "ed25519"` (Standard Webhooks `v1a`). Each
+ * webhook has its own key pair, so a signature binds a request to one webhook: a receiver that
+ * trusts only its webhook's public keys cannot be sent another webhook's genuine requests.
+ */
+
+/** How a webhook signs: `hmac` (its secret: `v1` and the legacy header) or `ed25519` (also `v1a`). */
+export const SIGNATURE_SCHEMES = ['hmac', 'ed25519'] as const;
+export type SignatureScheme = (typeof SIGNATURE_SCHEMES)[number];
+
+/** One key pair of a webhook, the private key in plaintext (only ever in memory; stored sealed). */
+export interface SigningKey {
+  /** `<webhook id>.<n>`: n counts the webhook's keys from 1, so a receiver can tell its keys in the key set document. */
+  kid: string;
+  /** PKCS#8 DER, base64. */
+  privateKey: string;
+  /** `whpk_` and the 32 raw bytes, base64 (Standard Webhooks' form). */
+  publicKey: string;
+  createdAtMs: number;
+  /** Set on the previous key during a rotation: it signs beside the new one until then. */
+  untilMs?: number;
+}
+
+/** A new key pair for `webhookId`, its `n`-th. */
+export function newSigningKey(webhookId: string, n: number, nowMs: number): SigningKey {
+  const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+  return {
+    kid: `${webhookId}.${n}`,
+    privateKey: privateKey.export({ format: 'der', type: 'pkcs8' }).toString('base64'),
+    publicKey: publicKeyText(publicKey),
+    createdAtMs: nowMs,
+  };
+}
+
+/** The number in a key id (`<webhook id>.<n>`), for the next key's. */
+export function keyNumber(kid: string): number {
+  const n = Number(kid.slice(kid.lastIndexOf('.') + 1));
+  return Number.isSafeInteger(n) ? n : 0;
+}
+
+/** The keys that sign at `nowMs`: the current one first, then a previous one in its overlap. */
+export function signingKeysAt(keys: readonly SigningKey[], nowMs: number): SigningKey[] {
+  return keys.filter((key) => key.untilMs === undefined || key.untilMs > nowMs);
+}
+
+/** A public key as the key set document lists it (RFC 8037 OKP JWK, with its key id). */
+export interface SigningJwk {
+  kty: 'OKP';
+  crv: 'Ed25519';
+  x: string;
+  kid: string;
+  use: 'sig';
+  alg: 'EdDSA';
+}
+
+export function jwkOf(key: Pick<SigningKey, 'kid' | 'publicKey'>): SigningJwk {
+  return {
+    kty: 'OKP',
+    crv: 'Ed25519',
+    x: Buffer.from(key.publicKey.slice('whpk_'.length), 'base64').toString('base64url'),
+    kid: key.kid,
+    use: 'sig',
+    alg: 'EdDSA',
+  };
+}
+
+/** Private KeyObjects by their PKCS#8 text: importing costs more than signing, and keys repeat. */
+const privateKeys = new Map<string, KeyObject>();
+const PRIVATE_KEYS_MAX = 10_000;
+
+/** The KeyObject of a stored private key (cached). */
+export function privateKeyObject(privateKey: string): KeyObject {
+  let key = privateKeys.get(privateKey);
+  if (key === undefined) {
+    if (privateKeys.size >= PRIVATE_KEYS_MAX) privateKeys.clear();
+    key = createPrivateKey({ key: Buffer.from(privateKey, 'base64'), format: 'der', type: 'pkcs8' });
+    privateKeys.set(privateKey, key);
+  }
+  return key;
+}
