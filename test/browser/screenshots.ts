@@ -18,6 +18,14 @@ describe.skipIf(skip !== undefined)('portal screenshots', () => {
   let w: PortalWorld;
   beforeAll(async () => {
     w = await portalWorld();
+    // One webhook with delivery controls set, so the pictures show them.
+    const patched = await w.t.app.inject({
+      method: 'PATCH',
+      url: `/vendors/v1/webhooks/${w.webhooks.machineCreated}`,
+      headers: { 'x-api-key': w.vendorKey },
+      payload: { rate_limit_per_second: 50, signature: 'ed25519' },
+    });
+    expect(patched.statusCode).toBe(200);
     await w.ingest('EVENT_TYPE_MACHINE_CREATED', 6);
     // A receiver having a bad moment: a plausible error body rather than the tests' hostile one.
     w.bad.script('/deployments', { status: 200 });

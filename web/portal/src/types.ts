@@ -29,6 +29,8 @@ export interface Webhook {
   disabled_reason?: DisabledReason;
   /** Sends in any one second at most, over all workers; null: unlimited. */
   rate_limit_per_second: number | null;
+  /** ed25519: deliveries also carry a v1a signature by the webhook's own key pair. */
+  signature: 'hmac' | 'ed25519';
   created_at: string;
   updated_at: string;
 }
@@ -99,4 +101,13 @@ export interface CatalogueEntry {
   description: string;
   schema: unknown;
   sample: unknown;
+}
+
+export interface PublicKey {
+  kid: string;
+  /** whpk_ and the 32 raw bytes in base64. */
+  public_key: string;
+  created_at: string;
+  /** When a replaced key stops signing; null for the current key. */
+  expires_at: string | null;
 }

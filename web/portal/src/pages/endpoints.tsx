@@ -5,7 +5,7 @@ import { CIRCUIT_LABELS, DISABLED_SHORT, DISABLED_TEXT, eventTypeName, formatMs,
 import { useAction, useEvery, useResource } from '../hooks';
 import { href } from '../router';
 import { can } from '../session';
-import { EVENT_TYPES, type EventType, type Session, type Webhook, type WebhookStats } from '../types';
+import { EVENT_TYPES, type EventType, type PublicKey, type Session, type Webhook, type WebhookStats } from '../types';
 
 /** How often the health figures refresh while the page is open. */
 const STATS_REFRESH_MS = 30_000;
@@ -82,7 +82,7 @@ export function EndpointsPage({ session }: { session: Session }) {
   );
 }
 
-type Mode = 'view' | 'edit' | 'delete' | 'rotate';
+type Mode = 'view' | 'edit' | 'delete' | 'rotate' | 'rotate-key';
 
 /** A number field's value: null when empty (the API then removes the setting); the API checks the range. */
 function numberOrNull(text: string): number | null {
@@ -92,7 +92,42 @@ function numberOrNull(text: string): number | null {
 
 /** The webhook's flow-control settings in words. */
 function controlsText(webhook: Webhook): string {
-  return webhook.rate_limit_per_second === null ? 'No rate limit' : `At most ${webhook.rate_limit_per_second} requests a second`;
+  const parts = [
+    webhook.rate_limit_per_second === null ? 'No rate limit' : `At most ${webhook.rate_limit_per_second} requests a second`,
+    webhook.signature === 'ed25519' ? 'signed with Ed25519 (v1a)' : 'signed with the secret (HMAC)',
+  ];
+  return parts.join('; ');
+}
+
+/** The public keys a receiver verifies v1a signatures with (anyone may see them: they cannot sign). */
+function SigningKeys({ webhook }: { webhook: Webhook }) {
+  const keys = useResource(`keys:${webhook.webhook_id}:${webhook.updated_at}`, () =>
+    call<{ keys: PublicKey[] }>('GET', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}/public-keys`),
+  );
+  const status = keys.error ? <ErrorText error={keys.error} /> : keys.data === undefined ? <Loading what="public keys" /> : undefined;
+  if (status)
+    return (
+      <div>
+        <dt>Public key</dt>
+        <dd>{status}</dd>
+      </div>
+    );
+  return (
+    <>
+      {keys.data!.keys.map((key) => (
+        <div key={key.kid}>
+          <dt>{key.expires_at === null ? 'Public key' : 'Previous public key'}</dt>
+          <dd>
+            <code class="wrap">{key.public_key}</code> <CopyButton text={key.public_key} what="public key" />
+            <p class="hint">
+              Key id {key.kid}
+              {key.expires_at !== null && `; signs until ${formatTime(key.expires_at)}`}
+            </p>
+          </dd>
+        </div>
+      ))}
+    </>
+  );
 }
 
 function formatPerSecond(rate: number): string {
@@ -118,6 +153,12 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
     run(async () => {
       await call('PATCH', path, { body: { enabled } });
       onChanged(enabled ? `Enabled the ${name} webhook.` : `Paused the ${name} webhook.`);
+    });
+  const rotateKey = () =>
+    run(async () => {
+      await call('POST', `${path}/rotate-signing-key`);
+      setMode('view');
+      onChanged(`Rotated the ${name} webhook's signing key; the previous key signs beside it for a day.`);
     });
   const rotate = () =>
     run(async () => {
@@ -149,6 +190,7 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
           <dt>Delivery controls</dt>
           <dd>{controlsText(webhook)}</dd>
         </div>
+        {webhook.signature === 'ed25519' && <SigningKeys webhook={webhook} />}
         {!webhook.enabled && (
           <div>
             <dt>Why disabled</dt>
@@ -205,6 +247,15 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
           onCancel={() => setMode('view')}
         />
       )}
+      {mode === 'rotate-key' && (
+        <Confirm
+          question="Generate a new signing key pair? The current key keeps signing beside the new one for a day, so your receiver can fetch the new public key before it needs it."
+          action="Rotate signing key"
+          busy={busy}
+          onConfirm={() => void rotateKey()}
+          onCancel={() => setMode('view')}
+        />
+      )}
       {mode === 'edit' && (
         <WebhookForm
           webhook={webhook}
@@ -232,6 +283,11 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
             <button type="button" onClick={() => setMode('rotate')}>
               Rotate secret
             </button>
+            {webhook.signature === 'ed25519' && (
+              <button type="button" onClick={() => setMode('rotate-key')}>
+                Rotate signing key
+              </button>
+            )}
             {webhook.enabled && (
               <button type="button" disabled={busy} onClick={() => void setEnabled(false)}>
                 Pause
@@ -354,6 +410,7 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
   const [url, setUrl] = useState(webhook?.callback_url ?? '');
   const [secret, setSecret] = useState('');
   const [rateLimit, setRateLimit] = useState(webhook?.rate_limit_per_second?.toString() ?? '');
+  const [signature, setSignature] = useState<Webhook['signature']>(webhook?.signature ?? 'hmac');
   const { busy, error, run } = useAction();
   const id = webhook?.webhook_id ?? 'new';
 
@@ -367,11 +424,12 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
         if (url !== webhook.callback_url) changes.callback_url = url;
         if (secret !== '') changes.secret = secret;
         if (limit !== webhook.rate_limit_per_second) changes.rate_limit_per_second = limit;
+        if (signature !== webhook.signature) changes.signature = signature;
         if (Object.keys(changes).length === 0) return onDone();
         await call('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, { body: changes });
         onDone(`Saved the ${eventTypeName(eventType)} webhook.`);
       } else {
-        const controls = limit === null ? {} : { rate_limit_per_second: limit };
+        const controls = { ...(limit === null ? {} : { rate_limit_per_second: limit }), ...(signature === 'hmac' ? {} : { signature }) };
         await call('POST', '/vendors/v1/webhooks', { body: { event_type: eventType, callback_url: url, ...(secret === '' ? {} : { secret }), ...controls } });
         onDone(`Added the ${eventTypeName(eventType)} webhook.`);
       }
@@ -417,6 +475,12 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
           onInput={(e) => setRateLimit(e.currentTarget.value)}
         />
         <p class="hint">Never more than this many requests reach you in any one second; deliveries over it wait their turn (not a failure).</p>
+        <label for={`sig-${id}`}>Signature</label>
+        <select id={`sig-${id}`} value={signature} onChange={(e) => setSignature(e.currentTarget.value as Webhook['signature'])}>
+          <option value="hmac">HMAC with the secret (v1)</option>
+          <option value="ed25519">Ed25519 key pair too (v1a): verify with a public key</option>
+        </select>
+        <p class="hint">With Ed25519 your receiver needs only the public key shown on this card; see the catalogue for verification code.</p>
       </fieldset>
       <ErrorText error={error} />
       <div class="actions">
