@@ -132,6 +132,11 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     success: 'Rotated: the generated secret (shown here once) and when the previous one stops signing.',
     errors: webhookLookup,
   },
+  'POST /vendors/v1/webhooks/{webhook_id}/filter-test': {
+    operationId: 'testWebhookFilter',
+    success: 'Whether the filter matched the event, and why, node by node.',
+    errors: webhookLookup,
+  },
   'GET /vendors/v1/webhooks/{webhook_id}/public-keys': {
     operationId: 'getWebhookPublicKeys',
     success: 'The webhook’s signing keys’ public halves (none for an hmac webhook).',

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
+import { parseFilter, type FilterNode } from './filter.js';
 import { RATE_LIMIT_PER_SECOND_MAX } from './rate-limit.js';
 import { SIGNATURE_SCHEMES, signingKeysAt, type SignatureScheme, type SigningKey } from './signing-keys.js';
 
@@ -105,6 +106,34 @@ const signatureSchema = z
       'The v1 and legacy headers are sent only while the webhook also has a secret.',
   );
 
+const FILTER_DESCRIPTION =
+  'Only events that match are delivered (README "Payload filters"). One node: {"path": "data.status", "eq": "unavailable"} ' +
+  '(eq, ne, in, gt, gte, lt, lte, exists), or {"and": [...]}, {"or": [...]}, {"not": {...}}. Paths: event_type, event_id, ' +
+  'timestamp, version, or data and keys below it. At most 6 levels, 50 nodes and 4 KiB.';
+
+/** A payload filter as a vendor sent it, checked by parseFilter (its problem names the bad part). */
+function checkedFilter(input: unknown, ctx: z.core.$RefinementCtx): FilterNode {
+  const parsed = parseFilter(input);
+  if (parsed.ok) return parsed.filter;
+  ctx.addIssue({ code: 'custom', message: parsed.problem });
+  return z.NEVER;
+}
+
+const FILTER_META = {
+  description: FILTER_DESCRIPTION,
+  examples: [{ and: [{ path: 'data.status', eq: 'unavailable' }, { path: 'data.gpu.model', in: ['A100', 'H100'] }] }],
+};
+
+/** A stored filter as answers show it (checked when it was stored). */
+export const filterViewSchema = z.record(z.string(), z.unknown()).meta({ id: 'Filter', ...FILTER_META });
+
+export const filterSchema = z.unknown().transform(checkedFilter).meta(FILTER_META);
+/** As filterSchema, with null passing as null (PATCH removes the filter with it). */
+export const nullableFilterSchema = z
+  .unknown()
+  .transform((input, ctx) => (input === null ? null : checkedFilter(input, ctx)))
+  .meta(FILTER_META);
+
 export const webhookCreateSchema = z.strictObject(
   {
     event_type: eventTypeSchema,
@@ -112,6 +141,7 @@ export const webhookCreateSchema = z.strictObject(
     secret: secretSchema.optional(),
     rate_limit_per_second: rateLimitSchema.optional(),
     signature: signatureSchema.optional(),
+    filter: filterSchema.optional(),
   },
   { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
 );
@@ -138,6 +168,7 @@ export const webhookPatchSchema = z
       signature: signatureSchema
         .optional()
         .describe('ed25519 generates the webhook’s key pair (if it has none) and adds v1a; hmac stops v1a and drops the keys.'),
+      filter: nullableFilterSchema.optional().describe('A new filter; null removes it (every event of the type is delivered).'),
     },
     {
       error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object'),
@@ -171,6 +202,7 @@ export const webhookResourceSchema = z
       ),
     rate_limit_per_second: z.number().int().nullable().describe('Sends per second at most over all workers; null: unlimited.'),
     signature: z.enum(SIGNATURE_SCHEMES).describe('hmac, or ed25519: deliveries also carry a v1a signature by the webhook’s key pair.'),
+    filter: filterViewSchema.nullable().describe('The payload filter; null: every event of the type is delivered.'),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })
@@ -194,6 +226,8 @@ export interface Webhook {
   signature: SignatureScheme;
   /** Ed25519 key pairs (`signature: "ed25519"`): the current one first, then one in its rotation overlap. */
   signingKeys: SigningKey[];
+  /** Only events that match are delivered; undefined: every event of the type. */
+  filter: FilterNode | undefined;
   createdAt: string;
   updatedAt: string;
 }
@@ -232,6 +266,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     ...(webhook.disabled === undefined ? {} : { disabled_reason: webhook.disabled.reason }),
     rate_limit_per_second: webhook.rateLimitPerSecond ?? null,
     signature: webhook.signature,
+    filter: webhook.filter ?? null,
     created_at: webhook.createdAt,
     updated_at: webhook.updatedAt,
   };

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import { keyNumber, newSigningKey, SIGNATURE_SCHEMES, type SignatureScheme, type SigningKey } from '../domain/signing-keys.js';
+import type { FilterNode } from '../domain/filter.js';
 import { DISABLED_REASONS, type DisabledReason, type Webhook } from '../domain/webhook.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
@@ -24,6 +25,8 @@ const recordSchema = z.object({
   signingKeys: z
     .array(z.object({ kid: z.string(), publicKey: z.string(), privateSealed: z.string(), createdAtMs: z.number(), untilMs: z.number().optional() }))
     .optional(),
+  /** Checked when it was stored (parseFilter); kept as given. */
+  filter: z.custom<FilterNode>((value) => typeof value === 'object' && value !== null).optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });
@@ -61,6 +64,8 @@ export interface WebhookChanges {
   signature?: SignatureScheme;
   /** A new Ed25519 key pair; the current one keeps signing beside it for the overlap period. */
   rotateSigningKey?: boolean;
+  /** A new payload filter; null removes it. */
+  filter?: FilterNode | null;
 }
 
 /** What a registration sets. */
@@ -70,6 +75,7 @@ export interface WebhookInput {
   secret?: string;
   rateLimitPerSecond?: number;
   signature?: SignatureScheme;
+  filter?: FilterNode;
 }
 
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */
@@ -178,6 +184,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       callbackUrl: input.callbackUrl,
       ...(input.secret === undefined ? {} : { secretSealed: this.box.seal(input.secret, id) }),
       ...(input.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: input.rateLimitPerSecond }),
+      ...(input.filter === undefined ? {} : { filter: input.filter }),
       ...(input.signature === 'ed25519' ? { signature: 'ed25519' as const, signingKeys: [this.sealKey(newSigningKey(id, 1, Date.parse(at)), id)] } : {}),
       createdAt: at,
       updatedAt: at,
@@ -336,6 +343,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         }
       }
     }
+    if (changes.filter === null) delete next.filter;
+    else if (changes.filter !== undefined) next.filter = changes.filter;
     if (changes.signature === 'hmac') {
       delete next.signature;
       delete next.signingKeys;
@@ -373,6 +382,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       disabled: record.disabledReason === undefined ? undefined : { reason: record.disabledReason, atMs: record.disabledAtMs ?? 0 },
       rateLimitPerSecond: record.rateLimitPerSecond,
       signature: record.signature ?? 'hmac',
+      filter: record.filter,
       signingKeys: (record.signingKeys ?? []).map(({ privateSealed, ...key }) => ({ ...key, privateKey: this.box.open(privateSealed, record.id) })),
       createdAt: record.createdAt,
       updatedAt: record.updatedAt,

@@ -54,6 +54,7 @@ describe('OpenAPI, docs and health', () => {
         '/vendors/v1/webhooks/{webhook_id}/rotate-secret',
         '/vendors/v1/webhooks/{webhook_id}/rotate-signing-key',
         '/vendors/v1/webhooks/{webhook_id}/public-keys',
+        '/vendors/v1/webhooks/{webhook_id}/filter-test',
         '/.well-known/jwks.json',
         '/internal/v1/events',
         '/admin/v1/webhooks',
@@ -122,6 +123,7 @@ describe('OpenAPI, docs and health', () => {
       'GET /vendors/v1/webhooks/{webhook_id}/public-keys': 'getWebhookPublicKeys',
       'POST /vendors/v1/webhooks/{webhook_id}/rotate-signing-key': 'rotateWebhookSigningKey',
       'GET /.well-known/jwks.json': 'getKeySet',
+      'POST /vendors/v1/webhooks/{webhook_id}/filter-test': 'testWebhookFilter',
     });
   });
 

@@ -13,6 +13,7 @@ const webhook: Webhook = {
   rateLimitPerSecond: undefined,
   signature: 'hmac',
   signingKeys: [],
+  filter: undefined,
   createdAt: '2026-01-01T00:00:00.000Z',
   updatedAt: '2026-01-01T00:00:00.000Z',
 };

@@ -14,6 +14,7 @@ const webhook = (over: Partial<Webhook> = {}): Webhook => ({
   rateLimitPerSecond: undefined,
   signature: 'hmac',
   signingKeys: [],
+  filter: undefined,
   createdAt: '2025-01-01T00:00:00.000Z',
   updatedAt: '2025-01-02T00:00:00.000Z',
   ...over,
@@ -40,6 +41,7 @@ describe('toWebhookResource', () => {
       enabled: true,
       rate_limit_per_second: null,
       signature: 'hmac',
+      filter: null,
       created_at: '2025-01-01T00:00:00.000Z',
       updated_at: '2025-01-02T00:00:00.000Z',
     });

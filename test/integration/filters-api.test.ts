@@ -1,0 +1,125 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { testApp, type TestApp } from '../helpers/app.js';
+
+const VENDOR = 'vendor-filters';
+const UNAVAILABLE_GPU = {
+  and: [
+    { path: 'data.status', eq: 'unavailable' },
+    { path: 'data.gpu.model', in: ['A100', 'H100'] },
+  ],
+};
+
+describe('payload filters in the API: stored with the webhook, validated, and tried with filter-test', () => {
+  let t: TestApp;
+  let key: string;
+  beforeEach(async () => {
+    t = await testApp();
+    key = await t.keyFor(['vendor'], VENDOR);
+  });
+  afterEach(async () => t.close());
+
+  const call = (method: 'GET' | 'POST' | 'PATCH', url: string, payload?: unknown, headers: Record<string, string> = { 'x-api-key': key }) =>
+    t.app.inject({ method, url, headers, ...(payload === undefined ? {} : { payload: payload as object }) });
+
+  async function register(filter?: unknown): Promise<string> {
+    const res = await call('POST', '/vendors/v1/webhooks', {
+      event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+      callback_url: 'https://vendor.example.com/hooks',
+      ...(filter === undefined ? {} : { filter }),
+    });
+    expect(res.statusCode).toBe(201);
+    return res.json<{ webhook_id: string }>().webhook_id;
+  }
+
+  it('stores a filter on POST, shows it, replaces it on PATCH and removes it with null', async () => {
+    const id = await register(UNAVAILABLE_GPU);
+    const listed = async () => (await call('GET', '/vendors/v1/webhooks')).json<{ webhooks: { filter: unknown }[] }>().webhooks[0]!.filter;
+    expect(await listed()).toEqual(UNAVAILABLE_GPU);
+    const patched = await call('PATCH', `/vendors/v1/webhooks/${id}`, { filter: { path: 'data.status', ne: 'available' } });
+    expect(patched.statusCode).toBe(200);
+    expect(patched.json()).toMatchObject({ filter: { path: 'data.status', ne: 'available' } });
+    expect((await call('PATCH', `/vendors/v1/webhooks/${id}`, { filter: null })).json()).toMatchObject({ filter: null });
+    expect(await listed()).toBeNull();
+  });
+
+  it('refuses a bad filter with a 400 that names the bad part, and stores nothing', async () => {
+    const cases: [unknown, string][] = [
+      [{ path: 'status', eq: 'x' }, 'filter.path: must start with data, event_type, event_id, timestamp or version (got "status")'],
+      [
+        {
+          and: [
+            { path: 'data.a', eq: 1 },
+            { path: 'data.b', gt: 'x' },
+          ],
+        },
+        'filter.and[1].gt: must be a number',
+      ],
+      ['data.status == "x"', 'filter: must be an object such as {"path": "data.status", "eq": "unavailable"} or {"and": [...]}'],
+    ];
+    for (const [filter, problem] of cases) {
+      const res = await call('POST', '/vendors/v1/webhooks', {
+        event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+        callback_url: 'https://vendor.example.com/h',
+        filter,
+      });
+      expect({ filter, status: res.statusCode, error: res.json<{ error: string }>().error }).toEqual({
+        filter,
+        status: 400,
+        error: `Invalid request body: ${problem}`,
+      });
+    }
+    expect((await call('GET', '/vendors/v1/webhooks')).json<{ webhooks: unknown[] }>().webhooks).toEqual([]);
+    const id = await register();
+    const patch = await call('PATCH', `/vendors/v1/webhooks/${id}`, { filter: { path: 'data.x', like: 'y' } });
+    expect(patch.statusCode).toBe(400);
+    expect(patch.json<{ error: string }>().error).toMatch(/^Invalid request body: filter: unknown field "like"/);
+  });
+
+  it('filter-test: the webhook’s filter on the sample, a proposed filter on a given event, and why', async () => {
+    const available = { and: [{ path: 'data.status', eq: 'available' }, { path: 'data.gpu.model', in: ['A100', 'H100'] }] };
+    const id = await register(available);
+    const test = (body: object) => call('POST', `/vendors/v1/webhooks/${id}/filter-test`, body);
+
+    // The catalogue's sample of EVENT_TYPE_MACHINE_UPDATED: a machine that became unavailable.
+    const onSample = await test({});
+    expect(onSample.statusCode).toBe(200);
+    const sample = onSample.json<{ matched: boolean; source: string; filter: unknown; explanation: { parts: { test: string; matched: boolean }[] } }>();
+    expect(sample).toMatchObject({ webhook_id: id, matched: false, source: 'sample', filter: available });
+    expect(sample.explanation.parts[0]).toEqual({ test: 'data.status == "available"', matched: false, found_kind: 'value', found: 'unavailable' });
+
+    const event = { event_type: 'EVENT_TYPE_MACHINE_UPDATED', data: { status: 'available', gpu: { model: 'H100' } } };
+    const given = await test({ event });
+    expect(given.json()).toMatchObject({
+      matched: true,
+      source: 'request',
+      event,
+      explanation: {
+        matched: true,
+        test: 'all of 2',
+        parts: [
+          { matched: true, test: 'data.status == "available"', found_kind: 'value', found: 'available' },
+          { matched: true, test: 'data.gpu.model in ["A100","H100"]', found_kind: 'value', found: 'H100' },
+        ],
+      },
+    });
+    const proposed = await test({ event, filter: { path: 'data.region', exists: true } });
+    expect(proposed.json()).toMatchObject({ matched: false, explanation: { test: 'data.region exists true', found_kind: 'missing' } });
+    expect((await test({ event, filter: null })).json()).toMatchObject({ matched: true, filter: null, explanation: null });
+    // Nothing was stored.
+    expect((await call('GET', '/vendors/v1/webhooks')).json<{ webhooks: { filter: unknown }[] }>().webhooks[0]!.filter).toEqual(available);
+  });
+
+  it('filter-test: clear 400s, and other vendors’ webhooks are not found', async () => {
+    const id = await register();
+    const url = `/vendors/v1/webhooks/${id}/filter-test`;
+    const bad = async (body: unknown) => (await call('POST', url, body)).json<{ error: string }>();
+    expect(await bad({ event: { status: 'x' } })).toMatchObject({ error: expect.stringContaining('event must be an object with data') as string });
+    expect(await bad({ event: [1] })).toMatchObject({ error: expect.stringContaining('event must be an object with data') as string });
+    expect(await bad({ filter: { path: 'data.a' } })).toMatchObject({ error: expect.stringContaining('filter: needs exactly one comparison') as string });
+    expect(await bad({ sample: true })).toMatchObject({ error: 'Invalid request body: unknown field "sample"' });
+    const other = await t.keyFor(['vendor'], 'another-vendor');
+    expect((await call('POST', url, {}, { 'x-api-key': other })).statusCode).toBe(404);
+    expect((await call('POST', url, {}, {})).statusCode).toBe(401);
+    expect((await call('POST', '/vendors/v1/webhooks/nope/filter-test', {})).statusCode).toBe(400);
+  });
+});
