@@ -16,6 +16,7 @@ import { TestEventSender } from './delivery/test-event.js';
 import { DeferralWakeups } from './delivery/wakeups.js';
 import { CachedWebhookSource } from './delivery/webhook-cache.js';
 import { DeliveryWorkerPool } from './delivery/worker.js';
+import { IngestFilters } from './ingest/filters.js';
 import { Ingestor } from './ingest/ingest.js';
 import { StreamIngestSource } from './ingest/stream-source.js';
 import type { Logger } from './logger.js';
@@ -112,6 +113,8 @@ function composeStores(settings: StoreSettings) {
     tasks,
     subscriptions: webhooks,
     deliveries: queues,
+    // A changed filter applies within the time a webhook change takes to reach workers.
+    filters: new IngestFilters(webhooks, WEBHOOK_CACHE_TTL_MS, nowMs),
     nowMs,
     ...(settings.dedupeWindowMs === undefined ? {} : { dedupeTtlMs: settings.dedupeWindowMs }),
     ...(settings.observability ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) } : {}),
@@ -176,6 +179,9 @@ function composeStores(settings: StoreSettings) {
     },
   };
 }
+
+/** How long a process may use a webhook it read (workers' webhook cache, ingest's filters): how long a change takes to apply. */
+const WEBHOOK_CACHE_TTL_MS = 2_000;
 
 export type Stores = ReturnType<typeof composeStores>;
 
@@ -314,7 +320,7 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     settings.onOutcome,
   ].filter((o) => o !== undefined);
   const deps: DeliveryProcessorDeps = {
-    webhooks: new CachedWebhookSource(stores.webhooks, settings.webhookCacheTtlMs ?? 2_000, nowMs),
+    webhooks: new CachedWebhookSource(stores.webhooks, settings.webhookCacheTtlMs ?? WEBHOOK_CACHE_TTL_MS, nowMs),
     sender,
     recorder: stores.deliveryLog,
     singles: stores.queues,

@@ -285,6 +285,11 @@ export interface EnvelopeSource {
  * `{"version":"1.0","event_id":…,"event_type":…,"timestamp":…,"data":…}`, in this key order.
  */
 export function buildEnvelope(event: EnvelopeSource): string {
+  return JSON.stringify(envelopeOf(event));
+}
+
+/** The body a vendor receives as an object (what payload filters are evaluated on). */
+export function envelopeOf(event: EnvelopeSource): HooklineEnvelope<WebhookEventType, unknown> {
   const timestampMs = Date.parse(event.timestamp);
   if (!Number.isFinite(timestampMs)) throw new RangeError(`envelope timestamp is not a date-time: ${event.timestamp}`);
   // Typed as the envelope @hookline/verify publishes, so a field added, dropped or renamed here
@@ -296,5 +301,5 @@ export function buildEnvelope(event: EnvelopeSource): string {
     timestamp: new Date(timestampMs).toISOString(),
     data: event.data,
   };
-  return JSON.stringify(envelope);
+  return envelope;
 }

@@ -1,5 +1,5 @@
 import type { AgentStatus } from '../domain/agent.js';
-import { buildEnvelope, isWebhookEvent, parseEvent, type AcceptedEvent, type EventResult, type WebhookEvent } from '../domain/event.js';
+import { buildEnvelope, envelopeOf, isWebhookEvent, parseEvent, type AcceptedEvent, type EventResult, type WebhookEvent } from '../domain/event.js';
 import type { WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
@@ -7,6 +7,7 @@ import type { RedisKeys } from '../store/keys.js';
 import type { MachineWriter } from '../store/machines.js';
 import type { Redis } from '../store/redis.js';
 import type { DocWriter } from '../store/versioned-docs.js';
+import type { IngestFilters } from './filters.js';
 
 export type { EventResult } from '../domain/event.js';
 
@@ -41,6 +42,8 @@ export interface IngestBatchSummary {
   duplicates: number;
   rejected: number;
   deliveries: number;
+  /** Deliveries not made because the webhook's payload filter did not match the event. */
+  filtered: number;
   /** Each event's type (`invalid` when it could not be read) and result, in input order. */
   outcomes: { eventType: string; result: EventResult['status'] }[];
   durationMs: number;
@@ -58,6 +61,8 @@ export interface IngestorDeps {
   tasks: DocWriter<Task>;
   subscriptions: SubscriptionLookup;
   deliveries: DeliveryEnqueuer;
+  /** The webhooks' payload filters; absent: every matched event is delivered. */
+  filters?: Pick<IngestFilters, 'checksOf'>;
   /** Clock, Unix ms; default Date.now. */
   nowMs?: () => number;
   /** Default DEDUPE_TTL_MS_DEFAULT (48 h). */
@@ -129,6 +134,7 @@ export class Ingestor {
     });
 
     let deliveryCount = 0;
+    let filtered = 0;
     if (fresh.length > 0) {
       // 3. Project into the read models (versioned by event time, so a late older event is ignored)
       // and 4. match the webhook events to subscriptions. Independent, so they share a round trip.
@@ -140,19 +146,28 @@ export class Ingestor {
           : this.deps.subscriptions.matchMany(webhookEvents.map(({ event }) => ({ vendorId: event.vendor_id, eventType: event.event_type }))),
       ]);
 
-      // 5. Enqueue every delivery of the batch in one call; the body is built once, here, so every
+      // 5. Payload filters: an event a webhook's filter does not match gets no delivery (not a failure).
+      const checks = this.deps.filters ? await this.deps.filters.checksOf(webhookIds.filter((id) => id !== undefined)) : [];
+      let checked = 0;
+
+      // 6. Enqueue every delivery of the batch in one call; the body is built once, here, so every
       // attempt sends the same bytes.
       const deliveriesOf = new Map<number, number>();
       const requests: DeliveryRequest[] = [];
       webhookEvents.forEach(({ index, event }, i) => {
         const webhookId = webhookIds[i];
         if (webhookId === undefined) return;
+        const check = checks[checked++];
+        if (check !== undefined && !check(envelopeOf({ ...event, data: event.sentData }))) {
+          filtered += 1;
+          return;
+        }
         requests.push(deliveryRequest(event, webhookId, acceptedAtMs));
         deliveriesOf.set(index, (deliveriesOf.get(index) ?? 0) + 1);
       });
       if (requests.length > 0) await this.deps.deliveries.enqueue(requests);
 
-      // 6. Only now remember the ids: everything above is durable, so a re-send may be skipped.
+      // 7. Only now remember the ids: everything above is durable, so a re-send may be skipped.
       await this.markSeen(fresh.map(({ event }) => event.event_id));
 
       for (const { index, event } of fresh) {
@@ -170,6 +185,7 @@ export class Ingestor {
         duplicates: results.filter((r) => r.status === 'duplicate').length,
         rejected: rawEvents.length - valid.length,
         deliveries: deliveryCount,
+        filtered,
         outcomes: results.map((r, index) => ({ eventType: typeOf.get(index) ?? 'invalid', result: r.status })),
         durationMs: this.nowMs() - acceptedAtMs,
       });

@@ -76,6 +76,11 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
       labelNames: ['reason'] as const,
       registers,
     }),
+    deliveriesFiltered: new Counter({
+      name: 'hookline_deliveries_filtered_total',
+      help: 'Deliveries not made because the webhook’s payload filter did not match the event (not failures).',
+      registers,
+    }),
     rateLimitChecks: new Counter({
       name: 'hookline_rate_limit_checks_total',
       help: 'Sends of webhooks with a rate_limit_per_second checked against their limit, by result: sent (the rate at which rate-limited webhooks are sent to, all together) or deferred (over the limit, put back without an attempt).',
@@ -164,4 +169,5 @@ export function initialiseSeries(metrics: Metrics): void {
   for (const state of ['open', 'half_open', 'closed']) metrics.circuitTransitions.inc({ state }, 0);
   for (const result of ['sent', 'deferred']) metrics.rateLimitChecks.inc({ result }, 0);
   metrics.ssrfBlocked.inc(0);
+  metrics.deliveriesFiltered.inc(0);
 }

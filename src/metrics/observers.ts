@@ -12,6 +12,7 @@ export function ingestObserver(metrics: Metrics, logger: Logger): (summary: Inge
   return (summary) => {
     for (const { eventType, result } of summary.outcomes) metrics.eventsIngested.inc({ event_type: eventType, source: summary.source, result });
     metrics.ingestBatchDuration.observe({ source: summary.source }, summary.durationMs / 1000);
+    if (summary.filtered > 0) metrics.deliveriesFiltered.inc(summary.filtered);
     if (summary.source === 'http') return;
     logger.info(
       {
@@ -22,6 +23,7 @@ export function ingestObserver(metrics: Metrics, logger: Logger): (summary: Inge
         duplicates: summary.duplicates,
         rejected: summary.rejected,
         deliveries: summary.deliveries,
+        filtered: summary.filtered,
         durationMs: Math.round(summary.durationMs),
       },
       'ingest.batch',

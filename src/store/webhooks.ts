@@ -232,6 +232,13 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     return found.sort((a, b) => a.kid.localeCompare(b.kid));
   }
 
+  /** Each webhook's payload filter (undefined: none, or no such webhook), in one round trip; no secret is opened. */
+  async filtersOf(webhookIds: readonly string[]): Promise<(FilterNode | undefined)[]> {
+    if (webhookIds.length === 0) return [];
+    const rows = await this.redis.hmget(this.keys.webhooks.byId, ...webhookIds);
+    return rows.map((row) => (row === null ? undefined : recordSchema.parse(JSON.parse(row)).filter));
+  }
+
   async get(vendorId: string, webhookId: string): Promise<Webhook | undefined> {
     const found = await this.readRecord(vendorId, webhookId);
     return found && this.toWebhook(found.record);

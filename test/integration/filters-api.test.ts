@@ -1,5 +1,9 @@
+import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
+import { startDeliveryWorld, stopDeliveryWorld, type DeliveryWorld } from '../helpers/delivery-world.js';
+import type { TestReceiver } from '../helpers/receiver.js';
+import { queuesDrained, waitFor } from '../helpers/wait.js';
 
 const VENDOR = 'vendor-filters';
 const UNAVAILABLE_GPU = {
@@ -76,7 +80,12 @@ describe('payload filters in the API: stored with the webhook, validated, and tr
   });
 
   it('filter-test: the webhook’s filter on the sample, a proposed filter on a given event, and why', async () => {
-    const available = { and: [{ path: 'data.status', eq: 'available' }, { path: 'data.gpu.model', in: ['A100', 'H100'] }] };
+    const available = {
+      and: [
+        { path: 'data.status', eq: 'available' },
+        { path: 'data.gpu.model', in: ['A100', 'H100'] },
+      ],
+    };
     const id = await register(available);
     const test = (body: object) => call('POST', `/vendors/v1/webhooks/${id}/filter-test`, body);
 
@@ -121,5 +130,71 @@ describe('payload filters in the API: stored with the webhook, validated, and tr
     expect((await call('POST', url, {}, { 'x-api-key': other })).statusCode).toBe(404);
     expect((await call('POST', url, {}, {})).statusCode).toBe(401);
     expect((await call('POST', '/vendors/v1/webhooks/nope/filter-test', {})).statusCode).toBe(400);
+  });
+});
+
+describe('payload filters at ingest (real Redis, real worker and receiver)', () => {
+  let world: DeliveryWorld;
+  let t: TestApp;
+  let receiver: TestReceiver;
+  let key: string;
+  beforeEach(async () => {
+    world = await startDeliveryWorld(VENDOR);
+    ({ t, receiver, key } = world);
+  });
+  afterEach(async () => stopDeliveryWorld(world));
+
+  /** A machine update with this status and GPU model, ingested over HTTP as a producer sends it. */
+  const update = (status: string, model: string) => ({
+    event_id: randomUUID(),
+    event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+    vendor_id: VENDOR,
+    data: { status, gpu: { model }, metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } },
+  });
+
+  it('delivers only the events the filter matches; the rest are accepted with no delivery and no failure', async () => {
+    const producer = await t.keyFor(['events:write']);
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/vendors/v1/webhooks',
+      headers: { 'x-api-key': key },
+      payload: { event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: `${receiver.base}/filtered`, filter: UNAVAILABLE_GPU },
+    });
+    const id = res.json<{ webhook_id: string }>().webhook_id;
+    const events = [
+      update('unavailable', 'H100'),
+      update('available', 'H100'),
+      update('unavailable', 'T4'),
+      update('unavailable', 'A100'),
+      { ...update('unavailable', 'H100'), data: { status: 'unavailable', metadata: { machine_id: 'm-no-gpu' } } },
+    ];
+    const ingested = await t.app.inject({ method: 'POST', url: '/internal/v1/events', headers: { 'x-api-key': producer }, payload: { events } });
+    expect(ingested.statusCode, ingested.body).toBe(202);
+    const results = ingested.json<{ results: { event_id: string; status: string; deliveries: number }[] }>().results;
+    expect(results.map((r) => [r.status, r.deliveries])).toEqual([
+      ['accepted', 1],
+      ['accepted', 0],
+      ['accepted', 0],
+      ['accepted', 1],
+      ['accepted', 0],
+    ]);
+    await waitFor(() => receiver.at('/filtered').length >= 2, 10_000, 'the two matching deliveries');
+    await queuesDrained(t.queues);
+    const got = receiver.at('/filtered').map((r) => (JSON.parse(r.body) as { event_id: string }).event_id);
+    expect(got.sort()).toEqual([events[0]!.event_id, events[3]!.event_id].sort());
+    // Nothing failed and nothing waits: filtered events never became deliveries.
+    const deliveries = await t.deliveryLog.recent(id, 100);
+    expect(deliveries.map((d) => d.status)).toEqual(['delivered', 'delivered']);
+
+    // A changed filter applies within the webhook cache's 2 s; null delivers everything again.
+    await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { filter: null } });
+    await waitFor(
+      async () => {
+        await t.ingestor.ingest([update('available', 'T4')], 'http');
+        return receiver.at('/filtered').some((r) => (JSON.parse(r.body) as { data: { status: string } }).data.status === 'available');
+      },
+      15_000,
+      'an unfiltered delivery after the filter was removed',
+    );
   });
 });

@@ -193,6 +193,8 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     expect(sample('hookline_http_requests_total', { route: '/rental/v1/machines', method: 'GET', status: '403' })).toBe(1);
     expect(metricsText).toMatch(/^hookline_queue_jobs\{state="waiting",role="all"\} \d+$/m);
     expect(metricsText).toMatch(/^hookline_redis_up\{role="all"\} 1$/m);
+    expect(metricsText).toMatch(/^hookline_deliveries_filtered_total\{role="all"\} 0$/m);
+    expect(metricsText).toMatch(/^hookline_rate_limit_checks_total\{result="sent",role="all"\} 0$/m);
     expect(metricsText).toMatch(/^hookline_build_info\{version="[^"]+",role="all"\} 1$/m);
     expect(metricsText).toMatch(/^process_cpu_seconds_total\{role="all"\} /m);
     expect(metricsText).toMatch(/^nodejs_eventloop_lag_p99_seconds\{role="all"\} /m);

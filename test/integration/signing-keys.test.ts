@@ -1,10 +1,10 @@
 import { createPublicKey, verify } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { testApp, type TestApp } from '../helpers/app.js';
+import type { TestApp } from '../helpers/app.js';
+import { startDeliveryWorld, stopDeliveryWorld, type DeliveryWorld } from '../helpers/delivery-world.js';
 import { machineEvent } from '../helpers/events.js';
-import { TestReceiver, type ReceivedRequest } from '../helpers/receiver.js';
+import type { ReceivedRequest, TestReceiver } from '../helpers/receiver.js';
 import { waitFor } from '../helpers/wait.js';
-import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 const VENDOR = 'vendor-ed25519';
 const WHSEC = `whsec_${Buffer.from('ed25519-test-secret-of-32-bytes!').toString('base64')}`;
@@ -31,23 +31,15 @@ function v1aVerdicts(request: ReceivedRequest, jwks: readonly { kty: string; crv
 }
 
 describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real receiver)', () => {
+  let world: DeliveryWorld;
   let t: TestApp;
   let receiver: TestReceiver;
-  let worker: TestWorker;
   let key: string;
-
   beforeEach(async () => {
-    t = await testApp();
-    receiver = new TestReceiver();
-    await receiver.start();
-    key = await t.keyFor(['vendor'], VENDOR);
-    worker = await startTestWorker(t);
+    world = await startDeliveryWorld(VENDOR);
+    ({ t, receiver, key } = world);
   });
-  afterEach(async () => {
-    await worker.close();
-    await receiver.close();
-    await t.close();
-  });
+  afterEach(async () => stopDeliveryWorld(world));
 
   const call = (method: 'GET' | 'POST' | 'PATCH', url: string, payload?: object, headers: Record<string, string> = { 'x-api-key': key }) =>
     t.app.inject({ method, url, headers, ...(payload === undefined ? {} : { payload }) });

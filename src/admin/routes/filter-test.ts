@@ -14,9 +14,7 @@ const EVENT_PROBLEM = 'event must be an object with data (and optionally event_t
 
 const bodySchema = z.strictObject(
   {
-    filter: nullableFilterSchema
-      .optional()
-      .describe('A filter to try instead of the webhook’s own; null: no filter. Absent: the webhook’s filter.'),
+    filter: nullableFilterSchema.optional().describe('A filter to try instead of the webhook’s own; null: no filter. Absent: the webhook’s filter.'),
     event: z
       .record(z.string(), z.unknown(), { error: EVENT_PROBLEM })
       .refine((event) => 'data' in event, EVENT_PROBLEM)
@@ -102,9 +100,16 @@ export function filterTestRoutes(deps: FilterTestRouteDeps): FastifyPluginAsyncZ
         if (!webhook) throw new ApiError('webhook_not_found');
         const filter = request.body.filter === undefined ? (webhook.filter ?? null) : request.body.filter;
         const given = request.body.event;
-        const event = given ?? (samples.get(webhook.eventType) as Record<string, unknown>);
+        const event = given ?? samples.get(webhook.eventType)!;
         const explanation = filter === null ? null : view(explainFilter(filter, event));
-        return { webhook_id: webhookId, matched: explanation?.matched ?? true, filter, source: given === undefined ? ('sample' as const) : ('request' as const), event, explanation };
+        return {
+          webhook_id: webhookId,
+          matched: explanation?.matched ?? true,
+          filter,
+          source: given === undefined ? ('sample' as const) : ('request' as const),
+          event,
+          explanation,
+        };
       },
     );
   };
