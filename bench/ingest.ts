@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Queue } from 'bullmq';
 import type { DeliverJob } from '../src/domain/delivery.js';
+import type { FilterNode } from '../src/domain/filter.js';
 import { deliveryIdFor, JOBS } from '../src/delivery/jobs.js';
 import { connectRedis } from '../src/store/redis.js';
 import { wallMs } from './measure.js';
@@ -115,5 +116,71 @@ export async function ingestThroughput(setup: DeliveryBenchSetup, events: number
     hooklineRedisCpuUsPerEvent: hookline.redisUs / events,
     addBulkProcessCpuUsPerEvent: addBulk.processUs / events,
     addBulkRedisCpuUsPerEvent: addBulk.redisUs / events,
+  };
+}
+
+export interface FilterCostFigures {
+  events: number;
+  webhooks: number;
+  /** Events accepted per second with no webhook holding a filter. */
+  plainPerSecond: number;
+  /** The same with every webhook holding FILTER (which matches every bench event, so both make the same deliveries). */
+  filteredPerSecond: number;
+  /** CPU per event of this process (API and producers), each side. */
+  plainProcessCpuUsPerEvent: number;
+  filteredProcessCpuUsPerEvent: number;
+}
+
+/** Eight nodes over the envelope, of every kind of comparison a filter may hold; every bench event matches it. */
+export const BENCH_FILTER = {
+  and: [
+    { path: 'event_type', eq: BENCH_EVENT_TYPE },
+    { path: 'data.status', in: ['STATUS_RUNNING', 'STATUS_PENDING'] },
+    { not: { path: 'data.fail_reason', ne: '' } },
+    { or: [{ path: 'data.metadata.region', eq: 'eu-central' }, { path: 'data.metadata.gpus', gte: 8 }] },
+  ],
+} as const;
+
+/**
+ * The ingest cost of payload filters: `events` events POSTed to `webhooks` webhooks (one per vendor)
+ * without filters, then the same with every webhook holding BENCH_FILTER; one engine each, no worker.
+ */
+export async function ingestFilterCost(setup: DeliveryBenchSetup, events: number, webhooks: number): Promise<FilterCostFigures> {
+  const factory = new EventFactory(setup.payloadBytes, 50);
+  const run = async (filter: object | undefined) => {
+    const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+    try {
+      for (let i = 0; i < webhooks; i += 1) {
+        const created = await engine.stores.webhooks.create(vendorId(i), {
+          eventType: BENCH_EVENT_TYPE,
+          callbackUrl: `http://127.0.0.1:9/hook-${i}`,
+          ...(filter === undefined ? {} : { filter: filter as FilterNode }),
+        });
+        if (!created.ok) throw new Error(`webhook ${i} already exists`);
+      }
+      const post = async ({ body, count }: { body: string; count: number }) => {
+        await engine.post(body, count);
+      };
+      // Warm-up: every webhook's filter read and compiled once, as in a running API.
+      await runParallel(batchBodies(eventsFor(factory, webhooks, webhooks), BATCH_SIZE), setup.posters, post);
+      const bodies = batchBodies(eventsFor(factory, events, webhooks, webhooks), BATCH_SIZE);
+      const cpu = await cpuMeter(setup.infoRedis);
+      const startMs = wallMs();
+      await runParallel(bodies, setup.posters, post);
+      const perSecond = events / ((wallMs() - startMs) / 1000);
+      return { perSecond, ...(await cpu.stop()) };
+    } finally {
+      await engine.close();
+    }
+  };
+  const plain = await run(undefined);
+  const filtered = await run(BENCH_FILTER);
+  return {
+    events,
+    webhooks,
+    plainPerSecond: plain.perSecond,
+    filteredPerSecond: filtered.perSecond,
+    plainProcessCpuUsPerEvent: plain.processUs / events,
+    filteredProcessCpuUsPerEvent: filtered.processUs / events,
   };
 }

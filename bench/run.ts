@@ -34,7 +34,7 @@ import {
 } from './delivery.js';
 import { engineConfig } from './engine.js';
 import { pendingFootprint, soak } from './footprint.js';
-import { ingestThroughput } from './ingest.js';
+import { ingestFilterCost, ingestThroughput } from './ingest.js';
 import { benchMachineListing } from './machines.js';
 import { megabytes, ratio } from './measure.js';
 import { ReceiverProcess } from './receiver-client.js';
@@ -283,6 +283,26 @@ const SCENARIOS: Scenario[] = [
         checks: [{ target: '≥ 0.80', value: times(share), met: share >= 0.8 }],
         notes: {
           'CPU per event, process + Redis (Hookline/addBulk)': `${Math.round(r.hooklineProcessCpuUsPerEvent)} + ${Math.round(r.hooklineRedisCpuUsPerEvent)} µs / ${Math.round(r.addBulkProcessCpuUsPerEvent)} + ${Math.round(r.addBulkRedisCpuUsPerEvent)} µs`,
+        },
+        raw: { ratio: share, ...r },
+      };
+    },
+  },
+  {
+    id: 'filters',
+    name: 'ingest with payload filters',
+    async run(context) {
+      const setup = await context.delivery();
+      const events = context.smoke ? 1_000 : positiveInteger(context.env, 'BENCH_INGEST_EVENTS', setup.events);
+      const webhooks = context.smoke ? 50 : 1_000;
+      const r = await ingestFilterCost(setup, events, webhooks);
+      const share = ratio(r.filteredPerSecond, r.plainPerSecond);
+      return {
+        size: `${events} events → ${webhooks} webhooks, each holding an 8-node filter that matches every event, against none; ${setup.posters} in flight, no worker`,
+        figures: `with filters ${perSecond(r.filteredPerSecond)}, without ${perSecond(r.plainPerSecond)}; ratio ${times(share)}`,
+        checks: [{ target: 'filters cost ≤ 10 % of ingest throughput (≥ 0.90)', value: times(share), met: share >= 0.9 }],
+        notes: {
+          'CPU per event in the process (with/without filters)': `${Math.round(r.filteredProcessCpuUsPerEvent)} / ${Math.round(r.plainProcessCpuUsPerEvent)} µs`,
         },
         raw: { ratio: share, ...r },
       };
