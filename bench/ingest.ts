@@ -137,7 +137,12 @@ export const BENCH_FILTER = {
     { path: 'event_type', eq: BENCH_EVENT_TYPE },
     { path: 'data.status', in: ['STATUS_RUNNING', 'STATUS_PENDING'] },
     { not: { path: 'data.fail_reason', ne: '' } },
-    { or: [{ path: 'data.metadata.region', eq: 'eu-central' }, { path: 'data.metadata.gpus', gte: 8 }] },
+    {
+      or: [
+        { path: 'data.metadata.region', eq: 'eu-central' },
+        { path: 'data.metadata.gpus', gte: 8 },
+      ],
+    },
   ],
 } as const;
 

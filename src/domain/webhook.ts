@@ -121,7 +121,14 @@ function checkedFilter(input: unknown, ctx: z.core.$RefinementCtx): FilterNode {
 
 const FILTER_META = {
   description: FILTER_DESCRIPTION,
-  examples: [{ and: [{ path: 'data.status', eq: 'unavailable' }, { path: 'data.gpu.model', in: ['A100', 'H100'] }] }],
+  examples: [
+    {
+      and: [
+        { path: 'data.status', eq: 'unavailable' },
+        { path: 'data.gpu.model', in: ['A100', 'H100'] },
+      ],
+    },
+  ],
 };
 
 /** A stored filter as answers show it (checked when it was stored). */
