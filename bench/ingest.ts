@@ -132,7 +132,7 @@ export interface FilterCostFigures {
 }
 
 /** Eight nodes over the envelope, of every kind of comparison a filter may hold; every bench event matches it. */
-export const BENCH_FILTER = {
+const BENCH_FILTER = {
   and: [
     { path: 'event_type', eq: BENCH_EVENT_TYPE },
     { path: 'data.status', in: ['STATUS_RUNNING', 'STATUS_PENDING'] },

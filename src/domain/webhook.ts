@@ -134,7 +134,7 @@ const FILTER_META = {
 /** A stored filter as answers show it (checked when it was stored). */
 export const filterViewSchema = z.record(z.string(), z.unknown()).meta({ id: 'Filter', ...FILTER_META });
 
-export const filterSchema = z.unknown().transform(checkedFilter).meta(FILTER_META);
+const filterSchema = z.unknown().transform(checkedFilter).meta(FILTER_META);
 /** As filterSchema, with null passing as null (PATCH removes the filter with it). */
 export const nullableFilterSchema = z
   .unknown()
