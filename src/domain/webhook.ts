@@ -95,12 +95,23 @@ const rateLimitSchema = z
       'waiting is not a failed attempt.',
   );
 
+export const WEBHOOK_ORDERINGS = ['fifo', 'none'] as const;
+export type WebhookOrdering = (typeof WEBHOOK_ORDERINGS)[number];
+
+const orderingSchema = z
+  .enum(WEBHOOK_ORDERINGS, { error: 'ordering must be "fifo" or "none"' })
+  .describe(
+    'fifo: deliveries go out one at a time, in the order the events were accepted, over all workers; a delivery that fails ' +
+      'holds back the ones behind it until it is delivered or dead-lettered. none (the default): deliveries go out concurrently.',
+  );
+
 export const webhookCreateSchema = z.strictObject(
   {
     event_type: eventTypeSchema,
     callback_url: callbackUrlSchema,
     secret: secretSchema.optional(),
     rate_limit_per_second: rateLimitSchema.optional(),
+    ordering: orderingSchema.optional(),
   },
   { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
 );
@@ -122,12 +133,21 @@ export const webhookPatchSchema = z
         .optional()
         .describe('true re-enables a webhook that was disabled (410 Gone or sustained failures); false pauses it.'),
       rate_limit_per_second: rateLimitSchema.nullable().optional().describe('A new limit; null removes it (unlimited).'),
+      ordering: orderingSchema
+        .optional()
+        .describe(
+          'fifo or none. Deliveries already queued keep the way they were queued: after a switch to fifo, those queued before ' +
+            'it may still go out beside the line; after a switch to none, the line still goes out in order, and new ones concurrently.',
+        ),
     },
     {
       error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object'),
     },
   )
-  .refine((body) => Object.keys(body).length > 0, 'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second');
+  .refine(
+    (body) => Object.keys(body).length > 0,
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, ordering',
+  );
 
 export const webhookResourceSchema = z
   .object({
@@ -151,6 +171,7 @@ export const webhookResourceSchema = z
         'Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused (PATCH enabled=false).',
       ),
     rate_limit_per_second: z.number().int().nullable().describe('Sends per second at most over all workers; null: unlimited.'),
+    ordering: z.enum(WEBHOOK_ORDERINGS).describe('fifo: one delivery at a time, in accept order; none: concurrent deliveries.'),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })
@@ -171,6 +192,8 @@ export interface Webhook {
   disabled: { reason: DisabledReason; atMs: number } | undefined;
   /** Sends per second at most, over all workers; undefined: unlimited. */
   rateLimitPerSecond: number | undefined;
+  /** fifo: one delivery at a time, in accept order (see delivery/fifo-driver.ts). */
+  ordering: WebhookOrdering;
   createdAt: string;
   updatedAt: string;
 }
@@ -203,6 +226,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     enabled: webhook.disabled === undefined,
     ...(webhook.disabled === undefined ? {} : { disabled_reason: webhook.disabled.reason }),
     rate_limit_per_second: webhook.rateLimitPerSecond ?? null,
+    ordering: webhook.ordering,
     created_at: webhook.createdAt,
     updated_at: webhook.updatedAt,
   };

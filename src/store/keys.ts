@@ -20,6 +20,8 @@ export function redisKeys(prefix: string) {
       byVendorType: `${tag('webhooks')}:by-vendor-type`,
       /** set of one vendor's webhook ids */
       ofVendor: (vendorId: string) => `${tag('webhooks')}:vendor:${vendorId}`,
+      /** set of the ids of webhooks with `ordering: fifo`; the matcher's lookup reads it beside the index */
+      fifo: `${tag('webhooks')}:fifo`,
     },
     machines: {
       /** hash: machine id → Machine JSON */
@@ -56,6 +58,19 @@ export function redisKeys(prefix: string) {
       circuit: (webhookId: string) => `${tag(`wh:${webhookId}`)}:circuit`,
       /** hash with an expiry: the send-rate token bucket of a rate-limited webhook (tat, defer; µs; see domain/rate-limit.ts) */
       sendRate: (webhookId: string) => `${tag(`wh:${webhookId}`)}:send-rate`,
+    },
+    /** A FIFO webhook's line of deliveries (see store/fifo-lines.ts), under the hash tag of its delivery log. */
+    fifo: {
+      /** counter: the line's accept sequence (INCR), the score of each delivery appended */
+      seq: (webhookId: string) => `${tag(`wh:${webhookId}`)}:fifo:seq`,
+      /** sorted set: delivery id → accept sequence; the head is the lowest */
+      line: (webhookId: string) => `${tag(`wh:${webhookId}`)}:fifo:line`,
+      /** hash: delivery id → its DeliverJob JSON, while it is in the line */
+      jobs: (webhookId: string) => `${tag(`wh:${webhookId}`)}:fifo:jobs`,
+      /** string with a TTL: the random token of the worker driving the line; absent: nobody */
+      lease: (webhookId: string) => `${tag(`wh:${webhookId}`)}:fifo:lease`,
+      /** sorted set per queue partition (its hash tag): FIFO webhook id → when its head is due or its lease ends (ms) */
+      ready: (partition: number) => `${tag(`q${partition}`)}:fifo-ready`,
     },
     /** A webhook's delivery stats (see endpoint-stats.ts), under the hash tag of its delivery log. */
     endpointStats: {
