@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { DeliveryProgress } from '../store/delivery-log.js';
 import type { FifoLineStore } from '../store/fifo-lines.js';
+import { isRedisUnavailable } from '../store/redis.js';
 import { deliverySteps, FINISHED, type AttemptEnd, type DeliveryProcessorDeps } from './attempt.js';
 import { dueAtOf, GIVE_UP_NOW } from './single-processor.js';
 
@@ -170,7 +171,9 @@ export class FifoDriver {
   private startTurn(webhookId: string, partition: number, token: string): void {
     const turn = this.turn(webhookId, partition, token)
       .catch((error: Error) => {
-        this.options.deps.logger.warn({ webhookId, err: error.message }, 'fifo turn stopped; the line is taken up again when its lease ends');
+        // An outage is logged once by the connection watcher and the storage gate.
+        const level = isRedisUnavailable(error) ? 'debug' : 'warn';
+        this.options.deps.logger[level]({ webhookId, err: error.message }, 'fifo turn stopped; the line is taken up again when its lease ends');
       })
       .finally(() => {
         this.turns.delete(webhookId);
