@@ -4,6 +4,7 @@ import type { DeliveryProgress } from '../store/delivery-log.js';
 import type { FifoLineStore } from '../store/fifo-lines.js';
 import { isRedisUnavailable } from '../store/redis.js';
 import { deliverySteps, FINISHED, type AttemptEnd, type DeliveryProcessorDeps } from './attempt.js';
+import { StorageUnavailableError } from './signals.js';
 import { dueAtOf, GIVE_UP_NOW } from './single-processor.js';
 
 /**
@@ -87,9 +88,13 @@ export class FifoDriver {
   private stopped = false;
   private loop: Promise<void> | undefined;
   private wake: () => void = () => undefined;
+  /** Resolves when close() is called. */
+  private readonly stopping: Promise<void>;
+  private stop: () => void = () => undefined;
 
   constructor(private readonly options: FifoDriverOptions) {
     this.steps = deliverySteps(options.deps);
+    this.stopping = new Promise((resolve) => (this.stop = resolve));
   }
 
   /** Starts polling the ready sets. */
@@ -103,6 +108,7 @@ export class FifoDriver {
    */
   async close(graceMs: number): Promise<'drained' | 'forced'> {
     this.stopped = true;
+    this.stop();
     this.wake();
     let timer: NodeJS.Timeout | undefined;
     const result = await Promise.race([
@@ -129,9 +135,17 @@ export class FifoDriver {
             for (const webhookId of due.webhookIds) {
               if (this.stopped || this.turns.has(webhookId) || this.turns.size >= linesMax) continue;
               const token = randomUUID();
-              if (!(await lines.claim(webhookId, partition, token, nowMs, leaseMs))) continue;
+              let taken: boolean;
+              try {
+                taken = await lines.claim(webhookId, partition, token, nowMs, leaseMs);
+              } catch (error) {
+                // The lease may have been taken without the answer coming back: give it back once storage answers.
+                this.track(webhookId, this.giveBack(webhookId, partition, token));
+                throw error;
+              }
+              if (!taken) continue;
               claimed += 1;
-              this.startTurn(webhookId, partition, token);
+              this.track(webhookId, this.turn(webhookId, partition, token));
             }
           }
         } catch (error) {
@@ -168,8 +182,9 @@ export class FifoDriver {
     this.wake = () => undefined;
   }
 
-  private startTurn(webhookId: string, partition: number, token: string): void {
-    const turn = this.turn(webhookId, partition, token)
+  /** Keeps `work` on a line as this process's, until it settles. */
+  private track(webhookId: string, work: Promise<void>): void {
+    const turn = work
       .catch((error: Error) => {
         // An outage is logged once by the connection watcher and the storage gate.
         const level = isRedisUnavailable(error) ? 'debug' : 'warn';
@@ -185,37 +200,72 @@ export class FifoDriver {
   /**
    * One turn on a line: heads one after another while the lease holds, until the line is empty, a
    * head must wait, or the turn's bound; then the webhook goes back to the ready set at the time
-   * its head is due, and the lease is given back.
+   * its head is due, and the lease is given back. When storage fails meanwhile, the lease is given
+   * back once it answers again, so the line does not stand still until the lease would end.
    */
   private async turn(webhookId: string, partition: number, token: string): Promise<void> {
     const { deps, lines, leaseMs } = this.options;
     // Sends stop for good in this turn once storage has failed since it began (its lease may have expired meanwhile).
     const epoch = deps.gate.epoch;
-    const endsAtMs = deps.nowMs() + TURN_MS_MAX;
-    let held = true;
+    const lease = { held: true };
     const renewal = setInterval(
       () =>
         void lines.renew(webhookId, partition, token, deps.nowMs(), leaseMs).then(
-          (ok) => (held &&= ok),
+          (ok) => (lease.held &&= ok),
           () => undefined,
         ),
       Math.floor(leaseMs / 3),
     );
     try {
-      for (let n = 0; n < TURN_HEADS_MAX && deps.nowMs() < endsAtMs; n++) {
-        if (this.stopped || !held) break;
-        const head = await lines.head(webhookId);
-        if (head === undefined) return await lines.release(webhookId, partition, token, undefined);
-        const end = await this.driveHead(head.job, epoch);
-        if (end.kind === 'storage') return await lines.release(webhookId, partition, token, deps.nowMs() + 1_000);
-        if (end.kind === 'wait') return await lines.release(webhookId, partition, token, end.untilMs);
-        // Not removed: the lease was lost, and its new holder goes on from this head.
-        if (!(await lines.removeHead(webhookId, token, head.job.deliveryId))) return;
-      }
-      if (held) await lines.release(webhookId, partition, token, deps.nowMs());
+      const readyAtMs = await this.driveLine(webhookId, token, epoch, lease);
+      if (readyAtMs !== 'lost') await lines.release(webhookId, partition, token, readyAtMs);
+    } catch (error) {
+      if (deps.gate.allows(epoch) && !isRedisUnavailable(error as Error)) throw error;
+      await this.giveBack(webhookId, partition, token);
     } finally {
       clearInterval(renewal);
     }
+  }
+
+  /**
+   * Gives a lease back after storage failed: once storage answers again, and again every
+   * IDLE_MAX_MS while it still fails, until given back or the driver stops (then the lease ends by
+   * itself). Without this, the line would stand still until the lease's end after every outage.
+   */
+  private async giveBack(webhookId: string, partition: number, token: string): Promise<void> {
+    const { deps, lines } = this.options;
+    while (!this.stopped) {
+      await Promise.race([deps.gate.whenOpen(), this.stopping]);
+      if (this.stopped) return;
+      try {
+        return await lines.release(webhookId, partition, token, deps.nowMs());
+      } catch (error) {
+        if (!isRedisUnavailable(error as Error)) throw error;
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([this.stopping, new Promise((resolve) => (timer = setTimeout(resolve, IDLE_MAX_MS)))]);
+        clearTimeout(timer);
+      }
+    }
+  }
+
+  /**
+   * Drives a line's heads while the lease holds, within a turn's bounds; answers when the line is
+   * ready again (undefined: it is empty), or `lost` when another worker holds it now.
+   */
+  private async driveLine(webhookId: string, token: string, epoch: number, lease: { held: boolean }): Promise<number | undefined | 'lost'> {
+    const { deps, lines } = this.options;
+    const endsAtMs = deps.nowMs() + TURN_MS_MAX;
+    for (let n = 0; n < TURN_HEADS_MAX && deps.nowMs() < endsAtMs && !this.stopped; n++) {
+      if (!lease.held) return 'lost';
+      const head = await lines.head(webhookId);
+      if (head === undefined) return undefined;
+      const end = await this.driveHead(head.job, epoch);
+      if (end.kind === 'storage') throw new StorageUnavailableError();
+      if (end.kind === 'wait') return end.untilMs;
+      // Not removed: the lease was lost, and its new holder goes on from this head.
+      if (!(await lines.removeHead(webhookId, token, head.job.deliveryId))) return 'lost';
+    }
+    return lease.held ? deps.nowMs() : 'lost';
   }
 
   /** The head's next step, as a single delivery job would take it (single-processor.ts), turned into the line's terms. */

@@ -204,7 +204,9 @@ describe('FIFO webhook across worker processes', () => {
     const { acceptOrder } = await startLine({
       flaky: new FlakyReceiver(0),
       retryScheduleMs: [0, 100, 100, 100, 100],
-      workerEnv: { HOOKLINE_DELIVERY_TIMEOUT: '2s' },
+      // A lease of 30 s (the default), renewed every 10 s: were it left to expire after the
+      // outage, the line would stand still 15 s or more after the restart.
+      workerEnv: { HOOKLINE_DELIVERY_TIMEOUT: '2s', HOOKLINE_WORKER_LOCK_DURATION: '30s' },
       total: TOTAL,
       redisUrl: `redis://127.0.0.1:${port}`,
     });
@@ -220,12 +222,19 @@ describe('FIFO webhook across worker processes', () => {
     const tally = tallyDeliveries(new Set(acceptOrder), receiver.succeeded);
     const sentDuringOutage = receiver.arrivedAtMs.filter((atMs) => atMs > killedAtMs + 1_000 && atMs < restartedAtMs).length;
     const outOfOrder = firsts(receiver.succeeded).filter((id, i) => id !== acceptOrder[i]).length;
-    reportFault('fifo-redis-outage-5s', tally, startedMs, { sent_during_outage: sentDuringOutage, out_of_order: outOfOrder });
+    const resumedInMs = (receiver.arrivedAtMs.find((atMs) => atMs >= restartedAtMs) ?? Infinity) - restartedAtMs;
+    reportFault('fifo-redis-outage-5s', tally, startedMs, {
+      sent_during_outage: sentDuringOutage,
+      out_of_order: outOfOrder,
+      resumed_after_restart_ms: resumedInMs,
+    });
     expect(tally.lost, 'every accepted event delivered').toBe(0);
     expect(sentDuringOutage, 'requests started while Redis was down').toBe(0);
     expect(firsts(receiver.succeeded), 'first successful receipts in accept order').toEqual(acceptOrder);
     // At most the head in flight when Redis died is sent twice.
     expect(tally.duplicated).toBeLessThanOrEqual(2);
+    // The lease was given back once Redis answered, not left to its end.
+    expect(resumedInMs).toBeLessThan(5_000);
   }, 120_000);
 
   it('SIGTERM to the worker driving the line: it finishes the head in flight, exits 0 and gives the lease back, so the other goes on at once', async () => {

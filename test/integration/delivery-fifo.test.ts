@@ -152,6 +152,48 @@ describe('FIFO ordering per webhook', () => {
     await waitFor(async () => (await stats(t!, webhook)).fifo_line === null, 5_000, 'no line shown once it is empty');
   });
 
+  it('a paused FIFO webhook’s line is dead-lettered delivery by delivery; re-enabled, a bulk replay sends them through the line again', async () => {
+    t = await testApp({ retryScheduleMs: [0, 300, 300] });
+    const receiver = await receivers.start();
+    receiver.script('/in', { status: 500 });
+    const webhook = await register(t, 'paused', `${receiver.base}/in`, { ordering: 'fifo' });
+    workers.push(await startTestWorker(t));
+    const ids = await ingestInOrder(t, 'paused', 5, 5);
+    await waitFor(() => receiver.requests.length >= 1, 5_000, 'the head’s first attempt');
+    const patch = (body: object) =>
+      t!.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${webhook.id}`, headers: { 'x-api-key': webhook.key }, payload: body });
+    expect((await patch({ enabled: false })).statusCode).toBe(200);
+    // The head's retry comes due on a paused webhook: it and everything behind it go to the dead letters, unsent.
+    await waitFor(async () => (await t!.deliveryLog.deadLetters(webhook.id, 10)).length === 5, 10_000, 'five dead letters');
+    expect(arrivals(receiver)).toEqual([ids[0]]);
+    expect((await stats(t, webhook)).fifo_line).toEqual({ length: 0, oldest_waiting_ms: null });
+
+    receiver.script('/in', { status: 200 });
+    expect((await patch({ enabled: true })).statusCode).toBe(200);
+    const replay = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${webhook.id}/dead-letters/replay`, headers: { 'x-api-key': webhook.key } });
+    expect(replay.statusCode).toBe(202);
+    await waitFor(() => receiver.requests.length >= 6, 10_000, 'five replays');
+    // Replays follow dead-letter order, which is accept order here up to letters dead in the same millisecond.
+    expect(new Set(arrivals(receiver).slice(1))).toEqual(new Set(ids));
+  });
+
+  it('a deleted FIFO webhook’s line is dropped, not sent', async () => {
+    t = await testApp({ retryScheduleMs: [0, 300, 300] });
+    const receiver = await receivers.start();
+    receiver.script('/in', { status: 500 });
+    const webhook = await register(t, 'deleted', `${receiver.base}/in`, { ordering: 'fifo' });
+    workers.push(await startTestWorker(t));
+    await ingestInOrder(t, 'deleted', 5, 5);
+    await waitFor(() => receiver.requests.length >= 1, 5_000, 'the head’s first attempt');
+    const deleted = await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${webhook.id}`, headers: { 'x-api-key': webhook.key } });
+    expect(deleted.statusCode).toBe(204);
+    const dropped = () => workers[0]!.outcomes.filter((o) => o.kind === 'dropped' && o.job.webhookId === webhook.id).length;
+    await waitFor(() => dropped() === 5, 10_000, 'five dropped');
+    expect(receiver.requests).toHaveLength(1);
+    await waitFor(async () => (await t!.fifoLines.summary(webhook.id)).length === 0, 5_000, 'an empty line');
+    expect(await t.fifoLines.linesWaiting()).toBe(0);
+  });
+
   it('measures FIFO throughput against the receiver’s latency (bounded by one in flight)', async () => {
     t = await testApp({ retryScheduleMs: [0, 1_000] });
     const receiver = await receivers.start();
