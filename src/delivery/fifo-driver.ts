@@ -137,15 +137,15 @@ export class FifoDriver {
               const token = randomUUID();
               let taken: boolean;
               try {
-                taken = await lines.claim(webhookId, partition, token, nowMs, leaseMs);
+                taken = await lines.claim(webhookId, token, nowMs, leaseMs);
               } catch (error) {
                 // The lease may have been taken without the answer coming back: give it back once storage answers.
-                this.track(webhookId, this.giveBack(webhookId, partition, token));
+                this.track(webhookId, this.giveBack(webhookId, token));
                 throw error;
               }
               if (!taken) continue;
               claimed += 1;
-              this.track(webhookId, this.turn(webhookId, partition, token));
+              this.track(webhookId, this.turn(webhookId, token));
             }
           }
         } catch (error) {
@@ -203,14 +203,14 @@ export class FifoDriver {
    * its head is due, and the lease is given back. When storage fails meanwhile, the lease is given
    * back once it answers again, so the line does not stand still until the lease would end.
    */
-  private async turn(webhookId: string, partition: number, token: string): Promise<void> {
+  private async turn(webhookId: string, token: string): Promise<void> {
     const { deps, lines, leaseMs } = this.options;
     // Sends stop for good in this turn once storage has failed since it began (its lease may have expired meanwhile).
     const epoch = deps.gate.epoch;
     const lease = { held: true };
     const renewal = setInterval(
       () =>
-        void lines.renew(webhookId, partition, token, deps.nowMs(), leaseMs).then(
+        void lines.renew(webhookId, token, deps.nowMs(), leaseMs).then(
           (ok) => (lease.held &&= ok),
           () => undefined,
         ),
@@ -218,10 +218,10 @@ export class FifoDriver {
     );
     try {
       const readyAtMs = await this.driveLine(webhookId, token, epoch, lease);
-      if (readyAtMs !== 'lost') await lines.release(webhookId, partition, token, readyAtMs);
+      if (readyAtMs !== 'lost') await lines.release(webhookId, token, readyAtMs);
     } catch (error) {
       if (deps.gate.allows(epoch) && !isRedisUnavailable(error as Error)) throw error;
-      await this.giveBack(webhookId, partition, token);
+      await this.giveBack(webhookId, token);
     } finally {
       clearInterval(renewal);
     }
@@ -232,13 +232,13 @@ export class FifoDriver {
    * IDLE_MAX_MS while it still fails, until given back or the driver stops (then the lease ends by
    * itself). Without this, the line would stand still until the lease's end after every outage.
    */
-  private async giveBack(webhookId: string, partition: number, token: string): Promise<void> {
+  private async giveBack(webhookId: string, token: string): Promise<void> {
     const { deps, lines } = this.options;
     while (!this.stopped) {
       await Promise.race([deps.gate.whenOpen(), this.stopping]);
       if (this.stopped) return;
       try {
-        return await lines.release(webhookId, partition, token, deps.nowMs());
+        return await lines.release(webhookId, token, deps.nowMs());
       } catch (error) {
         if (!isRedisUnavailable(error as Error)) throw error;
         let timer: NodeJS.Timeout | undefined;

@@ -4,12 +4,13 @@ import type { Redis } from './redis.js';
 import { defineScript, type ScriptCall } from './scripts.js';
 
 /**
- * The lines of FIFO webhooks in Redis. Per webhook, under its hash tag (one Redis Cluster slot with
- * its delivery log): a sorted set of delivery ids scored by an accept sequence (INCR), the jobs in
- * a hash beside it, and a lease (a random token with a TTL) held by the one worker driving the line.
- * Per queue partition, under the partition's hash tag: the ready set, FIFO webhook id → when its
- * head is due (or its lease ends). A webhook's line and its ready entry live in two slots, so no
- * command touches both; the order of the writes below is what keeps them consistent.
+ * The lines of FIFO webhooks in Redis. Per webhook: a sorted set of delivery ids scored by an
+ * accept sequence (INCR), the jobs in a hash beside it, and a lease (a random token with a TTL)
+ * held by the one worker driving the line. Per queue partition: the ready set, FIFO webhook id →
+ * when its head is due (or its lease ends). All of a webhook's keys live under the hash tag of its
+ * queue partition, beside the ready set, as its BullMQ jobs do: each change of a line and of its
+ * ready entry is one script, atomic, on one Redis Cluster slot, so no crash between two writes
+ * can leave a line without its ready entry (never driven) or a lease without its hidden entry.
  */
 
 /** The head of a line: its delivery and the job to send. */
@@ -22,15 +23,18 @@ export interface FifoLineStore {
   /** Webhooks of `partition` whose ready time has come (at most `limit`), and the earliest ready time of the rest (ms). */
   due(partition: number, nowMs: number, limit: number): Promise<{ webhookIds: string[]; nextAtMs: number | undefined }>;
   /** Takes the line's lease for `leaseMs` when nobody holds it, and hides its ready entry until the lease ends. */
-  claim(webhookId: string, partition: number, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
+  claim(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
   /** Extends a lease still held with `token` (and its ready entry with it); false when it was lost. */
-  renew(webhookId: string, partition: number, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
+  renew(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
   /** The line's head, or undefined when the line is empty. */
   head(webhookId: string): Promise<LineHead | undefined>;
   /** Removes the head `deliveryId`, only while `token` holds the lease and it is still the head; false otherwise. */
   removeHead(webhookId: string, token: string, deliveryId: string): Promise<boolean>;
-  /** Ends a turn: the webhook is ready again at `atMs` (undefined: its line is empty), and the lease is given back. */
-  release(webhookId: string, partition: number, token: string, atMs: number | undefined): Promise<void>;
+  /**
+   * Ends a turn while `token` holds the lease: the webhook is ready again at `atMs` (undefined: the
+   * line is empty, unless a delivery came meanwhile), and the lease is given back.
+   */
+  release(webhookId: string, token: string, atMs: number | undefined): Promise<void>;
 }
 
 /** What the stats endpoint shows of a line. */
@@ -40,11 +44,13 @@ export interface LineSummary {
   headAcceptedAtMs: number | undefined;
 }
 
-// Appends deliveries (ARGV: id, job JSON, id, job JSON, …) in the order given. A delivery already in
-// the line keeps its place (an ingest repeated after a crash appends nothing). Replies how many were new.
+// Appends deliveries (ARGV[3..]: id, job JSON, id, job JSON, …) in the order given, and marks the
+// webhook (ARGV[2]) ready at ARGV[1] unless it is marked already (a head waiting for its retry keeps
+// its time). A delivery already in the line keeps its place (an ingest repeated after a crash
+// appends nothing). Replies how many were new.
 const APPEND_LUA = `
 local added = 0
-for i = 1, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   if not redis.call('ZSCORE', KEYS[2], ARGV[i]) then
     local seq = redis.call('INCR', KEYS[1])
     redis.call('ZADD', KEYS[2], seq, ARGV[i])
@@ -52,6 +58,7 @@ for i = 1, #ARGV, 2 do
     added = added + 1
   end
 end
+redis.call('ZADD', KEYS[4], 'NX', ARGV[1], ARGV[2])
 return added`;
 
 // The head's id and job; a head whose job is missing (never written by APPEND_LUA) is dropped.
@@ -75,13 +82,27 @@ redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('HDEL', KEYS[3], ARGV[2])
 return 1`;
 
-const RENEW_LUA = `
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+// Claim (ARGV[4] = 'claim': SET NX) or renew (the token must hold): the lease for ARGV[2] ms, and the
+// ready entry hidden until the lease ends (ARGV[3]), so that others skip the line meanwhile and, if
+// this worker dies, it is due when the lease ends.
+const LEASE_LUA = `
+if ARGV[4] == 'claim' then
+  if not redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return 0 end
+else
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[5])
 return 1`;
 
+// Fenced by the lease: the ready entry at ARGV[2] (empty: removed when the line is empty, else due
+// now), then the lease deleted.
 const RELEASE_LUA = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+elseif redis.call('ZCARD', KEYS[3]) == 0 then redis.call('ZREM', KEYS[2], ARGV[3])
+else redis.call('ZADD', KEYS[2], 0, ARGV[3]) end
+redis.call('DEL', KEYS[1])
 return 1`;
 
 const SUMMARY_LUA = `
@@ -92,46 +113,50 @@ return {n, redis.call('HGET', KEYS[2], ids[1])}`;
 
 type LineKeys = [line: string, jobs: string];
 type FencedKeys = [lease: string, line: string, jobs: string];
+type LeaseKeys = [lease: string, ready: string];
 
 /** The FIFO lines in Redis; `partitionOf` maps a webhook to its queue partition (jobs.ts). */
 export class RedisFifoLines implements FifoLineStore {
-  private readonly appendScript: ScriptCall<[seq: string, line: string, jobs: string], string[], number>;
+  private readonly appendScript: ScriptCall<[seq: string, line: string, jobs: string, ready: string], (string | number)[], number>;
   private readonly headScript: ScriptCall<LineKeys, [], [string, string] | null>;
   private readonly removeHeadScript: ScriptCall<FencedKeys, [token: string, deliveryId: string], number>;
-  private readonly renewScript: ScriptCall<[lease: string], [token: string, leaseMs: number], number>;
-  private readonly releaseScript: ScriptCall<[lease: string], [token: string], number>;
+  private readonly leaseScript: ScriptCall<
+    LeaseKeys,
+    [token: string, leaseMs: number, hiddenUntilMs: number, mode: 'claim' | 'renew', webhookId: string],
+    number
+  >;
+  private readonly releaseScript: ScriptCall<[lease: string, ready: string, line: string], [token: string, atMs: number | '', webhookId: string], number>;
   private readonly summaryScript: ScriptCall<LineKeys, [], [number, string | null]>;
 
   constructor(
     private readonly redis: Redis,
     private readonly keys: Pick<RedisKeys, 'fifo' | 'webhooks'>,
+    /** The queue partition of a webhook (jobs.ts partitionOf): its lines live under its hash tag. */
     private readonly partitionOf: (webhookId: string) => number,
     private readonly partitions: number,
   ) {
-    this.appendScript = defineScript(redis, { name: 'hooklineFifoAppend', keys: 3, lua: APPEND_LUA });
+    this.appendScript = defineScript(redis, { name: 'hooklineFifoAppend', keys: 4, lua: APPEND_LUA });
     this.headScript = defineScript(redis, { name: 'hooklineFifoHead', keys: 2, lua: HEAD_LUA });
     this.removeHeadScript = defineScript(redis, { name: 'hooklineFifoRemoveHead', keys: 3, lua: REMOVE_HEAD_LUA });
-    this.renewScript = defineScript(redis, { name: 'hooklineFifoRenew', keys: 1, lua: RENEW_LUA });
-    this.releaseScript = defineScript(redis, { name: 'hooklineFifoRelease', keys: 1, lua: RELEASE_LUA });
+    this.leaseScript = defineScript(redis, { name: 'hooklineFifoLease', keys: 2, lua: LEASE_LUA });
+    this.releaseScript = defineScript(redis, { name: 'hooklineFifoRelease', keys: 3, lua: RELEASE_LUA });
     this.summaryScript = defineScript(redis, { name: 'hooklineFifoSummary', keys: 2, lua: SUMMARY_LUA });
   }
 
-  /**
-   * Appends deliveries to their webhooks' lines in the order given, then marks each webhook ready
-   * (unless it is marked already: a head waiting for its retry keeps its time). The line is written
-   * first: a crash in between rejects the ingest, whose repeat appends nothing and marks the webhook.
-   */
+  /** Appends deliveries to their webhooks' lines in the order given, and marks each webhook ready (one script per webhook). */
   async append(jobs: readonly DeliverJob[], nowMs: number): Promise<void> {
     const byWebhook = new Map<string, DeliverJob[]>();
     for (const job of jobs) byWebhook.set(job.webhookId, [...(byWebhook.get(job.webhookId) ?? []), job]);
     await Promise.all(
-      [...byWebhook].map(async ([webhookId, list]) => {
+      [...byWebhook].map(([webhookId, list]) => {
         const { fifo } = this.keys;
-        await this.appendScript(
-          [fifo.seq(webhookId), fifo.line(webhookId), fifo.jobs(webhookId)],
+        const n = this.partitionOf(webhookId);
+        return this.appendScript(
+          [fifo.seq(n, webhookId), fifo.line(n, webhookId), fifo.jobs(n, webhookId), fifo.ready(n)],
+          nowMs,
+          webhookId,
           ...list.flatMap((job) => [job.deliveryId, JSON.stringify(job)]),
         );
-        await this.redis.zadd(fifo.ready(this.partitionOf(webhookId)), 'NX', nowMs, webhookId);
       }),
     );
   }
@@ -152,47 +177,41 @@ export class RedisFifoLines implements FifoLineStore {
     return { webhookIds, nextAtMs: next[1] === undefined ? undefined : Number(next[1]) };
   }
 
-  async claim(webhookId: string, partition: number, token: string, nowMs: number, leaseMs: number): Promise<boolean> {
-    const taken = await this.redis.set(this.keys.fifo.lease(webhookId), token, 'PX', leaseMs, 'NX');
-    if (taken !== 'OK') return false;
-    // Others skip the webhook while the lease lasts; if this worker dies, it is due when the lease ends.
-    await this.redis.zadd(this.keys.fifo.ready(partition), 'XX', nowMs + leaseMs, webhookId);
-    return true;
+  async claim(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean> {
+    return (await this.leaseScript(this.leaseKeys(webhookId), token, leaseMs, nowMs + leaseMs, 'claim', webhookId)) === 1;
   }
 
-  async renew(webhookId: string, partition: number, token: string, nowMs: number, leaseMs: number): Promise<boolean> {
-    if ((await this.renewScript([this.keys.fifo.lease(webhookId)], token, leaseMs)) !== 1) return false;
-    await this.redis.zadd(this.keys.fifo.ready(partition), 'XX', nowMs + leaseMs, webhookId);
-    return true;
+  async renew(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean> {
+    return (await this.leaseScript(this.leaseKeys(webhookId), token, leaseMs, nowMs + leaseMs, 'renew', webhookId)) === 1;
   }
 
   async head(webhookId: string): Promise<LineHead | undefined> {
-    const found = await this.headScript([this.keys.fifo.line(webhookId), this.keys.fifo.jobs(webhookId)]);
+    const n = this.partitionOf(webhookId);
+    const found = await this.headScript([this.keys.fifo.line(n, webhookId), this.keys.fifo.jobs(n, webhookId)]);
     return found === null ? undefined : { job: deliverySchema.parse(JSON.parse(found[1])) };
   }
 
   async removeHead(webhookId: string, token: string, deliveryId: string): Promise<boolean> {
     const { fifo } = this.keys;
-    return (await this.removeHeadScript([fifo.lease(webhookId), fifo.line(webhookId), fifo.jobs(webhookId)], token, deliveryId)) === 1;
+    const n = this.partitionOf(webhookId);
+    return (await this.removeHeadScript([fifo.lease(n, webhookId), fifo.line(n, webhookId), fifo.jobs(n, webhookId)], token, deliveryId)) === 1;
   }
 
-  async release(webhookId: string, partition: number, token: string, atMs: number | undefined): Promise<void> {
+  async release(webhookId: string, token: string, atMs: number | undefined): Promise<void> {
     const { fifo } = this.keys;
-    const ready = fifo.ready(partition);
-    if (atMs !== undefined) await this.redis.zadd(ready, atMs, webhookId);
-    else {
-      // Removed, then the line looked at again: a delivery appended meanwhile either shows here, or
-      // was appended after the removal and marked the webhook ready itself (append writes the line,
-      // then the mark). Either way it is not left behind.
-      await this.redis.zrem(ready, webhookId);
-      if ((await this.redis.zcard(fifo.line(webhookId))) > 0) await this.redis.zadd(ready, 0, webhookId);
-    }
-    await this.releaseScript([fifo.lease(webhookId)], token);
+    const n = this.partitionOf(webhookId);
+    await this.releaseScript([fifo.lease(n, webhookId), fifo.ready(n), fifo.line(n, webhookId)], token, atMs ?? '', webhookId);
+  }
+
+  private leaseKeys(webhookId: string): LeaseKeys {
+    const n = this.partitionOf(webhookId);
+    return [this.keys.fifo.lease(n, webhookId), this.keys.fifo.ready(n)];
   }
 
   /** The length of a webhook's line and when its head was accepted (the stats endpoint). */
   async summary(webhookId: string): Promise<LineSummary> {
-    const [length, head] = await this.summaryScript([this.keys.fifo.line(webhookId), this.keys.fifo.jobs(webhookId)]);
+    const n = this.partitionOf(webhookId);
+    const [length, head] = await this.summaryScript([this.keys.fifo.line(n, webhookId), this.keys.fifo.jobs(n, webhookId)]);
     const job = head === null ? undefined : deliverySchema.safeParse(JSON.parse(head));
     return { length, headAcceptedAtMs: job?.success ? job.data.acceptedAtMs : undefined };
   }

@@ -59,17 +59,21 @@ export function redisKeys(prefix: string) {
       /** hash with an expiry: the send-rate token bucket of a rate-limited webhook (tat, defer; µs; see domain/rate-limit.ts) */
       sendRate: (webhookId: string) => `${tag(`wh:${webhookId}`)}:send-rate`,
     },
-    /** A FIFO webhook's line of deliveries (see store/fifo-lines.ts), under the hash tag of its delivery log. */
+    /**
+     * FIFO webhooks' lines (see store/fifo-lines.ts), under the hash tag of the webhook's queue
+     * partition, beside the partition's ready set, so that one script writes a line and its ready
+     * entry together (one Redis Cluster slot).
+     */
     fifo: {
-      /** counter: the line's accept sequence (INCR), the score of each delivery appended */
-      seq: (webhookId: string) => `${tag(`wh:${webhookId}`)}:fifo:seq`,
+      /** counter: a line's accept sequence (INCR), the score of each delivery appended */
+      seq: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:seq`,
       /** sorted set: delivery id → accept sequence; the head is the lowest */
-      line: (webhookId: string) => `${tag(`wh:${webhookId}`)}:fifo:line`,
+      line: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:line`,
       /** hash: delivery id → its DeliverJob JSON, while it is in the line */
-      jobs: (webhookId: string) => `${tag(`wh:${webhookId}`)}:fifo:jobs`,
+      jobs: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:jobs`,
       /** string with a TTL: the random token of the worker driving the line; absent: nobody */
-      lease: (webhookId: string) => `${tag(`wh:${webhookId}`)}:fifo:lease`,
-      /** sorted set per queue partition (its hash tag): FIFO webhook id → when its head is due or its lease ends (ms) */
+      lease: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:lease`,
+      /** sorted set: the partition's FIFO webhook ids with a line → when its head is due or its lease ends (ms) */
       ready: (partition: number) => `${tag(`q${partition}`)}:fifo-ready`,
     },
     /** A webhook's delivery stats (see endpoint-stats.ts), under the hash tag of its delivery log. */

@@ -183,9 +183,12 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     await waitFor(() => receiver.at('/fifo').length >= events.length + 1, 15_000, 'every delivery and one retry');
     const ids = events.map((e) => e.event_id);
     expect(receiver.at('/fifo').map((r) => (JSON.parse(r.body) as { event_id: string }).event_id)).toEqual([ids[0], ...ids]);
-    // The line lives in the webhook's slot, its ready entry in its queue partition's.
-    expect(keySlot(app.keys.fifo.line(webhookId))).toBe(keySlot(app.keys.deliveries.record(webhookId, 'x')));
-    expect(keySlot(app.keys.fifo.ready(partitionOf(webhookId, 4)))).toBe(keySlot(`${app.keys.deliveryQueuePrefix(partitionOf(webhookId, 4))}:x`));
+    // The line and its lease live in the slot of the webhook's queue partition, beside the ready set and its BullMQ jobs.
+    const n = partitionOf(webhookId, 4);
+    const slot = keySlot(`${app.keys.deliveryQueuePrefix(n)}:x`);
+    for (const key of [app.keys.fifo.line(n, webhookId), app.keys.fifo.jobs(n, webhookId), app.keys.fifo.lease(n, webhookId), app.keys.fifo.ready(n)]) {
+      expect(keySlot(key)).toBe(slot);
+    }
     const stats = await waitFor(
       async () => {
         const body = (await api('GET', `/vendors/v1/webhooks/${webhookId}/stats`)).json<{ ordering: string; fifo_line: { length: number } | null }>();
