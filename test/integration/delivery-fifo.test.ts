@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { partitionOf } from '../../src/delivery/jobs.js';
 import { registerWebhook as register, testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
 import { receiverPool, type TestReceiver } from '../helpers/receiver.js';
@@ -40,6 +41,64 @@ describe('FIFO ordering per webhook', () => {
     expect(res.statusCode).toBe(200);
     return res.json<{ ordering: string; fifo_line: { length: number; oldest_waiting_ms: number | null } | null }>();
   }
+
+  it('the line store: idempotent appends in order, an exclusive lease, removal fenced by the lease and the head, no line left unmarked', async () => {
+    t = await testApp();
+    const lines = t.fifoLines;
+    const job = (n: number, webhookId = 'w-lines') => ({
+      deliveryId: `d-${n}`,
+      eventId: `e-${n}`,
+      eventType: 'EVENT_TYPE_MACHINE_CREATED' as const,
+      vendorId: 'v',
+      webhookId,
+      body: '{}',
+      acceptedAtMs: 1_000 + n,
+    });
+    const NOW = 5_000;
+    const partition = partitionOf('w-lines', t.queues.partitions.length);
+    const due = async (atMs: number) => (await lines.due(partition, atMs, 10)).webhookIds;
+
+    await lines.append([job(1), job(2)], NOW);
+    // Appended again (an ingest repeated after a crash): same places, nothing added.
+    await lines.append([job(2), job(1), job(3)], NOW);
+    expect(await lines.summary('w-lines')).toEqual({ length: 3, headAcceptedAtMs: 1_001 });
+    expect(await due(NOW)).toEqual(['w-lines']);
+
+    // One holder at a time; the line is hidden from the others until the lease would end.
+    expect(await lines.claim('w-lines', 'token-a', NOW, 10_000)).toBe(true);
+    expect(await lines.claim('w-lines', 'token-b', NOW, 10_000)).toBe(false);
+    expect(await due(NOW + 9_999)).toEqual([]);
+    expect(await due(NOW + 10_000)).toEqual(['w-lines']);
+    expect(await lines.renew('w-lines', 'token-b', NOW, 10_000)).toBe(false);
+
+    expect((await lines.head('w-lines'))?.job.deliveryId).toBe('d-1');
+    // Only the holder removes, and only the head.
+    expect(await lines.removeHead('w-lines', 'token-b', 'd-1')).toBe(false);
+    expect(await lines.removeHead('w-lines', 'token-a', 'd-2')).toBe(false);
+    expect(await lines.removeHead('w-lines', 'token-a', 'd-1')).toBe(true);
+    expect((await lines.head('w-lines'))?.job.deliveryId).toBe('d-2');
+
+    // A release by a worker that lost the lease changes nothing; the holder's marks the line due at its head's time.
+    await lines.release('w-lines', 'token-b', NOW + 60_000);
+    expect(await lines.claim('w-lines', 'token-c', NOW, 10_000)).toBe(false);
+    await lines.release('w-lines', 'token-a', NOW + 60_000);
+    expect(await due(NOW + 59_999)).toEqual([]);
+    expect(await due(NOW + 60_000)).toEqual(['w-lines']);
+
+    // Emptied and released: the line leaves the ready set, unless a delivery came meanwhile.
+    expect(await lines.claim('w-lines', 'token-d', NOW, 10_000)).toBe(true);
+    expect(await lines.removeHead('w-lines', 'token-d', 'd-2')).toBe(true);
+    expect(await lines.removeHead('w-lines', 'token-d', 'd-3')).toBe(true);
+    await lines.append([job(4)], NOW);
+    await lines.release('w-lines', 'token-d', undefined);
+    expect(await due(NOW)).toEqual(['w-lines']);
+    expect(await lines.claim('w-lines', 'token-e', NOW, 10_000)).toBe(true);
+    expect(await lines.removeHead('w-lines', 'token-e', 'd-4')).toBe(true);
+    await lines.release('w-lines', 'token-e', undefined);
+    expect(await due(Number.MAX_SAFE_INTEGER)).toEqual([]);
+    expect(await lines.linesWaiting()).toBe(0);
+    expect(await lines.summary('w-lines')).toEqual({ length: 0, headAcceptedAtMs: undefined });
+  });
 
   it('a failing head holds back the rest until it is delivered, then they go in accept order; the stats show the line', async () => {
     t = await testApp({ retryScheduleMs: [0, 400, 400, 400] });
