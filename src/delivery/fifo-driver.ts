@@ -255,15 +255,17 @@ export class FifoDriver {
   private async driveLine(webhookId: string, token: string, epoch: number, lease: { held: boolean }): Promise<number | undefined | 'lost'> {
     const { deps, lines } = this.options;
     const endsAtMs = deps.nowMs() + TURN_MS_MAX;
+    let head = await lines.head(webhookId);
     for (let n = 0; n < TURN_HEADS_MAX && deps.nowMs() < endsAtMs && !this.stopped; n++) {
       if (!lease.held) return 'lost';
-      const head = await lines.head(webhookId);
       if (head === undefined) return undefined;
       const end = await this.driveHead(head.job, epoch);
       if (end.kind === 'storage') throw new StorageUnavailableError();
       if (end.kind === 'wait') return end.untilMs;
+      const advanced = await lines.advance(webhookId, token, head.job.deliveryId);
       // Not removed: the lease was lost, and its new holder goes on from this head.
-      if (!(await lines.removeHead(webhookId, token, head.job.deliveryId))) return 'lost';
+      if (!advanced.removed) return 'lost';
+      head = advanced.next;
     }
     return lease.held ? deps.nowMs() : 'lost';
   }

@@ -28,8 +28,11 @@ export interface FifoLineStore {
   renew(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
   /** The line's head, or undefined when the line is empty. */
   head(webhookId: string): Promise<LineHead | undefined>;
-  /** Removes the head `deliveryId`, only while `token` holds the lease and it is still the head; false otherwise. */
-  removeHead(webhookId: string, token: string, deliveryId: string): Promise<boolean>;
+  /**
+   * Removes the head `deliveryId`, only while `token` holds the lease and it is still the head, and
+   * answers the next head (undefined: the line is empty); `removed: false` otherwise.
+   */
+  advance(webhookId: string, token: string, deliveryId: string): Promise<{ removed: false } | { removed: true; next: LineHead | undefined }>;
   /**
    * Ends a turn while `token` holds the lease: the webhook is ready again at `atMs` (undefined: the
    * line is empty, unless a delivery came meanwhile), and the lease is given back.
@@ -61,26 +64,35 @@ end
 redis.call('ZADD', KEYS[4], 'NX', ARGV[1], ARGV[2])
 return added`;
 
-// The head's id and job; a head whose job is missing (never written by APPEND_LUA) is dropped.
-const HEAD_LUA = `
-for _ = 1, 100 do
-  local ids = redis.call('ZRANGE', KEYS[1], 0, 0)
-  if #ids == 0 then return false end
-  local job = redis.call('HGET', KEYS[2], ids[1])
-  if job then return {ids[1], job} end
-  redis.call('ZREM', KEYS[1], ids[1])
-end
-return false`;
+// The head's id and job of a line (its sorted set and jobs hash); a head whose job is missing
+// (never written by APPEND_LUA) is dropped.
+const HEAD_OF = `
+local function headOf(line, jobs)
+  for _ = 1, 100 do
+    local ids = redis.call('ZRANGE', line, 0, 0)
+    if #ids == 0 then return false end
+    local job = redis.call('HGET', jobs, ids[1])
+    if job then return {ids[1], job} end
+    redis.call('ZREM', line, ids[1])
+  end
+  return false
+end`;
 
-// Fenced by the lease and the head's id: a worker whose lease expired (another took the line) can
-// never remove what it no longer owns.
-const REMOVE_HEAD_LUA = `
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+const HEAD_LUA = `${HEAD_OF}
+return headOf(KEYS[1], KEYS[2])`;
+
+// Removes the head ARGV[2] and answers {1, the next head's id, its job} ({1} when the line is now
+// empty), in one round trip. Fenced by the lease and the head's id: a worker whose lease expired
+// (another took the line) can never remove what it no longer owns ({0}).
+const ADVANCE_LUA = `${HEAD_OF}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
 local ids = redis.call('ZRANGE', KEYS[2], 0, 0)
-if ids[1] ~= ARGV[2] then return 0 end
+if ids[1] ~= ARGV[2] then return {0} end
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('HDEL', KEYS[3], ARGV[2])
-return 1`;
+local following = headOf(KEYS[2], KEYS[3])
+if following then return {1, following[1], following[2]} end
+return {1}`;
 
 // Claim (ARGV[4] = 'claim': SET NX) or renew (the token must hold): the lease for ARGV[2] ms, and the
 // ready entry hidden until the lease ends (ARGV[3]), so that others skip the line meanwhile and, if
@@ -119,7 +131,7 @@ type LeaseKeys = [lease: string, ready: string];
 export class RedisFifoLines implements FifoLineStore {
   private readonly appendScript: ScriptCall<[seq: string, line: string, jobs: string, ready: string], (string | number)[], number>;
   private readonly headScript: ScriptCall<LineKeys, [], [string, string] | null>;
-  private readonly removeHeadScript: ScriptCall<FencedKeys, [token: string, deliveryId: string], number>;
+  private readonly advanceScript: ScriptCall<FencedKeys, [token: string, deliveryId: string], [number, string?, string?]>;
   private readonly leaseScript: ScriptCall<
     LeaseKeys,
     [token: string, leaseMs: number, hiddenUntilMs: number, mode: 'claim' | 'renew', webhookId: string],
@@ -137,7 +149,7 @@ export class RedisFifoLines implements FifoLineStore {
   ) {
     this.appendScript = defineScript(redis, { name: 'hooklineFifoAppend', keys: 4, lua: APPEND_LUA });
     this.headScript = defineScript(redis, { name: 'hooklineFifoHead', keys: 2, lua: HEAD_LUA });
-    this.removeHeadScript = defineScript(redis, { name: 'hooklineFifoRemoveHead', keys: 3, lua: REMOVE_HEAD_LUA });
+    this.advanceScript = defineScript(redis, { name: 'hooklineFifoAdvance', keys: 3, lua: ADVANCE_LUA });
     this.leaseScript = defineScript(redis, { name: 'hooklineFifoLease', keys: 2, lua: LEASE_LUA });
     this.releaseScript = defineScript(redis, { name: 'hooklineFifoRelease', keys: 3, lua: RELEASE_LUA });
     this.summaryScript = defineScript(redis, { name: 'hooklineFifoSummary', keys: 2, lua: SUMMARY_LUA });
@@ -191,10 +203,12 @@ export class RedisFifoLines implements FifoLineStore {
     return found === null ? undefined : { job: deliverySchema.parse(JSON.parse(found[1])) };
   }
 
-  async removeHead(webhookId: string, token: string, deliveryId: string): Promise<boolean> {
+  async advance(webhookId: string, token: string, deliveryId: string): Promise<{ removed: false } | { removed: true; next: LineHead | undefined }> {
     const { fifo } = this.keys;
     const n = this.partitionOf(webhookId);
-    return (await this.removeHeadScript([fifo.lease(n, webhookId), fifo.line(n, webhookId), fifo.jobs(n, webhookId)], token, deliveryId)) === 1;
+    const [removed, , job] = await this.advanceScript([fifo.lease(n, webhookId), fifo.line(n, webhookId), fifo.jobs(n, webhookId)], token, deliveryId);
+    if (removed !== 1) return { removed: false };
+    return { removed: true, next: job === undefined ? undefined : { job: deliverySchema.parse(JSON.parse(job)) } };
   }
 
   async release(webhookId: string, token: string, atMs: number | undefined): Promise<void> {

@@ -73,9 +73,11 @@ describe('FIFO ordering per webhook', () => {
 
     expect((await lines.head('w-lines'))?.job.deliveryId).toBe('d-1');
     // Only the holder removes, and only the head.
-    expect(await lines.removeHead('w-lines', 'token-b', 'd-1')).toBe(false);
-    expect(await lines.removeHead('w-lines', 'token-a', 'd-2')).toBe(false);
-    expect(await lines.removeHead('w-lines', 'token-a', 'd-1')).toBe(true);
+    expect((await lines.advance('w-lines', 'token-b', 'd-1')).removed).toBe(false);
+    expect((await lines.advance('w-lines', 'token-a', 'd-2')).removed).toBe(false);
+    // The next head comes with the removal.
+    const advanced = await lines.advance('w-lines', 'token-a', 'd-1');
+    expect(advanced.removed && advanced.next?.job.deliveryId).toBe('d-2');
     expect((await lines.head('w-lines'))?.job.deliveryId).toBe('d-2');
 
     // A release by a worker that lost the lease changes nothing; the holder's marks the line due at its head's time.
@@ -87,13 +89,13 @@ describe('FIFO ordering per webhook', () => {
 
     // Emptied and released: the line leaves the ready set, unless a delivery came meanwhile.
     expect(await lines.claim('w-lines', 'token-d', NOW, 10_000)).toBe(true);
-    expect(await lines.removeHead('w-lines', 'token-d', 'd-2')).toBe(true);
-    expect(await lines.removeHead('w-lines', 'token-d', 'd-3')).toBe(true);
+    expect((await lines.advance('w-lines', 'token-d', 'd-2')).removed).toBe(true);
+    expect(await lines.advance('w-lines', 'token-d', 'd-3')).toEqual({ removed: true, next: undefined });
     await lines.append([job(4)], NOW);
     await lines.release('w-lines', 'token-d', undefined);
     expect(await due(NOW)).toEqual(['w-lines']);
     expect(await lines.claim('w-lines', 'token-e', NOW, 10_000)).toBe(true);
-    expect(await lines.removeHead('w-lines', 'token-e', 'd-4')).toBe(true);
+    expect((await lines.advance('w-lines', 'token-e', 'd-4')).removed).toBe(true);
     await lines.release('w-lines', 'token-e', undefined);
     expect(await due(Number.MAX_SAFE_INTEGER)).toEqual([]);
     expect(await lines.linesWaiting()).toBe(0);
