@@ -158,7 +158,11 @@ export class RedisFifoLines implements FifoLineStore {
   /** Appends deliveries to their webhooks' lines in the order given, and marks each webhook ready (one script per webhook). */
   async append(jobs: readonly DeliverJob[], nowMs: number): Promise<void> {
     const byWebhook = new Map<string, DeliverJob[]>();
-    for (const job of jobs) byWebhook.set(job.webhookId, [...(byWebhook.get(job.webhookId) ?? []), job]);
+    for (const job of jobs) {
+      const list = byWebhook.get(job.webhookId);
+      if (list) list.push(job);
+      else byWebhook.set(job.webhookId, [job]);
+    }
     await Promise.all(
       [...byWebhook].map(([webhookId, list]) => {
         const { fifo } = this.keys;
