@@ -10,6 +10,8 @@ import { createOperationalProcessor, operationalWebhookQueuer } from './delivery
 import { createSingleProcessor } from './delivery/single-processor.js';
 import { DeliveryQueues } from './delivery/queue.js';
 import { DeadLetterReplayer } from './delivery/replay.js';
+import { FifoDriver, fifoLeaseMs } from './delivery/fifo-driver.js';
+import { partitionOf } from './delivery/jobs.js';
 import { SendSlots } from './delivery/send-slots.js';
 import { StorageGate } from './delivery/storage-gate.js';
 import { TestEventSender } from './delivery/test-event.js';
@@ -21,7 +23,7 @@ import { Ingestor } from './ingest/ingest.js';
 import { StreamIngestSource } from './ingest/stream-source.js';
 import type { Logger } from './logger.js';
 import { createMetrics, initialiseSeries, type Metrics } from './metrics/metrics.js';
-import { breakerObserver, deliveryObserver, ingestObserver, scrapeCollector } from './metrics/observers.js';
+import { breakerObserver, deliveryObserver, fifoObserver, ingestObserver, scrapeCollector } from './metrics/observers.js';
 import { RedisPortalSessions } from './store/portal-sessions.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
 import { RedisAttemptFeed, type FeedEntry } from './store/attempt-feed.js';
@@ -29,6 +31,7 @@ import { RedisCircuitLog } from './store/circuits.js';
 import { RedisDeliveryLog } from './store/delivery-log.js';
 import { RedisEndpointStats, type EndpointStatsRecorder } from './store/endpoint-stats.js';
 import { RedisEndpointMemory } from './store/endpoints.js';
+import { RedisFifoLines } from './store/fifo-lines.js';
 import { redisKeys } from './store/keys.js';
 import { RedisMachineStore } from './store/machines.js';
 import { OperatorViews } from './store/operator-views.js';
@@ -74,11 +77,14 @@ function composeStores(settings: StoreSettings) {
   const nowMs = settings.nowMs ?? Date.now;
   const { redis } = settings;
   const keys = redisKeys(settings.redisPrefix);
+  const fifoLines = new RedisFifoLines(redis, keys, (webhookId) => partitionOf(webhookId, settings.queuePartitions), settings.queuePartitions);
   const queues = new DeliveryQueues({
     connection: settings.queueConnection,
     keys,
     partitions: settings.queuePartitions,
     retryScheduleMs: settings.retryScheduleMs,
+    lines: fifoLines,
+    nowMs,
     // Connection trouble is logged once per outage by the connection watcher; this keeps BullMQ quiet.
     onError: (error) => settings.observability?.logger.debug({ err: error.message }, 'delivery queue error'),
   });
@@ -129,6 +135,7 @@ function composeStores(settings: StoreSettings) {
     machines,
     deliveryLog,
     queues,
+    fifoLines,
     replayer,
     replayTasks,
     circuits,
@@ -174,7 +181,7 @@ function composeStores(settings: StoreSettings) {
         deliveries: { history: deliveryLog, replayer, testEvents },
         operator: { views: operatorViews, replayer },
         portal: { sessions: portalSessions, publicUrl },
-        stats: { stats: endpointStats, circuits },
+        stats: { stats: endpointStats, circuits, lines: fifoLines },
       };
     },
   };
@@ -372,6 +379,14 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
       nowMs: deps.nowMs,
       random: deps.random,
     });
+  const fifo = new FifoDriver({
+    lines: stores.fifoLines,
+    deps,
+    partitions: stores.queues.partitions.length,
+    leaseMs: fifoLeaseMs(settings.deliveryTimeoutMs, settings.lockDurationMs ?? 30_000),
+    linesMax: settings.concurrency,
+    ...(settings.metrics ? { onHeadBlocked: fifoObserver(settings.metrics) } : {}),
+  });
   const pool = new DeliveryWorkerPool({
     connection: settings.workerConnection,
     keys: stores.keys,
@@ -386,6 +401,7 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
   });
   return {
     pool,
+    fifo,
     breakers,
     slots,
     gate,
@@ -395,7 +411,8 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
     async close(graceMs: number) {
       detach();
       const startedMs = Date.now();
-      let result = await pool.close(graceMs);
+      const [pooled, lined] = await Promise.all([pool.close(graceMs), fifo.close(graceMs)]);
+      let result = pooled === 'drained' && lined === 'drained' ? pooled : ('forced' as const);
       // Attempts a batch handed off go on after their job completed; their outcome is recorded too.
       let timer: NodeJS.Timeout | undefined;
       const left = Math.max(0, graceMs - (Date.now() - startedMs));
@@ -636,6 +653,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         queueCounts: () => stores.queues.counts(),
         ping: isReady,
         circuitsOpen: () => worker?.breakers.openEndpoints(nowMs()).length ?? 0,
+        fifoLines: () => stores.fifoLines.linesWaiting(),
       })
     : undefined;
   const scraped = metrics && collect ? { ...metrics, collect } : undefined;
@@ -682,6 +700,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       if (health && options.listen) addresses.health = await quietListen(health, config.apiHost, config.metricsPort);
       if (worker) {
         worker.pool.start();
+        worker.fifo.start();
         if (stream)
           startWhenRedisAnswers(
             () => stream.start(),

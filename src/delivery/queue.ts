@@ -1,4 +1,5 @@
 import { Job, Queue, type JobsOptions } from 'bullmq';
+import type { RedisFifoLines } from '../store/fifo-lines.js';
 import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
@@ -23,6 +24,9 @@ export interface DeliveryQueueOptions {
   keys: RedisKeys;
   partitions: number;
   retryScheduleMs: readonly number[];
+  /** The lines of FIFO webhooks: their deliveries go there instead of the queues. */
+  lines: Pick<RedisFifoLines, 'append' | 'areFifo'>;
+  nowMs: () => number;
   /** Queue errors (connection trouble); BullMQ would print them to the console otherwise. */
   onError?: (error: Error) => void;
 }
@@ -75,13 +79,19 @@ export class DeliveryQueues implements DeliveryEnqueuer {
     };
   }
 
-  /** Ingest's deliveries: grouped by partition into batch jobs of at most BATCH_MAX. */
+  /**
+   * Ingest's deliveries: grouped by partition into batch jobs of at most BATCH_MAX; those of FIFO
+   * webhooks are appended to their lines instead, in the order given (the accept order).
+   */
   async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
     const delayMs = this.options.retryScheduleMs[0] ?? 0;
-    await Promise.all(
-      [
+    const deliveries = requests.map(({ fifo: _fifo, ...r }) => ({ ...r, deliveryId: deliveryIdFor(r.eventId, r.webhookId) }));
+    const lined = deliveries.filter((_, i) => requests[i]!.fifo === true);
+    await Promise.all([
+      lined.length === 0 ? undefined : this.options.lines.append(lined, this.options.nowMs()),
+      ...[
         ...this.byPartition(
-          requests.map((r) => ({ ...r, deliveryId: deliveryIdFor(r.eventId, r.webhookId) })),
+          deliveries.filter((_, i) => requests[i]!.fifo !== true),
           (d) => d,
         ),
       ].map(([n, list]) => {
@@ -93,13 +103,20 @@ export class DeliveryQueues implements DeliveryEnqueuer {
         }
         return this.partitions[n]!.batches.addBulk(jobs);
       }),
-    );
+    ]);
   }
 
-  /** Adds deliveries that run on their own (replays and test events carry fresh delivery ids). */
+  /**
+   * Adds deliveries that run on their own (replays and test events carry fresh delivery ids). A
+   * replay to a FIFO webhook joins the end of its line; a test event does not wait in it.
+   */
   async add(jobs: readonly DeliverJob[]): Promise<void> {
     const delayMs = this.options.retryScheduleMs[0] ?? 0;
-    await this.addSingles(jobs.map((job) => ({ job, delayMs })));
+    const replays = jobs.filter((job) => job.replayOf !== undefined);
+    const fifo = await this.options.lines.areFifo(replays.map((job) => job.webhookId));
+    const lined = new Set(replays.filter((_, i) => fifo[i]));
+    if (lined.size > 0) await this.options.lines.append([...lined], this.options.nowMs());
+    await this.addSingles(jobs.filter((job) => !lined.has(job)).map((job) => ({ job, delayMs })));
   }
 
   /**

@@ -6,12 +6,12 @@ import { JOBS } from './jobs.js';
 import { RetryLaterError } from './signals.js';
 
 /** A single job never waits in the process for an endpoint's first answer: it is deferred. */
-const GIVE_UP_NOW = Promise.resolve();
+export const GIVE_UP_NOW = Promise.resolve();
 /** A job that ran more than this before its attempt was due goes back to wait (clock skew between workers). */
 const EARLY_TOLERANCE_MS = 100;
 
 /** When the attempt after `progress` is due by the schedule (a deferral does not move it). */
-function dueAtOf(data: DeliverJob, progress: DeliveryProgress | undefined, scheduleMs: readonly number[]): number {
+export function dueAtOf(data: DeliverJob, progress: DeliveryProgress | undefined, scheduleMs: readonly number[]): number {
   if (progress?.dueAtMs !== undefined) return progress.dueAtMs;
   if (progress?.status === 'retrying' && progress.nextAttemptAtMs !== undefined) return progress.nextAttemptAtMs;
   return data.acceptedAtMs + (scheduleMs[0] ?? 0);

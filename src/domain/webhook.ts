@@ -141,6 +141,16 @@ export const nullableFilterSchema = z
   .transform((input, ctx) => (input === null ? null : checkedFilter(input, ctx)))
   .meta(FILTER_META);
 
+export const WEBHOOK_ORDERINGS = ['fifo', 'none'] as const;
+export type WebhookOrdering = (typeof WEBHOOK_ORDERINGS)[number];
+
+const orderingSchema = z
+  .enum(WEBHOOK_ORDERINGS, { error: 'ordering must be "fifo" or "none"' })
+  .describe(
+    'fifo: deliveries go out one at a time, in the order the events were accepted, over all workers; a delivery that fails ' +
+      'holds back the ones behind it until it is delivered or dead-lettered. none (the default): deliveries go out concurrently.',
+  );
+
 export const webhookCreateSchema = z.strictObject(
   {
     event_type: eventTypeSchema,
@@ -149,6 +159,7 @@ export const webhookCreateSchema = z.strictObject(
     rate_limit_per_second: rateLimitSchema.optional(),
     signature: signatureSchema.optional(),
     filter: filterSchema.optional(),
+    ordering: orderingSchema.optional(),
   },
   { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
 );
@@ -176,6 +187,12 @@ export const webhookPatchSchema = z
         .optional()
         .describe('ed25519 generates the webhook’s key pair (if it has none) and adds v1a; hmac stops v1a and drops the keys.'),
       filter: nullableFilterSchema.optional().describe('A new filter; null removes it (every event of the type is delivered).'),
+      ordering: orderingSchema
+        .optional()
+        .describe(
+          'fifo or none. Deliveries already queued keep the way they were queued: after a switch to fifo, those queued before ' +
+            'it may still go out beside the line; after a switch to none, the line still goes out in order, and new ones concurrently.',
+        ),
     },
     {
       error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object'),
@@ -183,7 +200,7 @@ export const webhookPatchSchema = z
   )
   .refine(
     (body) => Object.keys(body).length > 0,
-    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, signature',
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, ordering, signature, filter',
   );
 
 export const webhookResourceSchema = z
@@ -210,6 +227,7 @@ export const webhookResourceSchema = z
     rate_limit_per_second: z.number().int().nullable().describe('Sends per second at most over all workers; null: unlimited.'),
     signature: z.enum(SIGNATURE_SCHEMES).describe('hmac, or ed25519: deliveries also carry a v1a signature by the webhook’s key pair.'),
     filter: filterViewSchema.nullable().describe('The payload filter; null: every event of the type is delivered.'),
+    ordering: z.enum(WEBHOOK_ORDERINGS).describe('fifo: one delivery at a time, in accept order; none: concurrent deliveries.'),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })
@@ -235,6 +253,8 @@ export interface Webhook {
   signingKeys: SigningKey[];
   /** Only events that match are delivered; undefined: every event of the type. */
   filter: FilterNode | undefined;
+  /** fifo: one delivery at a time, in accept order (see delivery/fifo-driver.ts). */
+  ordering: WebhookOrdering;
   createdAt: string;
   updatedAt: string;
 }
@@ -274,6 +294,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     rate_limit_per_second: webhook.rateLimitPerSecond ?? null,
     signature: webhook.signature,
     filter: webhook.filter ?? null,
+    ordering: webhook.ordering,
     created_at: webhook.createdAt,
     updated_at: webhook.updatedAt,
   };

@@ -20,6 +20,8 @@ export interface DeliveryRequest {
   /** The exact JSON body vendors receive. */
   body: string;
   acceptedAtMs: number;
+  /** The webhook has `ordering: fifo`: the delivery joins the end of its line, in accept order. */
+  fifo?: true;
 }
 
 /** The delivery side's intake. Durable when it resolves; idempotent per (eventId, webhookId). */
@@ -27,9 +29,15 @@ export interface DeliveryEnqueuer {
   enqueue(requests: readonly DeliveryRequest[]): Promise<void>;
 }
 
+/** A subscription found: the webhook, and whether its deliveries keep accept order. */
+interface Subscription {
+  webhookId: string;
+  fifo: boolean;
+}
+
 /** Finds the webhook of each (vendor, event type), in one round trip for the whole batch. */
 interface SubscriptionLookup {
-  matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<(string | undefined)[]>;
+  matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<(Subscription | undefined)[]>;
 }
 
 /** Where a batch came from; only reported to `observe`. */
@@ -139,7 +147,7 @@ export class Ingestor {
       // 3. Project into the read models (versioned by event time, so a late older event is ignored)
       // and 4. match the webhook events to subscriptions. Independent, so they share a round trip.
       const webhookEvents = fresh.flatMap((candidate) => (isWebhookEvent(candidate.event) ? [{ ...candidate, event: candidate.event }] : []));
-      const [, webhookIds] = await Promise.all([
+      const [, subscriptions] = await Promise.all([
         this.project(fresh.map(({ event }) => event)),
         webhookEvents.length === 0
           ? Promise.resolve([])
@@ -147,7 +155,9 @@ export class Ingestor {
       ]);
 
       // 5. Payload filters: an event a webhook's filter does not match gets no delivery (not a failure).
-      const checks = this.deps.filters ? await this.deps.filters.checksOf(webhookIds.filter((id) => id !== undefined)) : [];
+      const checks = this.deps.filters
+        ? await this.deps.filters.checksOf(subscriptions.flatMap((found) => (found === undefined ? [] : [found.webhookId])))
+        : [];
       let checked = 0;
 
       // 6. Enqueue every delivery of the batch in one call; the body is built once, here, so every
@@ -155,14 +165,14 @@ export class Ingestor {
       const deliveriesOf = new Map<number, number>();
       const requests: DeliveryRequest[] = [];
       webhookEvents.forEach(({ index, event }, i) => {
-        const webhookId = webhookIds[i];
-        if (webhookId === undefined) return;
+        const subscription = subscriptions[i];
+        if (subscription === undefined) return;
         const check = checks[checked++];
         if (check !== undefined && !check(envelopeOf({ ...event, data: event.sentData }))) {
           filtered += 1;
           return;
         }
-        requests.push(deliveryRequest(event, webhookId, acceptedAtMs));
+        requests.push(deliveryRequest(event, subscription, acceptedAtMs));
         deliveriesOf.set(index, (deliveriesOf.get(index) ?? 0) + 1);
       });
       if (requests.length > 0) await this.deps.deliveries.enqueue(requests);
@@ -229,12 +239,13 @@ export class Ingestor {
   }
 }
 
-function deliveryRequest(event: WebhookEvent, webhookId: string, acceptedAtMs: number): DeliveryRequest {
+function deliveryRequest(event: WebhookEvent, subscription: Subscription, acceptedAtMs: number): DeliveryRequest {
   return {
     eventId: event.event_id,
     eventType: event.event_type,
     vendorId: event.vendor_id,
-    webhookId,
+    webhookId: subscription.webhookId,
+    ...(subscription.fifo ? { fifo: true as const } : {}),
     // The data as the producer sent it, never the validated copy: vendors get every field, and no
     // field the producer did not send.
     body: buildEnvelope({ ...event, data: event.sentData }),

@@ -126,6 +126,16 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
       labelNames: ['state'] as const,
       registers,
     }),
+    fifoLines: new Gauge({
+      name: 'hookline_fifo_lines',
+      help: 'FIFO webhooks (ordering fifo) with deliveries waiting in their line, read from Redis at scrape time.',
+      registers,
+    }),
+    fifoHeadsBlocked: new Counter({
+      name: 'hookline_fifo_heads_blocked_total',
+      help: 'Times the head of a FIFO line had to wait (a retry or a deferral), holding back the deliveries behind it.',
+      registers,
+    }),
     redisUp: new Gauge({
       name: 'hookline_redis_up',
       help: '1 when Redis answered PING at scrape time, else 0.',

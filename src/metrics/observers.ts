@@ -61,7 +61,13 @@ export function breakerObserver(metrics: Metrics): (endpoint: string, change: Ci
 /** Scrape-time gauges: queue depth by state and Redis reachability (one Redis read per scrape). */
 export function scrapeCollector(
   metrics: Metrics,
-  sources: { queueCounts: () => Promise<Record<string, number>>; ping: () => Promise<boolean>; circuitsOpen?: () => number },
+  sources: {
+    queueCounts: () => Promise<Record<string, number>>;
+    ping: () => Promise<boolean>;
+    circuitsOpen?: () => number;
+    /** FIFO webhooks with deliveries in their line. */
+    fifoLines?: () => Promise<number>;
+  },
 ): () => Promise<void> {
   return async () => {
     const up = await sources.ping();
@@ -71,8 +77,14 @@ export function scrapeCollector(
     try {
       const counts = await sources.queueCounts();
       for (const state of ['waiting', 'delayed', 'active', 'prioritized', 'failed']) metrics.queueJobs.set({ state }, counts[state] ?? 0);
+      if (sources.fifoLines) metrics.fifoLines.set(await sources.fifoLines());
     } catch {
       metrics.redisUp.set(0);
     }
   };
+}
+
+/** Counts the heads of FIFO lines that had to wait (a retry or a deferral), holding back the deliveries behind them. */
+export function fifoObserver(metrics: Metrics): () => void {
+  return () => metrics.fifoHeadsBlocked.inc();
 }

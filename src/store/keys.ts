@@ -20,6 +20,8 @@ export function redisKeys(prefix: string) {
       byVendorType: `${tag('webhooks')}:by-vendor-type`,
       /** set of one vendor's webhook ids */
       ofVendor: (vendorId: string) => `${tag('webhooks')}:vendor:${vendorId}`,
+      /** set of the ids of webhooks with `ordering: fifo`; the matcher's lookup reads it beside the index */
+      fifo: `${tag('webhooks')}:fifo`,
     },
     machines: {
       /** hash: machine id → Machine JSON */
@@ -56,6 +58,23 @@ export function redisKeys(prefix: string) {
       circuit: (webhookId: string) => `${tag(`wh:${webhookId}`)}:circuit`,
       /** hash with an expiry: the send window of a rate-limited webhook (sends per 50 ms slot, defer; µs; see domain/rate-limit.ts) */
       sendRate: (webhookId: string) => `${tag(`wh:${webhookId}`)}:send-rate`,
+    },
+    /**
+     * FIFO webhooks' lines (see store/fifo-lines.ts), under the hash tag of the webhook's queue
+     * partition, beside the partition's ready set, so that one script writes a line and its ready
+     * entry together (one Redis Cluster slot).
+     */
+    fifo: {
+      /** counter: a line's accept sequence (INCR), the score of each delivery appended */
+      seq: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:seq`,
+      /** sorted set: delivery id → accept sequence; the head is the lowest */
+      line: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:line`,
+      /** hash: delivery id → its DeliverJob JSON, while it is in the line */
+      jobs: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:jobs`,
+      /** string with a TTL: the random token of the worker driving the line; absent: nobody */
+      lease: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:lease`,
+      /** sorted set: the partition's FIFO webhook ids with a line → when its head is due or its lease ends (ms) */
+      ready: (partition: number) => `${tag(`q${partition}`)}:fifo-ready`,
     },
     /** A webhook's delivery stats (see endpoint-stats.ts), under the hash tag of its delivery log. */
     endpointStats: {

@@ -3,7 +3,7 @@ import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js'
 import { newId } from '../domain/ids.js';
 import { keyNumber, newSigningKey, SIGNATURE_SCHEMES, type SignatureScheme, type SigningKey } from '../domain/signing-keys.js';
 import type { FilterNode } from '../domain/filter.js';
-import { DISABLED_REASONS, type DisabledReason, type Webhook } from '../domain/webhook.js';
+import { DISABLED_REASONS, type DisabledReason, type Webhook, type WebhookOrdering } from '../domain/webhook.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import { defineScript, type ScriptCall } from './scripts.js';
@@ -27,6 +27,7 @@ const recordSchema = z.object({
     .optional(),
   /** Checked when it was stored (parseFilter); kept as given. */
   filter: z.custom<FilterNode>((value) => typeof value === 'object' && value !== null).optional(),
+  ordering: z.literal('fifo').optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });
@@ -66,6 +67,7 @@ export interface WebhookChanges {
   rotateSigningKey?: boolean;
   /** A new payload filter; null removes it. */
   filter?: FilterNode | null;
+  ordering?: WebhookOrdering;
 }
 
 /** What a registration sets. */
@@ -76,6 +78,7 @@ export interface WebhookInput {
   rateLimitPerSecond?: number;
   signature?: SignatureScheme;
   filter?: FilterNode;
+  ordering?: WebhookOrdering;
 }
 
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */
@@ -105,6 +108,7 @@ if holder then return holder end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[1])
+if ARGV[4] == 'fifo' then redis.call('SADD', KEYS[4], ARGV[1]) end
 return false`;
 
 // Compare-and-set: the caller computed ARGV[3] from ARGV[2]; if the record moved meanwhile, it retries.
@@ -119,6 +123,7 @@ if ARGV[4] ~= ARGV[5] then
   redis.call('HSET', KEYS[2], ARGV[5], ARGV[1])
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+if ARGV[6] == 'fifo' then redis.call('SADD', KEYS[3], ARGV[1]) else redis.call('SREM', KEYS[3], ARGV[1]) end
 return 'ok'`;
 
 const DELETE_LUA = `
@@ -130,16 +135,26 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 local field = record.vendorId .. '\\n' .. record.eventType
 if redis.call('HGET', KEYS[2], field) == ARGV[1] then redis.call('HDEL', KEYS[2], field) end
 redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('SREM', KEYS[4], ARGV[1])
 return 1`;
+
+// Each (vendor, event type)'s webhook id, and whether it is in the FIFO set: the matcher's one round trip.
+const MATCH_LUA = `
+local ids = redis.call('HMGET', KEYS[1], unpack(ARGV))
+local reply = {}
+for i, id in ipairs(ids) do
+  if id then reply[i] = {id, redis.call('SISMEMBER', KEYS[2], id)} else reply[i] = false end
+end
+return reply`;
 
 const LIST_LUA = `
 local ids = redis.call('SMEMBERS', KEYS[2])
 if #ids == 0 then return {} end
 return redis.call('HMGET', KEYS[1], unpack(ids))`;
 
-// The scripts' KEYS: the registry's hashes and a vendor's set, all under the webhooks hash tag.
-type VendorKeys = [byId: string, byVendorType: string, ofVendor: string];
-type UpdateKeys = [byId: string, byVendorType: string];
+// The scripts' KEYS: the registry's hashes, a vendor's set and the FIFO set, all under the webhooks hash tag.
+type VendorKeys = [byId: string, byVendorType: string, ofVendor: string, fifo: string];
+type UpdateKeys = [byId: string, byVendorType: string, fifo: string];
 
 const indexField = (vendorId: string, eventType: string) => `${vendorId}\n${eventType}`;
 const CAS_ATTEMPTS = 8;
@@ -151,12 +166,17 @@ const CAS_ATTEMPTS = 8;
  */
 export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   /** The id holding the (vendor, event type) already, or null once created. */
-  private readonly createScript: ScriptCall<VendorKeys, [id: string, field: string, json: string], string | null>;
+  private readonly createScript: ScriptCall<VendorKeys, [id: string, field: string, json: string, ordering: WebhookOrdering], string | null>;
   /** 'ok', 'not_found', 'changed' (the record moved since it was read) or 'conflict'. */
-  private readonly updateScript: ScriptCall<UpdateKeys, [id: string, expected: string, next: string, oldField: string, newField: string], string>;
+  private readonly updateScript: ScriptCall<
+    UpdateKeys,
+    [id: string, expected: string, next: string, oldField: string, newField: string, ordering: WebhookOrdering],
+    string
+  >;
   /** 1 when deleted, 0 when absent or another vendor's. */
   private readonly deleteScript: ScriptCall<VendorKeys, [id: string, vendorId: string], number>;
   private readonly listScript: ScriptCall<[byId: string, ofVendor: string], [], (string | null)[]>;
+  private readonly matchScript: ScriptCall<[byVendorType: string, fifo: string], string[], ([string, number] | null)[]>;
 
   constructor(
     private readonly redis: Redis,
@@ -168,9 +188,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     /** Told when the engine disables a webhook and when such a webhook is enabled again. */
     private readonly onTransition?: TransitionListener,
   ) {
-    this.createScript = defineScript(redis, { name: 'hooklineWebhookCreate', keys: 3, lua: CREATE_LUA });
-    this.updateScript = defineScript(redis, { name: 'hooklineWebhookUpdate', keys: 2, lua: UPDATE_LUA });
-    this.deleteScript = defineScript(redis, { name: 'hooklineWebhookDelete', keys: 3, lua: DELETE_LUA });
+    this.createScript = defineScript(redis, { name: 'hooklineWebhookCreate', keys: 4, lua: CREATE_LUA });
+    this.updateScript = defineScript(redis, { name: 'hooklineWebhookUpdate', keys: 3, lua: UPDATE_LUA });
+    this.deleteScript = defineScript(redis, { name: 'hooklineWebhookDelete', keys: 4, lua: DELETE_LUA });
+    this.matchScript = defineScript(redis, { name: 'hooklineWebhookMatch', keys: 2, lua: MATCH_LUA });
     this.listScript = defineScript(redis, { name: 'hooklineWebhookList', keys: 2, lua: LIST_LUA });
   }
 
@@ -186,11 +207,18 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       ...(input.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: input.rateLimitPerSecond }),
       ...(input.filter === undefined ? {} : { filter: input.filter }),
       ...(input.signature === 'ed25519' ? { signature: 'ed25519' as const, signingKeys: [this.sealKey(newSigningKey(id, 1, Date.parse(at)), id)] } : {}),
+      ...(input.ordering === 'fifo' ? { ordering: 'fifo' as const } : {}),
       createdAt: at,
       updatedAt: at,
     };
-    const { byId, byVendorType, ofVendor } = this.keys.webhooks;
-    const holder = await this.createScript([byId, byVendorType, ofVendor(vendorId)], id, indexField(vendorId, input.eventType), JSON.stringify(record));
+    const { byId, byVendorType, ofVendor, fifo } = this.keys.webhooks;
+    const holder = await this.createScript(
+      [byId, byVendorType, ofVendor(vendorId), fifo],
+      id,
+      indexField(vendorId, input.eventType),
+      JSON.stringify(record),
+      record.ordering ?? 'none',
+    );
     if (holder !== null) return { ok: false, reason: 'conflict', existingId: holder };
     return { ok: true, webhook: this.toWebhook(record) };
   }
@@ -251,12 +279,13 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       const { record, raw } = found;
       const next = this.applyChanges(record, changes);
       const outcome = await this.updateScript(
-        [this.keys.webhooks.byId, this.keys.webhooks.byVendorType],
+        this.updateKeys(),
         webhookId,
         raw,
         JSON.stringify(next),
         indexField(vendorId, record.eventType),
         indexField(vendorId, next.eventType),
+        next.ordering ?? 'none',
       );
       if (outcome === 'ok') {
         // Re-enabled: the run of failures that may have disabled it starts over (another hash tag,
@@ -277,10 +306,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     throw new Error(`webhook ${webhookId} kept changing during update`);
   }
 
-  async matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<(string | undefined)[]> {
+  async matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<({ webhookId: string; fifo: boolean } | undefined)[]> {
     if (pairs.length === 0) return [];
-    const ids = await this.redis.hmget(this.keys.webhooks.byVendorType, ...pairs.map((p) => indexField(p.vendorId, p.eventType)));
-    return ids.map((id) => id ?? undefined);
+    const found = await this.matchScript([this.keys.webhooks.byVendorType, this.keys.webhooks.fifo], ...pairs.map((p) => indexField(p.vendorId, p.eventType)));
+    return found.map((match) => (match === null ? undefined : { webhookId: match[0], fifo: match[1] === 1 }));
   }
 
   async getById(webhookId: string): Promise<Webhook | undefined> {
@@ -301,7 +330,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       const now = this.now();
       const next: WebhookRecord = { ...record, disabledReason: reason, disabledAtMs: now.getTime(), updatedAt: now.toISOString() };
       const field = indexField(record.vendorId, record.eventType);
-      const outcome = await this.updateScript([this.keys.webhooks.byId, this.keys.webhooks.byVendorType], webhookId, raw, JSON.stringify(next), field, field);
+      const outcome = await this.updateScript(this.updateKeys(), webhookId, raw, JSON.stringify(next), field, field, next.ordering ?? 'none');
       if (outcome === 'ok') {
         await this.onTransition?.({ kind: 'disabled', webhook: this.toWebhook(next), reason, atMs: now.getTime() });
         return true;
@@ -312,8 +341,12 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   }
 
   async delete(vendorId: string, webhookId: string): Promise<boolean> {
-    const { byId, byVendorType, ofVendor } = this.keys.webhooks;
-    return (await this.deleteScript([byId, byVendorType, ofVendor(vendorId)], webhookId, vendorId)) === 1;
+    const { byId, byVendorType, ofVendor, fifo } = this.keys.webhooks;
+    return (await this.deleteScript([byId, byVendorType, ofVendor(vendorId), fifo], webhookId, vendorId)) === 1;
+  }
+
+  private updateKeys(): UpdateKeys {
+    return [this.keys.webhooks.byId, this.keys.webhooks.byVendorType, this.keys.webhooks.fifo];
   }
 
   private async readRecord(vendorId: string, webhookId: string): Promise<{ record: WebhookRecord; raw: string } | undefined> {
@@ -332,6 +365,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       ...(changes.callbackUrl === undefined ? {} : { callbackUrl: changes.callbackUrl }),
       updatedAt: now.toISOString(),
     };
+    if (changes.ordering === 'fifo') next.ordering = 'fifo';
+    else if (changes.ordering === 'none') delete next.ordering;
     if (changes.rateLimitPerSecond === null) delete next.rateLimitPerSecond;
     else if (changes.rateLimitPerSecond !== undefined) next.rateLimitPerSecond = changes.rateLimitPerSecond;
     if (changes.secret === null) {
@@ -391,6 +426,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       signature: record.signature ?? 'hmac',
       filter: record.filter,
       signingKeys: (record.signingKeys ?? []).map(({ privateSealed, ...key }) => ({ ...key, privateKey: this.box.open(privateSealed, record.id) })),
+      ordering: record.ordering ?? 'none',
       createdAt: record.createdAt,
       updatedAt: record.updatedAt,
     };

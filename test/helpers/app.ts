@@ -107,3 +107,19 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     },
   });
 }
+
+/**
+ * Registers a webhook for `EVENT_TYPE_MACHINE_CREATED` (unless `extra` says otherwise) through the
+ * API, as a vendor would, with a fresh vendor key; resolves with its id and that key.
+ */
+export async function registerWebhook(t: TestApp, vendorId: string, callbackUrl: string, extra: object = {}): Promise<{ id: string; key: string }> {
+  const key = await t.keyFor(['vendor'], vendorId);
+  const res = await t.app.inject({
+    method: 'POST',
+    url: '/vendors/v1/webhooks',
+    headers: { 'x-api-key': key },
+    payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: callbackUrl, ...extra },
+  });
+  if (res.statusCode !== 201) throw new Error(`registration answered ${res.statusCode}: ${res.body}`);
+  return { id: res.json<{ webhook_id: string }>().webhook_id, key };
+}

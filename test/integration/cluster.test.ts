@@ -167,6 +167,39 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     expect(receiver.at('/hooks')).toHaveLength(2);
   });
 
+  it('delivers a FIFO webhook’s events one at a time in accept order, its line and ready set on their own slots', async () => {
+    const app = await engine();
+    // The first delivery fails once: the rest wait behind it.
+    receiver.script('/fifo', { status: 500 }, { status: 200 });
+    const res = await api('POST', '/vendors/v1/webhooks', {
+      event_type: 'EVENT_TYPE_MACHINE_CREATED',
+      callback_url: `${receiver.base}/fifo`,
+      ordering: 'fifo',
+    });
+    expect(res.statusCode).toBe(201);
+    const webhookId = res.json<{ webhook_id: string }>().webhook_id;
+    const events = Array.from({ length: 12 }, () => eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a'));
+    for (let i = 0; i < events.length; i += 4) await post(...events.slice(i, i + 4));
+    await waitFor(() => receiver.at('/fifo').length >= events.length + 1, 15_000, 'every delivery and one retry');
+    const ids = events.map((e) => e.event_id);
+    expect(receiver.at('/fifo').map((r) => (JSON.parse(r.body) as { event_id: string }).event_id)).toEqual([ids[0], ...ids]);
+    // The line and its lease live in the slot of the webhook's queue partition, beside the ready set and its BullMQ jobs.
+    const n = partitionOf(webhookId, 4);
+    const slot = keySlot(`${app.keys.deliveryQueuePrefix(n)}:x`);
+    for (const key of [app.keys.fifo.line(n, webhookId), app.keys.fifo.jobs(n, webhookId), app.keys.fifo.lease(n, webhookId), app.keys.fifo.ready(n)]) {
+      expect(keySlot(key)).toBe(slot);
+    }
+    const stats = await waitFor(
+      async () => {
+        const body = (await api('GET', `/vendors/v1/webhooks/${webhookId}/stats`)).json<{ ordering: string; fifo_line: { length: number } | null }>();
+        return body.fifo_line?.length === 0 && body;
+      },
+      5_000,
+      'an empty line',
+    );
+    expect(stats.ordering).toBe('fifo');
+  });
+
   it('registers, lists, updates and deletes webhooks, answering 409 on a second webhook for a type', async () => {
     await engine();
     const first = await register('EVENT_TYPE_MACHINE_CREATED', '/a');

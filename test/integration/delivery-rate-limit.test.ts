@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { redisKeys } from '../../src/store/keys.js';
 import { RedisSendRate } from '../../src/store/send-rate.js';
 import { takeSendToken, type BucketState } from '../../src/domain/rate-limit.js';
-import { testApp, type TestApp } from '../helpers/app.js';
+import { registerWebhook as register, testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
 import { receiverPool, type TestReceiver } from '../helpers/receiver.js';
 import { testRedis, type TestRedis } from '../helpers/redis.js';
@@ -38,19 +38,6 @@ describe('per-webhook rate limit', () => {
     t = undefined;
     redis = undefined;
   });
-
-  /** Registers a webhook through the API, as a vendor would; resolves with its id. */
-  async function register(app: TestApp, vendorId: string, callbackUrl: string, extra: object = {}): Promise<{ id: string; key: string }> {
-    const key = await app.keyFor(['vendor'], vendorId);
-    const res = await app.app.inject({
-      method: 'POST',
-      url: '/vendors/v1/webhooks',
-      headers: { 'x-api-key': key },
-      payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: callbackUrl, ...extra },
-    });
-    expect(res.statusCode).toBe(201);
-    return { id: res.json<{ webhook_id: string }>().webhook_id, key };
-  }
 
   it('the Lua bucket answers as the pure function does, step for step (fixed clock)', async () => {
     redis = testRedis();

@@ -14,6 +14,7 @@ const webhook: Webhook = {
   signature: 'hmac',
   signingKeys: [],
   filter: undefined,
+  ordering: 'none',
   createdAt: '2026-01-01T00:00:00.000Z',
   updatedAt: '2026-01-01T00:00:00.000Z',
 };

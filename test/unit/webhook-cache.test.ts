@@ -15,6 +15,7 @@ const enabled: Webhook = {
   signature: 'hmac',
   signingKeys: [],
   filter: undefined,
+  ordering: 'none',
   createdAt: '2026-01-01T00:00:00.000Z',
   updatedAt: '2026-01-01T00:00:00.000Z',
 };

@@ -97,3 +97,20 @@ describe('rate_limit_per_second', () => {
     expect(webhookCreateSchema.parse(base)).not.toHaveProperty('rate_limit_per_second');
   });
 });
+
+describe('ordering', () => {
+  const base = { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/' };
+  it.each(['fifo', 'none'])('accepts %j on create and PATCH', (ordering) => {
+    expect(webhookCreateSchema.parse({ ...base, ordering }).ordering).toBe(ordering);
+    expect(webhookPatchSchema.parse({ ordering })).toEqual({ ordering });
+  });
+  it.each(['FIFO', 'lifo', '', null, 1, true, ['fifo']])('refuses %j with a message naming the field', (ordering) => {
+    for (const result of [webhookCreateSchema.safeParse({ ...base, ordering }), webhookPatchSchema.safeParse({ ordering })]) {
+      expect(result.success).toBe(false);
+      expect(new Set(result.error?.issues.map((issue) => issue.message))).toEqual(new Set(['ordering must be "fifo" or "none"']));
+    }
+  });
+  it('is absent on create unless given', () => {
+    expect(webhookCreateSchema.parse(base)).not.toHaveProperty('ordering');
+  });
+});

@@ -15,6 +15,7 @@ const webhook = (over: Partial<Webhook> = {}): Webhook => ({
   signature: 'hmac',
   signingKeys: [],
   filter: undefined,
+  ordering: 'none',
   createdAt: '2025-01-01T00:00:00.000Z',
   updatedAt: '2025-01-02T00:00:00.000Z',
   ...over,
@@ -42,6 +43,7 @@ describe('toWebhookResource', () => {
       rate_limit_per_second: null,
       signature: 'hmac',
       filter: null,
+      ordering: 'none',
       created_at: '2025-01-01T00:00:00.000Z',
       updated_at: '2025-01-02T00:00:00.000Z',
     });

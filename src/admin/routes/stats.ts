@@ -1,7 +1,9 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { WEBHOOK_ORDERINGS } from '../../domain/webhook.js';
 import type { RedisCircuitLog } from '../../store/circuits.js';
 import type { EndpointStatsReader, StatsWindow } from '../../store/endpoint-stats.js';
+import type { RedisFifoLines } from '../../store/fifo-lines.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError, checkedUuid } from '../errors.js';
@@ -49,6 +51,18 @@ const statsSchema = z
     send_rate_per_second: z
       .number()
       .describe('Attempts sent in the last full minute (the one before the current), divided by 60: the recent send rate, to hold against the limit.'),
+    ordering: z.enum(WEBHOOK_ORDERINGS).describe('The webhook’s ordering: fifo (one delivery at a time, in accept order) or none.'),
+    fifo_line: z
+      .object({
+        length: z.number().int().describe('Deliveries waiting in the line, the one in flight included.'),
+        oldest_waiting_ms: z
+          .number()
+          .int()
+          .nullable()
+          .describe('How long ago the head (the oldest delivery waiting) was accepted, in ms; null when the line is empty.'),
+      })
+      .nullable()
+      .describe('The FIFO line of deliveries; null for a webhook whose ordering is none (and whose line is empty).'),
     minutes: z
       .array(z.object({ minute: z.string().describe('The minute’s start (ISO 8601).'), delivered: z.number().int(), failed: z.number().int() }))
       .describe('The last 60 minutes, oldest first, the current one last; minutes without attempts are zeros.'),
@@ -72,6 +86,7 @@ export interface StatsRouteDeps {
   webhooks: WebhookRegistry;
   stats: EndpointStatsReader;
   circuits: Pick<RedisCircuitLog, 'of'>;
+  lines: Pick<RedisFifoLines, 'summary'>;
   nowMs: () => number;
 }
 
@@ -87,7 +102,8 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
           summary: 'Delivery stats of a webhook',
           description:
             'Success rate and response times over the last hour and day, attempts per minute over the last hour, the newest ' +
-            'attempt, the endpoint’s circuit, and the send rate beside the webhook’s rate limit. Counted from attempts sent; kept a day.',
+            'attempt, the endpoint’s circuit, the send rate beside the webhook’s rate limit, and the FIFO line of a webhook with ' +
+            'ordering fifo. Counted from attempts sent; kept a day.',
           params: z.object({ webhook_id: z.string().describe('Webhook id (UUID).') }),
           querystring: noQueryParameters,
           response: { 200: statsSchema, ...errorResponses(400, 401, 403, 404) },
@@ -97,7 +113,12 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
         const webhookId = checkedUuid(request.params.webhook_id, 'invalid_webhook_id');
         const webhook = await deps.webhooks.get(vendorOf(request), webhookId);
         if (!webhook) throw new ApiError('webhook_not_found');
-        const [stats, [circuit]] = await Promise.all([deps.stats.read(webhook.id, deps.nowMs()), deps.circuits.of([webhook.id])]);
+        const nowMs = deps.nowMs();
+        const [stats, [circuit], line] = await Promise.all([
+          deps.stats.read(webhook.id, nowMs),
+          deps.circuits.of([webhook.id]),
+          deps.lines.summary(webhook.id),
+        ]);
         const { last } = stats;
         return {
           webhook_id: webhook.id,
@@ -109,6 +130,12 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
           windows: { hour: toWindow(stats.hour), day: toWindow(stats.day) },
           rate_limit_per_second: webhook.rateLimitPerSecond ?? null,
           send_rate_per_second: Math.round(stats.sendRatePerSecond * 1_000) / 1_000,
+          ordering: webhook.ordering,
+          // A line left from before a switch to none still goes out in order: shown until it is empty.
+          fifo_line:
+            webhook.ordering === 'none' && line.length === 0
+              ? null
+              : { length: line.length, oldest_waiting_ms: line.headAcceptedAtMs === undefined ? null : Math.max(0, nowMs - line.headAcceptedAtMs) },
           minutes: stats.minutes.map((m) => ({ minute: new Date(m.atMs).toISOString(), delivered: m.delivered, failed: m.failed })),
         };
       },
