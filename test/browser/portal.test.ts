@@ -326,20 +326,22 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
   it('manage: delivery controls are set in the edit form, shown on the card, and the Ed25519 key is shown and rotated', async () => {
     const { page, problems } = await open((await mint('manage')).url);
     const machineCreated = card(page, 'Machine created');
-    await machineCreated.getByText('No rate limit; signed with the secret (HMAC)').waitFor();
+    await machineCreated.getByText('No rate limit; concurrent; signed with the secret (HMAC)').waitFor();
     await machineCreated.getByRole('button', { name: 'Edit' }).click();
     const form = machineCreated.getByRole('form', { name: 'Edit webhook' });
     await form.getByLabel('Rate limit: requests per second at most (empty: unlimited)').fill('5');
     await form.getByLabel('Signature').selectOption('ed25519');
+    await form.getByLabel('Order').selectOption('fifo');
     await form.getByRole('button', { name: 'Save' }).click();
-    await machineCreated.getByText('At most 5 requests a second; signed with Ed25519 (v1a)').waitFor();
+    await machineCreated.getByText('At most 5 requests a second; one at a time, in order (FIFO); signed with Ed25519 (v1a)').waitFor();
     const stored = await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated);
-    expect(stored).toMatchObject({ rateLimitPerSecond: 5, signature: 'ed25519' });
+    expect(stored).toMatchObject({ rateLimitPerSecond: 5, signature: 'ed25519', ordering: 'fifo' });
     // The public key the API answers is on the card, with its key id.
     const shownKey = (await machineCreated.locator('dd', { hasText: 'Key id' }).locator('code').first().textContent()) ?? '';
     expect(shownKey).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/);
     expect(shownKey).toBe(stored!.signingKeys[0]!.publicKey);
     await machineCreated.getByText('Send rate').waitFor();
+    await machineCreated.getByText(/^\d+ waiting/).waitFor();
 
     // Rotating shows the new key and the previous one with when it stops signing.
     await machineCreated.getByRole('button', { name: 'Rotate signing key' }).click();
@@ -355,7 +357,7 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     await machineCreated.getByRole('button', { name: 'Edit' }).click();
     await form.getByLabel('Rate limit: requests per second at most (empty: unlimited)').fill('');
     await form.getByRole('button', { name: 'Save' }).click();
-    await machineCreated.getByText('No rate limit; signed with Ed25519 (v1a)').waitFor();
+    await machineCreated.getByText('No rate limit; one at a time, in order (FIFO); signed with Ed25519 (v1a)').waitFor();
     expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.rateLimitPerSecond).toBeUndefined();
     expect(problems).toEqual([]);
   });

@@ -31,6 +31,8 @@ export interface Webhook {
   rate_limit_per_second: number | null;
   /** ed25519: deliveries also carry a v1a signature by the webhook's own key pair. */
   signature: 'hmac' | 'ed25519';
+  /** fifo: one delivery at a time, in the order the events were accepted. */
+  ordering: 'fifo' | 'none';
   created_at: string;
   updated_at: string;
 }
@@ -52,6 +54,8 @@ export interface WebhookStats {
   rate_limit_per_second: number | null;
   /** Attempts sent in the last full minute ÷ 60. */
   send_rate_per_second: number;
+  /** A FIFO webhook's line: deliveries waiting, and how long the oldest has waited. */
+  fifo_line?: { length: number; oldest_waiting_ms: number | null } | null;
   minutes: { minute: string; delivered: number; failed: number }[];
 }
 

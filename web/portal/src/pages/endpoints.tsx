@@ -94,6 +94,7 @@ function numberOrNull(text: string): number | null {
 function controlsText(webhook: Webhook): string {
   const parts = [
     webhook.rate_limit_per_second === null ? 'No rate limit' : `At most ${webhook.rate_limit_per_second} requests a second`,
+    webhook.ordering === 'fifo' ? 'one at a time, in order (FIFO)' : 'concurrent',
     webhook.signature === 'ed25519' ? 'signed with Ed25519 (v1a)' : 'signed with the secret (HMAC)',
   ];
   return parts.join('; ');
@@ -360,6 +361,15 @@ function Health({ stats, loading, error, enabled }: { stats: WebhookStats | unde
             </dd>
           </div>
         )}
+        {stats.fifo_line && (
+          <div>
+            <dt>In line</dt>
+            <dd>
+              {stats.fifo_line.length} waiting
+              {stats.fifo_line.oldest_waiting_ms !== null && stats.fifo_line.length > 0 && `, the oldest for ${formatMs(stats.fifo_line.oldest_waiting_ms)}`}
+            </dd>
+          </div>
+        )}
         {stats.rate_limit_per_second !== null && (
           <div>
             <dt>Send rate</dt>
@@ -411,6 +421,7 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
   const [secret, setSecret] = useState('');
   const [rateLimit, setRateLimit] = useState(webhook?.rate_limit_per_second?.toString() ?? '');
   const [signature, setSignature] = useState<Webhook['signature']>(webhook?.signature ?? 'hmac');
+  const [ordering, setOrdering] = useState<Webhook['ordering']>(webhook?.ordering ?? 'none');
   const { busy, error, run } = useAction();
   const id = webhook?.webhook_id ?? 'new';
 
@@ -425,11 +436,16 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
         if (secret !== '') changes.secret = secret;
         if (limit !== webhook.rate_limit_per_second) changes.rate_limit_per_second = limit;
         if (signature !== webhook.signature) changes.signature = signature;
+        if (ordering !== webhook.ordering) changes.ordering = ordering;
         if (Object.keys(changes).length === 0) return onDone();
         await call('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, { body: changes });
         onDone(`Saved the ${eventTypeName(eventType)} webhook.`);
       } else {
-        const controls = { ...(limit === null ? {} : { rate_limit_per_second: limit }), ...(signature === 'hmac' ? {} : { signature }) };
+        const controls = {
+          ...(limit === null ? {} : { rate_limit_per_second: limit }),
+          ...(signature === 'hmac' ? {} : { signature }),
+          ...(ordering === 'none' ? {} : { ordering }),
+        };
         await call('POST', '/vendors/v1/webhooks', { body: { event_type: eventType, callback_url: url, ...(secret === '' ? {} : { secret }), ...controls } });
         onDone(`Added the ${eventTypeName(eventType)} webhook.`);
       }
@@ -475,6 +491,12 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
           onInput={(e) => setRateLimit(e.currentTarget.value)}
         />
         <p class="hint">Never more than this many requests reach you in any one second; deliveries over it wait their turn (not a failure).</p>
+        <label for={`order-${id}`}>Order</label>
+        <select id={`order-${id}`} value={ordering} onChange={(e) => setOrdering(e.currentTarget.value as Webhook['ordering'])}>
+          <option value="none">As fast as your endpoint takes them (concurrent)</option>
+          <option value="fifo">One at a time, in the order the events happened (FIFO)</option>
+        </select>
+        <p class="hint">FIFO: a delivery that keeps failing holds the ones behind it until it succeeds or is dead-lettered.</p>
         <label for={`sig-${id}`}>Signature</label>
         <select id={`sig-${id}`} value={signature} onChange={(e) => setSignature(e.currentTarget.value as Webhook['signature'])}>
           <option value="hmac">HMAC with the secret (v1)</option>
