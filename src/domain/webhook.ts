@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
+import { MAX_CONCURRENCY_MAX } from './concurrency-limit.js';
 import { RATE_LIMIT_PER_SECOND_MAX } from './rate-limit.js';
 
 const CALLBACK_URL_MAX_CHARS = 2048;
@@ -82,18 +83,23 @@ const secretSchema = withProblem(requiredString('secret'), secretProblem).descri
   'Shared secret for the HMAC signatures; non-empty, at most 512 characters. A `whsec_` prefix marks a base64 key (Standard Webhooks).',
 );
 
-const RATE_LIMIT_PROBLEM = `rate_limit_per_second must be an integer from 1 to ${RATE_LIMIT_PER_SECOND_MAX}`;
+/** An optional whole-number setting from 1 to `max`, refused with one message naming the field. */
+function boundedIntegerSchema(field: string, max: number) {
+  const problem = `${field} must be an integer from 1 to ${max}`;
+  return z.number({ error: problem }).int({ error: problem }).min(1, { error: problem }).max(max, { error: problem });
+}
 
-const rateLimitSchema = z
-  .number({ error: RATE_LIMIT_PROBLEM })
-  .int({ error: RATE_LIMIT_PROBLEM })
-  .min(1, { error: RATE_LIMIT_PROBLEM })
-  .max(RATE_LIMIT_PER_SECOND_MAX, { error: RATE_LIMIT_PROBLEM })
-  .describe(
-    `Sends per second to this webhook at most, over all workers (1 to ${RATE_LIMIT_PER_SECOND_MAX}); absent: unlimited. A token bucket ` +
-      'whose burst equals the rate: up to this many at once, then one every 1/rate s. Deliveries over it wait in the queue; ' +
-      'waiting is not a failed attempt.',
-  );
+const rateLimitSchema = boundedIntegerSchema('rate_limit_per_second', RATE_LIMIT_PER_SECOND_MAX).describe(
+  `Sends per second to this webhook at most, over all workers (1 to ${RATE_LIMIT_PER_SECOND_MAX}); absent: unlimited. A token bucket ` +
+    'whose burst equals the rate: up to this many at once, then one every 1/rate s. Deliveries over it wait in the queue; ' +
+    'waiting is not a failed attempt.',
+);
+
+const maxConcurrencySchema = boundedIntegerSchema('max_concurrency', MAX_CONCURRENCY_MAX).describe(
+  `Attempts in flight to this webhook's endpoint at most, per worker (1 to ${MAX_CONCURRENCY_MAX}); absent: the worker's send slots. ` +
+    'The ceiling of the adaptive limit: each worker halves its limit when the endpoint answers 429 or 503, times out or refuses ' +
+    'connections, and grows it by one after a window of successes.',
+);
 
 export const webhookCreateSchema = z.strictObject(
   {
@@ -101,6 +107,7 @@ export const webhookCreateSchema = z.strictObject(
     callback_url: callbackUrlSchema,
     secret: secretSchema.optional(),
     rate_limit_per_second: rateLimitSchema.optional(),
+    max_concurrency: maxConcurrencySchema.optional(),
   },
   { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
 );
@@ -122,12 +129,16 @@ export const webhookPatchSchema = z
         .optional()
         .describe('true re-enables a webhook that was disabled (410 Gone or sustained failures); false pauses it.'),
       rate_limit_per_second: rateLimitSchema.nullable().optional().describe('A new limit; null removes it (unlimited).'),
+      max_concurrency: maxConcurrencySchema.nullable().optional().describe('A new ceiling; null removes it (the worker’s send slots).'),
     },
     {
       error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object'),
     },
   )
-  .refine((body) => Object.keys(body).length > 0, 'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second');
+  .refine(
+    (body) => Object.keys(body).length > 0,
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency',
+  );
 
 export const webhookResourceSchema = z
   .object({
@@ -151,6 +162,7 @@ export const webhookResourceSchema = z
         'Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused (PATCH enabled=false).',
       ),
     rate_limit_per_second: z.number().int().nullable().describe('Sends per second at most over all workers; null: unlimited.'),
+    max_concurrency: z.number().int().nullable().describe('Attempts in flight to the endpoint at most, per worker; null: the worker’s send slots.'),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })
@@ -171,6 +183,8 @@ export interface Webhook {
   disabled: { reason: DisabledReason; atMs: number } | undefined;
   /** Sends per second at most, over all workers; undefined: unlimited. */
   rateLimitPerSecond: number | undefined;
+  /** Attempts in flight to its endpoint at most, per worker; undefined: the worker's send slots. */
+  maxConcurrency: number | undefined;
   createdAt: string;
   updatedAt: string;
 }
@@ -203,6 +217,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     enabled: webhook.disabled === undefined,
     ...(webhook.disabled === undefined ? {} : { disabled_reason: webhook.disabled.reason }),
     rate_limit_per_second: webhook.rateLimitPerSecond ?? null,
+    max_concurrency: webhook.maxConcurrency ?? null,
     created_at: webhook.createdAt,
     updated_at: webhook.updatedAt,
   };

@@ -18,6 +18,7 @@ const recordSchema = z.object({
   disabledReason: z.enum(DISABLED_REASONS).optional(),
   disabledAtMs: z.number().optional(),
   rateLimitPerSecond: z.number().optional(),
+  maxConcurrency: z.number().optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });
@@ -51,6 +52,8 @@ export interface WebhookChanges {
   enabled?: boolean;
   /** A new send rate limit; null removes it. */
   rateLimitPerSecond?: number | null;
+  /** A new ceiling of attempts in flight; null removes it. */
+  maxConcurrency?: number | null;
 }
 
 /** What a registration sets. */
@@ -59,6 +62,7 @@ export interface WebhookInput {
   callbackUrl: string;
   secret?: string;
   rateLimitPerSecond?: number;
+  maxConcurrency?: number;
 }
 
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */
@@ -162,6 +166,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       callbackUrl: input.callbackUrl,
       ...(input.secret === undefined ? {} : { secretSealed: this.box.seal(input.secret, id) }),
       ...(input.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: input.rateLimitPerSecond }),
+      ...(input.maxConcurrency === undefined ? {} : { maxConcurrency: input.maxConcurrency }),
       createdAt: at,
       updatedAt: at,
     };
@@ -286,6 +291,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     };
     if (changes.rateLimitPerSecond === null) delete next.rateLimitPerSecond;
     else if (changes.rateLimitPerSecond !== undefined) next.rateLimitPerSecond = changes.rateLimitPerSecond;
+    if (changes.maxConcurrency === null) delete next.maxConcurrency;
+    else if (changes.maxConcurrency !== undefined) next.maxConcurrency = changes.maxConcurrency;
     if (changes.secret !== undefined) {
       const current = record.secretSealed === undefined ? undefined : this.box.open(record.secretSealed, record.id);
       if (current !== changes.secret) {
@@ -321,6 +328,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         previous === undefined || record.previousSecretUntilMs === undefined ? undefined : { secret: previous, untilMs: record.previousSecretUntilMs },
       disabled: record.disabledReason === undefined ? undefined : { reason: record.disabledReason, atMs: record.disabledAtMs ?? 0 },
       rateLimitPerSecond: record.rateLimitPerSecond,
+      maxConcurrency: record.maxConcurrency,
       createdAt: record.createdAt,
       updatedAt: record.updatedAt,
     };

@@ -18,6 +18,8 @@ export type TestApp = Stores & {
   config: EngineConfig;
   /** Issues a real API key with these roles (and vendor) and returns it. */
   keyFor(roles: Role[], vendorId?: string): Promise<string>;
+  /** Registers a webhook (EVENT_TYPE_MACHINE_CREATED) through the API, as a vendor would: its id and the vendor's key. */
+  register(vendorId: string, callbackUrl: string, extra?: object): Promise<{ id: string; key: string }>;
   close(): Promise<void>;
 };
 
@@ -99,6 +101,17 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     async keyFor(roles: Role[], vendorId?: string) {
       const { key } = await stores.apiKeys.create({ name: `test ${roles.join('+')}`, roles, ...(vendorId === undefined ? {} : { vendorId }) });
       return key;
+    },
+    async register(vendorId: string, callbackUrl: string, extra: object = {}) {
+      const key = await this.keyFor(['vendor'], vendorId);
+      const res = await engine.api!.inject({
+        method: 'POST',
+        url: '/vendors/v1/webhooks',
+        headers: { 'x-api-key': key },
+        payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: callbackUrl, ...extra },
+      });
+      if (res.statusCode !== 201) throw new Error(`registration answered ${res.statusCode}: ${res.body}`);
+      return { id: res.json<{ webhook_id: string }>().webhook_id, key };
     },
     async close() {
       await engine.close(0);

@@ -11,6 +11,7 @@ const webhook: Webhook = {
   previousSecret: { secret: 'the-previous-secret', untilMs: 9e15 },
   disabled: { reason: 'gone', atMs: 1_763_726_400_000 },
   rateLimitPerSecond: undefined,
+  maxConcurrency: undefined,
   createdAt: '2026-01-01T00:00:00.000Z',
   updatedAt: '2026-01-01T00:00:00.000Z',
 };

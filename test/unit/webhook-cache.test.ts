@@ -12,6 +12,7 @@ const enabled: Webhook = {
   previousSecret: undefined,
   disabled: undefined,
   rateLimitPerSecond: undefined,
+  maxConcurrency: undefined,
   createdAt: '2026-01-01T00:00:00.000Z',
   updatedAt: '2026-01-01T00:00:00.000Z',
 };

@@ -12,6 +12,7 @@ const webhook = (over: Partial<Webhook> = {}): Webhook => ({
   previousSecret: undefined,
   disabled: undefined,
   rateLimitPerSecond: undefined,
+  maxConcurrency: undefined,
   createdAt: '2025-01-01T00:00:00.000Z',
   updatedAt: '2025-01-02T00:00:00.000Z',
   ...over,
@@ -37,6 +38,7 @@ describe('toWebhookResource', () => {
       previous_secret_expires_at: '2025-01-02T03:05:05.000Z',
       enabled: true,
       rate_limit_per_second: null,
+      max_concurrency: null,
       created_at: '2025-01-01T00:00:00.000Z',
       updated_at: '2025-01-02T00:00:00.000Z',
     });

@@ -62,6 +62,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           callbackUrl: body.callback_url,
           ...(body.secret === undefined ? {} : { secret: body.secret }),
           ...(body.rate_limit_per_second === undefined ? {} : { rateLimitPerSecond: body.rate_limit_per_second }),
+          ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
         });
         if (!result.ok) throw conflict(body.event_type, result.existingId);
         return reply.code(201).send({ webhook_id: result.webhook.id });
@@ -98,7 +99,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           tags: ['webhooks'],
           summary: 'Update a webhook',
           description:
-            'Any of event_type, callback_url, secret, enabled, rate_limit_per_second (null removes the limit), with the rules of ' +
+            'Any of event_type, callback_url, secret, enabled, rate_limit_per_second (null removes the limit), max_concurrency (null removes the ceiling), with the rules of ' +
             'registration. Answers the whole webhook. ' +
             'A new secret starts a rotation (see secret and previous_secret_expires_at).',
           params: idParams,
@@ -117,6 +118,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.secret === undefined ? {} : { secret: body.secret }),
           ...(body.enabled === undefined ? {} : { enabled: body.enabled }),
           ...(body.rate_limit_per_second === undefined ? {} : { rateLimitPerSecond: body.rate_limit_per_second }),
+          ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
         });
         if (result.ok) return toWebhookResource(result.webhook, deps.nowMs());
         if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');
