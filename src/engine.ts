@@ -324,7 +324,8 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     (refs) => stores.queues.promote(refs),
     nowMs,
     undefined,
-    (endpoint) => flow.room(endpoint),
+    // An endpoint held back only by the slots takes them all back at once, as before it had a limit.
+    (endpoint) => (flow.limitOf(endpoint) >= slots.total ? Infinity : flow.room(endpoint)),
   );
   const observers = [
     settings.metrics ? deliveryObserver(settings.metrics) : undefined,

@@ -171,7 +171,9 @@ export interface AdmitOptions {
   deferJitterMs: number;
   /**
    * How long a delivery may wait in the process for room at its endpoint's concurrency limit (a
-   * batch: its hold on a healthy attempt; a single job: 0, it is deferred at once).
+   * batch: as long as it waits on a suspect endpoint, so the endpoint's backlog does not hold the
+   * batch and the healthy deliveries of the batches behind it; a single job as long, rather than
+   * going back to the queue at once to find the endpoint full again).
    */
   roomWaitMs: number;
   onWaiting?: (waiting: boolean) => void;
@@ -188,6 +190,9 @@ export interface AttemptEnd {
  * as much at random): the wakeups bring it back sooner, as soon as the endpoint has room.
  */
 const CONCURRENCY_RETRY_MS = 1_000;
+
+/** How often a delivery waiting only for the worker's slots at its endpoint looks again by itself. */
+const ROOM_RECHECK_MS = 250;
 
 /** Known endpoints remembered per process at most (the endpoint-memory lookups). */
 const KNOWN_ENDPOINTS_MAX = 10_000;
@@ -341,8 +346,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
    * been lost meanwhile). The endpoint's flow control comes before the slot: a delivery to an
    * endpoint paused by a Retry-After is deferred (`paused`) to the pause's end; one to an endpoint
    * at its concurrency limit waits in the process for room like a first contact for its answer
-   * (holding no slot) for at most `roomWaitMs`, as an attempt to a healthy endpoint may hold a
-   * batch, and is deferred (`concurrency`) after that.
+   * (holding no slot) for at most `roomWaitMs`, and is deferred (`concurrency`) after that.
    */
   async function admit(webhook: Webhook, options: AdmitOptions): Promise<Admitted> {
     const endpoint = endpointFor(webhook.callbackUrl);
@@ -367,7 +371,10 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
         const spreadMs = deps.random() * Math.max(1_000, options.deferJitterMs);
         if (flow.reason === 'paused')
           return { ok: false, kind: 'deferred', wakeOn: undefined, retryAtMs: Math.round(flow.untilMs + spreadMs), reason: 'paused' };
-        const waitMs = roomWaitEndMs - deps.nowMs();
+        // An endpoint held only by the worker's own slots (it never pushed back, no max_concurrency)
+        // is waited for as a slot is, without a limit: deferring it would only add queue round trips.
+        const bySlotsOnly = ceiling >= deps.slots.total && deps.flow.limitOf(endpoint) >= ceiling;
+        const waitMs = bySlotsOnly ? ROOM_RECHECK_MS : roomWaitEndMs - deps.nowMs();
         if (waitMs <= 0)
           return {
             ok: false,
@@ -376,9 +383,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
             retryAtMs: Math.round(deps.nowMs() + CONCURRENCY_RETRY_MS + spreadMs),
             reason: 'concurrency',
           };
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([deps.flow.whenRoom(endpoint), new Promise<void>((resolve) => (timer = setTimeout(resolve, waitMs)))]);
-        clearTimeout(timer);
+        await deps.flow.waitForRoom(endpoint, waitMs);
         continue;
       }
       const notStarted = (suspect = false) => {

@@ -37,8 +37,8 @@ export class EndpointFlow {
   private readonly limits = new ConcurrencyLimits();
   private readonly lookups = new Map<string, Promise<void>>();
   private readonly changed = new Set<string>();
-  /** Resolved (and dropped) when an attempt to the endpoint ends or is taken back. */
-  private readonly roomWaits = new Map<string, { promise: Promise<void>; resolve: () => void }>();
+  /** Deliveries waiting in the process for room at an endpoint, first come first woken. */
+  private readonly roomWaits = new Map<string, { resolve: () => void; live: boolean; timer: NodeJS.Timeout | undefined }[]>();
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -81,16 +81,32 @@ export class EndpointFlow {
     this.freed(endpoint);
   }
 
-  /** Resolves when an attempt to `endpoint` ends or is taken back: there may be room then. */
-  whenRoom(endpoint: string): Promise<void> {
-    let wait = this.roomWaits.get(endpoint);
-    if (wait === undefined) {
-      let resolve!: () => void;
-      const promise = new Promise<void>((r) => (resolve = r));
-      wait = { promise, resolve };
-      this.roomWaits.set(endpoint, wait);
-    }
-    return wait.promise;
+  /**
+   * Waits, at most `timeoutMs` (Infinity: as long as it takes), for room at `endpoint`: each attempt that ends (or is taken back)
+   * wakes one waiter, the longest waiting, not all of them (thousands may wait behind one endpoint,
+   * and all but one would find it full again).
+   */
+  waitForRoom(endpoint: string, timeoutMs: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      let queue = this.roomWaits.get(endpoint);
+      if (queue === undefined) {
+        queue = [];
+        this.roomWaits.set(endpoint, queue);
+      }
+      const waiter = { resolve, live: true, timer: undefined as NodeJS.Timeout | undefined };
+      queue.push(waiter);
+      if (Number.isFinite(timeoutMs))
+        waiter.timer = setTimeout(() => {
+          // Gone by itself: a wakeup must not be spent on it.
+          waiter.live = false;
+          resolve();
+        }, timeoutMs);
+    });
+  }
+
+  /** The endpoint's limit (Infinity before its first attempt). */
+  limitOf(endpoint: string): number {
+    return this.limits.view(endpoint, this.nowMs())?.limit || Infinity;
   }
 
   /** How many more attempts the endpoint takes now (the wakeups bring back that many deferred ones). */
@@ -111,7 +127,8 @@ export class EndpointFlow {
     const change = this.limits.end(endpoint, ticket, result === undefined ? 'neutral' : flowSignalOf(result), ceiling);
     if (change.decreased) this.onEvent({ kind: 'decreased', limit: change.limit });
     this.markChanged(endpoint);
-    this.freed(endpoint);
+    // One ended; one more may fit too when the limit grew.
+    this.freed(endpoint, Math.max(1, Math.min(this.limits.room(endpoint, nowMs), 2)));
     if (result?.kind !== 'response' || (result.status !== 429 && result.status !== 503)) return;
     const askedMs = parseRetryAfterMs(result.retryAfter, nowMs);
     if (askedMs === undefined || askedMs <= 0) return;
@@ -131,11 +148,20 @@ export class EndpointFlow {
     this.timer = undefined;
   }
 
-  private freed(endpoint: string): void {
-    const wait = this.roomWaits.get(endpoint);
-    if (wait === undefined) return;
-    this.roomWaits.delete(endpoint);
-    wait.resolve();
+  /** Wakes up to `count` deliveries waiting for room at `endpoint`, the longest waiting first. */
+  private freed(endpoint: string, count = 1): void {
+    const queue = this.roomWaits.get(endpoint);
+    if (queue === undefined) return;
+    let woken = 0;
+    while (woken < count && queue.length > 0) {
+      const waiter = queue.shift()!;
+      if (!waiter.live) continue;
+      waiter.live = false;
+      clearTimeout(waiter.timer);
+      waiter.resolve();
+      woken += 1;
+    }
+    if (queue.length === 0) this.roomWaits.delete(endpoint);
   }
 
   private markChanged(endpoint: string): void {

@@ -54,7 +54,7 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
       giveUp: GIVE_UP_NOW,
       forceProbe: data.manual === true,
       deferJitterMs: 1_000,
-      roomWaitMs: 0,
+      roomWaitMs: deps.suspectHoldMs,
     });
     let end: AttemptEnd;
     if (admitted.ok) end = await steps.attempt(data, prepared.webhook, attemptNo, admitted.started);

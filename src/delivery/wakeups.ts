@@ -67,16 +67,15 @@ export class DeferralWakeups {
         entry.refs = entry.refs.filter((r) => r.untilMs > nowMs);
         if (entry.refs.length === 0) return;
         const admission = this.breakers.admit(endpoint, nowMs);
-        const room = admission.admitted && admission.lane === 'healthy' ? this.room(endpoint) : 0;
-        if (room > 0) {
-          await this.promote(entry.refs.splice(0, room).map((r) => r.ref));
-          if (entry.refs.length === 0) continue;
-          // More than the endpoint's concurrency limit has room for: the rest follow as attempts end,
-          // or, before the promoted ones have started, once they had a moment to.
-          if (!this.breakers.hasInflight(endpoint)) {
-            await new Promise((resolve) => setTimeout(resolve, ROOM_RECHECK_MS));
-            continue;
-          }
+        const healthy = admission.admitted && admission.lane === 'healthy';
+        const room = healthy ? this.room(endpoint) : 0;
+        if (room > 0) await this.promote(entry.refs.splice(0, room).map((r) => r.ref));
+        if (entry.refs.length === 0) continue;
+        // A healthy endpoint at its concurrency limit: the rest follow as attempts end, or, when the
+        // attempts that hold it have not started yet, once they had a moment to.
+        if (healthy && !this.breakers.hasInflight(endpoint)) {
+          await new Promise((resolve) => setTimeout(resolve, ROOM_RECHECK_MS));
+          continue;
         }
         // Nothing in flight: no answer is coming that would change the endpoint's state here; the
         // deferred jobs run at their own time (a probe among them may close the circuit).

@@ -6,11 +6,11 @@
  *   healthy endpoints keep their throughput (an unknown endpoint is already held to one attempt
  *   until it first answers, by the breaker's first-contact rule). TCP's slow start was tried
  *   instead (4, then one more per success): it deferred bursts to healthy receivers for nothing.
- * - After a push-back it grows by one per window of `limit` successes in a row, back up to
- *   just under the limit that last pushed back; from there it probes gently, one per PROBE_WINDOWS
- *   windows (as CUBIC dwells near its last maximum): a receiver with a fixed capacity is then
- *   overrun once every few round trips instead of every other one, which keeps its share of 429s
- *   low and its throughput near capacity.
+ * - After a push-back it grows by one per window of `limit` successes back up to just under the
+ *   limit that last pushed back, then probes gently, one per PROBE_WINDOWS windows (as CUBIC
+ *   dwells near its last maximum): a receiver with a fixed capacity is then overrun once every
+ *   several round trips instead of every other one, which keeps its share of 429s low and the
+ *   limit near the capacity most of the time (figures in the README's delivery semantics).
  * - It halves (floor 1) on push-back: 429, 503, a timeout or a connection error. At most once per
  *   window: an attempt that started before the last decrease reports the old limit's congestion,
  *   so a burst of concurrent 429s halves the limit once, not down to 1.
@@ -27,7 +27,7 @@
 export type FlowSignal = 'ok' | 'congested' | 'neutral';
 
 /** Windows of successes per increase once the limit is back near the one that last pushed back. */
-const PROBE_WINDOWS = 4;
+const PROBE_WINDOWS = 8;
 
 /** The largest `max_concurrency` a webhook may set. */
 export const MAX_CONCURRENCY_MAX = 1_000;

@@ -37,7 +37,7 @@ describe('ConcurrencyLimits (AIMD per endpoint)', () => {
     // One increase per window of `limit` counted successes (those that started with half the limit
     // in use: 6 of a round of 10, 6 of 11).
     expect([round(limits, 10), round(limits, 10), round(limits, 11), round(limits, 11)]).toEqual([10, 11, 11, 12]);
-    // A push-back at 12 halves to 6; back up to 10 a window each, then at 11 (just under 12) four windows per increase.
+    // A push-back at 12 halves to 6; back up to 10 a window each, then at 11 (just under 12) eight windows per increase.
     const [ticket] = startMany(limits, 1);
     expect(limits.end(EP, ticket!, 'congested', 20).limit).toBe(6);
     const climb: (number | undefined)[] = [];
