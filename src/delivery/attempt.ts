@@ -372,7 +372,9 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
         if (flow.reason === 'paused')
           return { ok: false, kind: 'deferred', wakeOn: undefined, retryAtMs: Math.round(flow.untilMs + spreadMs), reason: 'paused' };
         // An endpoint held only by the worker's own slots (it never pushed back, no max_concurrency)
-        // is waited for as a slot is, without a limit: deferring it would only add queue round trips.
+        // is waited for as a slot is, however long (looking again every ROOM_RECHECK_MS in case a
+        // wakeup went to a delivery that no longer needed it): deferring it would only add queue
+        // round trips.
         const bySlotsOnly = ceiling >= deps.slots.total && deps.flow.limitOf(endpoint) >= ceiling;
         const waitMs = bySlotsOnly ? ROOM_RECHECK_MS : roomWaitEndMs - deps.nowMs();
         if (waitMs <= 0)
