@@ -590,3 +590,90 @@ export async function hooklineFlaky(
     await engine.close(0);
   }
 }
+
+export interface AimdFigures {
+  /** Deliveries to the receiver with a capacity, and to the healthy ones beside it. */
+  limited: number;
+  healthy: number;
+  capacity: number;
+  latencyMs: number;
+  warmUpMs: number;
+  /** Attempts that reached the limited receiver after its warm-up, and how many of them got 429. */
+  lateAttempts: number;
+  late429: number;
+  /** Over the whole run. */
+  attempts: number;
+  all429: number;
+  /** Deliveries per second to the limited receiver from its warm-up to 90 % of them (the rest wait on retries of 429s). */
+  steadyPerSecond: number;
+  /** What the receiver can take: capacity ÷ latency. */
+  idealPerSecond: number;
+  mostInflight: number;
+  /** Healthy deliveries per second, first POST to the last healthy one verified. */
+  healthyPerSecond: number;
+  deferred: Record<string, number>;
+}
+
+/** Retries of the AIMD scenario: its 429'd deliveries come back within the run, not after the default 5 min. */
+const AIMD_RETRY_SCHEDULE_MS = [0, 1_000, 2_000, 5_000, 10_000];
+
+/**
+ * Adaptive concurrency: every fifth vendor's webhook points at a receiver of its own origin that
+ * takes `capacity` requests at once, answering each after `latencyMs`, and answers 429 at once above
+ * that; the others point at the healthy receiver. Reports the share of 429s after the first
+ * seconds, the limited receiver's throughput against capacity ÷ latency, and the healthy webhooks'
+ * throughput beside it.
+ */
+export async function hooklineAimd(setup: DeliveryBenchSetup, capacity = 8, latencyMs = 50, warmUpMs = 3_000): Promise<AimdFigures> {
+  const isLimited = (vendor: number) => vendor % 5 === 4;
+  const [port] = await setup.receiver.listen(1);
+  const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors, capacity: { port: port!, inflight: capacity, latencyMs, warmUpMs } });
+  const urls = Array.from({ length: setup.vendors }, (_, i) => (isLimited(i) ? run.url(i, port) : run.url(i)));
+  const deferred: Record<string, number> = {};
+  const onOutcome = (outcome: FinishedOutcome) => {
+    if (outcome.kind === 'deferred') deferred[outcome.reason] = (deferred[outcome.reason] ?? 0) + 1;
+  };
+  const engine = await startEngine(setup, run, urls, { onOutcome }, { ...setup.config, retryScheduleMs: AIMD_RETRY_SCHEDULE_MS });
+  try {
+    const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
+    // Warm up on the healthy webhooks only, as the all-healthy rate it is held against was.
+    const healthyVendors = Array.from({ length: setup.vendors }, (_, i) => i).filter((i) => !isLimited(i));
+    await postAll(
+      engine,
+      eventsFor(factory, setup.warmup, setup.vendors, 0, (n) => healthyVendors[n % healthyVendors.length]!),
+      setup,
+    );
+    await run.waitVerified(setup.warmup, setup.timeoutMs, 'adaptive concurrency warm-up');
+    const measured = eventsFor(factory, setup.events, setup.vendors, setup.warmup);
+    const limited = measured.filter((_, i) => isLimited((setup.warmup + i) % setup.vendors)).length;
+    const startedAtMs = await postAll(engine, measured, setup);
+    const stats = await run.waitVerified(
+      setup.warmup + setup.events,
+      setup.timeoutMs + (limited * latencyMs) / capacity,
+      'deliveries beside a receiver at its capacity',
+    );
+    const seen = stats.capacity!;
+    const steadyFromMs = seen.firstAtMs + warmUpMs;
+    const steadyToMs = seen.acceptedAtMs[Math.floor(seen.acceptedAtMs.length * 0.9)] ?? seen.lastAcceptedAtMs;
+    const steady = seen.acceptedAtMs.filter((atMs) => atMs >= steadyFromMs && atMs < steadyToMs).length;
+    return {
+      limited,
+      healthy: setup.events - limited,
+      capacity,
+      latencyMs,
+      warmUpMs,
+      lateAttempts: seen.lateAccepted + seen.lateThrottled,
+      late429: seen.lateThrottled,
+      attempts: seen.accepted + seen.throttled,
+      all429: seen.throttled,
+      steadyPerSecond: steadyToMs > steadyFromMs ? steady / ((steadyToMs - steadyFromMs) / 1000) : 0,
+      idealPerSecond: capacity / (latencyMs / 1000),
+      mostInflight: seen.mostInflight,
+      healthyPerSecond: (setup.events - limited) / ((seen.othersLastAtMs - startedAtMs) / 1000),
+      deferred: { ...deferred },
+    };
+  } finally {
+    await run.forget();
+    await engine.close(0);
+  }
+}

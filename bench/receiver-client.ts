@@ -81,6 +81,7 @@ export class ReceiverProcess {
     secret?: (index: number) => string;
     faults?: RunConfig['faults'];
     firstAnswerDelayMs?: number;
+    capacity?: RunConfig['capacity'];
   }): Promise<ReceiverRun> {
     const runId = `r${randomBytes(5).toString('hex')}`;
     const secret = options.secret ?? (() => `whsec_${randomBytes(24).toString('base64')}`);
@@ -94,6 +95,7 @@ export class ReceiverProcess {
         recordTimes: options.recordTimes ?? false,
         ...(options.faults ? { faults: options.faults } : {}),
         ...(options.firstAnswerDelayMs ? { firstAnswerDelayMs: options.firstAnswerDelayMs } : {}),
+        ...(options.capacity ? { capacity: options.capacity } : {}),
       },
     });
     return new ReceiverRun(this, runId, secrets);

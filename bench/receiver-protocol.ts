@@ -17,6 +17,29 @@ export interface RunConfig {
   faults?: { failRate: number; hangRate: number };
   /** Answer the run's first request only after this long (a receiver, or an engine, busy at first contact). */
   firstAnswerDelayMs?: number;
+  /**
+   * A receiver with a capacity, on the listener of `port`: it answers after `latencyMs` while at most
+   * `inflight` of its requests are open, and 429 at once above that. Counted in `RunStats.capacity`,
+   * `late` from `warmUpMs` after its first request on.
+   */
+  capacity?: { port: number; inflight: number; latencyMs: number; warmUpMs: number };
+}
+
+/** What a capacity receiver saw: requests answered and refused (429), in all and after its warm-up. */
+export interface CapacityStats {
+  accepted: number;
+  throttled: number;
+  lateAccepted: number;
+  lateThrottled: number;
+  /** Wall-clock ms of its first request and of its latest accepted one. */
+  firstAtMs: number;
+  lastAcceptedAtMs: number;
+  /** Wall-clock ms of every accepted request, in order. */
+  acceptedAtMs: number[];
+  /** Most requests open at once (never above the capacity: the rest were refused). */
+  mostInflight: number;
+  /** Wall-clock ms of the latest verified request on the other listeners. */
+  othersLastAtMs: number;
 }
 
 export interface RunStats {
@@ -35,6 +58,8 @@ export interface RunStats {
   lastAtMs: number;
   /** Body bytes of verified requests. */
   bytes: number;
+  /** A run with a capacity receiver: what it saw. */
+  capacity?: CapacityStats;
 }
 
 export type ReceiverRequest =

@@ -8,7 +8,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { verifyLegacySignature, verifyStandardWebhook } from '@hookline/verify';
 import { wallMs } from './measure.js';
-import type { ReceiverEnvelope, ReceiverReply, RunConfig, RunStats } from './receiver-protocol.js';
+import type { CapacityStats, ReceiverEnvelope, ReceiverReply, RunConfig, RunStats } from './receiver-protocol.js';
 
 interface RunState {
   config: RunConfig;
@@ -16,6 +16,8 @@ interface RunState {
   seen: Set<string>;
   times: Map<string, number>;
   hanging: Set<ServerResponse>;
+  /** Requests open on the capacity listener. */
+  capacityInflight: number;
 }
 
 const runs = new Map<string, RunState>();
@@ -30,6 +32,20 @@ function send(message: ReceiverReply): void {
 
 function emptyStats(): RunStats {
   return { verified: 0, failed: 0, duplicates: 0, hung: 0, refused: 0, firstAtMs: 0, lastAtMs: 0, bytes: 0 };
+}
+
+function emptyCapacityStats(): CapacityStats {
+  return {
+    accepted: 0,
+    throttled: 0,
+    lateAccepted: 0,
+    lateThrottled: 0,
+    firstAtMs: 0,
+    lastAcceptedAtMs: 0,
+    acceptedAtMs: [],
+    mostInflight: 0,
+    othersLastAtMs: 0,
+  };
 }
 
 function header(request: IncomingMessage, name: string): string | undefined {
@@ -86,6 +102,27 @@ function handle(request: IncomingMessage, response: ServerResponse): void {
       }
     }
     const atMs = wallMs();
+    const capacity = run.config.capacity;
+    let answerDelayMs = 0;
+    const seen = capacity === undefined ? undefined : (run.stats.capacity ??= emptyCapacityStats());
+    if (capacity !== undefined && seen !== undefined && request.socket.localPort === capacity.port) {
+      if (seen.firstAtMs === 0) seen.firstAtMs = atMs;
+      const late = atMs >= seen.firstAtMs + capacity.warmUpMs;
+      if (run.capacityInflight >= capacity.inflight) {
+        seen.throttled += 1;
+        if (late) seen.lateThrottled += 1;
+        response.writeHead(429).end();
+        return;
+      }
+      seen.accepted += 1;
+      if (late) seen.lateAccepted += 1;
+      seen.lastAcceptedAtMs = atMs;
+      seen.acceptedAtMs.push(atMs);
+      run.capacityInflight += 1;
+      seen.mostInflight = Math.max(seen.mostInflight, run.capacityInflight);
+      answerDelayMs = capacity.latencyMs;
+      response.on('close', () => (run.capacityInflight -= 1));
+    } else if (seen !== undefined) seen.othersLastAtMs = atMs;
     const firstDelayMs = run.stats.verified === 0 && run.seen.size === 0 ? (run.config.firstAnswerDelayMs ?? 0) : 0;
     if (run.seen.has(id)) run.stats.duplicates += 1;
     else {
@@ -96,7 +133,7 @@ function handle(request: IncomingMessage, response: ServerResponse): void {
       run.stats.lastAtMs = atMs;
       if (run.config.recordTimes) run.times.set(id, atMs);
     }
-    if (firstDelayMs > 0) setTimeout(() => response.writeHead(204).end(), firstDelayMs);
+    if (firstDelayMs + answerDelayMs > 0) setTimeout(() => response.writeHead(204).end(), firstDelayMs + answerDelayMs);
     else response.writeHead(204).end();
   });
 }
@@ -133,7 +170,7 @@ async function close(): Promise<void> {
 async function answer(message: ReceiverEnvelope): Promise<unknown> {
   switch (message.type) {
     case 'run':
-      runs.set(message.run.runId, { config: message.run, stats: emptyStats(), seen: new Set(), times: new Map(), hanging: new Set() });
+      runs.set(message.run.runId, { config: message.run, stats: emptyStats(), seen: new Set(), times: new Map(), hanging: new Set(), capacityInflight: 0 });
       return null;
     case 'hang':
       hangPrefixes.push(...message.prefixes);

@@ -21,6 +21,7 @@ import { ensureRedisServerBinary, startRedisServer } from '../src/embedded/redis
 import type { ThroughputFigures } from './baselines.js';
 import {
   bareThroughput,
+  hooklineAimd,
   hooklineFirstContact,
   hooklineFlaky,
   hooklineIsolation,
@@ -96,6 +97,12 @@ const perSecond = (value: number) => `${Math.round(value)}/s`;
 const times = (value: number) => value.toFixed(2);
 const mb = (bytes: number) => `${megabytes(bytes).toFixed(1)} MB`;
 const bytes = (value: number) => `${Math.round(value)} B`;
+
+/** Deferrals by reason, e.g. "slow 12, concurrency 40", or "none". */
+const deferralList = (deferred: Record<string, number>) =>
+  Object.entries(deferred)
+    .map(([reason, n]) => `${reason} ${n}`)
+    .join(', ') || 'none';
 
 const LISTING_P99_LIMIT = 'p99 ≤ 25 ms';
 
@@ -217,16 +224,43 @@ const SCENARIOS: Scenario[] = [
       const allHealthy = await context.hooklineRate();
       const r = await hooklineIsolation(setup, 5_000);
       const share = ratio(r.healthyPerSecond, allHealthy);
-      const deferred =
-        Object.entries(r.deferred)
-          .map(([reason, n]) => `${reason} ${n}`)
-          .join(', ') || 'none';
+      const deferred = deferralList(r.deferred);
       return {
         size: `${setup.events} events, ${r.hangingWebhooks} of ${setup.vendors} webhooks hang (own origins), timeout ${r.deliveryTimeoutMs / 1000} s, C=${setup.concurrency}`,
         figures: `healthy ${perSecond(r.healthyPerSecond)} ÷ all-healthy ${perSecond(allHealthy)} = ${times(share)}`,
         checks: [{ target: '≥ 0.90', value: times(share), met: share >= 0.9 }],
         notes: { 'attempts that reached a hanging endpoint': String(r.hangingAttempts), timeouts: String(r.timeouts), deferred },
         raw: { allHealthyPerSecond: allHealthy, ratio: share, ...r },
+      };
+    },
+  },
+  {
+    id: 'aimd',
+    name: 'adaptive concurrency',
+    async run(context) {
+      const setup = await context.delivery();
+      const allHealthy = await context.hooklineRate();
+      const r = await hooklineAimd(setup);
+      const late429 = r.lateAttempts === 0 ? 0 : r.late429 / r.lateAttempts;
+      const used = ratio(r.steadyPerSecond, r.idealPerSecond);
+      const share = ratio(r.healthyPerSecond, allHealthy);
+      const deferred = deferralList(r.deferred);
+      return {
+        size: `${setup.events} events, ${r.limited} to a receiver taking ${r.capacity} at once (${r.latencyMs} ms each, 429 above), C=${setup.concurrency}`,
+        figures:
+          `429s after ${r.warmUpMs / 1000} s ${(late429 * 100).toFixed(1)} %; limited ${perSecond(r.steadyPerSecond)} ÷ ${perSecond(r.idealPerSecond)} = ${times(used)}; ` +
+          `healthy ${perSecond(r.healthyPerSecond)} ÷ all-healthy ${perSecond(allHealthy)} = ${times(share)}`,
+        checks: [
+          { target: '429s after warm-up < 5 %', value: `${(late429 * 100).toFixed(1)} %`, met: late429 < 0.05 },
+          { target: 'limited ÷ capacity/latency ≥ 0.80', value: times(used), met: used >= 0.8 },
+          { target: 'healthy ÷ all-healthy ≥ 0.90', value: times(share), met: share >= 0.9 },
+        ],
+        notes: {
+          '429s over the whole run': `${r.all429} of ${r.attempts} attempts`,
+          'most requests open at the limited receiver': String(r.mostInflight),
+          deferred,
+        },
+        raw: { allHealthyPerSecond: allHealthy, late429Share: late429, limitedRatio: used, healthyRatio: share, ...r },
       };
     },
   },

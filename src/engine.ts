@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { buildAdminServer, buildHealthServer, type AdminDeps, type AdminServer, type HealthServer } from './admin/server.js';
 import type { Config } from './config/env.js';
@@ -16,6 +17,7 @@ import { SendSlots } from './delivery/send-slots.js';
 import { StorageGate } from './delivery/storage-gate.js';
 import { TestEventSender } from './delivery/test-event.js';
 import { DeferralWakeups } from './delivery/wakeups.js';
+import { EndpointFlow } from './delivery/endpoint-flow.js';
 import { CachedWebhookSource } from './delivery/webhook-cache.js';
 import { DeliveryWorkerPool } from './delivery/worker.js';
 import { IngestFilters } from './ingest/filters.js';
@@ -23,7 +25,7 @@ import { Ingestor } from './ingest/ingest.js';
 import { StreamIngestSource } from './ingest/stream-source.js';
 import type { Logger } from './logger.js';
 import { createMetrics, initialiseSeries, type Metrics } from './metrics/metrics.js';
-import { breakerObserver, deliveryObserver, fifoObserver, ingestObserver, scrapeCollector } from './metrics/observers.js';
+import { breakerObserver, deliveryObserver, fifoObserver, flowObserver, ingestObserver, scrapeCollector } from './metrics/observers.js';
 import { RedisPortalSessions } from './store/portal-sessions.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
 import { RedisAttemptFeed, type FeedEntry } from './store/attempt-feed.js';
@@ -32,6 +34,7 @@ import { RedisDeliveryLog } from './store/delivery-log.js';
 import { RedisEndpointStats, type EndpointStatsRecorder } from './store/endpoint-stats.js';
 import { RedisEndpointMemory } from './store/endpoints.js';
 import { RedisFifoLines } from './store/fifo-lines.js';
+import { RedisEndpointFlow } from './store/endpoint-flow.js';
 import { redisKeys } from './store/keys.js';
 import { RedisMachineStore } from './store/machines.js';
 import { OperatorViews } from './store/operator-views.js';
@@ -103,6 +106,7 @@ function composeStores(settings: StoreSettings) {
   const replayTasks = new RedisReplayTasks(redis, keys, tasks, (refs) => deliveryLog.progressOf(refs), nowMs);
   const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, replayTasks, nowMs });
   const circuits = new RedisCircuitLog(redis, keys);
+  const endpointFlow = new RedisEndpointFlow(redis, keys);
   const operatorViews = new OperatorViews({ webhooks, history: deliveryLog, circuits });
   const attemptFeed = new RedisAttemptFeed(redis, keys, nowMs);
   // Lost counts only thin the portal's stats: worth a debug line, not a warning.
@@ -139,6 +143,7 @@ function composeStores(settings: StoreSettings) {
     replayer,
     replayTasks,
     circuits,
+    endpointFlow,
     operatorViews,
     attemptFeed,
     endpointStats,
@@ -181,7 +186,7 @@ function composeStores(settings: StoreSettings) {
         deliveries: { history: deliveryLog, replayer, testEvents },
         operator: { views: operatorViews, replayer },
         portal: { sessions: portalSessions, publicUrl },
-        stats: { stats: endpointStats, circuits, lines: fifoLines },
+        stats: { stats: endpointStats, circuits, lines: fifoLines, flow: endpointFlow },
       };
     },
   };
@@ -319,7 +324,22 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
   const onReady = () => gate.check();
   stores.redis.on('close', onClose);
   stores.redis.on('ready', onReady);
-  const wakeups = new DeferralWakeups(breakers, (refs) => stores.queues.promote(refs), nowMs);
+  const flow = new EndpointFlow(stores.endpointFlow, randomUUID(), nowMs, settings.metrics ? flowObserver(settings.metrics) : undefined);
+  // Pauses other workers set reach this one at once; losing the subscription only delays them to
+  // when this worker next meets the endpoint afresh.
+  const listening = new AbortController();
+  stores.endpointFlow
+    .listen((endpoint, untilMs) => flow.heard(endpoint, untilMs), listening.signal)
+    .catch((error: Error) => settings.logger.debug({ err: error.message }, 'endpoint pauses not heard'));
+  flow.start();
+  const wakeups = new DeferralWakeups(
+    breakers,
+    (refs) => stores.queues.promote(refs),
+    nowMs,
+    undefined,
+    // An endpoint held back only by the slots takes them all back at once, as before it had a limit.
+    (endpoint) => (flow.limitOf(endpoint) >= slots.total ? Infinity : flow.room(endpoint)),
+  );
   const observers = [
     settings.metrics ? deliveryObserver(settings.metrics) : undefined,
     feedObserver(stores.attemptFeed),
@@ -335,6 +355,7 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     slots,
     gate,
     wakeups,
+    flow,
     sendRate: countedSendRate(new RedisSendRate(stores.redis, stores.keys), settings.metrics),
     endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
     logger: settings.logger,
@@ -351,16 +372,18 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     },
   };
   const detach = () => {
+    listening.abort();
+    flow.stop();
     gate.stop();
     stores.redis.off('close', onClose);
     stores.redis.off('ready', onReady);
   };
-  return { deps, sender, breakers, slots, gate, detach };
+  return { deps, sender, breakers, flow, slots, gate, detach };
 }
 
 /** The delivery worker of one process over the shared stores. */
 function composeWorker(stores: Stores, settings: WorkerSettings) {
-  const { deps, sender, breakers, slots, gate, detach } = composeDeliveryDeps(stores, settings);
+  const { deps, sender, breakers, flow, slots, gate, detach } = composeDeliveryDeps(stores, settings);
   const processBatch = createBatchProcessor(deps);
   const processSingle = createSingleProcessor(deps);
   const { operationalWebhook } = settings;
@@ -403,6 +426,7 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
     pool,
     fifo,
     breakers,
+    flow,
     slots,
     gate,
     /** The job processors the pool runs (tests call them with jobs of their own). */

@@ -14,6 +14,7 @@ import type { DeliverJob } from '../domain/delivery.js';
 import type { SingleDelivery } from './queue.js';
 import type { SendSlots } from './send-slots.js';
 import { deliveryHeaders } from './sign.js';
+import type { EndpointFlow } from './endpoint-flow.js';
 import type { StorageGate } from './storage-gate.js';
 import type { DeferralWakeups } from './wakeups.js';
 
@@ -42,6 +43,8 @@ export interface DeliveryProcessorDeps {
   wakeups: Pick<DeferralWakeups, 'register'>;
   /** The shared send windows of webhooks with a `rate_limit_per_second`. */
   sendRate: SendRateLimiter;
+  /** Each endpoint's adaptive concurrency limit and Retry-After pause (see endpoint-flow.ts). */
+  flow: EndpointFlow;
   /** What workers know about receiver endpoints across processes and restarts; absent: nothing shared. */
   endpointMemory?: EndpointMemory;
   logger: Logger;
@@ -72,8 +75,11 @@ export interface DeliveryProcessorDeps {
   onOutcome?: (outcome: FinishedOutcome) => void;
 }
 
-/** Why a delivery was put back without an attempt: its endpoint's breaker (open, probing, slow) or its webhook's rate limit. */
-type DeferReason = 'open' | 'probing' | 'slow' | 'rate_limited';
+/**
+ * Why a delivery was put back without an attempt: its endpoint's breaker (open, probing, slow), its
+ * webhook's rate limit, its endpoint's concurrency limit, or a pause its endpoint asked for (Retry-After).
+ */
+type DeferReason = 'open' | 'probing' | 'slow' | 'rate_limited' | 'concurrency' | 'paused';
 
 /** How a delivery run ended, for the caller and for metrics. */
 export type FinishedOutcome =
@@ -98,10 +104,15 @@ export type FinishedOutcome =
   /** A delivery found already finished (a batch re-run, a hand-off whose attempt succeeded). */
   | { kind: 'skipped'; job: DeliverJob };
 
-/** What an attempt says about the endpoint's health (a 4xx the receiver chose to send is healthy). */
+/**
+ * What an attempt says about the endpoint's health (a 4xx the receiver chose to send is healthy). A
+ * 429 is too: the receiver is up and asks for less, which the endpoint's concurrency limit and a
+ * Retry-After pause answer; counted as failures, the 429s of a burst past its capacity would open
+ * the circuit of a receiver that is merely busy.
+ */
 function healthOf(result: SendResult): AttemptHealth {
   if (result.kind === 'error') return result.errorClass === 'timeout' ? 'timeout' : result.errorClass === 'ssrf_blocked' ? 'healthy' : 'failed';
-  return result.status >= 500 || result.status === 429 ? 'failed' : 'healthy';
+  return result.status >= 500 ? 'failed' : 'healthy';
 }
 
 const STATUS_OF: Record<Decision['action'], Exclude<DeliveryStatus, 'pending' | 'replayed' | 'dropped'>> = {
@@ -127,6 +138,9 @@ interface StartedAttempt {
   endpoint: string;
   ticket: number;
   suspect: boolean;
+  /** The endpoint's flow ticket, and the ceiling its limit may grow to. */
+  flowTicket: number;
+  ceiling: number;
 }
 
 /**
@@ -156,6 +170,13 @@ export interface AdmitOptions {
    * behind one endpoint does not come back at one instant (0: not spread).
    */
   deferJitterMs: number;
+  /**
+   * How long a delivery may wait in the process for room at its endpoint's concurrency limit (a
+   * batch: as long as it waits on a suspect endpoint, so the endpoint's backlog does not hold the
+   * batch and the healthy deliveries of the batches behind it; a single job as long, rather than
+   * going back to the queue at once to find the endpoint full again).
+   */
+  roomWaitMs: number;
   onWaiting?: (waiting: boolean) => void;
 }
 
@@ -164,6 +185,15 @@ export interface AttemptEnd {
   finished: FinishedOutcome;
   retryDelayMs: number | undefined;
 }
+
+/**
+ * When a delivery deferred for its endpoint's concurrency limit looks again at the latest (plus up to
+ * as much at random): the wakeups bring it back sooner, as soon as the endpoint has room.
+ */
+const CONCURRENCY_RETRY_MS = 1_000;
+
+/** How often a delivery waiting only for the worker's slots at its endpoint looks again by itself. */
+const ROOM_RECHECK_MS = 250;
 
 /** Known endpoints remembered per process at most (the endpoint-memory lookups). */
 const KNOWN_ENDPOINTS_MAX = 10_000;
@@ -314,14 +344,19 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
    * one open period. A rate-limited webhook's delivery then takes a place in its send window, or is
    * deferred to its place in the line (`rate_limited`, no attempt spent). Nothing is sent while the
    * storage gate is closed, or once it has closed since the job started (its queue lock may have
-   * been lost meanwhile).
+   * been lost meanwhile). The endpoint's flow control comes before the slot: a delivery to an
+   * endpoint paused by a Retry-After is deferred (`paused`) to the pause's end; one to an endpoint
+   * at its concurrency limit waits in the process for room like a first contact for its answer
+   * (holding no slot) for at most `roomWaitMs`, and is deferred (`concurrency`) after that.
    */
   async function admit(webhook: Webhook, options: AdmitOptions): Promise<Admitted> {
     const endpoint = endpointFor(webhook.callbackUrl);
-    await learn(endpoint);
+    await Promise.all([learn(endpoint), deps.flow.learn(endpoint)]);
+    const ceiling = Math.min(webhook.maxConcurrency ?? deps.slots.total, deps.slots.total);
     let gaveUp = false;
     void options.giveUp.then(() => (gaveUp = true));
     const forceProbe = options.forceProbe ?? false;
+    const roomWaitEndMs = deps.nowMs() + options.roomWaitMs;
     for (;;) {
       if (!deps.gate.allows(options.epoch)) return { ok: false, kind: 'storage' };
       const pre = deps.breakers.admit(endpoint, deps.nowMs(), forceProbe);
@@ -332,20 +367,46 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
         options.onWaiting?.(false);
         continue;
       }
+      const flow = deps.flow.tryStart(endpoint, ceiling);
+      if (!flow.started) {
+        const spreadMs = deps.random() * Math.max(1_000, options.deferJitterMs);
+        if (flow.reason === 'paused')
+          return { ok: false, kind: 'deferred', wakeOn: undefined, retryAtMs: Math.round(flow.untilMs + spreadMs), reason: 'paused' };
+        // An endpoint held only by the worker's own slots (it never pushed back, no max_concurrency)
+        // is waited for as a slot is, however long (looking again every ROOM_RECHECK_MS in case a
+        // wakeup went to a delivery that no longer needed it): deferring it would only add queue
+        // round trips.
+        const bySlotsOnly = ceiling >= deps.slots.total && deps.flow.limitOf(endpoint) >= ceiling;
+        const waitMs = bySlotsOnly ? ROOM_RECHECK_MS : roomWaitEndMs - deps.nowMs();
+        if (waitMs <= 0)
+          return {
+            ok: false,
+            kind: 'deferred',
+            wakeOn: endpoint,
+            retryAtMs: Math.round(deps.nowMs() + CONCURRENCY_RETRY_MS + spreadMs),
+            reason: 'concurrency',
+          };
+        await deps.flow.waitForRoom(endpoint, waitMs);
+        continue;
+      }
+      const notStarted = (suspect = false) => {
+        deps.flow.cancel(endpoint, flow.ticket);
+        deps.slots.release(suspect);
+      };
       await deps.slots.acquire();
       if (!deps.gate.allows(options.epoch)) {
-        deps.slots.release();
+        notStarted();
         return { ok: false, kind: 'storage' };
       }
       const nowMs = deps.nowMs();
       const admission = deps.breakers.admit(endpoint, nowMs, forceProbe);
       if (!admission.admitted) {
-        deps.slots.release();
+        notStarted();
         continue;
       }
       const suspect = admission.lane === 'suspect';
       if (suspect && !deps.slots.markSuspect()) {
-        deps.slots.release();
+        notStarted();
         const retryAtMs = Math.round(nowMs + 250 + Math.floor(deps.random() * 750) + deps.random() * options.deferJitterMs);
         return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs, reason: 'slow' };
       }
@@ -355,10 +416,10 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       const limited = await rateLimited(webhook, deps.nowMs);
       if (limited !== undefined) {
         deps.breakers.cancel(endpoint, ticket);
-        deps.slots.release(suspect);
+        notStarted(suspect);
         return limited;
       }
-      return { ok: true, started: { endpoint, ticket, suspect } };
+      return { ok: true, started: { endpoint, ticket, suspect, flowTicket: flow.ticket, ceiling } };
     }
   }
 
@@ -373,11 +434,13 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       result = await deps.sender.send(request);
     } catch (error) {
       // send() reports failures as values; an exception is a bug, but must not leak the slot.
+      deps.flow.end(started.endpoint, started.flowTicket, undefined, started.ceiling);
       deps.breakers.finish(started.endpoint, started.ticket, 'failed', deps.nowMs());
       deps.slots.release(started.suspect);
       throw error;
     }
     const endedMs = deps.nowMs();
+    deps.flow.end(started.endpoint, started.flowTicket, result, started.ceiling);
     deps.breakers.finish(started.endpoint, started.ticket, healthOf(result), endedMs);
     if (result.kind === 'response') share(started.endpoint);
     // The slot is held until the attempt is recorded: a worker killed at any moment then repeats

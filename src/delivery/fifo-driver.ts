@@ -288,6 +288,8 @@ export class FifoDriver {
       giveUp: GIVE_UP_NOW,
       forceProbe: job.manual === true,
       deferJitterMs: 0,
+      // A head waits for room at its endpoint's concurrency limit as a single job does.
+      roomWaitMs: deps.suspectHoldMs,
     });
     let end: AttemptEnd;
     if (admitted.ok) end = await this.steps.attempt(job, prepared.webhook, plan.attemptNo, admitted.started);

@@ -48,7 +48,14 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
 
     // 3. Gate, breaker, slot and rate limit: an endpoint that keeps failing or hangs, or a webhook
     // over its rate limit, waits in the queue, not in a slot.
-    const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp: GIVE_UP_NOW, forceProbe: data.manual === true, deferJitterMs: 1_000 });
+    const admitted = await steps.admit(prepared.webhook, {
+      dueAtMs,
+      epoch,
+      giveUp: GIVE_UP_NOW,
+      forceProbe: data.manual === true,
+      deferJitterMs: 1_000,
+      roomWaitMs: deps.suspectHoldMs,
+    });
     let end: AttemptEnd;
     if (admitted.ok) end = await steps.attempt(data, prepared.webhook, attemptNo, admitted.started);
     else if (admitted.kind === 'circuit_open') end = await steps.recordCircuitOpen(data, prepared.webhook, attemptNo);

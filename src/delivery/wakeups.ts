@@ -14,6 +14,9 @@ interface Waiting {
   watching: boolean;
 }
 
+/** How long promoted deliveries get to start before the room at their endpoint is looked at again. */
+const ROOM_RECHECK_MS = 50;
+
 /** Deferred deliveries remembered per endpoint at most; beyond it they simply wait out their delay. */
 const WAITING_MAX = 10_000;
 
@@ -22,7 +25,8 @@ const WAITING_MAX = 10_000;
  * the time they were deferred to. A delivery deferred behind a first contact was delayed until that
  * attempt's timeout; one deferred behind an open circuit until the probe. When the first contact is
  * answered in time, or a probe closes the circuit, this process promotes the jobs it deferred, so
- * a healthy receiver never sees a gap of a whole timeout. Deferrals are durable jobs first: a
+ * a healthy receiver never sees a gap of a whole timeout. Deliveries deferred behind the endpoint's
+ * concurrency limit come back as many at a time as it has room for (`room`), as its attempts end. Deferrals are durable jobs first: a
  * process that dies before waking them loses nothing, its jobs just run at their delay.
  */
 export class DeferralWakeups {
@@ -33,6 +37,7 @@ export class DeferralWakeups {
     private readonly promote: Promote,
     private readonly nowMs: () => number,
     private readonly onError: (error: Error) => void = () => undefined,
+    private readonly room: (endpoint: string) => number = () => Infinity,
   ) {}
 
   /** Call once the deferred jobs exist in the queue; `untilMs` is when they run by themselves anyway. */
@@ -62,10 +67,14 @@ export class DeferralWakeups {
         entry.refs = entry.refs.filter((r) => r.untilMs > nowMs);
         if (entry.refs.length === 0) return;
         const admission = this.breakers.admit(endpoint, nowMs);
-        if (admission.admitted && admission.lane === 'healthy') {
-          const refs = entry.refs.map((r) => r.ref);
-          entry.refs = [];
-          await this.promote(refs);
+        const healthy = admission.admitted && admission.lane === 'healthy';
+        const room = healthy ? this.room(endpoint) : 0;
+        if (room > 0) await this.promote(entry.refs.splice(0, room).map((r) => r.ref));
+        if (entry.refs.length === 0) continue;
+        // A healthy endpoint at its concurrency limit: the rest follow as attempts end, or, when the
+        // attempts that hold it have not started yet, once they had a moment to.
+        if (healthy && !this.breakers.hasInflight(endpoint)) {
+          await new Promise((resolve) => setTimeout(resolve, ROOM_RECHECK_MS));
           continue;
         }
         // Nothing in flight: no answer is coming that would change the endpoint's state here; the

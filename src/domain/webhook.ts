@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
 import { parseFilter, type FilterNode } from './filter.js';
+import { MAX_CONCURRENCY_MAX } from './concurrency-limit.js';
 import { RATE_LIMIT_PER_SECOND_MAX } from './rate-limit.js';
 import { SIGNATURE_SCHEMES, signingKeysAt, type SignatureScheme, type SigningKey } from './signing-keys.js';
 
@@ -84,18 +85,23 @@ const secretSchema = withProblem(requiredString('secret'), secretProblem).descri
   'Shared secret for the HMAC signatures; non-empty, at most 512 characters. A `whsec_` prefix marks a base64 key (Standard Webhooks).',
 );
 
-const RATE_LIMIT_PROBLEM = `rate_limit_per_second must be an integer from 1 to ${RATE_LIMIT_PER_SECOND_MAX}`;
+/** An optional whole-number setting from 1 to `max`, refused with one message naming the field. */
+function boundedIntegerSchema(field: string, max: number) {
+  const problem = `${field} must be an integer from 1 to ${max}`;
+  return z.number({ error: problem }).int({ error: problem }).min(1, { error: problem }).max(max, { error: problem });
+}
 
-const rateLimitSchema = z
-  .number({ error: RATE_LIMIT_PROBLEM })
-  .int({ error: RATE_LIMIT_PROBLEM })
-  .min(1, { error: RATE_LIMIT_PROBLEM })
-  .max(RATE_LIMIT_PER_SECOND_MAX, { error: RATE_LIMIT_PROBLEM })
-  .describe(
-    `Sends to this webhook in any one second at most, over all workers (1 to ${RATE_LIMIT_PER_SECOND_MAX}); absent: unlimited. ` +
-      'Up to this many may go at once, then none until the second has passed. Deliveries over it wait in the queue; ' +
-      'waiting is not a failed attempt.',
-  );
+const rateLimitSchema = boundedIntegerSchema('rate_limit_per_second', RATE_LIMIT_PER_SECOND_MAX).describe(
+  `Sends to this webhook in any one second at most, over all workers (1 to ${RATE_LIMIT_PER_SECOND_MAX}); absent: unlimited. ` +
+    'Up to this many may go at once, then none until the second has passed. Deliveries over it wait in the queue; ' +
+    'waiting is not a failed attempt.',
+);
+
+const maxConcurrencySchema = boundedIntegerSchema('max_concurrency', MAX_CONCURRENCY_MAX).describe(
+  `Attempts in flight to this webhook's endpoint at most, per worker (1 to ${MAX_CONCURRENCY_MAX}); absent: the worker's send slots. ` +
+    'The ceiling of the adaptive limit: each worker halves its limit when the endpoint answers 429 or 503, times out or refuses ' +
+    'connections, and grows it by one after a window of successes.',
+);
 
 const signatureSchema = z
   .enum(SIGNATURE_SCHEMES, { error: `signature must be one of ${SIGNATURE_SCHEMES.join(', ')}` })
@@ -160,6 +166,7 @@ export const webhookCreateSchema = z.strictObject(
     signature: signatureSchema.optional(),
     filter: filterSchema.optional(),
     ordering: orderingSchema.optional(),
+    max_concurrency: maxConcurrencySchema.optional(),
   },
   { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
 );
@@ -193,6 +200,7 @@ export const webhookPatchSchema = z
           'fifo or none. Deliveries already queued keep the way they were queued: after a switch to fifo, those queued before ' +
             'it may still go out beside the line; after a switch to none, the line still goes out in order, and new ones concurrently.',
         ),
+      max_concurrency: maxConcurrencySchema.nullable().optional().describe('A new ceiling; null removes it (the worker’s send slots).'),
     },
     {
       error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object'),
@@ -200,7 +208,7 @@ export const webhookPatchSchema = z
   )
   .refine(
     (body) => Object.keys(body).length > 0,
-    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, ordering, signature, filter',
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, ordering, signature, filter',
   );
 
 export const webhookResourceSchema = z
@@ -228,6 +236,7 @@ export const webhookResourceSchema = z
     signature: z.enum(SIGNATURE_SCHEMES).describe('hmac, or ed25519: deliveries also carry a v1a signature by the webhook’s key pair.'),
     filter: filterViewSchema.nullable().describe('The payload filter; null: every event of the type is delivered.'),
     ordering: z.enum(WEBHOOK_ORDERINGS).describe('fifo: one delivery at a time, in accept order; none: concurrent deliveries.'),
+    max_concurrency: z.number().int().nullable().describe('Attempts in flight to the endpoint at most, per worker; null: the worker’s send slots.'),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })
@@ -255,6 +264,8 @@ export interface Webhook {
   filter: FilterNode | undefined;
   /** fifo: one delivery at a time, in accept order (see delivery/fifo-driver.ts). */
   ordering: WebhookOrdering;
+  /** Attempts in flight to its endpoint at most, per worker; undefined: the worker's send slots. */
+  maxConcurrency: number | undefined;
   createdAt: string;
   updatedAt: string;
 }
@@ -295,6 +306,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     signature: webhook.signature,
     filter: webhook.filter ?? null,
     ordering: webhook.ordering,
+    max_concurrency: webhook.maxConcurrency ?? null,
     created_at: webhook.createdAt,
     updated_at: webhook.updatedAt,
   };

@@ -72,7 +72,7 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
     }),
     deliveriesDeferred: new Counter({
       name: 'hookline_deliveries_deferred_total',
-      help: 'Deliveries put back in the queue without an attempt, by reason: their endpoint was isolated (open, probing, slow) or their webhook was over its rate limit (rate_limited).',
+      help: 'Deliveries put back in the queue without an attempt, by reason: their endpoint was isolated (open, probing, slow) their webhook was over its rate limit (rate_limited), their endpoint was at its concurrency limit (concurrency) or paused by a Retry-After (paused).',
       labelNames: ['reason'] as const,
       registers,
     }),
@@ -108,6 +108,22 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
       name: 'hookline_circuit_transitions_total',
       help: 'Per-endpoint circuit breaker state changes in this worker, by the state entered (open, half_open, closed).',
       labelNames: ['state'] as const,
+      registers,
+    }),
+    concurrencyDecreases: new Counter({
+      name: 'hookline_endpoint_concurrency_decreases_total',
+      help: 'Times this worker halved an endpoint’s concurrency limit (429, 503, timeout or connection error).',
+      registers,
+    }),
+    concurrencyLimitAfterDecrease: new Histogram({
+      name: 'hookline_endpoint_concurrency_limit',
+      help: 'An endpoint’s concurrency limit right after each decrease in this worker: where endpoints that push back settle.',
+      buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1_000],
+      registers,
+    }),
+    endpointPauses: new Counter({
+      name: 'hookline_endpoint_pauses_total',
+      help: 'Endpoints paused for all workers because a 429 or 503 carried a Retry-After (counted by the worker that got it).',
       registers,
     }),
     circuitsOpen: new Gauge({
@@ -180,4 +196,6 @@ export function initialiseSeries(metrics: Metrics): void {
   for (const result of ['sent', 'deferred']) metrics.rateLimitChecks.inc({ result }, 0);
   metrics.ssrfBlocked.inc(0);
   metrics.deliveriesFiltered.inc(0);
+  metrics.concurrencyDecreases.inc(0);
+  metrics.endpointPauses.inc(0);
 }

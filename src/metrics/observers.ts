@@ -1,5 +1,6 @@
 import type { CircuitChange } from '../delivery/breaker.js';
 import type { FinishedOutcome } from '../delivery/attempt.js';
+import type { FlowEvent } from '../delivery/endpoint-flow.js';
 import type { IngestBatchSummary } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from './metrics.js';
@@ -56,6 +57,15 @@ export function deliveryObserver(metrics: Metrics): (outcome: FinishedOutcome) =
 /** Counts circuit transitions (the gauge of open circuits is read at scrape time). */
 export function breakerObserver(metrics: Metrics): (endpoint: string, change: CircuitChange) => void {
   return (_endpoint, change) => metrics.circuitTransitions.inc({ state: change.state });
+}
+
+/** Counts concurrency-limit decreases (and the limits they reach) and Retry-After pauses. */
+export function flowObserver(metrics: Metrics): (event: FlowEvent) => void {
+  return (event) => {
+    if (event.kind === 'paused') return void metrics.endpointPauses.inc();
+    metrics.concurrencyDecreases.inc();
+    metrics.concurrencyLimitAfterDecrease.observe(event.limit);
+  };
 }
 
 /** Scrape-time gauges: queue depth by state and Redis reachability (one Redis read per scrape). */

@@ -36,6 +36,11 @@ export class RedisEndpointMemory implements EndpointMemory {
   }
 
   private keyOf(endpoint: string): string {
-    return this.keys.endpointAnswered(createHash('sha256').update(endpoint).digest('hex').slice(0, 32));
+    return this.keys.endpointAnswered(endpointDigest(endpoint));
   }
+}
+
+/** An endpoint's name in Redis keys: a digest of its origin (fixed length, no URL characters). */
+export function endpointDigest(endpoint: string): string {
+  return createHash('sha256').update(endpoint).digest('hex').slice(0, 32);
 }

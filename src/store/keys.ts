@@ -93,6 +93,15 @@ export function redisKeys(prefix: string) {
     },
     /** string with TTL: a receiver endpoint (by digest of its origin) answered a worker lately; see endpoints.ts */
     endpointAnswered: (endpointDigest: string) => tag(`ep:${endpointDigest}`),
+    /** A receiver endpoint's flow control (see endpoint-flow.ts), under the hash tag of its digest. */
+    endpointFlow: {
+      /** string with TTL: until when (ms) a Retry-After paused the endpoint; expires with the pause */
+      pause: (endpointDigest: string) => `${tag(`ep:${endpointDigest}`)}:pause`,
+      /** hash with an expiry: worker id → its concurrency limit and attempts in flight to the endpoint */
+      limits: (endpointDigest: string) => `${tag(`ep:${endpointDigest}`)}:limits`,
+      /** pub/sub channel: pauses, so every worker holds the endpoint back at once */
+      pauses: `${tag('flow')}:pauses`,
+    },
     /** counter with a 2 s TTL: requests made with one API key (by fingerprint) in one second */
     rateWindow: (fingerprint: string, second: number) => `${tag(`rl:${fingerprint}`)}:${second}`,
     /** counter with a 2 s TTL: events ingested with one API key (by key id) in one second */

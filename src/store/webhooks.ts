@@ -28,6 +28,7 @@ const recordSchema = z.object({
   /** Checked when it was stored (parseFilter); kept as given. */
   filter: z.custom<FilterNode>((value) => typeof value === 'object' && value !== null).optional(),
   ordering: z.literal('fifo').optional(),
+  maxConcurrency: z.number().optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });
@@ -68,6 +69,8 @@ export interface WebhookChanges {
   /** A new payload filter; null removes it. */
   filter?: FilterNode | null;
   ordering?: WebhookOrdering;
+  /** A new ceiling of attempts in flight; null removes it. */
+  maxConcurrency?: number | null;
 }
 
 /** What a registration sets. */
@@ -79,6 +82,7 @@ export interface WebhookInput {
   signature?: SignatureScheme;
   filter?: FilterNode;
   ordering?: WebhookOrdering;
+  maxConcurrency?: number;
 }
 
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */
@@ -208,6 +212,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       ...(input.filter === undefined ? {} : { filter: input.filter }),
       ...(input.signature === 'ed25519' ? { signature: 'ed25519' as const, signingKeys: [this.sealKey(newSigningKey(id, 1, Date.parse(at)), id)] } : {}),
       ...(input.ordering === 'fifo' ? { ordering: 'fifo' as const } : {}),
+      ...(input.maxConcurrency === undefined ? {} : { maxConcurrency: input.maxConcurrency }),
       createdAt: at,
       updatedAt: at,
     };
@@ -369,6 +374,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     else if (changes.ordering === 'none') delete next.ordering;
     if (changes.rateLimitPerSecond === null) delete next.rateLimitPerSecond;
     else if (changes.rateLimitPerSecond !== undefined) next.rateLimitPerSecond = changes.rateLimitPerSecond;
+    if (changes.maxConcurrency === null) delete next.maxConcurrency;
+    else if (changes.maxConcurrency !== undefined) next.maxConcurrency = changes.maxConcurrency;
     if (changes.secret === null) {
       delete next.secretSealed;
       delete next.previousSecretSealed;
@@ -427,6 +434,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       filter: record.filter,
       signingKeys: (record.signingKeys ?? []).map(({ privateSealed, ...key }) => ({ ...key, privateKey: this.box.open(privateSealed, record.id) })),
       ordering: record.ordering ?? 'none',
+      maxConcurrency: record.maxConcurrency,
       createdAt: record.createdAt,
       updatedAt: record.updatedAt,
     };

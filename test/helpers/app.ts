@@ -18,6 +18,8 @@ export type TestApp = Stores & {
   config: EngineConfig;
   /** Issues a real API key with these roles (and vendor) and returns it. */
   keyFor(roles: Role[], vendorId?: string): Promise<string>;
+  /** Registers a webhook (EVENT_TYPE_MACHINE_CREATED) through the API, as a vendor would: its id and the vendor's key. */
+  register(vendorId: string, callbackUrl: string, extra?: object): Promise<{ id: string; key: string }>;
   close(): Promise<void>;
 };
 
@@ -100,26 +102,21 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
       const { key } = await stores.apiKeys.create({ name: `test ${roles.join('+')}`, roles, ...(vendorId === undefined ? {} : { vendorId }) });
       return key;
     },
+    async register(vendorId: string, callbackUrl: string, extra: object = {}) {
+      const key = await this.keyFor(['vendor'], vendorId);
+      const res = await engine.api!.inject({
+        method: 'POST',
+        url: '/vendors/v1/webhooks',
+        headers: { 'x-api-key': key },
+        payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: callbackUrl, ...extra },
+      });
+      if (res.statusCode !== 201) throw new Error(`registration answered ${res.statusCode}: ${res.body}`);
+      return { id: res.json<{ webhook_id: string }>().webhook_id, key };
+    },
     async close() {
       await engine.close(0);
       // Deleted over the helper's own connection: the engine's are closed by now.
       await t.cleanup();
     },
   });
-}
-
-/**
- * Registers a webhook for `EVENT_TYPE_MACHINE_CREATED` (unless `extra` says otherwise) through the
- * API, as a vendor would, with a fresh vendor key; resolves with its id and that key.
- */
-export async function registerWebhook(t: TestApp, vendorId: string, callbackUrl: string, extra: object = {}): Promise<{ id: string; key: string }> {
-  const key = await t.keyFor(['vendor'], vendorId);
-  const res = await t.app.inject({
-    method: 'POST',
-    url: '/vendors/v1/webhooks',
-    headers: { 'x-api-key': key },
-    payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: callbackUrl, ...extra },
-  });
-  if (res.statusCode !== 201) throw new Error(`registration answered ${res.statusCode}: ${res.body}`);
-  return { id: res.json<{ webhook_id: string }>().webhook_id, key };
 }

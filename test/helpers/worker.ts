@@ -8,6 +8,7 @@ import { cleanEnv } from './processes.js';
 export interface TestWorker {
   outcomes: FinishedOutcome[];
   breakers: DeliveryWorker['breakers'];
+  flow: DeliveryWorker['flow'];
   close(): Promise<void>;
 }
 
@@ -60,6 +61,7 @@ export async function startTestWorker(t: TestApp, settings: TestWorkerSettings =
   return {
     outcomes,
     breakers: engine.worker!.breakers,
+    flow: engine.worker!.flow,
     async close() {
       await engine.close(2_000);
     },

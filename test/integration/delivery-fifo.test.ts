@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { partitionOf } from '../../src/delivery/jobs.js';
-import { registerWebhook as register, testApp, type TestApp } from '../helpers/app.js';
+import { testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
 import { receiverPool, type TestReceiver } from '../helpers/receiver.js';
 import { waitFor } from '../helpers/wait.js';
@@ -107,7 +107,7 @@ describe('FIFO ordering per webhook', () => {
     const receiver = await receivers.start();
     // The first delivery fails twice, then every answer is 200.
     receiver.script('/in', { status: 500 }, { status: 500 }, { status: 200 });
-    const webhook = await register(t, 'fifo', `${receiver.base}/in`, { ordering: 'fifo' });
+    const webhook = await t.register('fifo', `${receiver.base}/in`, { ordering: 'fifo' });
     const ids = await ingestInOrder(t, 'fifo', 10, 3);
     // The line before any worker runs: all ten wait, the oldest since its ingest.
     const before = await stats(t, webhook);
@@ -131,7 +131,7 @@ describe('FIFO ordering per webhook', () => {
     t = await testApp({ retryScheduleMs: [0, 300] });
     const receiver = await receivers.start();
     receiver.script('/in', { status: 500 }, { status: 500 }, { status: 200 });
-    const webhook = await register(t, 'fifo', `${receiver.base}/in`, { ordering: 'fifo' });
+    const webhook = await t.register('fifo', `${receiver.base}/in`, { ordering: 'fifo' });
     workers.push(await startTestWorker(t));
     const ids = await ingestInOrder(t, 'fifo', 5);
     await waitFor(() => receiver.requests.length >= 6, 10_000, 'two failures and four deliveries');
@@ -166,8 +166,8 @@ describe('FIFO ordering per webhook', () => {
     const freeReceiver = await receivers.start();
     fifoReceiver.script('/in', { status: 200, delayMs: 30 });
     freeReceiver.script('/in', { status: 200, delayMs: 30 });
-    await register(t, 'fifo', `${fifoReceiver.base}/in`, { ordering: 'fifo' });
-    await register(t, 'free', `${freeReceiver.base}/in`);
+    await t.register('fifo', `${fifoReceiver.base}/in`, { ordering: 'fifo' });
+    await t.register('free', `${freeReceiver.base}/in`);
     workers.push(await startTestWorker(t, { workerConcurrency: 20 }), await startTestWorker(t, { workerConcurrency: 20 }));
     const EVENTS = 60;
     const events = Array.from({ length: EVENTS }, () => [machineEvent('fifo'), machineEvent('free')]).flat();
@@ -192,7 +192,7 @@ describe('FIFO ordering per webhook', () => {
     t = await testApp({ retryScheduleMs: [0, 1_000] });
     const receiver = await receivers.start();
     receiver.script('/in', { status: 200, delayMs: 20 });
-    const webhook = await register(t, 'switch', `${receiver.base}/in`, { ordering: 'fifo' });
+    const webhook = await t.register('switch', `${receiver.base}/in`, { ordering: 'fifo' });
     const lined = await ingestInOrder(t, 'switch', 20, 20);
     const patched = await t.app.inject({
       method: 'PATCH',
@@ -217,7 +217,7 @@ describe('FIFO ordering per webhook', () => {
     t = await testApp({ retryScheduleMs: [0, 300, 300] });
     const receiver = await receivers.start();
     receiver.script('/in', { status: 500 });
-    const webhook = await register(t, 'paused', `${receiver.base}/in`, { ordering: 'fifo' });
+    const webhook = await t.register('paused', `${receiver.base}/in`, { ordering: 'fifo' });
     workers.push(await startTestWorker(t));
     const ids = await ingestInOrder(t, 'paused', 5, 5);
     await waitFor(() => receiver.requests.length >= 1, 5_000, 'the head’s first attempt');
@@ -242,7 +242,7 @@ describe('FIFO ordering per webhook', () => {
     t = await testApp({ retryScheduleMs: [0, 300, 300] });
     const receiver = await receivers.start();
     receiver.script('/in', { status: 500 });
-    const webhook = await register(t, 'deleted', `${receiver.base}/in`, { ordering: 'fifo' });
+    const webhook = await t.register('deleted', `${receiver.base}/in`, { ordering: 'fifo' });
     workers.push(await startTestWorker(t));
     await ingestInOrder(t, 'deleted', 5, 5);
     await waitFor(() => receiver.requests.length >= 1, 5_000, 'the head’s first attempt');
@@ -259,7 +259,7 @@ describe('FIFO ordering per webhook', () => {
     t = await testApp({ retryScheduleMs: [0, 1_000] });
     const receiver = await receivers.start();
     receiver.script('/in', { status: 200, delayMs: LATENCY_MS });
-    await register(t, 'fifo', `${receiver.base}/in`, { ordering: 'fifo' });
+    await t.register('fifo', `${receiver.base}/in`, { ordering: 'fifo' });
     // The production webhook cache (2 s), so a head costs what it costs in a worker process.
     workers.push(await startTestWorker(t, { webhookCacheTtlMs: 2_000 }), await startTestWorker(t, { webhookCacheTtlMs: 2_000 }));
     const EVENTS = 200;

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { redisKeys } from '../../src/store/keys.js';
 import { RedisSendRate } from '../../src/store/send-rate.js';
 import { takeSendToken, type BucketState } from '../../src/domain/rate-limit.js';
-import { registerWebhook as register, testApp, type TestApp } from '../helpers/app.js';
+import { testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
 import { receiverPool, type TestReceiver } from '../helpers/receiver.js';
 import { testRedis, type TestRedis } from '../helpers/redis.js';
@@ -72,8 +72,8 @@ describe('per-webhook rate limit', () => {
     const EVENTS = 200;
     const limitedReceiver = await receivers.start();
     const freeReceiver = await receivers.start();
-    const limited = await register(t, 'limited', `${limitedReceiver.base}/in`, { rate_limit_per_second: LIMIT });
-    await register(t, 'free', `${freeReceiver.base}/in`);
+    const limited = await t.register('limited', `${limitedReceiver.base}/in`, { rate_limit_per_second: LIMIT });
+    await t.register('free', `${freeReceiver.base}/in`);
     workers.push(await startTestWorker(t, { workerConcurrency: 20 }), await startTestWorker(t, { workerConcurrency: 20 }));
 
     const startMs = Date.now();
@@ -129,7 +129,7 @@ describe('per-webhook rate limit', () => {
   it('PATCH rate_limit_per_second null lifts the limit for the deliveries already waiting', async () => {
     t = await testApp({ retryScheduleMs: [0, 1_000, 1_000] });
     const receiver = await receivers.start();
-    const webhook = await register(t, 'slow', `${receiver.base}/in`, { rate_limit_per_second: 1 });
+    const webhook = await t.register('slow', `${receiver.base}/in`, { rate_limit_per_second: 1 });
     workers.push(await startTestWorker(t));
     const EVENTS = 40;
     const startMs = Date.now();
@@ -160,7 +160,7 @@ describe('per-webhook rate limit', () => {
   it('test events obey the limit too', async () => {
     t = await testApp();
     const receiver: TestReceiver = await receivers.start();
-    const webhook = await register(t, 'tests', `${receiver.base}/in`, { rate_limit_per_second: 1 });
+    const webhook = await t.register('tests', `${receiver.base}/in`, { rate_limit_per_second: 1 });
     workers.push(await startTestWorker(t));
     for (let i = 0; i < 3; i += 1) {
       const res = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${webhook.id}/test`, headers: { 'x-api-key': webhook.key } });
@@ -178,7 +178,7 @@ describe('per-webhook rate limit', () => {
     t = await testApp({ retryScheduleMs: [0] });
     const receiver = await receivers.start();
     receiver.script('/in', { status: 500 }, { status: 500 }, { status: 500 }, { status: 200 });
-    const webhook = await register(t, 'replays', `${receiver.base}/in`, { rate_limit_per_second: 1 });
+    const webhook = await t.register('replays', `${receiver.base}/in`, { rate_limit_per_second: 1 });
     workers.push(await startTestWorker(t));
     await t.ingestor.ingest(
       Array.from({ length: 3 }, () => machineEvent('replays')),

@@ -15,6 +15,7 @@ const webhook: Webhook = {
   signingKeys: [],
   filter: undefined,
   ordering: 'none',
+  maxConcurrency: undefined,
   createdAt: '2026-01-01T00:00:00.000Z',
   updatedAt: '2026-01-01T00:00:00.000Z',
 };

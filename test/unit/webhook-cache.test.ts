@@ -16,6 +16,7 @@ const enabled: Webhook = {
   signingKeys: [],
   filter: undefined,
   ordering: 'none',
+  maxConcurrency: undefined,
   createdAt: '2026-01-01T00:00:00.000Z',
   updatedAt: '2026-01-01T00:00:00.000Z',
 };

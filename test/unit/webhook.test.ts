@@ -16,6 +16,7 @@ const webhook = (over: Partial<Webhook> = {}): Webhook => ({
   signingKeys: [],
   filter: undefined,
   ordering: 'none',
+  maxConcurrency: undefined,
   createdAt: '2025-01-01T00:00:00.000Z',
   updatedAt: '2025-01-02T00:00:00.000Z',
   ...over,
@@ -44,6 +45,7 @@ describe('toWebhookResource', () => {
       signature: 'hmac',
       filter: null,
       ordering: 'none',
+      max_concurrency: null,
       created_at: '2025-01-01T00:00:00.000Z',
       updated_at: '2025-01-02T00:00:00.000Z',
     });

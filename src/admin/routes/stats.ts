@@ -1,7 +1,9 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { WEBHOOK_ORDERINGS } from '../../domain/webhook.js';
+import { endpointOf } from '../../delivery/breaker.js';
 import type { RedisCircuitLog } from '../../store/circuits.js';
+import type { RedisEndpointFlow } from '../../store/endpoint-flow.js';
 import type { EndpointStatsReader, StatsWindow } from '../../store/endpoint-stats.js';
 import type { RedisFifoLines } from '../../store/fifo-lines.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
@@ -63,6 +65,19 @@ const statsSchema = z
       })
       .nullable()
       .describe('The FIFO line of deliveries; null for a webhook whose ordering is none (and whose line is empty).'),
+    max_concurrency: z.number().int().nullable().describe('The webhook’s ceiling of attempts in flight per worker; null: the worker’s send slots.'),
+    concurrency: z
+      .object({
+        limit: z
+          .number()
+          .int()
+          .nullable()
+          .describe('The endpoint’s adaptive concurrency limits, summed over the workers that sent to it in the last minute; null: none did.'),
+        in_flight: z.number().int().describe('Attempts in flight to the endpoint, summed over those workers (as of their last report, at most a second old).'),
+        workers: z.number().int().describe('Workers that sent to the endpoint in the last minute, each with a limit of its own.'),
+        paused_until: z.string().nullable().describe('Until when (ISO 8601) the endpoint asked with Retry-After to get nothing; null: not paused.'),
+      })
+      .describe('Flow control of the webhook’s endpoint (its URL origin, shared with other webhooks on it).'),
     minutes: z
       .array(z.object({ minute: z.string().describe('The minute’s start (ISO 8601).'), delivered: z.number().int(), failed: z.number().int() }))
       .describe('The last 60 minutes, oldest first, the current one last; minutes without attempts are zeros.'),
@@ -87,6 +102,7 @@ export interface StatsRouteDeps {
   stats: EndpointStatsReader;
   circuits: Pick<RedisCircuitLog, 'of'>;
   lines: Pick<RedisFifoLines, 'summary'>;
+  flow: Pick<RedisEndpointFlow, 'read'>;
   nowMs: () => number;
 }
 
@@ -102,8 +118,8 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
           summary: 'Delivery stats of a webhook',
           description:
             'Success rate and response times over the last hour and day, attempts per minute over the last hour, the newest ' +
-            'attempt, the endpoint’s circuit, the send rate beside the webhook’s rate limit, and the FIFO line of a webhook with ' +
-            'ordering fifo. Counted from attempts sent; kept a day.',
+            'attempt, the endpoint’s circuit and flow control, the send rate beside the webhook’s rate limit, and the FIFO line of a ' +
+            'webhook with ordering fifo. Counted from attempts sent; kept a day.',
           params: z.object({ webhook_id: z.string().describe('Webhook id (UUID).') }),
           querystring: noQueryParameters,
           response: { 200: statsSchema, ...errorResponses(400, 401, 403, 404) },
@@ -114,10 +130,11 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
         const webhook = await deps.webhooks.get(vendorOf(request), webhookId);
         if (!webhook) throw new ApiError('webhook_not_found');
         const nowMs = deps.nowMs();
-        const [stats, [circuit], line] = await Promise.all([
+        const [stats, [circuit], line, flow] = await Promise.all([
           deps.stats.read(webhook.id, nowMs),
           deps.circuits.of([webhook.id]),
           deps.lines.summary(webhook.id),
+          deps.flow.read(endpointOf(webhook.callbackUrl)),
         ]);
         const { last } = stats;
         return {
@@ -136,6 +153,13 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
             webhook.ordering === 'none' && line.length === 0
               ? null
               : { length: line.length, oldest_waiting_ms: line.headAcceptedAtMs === undefined ? null : Math.max(0, nowMs - line.headAcceptedAtMs) },
+          max_concurrency: webhook.maxConcurrency ?? null,
+          concurrency: {
+            limit: flow.workers.length === 0 ? null : flow.workers.reduce((sum, w) => sum + w.limit, 0),
+            in_flight: flow.workers.reduce((sum, w) => sum + w.inflight, 0),
+            workers: flow.workers.length,
+            paused_until: flow.pausedUntilMs === undefined ? null : new Date(flow.pausedUntilMs).toISOString(),
+          },
           minutes: stats.minutes.map((m) => ({ minute: new Date(m.atMs).toISOString(), delivered: m.delivered, failed: m.failed })),
         };
       },

@@ -65,6 +65,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.signature === undefined ? {} : { signature: body.signature }),
           ...(body.filter === undefined ? {} : { filter: body.filter }),
           ...(body.ordering === undefined ? {} : { ordering: body.ordering }),
+          ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
         });
         if (!result.ok) throw conflict(body.event_type, result.existingId);
         return reply.code(201).send({ webhook_id: result.webhook.id });
@@ -101,8 +102,8 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           tags: ['webhooks'],
           summary: 'Update a webhook',
           description:
-            'Any of event_type, callback_url, secret (null removes it), enabled, rate_limit_per_second (null removes the limit), ordering, ' +
-            'signature, filter (null removes it), with the rules of ' +
+            'Any of event_type, callback_url, secret (null removes it), enabled, rate_limit_per_second (null removes the limit), ' +
+            'max_concurrency (null removes the ceiling), ordering, signature, filter (null removes it), with the rules of ' +
             'registration. Answers the whole webhook. ' +
             'A new secret starts a rotation (see secret and previous_secret_expires_at).',
           params: idParams,
@@ -124,6 +125,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.signature === undefined ? {} : { signature: body.signature }),
           ...(body.filter === undefined ? {} : { filter: body.filter }),
           ...(body.ordering === undefined ? {} : { ordering: body.ordering }),
+          ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
         });
         if (result.ok) return toWebhookResource(result.webhook, deps.nowMs());
         if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');
