@@ -331,11 +331,12 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     const form = machineCreated.getByRole('form', { name: 'Edit webhook' });
     await form.getByLabel('Rate limit: requests per second at most (empty: unlimited)').fill('5');
     await form.getByLabel('Signature').selectOption('ed25519');
+    await form.getByLabel('Concurrent requests at most, per worker (empty: as many as the endpoint takes)').fill('4');
     await form.getByLabel('Order').selectOption('fifo');
     await form.getByRole('button', { name: 'Save' }).click();
     await machineCreated.getByText('At most 5 requests a second; one at a time, in order (FIFO); signed with Ed25519 (v1a)').waitFor();
     const stored = await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated);
-    expect(stored).toMatchObject({ rateLimitPerSecond: 5, signature: 'ed25519', ordering: 'fifo' });
+    expect(stored).toMatchObject({ rateLimitPerSecond: 5, signature: 'ed25519', ordering: 'fifo', maxConcurrency: 4 });
     // The public key the API answers is on the card, with its key id.
     const shownKey = (await machineCreated.locator('dd', { hasText: 'Key id' }).locator('code').first().textContent()) ?? '';
     expect(shownKey).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/);

@@ -33,6 +33,8 @@ export interface Webhook {
   signature: 'hmac' | 'ed25519';
   /** fifo: one delivery at a time, in the order the events were accepted. */
   ordering: 'fifo' | 'none';
+  /** Requests in flight at most, per worker; null: the worker's send slots. */
+  max_concurrency: number | null;
   created_at: string;
   updated_at: string;
 }
@@ -54,6 +56,8 @@ export interface WebhookStats {
   rate_limit_per_second: number | null;
   /** Attempts sent in the last full minute ÷ 60. */
   send_rate_per_second: number;
+  /** The endpoint's adaptive concurrency, summed over the workers sending to it. */
+  concurrency?: { limit: number | null; in_flight: number; workers: number; paused_until: string | null };
   /** A FIFO webhook's line: deliveries waiting, and how long the oldest has waited. */
   fifo_line?: { length: number; oldest_waiting_ms: number | null } | null;
   minutes: { minute: string; delivered: number; failed: number }[];

@@ -94,7 +94,11 @@ function numberOrNull(text: string): number | null {
 function controlsText(webhook: Webhook): string {
   const parts = [
     webhook.rate_limit_per_second === null ? 'No rate limit' : `At most ${webhook.rate_limit_per_second} requests a second`,
-    webhook.ordering === 'fifo' ? 'one at a time, in order (FIFO)' : 'concurrent',
+    webhook.ordering === 'fifo'
+      ? 'one at a time, in order (FIFO)'
+      : webhook.max_concurrency === null
+        ? 'concurrent'
+        : `up to ${webhook.max_concurrency} at once per worker`,
     webhook.signature === 'ed25519' ? 'signed with Ed25519 (v1a)' : 'signed with the secret (HMAC)',
   ];
   return parts.join('; ');
@@ -361,6 +365,21 @@ function Health({ stats, loading, error, enabled }: { stats: WebhookStats | unde
             </dd>
           </div>
         )}
+        {stats.concurrency && stats.concurrency.limit !== null && (
+          <div>
+            <dt>Concurrency</dt>
+            <dd>
+              {stats.concurrency.in_flight} in flight of a limit of {stats.concurrency.limit}
+              {stats.concurrency.workers > 1 && ` over ${stats.concurrency.workers} workers`}
+            </dd>
+          </div>
+        )}
+        {stats.concurrency?.paused_until && (
+          <div>
+            <dt>Paused</dt>
+            <dd>Your endpoint asked for a pause (Retry-After) until {formatTime(stats.concurrency.paused_until)}</dd>
+          </div>
+        )}
         {stats.fifo_line && (
           <div>
             <dt>In line</dt>
@@ -422,6 +441,7 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
   const [rateLimit, setRateLimit] = useState(webhook?.rate_limit_per_second?.toString() ?? '');
   const [signature, setSignature] = useState<Webhook['signature']>(webhook?.signature ?? 'hmac');
   const [ordering, setOrdering] = useState<Webhook['ordering']>(webhook?.ordering ?? 'none');
+  const [maxConcurrency, setMaxConcurrency] = useState(webhook?.max_concurrency?.toString() ?? '');
   const { busy, error, run } = useAction();
   const id = webhook?.webhook_id ?? 'new';
 
@@ -429,6 +449,7 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
     event.preventDefault();
     return run(async () => {
       const limit = numberOrNull(rateLimit);
+      const ceiling = numberOrNull(maxConcurrency);
       if (webhook) {
         const changes: Record<string, string | number | null> = {};
         if (eventType !== webhook.event_type) changes.event_type = eventType;
@@ -437,6 +458,7 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
         if (limit !== webhook.rate_limit_per_second) changes.rate_limit_per_second = limit;
         if (signature !== webhook.signature) changes.signature = signature;
         if (ordering !== webhook.ordering) changes.ordering = ordering;
+        if (ceiling !== webhook.max_concurrency) changes.max_concurrency = ceiling;
         if (Object.keys(changes).length === 0) return onDone();
         await call('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, { body: changes });
         onDone(`Saved the ${eventTypeName(eventType)} webhook.`);
@@ -491,6 +513,20 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
           onInput={(e) => setRateLimit(e.currentTarget.value)}
         />
         <p class="hint">Never more than this many requests reach you in any one second; deliveries over it wait their turn (not a failure).</p>
+        <label for={`conc-${id}`}>Concurrent requests at most, per worker (empty: as many as the endpoint takes)</label>
+        <input
+          id={`conc-${id}`}
+          type="number"
+          min="1"
+          max="1000"
+          step="1"
+          inputMode="numeric"
+          value={maxConcurrency}
+          onInput={(e) => setMaxConcurrency(e.currentTarget.value)}
+        />
+        <p class="hint">
+          Below this, Hookline finds your endpoint's pace by itself: it halves on 429, 503 and timeouts, and a Retry-After pauses every worker.
+        </p>
         <label for={`order-${id}`}>Order</label>
         <select id={`order-${id}`} value={ordering} onChange={(e) => setOrdering(e.currentTarget.value as Webhook['ordering'])}>
           <option value="none">As fast as your endpoint takes them (concurrent)</option>
