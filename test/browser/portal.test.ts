@@ -354,6 +354,20 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       `${w.webhooks.machineCreated}.1`,
     ]);
 
+    // A payload filter: a bad one is refused with the API's words, a dry run explains, and a saved one shows on the card.
+    await machineCreated.getByRole('button', { name: 'Edit' }).click();
+    const filterField = form.getByLabel('Payload filter (JSON; empty: every event of the type)');
+    await filterField.fill('{"path": "status", "eq": "x"}');
+    await form.getByRole('button', { name: 'Try on a sample event' }).click();
+    await form.getByText(/filter\.path: must start with data/).waitFor();
+    await filterField.fill('{"path": "data.status", "eq": "unavailable"}');
+    await form.getByRole('button', { name: 'Try on a sample event' }).click();
+    await form.getByText('✗ Does not match: this event would not be sent.').waitFor();
+    await form.getByText('(found "available")').waitFor();
+    await form.getByRole('button', { name: 'Save' }).click();
+    await machineCreated.getByText('{"path":"data.status","eq":"unavailable"}').waitFor();
+    expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.filter).toEqual({ path: 'data.status', eq: 'unavailable' });
+
     // Cleared again: empty means unlimited.
     await machineCreated.getByRole('button', { name: 'Edit' }).click();
     await form.getByLabel('Rate limit: requests per second at most (empty: unlimited)').fill('');

@@ -35,6 +35,8 @@ export interface Webhook {
   ordering: 'fifo' | 'none';
   /** Requests in flight at most, per worker; null: the worker's send slots. */
   max_concurrency: number | null;
+  /** The payload filter (README "Payload filters"); null: every event of the type. */
+  filter: Record<string, unknown> | null;
   created_at: string;
   updated_at: string;
 }
@@ -118,4 +120,13 @@ export interface PublicKey {
   created_at: string;
   /** When a replaced key stops signing; null for the current key. */
   expires_at: string | null;
+}
+
+/** One node of a filter dry run (POST …/filter-test). */
+export interface FilterExplanation {
+  matched: boolean;
+  test: string;
+  found_kind?: 'value' | 'missing' | 'object' | 'list';
+  found?: string | number | boolean | null;
+  parts?: FilterExplanation[];
 }

@@ -5,7 +5,7 @@ import { CIRCUIT_LABELS, DISABLED_SHORT, DISABLED_TEXT, eventTypeName, formatMs,
 import { useAction, useEvery, useResource } from '../hooks';
 import { href } from '../router';
 import { can } from '../session';
-import { EVENT_TYPES, type EventType, type PublicKey, type Session, type Webhook, type WebhookStats } from '../types';
+import { EVENT_TYPES, type EventType, type FilterExplanation, type PublicKey, type Session, type Webhook, type WebhookStats } from '../types';
 
 /** How often the health figures refresh while the page is open. */
 const STATS_REFRESH_MS = 30_000;
@@ -88,6 +88,42 @@ type Mode = 'view' | 'edit' | 'delete' | 'rotate' | 'rotate-key';
 function numberOrNull(text: string): number | null {
   const trimmed = text.trim();
   return trimmed === '' ? null : Number(trimmed);
+}
+
+/** A filter field's value: null when empty; a clear error when it is not JSON (the API checks the rest). */
+function filterOrNull(text: string): unknown {
+  if (text.trim() === '') return null;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new Error('The payload filter is not valid JSON.');
+  }
+}
+
+/** What a filter dry run answered, node by node. */
+function FilterVerdict({ matched, explanation }: { matched: boolean; explanation: FilterExplanation | null }) {
+  const lines: { depth: number; node: FilterExplanation }[] = [];
+  const walk = (node: FilterExplanation, depth: number) => {
+    lines.push({ depth, node });
+    for (const part of node.parts ?? []) walk(part, depth + 1);
+  };
+  if (explanation) walk(explanation, 0);
+  return (
+    <div role="status">
+      <p>
+        <strong>{matched ? '✓ Matches: this event would be sent.' : '✗ Does not match: this event would not be sent.'}</strong>
+      </p>
+      <ul class="filter-result">
+        {lines.map(({ depth, node }, i) => (
+          <li key={i} class={`depth-${Math.min(depth, 5)}`}>
+            {node.matched ? '✓' : '✗'} <code>{node.test}</code>
+            {node.found_kind === 'value' && ` (found ${JSON.stringify(node.found)})`}
+            {node.found_kind !== undefined && node.found_kind !== 'value' && ` (found ${node.found_kind === 'missing' ? 'nothing' : `a ${node.found_kind}`})`}
+          </li>
+        ))}
+      </ul>
+    </div>
+  );
 }
 
 /** The webhook's flow-control settings in words. */
@@ -195,6 +231,14 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
           <dt>Delivery controls</dt>
           <dd>{controlsText(webhook)}</dd>
         </div>
+        {webhook.filter !== null && (
+          <div>
+            <dt>Filter</dt>
+            <dd>
+              <code class="wrap">{JSON.stringify(webhook.filter)}</code>
+            </dd>
+          </div>
+        )}
         {webhook.signature === 'ed25519' && <SigningKeys webhook={webhook} />}
         {!webhook.enabled && (
           <div>
@@ -442,6 +486,8 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
   const [signature, setSignature] = useState<Webhook['signature']>(webhook?.signature ?? 'hmac');
   const [ordering, setOrdering] = useState<Webhook['ordering']>(webhook?.ordering ?? 'none');
   const [maxConcurrency, setMaxConcurrency] = useState(webhook?.max_concurrency?.toString() ?? '');
+  const [filterText, setFilterText] = useState(webhook?.filter ? JSON.stringify(webhook.filter, null, 2) : '');
+  const [tried, setTried] = useState<{ matched: boolean; explanation: FilterExplanation | null }>();
   const { busy, error, run } = useAction();
   const id = webhook?.webhook_id ?? 'new';
 
@@ -450,8 +496,9 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
     return run(async () => {
       const limit = numberOrNull(rateLimit);
       const ceiling = numberOrNull(maxConcurrency);
+      const filter = filterOrNull(filterText);
       if (webhook) {
-        const changes: Record<string, string | number | null> = {};
+        const changes: Record<string, unknown> = {};
         if (eventType !== webhook.event_type) changes.event_type = eventType;
         if (url !== webhook.callback_url) changes.callback_url = url;
         if (secret !== '') changes.secret = secret;
@@ -459,6 +506,7 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
         if (signature !== webhook.signature) changes.signature = signature;
         if (ordering !== webhook.ordering) changes.ordering = ordering;
         if (ceiling !== webhook.max_concurrency) changes.max_concurrency = ceiling;
+        if (JSON.stringify(filter) !== JSON.stringify(webhook.filter)) changes.filter = filter;
         if (Object.keys(changes).length === 0) return onDone();
         await call('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, { body: changes });
         onDone(`Saved the ${eventTypeName(eventType)} webhook.`);
@@ -473,6 +521,19 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
       }
     });
   };
+
+  const tryFilter = () =>
+    run(async () => {
+      if (!webhook) return;
+      const answer = await call<{ matched: boolean; explanation: FilterExplanation | null }>(
+        'POST',
+        `/vendors/v1/webhooks/${seg(webhook.webhook_id)}/filter-test`,
+        {
+          body: { filter: filterOrNull(filterText) },
+        },
+      );
+      setTried(answer);
+    });
 
   return (
     <form class="form" onSubmit={(e) => void submit(e)} aria-label={webhook ? 'Edit webhook' : 'Add a webhook'}>
@@ -533,6 +594,20 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
           <option value="fifo">One at a time, in the order the events happened (FIFO)</option>
         </select>
         <p class="hint">FIFO: a delivery that keeps failing holds the ones behind it until it succeeds or is dead-lettered.</p>
+        <label for={`filter-${id}`}>Payload filter (JSON; empty: every event of the type)</label>
+        <textarea id={`filter-${id}`} spellcheck={false} value={filterText} onInput={(e) => setFilterText(e.currentTarget.value)} />
+        <p class="hint">
+          For example {'{"path": "data.status", "eq": "unavailable"}'}; eq, ne, in, gt, gte, lt, lte, exists, and, or, not. Events it does not match are not
+          sent.
+        </p>
+        {webhook && (
+          <div class="actions">
+            <button type="button" class="small" disabled={busy} onClick={() => void tryFilter()}>
+              Try on a sample event
+            </button>
+          </div>
+        )}
+        {tried && <FilterVerdict matched={tried.matched} explanation={tried.explanation} />}
         <label for={`sig-${id}`}>Signature</label>
         <select id={`sig-${id}`} value={signature} onChange={(e) => setSignature(e.currentTarget.value as Webhook['signature'])}>
           <option value="hmac">HMAC with the secret (v1)</option>
