@@ -36,6 +36,7 @@ import { RedisEndpointMemory } from './store/endpoints.js';
 import { RedisFifoLines } from './store/fifo-lines.js';
 import { RedisEndpointFlow } from './store/endpoint-flow.js';
 import { redisKeys } from './store/keys.js';
+import { RedisRecentEvents } from './store/recent-events.js';
 import { RedisMachineStore } from './store/machines.js';
 import { OperatorViews } from './store/operator-views.js';
 import { RedisEventBudget, RedisRequestCounter } from './store/rate-limiter.js';
@@ -115,6 +116,7 @@ function composeStores(settings: StoreSettings) {
   );
   const testEvents = new TestEventSender({ queues, nowMs });
   const portalSessions = new RedisPortalSessions(redis, keys, nowMs);
+  const recentEvents = new RedisRecentEvents(redis, keys);
   const ingestor = new Ingestor({
     redis,
     keys,
@@ -125,6 +127,7 @@ function composeStores(settings: StoreSettings) {
     deliveries: queues,
     // A changed filter applies within the time a webhook change takes to reach workers.
     filters: new IngestFilters(webhooks, WEBHOOK_CACHE_TTL_MS, nowMs),
+    recentEvents,
     nowMs,
     ...(settings.dedupeWindowMs === undefined ? {} : { dedupeTtlMs: settings.dedupeWindowMs }),
     ...(settings.observability ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) } : {}),
@@ -187,6 +190,7 @@ function composeStores(settings: StoreSettings) {
         operator: { views: operatorViews, replayer },
         portal: { sessions: portalSessions, publicUrl },
         stats: { stats: endpointStats, circuits, lines: fifoLines, flow: endpointFlow },
+        recentEvents,
       };
     },
   };

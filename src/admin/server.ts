@@ -28,7 +28,7 @@ import { machineRoutes } from './routes/machines.js';
 import { operatorRoutes, type OperatorRouteDeps } from './routes/operator.js';
 import { statsRoutes, type StatsRouteDeps } from './routes/stats.js';
 import { taskRoutes, type TaskReader } from './routes/tasks.js';
-import { filterTestRoutes } from './routes/filter-test.js';
+import { filterTestRoutes, type FilterTestRouteDeps } from './routes/filter-test.js';
 import { signingKeyRoutes } from './routes/signing-keys.js';
 import { webhookRoutes } from './routes/webhooks.js';
 
@@ -51,6 +51,8 @@ export interface AdminDeps {
   portal: Omit<PortalRouteDeps, 'authorize' | 'logger' | 'nowMs'>;
   /** Per-webhook delivery stats and the circuits they show. */
   stats: Omit<StatsRouteDeps, 'authorize' | 'webhooks' | 'nowMs'>;
+  /** The last events of webhooks with a filter (the filter dry run's `recent`). */
+  recentEvents: FilterTestRouteDeps['recentEvents'];
   /** Per-key request limit (429 with Retry-After past it); event ingest is exempt. */
   rateLimit?: RateLimit;
   /** Event ingest's own limit, in events per second per key (429 with Retry-After past it). */
@@ -191,7 +193,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit, deps.portal.sessions);
   await app.register(healthRoutes({ isReady: deps.isReady }));
   await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, allowPrivateTargets: deps.allowPrivateTargets, nowMs: deps.nowMs ?? Date.now }));
-  await app.register(filterTestRoutes({ authorize, webhooks: deps.webhooks }));
+  await app.register(filterTestRoutes({ authorize, webhooks: deps.webhooks, recentEvents: deps.recentEvents }));
   await app.register(signingKeyRoutes({ authorize, webhooks: deps.webhooks, nowMs: deps.nowMs ?? Date.now }));
   await app.register(eventRoutes({ authorize, ingestor: deps.ingestor, ...(deps.ingestRateLimit ? { ingestRateLimit: deps.ingestRateLimit } : {}) }));
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));

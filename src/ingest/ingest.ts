@@ -71,6 +71,8 @@ export interface IngestorDeps {
   deliveries: DeliveryEnqueuer;
   /** The webhooks' payload filters; absent: every matched event is delivered. */
   filters?: Pick<IngestFilters, 'checksOf'>;
+  /** Keeps the last events of webhooks with a filter, for the filter dry run. */
+  recentEvents?: { remember(entries: ReadonlyMap<string, string>): Promise<void> };
   /** Clock, Unix ms; default Date.now. */
   nowMs?: () => number;
   /** Default DEDUPE_TTL_MS_DEFAULT (48 h). */
@@ -164,18 +166,27 @@ export class Ingestor {
       // attempt sends the same bytes.
       const deliveriesOf = new Map<number, number>();
       const requests: DeliveryRequest[] = [];
+      // Of each webhook with a filter, the batch's last event, kept for the filter dry run.
+      const recent = new Map<string, string>();
       webhookEvents.forEach(({ index, event }, i) => {
         const subscription = subscriptions[i];
         if (subscription === undefined) return;
         const check = checks[checked++];
-        if (check !== undefined && !check(envelopeOf({ ...event, data: event.sentData }))) {
-          filtered += 1;
-          return;
+        if (check !== undefined) {
+          const envelope = envelopeOf({ ...event, data: event.sentData });
+          recent.set(subscription.webhookId, JSON.stringify(envelope));
+          if (!check(envelope)) {
+            filtered += 1;
+            return;
+          }
         }
         requests.push(deliveryRequest(event, subscription, acceptedAtMs));
         deliveriesOf.set(index, (deliveriesOf.get(index) ?? 0) + 1);
       });
-      if (requests.length > 0) await this.deps.deliveries.enqueue(requests);
+      await Promise.all([
+        requests.length > 0 ? this.deps.deliveries.enqueue(requests) : undefined,
+        recent.size > 0 ? this.deps.recentEvents?.remember(recent) : undefined,
+      ]);
 
       // 7. Only now remember the ids: everything above is durable, so a re-send may be skipped.
       await this.markSeen(fresh.map(({ event }) => event.event_id));

@@ -58,6 +58,8 @@ export function redisKeys(prefix: string) {
       circuit: (webhookId: string) => `${tag(`wh:${webhookId}`)}:circuit`,
       /** hash with an expiry: the send window of a rate-limited webhook (sends per 50 ms slot, defer; µs; see domain/rate-limit.ts) */
       sendRate: (webhookId: string) => `${tag(`wh:${webhookId}`)}:send-rate`,
+      /** list with an expiry: the bodies of the last events ingest matched to a webhook with a payload filter, newest first (filter-test) */
+      recentEvents: (webhookId: string) => `${tag(`wh:${webhookId}`)}:recent-events`,
     },
     /**
      * FIFO webhooks' lines (see store/fifo-lines.ts), under the hash tag of the webhook's queue

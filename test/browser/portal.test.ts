@@ -367,6 +367,12 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     await form.getByRole('button', { name: 'Save' }).click();
     await machineCreated.getByText('{"path":"data.status","eq":"unavailable"}').waitFor();
     expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.filter).toEqual({ path: 'data.status', eq: 'unavailable' });
+    // With a filter, the newest events are kept for the dry run: one ingested now is tried and explained.
+    await w.ingest('EVENT_TYPE_MACHINE_CREATED', 1);
+    await machineCreated.getByRole('button', { name: 'Edit' }).click();
+    await form.getByRole('button', { name: 'Try on the newest event' }).click();
+    await form.getByText('✗ Does not match: this event would not be sent.').waitFor();
+    await form.getByRole('button', { name: 'Cancel' }).click();
 
     // Cleared again: empty means unlimited.
     await machineCreated.getByRole('button', { name: 'Edit' }).click();

@@ -126,6 +126,11 @@ describe('payload filters in the API: stored with the webhook, validated, and tr
     expect(await bad({ event: [1] })).toMatchObject({ error: expect.stringContaining('event must be an object with data') as string });
     expect(await bad({ filter: { path: 'data.a' } })).toMatchObject({ error: expect.stringContaining('filter: needs exactly one comparison') as string });
     expect(await bad({ sample: true })).toMatchObject({ error: 'Invalid request body: unknown field "sample"' });
+    expect(await bad({ recent: false })).toMatchObject({ error: 'Invalid request body: recent must be true' });
+    // Recent events are kept for webhooks with a filter only; this one has none, and nothing was ingested.
+    expect(await bad({ recent: true })).toMatchObject({
+      error: 'No recent event for this webhook: they are kept, for a day, only for webhooks that have a filter',
+    });
     const other = await t.keyFor(['vendor'], 'another-vendor');
     expect((await call('POST', url, {}, { 'x-api-key': other })).statusCode).toBe(404);
     expect((await call('POST', url, {}, {})).statusCode).toBe(401);
@@ -185,6 +190,19 @@ describe('payload filters at ingest (real Redis, real worker and receiver)', () 
     // Nothing failed and nothing waits: filtered events never became deliveries.
     const deliveries = await t.deliveryLog.recent(id, 100);
     expect(deliveries.map((d) => d.status)).toEqual(['delivered', 'delivered']);
+
+    // The dry run on the newest event ingest matched to the webhook: the batch's last, which the filter held back.
+    const tryRecent = (body: object) =>
+      t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/filter-test`, headers: { 'x-api-key': key }, payload: body });
+    const recent = await tryRecent({ recent: true });
+    expect(recent.statusCode).toBe(200);
+    expect(recent.json()).toMatchObject({
+      source: 'recent',
+      matched: false,
+      event: { event_id: events[4]!.event_id, data: { metadata: { machine_id: 'm-no-gpu' } } },
+      explanation: { parts: [{ matched: true }, { matched: false, test: 'data.gpu.model in ["A100","H100"]', found_kind: 'missing' }] },
+    });
+    expect((await tryRecent({ recent: true, event: { data: {} } })).json()).toMatchObject({ error: 'Invalid request body: give event or recent, not both' });
 
     // A changed filter applies within the webhook cache's 2 s; null delivers everything again.
     await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { filter: null } });

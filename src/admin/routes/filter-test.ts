@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { eventCatalogue } from '../../domain/event-catalogue.js';
 import { explainFilter, type FilterExplanation } from '../../domain/filter.js';
 import { filterViewSchema, nullableFilterSchema } from '../../domain/webhook.js';
+import type { RedisRecentEvents } from '../../store/recent-events.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError, checkedUuid } from '../errors.js';
@@ -20,6 +21,12 @@ const bodySchema = z.strictObject(
       .refine((event) => 'data' in event, EVENT_PROBLEM)
       .optional()
       .describe('The body to test, as a webhook receives it. Absent: the catalogue’s sample of the webhook’s event type.'),
+    recent: z
+      .literal(true, { error: 'recent must be true' })
+      .optional()
+      .describe(
+        'true: test the newest event ingest matched to this webhook lately (kept, whether it passed or not, for webhooks with a filter: the last 5, for a day).',
+      ),
   },
   { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
 );
@@ -57,6 +64,7 @@ function view(explanation: FilterExplanation): ExplanationView {
 export interface FilterTestRouteDeps {
   authorize: Authorizer;
   webhooks: WebhookRegistry;
+  recentEvents: Pick<RedisRecentEvents, 'latest'>;
 }
 
 /**
@@ -75,8 +83,8 @@ export function filterTestRoutes(deps: FilterTestRouteDeps): FastifyPluginAsyncZ
           tags: ['webhooks'],
           summary: 'Try a payload filter on an event',
           description:
-            'Evaluates the webhook’s filter, or the one in the body, against the event in the body or the catalogue’s sample of the ' +
-            'webhook’s event type, and answers whether it matched and why, node by node with the value each path led to. ' +
+            'Evaluates the webhook’s filter, or the one in the body, against the event in the body, the newest event ingest matched ' +
+            'to the webhook (recent: true), or the catalogue’s sample of the webhook’s event type, and answers whether it matched and why, node by node with the value each path led to. ' +
             'A dry run: nothing is stored or sent.',
           params: idParams,
           querystring: noQueryParameters,
@@ -86,7 +94,7 @@ export function filterTestRoutes(deps: FilterTestRouteDeps): FastifyPluginAsyncZ
               webhook_id: z.string(),
               matched: z.boolean().describe('Whether the event would be delivered.'),
               filter: filterViewSchema.nullable().describe('The filter evaluated; null: none (every event matches).'),
-              source: z.enum(['request', 'sample']).describe('Where the event came from.'),
+              source: z.enum(['request', 'recent', 'sample']).describe('Where the event came from: the body, the recent events, or the catalogue.'),
               event: z.record(z.string(), z.unknown()).describe('The event evaluated.'),
               explanation: explanationSchema.nullable().describe('Why, node by node; null without a filter.'),
             }),
@@ -99,14 +107,24 @@ export function filterTestRoutes(deps: FilterTestRouteDeps): FastifyPluginAsyncZ
         const webhook = await deps.webhooks.get(vendorOf(request), webhookId);
         if (!webhook) throw new ApiError('webhook_not_found');
         const filter = request.body.filter === undefined ? (webhook.filter ?? null) : request.body.filter;
-        const given = request.body.event;
-        const event = given ?? samples.get(webhook.eventType)!;
+        const { event: given, recent } = request.body;
+        if (given !== undefined && recent === true) throw new ApiError('invalid_request', 'Invalid request body: give event or recent, not both');
+        let source: 'request' | 'recent' | 'sample' = given === undefined ? 'sample' : 'request';
+        let event = given ?? samples.get(webhook.eventType)!;
+        if (recent === true) {
+          const body = await deps.recentEvents.latest(webhookId);
+          if (body === undefined) {
+            throw new ApiError('invalid_request', 'No recent event for this webhook: they are kept, for a day, only for webhooks that have a filter');
+          }
+          source = 'recent';
+          event = JSON.parse(body) as Record<string, unknown>;
+        }
         const explanation = filter === null ? null : view(explainFilter(filter, event));
         return {
           webhook_id: webhookId,
           matched: explanation?.matched ?? true,
           filter,
-          source: given === undefined ? ('sample' as const) : ('request' as const),
+          source,
           event,
           explanation,
         };

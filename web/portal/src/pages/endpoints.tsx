@@ -522,14 +522,14 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
     });
   };
 
-  const tryFilter = () =>
+  const tryFilter = (recent: boolean) =>
     run(async () => {
       if (!webhook) return;
       const answer = await call<{ matched: boolean; explanation: FilterExplanation | null }>(
         'POST',
         `/vendors/v1/webhooks/${seg(webhook.webhook_id)}/filter-test`,
         {
-          body: { filter: filterOrNull(filterText) },
+          body: { filter: filterOrNull(filterText), ...(recent ? { recent: true } : {}) },
         },
       );
       setTried(answer);
@@ -602,9 +602,14 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
         </p>
         {webhook && (
           <div class="actions">
-            <button type="button" class="small" disabled={busy} onClick={() => void tryFilter()}>
+            <button type="button" class="small" disabled={busy} onClick={() => void tryFilter(false)}>
               Try on a sample event
             </button>
+            {webhook.filter !== null && (
+              <button type="button" class="small" disabled={busy} onClick={() => void tryFilter(true)}>
+                Try on the newest event
+              </button>
+            )}
           </div>
         )}
         {tried && <FilterVerdict matched={tried.matched} explanation={tried.explanation} />}
