@@ -2,7 +2,7 @@ import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 
 /** How many recent events are kept per webhook, and for how long. */
-export const RECENT_EVENTS_MAX = 5;
+const RECENT_EVENTS_MAX = 5;
 const RECENT_EVENTS_TTL_MS = 24 * 3_600_000;
 
 /**
