@@ -302,6 +302,7 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
     await tab(page, 'Event catalogue').click();
     await page.getByRole('heading', { name: 'Verify a signature' }).waitFor();
+    await page.getByRole('heading', { name: 'Payload filters' }).waitFor();
     expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
     await tab(page, 'Notices').click();
     await page.getByRole('heading', { name: 'Notices', exact: true }).waitFor();

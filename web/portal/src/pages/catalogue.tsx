@@ -24,6 +24,9 @@ export function CataloguePage() {
         <a href="#/catalogue" onClick={jump('verify')}>
           Verify a signature
         </a>
+        <a href="#/catalogue" onClick={jump('filters')}>
+          Payload filters
+        </a>
       </nav>
       <h2 id="types">Event types</h2>
       <ErrorText error={catalogue.error} />
@@ -67,6 +70,11 @@ export function CataloguePage() {
           <code>x-webhook-signature</code> (the platform’s older scheme): <code>sha256=</code> and the hex HMAC-SHA256 of the body keyed by the whole secret as
           text.
         </li>
+        <li>
+          With the Ed25519 signature on (Edit → Signature), <code>webhook-signature</code> also holds <code>v1a,</code> and the base64 Ed25519 signature of the
+          same content. Verify it with the webhook’s public key (<code>whpk_…</code>, shown on its card; or the key set at <code>/.well-known/jwks.json</code>,
+          the keys whose <code>kid</code> starts with your webhook’s id): no secret needed. A webhook without a secret sends <code>v1a</code> alone.
+        </li>
       </ul>
       {SNIPPETS.map((snippet, i) => (
         <details key={snippet.title} class="snippet-box" open={i === 0}>
@@ -75,9 +83,36 @@ export function CataloguePage() {
           <pre class="code">{snippet.code}</pre>
         </details>
       ))}
+      <h2 id="filters">Payload filters</h2>
+      <p>
+        A webhook may carry a filter (Edit → Payload filter): only the events it matches are sent; the others are not failures and are not retried. A filter is
+        JSON over the body above: one comparison, or <code>and</code>, <code>or</code>, <code>not</code> of them.
+      </p>
+      <pre class="code">{json(SAMPLE_FILTER)}</pre>
+      <ul>
+        <li>
+          Comparisons: <code>eq</code>, <code>ne</code> (strict: <code>3</code> is not <code>"3"</code>), <code>in</code> (a list of values), <code>gt</code>,{' '}
+          <code>gte</code>, <code>lt</code>, <code>lte</code> (numbers only), <code>exists</code> (<code>true</code> or <code>false</code>).
+        </li>
+        <li>
+          Paths: <code>event_type</code>, <code>event_id</code>, <code>timestamp</code>, <code>version</code>, or <code>data</code> and keys below it, joined by
+          dots; a number steps into a list (<code>data.gpus.0.model</code>).
+        </li>
+        <li>
+          At most 6 levels, 50 comparisons and 4 KiB. “Try on a sample event” and “Try on the newest event” in the editor show why an event matches or not.
+        </li>
+      </ul>
     </section>
   );
 }
+
+/** A filter as the catalogue shows it: unavailable machines with a large GPU. */
+const SAMPLE_FILTER = {
+  and: [
+    { path: 'data.status', eq: 'unavailable' },
+    { path: 'data.gpu.model', in: ['A100', 'H100'] },
+  ],
+};
 
 /** In-page jumps without changing the fragment, which holds the route. */
 const jump = (id: string) => (event: Event) => {
