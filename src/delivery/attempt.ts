@@ -172,9 +172,9 @@ export interface AdmitOptions {
   deferJitterMs: number;
   /**
    * How long a delivery may wait in the process for room at its endpoint's concurrency limit (a
-   * batch: as long as it waits on a suspect endpoint, so the endpoint's backlog does not hold the
-   * batch and the healthy deliveries of the batches behind it; a single job as long, rather than
-   * going back to the queue at once to find the endpoint full again).
+   * batch: not at all, since every batch a full endpoint holds holds the healthy deliveries of the
+   * batches behind it, and the deferral's wakeup brings the delivery back as soon as there is room;
+   * a single job 250 ms, rather than going back to the queue at once to find the endpoint full again).
    */
   roomWaitMs: number;
   onWaiting?: (waiting: boolean) => void;
