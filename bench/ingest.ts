@@ -42,16 +42,13 @@ export async function ingestThroughput(setup: DeliveryBenchSetup, events: number
         run.secrets,
       );
       await run.forget();
-      const post = async ({ body, count }: { body: string; count: number }) => {
-        await engine.post(body, count);
-      };
-      await runParallel(batchBodies(eventsFor(factory, 2 * BATCH_SIZE, setup.vendors), BATCH_SIZE), setup.posters, post);
-      const bodies = batchBodies(eventsFor(factory, events, setup.vendors, 2 * BATCH_SIZE), BATCH_SIZE);
-      const cpu = await cpuMeter(setup.infoRedis);
-      const startMs = wallMs();
-      await runParallel(bodies, setup.posters, post);
-      const perSecond = events / ((wallMs() - startMs) / 1000);
-      return { perSecond, ...(await cpu.stop()) };
+      return await postMeasured(
+        engine,
+        setup,
+        batchBodies(eventsFor(factory, 2 * BATCH_SIZE, setup.vendors), BATCH_SIZE),
+        batchBodies(eventsFor(factory, events, setup.vendors, 2 * BATCH_SIZE), BATCH_SIZE),
+        events,
+      );
     } finally {
       await engine.close();
     }
@@ -163,17 +160,14 @@ export async function ingestFilterCost(setup: DeliveryBenchSetup, events: number
         });
         if (!created.ok) throw new Error(`webhook ${i} already exists`);
       }
-      const post = async ({ body, count }: { body: string; count: number }) => {
-        await engine.post(body, count);
-      };
       // Warm-up: every webhook's filter read and compiled once, as in a running API.
-      await runParallel(batchBodies(eventsFor(factory, webhooks, webhooks), BATCH_SIZE), setup.posters, post);
-      const bodies = batchBodies(eventsFor(factory, events, webhooks, webhooks), BATCH_SIZE);
-      const cpu = await cpuMeter(setup.infoRedis);
-      const startMs = wallMs();
-      await runParallel(bodies, setup.posters, post);
-      const perSecond = events / ((wallMs() - startMs) / 1000);
-      return { perSecond, ...(await cpu.stop()) };
+      return await postMeasured(
+        engine,
+        setup,
+        batchBodies(eventsFor(factory, webhooks, webhooks), BATCH_SIZE),
+        batchBodies(eventsFor(factory, events, webhooks, webhooks), BATCH_SIZE),
+        events,
+      );
     } finally {
       await engine.close();
     }
@@ -188,4 +182,23 @@ export async function ingestFilterCost(setup: DeliveryBenchSetup, events: number
     plainProcessCpuUsPerEvent: plain.processUs / events,
     filteredProcessCpuUsPerEvent: filtered.processUs / events,
   };
+}
+
+/** Posts the warm-up bodies, then the measured ones: events accepted per second and the CPU they took. */
+async function postMeasured(
+  engine: BenchEngine,
+  setup: DeliveryBenchSetup,
+  warmUp: { body: string; count: number }[],
+  measured: { body: string; count: number }[],
+  events: number,
+): Promise<{ perSecond: number; processUs: number; redisUs: number }> {
+  const post = async ({ body, count }: { body: string; count: number }) => {
+    await engine.post(body, count);
+  };
+  await runParallel(warmUp, setup.posters, post);
+  const cpu = await cpuMeter(setup.infoRedis);
+  const startMs = wallMs();
+  await runParallel(measured, setup.posters, post);
+  const perSecond = events / ((wallMs() - startMs) / 1000);
+  return { perSecond, ...(await cpu.stop()) };
 }

@@ -42,7 +42,7 @@ export function keyNumber(kid: string): number {
 }
 
 /** The keys that sign at `nowMs`: the current one first, then a previous one in its overlap. */
-export function signingKeysAt(keys: readonly SigningKey[], nowMs: number): SigningKey[] {
+export function signingKeysAt<K extends Pick<SigningKey, 'untilMs'>>(keys: readonly K[], nowMs: number): K[] {
   return keys.filter((key) => key.untilMs === undefined || key.untilMs > nowMs);
 }
 

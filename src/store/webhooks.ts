@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
-import { keyNumber, newSigningKey, SIGNATURE_SCHEMES, type SignatureScheme, type SigningKey } from '../domain/signing-keys.js';
+import { keyNumber, newSigningKey, SIGNATURE_SCHEMES, signingKeysAt, type SignatureScheme, type SigningKey } from '../domain/signing-keys.js';
 import type { FilterNode } from '../domain/filter.js';
 import { DISABLED_REASONS, type DisabledReason, type Webhook, type WebhookOrdering } from '../domain/webhook.js';
 import type { RedisKeys } from './keys.js';
@@ -256,9 +256,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       for (let i = 1; i < flat.length; i += 2) {
         const record = recordSchema.parse(JSON.parse(flat[i]!));
         if (record.signature !== 'ed25519') continue;
-        for (const { privateSealed: _sealed, ...key } of record.signingKeys ?? []) {
-          if (key.untilMs === undefined || key.untilMs > nowMs) found.push({ ...key, webhookId: record.id });
-        }
+        for (const { privateSealed: _sealed, ...key } of signingKeysAt(record.signingKeys ?? [], nowMs)) found.push({ ...key, webhookId: record.id });
       }
       cursor = next;
     } while (cursor !== '0');

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { jwkOf } from '../../domain/signing-keys.js';
+import { webhookSigningKeys } from '../../domain/webhook.js';
 import type { PublicSigningKey, WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError, checkedUuid, isoOrNull } from '../errors.js';
@@ -84,7 +85,7 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
         const webhook = await deps.webhooks.get(vendorOf(request), webhookId);
         if (!webhook) throw new ApiError('webhook_not_found');
         const nowMs = deps.nowMs();
-        const keys = webhook.signature === 'ed25519' ? webhook.signingKeys.filter((key) => key.untilMs === undefined || key.untilMs > nowMs) : [];
+        const keys = webhookSigningKeys(webhook, nowMs);
         return { webhook_id: webhookId, signature: webhook.signature, keys: keys.map(publicKeyOf) };
       },
     );

@@ -84,6 +84,26 @@ export function EndpointsPage({ session }: { session: Session }) {
 
 type Mode = 'view' | 'edit' | 'delete' | 'rotate' | 'rotate-key';
 
+/** A labelled whole-number input from 1 to `max`, with its hint; empty means the setting is off. */
+function WholeNumberField(props: { id: string; label: string; max: number; value: string; onInput: (value: string) => void; hint: string }) {
+  return (
+    <>
+      <label for={props.id}>{props.label}</label>
+      <input
+        id={props.id}
+        type="number"
+        min="1"
+        max={String(props.max)}
+        step="1"
+        inputMode="numeric"
+        value={props.value}
+        onInput={(e) => props.onInput(e.currentTarget.value)}
+      />
+      <p class="hint">{props.hint}</p>
+    </>
+  );
+}
+
 /** A number field's value: null when empty (the API then removes the setting); the API checks the range. */
 function numberOrNull(text: string): number | null {
   const trimmed = text.trim();
@@ -562,32 +582,22 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
       <p class="hint">A whsec_ secret (base64 after the prefix) works with Standard Webhooks libraries; Rotate secret generates one.</p>
       <fieldset>
         <legend>Delivery controls</legend>
-        <label for={`rate-${id}`}>Rate limit: requests per second at most (empty: unlimited)</label>
-        <input
+        <WholeNumberField
           id={`rate-${id}`}
-          type="number"
-          min="1"
-          max="10000"
-          step="1"
-          inputMode="numeric"
+          label="Rate limit: requests per second at most (empty: unlimited)"
+          max={10_000}
           value={rateLimit}
-          onInput={(e) => setRateLimit(e.currentTarget.value)}
+          onInput={setRateLimit}
+          hint="Never more than this many requests reach you in any one second; deliveries over it wait their turn (not a failure)."
         />
-        <p class="hint">Never more than this many requests reach you in any one second; deliveries over it wait their turn (not a failure).</p>
-        <label for={`conc-${id}`}>Concurrent requests at most, per worker (empty: as many as the endpoint takes)</label>
-        <input
+        <WholeNumberField
           id={`conc-${id}`}
-          type="number"
-          min="1"
-          max="1000"
-          step="1"
-          inputMode="numeric"
+          label="Concurrent requests at most, per worker (empty: as many as the endpoint takes)"
+          max={1_000}
           value={maxConcurrency}
-          onInput={(e) => setMaxConcurrency(e.currentTarget.value)}
+          onInput={setMaxConcurrency}
+          hint="Below this, Hookline finds your endpoint's pace by itself: it halves on 429, 503 and timeouts, and a Retry-After pauses every worker."
         />
-        <p class="hint">
-          Below this, Hookline finds your endpoint's pace by itself: it halves on 429, 503 and timeouts, and a Retry-After pauses every worker.
-        </p>
         <label for={`order-${id}`}>Order</label>
         <select id={`order-${id}`} value={ordering} onChange={(e) => setOrdering(e.currentTarget.value as Webhook['ordering'])}>
           <option value="none">As fast as your endpoint takes them (concurrent)</option>
