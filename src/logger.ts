@@ -2,21 +2,68 @@ import { pino, type Logger } from 'pino';
 
 export type { Logger } from 'pino';
 
-/** Paths pino blanks out wherever they appear in a log object: keys, secrets, credentials. */
-const REDACT_PATHS = [
-  'req.headers["x-api-key"]',
-  'req.headers.authorization',
-  'req.headers.cookie',
-  'headers["x-api-key"]',
-  'headers.authorization',
-  'secret',
-  '*.secret',
-  'apiKey',
-  '*.apiKey',
-  'key',
-  'secretKey',
-  '*.secretKey',
-];
+/** Field names blanked out at the top of a log object and one level below it: secrets, keys, credentials. */
+const SECRET_FIELDS = new Set(['secret', 'apiKey', 'secretKey']);
+/** Blanked out at the top only: `key` is also an ordinary word one level down (a filter's key, a header map's). */
+const TOP_SECRET_FIELDS = new Set(['key']);
+/** Header names blanked out in `headers` and `req.headers`. */
+const SECRET_HEADERS = ['x-api-key', 'authorization', 'cookie'];
+const CENSOR = '[redacted]';
+
+/** `headers` with the credential headers blanked out; the same object when it has none. */
+function redactHeaders(headers: unknown): unknown {
+  if (typeof headers !== 'object' || headers === null) return headers;
+  const record = headers as Record<string, unknown>;
+  if (!SECRET_HEADERS.some((name) => record[name] !== undefined)) return headers;
+  const copy = { ...record };
+  for (const name of SECRET_HEADERS) if (copy[name] !== undefined) copy[name] = CENSOR;
+  return copy;
+}
+
+/**
+ * A log object with every secret blanked out: `secret`, `apiKey`, `secretKey` and `key` at the top,
+ * `secret`, `apiKey` and `secretKey` in any object one level down, and the credential headers of
+ * `headers` and `req.headers`. It copies only what it changes, so the common line (ids, outcomes,
+ * durations) costs a scan of its field names; pino's path-based redaction with wildcards cloned and
+ * serialised every field of every line, the largest cost of a delivery attempt's log line.
+ */
+export function redactLogObject(object: Record<string, unknown>): Record<string, unknown> {
+  let out: Record<string, unknown> | undefined;
+  const set = (name: string, value: unknown) => {
+    out ??= { ...object };
+    out[name] = value;
+  };
+  for (const name in object) {
+    const value = object[name];
+    if (value === undefined || value === null) continue;
+    if (SECRET_FIELDS.has(name) || TOP_SECRET_FIELDS.has(name)) {
+      set(name, CENSOR);
+      continue;
+    }
+    if (typeof value !== 'object' || Array.isArray(value) || value instanceof Error) continue;
+    const inner = value as Record<string, unknown>;
+    let innerCopy: Record<string, unknown> | undefined;
+    for (const field of SECRET_FIELDS) {
+      if (inner[field] === undefined) continue;
+      innerCopy ??= { ...inner };
+      innerCopy[field] = CENSOR;
+    }
+    if (name === 'headers') {
+      const headers = redactHeaders(innerCopy ?? inner);
+      if (headers !== inner) set(name, headers);
+      continue;
+    }
+    if (name === 'req' && inner.headers !== undefined) {
+      const headers = redactHeaders(inner.headers);
+      if (headers !== inner.headers) {
+        innerCopy ??= { ...inner };
+        innerCopy.headers = headers;
+      }
+    }
+    if (innerCopy !== undefined) set(name, innerCopy);
+  }
+  return out ?? object;
+}
 
 /** Query parameter names kept in logged URLs: short, plain names (a long one may be a key itself). */
 const LOGGED_QUERY_NAME_RE = /^[A-Za-z0-9_.-]{1,32}$/;
@@ -52,7 +99,7 @@ export interface LoggerOptions {
 
 /** The one pino logger of a process, with Hookline's redaction rules. */
 export function createLogger(options: LoggerOptions): Logger {
-  const base = { level: options.level, redact: { paths: REDACT_PATHS, censor: '[redacted]' } };
+  const base = { level: options.level, formatters: { log: redactLogObject } };
   if (options.destination) return pino(base, options.destination);
   const tty = options.fd === 1 ? process.stdout.isTTY : process.stderr.isTTY;
   if (options.format === 'pretty' || (options.format === 'auto' && tty)) {
