@@ -1,7 +1,7 @@
 import { collectGarbage, percentile, slope, sleep, wallMs } from './measure.js';
 import { pacedPosts, type DeliveryBenchSetup } from './delivery.js';
 import { BenchEngine } from './engine.js';
-import { countKeys, keyBytes, redisMemory, someKey } from './redis-info.js';
+import { countKeys, keyBytes, patternBytes, redisMemory, someKey } from './redis-info.js';
 import { batchBodies, EventFactory, eventsFor, runParallel } from './workload.js';
 
 export interface PendingFootprint {
@@ -13,7 +13,7 @@ export interface PendingFootprint {
   overheadBytesPerDeliveryNoClients: number;
   /** MEMORY USAGE of one queued batch job's hash per delivery in it, minus the payload. */
   jobHashOverheadBytes: number;
-  /** MEMORY USAGE of one event's dedupe mark. */
+  /** MEMORY USAGE of the dedupe marks' keys ÷ the event ids marked (their share of each packed set). */
   dedupeMarkBytes: number;
   /** Growth of the queues' wait lists and BullMQ event streams, per pending delivery. */
   waitListBytesPerDelivery: number;
@@ -67,7 +67,7 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
     const jobKey = await someKey(engine.redis, `{${prefix}:q*}:deliveries:b-*`);
     if (jobKey === undefined) throw new Error('no batch job found in the queues');
     const deliveriesInJob = (JSON.parse((await engine.redis.hget(jobKey, 'data')) ?? '{"deliveries":[]}') as { deliveries: unknown[] }).deliveries.length;
-    const markKey = await someKey(engine.redis, `{${prefix}:event:*}`);
+    const marked = Math.max(setup.vendors, 200) + pending;
     const perDelivery = (used: number) => used / pending - factory.envelopeBytes;
     return {
       pending,
@@ -75,7 +75,7 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
       overheadBytesPerDelivery: perDelivery(after.usedBytes - before.usedBytes),
       overheadBytesPerDeliveryNoClients: perDelivery(after.usedBytes - after.clientsBytes - (before.usedBytes - before.clientsBytes)),
       jobHashOverheadBytes: (await keyBytes(engine.redis, jobKey)) / Math.max(1, deliveriesInJob) - factory.envelopeBytes,
-      dedupeMarkBytes: await keyBytes(engine.redis, markKey),
+      dedupeMarkBytes: (await patternBytes(engine.redis, `{${prefix}:dd*`)).bytes / marked,
       waitListBytesPerDelivery: (waitAfter - waitBefore) / pending,
       eventStreamBytesPerDelivery: (eventsAfter - eventsBefore) / pending,
     };
@@ -203,7 +203,7 @@ export async function soak(
     const first = samples[0]!;
     const last = samples.at(-1)!;
     const perMinute = (pick: (s: SoakSample) => number) => slope(samples.map((s) => ({ x: s.atSeconds / 60, y: pick(s) })));
-    const markKey = await someKey(engine.redis, `{${engine.prefix}:event:*}`);
+    const marked = prefill + perTick * ticks;
     return {
       seconds: last.atSeconds,
       webhooks: options.webhooks,
@@ -233,7 +233,7 @@ export async function soak(
       retainedHeapSlopeBytesPerMinute: perMinute((s) => s.retainedHeapBytes),
       deliveryRecords: await countKeys(engine.redis, `{${engine.prefix}:wh:*}:delivery:*`),
       deliveryRecordsCap: options.webhooks * RECENT_PER_WEBHOOK,
-      dedupeMarkBytes: await keyBytes(engine.redis, markKey),
+      dedupeMarkBytes: (await patternBytes(engine.redis, `{${engine.prefix}:dd*`)).bytes / marked,
       tombstoneBytes: await tombstoneBytes(engine.redis, `{${engine.prefix}:wh:*}:delivery:*`),
     };
   } finally {

@@ -61,3 +61,19 @@ export async function keyBytes(redis: Redis, key: string | undefined): Promise<n
   const bytes = (await redis.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')) as number | null;
   return bytes ?? 0;
 }
+
+/** MEMORY USAGE summed over every key matching `pattern` (SCAN), and how many keys there were. */
+export async function patternBytes(redis: Redis, pattern: string): Promise<{ keys: number; bytes: number }> {
+  let cursor = '0';
+  let keys = 0;
+  let bytes = 0;
+  do {
+    const [next, found] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    for (const key of found) {
+      keys += 1;
+      bytes += await keyBytes(redis, key);
+    }
+    cursor = next;
+  } while (cursor !== '0');
+  return { keys, bytes };
+}

@@ -31,6 +31,7 @@ import { RedisApiKeyStore } from './store/api-keys.js';
 import { RedisAttemptFeed, type FeedEntry } from './store/attempt-feed.js';
 import { RedisCircuitLog } from './store/circuits.js';
 import { RedisDeliveryLog } from './store/delivery-log.js';
+import { RedisEventDedupe } from './store/event-dedupe.js';
 import { RedisEndpointStats, type EndpointStatsRecorder } from './store/endpoint-stats.js';
 import { RedisEndpointMemory } from './store/endpoints.js';
 import { RedisFifoLines } from './store/fifo-lines.js';
@@ -64,8 +65,8 @@ interface StoreSettings {
   retryScheduleMs: readonly number[];
   queuePartitions: number;
   secretRotationOverlapMs: number;
-  /** How long ingest remembers an event id; default 48 h. */
-  dedupeWindowMs?: number;
+  /** How long ingest remembers an event id (HOOKLINE_DEDUPE_WINDOW). */
+  dedupeWindowMs: number;
   /** When given, ingest counts batches into it and logs one line per batch. */
   observability?: { metrics: Metrics; logger: Logger };
   /**
@@ -117,9 +118,9 @@ function composeStores(settings: StoreSettings) {
   const testEvents = new TestEventSender({ queues, nowMs });
   const portalSessions = new RedisPortalSessions(redis, keys, nowMs);
   const recentEvents = new RedisRecentEvents(redis, keys);
+  const dedupe = new RedisEventDedupe(redis, settings.redisPrefix, { windowMs: settings.dedupeWindowMs });
   const ingestor = new Ingestor({
-    redis,
-    keys,
+    dedupe,
     machines,
     agents,
     tasks,
@@ -129,7 +130,6 @@ function composeStores(settings: StoreSettings) {
     filters: new IngestFilters(webhooks, WEBHOOK_CACHE_TTL_MS, nowMs),
     recentEvents,
     nowMs,
-    ...(settings.dedupeWindowMs === undefined ? {} : { dedupeTtlMs: settings.dedupeWindowMs }),
     ...(settings.observability ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) } : {}),
   });
   return {
@@ -152,6 +152,7 @@ function composeStores(settings: StoreSettings) {
     endpointStats,
     testEvents,
     portalSessions,
+    dedupe,
     ingestor,
     /** The admin API's dependencies. */
     adminDeps(options: {

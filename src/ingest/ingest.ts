@@ -3,9 +3,8 @@ import { buildEnvelope, envelopeOf, isWebhookEvent, parseEvent, type AcceptedEve
 import type { WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
-import type { RedisKeys } from '../store/keys.js';
+import type { EventDedupe } from '../store/event-dedupe.js';
 import type { MachineWriter } from '../store/machines.js';
-import type { Redis } from '../store/redis.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { IngestFilters } from './filters.js';
 
@@ -57,13 +56,9 @@ export interface IngestBatchSummary {
   durationMs: number;
 }
 
-/** How long an ingested event id is remembered: re-sends within it are duplicates (DESIGN promises ≥ 24 h). */
-export const DEDUPE_TTL_MS_DEFAULT = 48 * 3_600_000;
-
 export interface IngestorDeps {
-  /** Holds the seen-event marks (`keys.events.seen`). */
-  redis: Pick<Redis, 'exists' | 'set'>;
-  keys: Pick<RedisKeys, 'events'>;
+  /** The marks of ingested event ids (the idempotency window). */
+  dedupe: EventDedupe;
   machines: MachineWriter;
   agents: DocWriter<AgentStatus>;
   tasks: DocWriter<Task>;
@@ -75,8 +70,6 @@ export interface IngestorDeps {
   recentEvents?: { remember(entries: ReadonlyMap<string, string>): Promise<void> };
   /** Clock, Unix ms; default Date.now. */
   nowMs?: () => number;
-  /** Default DEDUPE_TTL_MS_DEFAULT (48 h). */
-  dedupeTtlMs?: number;
   /** Ids for events that come without one; default random UUIDs. */
   newId?: () => string;
   /** Called once per successfully ingested batch (metrics). */
@@ -99,14 +92,11 @@ export interface IngestorDeps {
  */
 export class Ingestor {
   private readonly nowMs: () => number;
-  private readonly dedupeTtlMs: number;
   private readonly newId: () => string;
 
   constructor(private readonly deps: IngestorDeps) {
     this.nowMs = deps.nowMs ?? Date.now;
-    this.dedupeTtlMs = deps.dedupeTtlMs ?? DEDUPE_TTL_MS_DEFAULT;
     this.newId = deps.newId ?? newId;
-    if (!Number.isInteger(this.dedupeTtlMs) || this.dedupeTtlMs <= 0) throw new RangeError(`dedupeTtlMs must be a positive integer, got ${this.dedupeTtlMs}`);
   }
 
   /**
@@ -126,7 +116,7 @@ export class Ingestor {
       else results[index] = { ...(parsed.event_id === undefined ? {} : { event_id: parsed.event_id }), status: 'rejected', reason: parsed.reason };
     });
 
-    // 2. Dedupe: the first occurrence of an id within the batch wins; then one pipelined EXISTS per id.
+    // 2. Dedupe: the first occurrence of an id within the batch wins; then one lookup of the marks for the batch.
     const firstOfId = new Set<string>();
     const unique: { index: number; event: AcceptedEvent }[] = [];
     for (const candidate of valid) {
@@ -136,7 +126,10 @@ export class Ingestor {
         unique.push(candidate);
       }
     }
-    const seen = await this.wereSeen(unique.map(({ event }) => event.event_id));
+    const seen = await this.deps.dedupe.seen(
+      unique.map(({ event }) => event.event_id),
+      acceptedAtMs,
+    );
     const fresh = unique.filter((candidate, i) => {
       if (!seen[i]) return true;
       results[candidate.index] = { event_id: candidate.event.event_id, status: 'duplicate' };
@@ -189,7 +182,10 @@ export class Ingestor {
       ]);
 
       // 7. Only now remember the ids: everything above is durable, so a re-send may be skipped.
-      await this.markSeen(fresh.map(({ event }) => event.event_id));
+      await this.deps.dedupe.mark(
+        fresh.map(({ event }) => event.event_id),
+        acceptedAtMs,
+      );
 
       for (const { index, event } of fresh) {
         const deliveries = deliveriesOf.get(index) ?? 0;
@@ -212,18 +208,6 @@ export class Ingestor {
       });
     }
     return results;
-  }
-
-  private async wereSeen(eventIds: readonly string[]): Promise<boolean[]> {
-    // One EXISTS per key rather than one multi-key command: each id has its own hash tag (cluster slot).
-    const { seen } = this.deps.keys.events;
-    const counts = await Promise.all(eventIds.map((id) => this.deps.redis.exists(seen(id))));
-    return counts.map((count) => count > 0);
-  }
-
-  private async markSeen(eventIds: readonly string[]): Promise<void> {
-    const { seen } = this.deps.keys.events;
-    await Promise.all(eventIds.map((id) => this.deps.redis.set(seen(id), '1', 'PX', this.dedupeTtlMs)));
   }
 
   /** Applies each event to its read model; stale writes are expected and ignored. */

@@ -36,8 +36,6 @@ export function redisKeys(prefix: string) {
       changes: `${tag('machines')}:changes`,
     },
     events: {
-      /** string with TTL: set once an event id has been fully ingested (idempotency window) */
-      seen: (eventId: string) => tag(`event:${eventId}`),
       /** stream producers may XADD events to; consumed by the group below */
       stream: `${tag('ingest')}:events`,
     },

@@ -118,6 +118,43 @@ export function keySlot(key: string): number {
   return crc % SLOTS;
 }
 
+/**
+ * Items grouped so that each group's keys share one Redis Cluster slot, for one script call per
+ * group: on one server everything is one group (a script may touch any key there); on a cluster,
+ * one group per slot of `keyOf(item)`. Groups keep the items' order.
+ */
+export function slotGroups<T>(redis: Redis, items: readonly T[], keyOf: (item: T) => string): T[][] {
+  if (items.length === 0) return [];
+  if (!(redis instanceof Cluster)) return [[...items]];
+  const groups = new Map<number, T[]>();
+  for (const item of items) {
+    const slot = keySlot(keyOf(item));
+    const group = groups.get(slot);
+    if (group) group.push(item);
+    else groups.set(slot, [item]);
+  }
+  return [...groups.values()];
+}
+
+/**
+ * Hash tags for `count` partitions of one area whose slots lie evenly spaced over the slot range:
+ * tag n is the first of `{<prefix>:<area><n>.<salt>}` (salt 0, 1, …) whose slot falls in the n-th
+ * of `count` equal slices. Masters own contiguous slot ranges, so the partitions spread over them
+ * as evenly as their count allows, however many masters there are (plain names land where CRC16
+ * puts them, several on one master by chance). Deterministic: every process finds the same tags.
+ */
+export function spreadTags(prefix: string, area: string, count: number): string[] {
+  return Array.from({ length: count }, (_, n) => {
+    const low = Math.floor((n * SLOTS) / count);
+    const high = Math.floor(((n + 1) * SLOTS) / count);
+    for (let salt = 0; ; salt += 1) {
+      const tag = `{${prefix}:${area}${n}.${salt}}`;
+      const slot = keySlot(tag);
+      if (slot >= low && slot < high) return tag;
+    }
+  });
+}
+
 /** Resolves once the cluster connection is ready (its slot map loaded); rejects if it ends first. */
 async function clusterReady(cluster: Cluster): Promise<void> {
   if (cluster.status === 'ready') return;

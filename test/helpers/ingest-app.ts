@@ -5,6 +5,7 @@ import type { WebhookEventType } from '../../src/domain/events.js';
 import type { Machine } from '../../src/domain/machine.js';
 import type { Task } from '../../src/domain/task.js';
 import { Ingestor, type DeliveryEnqueuer, type DeliveryRequest } from '../../src/ingest/ingest.js';
+import { RedisEventDedupe } from '../../src/store/event-dedupe.js';
 import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
 import { RedisMachineStore } from '../../src/store/machines.js';
 import { createAgentStatusStore, createTaskStore } from '../../src/store/read-models.js';
@@ -29,6 +30,9 @@ class RecordingEnqueuer implements DeliveryEnqueuer {
   }
 }
 
+/** The fixtures' dedupe window (the default of HOOKLINE_DEDUPE_WINDOW). */
+export const DEDUPE_WINDOW_MS = 48 * 3_600_000;
+
 /** 2024-05-01T12:00:00.000Z, the fixtures' "now". */
 export const NOW_MS = Date.UTC(2024, 4, 1, 12);
 
@@ -42,6 +46,9 @@ export interface IngestFixture {
   webhooks: RedisWebhookStore;
   enqueuer: RecordingEnqueuer;
   ingestor: Ingestor;
+  dedupe: RedisEventDedupe;
+  /** Whether each id is marked ingested, as the ingestor's clock sees it now. */
+  seen(...eventIds: string[]): Promise<boolean[]>;
   /** The ingestor's clock; tests may move it. */
   clock: { nowMs: number };
   /** Ingests through the fixture's Ingestor as the HTTP source. */
@@ -61,9 +68,9 @@ export function ingestFixture(): IngestFixture {
   const webhooks = new RedisWebhookStore(t.redis, keys, new SecretBox(randomBytes(32)));
   const enqueuer = new RecordingEnqueuer();
   const clock = { nowMs: NOW_MS };
+  const dedupe = new RedisEventDedupe(t.redis, t.prefix, { windowMs: DEDUPE_WINDOW_MS });
   const ingestor = new Ingestor({
-    redis: t.redis,
-    keys,
+    dedupe,
     machines,
     agents,
     tasks,
@@ -81,6 +88,8 @@ export function ingestFixture(): IngestFixture {
     webhooks,
     enqueuer,
     ingestor,
+    dedupe,
+    seen: (...eventIds) => dedupe.seen(eventIds, clock.nowMs),
     clock,
     ingest: (events) => ingestor.ingest(events, 'http'),
     async subscribe(vendorId, eventType) {

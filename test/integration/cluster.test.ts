@@ -348,6 +348,31 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     expect([...byNode.values()].every((keys) => keys.length > 0)).toBe(true);
   });
 
+  it('keeps the dedupe marks in 16 partitions spread over the masters, one script per partition', async () => {
+    const app = await engine();
+    const ids = Array.from({ length: 2_000 }, () => randomUUID());
+    const nowMs = Date.now();
+    await app.dedupe.mark(ids.slice(0, 1_000), nowMs);
+    const seen = await app.dedupe.seen(ids, nowMs + 1);
+    expect(seen.slice(0, 1_000).every(Boolean)).toBe(true);
+    expect(seen.slice(1_000).some(Boolean)).toBe(false);
+
+    const owner = await slotOwners(app.redis);
+    const partitionsOf = new Map<number, Set<string>>();
+    for (const [port, keys] of await keysByNode(app.redis, app.prefix)) {
+      for (const key of keys) {
+        const tag = /^\{[^:]+:dd(\d+)\.\d+\}/.exec(key)?.[0];
+        if (tag === undefined) continue;
+        expect(owner(keySlot(key))).toBe(port);
+        partitionsOf.set(port, (partitionsOf.get(port) ?? new Set()).add(tag));
+      }
+    }
+    const counts = [...partitionsOf.values()].map((tags) => tags.size).sort((a, b) => a - b);
+    console.log(`dedupe partitions per master: ${counts.join(', ')}`);
+    // Their slots are evenly spaced, so with contiguous slot ranges the 16 land 5, 5, 6.
+    expect(counts).toEqual([5, 5, 6]);
+  });
+
   it('ingests from the Redis stream on the cluster, and stop() ends the blocked read on the stream’s master', async () => {
     const app = await engine();
     await register('EVENT_TYPE_MACHINE_CREATED', '/stream', WHSEC);

@@ -106,7 +106,7 @@ describe('POST /internal/v1/events', () => {
     const res = await post({ events });
     expect(res.statusCode).toBe(400);
     expect(res.json()).toEqual({ error: 'Invalid request body: events: a batch holds at most 1000 events, got 1001; split it', code: 'invalid_request' });
-    expect(await t.redis.exists(t.keys.events.seen(id(1)))).toBe(0);
+    expect(await t.dedupe.seen([id(1)], Date.now())).toEqual([false]);
 
     const full = await post({ events: events.slice(0, 1000) });
     expect(full.statusCode).toBe(202);
@@ -118,7 +118,7 @@ describe('POST /internal/v1/events', () => {
     const res = await post({ vendor_id: 'v-1', events: [event] });
     expect(res.statusCode).toBe(400);
     expect(res.json()).toEqual({ error: 'Invalid request body: unknown field "vendor_id" (a batch is { "events": [ … ] } alone)', code: 'invalid_request' });
-    expect(await t.redis.exists(t.keys.events.seen(id(1)))).toBe(0);
+    expect(await t.dedupe.seen([id(1)], Date.now())).toEqual([false]);
   });
 
   it('answers 400 for a body that is not an object or an events array', async () => {

@@ -88,7 +88,9 @@ describe('ingest rate limit (events per second per key, not requests)', () => {
     const ingested = async (payload: { events: { event_id: string; data: { deployment_id: string } }[] }) =>
       (
         await Promise.all(
-          payload.events.map(async (e) => (await t!.redis.exists(t!.keys.events.seen(e.event_id))) + ((await t!.agents.get(e.data.deployment_id)) ? 1 : 0)),
+          payload.events.map(
+            async (e) => ((await t!.dedupe.seen([e.event_id], Date.now()))[0] ? 1 : 0) + ((await t!.agents.get(e.data.deployment_id)) ? 1 : 0),
+          ),
         )
       ).reduce((a, b) => a + b, 0);
 

@@ -1,8 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { WEBHOOK_EVENT_TYPES } from '../../src/domain/events.js';
 import { isUuid } from '../../src/domain/ids.js';
-import { DEDUPE_TTL_MS_DEFAULT } from '../../src/ingest/ingest.js';
-import { agent, ingestFixture, machine, NOW_MS, sampleEvent, task, type IngestFixture } from '../helpers/ingest-app.js';
+import { agent, DEDUPE_WINDOW_MS, ingestFixture, machine, NOW_MS, sampleEvent, task, type IngestFixture } from '../helpers/ingest-app.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 const TASK_ID = '9b2e4c1a-7d3f-4e8a-b6c5-1f0a2d3e4b5c';
@@ -134,9 +133,12 @@ describe('Ingestor: idempotency', () => {
     expect(await f.ingest([{ ...event, event_id: id(7).toUpperCase() }])).toEqual([{ event_id: id(7), status: 'duplicate' }]);
     expect(f.enqueuer.requests).toHaveLength(1);
 
-    const ttlMs = await f.redis.pttl(f.keys.events.seen(id(7)));
-    expect(ttlMs).toBeGreaterThan(DEDUPE_TTL_MS_DEFAULT - 60_000);
-    expect(ttlMs).toBeLessThanOrEqual(DEDUPE_TTL_MS_DEFAULT);
+    // Still a duplicate at the end of the window; accepted again (as a new event) once it is long past.
+    const acceptedAtMs = f.clock.nowMs;
+    f.clock.nowMs = acceptedAtMs + DEDUPE_WINDOW_MS - 1;
+    expect(await f.ingest([event])).toEqual([{ event_id: id(7), status: 'duplicate' }]);
+    f.clock.nowMs = acceptedAtMs + 2 * DEDUPE_WINDOW_MS;
+    expect(await f.ingest([event])).toEqual([{ event_id: id(7), status: 'accepted', deliveries: 1 }]);
   });
 
   it('delivers an event_id once within one batch', async () => {
@@ -161,7 +163,7 @@ describe('Ingestor: idempotency', () => {
     ];
     f.enqueuer.failure = new Error('queue unavailable');
     await expect(f.ingest(batch)).rejects.toThrow('queue unavailable');
-    expect(await f.redis.exists(f.keys.events.seen(id(1)), f.keys.events.seen(id(2)))).toBe(0);
+    expect(await f.seen(id(1), id(2))).toEqual([false, false]);
     expect(f.enqueuer.requests).toEqual([]);
 
     f.enqueuer.failure = undefined;
@@ -170,7 +172,7 @@ describe('Ingestor: idempotency', () => {
       { event_id: id(2), status: 'accepted', deliveries: 0 },
     ]);
     expect(f.enqueuer.requests.map((r) => r.eventId)).toEqual([id(1)]);
-    expect(await f.redis.exists(f.keys.events.seen(id(1)), f.keys.events.seen(id(2)))).toBe(2);
+    expect(await f.seen(id(1), id(2))).toEqual([true, true]);
   });
 });
 
@@ -195,7 +197,7 @@ describe('Ingestor: validation', () => {
     ]);
     expect(f.enqueuer.requests.map((r) => r.eventId)).toEqual([id(6)]);
     // A rejected id is not remembered: the corrected event is accepted later.
-    expect(await f.redis.exists(f.keys.events.seen(id(2)))).toBe(0);
+    expect(await f.seen(id(2))).toEqual([false]);
     expect(await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_REMOVED', 'v-1', { event_id: id(2) })])).toEqual([
       { event_id: id(2), status: 'accepted', deliveries: 1 },
     ]);

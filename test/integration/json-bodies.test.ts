@@ -73,7 +73,7 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
       expect(res.statusCode).toBe(400);
       expect(res.json()).toEqual(NOT_UTF8);
     }
-    for (const id of [eventId, otherId]) expect(await t.redis.exists(t.keys.events.seen(id))).toBe(0);
+    expect(await t.dedupe.seen([eventId, otherId], Date.now())).toEqual([false, false]);
     expect(await t.machines.get('m-utf8')).toBeUndefined();
     expect(await t.machines.get('m-fine')).toBeUndefined();
   });

@@ -112,7 +112,7 @@ describe('StreamIngestSource', () => {
     expect((JSON.parse(f.enqueuer.requests[0]!.body) as { data: { metadata: { cuda_version: string } } }).data.metadata.cuda_version).toBe(
       '12.4 \ufffd é 🚀 中文',
     );
-    expect(await f.redis.exists(f.keys.events.seen(id(7)))).toBe(0);
+    expect(await f.seen(id(7))).toEqual([false]);
     expect(await f.machines.get('m-07')).toBeUndefined();
     const skipped = logs.filter((line) => line.entryId !== undefined).map((line) => [line.entryId, line.reason]);
     expect(skipped).toEqual([[notUtf8, 'the "event" field is not valid UTF-8; JSON must be UTF-8 (RFC 8259)']]);
@@ -126,7 +126,7 @@ describe('StreamIngestSource', () => {
 
     await waitFor(() => logs.filter((line) => line.msg.includes('batch failed')).length >= 2, 5_000, 'two failed attempts');
     expect(await pendingCount()).toBe(1);
-    expect(await f.redis.exists(f.keys.events.seen(id(5)))).toBe(0);
+    expect(await f.seen(id(5))).toEqual([false]);
     expect(f.enqueuer.requests).toEqual([]);
 
     f.enqueuer.failure = undefined;
