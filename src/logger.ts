@@ -97,6 +97,10 @@ export interface LoggerOptions {
   destination?: NodeJS.WritableStream;
 }
 
+/** Log bytes gathered before a write, and the longest a line waits for its write. */
+const LOG_BUFFER_BYTES = 8 * 1024;
+const LOG_FLUSH_MS = 100;
+
 /** The one pino logger of a process, with Hookline's redaction rules. */
 export function createLogger(options: LoggerOptions): Logger {
   const base = { level: options.level, formatters: { log: redactLogObject } };
@@ -110,5 +114,15 @@ export function createLogger(options: LoggerOptions): Logger {
       transport: { target: 'pino-pretty', options: { destination: options.fd, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true } },
     });
   }
-  return pino(base, pino.destination(options.fd));
+  // Lines are written in chunks of LOG_BUFFER_BYTES, not one write each (a busy worker logs thousands
+  // a second), and at least every LOG_FLUSH_MS; pino writes what is left when the process exits.
+  const destination = pino.destination({ dest: options.fd, minLength: LOG_BUFFER_BYTES, sync: false });
+  setInterval(() => {
+    try {
+      destination.flush();
+    } catch {
+      // Closed: nothing left to write.
+    }
+  }, LOG_FLUSH_MS).unref();
+  return pino(base, destination);
 }

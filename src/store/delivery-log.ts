@@ -1,7 +1,7 @@
 import type { AttemptRecord, DeliverJob, DeliveryStatus } from '../domain/delivery.js';
 import type { RedisKeys } from './keys.js';
-import type { Redis } from './redis.js';
-import { defineScript, type ScriptCall } from './scripts.js';
+import { slotGroups, type Redis } from './redis.js';
+import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
 
 export interface DeliverySummary {
   deliveryId: string;
@@ -20,6 +20,11 @@ export interface DeliverySummary {
 }
 
 export interface DeliveryLogOptions {
+  /**
+   * How long an attempt's record may wait for others to be written with it (one script and one
+   * write for many attempts); 0: until the current turn of the event loop ends.
+   */
+  recordFlushMs: number;
   /** How long a finished delivery and its attempts are kept. */
   retentionMs: number;
   /** How long a dead letter is kept for replay. */
@@ -35,6 +40,7 @@ export interface DeliveryLogOptions {
 }
 
 const DEFAULT_DELIVERY_LOG_OPTIONS: DeliveryLogOptions = {
+  recordFlushMs: 1,
   retentionMs: 7 * 24 * 3_600_000,
   deadLetterRetentionMs: 30 * 24 * 3_600_000,
   recentPerWebhook: 1_000,
@@ -167,77 +173,100 @@ export interface DeliveryProgress {
 
 /** Overflow ids one attempt removes from a recent list at most, so a single call's work stays bounded. */
 const TRIM_IDS_MAX = 64;
+/** Attempts recorded by one script call at most; a full batch is written at once. */
+const RECORDS_PER_CALL_MAX = 128;
 
-// One attempt, atomically. KEYS and ARGV are laid out as `RecordAttemptKeys` and `RecordAttemptArgv` below.
-const RECORD_ATTEMPT_LUA = `
-local status, n, atMs, deliveryId = ARGV[1], ARGV[2], ARGV[5], ARGV[8]
-local dead = status == 'dead'
--- Attempts live in the record itself, one field each: one key per delivery, not two.
-local fields = {'status', status, 'attempts', n, 'lastOutcome', ARGV[3], 'lastStatusCode', ARGV[4],
-  'updatedAtMs', atMs, 'nextAttemptAtMs', ARGV[6], 'attempt:' .. n, ARGV[7]}
-if n == '1' then
-  local i = #fields
-  fields[i + 1], fields[i + 2] = 'deliveryId', deliveryId
-  fields[i + 3], fields[i + 4] = 'eventId', ARGV[15]
-  fields[i + 5], fields[i + 6] = 'eventType', ARGV[16]
-  fields[i + 7], fields[i + 8] = 'webhookId', ARGV[17]
-  fields[i + 9], fields[i + 10] = 'vendorId', ARGV[18]
-  fields[i + 11], fields[i + 12] = 'acceptedAtMs', ARGV[9]
-  fields[i + 13], fields[i + 14] = 'replayOf', ARGV[19]
+// Attempts of many deliveries, each atomically (one script for the lot). KEYS[1] is the recent list of
+// the call's first webhook: it routes the call on a Redis Cluster, where a call holds the attempts of
+// webhooks in one slot (a webhook's keys share its hash tag). ARGV: the fixed arguments (retention,
+// dead-letter retention, recent list length, trim bound, tombstone grace; all ms or counts), the
+// number of webhooks, each webhook's recent list, dead-letter set, failing-since key and record key
+// prefix, then 16 arguments per attempt (its webhook's number, then as `flush` lists them). Returns, per attempt, when its
+// webhook's current run of failures began (ms, as text), or nil once delivered.
+const RECORD_ATTEMPTS_LUA = `
+local retention, deadRetention, recentMax, trimMax, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local webhooks, a = {}, 7
+for i = 1, tonumber(ARGV[6]) do
+  webhooks[i] = {recent = ARGV[a], dead = ARGV[a + 1], failing = ARGV[a + 2], records = ARGV[a + 3]}
+  a = a + 4
 end
--- The body is kept only where a replay may need it: with the dead letter.
-if dead then
-  local i = #fields
-  fields[i + 1], fields[i + 2] = 'body', ARGV[14]
-end
-redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('PEXPIRE', KEYS[1], dead and ARGV[11] or ARGV[10])
+local out = {}
+while a <= #ARGV do
+  local w = webhooks[tonumber(ARGV[a])]
+  local status, n, outcome, code, atMs, nextAt, attemptJson, deliveryId, acceptedAtMs, body =
+    ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10]
+  local eventId, eventType, webhookId, vendorId, replayOf = ARGV[a + 11], ARGV[a + 12], ARGV[a + 13], ARGV[a + 14], ARGV[a + 15]
+  a = a + 16
+  local record = w.records .. deliveryId
+  local dead = status == 'dead'
+  -- Attempts live in the record itself, one field each: one key per delivery, not two.
+  local fields = {'status', status, 'attempts', n, 'lastOutcome', outcome, 'lastStatusCode', code,
+    'updatedAtMs', atMs, 'nextAttemptAtMs', nextAt, 'attempt:' .. n, attemptJson}
+  if n == '1' then
+    local i = #fields
+    fields[i + 1], fields[i + 2] = 'deliveryId', deliveryId
+    fields[i + 3], fields[i + 4] = 'eventId', eventId
+    fields[i + 5], fields[i + 6] = 'eventType', eventType
+    fields[i + 7], fields[i + 8] = 'webhookId', webhookId
+    fields[i + 9], fields[i + 10] = 'vendorId', vendorId
+    fields[i + 11], fields[i + 12] = 'acceptedAtMs', acceptedAtMs
+    fields[i + 13], fields[i + 14] = 'replayOf', replayOf
+  end
+  -- The body is kept only where a replay may need it: with the dead letter.
+  if dead then
+    local i = #fields
+    fields[i + 1], fields[i + 2] = 'body', body
+  end
+  redis.call('HSET', record, unpack(fields))
+  redis.call('PEXPIRE', record, dead and deadRetention or retention)
 
--- The recent list holds dead letters' ids too, so it lives as long as they do after its last addition.
-if redis.call('ZADD', KEYS[2], ARGV[9], deliveryId) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[11]) end
--- Trimmed after this record's write, so its new status counts should it be among the oldest.
-local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[12])
-if over > 0 then
-  local fallen = redis.call('ZRANGE', KEYS[2], 0, math.min(over, tonumber(ARGV[13])) - 1)
-  redis.call('ZREM', KEYS[2], unpack(fallen))
-  for _, id in ipairs(fallen) do
-    -- These ids are known only here, so their keys cannot come as KEYS. ARGV[20] is this webhook's
-    -- record key prefix, hash tag included: every key built from it hashes to the slot of KEYS[1],
-    -- so the script stays within one Redis Cluster slot.
-    local key = ARGV[20] .. id
-    local fallenStatus = redis.call('HGET', key, 'status')
-    -- A finished delivery off the list leaves only its status, for the grace period (ARGV[21]):
-    -- long enough for a batch re-run after a crash to see it was delivered. A dead letter stays replayable and
-    -- a retrying one still has attempts to record: those two expire by their TTL.
-    if fallenStatus == 'delivered' or fallenStatus == 'dropped' or fallenStatus == 'replayed' then
-      -- Only its status stays, as a small tombstone, then that expires too.
-      redis.call('DEL', key)
-      redis.call('HSET', key, 'status', fallenStatus)
-      redis.call('PEXPIRE', key, ARGV[21])
+  -- The recent list holds dead letters' ids too, so it lives as long as they do after its last addition.
+  if redis.call('ZADD', w.recent, acceptedAtMs, deliveryId) == 1 then redis.call('PEXPIRE', w.recent, deadRetention) end
+  -- Trimmed after this record's write, so its new status counts should it be among the oldest.
+  local over = redis.call('ZCARD', w.recent) - recentMax
+  if over > 0 then
+    local fallen = redis.call('ZRANGE', w.recent, 0, math.min(over, trimMax) - 1)
+    redis.call('ZREM', w.recent, unpack(fallen))
+    for _, id in ipairs(fallen) do
+      -- These ids are known only here, so their keys cannot come as arguments. Every key built from
+      -- the webhook's record key prefix (hash tag included) hashes to the slot of its recent list,
+      -- so the script stays within the call's slot.
+      local key = w.records .. id
+      local fallenStatus = redis.call('HGET', key, 'status')
+      -- A finished delivery off the list leaves only its status, for the grace period: long enough
+      -- for a batch re-run after a crash to see it was delivered. A dead letter stays replayable and
+      -- a retrying one still has attempts to record: those two expire by their TTL.
+      if fallenStatus == 'delivered' or fallenStatus == 'dropped' or fallenStatus == 'replayed' then
+        redis.call('DEL', key)
+        redis.call('HSET', key, 'status', fallenStatus)
+        redis.call('PEXPIRE', key, grace)
+      end
     end
   end
-end
 
-if dead then
-  redis.call('ZADD', KEYS[3], atMs, deliveryId)
-  -- Millisecond times have 13 digits: exact through Lua's number-to-string conversion (%.14g).
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', tonumber(atMs) - tonumber(ARGV[11]))
-  redis.call('PEXPIRE', KEYS[3], ARGV[11])
-end
+  if dead then
+    redis.call('ZADD', w.dead, atMs, deliveryId)
+    -- Millisecond times have 13 digits: exact through Lua's number-to-string conversion (%.14g).
+    redis.call('ZREMRANGEBYSCORE', w.dead, '-inf', tonumber(atMs) - tonumber(deadRetention))
+    redis.call('PEXPIRE', w.dead, deadRetention)
+  end
 
-if status == 'delivered' then
-  redis.call('DEL', KEYS[4])
-  return false
+  local since = false
+  if status == 'delivered' then
+    redis.call('DEL', w.failing)
+  -- A disabled webhook's dead letter was never sent: it says nothing about the endpoint, so it
+  -- neither starts nor continues the run of failures.
+  elseif outcome ~= 'webhook_disabled' then
+    since = redis.call('GET', w.failing)
+    -- Nor was an attempt held by an open circuit: it continues a run of failures, but cannot start one.
+    if not since and outcome ~= 'circuit_open' then
+      redis.call('SET', w.failing, atMs)
+      since = atMs
+    end
+  end
+  out[#out + 1] = since
 end
--- A disabled webhook's dead letter was never sent: it says nothing about the endpoint, so it
--- neither starts nor continues the run of failures.
-if ARGV[3] == 'webhook_disabled' then return false end
-local since = redis.call('GET', KEYS[4])
-if since then return since end
--- Nor was an attempt held by an open circuit: it continues a run of failures, but cannot start one.
-if ARGV[3] == 'circuit_open' then return false end
-redis.call('SET', KEYS[4], atMs)
-return atMs`;
+return out`;
 
 // A deferral, atomically: note when the delivery will be tried; create a pending record if it has none.
 // The due time is stored as `<attempt>:<ms>` for the attempt it belongs to, and kept from the first
@@ -260,34 +289,6 @@ redis.call('HSET', KEYS[1], 'deliveryId', ARGV[3], 'eventId', ARGV[4], 'eventTyp
 redis.call('PEXPIRE', KEYS[1], ARGV[10])
 if redis.call('ZADD', KEYS[2], ARGV[8], ARGV[3]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[11]) end
 return 1`;
-
-/** The record-attempt script's KEYS (4, all under the webhook's hash tag). */
-type RecordAttemptKeys = [recordKey: string, recentKey: string, deadKey: string, failingSinceKey: string];
-/** The record-attempt script's ARGV. */
-type RecordAttemptArgv = [
-  status: string,
-  attempt: number,
-  lastOutcome: string,
-  lastStatusCode: number | '',
-  atMs: number,
-  nextAttemptAtMs: number | '',
-  attemptJson: string,
-  deliveryId: string,
-  acceptedAtMs: number,
-  retentionMs: string,
-  deadLetterRetentionMs: string,
-  recentPerWebhook: string,
-  trimIdsMax: string,
-  /** The job's body when dead, else empty. */
-  body: string,
-  eventId: string,
-  eventType: string,
-  webhookId: string,
-  vendorId: string,
-  replayOf: string,
-  recordKeyPrefix: string,
-  fallenOffGraceMs: string,
-];
 
 // One page of the recent list, newest first, within accepted times [ARGV[5], ARGV[4]], matching a
 // status (ARGV[2]) and event type (ARGV[3]) when given ('' = any), after the cursor id ARGV[6] among
@@ -350,8 +351,8 @@ type RecordDeferredArgv = [
  * script call (Redis Cluster safe), with bounded retention.
  */
 export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
-  /** Returns when (ms, as text) the webhook's current run of failures began; null once delivered. */
-  private readonly recordAttemptScript: ScriptCall<RecordAttemptKeys, RecordAttemptArgv, string | null>;
+  /** Returns, per attempt, when (ms, as text) its webhook's current run of failures began; null once delivered. */
+  private readonly recordAttemptsScript: ScriptCall<[routing: string], ScriptArg[], (string | null)[]>;
   private readonly recordDeferredScript: ScriptCall<RecordDeferredKeys, RecordDeferredArgv, number>;
   /** A page of the recent list (see PAGE_LUA). */
   private readonly pageScript: ScriptCall<
@@ -366,13 +367,16 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   private readonly recentPerWebhookArg: string;
   private readonly trimIdsMaxArg = String(TRIM_IDS_MAX);
   private readonly fallenOffGraceMsArg: string;
+  /** Attempts waiting to be written together, and the timer that writes them. */
+  private pending: { write: AttemptWrite; settle: (failingSince: string | null | Error) => void }[] = [];
+  private flushTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly redis: Redis,
     private readonly keys: RedisKeys,
     private readonly options: DeliveryLogOptions = DEFAULT_DELIVERY_LOG_OPTIONS,
   ) {
-    this.recordAttemptScript = defineScript(redis, { name: 'hooklineRecordAttempt', keys: 4, lua: RECORD_ATTEMPT_LUA });
+    this.recordAttemptsScript = defineScript(redis, { name: 'hooklineRecordAttempts', keys: 1, lua: RECORD_ATTEMPTS_LUA });
     this.recordDeferredScript = defineScript(redis, { name: 'hooklineRecordDeferred', keys: 2, lua: RECORD_DEFERRED_LUA });
     this.pageScript = defineScript(redis, { name: 'hooklineDeliveryPage', keys: 1, lua: PAGE_LUA });
     this.healthScript = defineScript(redis, { name: 'hooklineWebhookHealth', keys: 3, lua: HEALTH_LUA });
@@ -382,34 +386,83 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     this.fallenOffGraceMsArg = String(options.fallenOffGraceMs);
   }
 
-  async recordAttempt(write: AttemptWrite): Promise<{ failingSinceMs: number | undefined }> {
-    const { job, attempt, status } = write;
+  /**
+   * Records an attempt. Attempts recorded within `recordFlushMs` of each other are written together:
+   * one script call per Redis Cluster slot (one in all on a single server), so a busy worker makes
+   * one round trip for many attempts instead of one each. Resolves once this attempt is stored.
+   */
+  recordAttempt(write: AttemptWrite): Promise<{ failingSinceMs: number | undefined }> {
+    return new Promise((resolve, reject) => {
+      this.pending.push({
+        write,
+        settle: (since) => (since instanceof Error ? reject(since) : resolve({ failingSinceMs: since === null ? undefined : Number(since) })),
+      });
+      if (this.pending.length >= RECORDS_PER_CALL_MAX) this.flush();
+      else this.flushTimer ??= setTimeout(() => this.flush(), this.options.recordFlushMs);
+    });
+  }
+
+  /** Writes the waiting attempts: one script call per slot group and RECORDS_PER_CALL_MAX attempts. */
+  private flush(): void {
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    const batch = this.pending;
+    this.pending = [];
     const k = this.keys.deliveries;
-    const failingSince = await this.recordAttemptScript(
-      [k.record(job.webhookId, job.deliveryId), k.ofWebhook(job.webhookId), k.dead(job.webhookId), k.failingSince(job.webhookId)],
-      status,
-      attempt.attempt,
-      attempt.outcome,
-      attempt.statusCode ?? '',
-      attempt.atMs,
-      write.nextAttemptAtMs ?? '',
-      JSON.stringify(attempt),
-      job.deliveryId,
-      job.acceptedAtMs,
-      this.retentionMsArg,
-      this.deadLetterRetentionMsArg,
-      this.recentPerWebhookArg,
-      this.trimIdsMaxArg,
-      status === 'dead' ? job.body : '',
-      job.eventId,
-      job.eventType,
-      job.webhookId,
-      job.vendorId,
-      job.replayOf ?? '',
-      k.record(job.webhookId, ''),
-      this.fallenOffGraceMsArg,
-    );
-    return { failingSinceMs: failingSince === null ? undefined : Number(failingSince) };
+    for (const group of slotGroups(this.redis, batch, ({ write }) => k.ofWebhook(write.job.webhookId))) {
+      for (let start = 0; start < group.length; start += RECORDS_PER_CALL_MAX) {
+        const entries = group.slice(start, start + RECORDS_PER_CALL_MAX);
+        const webhookIndex = new Map<string, number>();
+        const webhookArgs: ScriptArg[] = [];
+        const recordArgs: ScriptArg[] = [];
+        for (const { write } of entries) {
+          const { job, attempt, status } = write;
+          let index = webhookIndex.get(job.webhookId);
+          if (index === undefined) {
+            index = webhookIndex.size + 1;
+            webhookIndex.set(job.webhookId, index);
+            webhookArgs.push(k.ofWebhook(job.webhookId), k.dead(job.webhookId), k.failingSince(job.webhookId), k.record(job.webhookId, ''));
+          }
+          // The delivery's identity is written with its first attempt only; later ones send it empty.
+          const first = attempt.attempt === 1;
+          recordArgs.push(
+            index,
+            status,
+            attempt.attempt,
+            attempt.outcome,
+            attempt.statusCode ?? '',
+            attempt.atMs,
+            write.nextAttemptAtMs ?? '',
+            JSON.stringify(attempt),
+            job.deliveryId,
+            job.acceptedAtMs,
+            status === 'dead' ? job.body : '',
+            first ? job.eventId : '',
+            first ? job.eventType : '',
+            first ? job.webhookId : '',
+            first ? job.vendorId : '',
+            first ? (job.replayOf ?? '') : '',
+          );
+        }
+        this.recordAttemptsScript(
+          [webhookArgs[0] as string],
+          this.retentionMsArg,
+          this.deadLetterRetentionMsArg,
+          this.recentPerWebhookArg,
+          this.trimIdsMaxArg,
+          this.fallenOffGraceMsArg,
+          webhookIndex.size,
+          ...webhookArgs,
+          ...recordArgs,
+        ).then(
+          (replies) => entries.forEach(({ settle }, i) => settle(replies[i] ?? null)),
+          (error: unknown) => {
+            const failure = error instanceof Error ? error : new Error(String(error));
+            for (const { settle } of entries) settle(failure);
+          },
+        );
+      }
+    }
   }
 
   async recordDropped(job: DeliverJob, nowMs: number): Promise<void> {

@@ -7,7 +7,13 @@ import { testRedis, type TestRedis } from '../helpers/redis.js';
 
 const HOUR_MS = 3_600_000;
 // Tombstones of finished records that fall off the recent list last 1 ms here (5 minutes by default).
-const OPTIONS: DeliveryLogOptions = { retentionMs: 2 * HOUR_MS, deadLetterRetentionMs: 5 * HOUR_MS, recentPerWebhook: 20, fallenOffGraceMs: 1 };
+const OPTIONS: DeliveryLogOptions = {
+  recordFlushMs: 1,
+  retentionMs: 2 * HOUR_MS,
+  deadLetterRetentionMs: 5 * HOUR_MS,
+  recentPerWebhook: 20,
+  fallenOffGraceMs: 1,
+};
 const graceOver = () => new Promise((resolve) => setTimeout(resolve, 20));
 const T0 = 1_700_000_000_000;
 
@@ -255,8 +261,42 @@ describe('RedisDeliveryLog.progressOf', () => {
 });
 
 describe('RedisDeliveryLog on a shared connection', () => {
+  it('writes attempts recorded together in one batch, each as if alone: its own webhook’s failure run, fields and trim', async () => {
+    const batched = new RedisDeliveryLog(t.redis, keys, { ...OPTIONS, recordFlushMs: 20, recentPerWebhook: 50 });
+    // 300 attempts at once over three webhooks (more than one script call holds): wh-a always delivers,
+    // wh-b always fails, wh-c fails and then delivers.
+    const writes = Array.from({ length: 300 }, (_, i) => {
+      const webhookId = ['wh-a', 'wh-b', 'wh-c'][i % 3]!;
+      const target = job(`${webhookId}-d${i}`, { webhookId, acceptedAtMs: T0 + i });
+      const status: AttemptWrite['status'] = webhookId === 'wh-a' || (webhookId === 'wh-c' && i >= 150) ? 'delivered' : 'retrying';
+      return write(target, 1, status, status === 'retrying' ? { nextAttemptAtMs: T0 + 60_000 } : {});
+    });
+    const results = await Promise.all(writes.map((w) => batched.recordAttempt(w)));
+    // A failing attempt reports when its webhook's run of failures began: the first failure's time.
+    const firstFailureOf = (webhookId: string) =>
+      Math.min(...writes.filter((w) => w.job.webhookId === webhookId && w.status === 'retrying').map((w) => w.attempt.atMs));
+    results.forEach((result, i) => {
+      const w = writes[i]!;
+      expect(result.failingSinceMs).toBe(w.status === 'delivered' ? undefined : firstFailureOf(w.job.webhookId));
+    });
+    // wh-c's deliveries after its failures ended its run; wh-b's run goes on.
+    expect(await t.redis.get(keys.deliveries.failingSince('wh-c'))).toBeNull();
+    expect(await t.redis.get(keys.deliveries.failingSince('wh-b'))).toBe(String(firstFailureOf('wh-b')));
+    // Each webhook's recent list holds its newest 50; every record is complete.
+    for (const webhookId of ['wh-a', 'wh-b', 'wh-c']) {
+      const ids = await t.redis.zrange(keys.deliveries.ofWebhook(webhookId), 0, -1);
+      expect(ids).toHaveLength(50);
+      const newest = writes.filter((w) => w.job.webhookId === webhookId).slice(-50);
+      expect(ids).toEqual(newest.map((w) => w.job.deliveryId));
+      const summaries = await batched.recent(webhookId, 50);
+      expect(summaries.map((s) => [s.deliveryId, s.status, s.eventId, s.vendorId])).toEqual(
+        [...newest].reverse().map((w) => [w.job.deliveryId, w.status, w.job.eventId, 'v1']),
+      );
+    }
+  });
+
   it('defines its script once per connection and works from every log on it', async () => {
-    const scriptOf = () => (t.redis as unknown as Record<string, unknown>).hooklineRecordAttempt;
+    const scriptOf = () => (t.redis as unknown as Record<string, unknown>).hooklineRecordAttempts;
     const defined = scriptOf();
     expect(defined).toBeTypeOf('function');
     const other = new RedisDeliveryLog(t.redis, keys, { ...OPTIONS, recentPerWebhook: 1 });
