@@ -4,7 +4,7 @@ import type { WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
 import type { EventDedupe } from '../store/event-dedupe.js';
-import type { MachineWriter } from '../store/machines.js';
+import type { MachineChange, MachineWriter } from '../store/machines.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { IngestFilters } from './filters.js';
 
@@ -210,27 +210,36 @@ export class Ingestor {
     return results;
   }
 
-  /** Applies each event to its read model; stale writes are expected and ignored. */
+  /** Applies each event to its read model, in batch order, a few round trips in all; stale writes are expected and ignored. */
   private async project(events: readonly AcceptedEvent[]): Promise<void> {
-    const { machines, agents, tasks } = this.deps;
-    await Promise.all(
-      events.map((event): Promise<unknown> => {
-        switch (event.event_type) {
-          case 'EVENT_TYPE_MACHINE_CREATED':
-          case 'EVENT_TYPE_MACHINE_UPDATED':
-            return machines.upsert(event.data, event.timestampMs);
-          case 'EVENT_TYPE_MACHINE_REMOVED':
-            return machines.remove(event.data.metadata.machine_id, event.timestampMs);
-          case 'EVENT_TYPE_DEPLOYMENT_CREATED':
-          case 'EVENT_TYPE_DEPLOYMENT_UPDATED':
-          case 'EVENT_TYPE_DEPLOYMENT_STOPPED':
-            return agents.put(event.data, event.timestampMs);
-          case 'TASK_UPDATED':
-            // The task lookup lower-cases the id it is asked for, so tasks are stored under that form.
-            return tasks.put({ ...event.data, task_id: event.data.task_id.toLowerCase() }, event.timestampMs);
-        }
-      }),
-    );
+    const machines: MachineChange[] = [];
+    const agents: { doc: AgentStatus; versionMs: number }[] = [];
+    const tasks: { doc: Task; versionMs: number }[] = [];
+    for (const event of events) {
+      switch (event.event_type) {
+        case 'EVENT_TYPE_MACHINE_CREATED':
+        case 'EVENT_TYPE_MACHINE_UPDATED':
+          machines.push({ kind: 'upsert', machine: event.data, versionMs: event.timestampMs });
+          break;
+        case 'EVENT_TYPE_MACHINE_REMOVED':
+          machines.push({ kind: 'remove', machineId: event.data.metadata.machine_id, versionMs: event.timestampMs });
+          break;
+        case 'EVENT_TYPE_DEPLOYMENT_CREATED':
+        case 'EVENT_TYPE_DEPLOYMENT_UPDATED':
+        case 'EVENT_TYPE_DEPLOYMENT_STOPPED':
+          agents.push({ doc: event.data, versionMs: event.timestampMs });
+          break;
+        case 'TASK_UPDATED':
+          // The task lookup lower-cases the id it is asked for, so tasks are stored under that form.
+          tasks.push({ doc: { ...event.data, task_id: event.data.task_id.toLowerCase() }, versionMs: event.timestampMs });
+          break;
+      }
+    }
+    await Promise.all([
+      machines.length > 0 ? this.deps.machines.apply(machines) : undefined,
+      agents.length > 0 ? this.deps.agents.putMany(agents) : undefined,
+      tasks.length > 0 ? this.deps.tasks.putMany(tasks) : undefined,
+    ]);
   }
 }
 

@@ -5,12 +5,20 @@ import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import { defineScript, type ScriptCall } from './scripts.js';
 
+/**
+ * One machine event for the read model: store the whole machine, or remove it (keeping its version
+ * as a tombstone so older writes cannot bring it back). Either applies unless a newer version
+ * (create, update or removal) is already recorded.
+ */
+export type MachineChange = { kind: 'upsert'; machine: Machine; versionMs: number } | { kind: 'remove'; machineId: string; versionMs: number };
+
+/** What applying a change did: `missing` is a removal of a machine that was not there (its version is kept all the same). */
+export type MachineChangeResult = 'applied' | 'stale' | 'missing';
+
 /** Applies machine events to the read model; an older event time never overwrites a newer state. */
 export interface MachineWriter {
-  /** Stores the whole machine unless a newer version (create, update or removal) is already recorded. */
-  upsert(machine: Machine, versionMs: number): Promise<'applied' | 'stale'>;
-  /** Removes the machine, keeping its version as a tombstone so older writes cannot bring it back. */
-  remove(machineId: string, versionMs: number): Promise<'applied' | 'stale' | 'missing'>;
+  /** Applies the changes in order, in few round trips however many there are; one result each. */
+  apply(changes: readonly MachineChange[]): Promise<MachineChangeResult[]>;
 }
 
 export interface MachineListQuery {
@@ -56,37 +64,67 @@ const RELOADS_PER_CATCH_UP_MAX = 3;
 
 // Every script touches only keys of the `{<prefix>:machines}` hash tag: one Redis Cluster slot.
 
-/** KEYS: docs, index, versions, tombstones, changes. ARGV: id, version, Machine JSON, index JSON, stream maxlen. */
-const UPSERT_LUA = `
-local stored = redis.call('HGET', KEYS[3], ARGV[1])
-if stored and tonumber(stored) > tonumber(ARGV[2]) then return 'stale' end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[5], '*', 'id', ARGV[1], 'op', 'upsert')
-return 'applied'
-`;
-
 /**
- * KEYS: docs, index, versions, tombstones, changes.
- * ARGV: id, version, stream maxlen, tombstone horizon (ms; older tombstones are dropped), prune batch.
+ * KEYS: docs, index, versions, tombstones, changes. ARGV: stream maxlen, tombstone horizon (ms; older
+ * tombstones are dropped, a bounded batch per call), prune batch, then the changes in order:
+ * `u`, id, version, Machine JSON, index JSON for an upsert; `r`, id, version for a removal. Returns
+ * 'applied', 'stale' or 'missing' per change. The machines it changed go to the change stream as
+ * one entry (an `id` field each), which listing processes read to update their index.
  */
-const REMOVE_LUA = `
-local stored = redis.call('HGET', KEYS[3], ARGV[1])
-if stored and tonumber(stored) > tonumber(ARGV[2]) then return 'stale' end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[4], 'LIMIT', 0, tonumber(ARGV[5]))
-for _, id in ipairs(expired) do
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('ZREM', KEYS[4], id)
+const APPLY_LUA = `
+local out, changed = {}, {}
+local a, pruned = 4, false
+while a <= #ARGV do
+  local op, id, version = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local stored = redis.call('HGET', KEYS[3], id)
+  local stale = stored and tonumber(stored) > tonumber(version)
+  if op == 'u' then
+    if stale then
+      out[#out + 1] = 'stale'
+    else
+      redis.call('HSET', KEYS[1], id, ARGV[a + 3])
+      redis.call('HSET', KEYS[2], id, ARGV[a + 4])
+      redis.call('HSET', KEYS[3], id, version)
+      redis.call('ZREM', KEYS[4], id)
+      changed[#changed + 1] = id
+      out[#out + 1] = 'applied'
+    end
+    a = a + 5
+  else
+    if stale then
+      out[#out + 1] = 'stale'
+    else
+      if not pruned then
+        pruned = true
+        local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+        for _, old in ipairs(expired) do
+          redis.call('HDEL', KEYS[3], old)
+          redis.call('ZREM', KEYS[4], old)
+        end
+      end
+      local existed = redis.call('HDEL', KEYS[1], id)
+      redis.call('HDEL', KEYS[2], id)
+      redis.call('HSET', KEYS[3], id, version)
+      redis.call('ZADD', KEYS[4], version, id)
+      if existed == 0 then
+        out[#out + 1] = 'missing'
+      else
+        changed[#changed + 1] = id
+        out[#out + 1] = 'applied'
+      end
+    end
+    a = a + 3
+  end
 end
-local existed = redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
-if existed == 0 then return 'missing' end
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 'id', ARGV[1], 'op', 'remove')
-return 'applied'
+if #changed > 0 then
+  local fields = {}
+  for _, id in ipairs(changed) do
+    fields[#fields + 1] = 'id'
+    fields[#fields + 1] = id
+  end
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
+end
+return out
 `;
 
 /**
@@ -121,8 +159,8 @@ return {'ok', entries[#entries][1], ids, records, #entries}
 `;
 
 type WriteKeys = [docs: string, index: string, versions: string, tombstones: string, changes: string];
-type UpsertArgv = [id: string, versionMs: string, machineJson: string, indexJson: string, changesMaxlen: number];
-type RemoveArgv = [id: string, versionMs: string, changesMaxlen: number, tombstoneHorizonMs: string, prunedMax: number];
+/** Changes applied by one script call at most: bounds the time Redis spends in one call. */
+const CHANGES_PER_CALL_MAX = 250;
 type ChangesKeys = [changes: string, index: string];
 type ChangesArgv = [lastEntryId: string, entriesMax: number, changesMaxlen: number];
 type ChangesReply = ['reload'] | ['ok', string, string[], (string | null)[], number];
@@ -177,8 +215,7 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
   private readonly keys: RedisKeys['machines'];
   private readonly tombstoneTtlMs: number;
   private readonly nowMs: () => number;
-  private readonly upsertScript: ScriptCall<WriteKeys, UpsertArgv, string>;
-  private readonly removeScript: ScriptCall<WriteKeys, RemoveArgv, string>;
+  private readonly applyScript: ScriptCall<WriteKeys, (string | number)[], string[]>;
   private readonly changesScript: ScriptCall<ChangesKeys, ChangesArgv, ChangesReply>;
 
   private index: MachineIndex | undefined;
@@ -194,8 +231,7 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
     this.keys = keys.machines;
     this.tombstoneTtlMs = options.tombstoneTtlMs ?? MACHINE_TOMBSTONE_TTL_MS;
     this.nowMs = options.nowMs ?? Date.now;
-    this.upsertScript = defineScript(redis, { name: 'hooklineMachineUpsert', keys: 5, lua: UPSERT_LUA });
-    this.removeScript = defineScript(redis, { name: 'hooklineMachineRemove', keys: 5, lua: REMOVE_LUA });
+    this.applyScript = defineScript(redis, { name: 'hooklineMachineApply', keys: 5, lua: APPLY_LUA });
     this.changesScript = defineScript(redis, { name: 'hooklineMachineChanges', keys: 2, lua: CHANGES_LUA });
   }
 
@@ -204,32 +240,36 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
     return [k.docs, k.index, k.versions, k.tombstones, k.changes];
   }
 
-  async upsert(machine: Machine, versionMs: number): Promise<'applied' | 'stale'> {
-    assertVersion(versionMs);
-    const reply = await this.upsertScript(
-      this.writeKeys,
-      machine.metadata.machine_id,
-      String(versionMs),
-      JSON.stringify(machine),
-      encodeIndexRecord(machine),
-      MACHINE_CHANGES_MAXLEN,
-    );
-    if (reply === 'applied' || reply === 'stale') return reply;
-    throw new Error(`unexpected reply from the machine upsert script: ${String(reply)}`);
+  async apply(changes: readonly MachineChange[]): Promise<MachineChangeResult[]> {
+    const results: MachineChangeResult[] = [];
+    for (let start = 0; start < changes.length; start += CHANGES_PER_CALL_MAX) {
+      const argv: (string | number)[] = [MACHINE_CHANGES_MAXLEN, String(this.nowMs() - this.tombstoneTtlMs), TOMBSTONES_PRUNED_PER_WRITE];
+      for (const change of changes.slice(start, start + CHANGES_PER_CALL_MAX)) {
+        assertVersion(change.versionMs);
+        if (change.kind === 'upsert') {
+          const { machine } = change;
+          argv.push('u', machine.metadata.machine_id, String(change.versionMs), JSON.stringify(machine), encodeIndexRecord(machine));
+        } else argv.push('r', change.machineId, String(change.versionMs));
+      }
+      for (const reply of await this.applyScript(this.writeKeys, ...argv)) {
+        if (reply !== 'applied' && reply !== 'stale' && reply !== 'missing')
+          throw new Error(`unexpected reply from the machine apply script: ${String(reply)}`);
+        results.push(reply);
+      }
+    }
+    return results;
   }
 
-  async remove(machineId: string, versionMs: number): Promise<'applied' | 'stale' | 'missing'> {
-    assertVersion(versionMs);
-    const reply = await this.removeScript(
-      this.writeKeys,
-      machineId,
-      String(versionMs),
-      MACHINE_CHANGES_MAXLEN,
-      String(this.nowMs() - this.tombstoneTtlMs),
-      TOMBSTONES_PRUNED_PER_WRITE,
-    );
-    if (reply === 'applied' || reply === 'stale' || reply === 'missing') return reply;
-    throw new Error(`unexpected reply from the machine remove script: ${String(reply)}`);
+  /** Stores the whole machine unless a newer version is already recorded (one change of `apply`). */
+  async upsert(machine: Machine, versionMs: number): Promise<'applied' | 'stale'> {
+    const [result] = await this.apply([{ kind: 'upsert', machine, versionMs }]);
+    return result === 'missing' ? 'applied' : result!;
+  }
+
+  /** Removes the machine unless a newer version is already recorded (one change of `apply`). */
+  async remove(machineId: string, versionMs: number): Promise<MachineChangeResult> {
+    const [result] = await this.apply([{ kind: 'remove', machineId, versionMs }]);
+    return result!;
   }
 
   /** The stored machine, or undefined when it is unknown or removed. */

@@ -1,14 +1,27 @@
 import type { z } from 'zod';
-import type { Redis } from './redis.js';
-import { defineScript, type ScriptCall } from './scripts.js';
+import { slotGroups, type Redis } from './redis.js';
+import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
 
-// Writes only when the stored version is not newer, so a late, older event never overwrites state.
+// Writes each document only when its stored version is not newer, so a late, older event never
+// overwrites state. KEYS[1] routes the call (on a Redis Cluster a call holds documents of one slot);
+// ARGV: per document its key, version, JSON and TTL (0: kept). Returns 1 (written) or 0 (stale) each.
 const PUT_IF_NEWER_LUA = `
-local stored = redis.call('HGET', KEYS[1], 'v')
-if stored and tonumber(stored) > tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'v', ARGV[1], 'doc', ARGV[2])
-if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) else redis.call('PERSIST', KEYS[1]) end
-return 1`;
+local out = {}
+for a = 1, #ARGV, 4 do
+  local key, version = ARGV[a], ARGV[a + 1]
+  local stored = redis.call('HGET', key, 'v')
+  if stored and tonumber(stored) > tonumber(version) then
+    out[#out + 1] = 0
+  else
+    redis.call('HSET', key, 'v', version, 'doc', ARGV[a + 2])
+    if tonumber(ARGV[a + 3]) > 0 then redis.call('PEXPIRE', key, ARGV[a + 3]) else redis.call('PERSIST', key) end
+    out[#out + 1] = 1
+  end
+end
+return out`;
+
+/** Documents written by one script call at most: bounds the time Redis spends in one call. */
+const DOCS_PER_CALL_MAX = 250;
 
 /** Read side of a document store: what the lookup routes need. */
 export interface DocLookup<T> {
@@ -18,6 +31,8 @@ export interface DocLookup<T> {
 /** Write side: what ingest needs. `versionMs` is the event time. */
 export interface DocWriter<T> {
   put(doc: T, versionMs: number): Promise<'applied' | 'stale'>;
+  /** Writes many in order (one script per slot and DOCS_PER_CALL_MAX documents); one result each. */
+  putMany(entries: readonly { doc: T; versionMs: number }[]): Promise<('applied' | 'stale')[]>;
 }
 
 export interface VersionedDocOptions<S extends z.ZodType> {
@@ -29,16 +44,20 @@ export interface VersionedDocOptions<S extends z.ZodType> {
   finalRetentionMs: number;
 }
 
-/** One Redis hash per document (`v` = version, `doc` = JSON): tasks and agent statuses. */
+/**
+ * One Redis hash per document (`v` = version, `doc` = JSON): tasks and agent statuses. Each
+ * document is its own hash tag, so documents spread over a cluster's shards; a batch of writes is one
+ * script call on a single server, one per document's slot on a cluster.
+ */
 export class RedisVersionedDocStore<S extends z.ZodType> implements DocLookup<z.output<S>>, DocWriter<z.output<S>> {
-  /** 1 when written, 0 when the stored version is newer. */
-  private readonly putIfNewerScript: ScriptCall<[key: string], [versionMs: number, doc: string, ttlMs: number], number>;
+  /** Per document, 1 when written, 0 when the stored version is newer. */
+  private readonly putIfNewerScript: ScriptCall<[routing: string], ScriptArg[], number[]>;
 
   constructor(
     private readonly redis: Redis,
     private readonly options: VersionedDocOptions<S>,
   ) {
-    this.putIfNewerScript = defineScript(redis, { name: 'hooklinePutIfNewer', keys: 1, lua: PUT_IF_NEWER_LUA });
+    this.putIfNewerScript = defineScript(redis, { name: 'hooklinePutManyIfNewer', keys: 1, lua: PUT_IF_NEWER_LUA });
   }
 
   async get(id: string): Promise<z.output<S> | undefined> {
@@ -47,8 +66,33 @@ export class RedisVersionedDocStore<S extends z.ZodType> implements DocLookup<z.
   }
 
   async put(doc: z.output<S>, versionMs: number): Promise<'applied' | 'stale'> {
-    const ttlMs = this.options.isFinal(doc) ? this.options.finalRetentionMs : 0;
-    const applied = await this.putIfNewerScript([this.options.key(this.options.idOf(doc))], versionMs, JSON.stringify(doc), ttlMs);
-    return applied === 1 ? 'applied' : 'stale';
+    const [result] = await this.putMany([{ doc, versionMs }]);
+    return result!;
+  }
+
+  async putMany(entries: readonly { doc: z.output<S>; versionMs: number }[]): Promise<('applied' | 'stale')[]> {
+    const results = new Array<'applied' | 'stale'>(entries.length);
+    const writes = entries.map(({ doc, versionMs }, index) => ({ index, key: this.options.key(this.options.idOf(doc)), doc, versionMs }));
+    await Promise.all(
+      slotGroups(this.redis, writes, (write) => write.key).flatMap((group) => {
+        const calls: Promise<void>[] = [];
+        for (let start = 0; start < group.length; start += DOCS_PER_CALL_MAX) {
+          const chunk = group.slice(start, start + DOCS_PER_CALL_MAX);
+          const argv = chunk.flatMap(({ key, doc, versionMs }) => [
+            key,
+            versionMs,
+            JSON.stringify(doc),
+            this.options.isFinal(doc) ? this.options.finalRetentionMs : 0,
+          ]);
+          calls.push(
+            this.putIfNewerScript([chunk[0]!.key], ...argv).then((replies) =>
+              chunk.forEach(({ index }, i) => (results[index] = replies[i] === 1 ? 'applied' : 'stale')),
+            ),
+          );
+        }
+        return calls;
+      }),
+    );
+    return results;
   }
 }

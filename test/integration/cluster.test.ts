@@ -226,7 +226,15 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     receiver.script('/down', { status: 503 });
     const id = await register('EVENT_TYPE_DEPLOYMENT_UPDATED', '/down');
     const deployment = () => ({ deployment_id: `d-${randomUUID().slice(0, 8)}`, machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} });
-    await post(...[1, 2, 3].map(() => eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED', 'vendor-a', deployment())));
+    const deployments = [1, 2, 3].map(() => deployment());
+    await post(...deployments.map((d) => eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED', 'vendor-a', d)));
+    // The batch's three agent statuses, each on its own slot, were written by one script per slot.
+    const agentsKey = await t!.keyFor(['agents:read']);
+    for (const d of deployments) {
+      const res = await api('GET', `/rental/v1/machines/agents/${d.deployment_id}`, undefined, agentsKey);
+      expect(res.statusCode).toBe(200);
+      expect(res.json()).toMatchObject({ deployment_id: d.deployment_id, status: 'STATUS_RUNNING' });
+    }
     const dead = await waitFor(
       async () => {
         const list = (await api('GET', `/vendors/v1/webhooks/${id}/dead-letters`)).json<{ dead_letters: { delivery_id: string; attempts: number }[] }>()

@@ -119,7 +119,31 @@ describe('RedisMachineStore writes', () => {
     });
     expect(await t.redis.hget(keys.machines.versions, 'm-04')).toBe('1700000000000');
     const entries = await t.redis.xrange(keys.machines.changes, '-', '+');
-    expect(entries.map(([, fields]) => fields)).toEqual([['id', 'm-04', 'op', 'upsert']]);
+    expect(entries.map(([, fields]) => fields)).toEqual([['id', 'm-04']]);
+  });
+
+  it('applies a batch of changes in order in one call, naming every changed machine in one stream entry', async () => {
+    await store.upsert(machine('m-2'), 1_000);
+    const results = await store.apply([
+      { kind: 'upsert', machine: machine('m-1', { memory: 64 }), versionMs: 2_000 },
+      { kind: 'upsert', machine: machine('m-1', { memory: 8 }), versionMs: 1_999 },
+      { kind: 'remove', machineId: 'm-2', versionMs: 2_000 },
+      { kind: 'remove', machineId: 'm-3', versionMs: 2_000 },
+      { kind: 'upsert', machine: machine('m-3'), versionMs: 1_500 },
+      { kind: 'upsert', machine: machine('m-4'), versionMs: 2_000 },
+    ]);
+    expect(results).toEqual(['applied', 'stale', 'applied', 'missing', 'stale', 'applied']);
+    expect((await store.get('m-1'))?.hardware_specs?.memory?.total_memory).toBe(64);
+    expect(await store.get('m-2')).toBeUndefined();
+    expect(await store.get('m-3')).toBeUndefined();
+    const entries = await t.redis.xrange(keys.machines.changes, '-', '+');
+    expect(entries.map(([, fields]) => fields)).toEqual([
+      ['id', 'm-2'],
+      ['id', 'm-1', 'id', 'm-2', 'id', 'm-4'],
+    ]);
+    // A listing process catches up from the stream: it sees the batch as applied.
+    const page = await store.list({ filter: filter(), page: 1, pageSize: 10 });
+    expect(page.machines.map((m) => m.metadata.machine_id)).toEqual(['m-1', 'm-4']);
   });
 
   it('ignores a write older than the stored version and applies an equal one', async () => {
