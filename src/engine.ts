@@ -21,6 +21,7 @@ import { EndpointFlow } from './delivery/endpoint-flow.js';
 import { CachedWebhookSource } from './delivery/webhook-cache.js';
 import { DeliveryWorkerPool } from './delivery/worker.js';
 import { IngestFilters } from './ingest/filters.js';
+import { CachedSubscriptions } from './ingest/subscriptions.js';
 import { Ingestor } from './ingest/ingest.js';
 import { StreamIngestSource } from './ingest/stream-source.js';
 import type { Logger } from './logger.js';
@@ -46,6 +47,7 @@ import { connectRedis, isRedisUnavailable, pingRedis, type Redis } from './store
 import { RedisReplayTasks } from './store/replay-tasks.js';
 import { RedisSendRate, type SendRateLimiter } from './store/send-rate.js';
 import { SecretBox } from './store/secret-box.js';
+import { RedisWebhookChanges, type WebhookChange, type WebhookChangeListener } from './store/webhook-changes.js';
 import { RedisWebhookStore } from './store/webhooks.js';
 import { VERSION } from './version.js';
 
@@ -93,6 +95,7 @@ function composeStores(settings: StoreSettings) {
     // Connection trouble is logged once per outage by the connection watcher; this keeps BullMQ quiet.
     onError: (error) => settings.observability?.logger.debug({ err: error.message }, 'delivery queue error'),
   });
+  const webhookCopies = webhookCopyCaches(new RedisWebhookChanges(redis, keys), settings.observability?.logger);
   const webhooks = new RedisWebhookStore(
     redis,
     keys,
@@ -100,6 +103,7 @@ function composeStores(settings: StoreSettings) {
     () => new Date(nowMs()),
     settings.secretRotationOverlapMs,
     settings.operationalWebhooks && operationalWebhookQueuer(queues, settings.operationalWebhooks.logger),
+    webhookCopies.tell,
   );
   const tasks = createTaskStore(redis, keys);
   const agents = createAgentStatusStore(redis, keys);
@@ -124,10 +128,9 @@ function composeStores(settings: StoreSettings) {
     machines,
     agents,
     tasks,
-    subscriptions: webhooks,
+    subscriptions: webhookCopies.add(new CachedSubscriptions(webhooks, webhookCopies.ttlMs, nowMs)),
     deliveries: queues,
-    // A changed filter applies within the time a webhook change takes to reach workers.
-    filters: new IngestFilters(webhooks, WEBHOOK_CACHE_TTL_MS, nowMs),
+    filters: webhookCopies.add(new IngestFilters(webhooks, webhookCopies.ttlMs, nowMs)),
     recentEvents,
     nowMs,
     ...(settings.observability ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) } : {}),
@@ -154,6 +157,8 @@ function composeStores(settings: StoreSettings) {
     portalSessions,
     dedupe,
     ingestor,
+    /** The process's copies of webhooks (ingest's lookups, a worker's webhook cache) and the feed that keeps them current. */
+    webhookCopies,
     /** The admin API's dependencies. */
     adminDeps(options: {
       logger: Logger;
@@ -197,8 +202,47 @@ function composeStores(settings: StoreSettings) {
   };
 }
 
-/** How long a process may use a webhook it read (workers' webhook cache, ingest's filters): how long a change takes to apply. */
-const WEBHOOK_CACHE_TTL_MS = 2_000;
+/**
+ * How long a process may use a webhook it read (ingest's subscription lookup and filters, a worker's
+ * webhook cache): long while the change feed is live, since a change drops the copies at once; short
+ * while it is not (before the first subscription, during a reconnect), when only time makes a
+ * change apply.
+ */
+const WEBHOOK_COPY_TTL_LIVE_MS = 60_000;
+const WEBHOOK_COPY_TTL_MS = 2_000;
+
+/**
+ * The caches of webhooks in one process and what keeps them current: `tell` (the registry calls it
+ * after every change it stores) drops this process's copies at once and publishes the change for the
+ * other processes; `listen` hears theirs until aborted.
+ */
+function webhookCopyCaches(feed: RedisWebhookChanges, logger: Logger | undefined) {
+  const caches: WebhookChangeListener[] = [];
+  let live = false;
+  const all: WebhookChangeListener = {
+    changed: (change) => {
+      for (const cache of caches) cache.changed(change);
+    },
+    reset: () => {
+      for (const cache of caches) cache.reset();
+    },
+  };
+  return {
+    ttlMs: () => (live ? WEBHOOK_COPY_TTL_LIVE_MS : WEBHOOK_COPY_TTL_MS),
+    add<T extends WebhookChangeListener>(cache: T): T {
+      caches.push(cache);
+      return cache;
+    },
+    tell: (change: WebhookChange): void => {
+      all.changed(change);
+      // Lost, other processes apply the change when their copies expire (WEBHOOK_COPY_TTL_LIVE_MS at most).
+      feed.publish(change).catch((error: Error) => logger?.warn({ err: error.message, webhookId: change.webhookId }, 'webhook change not published'));
+    },
+    listen(signal: AbortSignal): Promise<void> {
+      return feed.listen(all, signal, (up) => (live = up));
+    },
+  };
+}
 
 export type Stores = ReturnType<typeof composeStores>;
 
@@ -352,7 +396,13 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     settings.onOutcome,
   ].filter((o) => o !== undefined);
   const deps: DeliveryProcessorDeps = {
-    webhooks: new CachedWebhookSource(stores.webhooks, settings.webhookCacheTtlMs ?? WEBHOOK_CACHE_TTL_MS, nowMs),
+    webhooks: stores.webhookCopies.add(
+      new CachedWebhookSource(
+        stores.webhooks,
+        settings.webhookCacheTtlMs === undefined ? stores.webhookCopies.ttlMs : () => settings.webhookCacheTtlMs!,
+        nowMs,
+      ),
+    ),
     sender,
     recorder: stores.deliveryLog,
     singles: stores.queues,
@@ -587,12 +637,12 @@ async function quietListen(server: AdminServer | HealthServer, host: string, por
 }
 
 /** Runs `start` until it succeeds (Redis may be down at start-up), every 2 s; stops trying once `stopped()`. */
-function startWhenRedisAnswers(start: () => Promise<void>, logger: Logger, stopped: () => boolean, attempt = 1): void {
+function startWhenRedisAnswers(what: string, start: () => Promise<void>, logger: Logger, stopped: () => boolean, attempt = 1): void {
   start().catch((error: Error) => {
     if (stopped()) return;
     // An outage is logged by the connection watcher; anything else (an ACL refusing XGROUP, say) here.
-    if (attempt === 1 && !isRedisUnavailable(error)) logger.warn({ err: error.message }, 'ingest stream consumer cannot start yet; retrying every 2 s');
-    setTimeout(() => startWhenRedisAnswers(start, logger, stopped, attempt + 1), 2_000).unref();
+    if (attempt === 1 && !isRedisUnavailable(error)) logger.warn({ err: error.message }, `${what} cannot start yet; retrying every 2 s`);
+    setTimeout(() => startWhenRedisAnswers(what, start, logger, stopped, attempt + 1), 2_000).unref();
   });
 }
 
@@ -707,6 +757,8 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     scraped && (role === 'worker' || (runsApi && !config.metricsOnApiPort)) ? await buildHealthServer({ logger, isReady, metrics: scraped }) : undefined;
 
   let closing = false;
+  // The change feed keeps this process's copies of webhooks current (the CLI's tools keep none).
+  const feedStop = new AbortController();
   return {
     role,
     config,
@@ -718,6 +770,13 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     isReady,
     async start() {
       const addresses: { api?: string; health?: string } = {};
+      if (!tools)
+        startWhenRedisAnswers(
+          'webhook change feed',
+          () => stores.webhookCopies.listen(feedStop.signal),
+          logger,
+          () => closing,
+        );
       if (api) {
         // Load the listing's in-memory index now rather than on the first request (in the background:
         // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
@@ -732,6 +791,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         worker.fifo.start();
         if (stream)
           startWhenRedisAnswers(
+            'ingest stream consumer',
             () => stream.start(),
             logger,
             () => closing,
@@ -741,6 +801,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     },
     async close(graceMs = config.shutdownGraceMs) {
       closing = true;
+      feedStop.abort();
       const steps = new ShutdownSteps(Date.now() + graceMs + SHUTDOWN_SLACK_MS - SHUTDOWN_STEP_MS);
       let ended: 'drained' | 'forced' = 'drained';
       await steps.run(api?.close());

@@ -29,13 +29,13 @@ export interface DeliveryEnqueuer {
 }
 
 /** A subscription found: the webhook, and whether its deliveries keep accept order. */
-interface Subscription {
+export interface Subscription {
   webhookId: string;
   fifo: boolean;
 }
 
-/** Finds the webhook of each (vendor, event type), in one round trip for the whole batch. */
-interface SubscriptionLookup {
+/** Finds the webhook of each (vendor, event type), in one round trip for the whole batch at most. */
+export interface SubscriptionLookup {
   matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<(Subscription | undefined)[]>;
 }
 

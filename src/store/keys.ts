@@ -22,6 +22,8 @@ export function redisKeys(prefix: string) {
       ofVendor: (vendorId: string) => `${tag('webhooks')}:vendor:${vendorId}`,
       /** set of the ids of webhooks with `ordering: fifo`; the matcher's lookup reads it beside the index */
       fifo: `${tag('webhooks')}:fifo`,
+      /** pub/sub channel: a webhook was created, changed or deleted, so processes drop their copies of it */
+      changes: `${tag('webhooks')}:changes`,
     },
     machines: {
       /** hash: machine id → Machine JSON */

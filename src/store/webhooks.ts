@@ -8,6 +8,7 @@ import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import { defineScript, type ScriptCall } from './scripts.js';
 import type { SecretBox } from './secret-box.js';
+import type { WebhookChange } from './webhook-changes.js';
 
 const recordSchema = z.object({
   id: z.string(),
@@ -191,6 +192,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     private readonly rotationOverlapMs: number = 24 * 3_600_000,
     /** Told when the engine disables a webhook and when such a webhook is enabled again. */
     private readonly onTransition?: TransitionListener,
+    /** Told of every stored change of a webhook (create, update, disable, delete), before the call answers: caches drop their copies. */
+    private readonly onChange?: (change: WebhookChange) => void,
   ) {
     this.createScript = defineScript(redis, { name: 'hooklineWebhookCreate', keys: 4, lua: CREATE_LUA });
     this.updateScript = defineScript(redis, { name: 'hooklineWebhookUpdate', keys: 3, lua: UPDATE_LUA });
@@ -225,6 +228,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       record.ordering ?? 'none',
     );
     if (holder !== null) return { ok: false, reason: 'conflict', existingId: holder };
+    this.onChange?.({ webhookId: id, vendorId });
     return { ok: true, webhook: this.toWebhook(record) };
   }
 
@@ -291,6 +295,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         next.ordering ?? 'none',
       );
       if (outcome === 'ok') {
+        this.onChange?.({ webhookId, vendorId });
         // Re-enabled: the run of failures that may have disabled it starts over (another hash tag,
         // so a second command; losing it only means one more failure could disable it again early).
         if (changes.enabled === true) await this.redis.del(this.keys.deliveries.failingSince(webhookId));
@@ -335,6 +340,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       const field = indexField(record.vendorId, record.eventType);
       const outcome = await this.updateScript(this.updateKeys(), webhookId, raw, JSON.stringify(next), field, field, next.ordering ?? 'none');
       if (outcome === 'ok') {
+        this.onChange?.({ webhookId, vendorId: record.vendorId });
         await this.onTransition?.({ kind: 'disabled', webhook: this.toWebhook(next), reason, atMs: now.getTime() });
         return true;
       }
@@ -345,7 +351,9 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
 
   async delete(vendorId: string, webhookId: string): Promise<boolean> {
     const { byId, byVendorType, ofVendor, fifo } = this.keys.webhooks;
-    return (await this.deleteScript([byId, byVendorType, ofVendor(vendorId), fifo], webhookId, vendorId)) === 1;
+    const deleted = (await this.deleteScript([byId, byVendorType, ofVendor(vendorId), fifo], webhookId, vendorId)) === 1;
+    if (deleted) this.onChange?.({ webhookId, vendorId });
+    return deleted;
   }
 
   private updateKeys(): UpdateKeys {

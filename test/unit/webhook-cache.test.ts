@@ -47,7 +47,11 @@ describe('CachedWebhookSource', () => {
   it('serves a webhook from the cache until its time to live ends', async () => {
     let now = 0;
     const source = new SlowSource();
-    const cache = new CachedWebhookSource(source, 1_000, () => now);
+    const cache = new CachedWebhookSource(
+      source,
+      () => 1_000,
+      () => now,
+    );
     expect((await cache.getById('w1'))?.disabled).toBeUndefined();
     source.current = { ...enabled, callbackUrl: 'https://receiver.example/new' };
     expect((await cache.getById('w1'))?.callbackUrl).toBe('https://receiver.example/hook');
@@ -57,7 +61,11 @@ describe('CachedWebhookSource', () => {
 
   it('never caches a read that was in flight while the webhook was disabled', async () => {
     const source = new SlowSource();
-    const cache = new CachedWebhookSource(source, 60_000, () => 0);
+    const cache = new CachedWebhookSource(
+      source,
+      () => 60_000,
+      () => 0,
+    );
     // A read of the still-enabled webhook is in flight when the worker disables it.
     source.hold = true;
     const stale = cache.getById('w1');
