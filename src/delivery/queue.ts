@@ -4,7 +4,7 @@ import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
 import type { DeliverJob } from '../domain/delivery.js';
-import { BATCH_MAX, batchIdOf, deliveryIdFor, JOBS, partitionOf, type OperationalWebhookJob, type ReplayDeadLettersJob } from './jobs.js';
+import { batchesOf, batchIdOf, deliveryIdFor, JOBS, partitionOf, type OperationalWebhookJob, type ReplayDeadLettersJob } from './jobs.js';
 
 /** Ingest's batches: first attempts of many deliveries per job. */
 export const BATCH_QUEUE_NAME = 'deliveries';
@@ -80,29 +80,24 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   }
 
   /**
-   * Ingest's deliveries: grouped by partition into batch jobs of at most BATCH_MAX; those of FIFO
-   * webhooks are appended to their lines instead, in the order given (the accept order).
+   * Ingest's deliveries: grouped by partition into batch jobs (see batchesOf), each added on its own
+   * so no write to Redis carries more than one; those of FIFO webhooks are appended to their lines
+   * instead, in the order given (the accept order).
    */
   async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
     const delayMs = this.options.retryScheduleMs[0] ?? 0;
     const deliveries = requests.map(({ fifo: _fifo, ...r }) => ({ ...r, deliveryId: deliveryIdFor(r.eventId, r.webhookId) }));
     const lined = deliveries.filter((_, i) => requests[i]!.fifo === true);
+    const unordered = deliveries.filter((_, i) => requests[i]!.fifo !== true);
     await Promise.all([
       lined.length === 0 ? undefined : this.options.lines.append(lined, this.options.nowMs()),
-      ...[
-        ...this.byPartition(
-          deliveries.filter((_, i) => requests[i]!.fifo !== true),
-          (d) => d,
+      ...[...this.byPartition(unordered, (d) => d)].flatMap(([n, list]) =>
+        batchesOf(list).map((batch) =>
+          this.partitions[n]!.batches.addBulk([
+            { name: JOBS.deliverBatch.name, data: { deliveries: batch }, opts: this.jobOptions(batchIdOf(batch.map((d) => d.deliveryId)), delayMs) },
+          ]),
         ),
-      ].map(([n, list]) => {
-        const jobs = [];
-        for (let start = 0; start < list.length; start += BATCH_MAX) {
-          const deliveries = list.slice(start, start + BATCH_MAX);
-          const jobId = batchIdOf(deliveries.map((d) => d.deliveryId));
-          jobs.push({ name: JOBS.deliverBatch.name, data: { deliveries }, opts: this.jobOptions(jobId, delayMs) });
-        }
-        return this.partitions[n]!.batches.addBulk(jobs);
-      }),
+      ),
     ]);
   }
 
