@@ -388,6 +388,7 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     undefined,
     // An endpoint held back only by the slots takes them all back at once, as before it had a limit.
     (endpoint) => (flow.limitOf(endpoint) >= slots.total ? Infinity : flow.room(endpoint)),
+    { free: () => slots.suspectFree(), freed: () => slots.suspectFreed() },
   );
   const observers = [
     settings.metrics ? deliveryObserver(settings.metrics) : undefined,

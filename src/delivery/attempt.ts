@@ -64,6 +64,15 @@ export interface DeliveryProcessorDeps {
    */
   suspectHoldMs: number;
   /**
+   * How long a delivery held back behind an endpoint that has not proven itself (no answer yet, slow
+   * lately, or the suspect share of the slots taken) is deferred. The wakeups send the endpoint one
+   * of them at a time meanwhile and bring the rest back as soon as it answers in time, so this is
+   * only when they come back by themselves (this process gone, or the endpoint never answering).
+   * Default twice the delivery timeout plus one open period (the time two contacts and the circuit's
+   * first open period take).
+   */
+  unprovenHoldMs?: number;
+  /**
    * How far past the time its schedule made it due an open circuit may hold a delivery back (one
    * open period). Beyond that the due attempt is recorded as failed (`circuit_open`, not sent) and
    * the schedule goes on, so a circuit never stretches a delivery's life past its retry schedule.
@@ -310,10 +319,17 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
     return { webhook };
   }
 
-  /** Why an attempt that the breaker holds back is deferred, or recorded as `circuit_open` when it is overdue. */
+  const unprovenHoldMs = deps.unprovenHoldMs ?? 2 * deps.deliveryTimeoutMs + deps.circuitHoldMs;
+
+  /**
+   * Why an attempt that the breaker holds back is deferred, or recorded as `circuit_open` when it is
+   * overdue. Behind an unproven endpoint (a first contact in flight, or slow lately) it is deferred
+   * for the hold, woken by the wakeups as soon as the endpoint answers in time.
+   */
   function notAdmitted(endpoint: string, reason: 'open' | 'probing' | 'slow' | 'first_contact', retryAtMs: number, options: AdmitOptions): Admitted {
     if ((reason === 'open' || reason === 'probing') && retryAtMs > options.dueAtMs + deps.circuitHoldMs) return { ok: false, kind: 'circuit_open' };
-    const spreadAtMs = Math.round(retryAtMs + deps.random() * options.deferJitterMs);
+    const heldUntilMs = reason === 'open' || reason === 'probing' ? retryAtMs : Math.max(retryAtMs, deps.nowMs() + unprovenHoldMs);
+    const spreadAtMs = Math.round(heldUntilMs + deps.random() * options.deferJitterMs);
     return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs: spreadAtMs, reason: reason === 'first_contact' ? 'slow' : reason };
   }
 
@@ -406,8 +422,9 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       }
       const suspect = admission.lane === 'suspect';
       if (suspect && !deps.slots.markSuspect()) {
+        // The suspect share is taken: the wakeups send this endpoint a contact when a suspect slot frees.
         notStarted();
-        const retryAtMs = Math.round(nowMs + 250 + Math.floor(deps.random() * 750) + deps.random() * options.deferJitterMs);
+        const retryAtMs = Math.round(nowMs + unprovenHoldMs + deps.random() * Math.max(1_000, options.deferJitterMs));
         return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs, reason: 'slow' };
       }
       const ticket = deps.breakers.start(endpoint, nowMs, admission.probe, webhook.id);

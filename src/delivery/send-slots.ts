@@ -10,6 +10,7 @@ export class SendSlots {
   private waiters: (() => void)[] = [];
   private head = 0;
   private idleWaiters: (() => void)[] = [];
+  private suspectWaiters: (() => void)[] = [];
 
   constructor(
     readonly total: number,
@@ -40,9 +41,24 @@ export class SendSlots {
     return true;
   }
 
+  /** Suspect slots free now. */
+  suspectFree(): number {
+    return this.suspectMax - this.suspectUsed;
+  }
+
+  /** Resolves when a suspect slot is given back. */
+  suspectFreed(): Promise<void> {
+    return new Promise((resolve) => this.suspectWaiters.push(resolve));
+  }
+
   /** Gives a slot back (`suspect`: it was marked suspect). */
   release(suspect = false): void {
-    if (suspect) this.suspectUsed -= 1;
+    if (suspect) {
+      this.suspectUsed -= 1;
+      const waiting = this.suspectWaiters;
+      this.suspectWaiters = [];
+      for (const resolve of waiting) resolve();
+    }
     this.used -= 1;
     while (this.used < this.total && this.head < this.waiters.length) {
       const resolve = this.waiters[this.head]!;

@@ -14,20 +14,36 @@ interface Waiting {
   watching: boolean;
 }
 
+/** The suspect share of the send slots, which a contact to an unproven endpoint needs. */
+export interface ContactRoom {
+  /** Suspect slots free now. */
+  free(): number;
+  /** Resolves when a suspect slot is given back. */
+  freed(): Promise<void>;
+}
+
 /** How long promoted deliveries get to start before the room at their endpoint is looked at again. */
 const ROOM_RECHECK_MS = 50;
+/** How long a promoted contact gets to start its attempt here before another is promoted (it may have run elsewhere). */
+const CONTACT_START_MS = 2_000;
 
 /** Deferred deliveries remembered per endpoint at most; beyond it they simply wait out their delay. */
 const WAITING_MAX = 10_000;
 
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, ms)));
+
 /**
- * Wakes deliveries deferred behind an endpoint as soon as it takes deliveries again, instead of at
- * the time they were deferred to. A delivery deferred behind a first contact was delayed until that
- * attempt's timeout; one deferred behind an open circuit until the probe. When the first contact is
- * answered in time, or a probe closes the circuit, this process promotes the jobs it deferred, so
- * a healthy receiver never sees a gap of a whole timeout. Deliveries deferred behind the endpoint's
- * concurrency limit come back as many at a time as it has room for (`room`), as its attempts end. Deferrals are durable jobs first: a
- * process that dies before waking them loses nothing, its jobs just run at their delay.
+ * Brings deliveries deferred behind an endpoint back as soon as it takes deliveries again, instead
+ * of at the time they were deferred to, and meanwhile sends it one delivery at a time. A delivery
+ * held back behind an endpoint that has not proven itself (no answer yet, slow lately, or the
+ * suspect share of the slots taken) is deferred for long (the hold), once: while nothing is in
+ * flight to the endpoint and a suspect slot is free, this process promotes one of them as the
+ * endpoint's next contact; when an attempt is answered in time, the rest follow at once. So a
+ * receiver that hangs costs one attempt at a time and each delivery behind it one deferral, and a
+ * healthy receiver never sees a gap of a whole timeout. Behind an open circuit, one is promoted when
+ * the open period ends (the probe). Deliveries deferred behind the endpoint's concurrency limit come
+ * back as many at a time as it has room for (`room`), as its attempts end. Deferrals are durable
+ * jobs first: a process that dies before waking them loses nothing, its jobs just run at their delay.
  */
 export class DeferralWakeups {
   private readonly waiting = new Map<string, Waiting>();
@@ -38,6 +54,7 @@ export class DeferralWakeups {
     private readonly nowMs: () => number,
     private readonly onError: (error: Error) => void = () => undefined,
     private readonly room: (endpoint: string) => number = () => Infinity,
+    private readonly contacts: ContactRoom = { free: () => 1, freed: () => new Promise<void>(() => undefined) },
   ) {}
 
   /** Call once the deferred jobs exist in the queue; `untilMs` is when they run by themselves anyway. */
@@ -66,31 +83,51 @@ export class DeferralWakeups {
         const nowMs = this.nowMs();
         entry.refs = entry.refs.filter((r) => r.untilMs > nowMs);
         if (entry.refs.length === 0) return;
-        const admission = this.breakers.admit(endpoint, nowMs);
-        const healthy = admission.admitted && admission.lane === 'healthy';
-        const room = healthy ? this.room(endpoint) : 0;
-        if (room > 0) await this.promote(entry.refs.splice(0, room).map((r) => r.ref));
-        if (entry.refs.length === 0) continue;
-        // A healthy endpoint at its concurrency limit: the rest follow as attempts end, or, when the
-        // attempts that hold it have not started yet, once they had a moment to.
-        if (healthy && !this.breakers.hasInflight(endpoint)) {
-          await new Promise((resolve) => setTimeout(resolve, ROOM_RECHECK_MS));
-          continue;
-        }
-        // Nothing in flight: no answer is coming that would change the endpoint's state here; the
-        // deferred jobs run at their own time (a probe among them may close the circuit).
-        if (!this.breakers.hasInflight(endpoint)) {
-          entry.refs = [];
-          return;
-        }
         const earliestMs = Math.min(...entry.refs.map((r) => r.untilMs));
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([this.breakers.settled(endpoint), new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, earliestMs - nowMs))))]);
-        clearTimeout(timer);
+        const admission = this.breakers.admit(endpoint, nowMs);
+        if (admission.admitted && admission.lane === 'healthy') {
+          const room = this.room(endpoint);
+          if (room > 0) await this.promote(entry.refs.splice(0, room).map((r) => r.ref));
+          if (entry.refs.length === 0) continue;
+          // At its concurrency limit: the rest follow as attempts end, or, when the attempts that hold
+          // it have not started yet, once they had a moment to.
+          if (!this.breakers.hasInflight(endpoint)) await sleep(ROOM_RECHECK_MS);
+          else await this.settledOr(endpoint, earliestMs);
+        } else if (admission.admitted) {
+          // Unproven, slow lately, or a probe is due: one contact at a time, when a suspect slot is free.
+          if (this.contacts.free() > 0) {
+            await this.promote(entry.refs.splice(0, 1).map((r) => r.ref));
+            await this.contactStarted(endpoint);
+            if (this.breakers.hasInflight(endpoint)) await this.settledOr(endpoint, earliestMs);
+          } else await this.freedOr(earliestMs);
+        } else if (admission.reason === 'open') {
+          // Until the open period ends; then a probe is promoted.
+          await sleep(Math.min(admission.retryAtMs, earliestMs) - nowMs);
+        } else await this.settledOr(endpoint, earliestMs);
       }
     } finally {
       entry.watching = false;
       if (entry.refs.length === 0) this.waiting.delete(endpoint);
     }
+  }
+
+  /** Until an attempt to the endpoint ends, or `untilMs`. */
+  private async settledOr(endpoint: string, untilMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.breakers.settled(endpoint), new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, untilMs - this.nowMs()))))]);
+    clearTimeout(timer);
+  }
+
+  /** Until a suspect slot is given back, or `untilMs`. */
+  private async freedOr(untilMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.contacts.freed(), new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, untilMs - this.nowMs()))))]);
+    clearTimeout(timer);
+  }
+
+  /** Until the promoted contact's attempt is in flight here, or CONTACT_START_MS. */
+  private async contactStarted(endpoint: string): Promise<void> {
+    const deadline = this.nowMs() + CONTACT_START_MS;
+    while (!this.breakers.hasInflight(endpoint) && this.nowMs() < deadline) await sleep(ROOM_RECHECK_MS);
   }
 }

@@ -61,21 +61,74 @@ describe('DeferralWakeups', () => {
     expect(promoted).toEqual([ref(1)]);
   });
 
-  it('leaves deliveries to their own delay when nothing in flight can change the endpoint, or a suspect lane is all it offers', async () => {
+  it('sends an unproven endpoint one contact at a time while a suspect slot is free, and the rest once one is answered in time', async () => {
     const { state, breakers } = fakeBreakers();
+    let free = 0;
+    let freed: () => void = () => undefined;
+    const promoted: DeferredRef[][] = [];
+    const wakeups = new DeferralWakeups(
+      breakers,
+      async (refs) => {
+        promoted.push([...refs]);
+        // The promoted contact starts its attempt.
+        state.inflight = true;
+      },
+      () => 0,
+      undefined,
+      () => Infinity,
+      { free: () => free, freed: () => new Promise<void>((resolve) => (freed = resolve)) },
+    );
+    // Nothing in flight, never answered: admitted only as a suspect; the suspect share is taken.
+    state.admission = { admitted: true, probe: false, lane: 'suspect' };
+    state.inflight = false;
+    wakeups.register('e', [ref(1), ref(2), ref(3)], 40_000);
+    await flush();
+    expect(promoted).toEqual([]);
+    // A suspect slot frees: one contact goes.
+    free = 1;
+    freed();
+    await flush();
+    await flush();
+    expect(promoted).toEqual([[ref(1)]]);
+    expect(wakeups.pending('e')).toBe(2);
+    // It times out: still unproven, nothing in flight; the next contact goes.
+    state.inflight = false;
+    state.settle();
+    await flush();
+    await flush();
+    expect(promoted).toEqual([[ref(1)], [ref(2)]]);
+    // That one is answered in time: the endpoint is healthy, the rest follow at once.
+    state.inflight = false;
+    state.admission = { admitted: true, probe: false, lane: 'healthy' };
+    state.settle();
+    await flush();
+    await flush();
+    expect(promoted).toEqual([[ref(1)], [ref(2)], [ref(3)]]);
+    expect(wakeups.pending('e')).toBe(0);
+  });
+
+  it('behind an open circuit, promotes one delivery as the probe when the open period ends', async () => {
+    const { state, breakers } = fakeBreakers();
+    let nowMs = 0;
     const promoted: DeferredRef[] = [];
     const wakeups = new DeferralWakeups(
       breakers,
-      async (refs) => void promoted.push(...refs),
-      () => 0,
+      async (refs) => {
+        promoted.push(...refs);
+        state.inflight = true;
+      },
+      () => nowMs,
     );
-    // Admitted, but only as a suspect: a wake-up would only defer them again.
-    state.admission = { admitted: true, probe: true, lane: 'suspect' };
     state.inflight = false;
-    wakeups.register('e', [ref(1)], 15_000);
+    state.admission = { admitted: false, reason: 'open', retryAtMs: 30 };
+    wakeups.register('e', [ref(1), ref(2)], 60_000);
     await flush();
     expect(promoted).toEqual([]);
-    expect(wakeups.pending('e')).toBe(0);
+    nowMs = 30;
+    state.admission = { admitted: true, probe: true, lane: 'suspect' };
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    expect(promoted).toEqual([ref(1)]);
+    expect(wakeups.pending('e')).toBe(1);
   });
 
   it('forgets deliveries whose own delay has passed', async () => {
