@@ -354,7 +354,8 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
 
   /**
    * Waits for the endpoint's breaker and a send slot. `first_contact` waits in the process for the
-   * endpoint's first answer (until `giveUp` resolves); a slot is waited for in turn (healthy
+   * endpoint's first answer (until `giveUp` resolves, and only while that contact has been in flight
+   * less than `suspectHoldMs`: past that it is likely hanging); a slot is waited for in turn (healthy
    * endpoints always keep part of the slots, so the wait ends). Everything else is deferred, or
    * recorded as `circuit_open` when an open circuit would hold it past its due time by more than
    * one open period. A rate-limited webhook's delivery then takes a place in its send window, or is
@@ -377,7 +378,9 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       if (!deps.gate.allows(options.epoch)) return { ok: false, kind: 'storage' };
       const pre = deps.breakers.admit(endpoint, deps.nowMs(), forceProbe);
       if (!pre.admitted) {
-        if (pre.reason !== 'first_contact' || gaveUp) return notAdmitted(endpoint, pre.reason, pre.retryAtMs, options);
+        // A contact unanswered for longer than a batch may wait is not worth waiting for any more.
+        if (pre.reason !== 'first_contact' || gaveUp || deps.nowMs() - pre.contactStartedMs >= deps.suspectHoldMs)
+          return notAdmitted(endpoint, pre.reason, pre.retryAtMs, options);
         options.onWaiting?.(true);
         await Promise.race([pre.settled, options.giveUp]);
         options.onWaiting?.(false);

@@ -48,7 +48,7 @@ export const DEFAULT_BREAKER_OPTIONS: BreakerOptions = {
 export type Admission =
   | { admitted: true; probe: boolean; lane: 'healthy' | 'suspect' }
   | { admitted: false; reason: 'open' | 'probing' | 'slow'; retryAtMs: number }
-  | { admitted: false; reason: 'first_contact'; settled: Promise<void>; retryAtMs: number };
+  | { admitted: false; reason: 'first_contact'; settled: Promise<void>; retryAtMs: number; contactStartedMs: number };
 
 /** How an attempt ended, for the breaker: a response in time, a failure, or a timeout. */
 export type AttemptHealth = 'healthy' | 'failed' | 'timeout';
@@ -138,7 +138,13 @@ export class EndpointBreakers {
     }
     if (!state.answered) {
       if (state.inflight.size === 0) return { admitted: true, probe: false, lane: 'suspect' };
-      return { admitted: false, reason: 'first_contact', settled: this.settledOf(state), retryAtMs: this.afterInflight(state, nowMs) };
+      return {
+        admitted: false,
+        reason: 'first_contact',
+        settled: this.settledOf(state),
+        retryAtMs: this.afterInflight(state, nowMs),
+        contactStartedMs: Math.min(...state.inflight.values()),
+      };
     }
     let slow = 0;
     for (const startedMs of state.inflight.values()) if (nowMs - startedMs >= this.options.slowAfterMs) slow += 1;

@@ -268,26 +268,32 @@ while a <= #ARGV do
 end
 return out`;
 
-// A deferral, atomically: note when the delivery will be tried; create a pending record if it has none.
+// Deferrals, each atomically: note when the delivery will be tried; create a pending record if it has none.
 // The due time is stored as `<attempt>:<ms>` for the attempt it belongs to, and kept from the first
 // deferral of that attempt (the schedule, not the deferrals, says when it was due); a value left by
 // an earlier attempt's deferral is simply stale, so recording an attempt need not clear it.
-// KEYS: record, recent list. ARGV: nextAttemptAtMs, dueAtMs, deliveryId, eventId, eventType, webhookId,
-// vendorId, acceptedAtMs, replayOf, retentionMs, deadLetterRetentionMs, ifNoRecord ('1' or '').
+// KEYS[1] routes the call (on a Redis Cluster a call holds deferrals of one slot). ARGV: retentionMs,
+// deadLetterRetentionMs, then per deferral: record key, recent list key, nextAttemptAtMs, dueAtMs,
+// deliveryId, eventId, eventType, webhookId, vendorId, acceptedAtMs, replayOf, ifNoRecord ('1' or '').
 const RECORD_DEFERRED_LUA = `
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if ARGV[12] == '1' then return 0 end
-  local attempt = tostring(tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0') + 1) .. ':'
-  local due = redis.call('HGET', KEYS[1], 'dueAt')
-  if not due or string.sub(due, 1, #attempt) ~= attempt then redis.call('HSET', KEYS[1], 'dueAt', attempt .. ARGV[2]) end
-  redis.call('HSET', KEYS[1], 'nextAttemptAtMs', ARGV[1])
-  return 0
+local retention, deadRetention = ARGV[1], ARGV[2]
+for a = 3, #ARGV, 12 do
+  local record, recent, nextAt, dueAt, deliveryId, acceptedAtMs = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 9]
+  if redis.call('EXISTS', record) == 1 then
+    if ARGV[a + 11] ~= '1' then
+      local attempt = tostring(tonumber(redis.call('HGET', record, 'attempts') or '0') + 1) .. ':'
+      local due = redis.call('HGET', record, 'dueAt')
+      if not due or string.sub(due, 1, #attempt) ~= attempt then redis.call('HSET', record, 'dueAt', attempt .. dueAt) end
+      redis.call('HSET', record, 'nextAttemptAtMs', nextAt)
+    end
+  else
+    redis.call('HSET', record, 'deliveryId', deliveryId, 'eventId', ARGV[a + 5], 'eventType', ARGV[a + 6], 'webhookId', ARGV[a + 7],
+      'vendorId', ARGV[a + 8], 'acceptedAtMs', acceptedAtMs, 'replayOf', ARGV[a + 10], 'status', 'pending', 'attempts', '0',
+      'updatedAtMs', acceptedAtMs, 'nextAttemptAtMs', nextAt, 'dueAt', '1:' .. dueAt)
+    redis.call('PEXPIRE', record, retention)
+    if redis.call('ZADD', recent, acceptedAtMs, deliveryId) == 1 then redis.call('PEXPIRE', recent, deadRetention) end
+  end
 end
-redis.call('HSET', KEYS[1], 'deliveryId', ARGV[3], 'eventId', ARGV[4], 'eventType', ARGV[5], 'webhookId', ARGV[6],
-  'vendorId', ARGV[7], 'acceptedAtMs', ARGV[8], 'replayOf', ARGV[9], 'status', 'pending', 'attempts', '0',
-  'updatedAtMs', ARGV[8], 'nextAttemptAtMs', ARGV[1], 'dueAt', '1:' .. ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[10])
-if redis.call('ZADD', KEYS[2], ARGV[8], ARGV[3]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[11]) end
 return 1`;
 
 // One page of the recent list, newest first, within accepted times [ARGV[5], ARGV[4]], matching a
@@ -329,23 +335,6 @@ for _, id in ipairs(redis.call('ZREVRANGE', KEYS[3], 0, 19)) do
 end
 return {since, dead}`;
 
-type RecordDeferredKeys = [recordKey: string, recentKey: string];
-type RecordDeferredArgv = [
-  nextAttemptAtMs: number,
-  dueAtMs: number,
-  deliveryId: string,
-  eventId: string,
-  eventType: string,
-  webhookId: string,
-  vendorId: string,
-  acceptedAtMs: number,
-  replayOf: string,
-  retentionMs: string,
-  deadLetterRetentionMs: string,
-  /** '1': write only when the delivery has no record yet. */
-  ifNoRecord: '1' | '',
-];
-
 /**
  * Every delivery's record and attempts, kept under the webhook's hash tag so one attempt is one
  * script call (Redis Cluster safe), with bounded retention.
@@ -353,7 +342,7 @@ type RecordDeferredArgv = [
 export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   /** Returns, per attempt, when (ms, as text) its webhook's current run of failures began; null once delivered. */
   private readonly recordAttemptsScript: ScriptCall<[routing: string], ScriptArg[], (string | null)[]>;
-  private readonly recordDeferredScript: ScriptCall<RecordDeferredKeys, RecordDeferredArgv, number>;
+  private readonly recordDeferredScript: ScriptCall<[routing: string], ScriptArg[], number>;
   /** A page of the recent list (see PAGE_LUA). */
   private readonly pageScript: ScriptCall<
     [recentKey: string],
@@ -377,7 +366,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     private readonly options: DeliveryLogOptions = DEFAULT_DELIVERY_LOG_OPTIONS,
   ) {
     this.recordAttemptsScript = defineScript(redis, { name: 'hooklineRecordAttempts', keys: 1, lua: RECORD_ATTEMPTS_LUA });
-    this.recordDeferredScript = defineScript(redis, { name: 'hooklineRecordDeferred', keys: 2, lua: RECORD_DEFERRED_LUA });
+    this.recordDeferredScript = defineScript(redis, { name: 'hooklineRecordDeferrals', keys: 1, lua: RECORD_DEFERRED_LUA });
     this.pageScript = defineScript(redis, { name: 'hooklineDeliveryPage', keys: 1, lua: PAGE_LUA });
     this.healthScript = defineScript(redis, { name: 'hooklineWebhookHealth', keys: 3, lua: HEALTH_LUA });
     this.retentionMsArg = String(options.retentionMs);
@@ -484,10 +473,13 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
 
   async recordDeferred(deferrals: readonly DeferralWrite[]): Promise<void> {
     const k = this.keys.deliveries;
-    await Promise.all(
-      deferrals.map(({ job, nextAttemptAtMs, dueAtMs, ifNoRecord }) =>
-        this.recordDeferredScript(
-          [k.record(job.webhookId, job.deliveryId), k.ofWebhook(job.webhookId)],
+    const calls: Promise<number>[] = [];
+    for (const group of slotGroups(this.redis, deferrals, ({ job }) => k.ofWebhook(job.webhookId))) {
+      for (let start = 0; start < group.length; start += RECORDS_PER_CALL_MAX) {
+        const chunk = group.slice(start, start + RECORDS_PER_CALL_MAX);
+        const argv = chunk.flatMap(({ job, nextAttemptAtMs, dueAtMs, ifNoRecord }) => [
+          k.record(job.webhookId, job.deliveryId),
+          k.ofWebhook(job.webhookId),
           Math.round(nextAttemptAtMs),
           Math.round(dueAtMs),
           job.deliveryId,
@@ -497,12 +489,12 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
           job.vendorId,
           job.acceptedAtMs,
           job.replayOf ?? '',
-          this.retentionMsArg,
-          this.deadLetterRetentionMsArg,
           ifNoRecord ? '1' : '',
-        ),
-      ),
-    );
+        ]);
+        calls.push(this.recordDeferredScript([k.ofWebhook(chunk[0]!.job.webhookId)], this.retentionMsArg, this.deadLetterRetentionMsArg, ...argv));
+      }
+    }
+    await Promise.all(calls);
   }
 
   /**
