@@ -16,7 +16,7 @@ import type { SendSlots } from './send-slots.js';
 import { deliveryHeaders } from './sign.js';
 import type { EndpointFlow } from './endpoint-flow.js';
 import type { StorageGate } from './storage-gate.js';
-import type { DeferralWakeups } from './wakeups.js';
+import type { DeferralWakeups, DeferredRef } from './wakeups.js';
 
 /**
  * One delivery attempt, the steps every delivery shares whether it runs in a batch or on its own:
@@ -29,10 +29,11 @@ export interface DeliveryProcessorDeps {
   webhooks: WebhookSource;
   sender: { send(request: SendRequest): Promise<SendResult>; readonly userAgent: string };
   recorder: DeliveryRecorder;
-  /** Where deliveries that leave a batch (retries, deferrals, hand-offs) go, and how deferred ones are woken. */
+  /** Where deliveries that leave a batch go (retries and hand-offs as single jobs, deferrals parked), and how deferred ones are woken. */
   singles: {
     addSingles(singles: readonly SingleDelivery[]): Promise<void>;
-    promote(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<void>;
+    park(parks: readonly { jobId: string; deliveries: DeliverJob[]; delayMs: number }[]): Promise<void>;
+    promote(refs: readonly Pick<DeferredRef, 'webhookId' | 'jobId' | 'parked'>[]): Promise<void>;
   };
   breakers: EndpointBreakers;
   /** The attempts this process runs at once. */

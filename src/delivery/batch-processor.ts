@@ -2,8 +2,9 @@ import type { Job } from 'bullmq';
 import type { DeferralWrite } from '../store/delivery-log.js';
 import { deliverySteps, type AttemptEnd, type DeliveryProcessorDeps } from './attempt.js';
 import { BatchHolds } from './batch-holds.js';
+import type { DeferredRef } from './wakeups.js';
 import type { DeliverJob } from '../domain/delivery.js';
-import { JOBS } from './jobs.js';
+import { JOBS, parkIdOf } from './jobs.js';
 import type { SingleDelivery } from './queue.js';
 import { StorageUnavailableError } from './signals.js';
 
@@ -11,7 +12,7 @@ import { StorageUnavailableError } from './signals.js';
 export interface BatchSummary {
   deliveries: number;
   attempted: number;
-  /** Left the batch as single jobs: retries, deferrals and hand-offs. */
+  /** Left the batch for jobs of their own: retries and hand-offs as single jobs, deferrals parked. */
   handedOff: number;
   skipped: number;
 }
@@ -22,10 +23,12 @@ const SUSPECT_ONLY_HOLD_MS = 50;
 /**
  * The batch job processor: first attempts of many deliveries, run concurrently within the process's
  * send slots, recorded one by one. A delivery that needs another try leaves the batch as a single
- * job (retry after its delay; deferred by its breaker; still waiting on a slow endpoint when the
- * batch checks: see BatchHolds). A re-run batch (the worker died, storage failed, or an unexpected
- * error) first reads each delivery's record and sends only what has not been attempted, so a crash
- * repeats at most what was in flight.
+ * job (retry after its delay; still waiting on a slow endpoint when the batch checks: see
+ * BatchHolds), or, deferred behind its endpoint, parked: the batch's deferrals behind one endpoint
+ * become one delayed batch job (a park), which the endpoint's wakeup brings back as one. A re-run
+ * batch (the worker died, storage failed, or an unexpected error) first reads each delivery's
+ * record and sends only what has not been attempted and is its own, so a crash repeats at most what
+ * was in flight.
  */
 export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) => Promise<BatchSummary> {
   const steps = deliverySteps(deps);
@@ -42,19 +45,30 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     const epoch = deps.gate.epoch;
     const singles: SingleDelivery[] = [];
     const leave = (data: DeliverJob, delayMs: number) => singles.push({ job: data, delayMs: Math.max(0, delayMs) });
-    const deferred: { data: DeliverJob; wakeOn: string | undefined; retryAtMs: number; dueAtMs: number }[] = [];
+    const deferred: { data: DeliverJob; wakeOn: string | undefined; retryAtMs: number; dueAtMs: number; parkable: boolean }[] = [];
     const handOffs: DeferralWrite[] = [];
     let todo = deliveries;
     let skipped = 0;
+    /** Deliveries parked (singles are counted by their list). */
+    let left = 0;
 
-    // 1. A re-run: skip what is finished, re-queue what waits for a retry or was deferred (a no-op
-    // if its job is queued).
+    // 1. A re-run: skip what is finished; re-queue what waits in a job of its own, a single job (a
+    // retry, a hand-off) or a park (each a no-op if its job is queued); send what was never
+    // attempted, or was parked in this very job.
     if (job.attemptsStarted > 1 || job.attemptsMade > 0) {
       const progress = await deps.recorder.progressOf(deliveries);
       const nowMs = deps.nowMs();
+      const reparked = new Map<string, { deliveries: DeliverJob[]; atMs: number }>();
       todo = deliveries.filter((data, i) => {
         const p = progress[i];
         if (p === undefined) return true;
+        if (p.parkedIn !== undefined) {
+          if (p.parkedIn === job.id) return true;
+          const park = reparked.get(p.parkedIn) ?? { deliveries: [], atMs: p.nextAttemptAtMs ?? nowMs };
+          park.deliveries.push(data);
+          reparked.set(p.parkedIn, park);
+          return false;
+        }
         if (p.status === 'retrying' || p.status === 'pending') leave(data, (p.nextAttemptAtMs ?? nowMs) - nowMs);
         else {
           skipped += 1;
@@ -62,6 +76,9 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
         }
         return false;
       });
+      if (reparked.size > 0)
+        await deps.singles.park([...reparked].map(([jobId, park]) => ({ jobId, deliveries: park.deliveries, delayMs: park.atMs - nowMs })));
+      for (const park of reparked.values()) left += park.deliveries.length;
     }
 
     // 2. Every delivery concurrently; the batch waits for them, handing off the ones that hold it up.
@@ -103,8 +120,8 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
         failure ??= new StorageUnavailableError();
         return;
       } else {
-        leave(data, admitted.retryAtMs - deps.nowMs());
-        deferred.push({ data, wakeOn: admitted.wakeOn, retryAtMs: admitted.retryAtMs, dueAtMs });
+        // Behind a concurrency limit they come back a few at a time, as the endpoint has room: alone.
+        deferred.push({ data, wakeOn: admitted.wakeOn, retryAtMs: admitted.retryAtMs, dueAtMs, parkable: admitted.reason !== 'concurrency' });
         steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
         return;
       }
@@ -115,7 +132,7 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       // Handed off while in flight: its single job waits until this attempt would have timed out.
       // The attempt is recorded now, so wake the job: it reads the record and finishes (delivered,
       // dead) or waits for the retry the record schedules, instead of idling in the queue.
-      void added.then(() => deps.singles.promote([data])).catch(() => undefined);
+      void added.then(() => deps.singles.promote([{ webhookId: data.webhookId, jobId: data.deliveryId, parked: false }])).catch(() => undefined);
     };
     const settle = (data: DeliverJob) => {
       holds.settled(data);
@@ -158,28 +175,66 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       }
     }
 
-    // 3. Deferred and handed-off deliveries get a record before their single job exists: a re-run of
-    // this batch (it failed after this point) then finds them pending and leaves them to that job,
-    // instead of sending them a second time beside it.
-    const marks = [...deferred.map(({ data, retryAtMs, dueAtMs }) => ({ job: data, nextAttemptAtMs: retryAtMs, dueAtMs })), ...handOffs];
+    // 3. Deferrals behind an endpoint that will take them all at once when it does (unproven, slow,
+    // circuit open) are parked together: one delayed batch job per endpoint (the batch is of one
+    // partition), due when the earliest of them is. The others leave as single jobs: behind a
+    // concurrency limit (they come back as it has room), a rate limit (each its place in line) or a
+    // Retry-After pause.
+    const nowMs = deps.nowMs();
+    const parks = new Map<string, { deliveries: DeliverJob[]; dueAtMs: number[]; untilMs: number }>();
+    const marks: DeferralWrite[] = [...handOffs];
+    const alone = new Map<string, { refs: DeferredRef[]; untilMs: number }>();
+    for (const { data, wakeOn, retryAtMs, dueAtMs, parkable } of deferred) {
+      if (wakeOn === undefined || !parkable) {
+        leave(data, retryAtMs - nowMs);
+        marks.push({ job: data, nextAttemptAtMs: retryAtMs, dueAtMs });
+        if (wakeOn !== undefined) {
+          const entry = alone.get(wakeOn) ?? { refs: [], untilMs: 0 };
+          entry.refs.push({ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false });
+          entry.untilMs = Math.max(entry.untilMs, retryAtMs);
+          alone.set(wakeOn, entry);
+        }
+        continue;
+      }
+      const park = parks.get(wakeOn) ?? { deliveries: [], dueAtMs: [], untilMs: retryAtMs };
+      park.deliveries.push(data);
+      park.dueAtMs.push(dueAtMs);
+      park.untilMs = Math.min(park.untilMs, retryAtMs);
+      parks.set(wakeOn, park);
+    }
+    const parked = [...parks].map(([endpoint, park]) => ({
+      endpoint,
+      jobId: parkIdOf(
+        job.id ?? '',
+        park.deliveries.map((d) => d.deliveryId),
+      ),
+      ...park,
+    }));
+    for (const park of parked) {
+      park.deliveries.forEach((data, i) => marks.push({ job: data, nextAttemptAtMs: park.untilMs, dueAtMs: park.dueAtMs[i]!, parkedIn: park.jobId }));
+      left += park.deliveries.length;
+    }
+    // Deferred and handed-off deliveries get a record before their job exists: a re-run of this batch
+    // (it failed after this point) then finds them pending in a job of their own and leaves them to
+    // it, instead of sending them a second time beside it.
     if (marks.length > 0) await deps.recorder.recordDeferred(marks);
     try {
-      await deps.singles.addSingles(singles);
+      await Promise.all([
+        deps.singles.addSingles(singles),
+        parked.length === 0
+          ? undefined
+          : deps.singles.park(parked.map(({ jobId, deliveries: held, untilMs }) => ({ jobId, deliveries: held, delayMs: untilMs - nowMs }))),
+      ]);
     } finally {
       singlesAdded();
     }
-    // Only now are the deferred jobs in the queue to be woken.
-    const byEndpoint = new Map<string, { refs: DeliverJob[]; untilMs: number }>();
-    for (const { data, wakeOn: endpoint, retryAtMs } of deferred) {
-      if (endpoint === undefined) continue;
-      const entry = byEndpoint.get(endpoint) ?? { refs: [], untilMs: 0 };
-      entry.refs.push(data);
-      entry.untilMs = Math.max(entry.untilMs, retryAtMs);
-      byEndpoint.set(endpoint, entry);
+    // Only now are the parks and single jobs in the queue to be woken.
+    for (const { endpoint, jobId, deliveries: held, untilMs } of parked) {
+      deps.wakeups.register(endpoint, [{ webhookId: held[0]!.webhookId, jobId, deliveries: held.length, parked: true }], untilMs);
     }
-    for (const [endpoint, { refs, untilMs }] of byEndpoint) deps.wakeups.register(endpoint, refs, untilMs);
+    for (const [endpoint, { refs, untilMs }] of alone) deps.wakeups.register(endpoint, refs, untilMs);
     // Storage failed, or an unexpected error: re-run the batch; finished deliveries are skipped.
     if (failure !== undefined) throw failure;
-    return { deliveries: deliveries.length, attempted, handedOff: singles.length, skipped };
+    return { deliveries: deliveries.length, attempted, handedOff: singles.length + left, skipped };
   };
 }

@@ -76,9 +76,22 @@ export function batchesOf<T extends { body: string }>(deliveries: readonly T[]):
 
 /** The job id of a batch: derived from its deliveries, so re-enqueueing the same batch adds nothing. */
 export function batchIdOf(deliveryIds: readonly string[]): string {
+  return `b-${idsDigest(deliveryIds)}`;
+}
+
+/**
+ * The job id of a park (deferred first attempts held as one delayed batch job): derived from the
+ * job that parked them and its deliveries, so that job's re-run parks them under the same id, and a
+ * park that parks all of its deliveries again gets a new one.
+ */
+export function parkIdOf(parkedBy: string, deliveryIds: readonly string[]): string {
+  return `p-${idsDigest([parkedBy, ...deliveryIds])}`;
+}
+
+function idsDigest(ids: readonly string[]): string {
   const hash = createHash('sha256');
-  for (const id of deliveryIds) hash.update(id).update('\n');
-  return `b-${hash.digest('hex').slice(0, 32)}`;
+  for (const id of ids) hash.update(id).update('\n');
+  return hash.digest('hex').slice(0, 32);
 }
 export type ReplayDeadLettersJob = z.infer<typeof JOBS.replayDeadLetters.schema>;
 export type OperationalWebhookJob = z.infer<typeof JOBS.operationalWebhook.schema>;

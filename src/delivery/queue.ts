@@ -4,6 +4,7 @@ import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
 import type { DeliverJob } from '../domain/delivery.js';
+import type { DeferredRef } from './wakeups.js';
 import { batchesOf, batchIdOf, deliveryIdFor, JOBS, partitionOf, type OperationalWebhookJob, type ReplayDeadLettersJob } from './jobs.js';
 
 /** Ingest's batches: first attempts of many deliveries per job. */
@@ -130,16 +131,35 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   }
 
   /**
-   * Moves delayed single deliveries to the front of their queue, to run now; one that is no longer
-   * delayed (it ran meanwhile, or was never added) is left as it is. One round trip per delivery.
+   * Moves delayed jobs (single deliveries, parked batches) to the front of their queue, to run now;
+   * one that is no longer delayed (it ran meanwhile, or was never added) is left as it is. One round
+   * trip per job.
    */
-  async promote(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<void> {
+  async promote(refs: readonly Pick<DeferredRef, 'webhookId' | 'jobId' | 'parked'>[]): Promise<void> {
     await Promise.all(
-      [...this.byPartition(refs, (r) => r)].flatMap(([n, list]) => {
-        const queue = this.partitions[n]!.singles;
+      [...this.byPartition(refs, (r) => r)].flatMap(([n, list]) =>
         // A job handle by id alone: promote() needs only the queue and the id, not the job's data.
-        return list.map((ref) => new Job(queue, JOBS.deliver.name, {}, {}, ref.deliveryId).promote().catch(() => undefined));
-      }),
+        list.map((ref) =>
+          new Job(ref.parked ? this.partitions[n]!.batches : this.partitions[n]!.singles, JOBS.deliver.name, {}, {}, ref.jobId)
+            .promote()
+            .catch(() => undefined),
+        ),
+      ),
+    );
+  }
+
+  /**
+   * Parks deferred first attempts as delayed batch jobs, each holding deliveries of one partition:
+   * one job (and one promotion) for many deliveries waiting on one endpoint, instead of one each.
+   * Adding a park whose id exists already adds nothing.
+   */
+  async park(parks: readonly { jobId: string; deliveries: DeliverJob[]; delayMs: number }[]): Promise<void> {
+    await Promise.all(
+      parks.map(({ jobId, deliveries, delayMs }) =>
+        this.partitions[partitionOf(deliveries[0]!.webhookId, this.partitions.length)]!.batches.addBulk([
+          { name: JOBS.deliverBatch.name, data: { deliveries }, opts: this.jobOptions(jobId, Math.max(0, Math.round(delayMs))) },
+        ]),
+      ),
     );
   }
 

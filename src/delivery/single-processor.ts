@@ -63,7 +63,7 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
     else {
       const { retryAtMs, wakeOn } = admitted;
       await Promise.all([job.moveToDelayed(retryAtMs, token), deps.recorder.recordDeferred([{ job: data, nextAttemptAtMs: retryAtMs, dueAtMs }])]);
-      if (wakeOn !== undefined) deps.wakeups.register(wakeOn, [data], retryAtMs);
+      if (wakeOn !== undefined) deps.wakeups.register(wakeOn, [{ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false }], retryAtMs);
       steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
       throw new DelayedError();
     }

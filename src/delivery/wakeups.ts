@@ -1,9 +1,14 @@
 import type { EndpointBreakers } from './breaker.js';
 
-/** A deferred delivery's job, as the queue finds it. */
+/** A deferred delivery's delayed job, as the queue finds it: its own single job, or a parked batch holding it and others. */
 export interface DeferredRef {
+  /** Picks the queue partition (every delivery of a parked batch has its partition). */
   webhookId: string;
-  deliveryId: string;
+  /** The single job's id (its delivery id) or the parked batch's. */
+  jobId: string;
+  /** Deliveries the job holds: 1 for a single job. */
+  deliveries: number;
+  parked: boolean;
 }
 
 /** Moves deferred jobs back to the front of their queue (a job no longer delayed is left alone). */
@@ -31,6 +36,17 @@ const CONTACT_START_MS = 2_000;
 const WAITING_MAX = 10_000;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, ms)));
+
+/** Takes refs off the front holding `room` deliveries in all, and at least one ref. */
+function takeUpTo(entry: Waiting, room: number): DeferredRef[] {
+  let count = 0;
+  let taken = 0;
+  while (taken < entry.refs.length && (taken === 0 || count + entry.refs[taken]!.ref.deliveries <= room)) {
+    count += entry.refs[taken]!.ref.deliveries;
+    taken += 1;
+  }
+  return entry.refs.splice(0, taken).map((r) => r.ref);
+}
 
 /**
  * Brings deliveries deferred behind an endpoint back as soon as it takes deliveries again, instead
@@ -87,7 +103,7 @@ export class DeferralWakeups {
         const admission = this.breakers.admit(endpoint, nowMs);
         if (admission.admitted && admission.lane === 'healthy') {
           const room = this.room(endpoint);
-          if (room > 0) await this.promote(entry.refs.splice(0, room).map((r) => r.ref));
+          if (room > 0) await this.promote(takeUpTo(entry, room));
           if (entry.refs.length === 0) continue;
           // At its concurrency limit: the rest follow as attempts end, or, when the attempts that hold
           // it have not started yet, once they had a moment to.

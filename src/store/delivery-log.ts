@@ -79,9 +79,12 @@ export interface DeferralWrite {
   dueAtMs: number;
   /**
    * Write only when the delivery has no record yet: a batch hands off a delivery whose attempt is
-   * still in flight, and that attempt's own record, if it lands first, is the truth.
+   * still in flight, and that attempt's own record, if it lands first, is the truth. (A record there
+   * already only forgets its parking: the hand-off's single job holds the delivery now.)
    */
   ifNoRecord?: true;
+  /** The parked batch job that holds the delivery until it is tried (absent: its own single job does). */
+  parkedIn?: string;
 }
 
 /** Which recent deliveries a page holds. */
@@ -164,6 +167,8 @@ function toSummary(fields: Record<string, string>): DeliverySummary | undefined 
 /** Where a delivery stands, as a batch re-run after a crash or a single delivery job needs to know. */
 export interface DeliveryProgress {
   status: DeliveryStatus;
+  /** While pending: the parked batch job that holds it (absent: its single job does, or none yet). */
+  parkedIn?: string;
   attempts: number;
   /** When the next attempt will be made (a deferral moves it). */
   nextAttemptAtMs: number | undefined;
@@ -274,10 +279,11 @@ return out`;
 // an earlier attempt's deferral is simply stale, so recording an attempt need not clear it.
 // KEYS[1] routes the call (on a Redis Cluster a call holds deferrals of one slot). ARGV: retentionMs,
 // deadLetterRetentionMs, then per deferral: record key, recent list key, nextAttemptAtMs, dueAtMs,
-// deliveryId, eventId, eventType, webhookId, vendorId, acceptedAtMs, replayOf, ifNoRecord ('1' or '').
+// deliveryId, eventId, eventType, webhookId, vendorId, acceptedAtMs, replayOf, ifNoRecord ('1' or ''),
+// parkedIn (the parked batch job holding it, or '').
 const RECORD_DEFERRED_LUA = `
 local retention, deadRetention = ARGV[1], ARGV[2]
-for a = 3, #ARGV, 12 do
+for a = 3, #ARGV, 13 do
   local record, recent, nextAt, dueAt, deliveryId, acceptedAtMs = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 9]
   if redis.call('EXISTS', record) == 1 then
     if ARGV[a + 11] ~= '1' then
@@ -286,10 +292,11 @@ for a = 3, #ARGV, 12 do
       if not due or string.sub(due, 1, #attempt) ~= attempt then redis.call('HSET', record, 'dueAt', attempt .. dueAt) end
       redis.call('HSET', record, 'nextAttemptAtMs', nextAt)
     end
+    redis.call('HSET', record, 'parkedIn', ARGV[a + 12])
   else
     redis.call('HSET', record, 'deliveryId', deliveryId, 'eventId', ARGV[a + 5], 'eventType', ARGV[a + 6], 'webhookId', ARGV[a + 7],
       'vendorId', ARGV[a + 8], 'acceptedAtMs', acceptedAtMs, 'replayOf', ARGV[a + 10], 'status', 'pending', 'attempts', '0',
-      'updatedAtMs', acceptedAtMs, 'nextAttemptAtMs', nextAt, 'dueAt', '1:' .. dueAt)
+      'updatedAtMs', acceptedAtMs, 'nextAttemptAtMs', nextAt, 'dueAt', '1:' .. dueAt, 'parkedIn', ARGV[a + 12])
     redis.call('PEXPIRE', record, retention)
     if redis.call('ZADD', recent, acceptedAtMs, deliveryId) == 1 then redis.call('PEXPIRE', recent, deadRetention) end
   end
@@ -477,7 +484,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     for (const group of slotGroups(this.redis, deferrals, ({ job }) => k.ofWebhook(job.webhookId))) {
       for (let start = 0; start < group.length; start += RECORDS_PER_CALL_MAX) {
         const chunk = group.slice(start, start + RECORDS_PER_CALL_MAX);
-        const argv = chunk.flatMap(({ job, nextAttemptAtMs, dueAtMs, ifNoRecord }) => [
+        const argv = chunk.flatMap(({ job, nextAttemptAtMs, dueAtMs, ifNoRecord, parkedIn }) => [
           k.record(job.webhookId, job.deliveryId),
           k.ofWebhook(job.webhookId),
           Math.round(nextAttemptAtMs),
@@ -490,6 +497,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
           job.acceptedAtMs,
           job.replayOf ?? '',
           ifNoRecord ? '1' : '',
+          parkedIn ?? '',
         ]);
         calls.push(this.recordDeferredScript([k.ofWebhook(chunk[0]!.job.webhookId)], this.retentionMsArg, this.deadLetterRetentionMsArg, ...argv));
       }
@@ -506,11 +514,17 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     return Promise.all(
       refs.map(({ webhookId, deliveryId }) =>
         this.redis
-          .hmget(this.keys.deliveries.record(webhookId, deliveryId), 'status', 'attempts', 'nextAttemptAtMs', 'dueAt')
-          .then(([status, attempts, nextAttemptAtMs, dueAt]) => {
+          .hmget(this.keys.deliveries.record(webhookId, deliveryId), 'status', 'attempts', 'nextAttemptAtMs', 'dueAt', 'parkedIn')
+          .then(([status, attempts, nextAttemptAtMs, dueAt, parkedIn]) => {
             if (status == null) return undefined;
             const made = num(attempts) ?? 0;
-            return { status: status as DeliveryStatus, attempts: made, nextAttemptAtMs: num(nextAttemptAtMs), dueAtMs: dueAtFor(dueAt, made + 1) };
+            return {
+              status: status as DeliveryStatus,
+              ...(status === 'pending' && parkedIn ? { parkedIn } : {}),
+              attempts: made,
+              nextAttemptAtMs: num(nextAttemptAtMs),
+              dueAtMs: dueAtFor(dueAt, made + 1),
+            };
           }),
       ),
     );

@@ -135,16 +135,26 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     // First contact: one attempt reached the hanging receiver; the other four never left.
     expect(hanging.requests).toHaveLength(1);
     expect(summary).toMatchObject({ deliveries: 25, attempted: 21, handedOff: 5, skipped: 0 });
-    const singles = t.queues.partitions[partitionOf(slow.webhook.id, t.queues.partitions.length)]!.singles;
-    const jobs = await Promise.all(toHanging.map((d) => singles.getJob(d.deliveryId)));
-    expect(jobs.map((job) => (job?.data as DeliverJob | undefined)?.deliveryId)).toEqual(toHanging.map((d) => d.deliveryId));
-    // The handed-off and deferred deliveries have records before their single jobs: a re-run of
-    // this batch (had it failed after the hand-off) leaves them to those jobs instead of sending
-    // them beside them, and skips what was delivered.
-    expect((await t.deliveryLog.progressOf(toHanging)).map((p) => p?.status)).toEqual(toHanging.map(() => 'pending'));
+    // The attempt in flight left as a single job; the four deferred behind it were parked together:
+    // one delayed batch job holding them, which the endpoint's wakeup brings back as one.
+    const partition = t.queues.partitions[partitionOf(slow.webhook.id, t.queues.partitions.length)]!;
+    const [contact, ...behind] = toHanging;
+    expect(((await partition.singles.getJob(contact!.deliveryId))?.data as DeliverJob | undefined)?.deliveryId).toBe(contact!.deliveryId);
+    for (const d of behind) expect(await partition.singles.getJob(d.deliveryId)).toBeUndefined();
+    const parks = (await partition.batches.getDelayed()).filter((job) => job.id?.startsWith('p-'));
+    expect(parks).toHaveLength(1);
+    expect((parks[0]!.data as { deliveries: DeliverJob[] }).deliveries.map((d) => d.deliveryId)).toEqual(behind.map((d) => d.deliveryId));
+    // The handed-off and deferred deliveries have records before their jobs, naming the park that
+    // holds each: a re-run of this batch (had it failed after the hand-off) leaves them to those
+    // jobs instead of sending them beside them, and skips what was delivered.
+    const progress = await t.deliveryLog.progressOf(toHanging);
+    expect(progress.map((p) => p?.status)).toEqual(toHanging.map(() => 'pending'));
+    expect(progress.map((p) => p?.parkedIn)).toEqual([undefined, ...behind.map(() => parks[0]!.id)]);
     const rerun = await processBatch(batchJob([...toHanging, ...toHealthy], 2));
     expect(rerun).toMatchObject({ deliveries: 25, attempted: 0, handedOff: 5, skipped: 20 });
     expect(hanging.requests).toHaveLength(1);
+    // Re-parking adds nothing: the park is there, with the same id.
+    expect((await partition.batches.getDelayed()).filter((job) => job.id?.startsWith('p-')).map((job) => job.id)).toEqual([parks[0]!.id]);
     expect(healthy.requests).toHaveLength(20);
     // The handed-off attempt goes on and records its timeout; its single job then reads the record.
     await waitFor(
@@ -153,6 +163,47 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
       'timeout recorded',
     );
     await slots.idle();
+  });
+
+  it('a park sends what it holds once its endpoint answers; its re-run sends only what is still its own and re-parks the rest', async () => {
+    t = await testApp({ retryScheduleMs: [0, 200, 200] });
+    const r = await receiver();
+    // The first contact hangs (and times out after 500 ms); every request after it is answered.
+    r.script('/p', 'hang', { status: 200 });
+    const hook = await t.webhooks.create('v-park', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/p` });
+    if (!hook.ok) throw new Error('webhook not created');
+    const held = Array.from({ length: 4 }, () => delivery(hook.webhook.id, 'v-park'));
+    const { processBatch, slots } = await idleWorker(t, { slowAfterMs: 200, deliveryTimeoutMs: 500 });
+    expect(await processBatch(batchJob(held, 1))).toMatchObject({ deliveries: 4, attempted: 1, handedOff: 4 });
+    await slots.idle();
+    const partition = t.queues.partitions[partitionOf(hook.webhook.id, t.queues.partitions.length)]!;
+    // Delayed, or already promoted as the endpoint's next contact once the first timed out.
+    const [park] = (await partition.batches.getJobs(['delayed', 'waiting'])).filter((job) => job.id?.startsWith('p-'));
+    const parked = (park!.data as { deliveries: DeliverJob[] }).deliveries;
+    expect(parked.map((d) => d.deliveryId)).toEqual(held.slice(1).map((d) => d.deliveryId));
+
+    // The park runs (its wakeup would promote it): the endpoint answers the next contact, the rest follow.
+    const parkJob = (id: string, deliveries: DeliverJob[], attemptsStarted: number) => ({ ...batchJob(deliveries, attemptsStarted), id }) as unknown as Job;
+    expect(await processBatch(parkJob(park!.id!, parked, 1))).toMatchObject({ deliveries: 3, attempted: 3, handedOff: 0, skipped: 0 });
+    const sent = (id: string) => r.requests.filter((q) => q.headers['webhook-id'] === id).length;
+    expect(parked.map((d) => sent(d.eventId))).toEqual([1, 1, 1]);
+    // Run again (a crash before it completed): everything it held is finished, nothing is sent.
+    expect(await processBatch(parkJob(park!.id!, parked, 2))).toMatchObject({ deliveries: 3, attempted: 0, skipped: 3 });
+    expect(parked.map((d) => sent(d.eventId))).toEqual([1, 1, 1]);
+
+    // A park's re-run whose members moved on meanwhile: one still its own (sent now), one parked
+    // again elsewhere (re-parked there under that id, not sent beside it).
+    const [own, elsewhere] = [delivery(hook.webhook.id, 'v-park'), delivery(hook.webhook.id, 'v-park')];
+    const nowMs = Date.now();
+    await t.deliveryLog.recordDeferred([
+      { job: own, nextAttemptAtMs: nowMs, dueAtMs: nowMs, parkedIn: 'p-own' },
+      { job: elsewhere, nextAttemptAtMs: nowMs + 60_000, dueAtMs: nowMs, parkedIn: 'p-elsewhere' },
+    ]);
+    expect(await processBatch(parkJob('p-own', [own, elsewhere], 2))).toMatchObject({ deliveries: 2, attempted: 1, handedOff: 1, skipped: 0 });
+    expect([sent(own.eventId), sent(elsewhere.eventId)]).toEqual([1, 0]);
+    const reparked = await partition.batches.getJob('p-elsewhere');
+    expect(await reparked?.getState()).toBe('delayed');
+    expect((reparked!.data as { deliveries: DeliverJob[] }).deliveries.map((d) => d.deliveryId)).toEqual([elsewhere.deliveryId]);
   });
 
   it('a handed-off delivery whose slow attempt then succeeds leaves no delayed job behind: the queues drain at once', async () => {

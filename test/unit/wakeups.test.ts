@@ -21,7 +21,7 @@ function fakeBreakers() {
   };
 }
 
-const ref = (n: number): DeferredRef => ({ webhookId: 'w', deliveryId: `d${n}` });
+const ref = (n: number): DeferredRef => ({ webhookId: 'w', jobId: `d${n}`, deliveries: 1, parked: false });
 const flush = () => new Promise((r) => setImmediate(r));
 
 describe('DeferralWakeups', () => {
