@@ -187,6 +187,13 @@ export interface AdmitOptions {
    * a single job 250 ms, rather than going back to the queue at once to find the endpoint full again).
    */
   roomWaitMs: number;
+  /**
+   * The caller registers a deferral behind an endpoint with the wakeups (batches and single jobs
+   * do): one behind an unproven endpoint is then held for long (`unprovenHoldMs`), the wakeups
+   * bringing it back. Without (a FIFO line's head), it looks again when the attempt in flight has
+   * ended, or in 0.25 to 1 s when only the suspect share of the slots was taken.
+   */
+  wokenByWakeups: boolean;
   onWaiting?: (waiting: boolean) => void;
 }
 
@@ -329,7 +336,8 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
    */
   function notAdmitted(endpoint: string, reason: 'open' | 'probing' | 'slow' | 'first_contact', retryAtMs: number, options: AdmitOptions): Admitted {
     if ((reason === 'open' || reason === 'probing') && retryAtMs > options.dueAtMs + deps.circuitHoldMs) return { ok: false, kind: 'circuit_open' };
-    const heldUntilMs = reason === 'open' || reason === 'probing' ? retryAtMs : Math.max(retryAtMs, deps.nowMs() + unprovenHoldMs);
+    const held = reason !== 'open' && reason !== 'probing' && options.wokenByWakeups;
+    const heldUntilMs = held ? Math.max(retryAtMs, deps.nowMs() + unprovenHoldMs) : retryAtMs;
     const spreadAtMs = Math.round(heldUntilMs + deps.random() * options.deferJitterMs);
     return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs: spreadAtMs, reason: reason === 'first_contact' ? 'slow' : reason };
   }
@@ -428,7 +436,8 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       if (suspect && !deps.slots.markSuspect()) {
         // The suspect share is taken: the wakeups send this endpoint a contact when a suspect slot frees.
         notStarted();
-        const retryAtMs = Math.round(nowMs + unprovenHoldMs + deps.random() * Math.max(1_000, options.deferJitterMs));
+        const heldMs = options.wokenByWakeups ? unprovenHoldMs + deps.random() * Math.max(1_000, options.deferJitterMs) : 250 + deps.random() * 750;
+        const retryAtMs = Math.round(nowMs + heldMs);
         return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs, reason: 'slow' };
       }
       const ticket = deps.breakers.start(endpoint, nowMs, admission.probe, webhook.id);

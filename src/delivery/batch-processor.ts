@@ -102,7 +102,7 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       if ('finished' in prepared) return;
       const dueAtMs = data.acceptedAtMs + firstDelayMs;
       // Not spread: the wakeups bring a batch's deferrals back when their endpoint answers.
-      const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp, onWaiting, deferJitterMs: 0, roomWaitMs: 0 });
+      const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp, onWaiting, deferJitterMs: 0, roomWaitMs: 0, wokenByWakeups: true });
       let end: AttemptEnd;
       if (admitted.ok) {
         holds.started(data, admitted.started.suspect);

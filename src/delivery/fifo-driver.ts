@@ -290,6 +290,8 @@ export class FifoDriver {
       deferJitterMs: 0,
       // A head waits for room at its endpoint's concurrency limit as a single job does.
       roomWaitMs: deps.suspectHoldMs,
+      // The line's ready set, not the wakeups, brings its head back.
+      wokenByWakeups: false,
     });
     let end: AttemptEnd;
     if (admitted.ok) end = await this.steps.attempt(job, prepared.webhook, plan.attemptNo, admitted.started);

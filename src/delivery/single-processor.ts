@@ -55,6 +55,7 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
       forceProbe: data.manual === true,
       deferJitterMs: 1_000,
       roomWaitMs: deps.suspectHoldMs,
+      wokenByWakeups: true,
     });
     let end: AttemptEnd;
     if (admitted.ok) end = await steps.attempt(data, prepared.webhook, attemptNo, admitted.started);
