@@ -716,16 +716,21 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           nowMs,
         })
       : undefined;
-  const stream =
+  // One consumer per ingest stream, each blocking on a connection of its own.
+  const streams =
     worker && config.ingestStream
-      ? new StreamIngestSource({
-          redis,
-          keys: stores.keys,
-          ingestor: stores.ingestor,
-          logger,
-          watchConnection: (connection) => outages.watch(connection, 'stream'),
-        })
-      : undefined;
+      ? Array.from(
+          { length: config.ingestStreams },
+          (_, n) =>
+            new StreamIngestSource({
+              redis,
+              stream: stores.keys.events.streamOf(n),
+              ingestor: stores.ingestor,
+              logger,
+              watchConnection: (connection) => outages.watch(connection, `stream ${n}`),
+            }),
+        )
+      : [];
 
   // 4. The servers: the admin API, a health server (a worker's, or the API's /metrics on a port of its own); none listens yet.
   const collect = metrics
@@ -790,7 +795,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       if (worker) {
         worker.pool.start();
         worker.fifo.start();
-        if (stream)
+        for (const stream of streams)
           startWhenRedisAnswers(
             'ingest stream consumer',
             () => stream.start(),
@@ -807,7 +812,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       let ended: 'drained' | 'forced' = 'drained';
       await steps.run(api?.close());
       if (worker) {
-        await steps.run(stream?.stop());
+        await steps.run(Promise.all(streams.map((stream) => stream.stop())));
         ended = await worker.close(graceMs);
         logger.info({ ended }, ended === 'drained' ? 'in-flight deliveries finished' : 'grace period over; unfinished deliveries return to the queue');
       }

@@ -119,6 +119,12 @@ export const envSchema = z.object({
   HOOKLINE_SHUTDOWN_GRACE: duration('30s'),
   HOOKLINE_WORKER_LOCK_DURATION: duration('30s'),
   HOOKLINE_INGEST_STREAM: boolean(true),
+  HOOKLINE_INGEST_STREAMS: z.coerce
+    .number({ message: 'expected an integer' })
+    .int('expected an integer')
+    .min(1, 'expected at least 1')
+    .max(64, 'expected at most 64')
+    .default(1),
   HOOKLINE_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   HOOKLINE_LOG_FORMAT: z.enum(['auto', 'json', 'pretty'], { message: 'expected auto, json or pretty' }).default('auto'),
   // Unset: the per-user state folder (defaultDataDir), the same whatever folder a command runs in.
@@ -221,8 +227,10 @@ export interface Config {
   readonly shutdownGraceMs: number;
   /** How long a worker's claim on a job lasts unrenewed: a killed worker's deliveries run again after it. */
   readonly workerLockDurationMs: number;
-  /** Consume the ingest Redis stream (in processes that run the worker). */
+  /** Consume the ingest Redis streams (in processes that run the worker). */
   readonly ingestStream: boolean;
+  /** Ingest streams producers may append to: the first `{<prefix>:ingest}:events`, then `{<prefix>:ingest:<n>}:events`, each its own hash tag. */
+  readonly ingestStreams: number;
   readonly logLevel: z.infer<typeof envSchema>['HOOKLINE_LOG_LEVEL'];
   /** `auto`: pretty in a terminal, JSON lines otherwise. */
   readonly logFormat: 'auto' | 'json' | 'pretty';
@@ -292,6 +300,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     shutdownGraceMs: e.HOOKLINE_SHUTDOWN_GRACE,
     workerLockDurationMs: e.HOOKLINE_WORKER_LOCK_DURATION,
     ingestStream: e.HOOKLINE_INGEST_STREAM,
+    ingestStreams: e.HOOKLINE_INGEST_STREAMS,
     logLevel: e.HOOKLINE_LOG_LEVEL,
     logFormat: e.HOOKLINE_LOG_FORMAT,
     dataDir: path.resolve(e.HOOKLINE_DATA_DIR ?? defaultDataDir(env)),

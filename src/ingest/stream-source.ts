@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Logger } from '../logger.js';
-import type { RedisKeys } from '../store/keys.js';
 import { connectionNameOf, duplicateRedis, isRedisUnavailable, serverClientFor, unblockClient, type Redis, type ServerClient } from '../store/redis.js';
 import type { Ingestor } from './ingest.js';
 
@@ -14,7 +13,8 @@ const STREAM_EVENT_FIELD = 'event';
 export interface StreamIngestSourceOptions {
   /** Commands (XACK, XAUTOCLAIM, XTRIM, …); a duplicate of it is opened for the blocking reads. */
   redis: Redis;
-  keys: Pick<RedisKeys, 'events'>;
+  /** The stream to consume (`keys.events.streamOf(n)`). */
+  stream: string;
   ingestor: Pick<Ingestor, 'ingest'>;
   logger: Pick<Logger, 'info' | 'warn' | 'error'>;
   /**
@@ -115,7 +115,7 @@ function compareIds(a: string, b: string): number {
 }
 
 /**
- * Ingests events producers append to the Redis stream `keys.events.stream` (one event as JSON in
+ * Ingests events producers append to one Redis ingest stream (one event as JSON in
  * the field `event` of each entry), through a consumer group, so many engine processes share the
  * work. An entry is acknowledged only after the Ingestor resolved for its batch, so an acknowledged
  * event's deliveries exist. Malformed and rejected entries are logged and acknowledged too: they
@@ -147,7 +147,7 @@ export class StreamIngestSource {
 
   constructor(private readonly options: StreamIngestSourceOptions) {
     this.redis = options.redis;
-    this.stream = options.keys.events.stream;
+    this.stream = options.stream;
     this.group = options.group ?? STREAM_GROUP_DEFAULT;
     this.consumer = options.consumer ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
     this.batchSize = options.batchSize ?? 500;

@@ -40,6 +40,11 @@ export function redisKeys(prefix: string) {
     events: {
       /** stream producers may XADD events to; consumed by the group below */
       stream: `${tag('ingest')}:events`,
+      /**
+       * ingest stream `n` (HOOKLINE_INGEST_STREAMS): stream 0 is the one above, the others each
+       * their own hash tag, so producers spread over a cluster's shards by appending to several
+       */
+      streamOf: (n: number) => (n === 0 ? `${tag('ingest')}:events` : `${tag(`ingest:${n}`)}:events`),
     },
     /** BullMQ prefix of delivery queue partition `n`: every key of one queue shares this hash tag */
     deliveryQueuePrefix: (partition: number) => tag(`q${partition}`),

@@ -14,7 +14,10 @@ export interface TestWorker {
 
 /** What a test sets about its worker: configuration values and the worker hooks of the engine. */
 export type TestWorkerSettings = Partial<
-  Pick<EngineConfig, 'workerConcurrency' | 'deliveryTimeoutMs' | 'allowPrivateTargets' | 'sustainedFailureWindowMs' | 'workerLockDurationMs' | 'ingestStream'>
+  Pick<
+    EngineConfig,
+    'workerConcurrency' | 'deliveryTimeoutMs' | 'allowPrivateTargets' | 'sustainedFailureWindowMs' | 'workerLockDurationMs' | 'ingestStream' | 'ingestStreams'
+  >
 > &
   NonNullable<EngineOptions['worker']> & {
     /** Where the worker logs (default: nowhere). */

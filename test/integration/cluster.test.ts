@@ -384,7 +384,13 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
   it('ingests from the Redis stream on the cluster, and stop() ends the blocked read on the stream’s master', async () => {
     const app = await engine();
     await register('EVENT_TYPE_MACHINE_CREATED', '/stream', WHSEC);
-    const source = new StreamIngestSource({ redis: app.redis, keys: app.keys, ingestor: app.ingestor, logger: pino({ level: 'silent' }), blockMs: 10_000 });
+    const source = new StreamIngestSource({
+      redis: app.redis,
+      stream: app.keys.events.stream,
+      ingestor: app.ingestor,
+      logger: pino({ level: 'silent' }),
+      blockMs: 10_000,
+    });
     await source.start();
     try {
       const event = eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a');

@@ -38,7 +38,7 @@ function source(options: Partial<StreamIngestSourceOptions> = {}): StreamIngestS
   });
   const created = new StreamIngestSource({
     redis: f.redis,
-    keys: f.keys,
+    stream: f.keys.events.stream,
     ingestor: f.ingestor,
     logger: pino({ level: 'info' }, destination),
     blockMs: 100,
@@ -194,5 +194,35 @@ describe('StreamIngestSource', () => {
     await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2) }));
     expect(await quiescent(() => f.enqueuer.requests.length, 200, 5_000, 'deliveries after stop')).toBe(1);
     await expect(consumer.start()).rejects.toThrow(/started once/);
+  });
+});
+
+describe('several ingest streams (HOOKLINE_INGEST_STREAMS)', () => {
+  it('a worker consumes every stream: events appended to any of them are delivered, each once', async () => {
+    const { testApp } = await import('../helpers/app.js');
+    const { startTestWorker } = await import('../helpers/worker.js');
+    const { TestReceiver } = await import('../helpers/receiver.js');
+    const t = await testApp();
+    const receiver = new TestReceiver();
+    await receiver.start();
+    const worker = await startTestWorker(t, { ingestStream: true, ingestStreams: 3 });
+    try {
+      await t.register('v-streams', `${receiver.base}/in`);
+      const streams = [0, 1, 2].map((n) => t.keys.events.streamOf(n));
+      // Stream 0 is the documented {prefix:ingest}:events; the others carry hash tags of their own.
+      expect(streams[0]).toBe(t.keys.events.stream);
+      expect(new Set(streams.map((key) => /^\{[^}]+\}/.exec(key)![0])).size).toBe(3);
+      const ids = [id(101), id(102), id(103), id(104), id(105), id(106)];
+      for (const [i, eventId] of ids.entries()) {
+        await t.redis.xadd(streams[i % 3]!, '*', 'event', JSON.stringify(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-streams', { event_id: eventId })));
+      }
+      await waitFor(() => receiver.requests.length >= ids.length, 10_000, 'a delivery per event');
+      const got = receiver.requests.map((r) => (JSON.parse(r.body) as { event_id: string }).event_id);
+      expect(got.sort()).toEqual([...ids].sort());
+    } finally {
+      await worker.close();
+      await receiver.close();
+      await t.close();
+    }
   });
 });
