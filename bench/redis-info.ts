@@ -1,4 +1,4 @@
-import type { Redis } from '../src/store/redis.js';
+import { keySlot, masterNodes, type Redis } from '../src/store/redis.js';
 
 /** `INFO memory` figures in bytes: used_memory and the client buffers inside it. */
 export async function redisMemory(redis: Redis): Promise<{ usedBytes: number; clientsBytes: number }> {
@@ -20,15 +20,19 @@ export async function redisCommands(redis: Redis): Promise<number> {
   return Number(/^total_commands_processed:(\d+)/m.exec(info)?.[1] ?? 'NaN');
 }
 
-/** Deletes every key matching `pattern` (SCAN, never KEYS); answers how many. */
+/** Deletes every key matching `pattern` (SCAN, never KEYS; on each master of a cluster, one UNLINK per slot); answers how many. */
 export async function deleteKeys(redis: Redis, pattern: string): Promise<number> {
-  let cursor = '0';
   let deleted = 0;
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-    if (keys.length > 0) deleted += await redis.unlink(...keys);
-    cursor = next;
-  } while (cursor !== '0');
+  for (const node of await masterNodes(redis)) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      const bySlot = new Map<number, string[]>();
+      for (const key of keys) bySlot.set(keySlot(key), [...(bySlot.get(keySlot(key)) ?? []), key]);
+      for (const group of bySlot.values()) deleted += await node.unlink(...group);
+      cursor = next;
+    } while (cursor !== '0');
+  }
   return deleted;
 }
 

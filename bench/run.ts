@@ -33,6 +33,7 @@ import {
   type DeliveryBenchSetup,
   type HooklineThroughput,
 } from './delivery.js';
+import { hooklineOnCluster } from './cluster.js';
 import { engineConfig } from './engine.js';
 import { pendingFootprint, soak } from './footprint.js';
 import { ingestFilterCost, ingestThroughput } from './ingest.js';
@@ -196,6 +197,29 @@ const SCENARIOS: Scenario[] = [
             .join(', '),
         },
         raw: { hookline },
+      };
+    },
+  },
+  {
+    id: 'cluster',
+    name: 'e2e on a 3-master Redis Cluster',
+    async run(context): Promise<ScenarioResult> {
+      const setup = await context.delivery();
+      const events = context.smoke ? setup.events : Math.min(setup.events, 10_000);
+      const partitions = 12;
+      const r = await hooklineOnCluster(setup, events, partitions);
+      if (r === undefined) {
+        return { size: 'skipped', figures: 'redis-server or redis-cli not installed', checks: [], notes: {}, raw: { skipped: true } };
+      }
+      const third = 1 / r.masters;
+      const within = r.shares.every((share) => Math.abs(share - third) <= third * 0.25);
+      const pct = (share: number) => `${(share * 100).toFixed(1)} %`;
+      return {
+        size: `${events} events → ${setup.vendors} webhooks, C=${setup.concurrency}, ${r.masters} masters (contiguous slot ranges), HOOKLINE_QUEUE_PARTITIONS=${partitions}`,
+        figures: `Hookline ${perSecond(r.throughput.perSecond)}; commands per master ${r.commands.join(' / ')}: ${r.shares.map(pct).join(' / ')}`,
+        checks: [{ target: 'each master within ±25 % of a third of the commands', value: r.shares.map(pct).join(' / '), met: within }],
+        notes: { 'Redis commands per delivery, all masters': (r.commands.reduce((a, b) => a + b, 0) / events).toFixed(2) },
+        raw: { ...r },
       };
     },
   },
