@@ -1,7 +1,7 @@
 import { collectGarbage, percentile, slope, sleep, wallMs } from './measure.js';
 import { pacedPosts, type DeliveryBenchSetup } from './delivery.js';
 import { BenchEngine } from './engine.js';
-import { countKeys, keyBytes, patternBytes, redisMemory, someKey } from './redis-info.js';
+import { countKeys, keyBreakdown, keyBytes, patternBytes, redisMemory, someKey } from './redis-info.js';
 import { batchBodies, EventFactory, eventsFor, runParallel } from './workload.js';
 
 export interface PendingFootprint {
@@ -130,6 +130,26 @@ export interface SoakFigures {
   dedupeMarkBytes: number;
   /** MEMORY USAGE of one status tombstone (a finished record that fell off its webhook's recent list). */
   tombstoneBytes: number;
+  /**
+   * The steady part of the soak: from `steadyAfterSeconds` (once every bounded structure is full:
+   * the logs at their caps, the tombstones at their 5-minute grace) to the end.
+   */
+  steady: SteadyWindow;
+}
+
+export interface SteadyWindow {
+  fromSeconds: number;
+  toSeconds: number;
+  delivered: number;
+  /** Least-squares slopes over the window's samples. */
+  redisSlopeBytesPerMinute: number;
+  workerRssSlopeBytesPerMinute: number;
+  /** used_memory (client buffers left out) growth ÷ deliveries in the window. */
+  redisGrowthBytesPerDelivery: number;
+  /** Each category of keys at the window's start and end (count, MEMORY USAGE) and its growth per delivery. */
+  categories: Record<string, { keysFrom: number; keysTo: number; bytesFrom: number; bytesTo: number; bytesPerDelivery: number }>;
+  /** Growth not in any key (Redis's own tables, allocator): used_memory growth − the keys' growth, per delivery. */
+  unattributedBytesPerDelivery: number;
 }
 
 /** Deliveries each webhook's log keeps (DEFAULT_DELIVERY_LOG_OPTIONS.recentPerWebhook). */
@@ -144,7 +164,7 @@ const RECENT_PER_WEBHOOK = 1_000;
  */
 export async function soak(
   setup: DeliveryBenchSetup,
-  options: { seconds: number; perSecond: number; webhooks: number; sampleMs: number },
+  options: { seconds: number; perSecond: number; webhooks: number; sampleMs: number; steadyAfterSeconds: number },
 ): Promise<SoakFigures> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: options.webhooks });
   const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
@@ -183,11 +203,26 @@ export async function soak(
       });
     };
     await sample();
+    // The steady window's start: its key breakdown is taken once, with the first sample past it.
+    let steadyFrom: { atSeconds: number; delivered: number; usedBytes: number; keys: Awaited<ReturnType<typeof keyBreakdown>> } | undefined;
+    const markSteady = async () => {
+      const atSeconds = (wallMs() - startMs) / 1000;
+      const [memory, stats] = await Promise.all([redisMemory(engine.redis), run.stats()]);
+      steadyFrom = {
+        atSeconds,
+        delivered: stats.verified,
+        usedBytes: memory.usedBytes - memory.clientsBytes,
+        keys: await keyBreakdown(engine.redis, engine.prefix),
+      };
+    };
+    if (options.steadyAfterSeconds <= 0) await markSteady();
     let sampling = true;
     const sampler = (async () => {
       while (sampling) {
         await sleep(options.sampleMs);
-        if (sampling) await sample();
+        if (!sampling) break;
+        await sample();
+        if (steadyFrom === undefined && samples.at(-1)!.atSeconds >= options.steadyAfterSeconds) await markSteady();
       }
     })();
     try {
@@ -199,9 +234,33 @@ export async function soak(
     }
     await sleep(SETTLE_MS);
     await sample();
+    if (steadyFrom === undefined) await markSteady();
+    const endKeys = await keyBreakdown(engine.redis, engine.prefix);
 
     const first = samples[0]!;
     const last = samples.at(-1)!;
+    const from = steadyFrom!;
+    const window = samples.filter((s) => s.atSeconds >= from.atSeconds);
+    const windowSlope = (pick: (s: SoakSample) => number) => slope(window.map((s) => ({ x: s.atSeconds / 60, y: pick(s) })));
+    const windowDelivered = Math.max(1, last.delivered - from.delivered);
+    const categories: SteadyWindow['categories'] = {};
+    let keysGrowth = 0;
+    for (const name of new Set([...Object.keys(from.keys), ...Object.keys(endKeys)])) {
+      const a = from.keys[name] ?? { keys: 0, bytes: 0 };
+      const b = endKeys[name] ?? { keys: 0, bytes: 0 };
+      keysGrowth += b.bytes - a.bytes;
+      categories[name] = { keysFrom: a.keys, keysTo: b.keys, bytesFrom: a.bytes, bytesTo: b.bytes, bytesPerDelivery: (b.bytes - a.bytes) / windowDelivered };
+    }
+    const steady: SteadyWindow = {
+      fromSeconds: from.atSeconds,
+      toSeconds: last.atSeconds,
+      delivered: last.delivered - from.delivered,
+      redisSlopeBytesPerMinute: windowSlope((s) => s.redisUsedBytes),
+      workerRssSlopeBytesPerMinute: windowSlope((s) => s.workerRssBytes),
+      redisGrowthBytesPerDelivery: (last.redisUsedBytes - from.usedBytes) / windowDelivered,
+      categories,
+      unattributedBytesPerDelivery: (last.redisUsedBytes - from.usedBytes - keysGrowth) / windowDelivered,
+    };
     const perMinute = (pick: (s: SoakSample) => number) => slope(samples.map((s) => ({ x: s.atSeconds / 60, y: pick(s) })));
     const marked = prefill + perTick * ticks;
     return {
@@ -235,6 +294,7 @@ export async function soak(
       deliveryRecordsCap: options.webhooks * RECENT_PER_WEBHOOK,
       dedupeMarkBytes: (await patternBytes(engine.redis, `{${engine.prefix}:dd*`)).bytes / marked,
       tombstoneBytes: await tombstoneBytes(engine.redis, `{${engine.prefix}:wh:*}:delivery:*`),
+      steady,
     };
   } finally {
     await run.forget();
