@@ -125,7 +125,10 @@ const SCENARIOS: Scenario[] = [
       return {
         size: `${setup.events} events → ${setup.vendors} webhooks, C=${setup.concurrency}, ${setup.config.queuePartitions} partitions, ${setup.payloadBytes} B payload, ${setup.posters} producers × ${setup.batchSize}/request`,
         figures: `Hookline ${perSecond(hookline.perSecond)}, naive BullMQ ${perSecond(naive.perSecond)}, bare undici ${perSecond(bare.perSecond)}; Hookline ÷ naive ${times(overNaive)}, ÷ bare ${times(overBare)}`,
-        checks: [{ target: 'Hookline ÷ naive ≥ 1.00 (aim 1.50)', value: times(overNaive), met: overNaive >= 1 }],
+        checks: [
+          { target: 'Hookline (one process) ÷ naive ≥ 1.50', value: times(overNaive), met: overNaive >= 1.5 },
+          { target: 'floor: ≥ 1.20', value: times(overNaive), met: overNaive >= 1.2 },
+        ],
         notes: {
           'CPU per delivery, process + Redis (Hookline/naive/bare)': `${cpuCost(hookline)} / ${cpuCost(naive)} / ${cpuCost(bare)}`,
           'Hookline RSS max': mb(hookline.rssMaxBytes),
@@ -165,7 +168,7 @@ const SCENARIOS: Scenario[] = [
       return {
         size: `as e2e, with the deliveries made by a separate \`hookline worker\` process (${split.workerEntry})`,
         figures: `Hookline ${perSecond(split.perSecond)}, naive BullMQ ${perSecond(naive.perSecond)}; Hookline ÷ naive ${times(overNaive)}`,
-        checks: [],
+        checks: [{ target: 'API + worker processes ÷ naive ≥ 2.00', value: times(overNaive), met: overNaive >= 2 }],
         notes: {
           'CPU per delivery: API process + worker process + Redis': `${Math.round(split.apiCpuUsPerDelivery)} + ${Math.round(split.workerCpuUsPerDelivery)} + ${Math.round(split.redisCpuUsPerDelivery)} µs`,
           'worker RSS max': mb(split.workerRssMaxBytes),
@@ -230,14 +233,29 @@ const SCENARIOS: Scenario[] = [
       const setup = await context.delivery();
       const maxRate = await context.hooklineRate();
       const seconds = context.smoke ? 2 : positiveInteger(context.env, 'BENCH_LATENCY_SECONDS', 10);
-      const tickMs = positiveInteger(context.env, 'BENCH_LATENCY_TICK_MS', 50);
+      // Producers posting what happened every 10 ms (the target is taken there), and every 50 ms as
+      // the earlier rounds measured. At half load each tick's events take the engine half a tick to
+      // handle (that is what half load means), so with 50 ms ticks an event waits about 12 ms behind
+      // the rest of its own tick whatever the engine does; 10 ms ticks leave the engine's own latency.
+      const tickMs = positiveInteger(context.env, 'BENCH_LATENCY_TICK_MS', 10);
       const r = await hooklineLatency(setup, maxRate / 2, seconds, tickMs);
+      const coarse = await hooklineLatency(setup, maxRate / 2, seconds, 50);
       return {
-        size: `${r.events} events at ${perSecond(r.targetPerSecond)} (half of ${perSecond(maxRate)}) for ${r.seconds.toFixed(1)} s, batches every ${tickMs} ms`,
-        figures: `accepted (by ingest) → received: p50 ${ms(r.p50Ms)}, p99 ${ms(r.p99Ms)}, max ${ms(r.maxMs)}`,
-        checks: [],
-        notes: { 'POST sent → received p50': ms(r.postedP50Ms), p99: ms(r.postedP99Ms), 'achieved rate': perSecond(r.achievedPerSecond) },
-        raw: { maxRatePerSecond: maxRate, ...r },
+        size: `${r.events} events at ${perSecond(r.targetPerSecond)} (half of ${perSecond(maxRate)}) for ${r.seconds.toFixed(1)} s, batches every ${tickMs} ms (and again every 50 ms)`,
+        figures:
+          `accepted (by ingest) → received: p50 ${ms(r.p50Ms)}, p99 ${ms(r.p99Ms)}, max ${ms(r.maxMs)}; ` +
+          `batches every 50 ms: p50 ${ms(coarse.p50Ms)}, p99 ${ms(coarse.p99Ms)}, max ${ms(coarse.maxMs)}`,
+        checks: [
+          { target: 'p50 ≤ 5 ms', value: ms(r.p50Ms), met: r.p50Ms <= 5 },
+          { target: 'p99 ≤ 30 ms', value: ms(r.p99Ms), met: r.p99Ms <= 30 },
+        ],
+        notes: {
+          'POST sent → received p50': ms(r.postedP50Ms),
+          p99: ms(r.postedP99Ms),
+          'achieved rate': perSecond(r.achievedPerSecond),
+          'every 50 ms: POST sent → received p50': ms(coarse.postedP50Ms),
+        },
+        raw: { maxRatePerSecond: maxRate, tickMs, ...r, everyFiftyMs: coarse },
       };
     },
   },
@@ -400,6 +418,7 @@ const SCENARIOS: Scenario[] = [
           `retained heap ${mb(s.retainedHeapFirstBytes)} → ${mb(s.retainedHeapLastBytes)} (${mb(s.retainedHeapSlopeBytesPerMinute)}/min), RSS ${mb(s.rssFirstBytes)} → ${mb(s.rssLastBytes)}`,
         checks: [
           { target: '≤ 1.5 KB/pending delivery', value: bytes(p.overheadBytesPerDelivery), met: p.overheadBytesPerDelivery <= 1_536 },
+          { target: 'dedupe marks ≤ 40 B per event id', value: bytes(s.dedupeMarkBytes), met: s.dedupeMarkBytes <= 40 },
           { target: 'worker RSS (median at steady load) ≤ 200 MB', value: mb(rssAtLoad), met: rssAtLoad <= 200 * 1024 * 1024 },
           {
             target: `Redis growth ≤ dedupe mark + tombstone (${bytes(growthLimit)})/delivery`,
@@ -538,7 +557,7 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
     '- Listing latencies are client-side HTTP requests over loopback to the real admin API (auth, filter parsing, catch-up round trip, matching, page fetch, serialization), first call excluded.',
     '- The receiver is a separate process that verifies every signature (Standard Webhooks for Hookline, the `x-webhook-signature` HMAC for the baselines) and counts distinct delivery ids. A rate is deliveries ÷ (first POST or addBulk → last verified delivery), after a warm-up on a fresh key prefix.',
     '- Hookline runs as `hookline start` does (`createEngine` with role `all`, the admin API on loopback), with metrics and info-level logs (written to the null device). The naive baseline is a plain BullMQ Queue and Worker with a pre-built body, one undici Agent and an HMAC header; the bare loop posts the same body with no Redis.',
-    '- Latency: events posted in batches every 50 ms at half the measured e2e rate; 202 received by the producer → verified at the receiver.',
+    '- Latency: events posted in batches every 10 ms (and again every 50 ms) at half the measured e2e rate; accepted by ingest → verified at the receiver.',
     '- Isolation: every fifth webhook points at its own receiver port that accepts and never answers; healthy deliveries/s ÷ the all-healthy e2e rate.',
     "- Footprint: INFO used_memory before and after ingesting the pending events with no worker, minus the payload bytes; RSS is the bench process (API, worker and producers) sampled during the e2e run; the soak first fills every webhook's delivery log to its cap, then delivers at half the e2e rate while sampling.",
     '',
