@@ -8,6 +8,7 @@ import { createEngine } from '../src/engine.js';
 import { redisKeys } from '../src/store/keys.js';
 import { RedisMachineStore } from '../src/store/machines.js';
 import { connectRedis, type Redis } from '../src/store/redis.js';
+import { redisCpuUs } from './redis-info.js';
 
 export interface MachineListingBenchOptions {
   machines: number;
@@ -21,16 +22,20 @@ export interface MachineListingBenchResult {
   p99Ms: number;
   maxMs: number;
   meanMs: number;
-  /** Wall time to seed the machines through RedisMachineStore.upsert. */
+  /** Wall time to seed the machines through RedisMachineStore.apply, in batches as ingest writes them. */
   seedSeconds: number;
+  /** Machine changes the seed applied per second, and Redis CPU per change: all on the listing's one slot. */
+  seedChangesPerSecond: number;
+  seedRedisCpuUsPerChange: number;
   /** The first list(): a full reload of the in-memory index. */
   firstLoadMs: number;
   /** Writes made between timed queries, which each following list() had to catch up with. */
   writes: number;
 }
 
-/** Upserts in flight while seeding; auto-pipelining batches them onto the wire. */
-const SEED_CONCURRENCY = 512;
+/** Changes per apply() while seeding (an ingest request of 500 machine events writes them so), and applies in flight. */
+const SEED_BATCH = 500;
+const SEED_CONCURRENCY = 4;
 /** One write (update, create or removal) before every this many queries. */
 const QUERIES_PER_WRITE = 10;
 
@@ -224,17 +229,25 @@ export async function benchMachineListing(opts: MachineListingBenchOptions): Pro
   const rnd = random(0x5eed);
   let versionMs = 1_700_000_000_000;
   try {
-    // 1. Seed.
+    // 1. Seed, in batches of changes as ingest applies them.
+    const redisCpu0 = await redisCpuUs(writerRedis);
     const seedStart = performance.now();
     let next = 0;
     const seedWorker = async () => {
       while (next < opts.machines) {
-        const n = next++;
-        await writer.upsert(syntheticMachine(rnd, machineId(n)), versionMs);
+        const first = next;
+        next = Math.min(opts.machines, next + SEED_BATCH);
+        const changes = Array.from({ length: next - first }, (_, i) => ({
+          kind: 'upsert' as const,
+          machine: syntheticMachine(rnd, machineId(first + i)),
+          versionMs,
+        }));
+        await writer.apply(changes);
       }
     };
-    await Promise.all(Array.from({ length: Math.min(SEED_CONCURRENCY, opts.machines) }, seedWorker));
+    await Promise.all(Array.from({ length: SEED_CONCURRENCY }, seedWorker));
     const seedSeconds = (performance.now() - seedStart) / 1000;
+    const seedRedisCpuUsPerChange = ((await redisCpuUs(writerRedis)) - redisCpu0) / opts.machines;
 
     // 2. First list: the full reload.
     const loadStart = performance.now();
@@ -269,6 +282,8 @@ export async function benchMachineListing(opts: MachineListingBenchOptions): Pro
       maxMs: sorted.at(-1) ?? 0,
       meanMs: sorted.reduce((sum, ms) => sum + ms, 0) / Math.max(sorted.length, 1),
       seedSeconds,
+      seedChangesPerSecond: opts.machines / seedSeconds,
+      seedRedisCpuUsPerChange,
       firstLoadMs,
       writes,
     };

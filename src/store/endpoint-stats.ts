@@ -1,6 +1,6 @@
 import type { RedisKeys } from './keys.js';
-import type { Redis } from './redis.js';
-import { defineScript, type ScriptCall } from './scripts.js';
+import { slotGroups, type Redis } from './redis.js';
+import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
 
 /**
  * Per-webhook delivery stats for the vendor portal (`GET /vendors/v1/webhooks/{id}/stats`): bounded
@@ -178,31 +178,39 @@ export interface EndpointStatsReader {
   read(webhookId: string, nowMs: number): Promise<EndpointStats>;
 }
 
-// One webhook's counts of one 10-minute slot, added at once, with its hour's roll-up and the newest
-// attempt. KEYS: slot hash, quarter-day hash, last attempt. ARGV: the last attempt ('' when none),
-// its TTL (ms), the slot's and the quarter's expiry (Unix ms), the slot's hour within the quarter
-// (0-5), then field and increment pairs of the slot.
+// Counts of webhooks' 10-minute slots, each added at once with its hour's roll-up and the newest
+// attempt. KEYS[1] routes the call (on a Redis Cluster a call holds one webhook's slots: its keys
+// share its hash tag). ARGV per entry: slot hash key, quarter-day hash key, last attempt key, the
+// last attempt ('' when none), its TTL (ms), the slot's and the quarter's expiry (Unix ms), the
+// slot's hour within the quarter (0-5), the number of field and increment pairs, then the pairs.
 const FLUSH_LUA = `
-for i = 6, #ARGV, 2 do
-  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
-  -- An hour is the sum of its slots: a minute's '<m>d' adds to '<h>d', latency bucket 'b<i>' to '<h>b<i>'.
-  local field = ARGV[i]
-  if string.sub(field, 1, 1) ~= 'b' then field = string.sub(field, -1) end
-  redis.call('HINCRBY', KEYS[2], ARGV[5] .. field, ARGV[i + 1])
-end
-redis.call('PEXPIREAT', KEYS[1], ARGV[3])
-redis.call('PEXPIREAT', KEYS[2], ARGV[4])
-if ARGV[1] ~= '' then
-  -- Workers flush on their own: the newest attempt stays, whichever flush comes last.
-  local current = redis.call('GET', KEYS[3])
-  if not current or tonumber(string.match(current, '^%d+')) <= tonumber(string.match(ARGV[1], '^%d+')) then
-    redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+local a = 1
+while a <= #ARGV do
+  local slot, quarter, lastKey, last, lastTtl, slotAt, quarterAt, hour, pairs =
+    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], tonumber(ARGV[a + 8])
+  a = a + 9
+  for i = a, a + 2 * pairs - 1, 2 do
+    redis.call('HINCRBY', slot, ARGV[i], ARGV[i + 1])
+    -- An hour is the sum of its slots: a minute's '<m>d' adds to '<h>d', latency bucket 'b<i>' to '<h>b<i>'.
+    local field = ARGV[i]
+    if string.sub(field, 1, 1) ~= 'b' then field = string.sub(field, -1) end
+    redis.call('HINCRBY', quarter, hour .. field, ARGV[i + 1])
+  end
+  a = a + 2 * pairs
+  redis.call('PEXPIREAT', slot, slotAt)
+  redis.call('PEXPIREAT', quarter, quarterAt)
+  if last ~= '' then
+    -- Workers flush on their own: the newest attempt stays, whichever flush comes last.
+    local current = redis.call('GET', lastKey)
+    if not current or tonumber(string.match(current, '^%d+')) <= tonumber(string.match(last, '^%d+')) then
+      redis.call('SET', lastKey, last, 'PX', lastTtl)
+    end
   end
 end
 return 0`;
 
-type FlushKeys = [slotKey: string, quarterKey: string, lastKey: string];
-type FlushArgv = [last: string, lastTtlMs: number, slotExpiresAtMs: number, quarterExpiresAtMs: number, hourInQuarter: number, ...pairs: (string | number)[]];
+/** Slot entries written by one script call at most. */
+const FLUSH_ENTRIES_PER_CALL_MAX = 200;
 
 /** One webhook's counts of one slot, waiting for the next flush. */
 /** One webhook's counts since the last flush: field → increment, per 10-minute slot; and its newest attempt. */
@@ -252,7 +260,7 @@ export class RedisEndpointStats implements EndpointStatsRecorder, EndpointStatsR
   private pending = new Map<string, Pending>();
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
-  private readonly flushScript: ScriptCall<FlushKeys, FlushArgv, number>;
+  private readonly flushScript: ScriptCall<[routing: string], ScriptArg[], number>;
 
   constructor(
     private readonly redis: Redis,
@@ -260,7 +268,7 @@ export class RedisEndpointStats implements EndpointStatsRecorder, EndpointStatsR
     /** A flush that failed (its counts are dropped). */
     private readonly onError: (error: Error) => void = () => undefined,
   ) {
-    this.flushScript = defineScript(redis, { name: 'hooklineEndpointStatsFlush', keys: 3, lua: FLUSH_LUA });
+    this.flushScript = defineScript(redis, { name: 'hooklineEndpointStatsFlushMany', keys: 1, lua: FLUSH_LUA });
   }
 
   observe(sample: AttemptSample): void {
@@ -284,27 +292,39 @@ export class RedisEndpointStats implements EndpointStatsRecorder, EndpointStatsR
     this.timer ??= setInterval(() => void this.flush(), FLUSH_EVERY_MS).unref();
   }
 
-  /** Writes what is buffered: one script call per webhook and slot. Skipped while the previous flush runs. */
+  /** Writes what is buffered: one script call per Redis Cluster slot (one in all on a single server). Skipped while the previous flush runs. */
   flush(): Promise<void> {
     if (this.flushing !== undefined || this.pending.size === 0) return this.flushing ?? Promise.resolve();
     const batch = this.pending;
     this.pending = new Map();
     const k = this.keys.endpointStats;
-    const calls = [...batch].flatMap(([webhookId, { slots, last }]) =>
-      [...slots].map(([slot, fields]) => {
+    const entries = [...batch].flatMap(([webhookId, { slots, last }]) =>
+      [...slots].map(([slot, fields], i) => {
         const hour = hourOfSlot(slot);
         const quarter = quarterOfHour(hour);
-        return this.flushScript(
-          [k.slot(webhookId, slot), k.quarter(webhookId, quarter), k.last(webhookId)],
-          lastText(last),
+        const argv: ScriptArg[] = [
+          k.slot(webhookId, slot),
+          k.quarter(webhookId, quarter),
+          k.last(webhookId),
+          // The newest attempt once per webhook, with its first slot.
+          i === 0 ? lastText(last) : '',
           LAST_ATTEMPT_TTL_MS,
           slotExpiresAtMs(slot),
           quarterExpiresAtMs(quarter),
           hour - quarter * QUARTER_HOURS,
+          fields.size,
           ...[...fields].flat(),
-        );
+        ];
+        return { key: k.slot(webhookId, slot), argv };
       }),
     );
+    const calls: Promise<number>[] = [];
+    for (const group of slotGroups(this.redis, entries, (entry) => entry.key)) {
+      for (let start = 0; start < group.length; start += FLUSH_ENTRIES_PER_CALL_MAX) {
+        const chunk = group.slice(start, start + FLUSH_ENTRIES_PER_CALL_MAX);
+        calls.push(this.flushScript([chunk[0]!.key], ...chunk.flatMap((entry) => entry.argv)));
+      }
+    }
     this.flushing = Promise.all(calls)
       .then(
         () => undefined,
