@@ -276,22 +276,25 @@ export async function bareThroughput(setup: DeliveryBenchSetup): Promise<Through
 }
 
 /**
- * Posts one batch every `tickMs` (of `batches`, in order) at a fixed schedule, at most `inFlightMax`
- * requests outstanding; a late tick is sent at once. Answers each batch's send and 202 times.
+ * Posts one batch every `tickMs` (`ticks` of them, batch k from `batchAt(k)`, made when it is due, so
+ * a long run holds no more than it sends) at a fixed schedule, at most `inFlightMax` requests
+ * outstanding; a late tick is sent at once. Answers each batch's send and 202 times.
  */
 export async function pacedPosts(
   engine: BenchEngine,
-  batches: readonly { body: string; count: number }[],
+  ticks: number,
+  batchAt: (k: number) => { body: string; count: number },
   tickMs: number,
   inFlightMax = 16,
 ): Promise<PostResult[]> {
-  const results: PostResult[] = new Array<PostResult>(batches.length);
+  const results: PostResult[] = new Array<PostResult>(ticks);
   const inFlight = new Set<Promise<void>>();
   const startMs = wallMs();
-  for (const [k, batch] of batches.entries()) {
+  for (let k = 0; k < ticks; k += 1) {
     const dueInMs = startMs + k * tickMs - wallMs();
     if (dueInMs > 0) await sleep(dueInMs);
     while (inFlight.size >= inFlightMax) await Promise.race(inFlight);
+    const batch = batchAt(k);
     const sending: Promise<void> = engine.post(batch.body, batch.count).then((result) => {
       results[k] = result;
       inFlight.delete(sending);
@@ -346,7 +349,7 @@ export async function hooklineLatency(setup: DeliveryBenchSetup, perSecond: numb
     await run.waitVerified(setup.warmup, setup.timeoutMs, 'latency warm-up');
 
     const { events, batches, perTick } = pacedBatches(factory, perSecond, seconds, setup.vendors, setup.warmup, tickMs);
-    const posted = await pacedPosts(engine, batches, tickMs);
+    const posted = await pacedPosts(engine, batches.length, (k) => batches[k]!, tickMs);
     await run.waitVerified(setup.warmup + events.length, setup.timeoutMs, 'paced deliveries');
     // The receiver has every event; the worker reports an attempt only once it is recorded, a moment later.
     await waitUntil(async () => events.every((e) => acceptedAt.has(e.event_id)) || undefined, setup.timeoutMs, 'the attempts recorded', 10);

@@ -36,18 +36,6 @@ export async function deleteKeys(redis: Redis, pattern: string): Promise<number>
   return deleted;
 }
 
-/** Counts the keys matching `pattern` (SCAN). */
-export async function countKeys(redis: Redis, pattern: string): Promise<number> {
-  let cursor = '0';
-  let count = 0;
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-    count += keys.length;
-    cursor = next;
-  } while (cursor !== '0');
-  return count;
-}
-
 /** One key matching `pattern`, if any (SCAN). */
 export async function someKey(redis: Redis, pattern: string): Promise<string | undefined> {
   let cursor = '0';
