@@ -16,7 +16,7 @@ export interface RedisConnectOptions {
    * a small number for request paths that should fail fast and answer 503.
    */
   maxRetriesPerRequest: number | null;
-  /** Batch concurrent commands into pipelines (default on; off for BullMQ's own connections). */
+  /** Batch concurrent commands into pipelines (default on; off for BullMQ's own connections, and always off on a cluster). */
   autoPipelining?: boolean;
 }
 
@@ -31,7 +31,11 @@ export function connectRedis(url: string, options: RedisConnectOptions): Redis {
   if (!target.ok) throw new Error(`invalid Redis URL: ${target.reason}`);
   if (target.kind === 'cluster') {
     const cluster = new Cluster(target.seeds, {
-      enableAutoPipelining: options.autoPipelining ?? true,
+      // Never on a cluster: ioredis pipelines the commands of several slots that one node serves,
+      // and when one of them meets MOVED (a slot moved, a map not yet refreshed) beside commands that
+      // succeeded, it cannot resend the pipeline and hands the MOVED to the caller. Sent one by one,
+      // each command follows its redirection.
+      enableAutoPipelining: false,
       clusterRetryStrategy: reconnectDelayMs,
       redisOptions: {
         connectionName: options.connectionName,
@@ -83,7 +87,8 @@ export function connectionNameOf(redis: Redis): string | undefined {
 export function duplicateRedis(redis: Redis, override: { connectionName: string; autoPipelining: boolean }): Redis {
   if (redis instanceof Cluster) {
     return redis.duplicate([], {
-      enableAutoPipelining: override.autoPipelining,
+      // Never on a cluster (see connectRedis).
+      enableAutoPipelining: false,
       redisOptions: { ...redis.options.redisOptions, connectionName: override.connectionName },
     });
   }
