@@ -159,15 +159,15 @@ export class Ingestor {
       // attempt sends the same bytes.
       const deliveriesOf = new Map<number, number>();
       const requests: DeliveryRequest[] = [];
-      // Of each webhook with a filter, the batch's last event, kept for the filter dry run.
-      const recent = new Map<string, string>();
+      // Of each webhook with a filter, the batch's last event (its envelope), kept for the filter dry run.
+      const recent = new Map<string, ReturnType<typeof envelopeOf>>();
       webhookEvents.forEach(({ index, event }, i) => {
         const subscription = subscriptions[i];
         if (subscription === undefined) return;
         const check = checks[checked++];
         if (check !== undefined) {
           const envelope = envelopeOf({ ...event, data: event.sentData });
-          recent.set(subscription.webhookId, JSON.stringify(envelope));
+          recent.set(subscription.webhookId, envelope);
           if (!check(envelope)) {
             filtered += 1;
             return;
@@ -178,7 +178,9 @@ export class Ingestor {
       });
       await Promise.all([
         requests.length > 0 ? this.deps.deliveries.enqueue(requests) : undefined,
-        recent.size > 0 ? this.deps.recentEvents?.remember(recent) : undefined,
+        recent.size > 0
+          ? this.deps.recentEvents?.remember(new Map([...recent].map(([webhookId, envelope]) => [webhookId, JSON.stringify(envelope)])))
+          : undefined,
       ]);
 
       // 7. Only now remember the ids: everything above is durable, so a re-send may be skipped.

@@ -57,6 +57,8 @@ const MACHINE_TOMBSTONE_TTL_MS = 7 * 24 * 3_600_000;
 const TOMBSTONES_PRUNED_PER_WRITE = 100;
 /** Change-stream entries read per catch-up round trip. */
 const CATCH_UP_ENTRIES_MAX = 1_000;
+/** Machine ids one catch-up round trip reads at most (whole entries: the last one may pass it). */
+const CATCH_UP_IDS_MAX = 5_000;
 /** HSCAN batch size of a full reload. */
 const RELOAD_SCAN_COUNT = 2_000;
 /** Reloads one catch-up may do before giving up (the stream outran every reload). */
@@ -128,9 +130,12 @@ return out
 `;
 
 /**
- * KEYS: changes, index. ARGV: last seen entry id ('0-0' = none since the reload), max entries, stream maxlen.
- * Returns {'reload'} when entries may have been lost (our last entry was trimmed or the stream
- * deleted), else {'ok', new last id, changed ids, their index records (nil = removed), entry count}.
+ * KEYS: changes, index. ARGV: last seen entry id ('0-0' = none since the reload), max entries, stream
+ * maxlen, max machine ids. Returns {'reload'} when entries may have been lost (our last entry was
+ * trimmed or the stream deleted), else {'ok', new last id, changed ids, their index records (nil =
+ * removed), 1 when more entries may follow (else 0)}. An entry names every machine one batch of changes touched; entries are
+ * taken whole until the ids reach the max, and the records are read in chunks (Lua's unpack is
+ * bounded), so one catch-up stays bounded however large the batches were.
  */
 const CHANGES_LUA = `
 local last = ARGV[1]
@@ -143,8 +148,16 @@ else
   entries = redis.call('XRANGE', KEYS[1], '(' .. last, '+', 'COUNT', ARGV[2])
 end
 if #entries == 0 then return {'ok', last, {}, {}, 0} end
+local more = #entries >= tonumber(ARGV[2]) and 1 or 0
+local idsMax = tonumber(ARGV[4])
 local ids, seen = {}, {}
+local taken = 0
 for _, entry in ipairs(entries) do
+  if taken > 0 and #ids >= idsMax then
+    more = 1
+    break
+  end
+  taken = taken + 1
   local fields = entry[2]
   for i = 1, #fields, 2 do
     if fields[i] == 'id' and not seen[fields[i + 1]] then
@@ -154,16 +167,21 @@ for _, entry in ipairs(entries) do
   end
 end
 local records = {}
-if #ids > 0 then records = redis.call('HMGET', KEYS[2], unpack(ids)) end
-return {'ok', entries[#entries][1], ids, records, #entries}
+for start = 1, #ids, 1000 do
+  local chunk = {}
+  for i = start, math.min(#ids, start + 999) do chunk[#chunk + 1] = ids[i] end
+  local got = redis.call('HMGET', KEYS[2], unpack(chunk))
+  for i = 1, #chunk do records[start + i - 1] = got[i] end
+end
+return {'ok', entries[taken][1], ids, records, more}
 `;
 
 type WriteKeys = [docs: string, index: string, versions: string, tombstones: string, changes: string];
 /** Changes applied by one script call at most: bounds the time Redis spends in one call. */
 const CHANGES_PER_CALL_MAX = 250;
 type ChangesKeys = [changes: string, index: string];
-type ChangesArgv = [lastEntryId: string, entriesMax: number, changesMaxlen: number];
-type ChangesReply = ['reload'] | ['ok', string, string[], (string | null)[], number];
+type ChangesArgv = [lastEntryId: string, entriesMax: number, changesMaxlen: number, idsMax: number];
+type ChangesReply = ['reload'] | ['ok', string, string[], (string | null)[], 0 | 1];
 
 /** The compact index record stored beside each document, as JSON (short keys; unstated numbers and CPU model omitted). */
 function encodeIndexRecord(machine: Machine): string {
@@ -348,12 +366,12 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
     let lastEntryId = this.lastEntryId;
     if (!index) ({ index, lastEntryId } = await reload());
     for (;;) {
-      const reply = await this.changesScript([this.keys.changes, this.keys.index], lastEntryId, CATCH_UP_ENTRIES_MAX, MACHINE_CHANGES_MAXLEN);
+      const reply = await this.changesScript([this.keys.changes, this.keys.index], lastEntryId, CATCH_UP_ENTRIES_MAX, MACHINE_CHANGES_MAXLEN, CATCH_UP_IDS_MAX);
       if (reply[0] === 'reload') {
         ({ index, lastEntryId } = await reload());
         continue;
       }
-      const [, nextEntryId, ids, records, entryCount] = reply;
+      const [, nextEntryId, ids, records, more] = reply;
       if (ids.length > 0) {
         const changes = new Map<string, MachineIndexRecord | undefined>();
         ids.forEach((id, i) => {
@@ -364,7 +382,7 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
       }
       lastEntryId = nextEntryId;
       install(index, lastEntryId);
-      if (entryCount < CATCH_UP_ENTRIES_MAX) return index;
+      if (more === 0) return index;
     }
   }
 

@@ -1,35 +1,53 @@
 import type { RedisKeys } from './keys.js';
-import type { Redis } from './redis.js';
+import { slotGroups, type Redis } from './redis.js';
+import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
 
 /** How many recent events are kept per webhook, and for how long. */
 const RECENT_EVENTS_MAX = 5;
 const RECENT_EVENTS_TTL_MS = 24 * 3_600_000;
 
+// Pushes each body onto its webhook's list, keeping the newest RECENT_EVENTS_MAX. KEYS[1] routes the
+// call (on a Redis Cluster a call holds one webhook's list). ARGV: how many to keep, the lists' TTL
+// (ms), then key and body pairs.
+const REMEMBER_LUA = `
+local keep, ttl = tonumber(ARGV[1]), ARGV[2]
+for a = 3, #ARGV, 2 do
+  redis.call('LPUSH', ARGV[a], ARGV[a + 1])
+  redis.call('LTRIM', ARGV[a], 0, keep - 1)
+  redis.call('PEXPIRE', ARGV[a], ttl)
+end
+return 0`;
+
+/** Lists written by one script call at most. */
+const LISTS_PER_CALL_MAX = 250;
+
 /**
  * The last events ingest matched to each webhook that has a payload filter, whether the filter let
  * them through or not, so the filter dry run can be tried on what really arrives. Written once per
- * webhook per ingested batch (its batch's last event), pipelined with the batch's enqueue: the cost
- * is two commands per filtered webhook per batch, none for webhooks without a filter.
+ * webhook per ingested batch (its batch's last event), beside the batch's enqueue: one script call
+ * per slot (one in all on a single server), nothing for webhooks without a filter.
  */
 export class RedisRecentEvents {
+  private readonly rememberScript: ScriptCall<[routing: string], ScriptArg[], number>;
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: Pick<RedisKeys, 'deliveries'>,
-  ) {}
+  ) {
+    this.rememberScript = defineScript(redis, { name: 'hooklineRememberEvents', keys: 1, lua: REMEMBER_LUA });
+  }
 
   /** Keeps `body` as the newest of each webhook's recent events. */
   async remember(entries: ReadonlyMap<string, string>): Promise<void> {
-    await Promise.all(
-      [...entries].map(async ([webhookId, body]) => {
-        const key = this.keys.deliveries.recentEvents(webhookId);
-        await this.redis
-          .multi()
-          .lpush(key, body)
-          .ltrim(key, 0, RECENT_EVENTS_MAX - 1)
-          .pexpire(key, RECENT_EVENTS_TTL_MS)
-          .exec();
-      }),
-    );
+    const lists = [...entries].map(([webhookId, body]) => ({ key: this.keys.deliveries.recentEvents(webhookId), body }));
+    const calls: Promise<number>[] = [];
+    for (const group of slotGroups(this.redis, lists, (list) => list.key)) {
+      for (let start = 0; start < group.length; start += LISTS_PER_CALL_MAX) {
+        const chunk = group.slice(start, start + LISTS_PER_CALL_MAX);
+        calls.push(this.rememberScript([chunk[0]!.key], RECENT_EVENTS_MAX, RECENT_EVENTS_TTL_MS, ...chunk.flatMap(({ key, body }) => [key, body])));
+      }
+    }
+    await Promise.all(calls);
   }
 
   /** The webhook's newest recent event body, if any. */

@@ -413,6 +413,18 @@ describe('RedisMachineStore across instances', () => {
     expect(ids(page.machines)).toEqual(['x-1194', 'x-1195', 'x-1196', 'x-1197', 'x-1198', 'x-1199']);
   });
 
+  it('catches up over change entries that name thousands of machines, as ingest batches write them', async () => {
+    // Ingest applies a request's machine events at once: entries of 250 machines each, 48 of them,
+    // 12,000 ids in all (more than Lua can unpack in one call, more than one round trip reads).
+    const many = Array.from({ length: 12_000 }, (_, i) => machine(`y-${String(i).padStart(5, '0')}`, { memory: 4 }));
+    for (let i = 0; i < many.length; i += 1_000)
+      await writer.apply(many.slice(i, i + 1_000).map((m) => ({ kind: 'upsert' as const, machine: m, versionMs: 2_000 })));
+    expect(await t.redis.xlen(keys.machines.changes)).toBeGreaterThanOrEqual(48);
+    const page = await reader.list({ filter: filter('memory_size:4'), page: 1, pageSize: 20 });
+    expect(page.total).toBe(12_006);
+    expect(await allIds(reader)).toEqual(await truth());
+  });
+
   it('reloads in full when the change stream was deleted, and converges', async () => {
     const scans = vi.spyOn(readerRedis, 'hscan');
     await writer.upsert(machine('lost-1', { memory: 2048 }), 2_000);
