@@ -136,7 +136,7 @@ export interface SoakFigures {
   steady: SteadyWindow;
 }
 
-export interface SteadyWindow {
+interface SteadyWindow {
   fromSeconds: number;
   toSeconds: number;
   delivered: number;

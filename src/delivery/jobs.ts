@@ -52,7 +52,7 @@ export const BATCH_MAX = 100;
  * than a smaller one on the benchmark machine.
  */
 export const BATCH_BYTES_MAX = 96 * 1024;
-export const BATCH_DELIVERY_OVERHEAD_BYTES = 400;
+const BATCH_DELIVERY_OVERHEAD_BYTES = 400;
 
 /** Splits a partition's deliveries into batches of at most BATCH_MAX deliveries and BATCH_BYTES_MAX bytes, in order. */
 export function batchesOf<T extends { body: string }>(deliveries: readonly T[]): T[][] {
