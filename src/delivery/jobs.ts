@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 import { z } from 'zod';
 import { deliverySchema } from '../domain/delivery.js';
 
@@ -101,7 +101,8 @@ export type OperationalWebhookJob = z.infer<typeof JOBS.operationalWebhook.schem
  * (an ingest retried after a crash) finds the same job instead of adding a second delivery.
  */
 export function deliveryIdFor(eventId: string, webhookId: string): string {
-  const hex = createHash('sha256').update(`${eventId}\n${webhookId}`).digest('hex');
+  // The one-shot hash: no Hash object per call (about half the cost for inputs this short).
+  const hex = hash('sha256', `${eventId}\n${webhookId}`, 'hex');
   // Shaped as a version-8 (custom) UUID.
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-${((parseInt(hex[16] ?? '0', 16) & 0x3) | 0x8).toString(16)}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
 }
@@ -109,5 +110,5 @@ export function deliveryIdFor(eventId: string, webhookId: string): string {
 /** The queue partition of a webhook: a stable hash, so one webhook's deliveries stay in one queue. */
 export function partitionOf(webhookId: string, partitions: number): number {
   if (partitions <= 1) return 0;
-  return createHash('sha1').update(webhookId).digest().readUInt32BE(0) % partitions;
+  return hash('sha1', webhookId, 'buffer').readUInt32BE(0) % partitions;
 }
