@@ -1,5 +1,14 @@
 import type { AgentStatus } from '../domain/agent.js';
-import { buildEnvelope, envelopeOf, isWebhookEvent, parseEvent, type AcceptedEvent, type EventResult, type WebhookEvent } from '../domain/event.js';
+import {
+  buildEnvelope,
+  envelopeOf,
+  isWebhookEvent,
+  parseEvent,
+  type AcceptedEvent,
+  type EnvelopeSource,
+  type EventResult,
+  type WebhookEvent,
+} from '../domain/event.js';
 import type { WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
@@ -166,7 +175,7 @@ export class Ingestor {
         if (subscription === undefined) return;
         const check = checks[checked++];
         if (check !== undefined) {
-          const envelope = envelopeOf({ ...event, data: event.sentData });
+          const envelope = envelopeOf(sentEnvelopeSource(event));
           recent.set(subscription.webhookId, envelope);
           if (!check(envelope)) {
             filtered += 1;
@@ -254,7 +263,12 @@ function deliveryRequest(event: WebhookEvent, subscription: Subscription, accept
     ...(subscription.fifo ? { fifo: true as const } : {}),
     // The data as the producer sent it, never the validated copy: vendors get every field, and no
     // field the producer did not send.
-    body: buildEnvelope({ ...event, data: event.sentData }),
+    body: buildEnvelope(sentEnvelopeSource(event)),
     acceptedAtMs,
   };
+}
+
+/** The envelope's fields of an event, with the data as the producer sent it. */
+function sentEnvelopeSource(event: WebhookEvent): EnvelopeSource {
+  return { event_id: event.event_id, event_type: event.event_type, timestamp: event.timestamp, data: event.sentData };
 }
