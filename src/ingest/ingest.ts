@@ -168,27 +168,33 @@ export class Ingestor {
       // attempt sends the same bytes.
       const deliveriesOf = new Map<number, number>();
       const requests: DeliveryRequest[] = [];
-      // Of each webhook with a filter, the batch's last event (its envelope), kept for the filter dry run.
-      const recent = new Map<string, ReturnType<typeof envelopeOf>>();
+      // Of each webhook with a filter, the batch's last event (its envelope, and its JSON when a
+      // delivery was made of it), kept for the filter dry run.
+      const recent = new Map<string, { envelope: ReturnType<typeof envelopeOf>; body?: string }>();
       webhookEvents.forEach(({ index, event }, i) => {
         const subscription = subscriptions[i];
         if (subscription === undefined) return;
         const check = checks[checked++];
-        if (check !== undefined) {
+        let body: string;
+        if (check === undefined) body = buildEnvelope(sentEnvelopeSource(event));
+        else {
           const envelope = envelopeOf(sentEnvelopeSource(event));
-          recent.set(subscription.webhookId, envelope);
           if (!check(envelope)) {
+            recent.set(subscription.webhookId, { envelope });
             filtered += 1;
             return;
           }
+          // The envelope the filter saw is the body: serialised once, for the delivery and the dry run.
+          body = JSON.stringify(envelope);
+          recent.set(subscription.webhookId, { envelope, body });
         }
-        requests.push(deliveryRequest(event, subscription, acceptedAtMs));
+        requests.push(deliveryRequest(event, subscription, acceptedAtMs, body));
         deliveriesOf.set(index, (deliveriesOf.get(index) ?? 0) + 1);
       });
       await Promise.all([
         requests.length > 0 ? this.deps.deliveries.enqueue(requests) : undefined,
         recent.size > 0
-          ? this.deps.recentEvents?.remember(new Map([...recent].map(([webhookId, envelope]) => [webhookId, JSON.stringify(envelope)])))
+          ? this.deps.recentEvents?.remember(new Map([...recent].map(([webhookId, { envelope, body }]) => [webhookId, body ?? JSON.stringify(envelope)])))
           : undefined,
       ]);
 
@@ -254,21 +260,23 @@ export class Ingestor {
   }
 }
 
-function deliveryRequest(event: WebhookEvent, subscription: Subscription, acceptedAtMs: number): DeliveryRequest {
+/** `body`: the event's envelope as JSON (buildEnvelope of sentEnvelopeSource), the data as the producer sent it. */
+function deliveryRequest(event: WebhookEvent, subscription: Subscription, acceptedAtMs: number, body: string): DeliveryRequest {
   return {
     eventId: event.event_id,
     eventType: event.event_type,
     vendorId: event.vendor_id,
     webhookId: subscription.webhookId,
     ...(subscription.fifo ? { fifo: true as const } : {}),
-    // The data as the producer sent it, never the validated copy: vendors get every field, and no
-    // field the producer did not send.
-    body: buildEnvelope(sentEnvelopeSource(event)),
+    body,
     acceptedAtMs,
   };
 }
 
-/** The envelope's fields of an event, with the data as the producer sent it. */
+/**
+ * The envelope's fields of an event, with the data as the producer sent it, never the validated
+ * copy: vendors get every field, and no field the producer did not send.
+ */
 function sentEnvelopeSource(event: WebhookEvent): EnvelopeSource {
   return { event_id: event.event_id, event_type: event.event_type, timestamp: event.timestamp, data: event.sentData };
 }
