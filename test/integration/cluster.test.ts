@@ -377,8 +377,14 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     }
     const counts = [...partitionsOf.values()].map((tags) => tags.size).sort((a, b) => a - b);
     console.log(`dedupe partitions per master: ${counts.join(', ')}`);
-    // Their slots are evenly spaced, so with contiguous slot ranges the 16 land 5, 5, 6.
-    expect(counts).toEqual([5, 5, 6]);
+    // Partition n's tag is in the n-th sixteenth of the slots. With three contiguous slot ranges,
+    // a master holds every partition whose sixteenth lies within its range (5, 4 and 5 of them)
+    // and may hold one of the two sixteenths that straddle a boundary, where the tag (which
+    // depends on the prefix) falls: 4 to 6 each, all 16 in all.
+    expect(counts).toHaveLength(3);
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(16);
+    expect(counts[0]).toBeGreaterThanOrEqual(4);
+    expect(counts[2]).toBeLessThanOrEqual(6);
   });
 
   it('ingests from the Redis stream on the cluster, and stop() ends the blocked read on the stream’s master', async () => {
