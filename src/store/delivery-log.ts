@@ -405,59 +405,56 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     const batch = this.pending;
     this.pending = [];
     const k = this.keys.deliveries;
-    for (const group of slotGroups(this.redis, batch, ({ write }) => k.ofWebhook(write.job.webhookId))) {
-      for (let start = 0; start < group.length; start += RECORDS_PER_CALL_MAX) {
-        const entries = group.slice(start, start + RECORDS_PER_CALL_MAX);
-        const webhookIndex = new Map<string, number>();
-        const webhookArgs: ScriptArg[] = [];
-        const recordArgs: ScriptArg[] = [];
-        for (const { write } of entries) {
-          const { job, attempt, status } = write;
-          let index = webhookIndex.get(job.webhookId);
-          if (index === undefined) {
-            index = webhookIndex.size + 1;
-            webhookIndex.set(job.webhookId, index);
-            webhookArgs.push(k.ofWebhook(job.webhookId), k.dead(job.webhookId), k.failingSince(job.webhookId), k.record(job.webhookId, ''));
-          }
-          // The delivery's identity is written with its first attempt only; later ones send it empty.
-          const first = attempt.attempt === 1;
-          recordArgs.push(
-            index,
-            status,
-            attempt.attempt,
-            attempt.outcome,
-            attempt.statusCode ?? '',
-            attempt.atMs,
-            write.nextAttemptAtMs ?? '',
-            JSON.stringify(attempt),
-            job.deliveryId,
-            job.acceptedAtMs,
-            status === 'dead' ? job.body : '',
-            first ? job.eventId : '',
-            first ? job.eventType : '',
-            first ? job.webhookId : '',
-            first ? job.vendorId : '',
-            first ? (job.replayOf ?? '') : '',
-          );
+    for (const entries of slotGroups(this.redis, batch, ({ write }) => k.ofWebhook(write.job.webhookId), RECORDS_PER_CALL_MAX)) {
+      const webhookIndex = new Map<string, number>();
+      const webhookArgs: ScriptArg[] = [];
+      const recordArgs: ScriptArg[] = [];
+      for (const { write } of entries) {
+        const { job, attempt, status } = write;
+        let index = webhookIndex.get(job.webhookId);
+        if (index === undefined) {
+          index = webhookIndex.size + 1;
+          webhookIndex.set(job.webhookId, index);
+          webhookArgs.push(k.ofWebhook(job.webhookId), k.dead(job.webhookId), k.failingSince(job.webhookId), k.record(job.webhookId, ''));
         }
-        this.recordAttemptsScript(
-          [webhookArgs[0] as string],
-          this.retentionMsArg,
-          this.deadLetterRetentionMsArg,
-          this.recentPerWebhookArg,
-          this.trimIdsMaxArg,
-          this.fallenOffGraceMsArg,
-          webhookIndex.size,
-          ...webhookArgs,
-          ...recordArgs,
-        ).then(
-          (replies) => entries.forEach(({ settle }, i) => settle(replies[i] ?? null)),
-          (error: unknown) => {
-            const failure = error instanceof Error ? error : new Error(String(error));
-            for (const { settle } of entries) settle(failure);
-          },
+        // The delivery's identity is written with its first attempt only; later ones send it empty.
+        const first = attempt.attempt === 1;
+        recordArgs.push(
+          index,
+          status,
+          attempt.attempt,
+          attempt.outcome,
+          attempt.statusCode ?? '',
+          attempt.atMs,
+          write.nextAttemptAtMs ?? '',
+          JSON.stringify(attempt),
+          job.deliveryId,
+          job.acceptedAtMs,
+          status === 'dead' ? job.body : '',
+          first ? job.eventId : '',
+          first ? job.eventType : '',
+          first ? job.webhookId : '',
+          first ? job.vendorId : '',
+          first ? (job.replayOf ?? '') : '',
         );
       }
+      this.recordAttemptsScript(
+        [webhookArgs[0] as string],
+        this.retentionMsArg,
+        this.deadLetterRetentionMsArg,
+        this.recentPerWebhookArg,
+        this.trimIdsMaxArg,
+        this.fallenOffGraceMsArg,
+        webhookIndex.size,
+        ...webhookArgs,
+        ...recordArgs,
+      ).then(
+        (replies) => entries.forEach(({ settle }, i) => settle(replies[i] ?? null)),
+        (error: unknown) => {
+          const failure = error instanceof Error ? error : new Error(String(error));
+          for (const { settle } of entries) settle(failure);
+        },
+      );
     }
   }
 
@@ -480,10 +477,8 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
 
   async recordDeferred(deferrals: readonly DeferralWrite[]): Promise<void> {
     const k = this.keys.deliveries;
-    const calls: Promise<number>[] = [];
-    for (const group of slotGroups(this.redis, deferrals, ({ job }) => k.ofWebhook(job.webhookId))) {
-      for (let start = 0; start < group.length; start += RECORDS_PER_CALL_MAX) {
-        const chunk = group.slice(start, start + RECORDS_PER_CALL_MAX);
+    await Promise.all(
+      slotGroups(this.redis, deferrals, ({ job }) => k.ofWebhook(job.webhookId), RECORDS_PER_CALL_MAX).map((chunk) => {
         const argv = chunk.flatMap(({ job, nextAttemptAtMs, dueAtMs, ifNoRecord, parkedIn }) => [
           k.record(job.webhookId, job.deliveryId),
           k.ofWebhook(job.webhookId),
@@ -499,10 +494,9 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
           ifNoRecord ? '1' : '',
           parkedIn ?? '',
         ]);
-        calls.push(this.recordDeferredScript([k.ofWebhook(chunk[0]!.job.webhookId)], this.retentionMsArg, this.deadLetterRetentionMsArg, ...argv));
-      }
-    }
-    await Promise.all(calls);
+        return this.recordDeferredScript([k.ofWebhook(chunk[0]!.job.webhookId)], this.retentionMsArg, this.deadLetterRetentionMsArg, ...argv);
+      }),
+    );
   }
 
   /**

@@ -302,8 +302,9 @@ export class RedisEndpointStats implements EndpointStatsRecorder, EndpointStatsR
       [...slots].map(([slot, fields], i) => {
         const hour = hourOfSlot(slot);
         const quarter = quarterOfHour(hour);
+        const key = k.slot(webhookId, slot);
         const argv: ScriptArg[] = [
-          k.slot(webhookId, slot),
+          key,
           k.quarter(webhookId, quarter),
           k.last(webhookId),
           // The newest attempt once per webhook, with its first slot.
@@ -315,16 +316,12 @@ export class RedisEndpointStats implements EndpointStatsRecorder, EndpointStatsR
           fields.size,
           ...[...fields].flat(),
         ];
-        return { key: k.slot(webhookId, slot), argv };
+        return { key, argv };
       }),
     );
-    const calls: Promise<number>[] = [];
-    for (const group of slotGroups(this.redis, entries, (entry) => entry.key)) {
-      for (let start = 0; start < group.length; start += FLUSH_ENTRIES_PER_CALL_MAX) {
-        const chunk = group.slice(start, start + FLUSH_ENTRIES_PER_CALL_MAX);
-        calls.push(this.flushScript([chunk[0]!.key], ...chunk.flatMap((entry) => entry.argv)));
-      }
-    }
+    const calls = slotGroups(this.redis, entries, (entry) => entry.key, FLUSH_ENTRIES_PER_CALL_MAX).map((group) =>
+      this.flushScript([group[0]!.key], ...group.flatMap((entry) => entry.argv)),
+    );
     this.flushing = Promise.all(calls)
       .then(
         () => undefined,

@@ -4,6 +4,7 @@
  */
 export function redisKeys(prefix: string) {
   const tag = (area: string) => `{${prefix}:${area}}`;
+  const ingestStream = (n: number) => (n === 0 ? `${tag('ingest')}:events` : `${tag(`ingest:${n}`)}:events`);
   return {
     /** SCAN pattern matching every key of this prefix (tests and tooling). */
     all: `{${prefix}:*`,
@@ -39,12 +40,12 @@ export function redisKeys(prefix: string) {
     },
     events: {
       /** stream producers may XADD events to; consumed by the group below */
-      stream: `${tag('ingest')}:events`,
+      stream: ingestStream(0),
       /**
        * ingest stream `n` (HOOKLINE_INGEST_STREAMS): stream 0 is the one above, the others each
        * their own hash tag, so producers spread over a cluster's shards by appending to several
        */
-      streamOf: (n: number) => (n === 0 ? `${tag('ingest')}:events` : `${tag(`ingest:${n}`)}:events`),
+      streamOf: ingestStream,
     },
     /** BullMQ prefix of delivery queue partition `n`: every key of one queue shares this hash tag */
     deliveryQueuePrefix: (partition: number) => tag(`q${partition}`),

@@ -40,14 +40,11 @@ export class RedisRecentEvents {
   /** Keeps `body` as the newest of each webhook's recent events. */
   async remember(entries: ReadonlyMap<string, string>): Promise<void> {
     const lists = [...entries].map(([webhookId, body]) => ({ key: this.keys.deliveries.recentEvents(webhookId), body }));
-    const calls: Promise<number>[] = [];
-    for (const group of slotGroups(this.redis, lists, (list) => list.key)) {
-      for (let start = 0; start < group.length; start += LISTS_PER_CALL_MAX) {
-        const chunk = group.slice(start, start + LISTS_PER_CALL_MAX);
-        calls.push(this.rememberScript([chunk[0]!.key], RECENT_EVENTS_MAX, RECENT_EVENTS_TTL_MS, ...chunk.flatMap(({ key, body }) => [key, body])));
-      }
-    }
-    await Promise.all(calls);
+    await Promise.all(
+      slotGroups(this.redis, lists, (list) => list.key, LISTS_PER_CALL_MAX).map((group) =>
+        this.rememberScript([group[0]!.key], RECENT_EVENTS_MAX, RECENT_EVENTS_TTL_MS, ...group.flatMap(({ key, body }) => [key, body])),
+      ),
+    );
   }
 
   /** The webhook's newest recent event body, if any. */

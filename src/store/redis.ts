@@ -126,19 +126,25 @@ export function keySlot(key: string): number {
 /**
  * Items grouped so that each group's keys share one Redis Cluster slot, for one script call per
  * group: on one server everything is one group (a script may touch any key there); on a cluster,
- * one group per slot of `keyOf(item)`. Groups keep the items' order.
+ * one group per slot of `keyOf(item)`. A group holds at most `max` items (a slot with more gives
+ * several groups), which bounds each call's arguments and its time in Redis. Groups keep the items' order.
  */
-export function slotGroups<T>(redis: Redis, items: readonly T[], keyOf: (item: T) => string): T[][] {
+export function slotGroups<T>(redis: Redis, items: readonly T[], keyOf: (item: T) => string, max = Infinity): T[][] {
   if (items.length === 0) return [];
-  if (!(redis instanceof Cluster)) return [[...items]];
-  const groups = new Map<number, T[]>();
-  for (const item of items) {
-    const slot = keySlot(keyOf(item));
-    const group = groups.get(slot);
-    if (group) group.push(item);
-    else groups.set(slot, [item]);
+  let bySlot: T[][];
+  if (!(redis instanceof Cluster)) bySlot = [[...items]];
+  else {
+    const groups = new Map<number, T[]>();
+    for (const item of items) {
+      const slot = keySlot(keyOf(item));
+      const group = groups.get(slot);
+      if (group) group.push(item);
+      else groups.set(slot, [item]);
+    }
+    bySlot = [...groups.values()];
   }
-  return [...groups.values()];
+  if (max === Infinity) return bySlot;
+  return bySlot.flatMap((group) => Array.from({ length: Math.ceil(group.length / max) }, (_, n) => group.slice(n * max, (n + 1) * max)));
 }
 
 /**

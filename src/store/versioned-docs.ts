@@ -74,23 +74,16 @@ export class RedisVersionedDocStore<S extends z.ZodType> implements DocLookup<z.
     const results = new Array<'applied' | 'stale'>(entries.length);
     const writes = entries.map(({ doc, versionMs }, index) => ({ index, key: this.options.key(this.options.idOf(doc)), doc, versionMs }));
     await Promise.all(
-      slotGroups(this.redis, writes, (write) => write.key).flatMap((group) => {
-        const calls: Promise<void>[] = [];
-        for (let start = 0; start < group.length; start += DOCS_PER_CALL_MAX) {
-          const chunk = group.slice(start, start + DOCS_PER_CALL_MAX);
-          const argv = chunk.flatMap(({ key, doc, versionMs }) => [
-            key,
-            versionMs,
-            JSON.stringify(doc),
-            this.options.isFinal(doc) ? this.options.finalRetentionMs : 0,
-          ]);
-          calls.push(
-            this.putIfNewerScript([chunk[0]!.key], ...argv).then((replies) =>
-              chunk.forEach(({ index }, i) => (results[index] = replies[i] === 1 ? 'applied' : 'stale')),
-            ),
-          );
-        }
-        return calls;
+      slotGroups(this.redis, writes, (write) => write.key, DOCS_PER_CALL_MAX).map((group) => {
+        const argv = group.flatMap(({ key, doc, versionMs }) => [
+          key,
+          versionMs,
+          JSON.stringify(doc),
+          this.options.isFinal(doc) ? this.options.finalRetentionMs : 0,
+        ]);
+        return this.putIfNewerScript([group[0]!.key], ...argv).then((replies) =>
+          group.forEach(({ index }, i) => (results[index] = replies[i] === 1 ? 'applied' : 'stale')),
+        );
       }),
     );
     return results;

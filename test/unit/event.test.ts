@@ -47,6 +47,25 @@ describe('ingest event schema, per type', () => {
     expect(event.data).toEqual(raw.data);
   });
 
+  it.each(INGEST_EVENT_TYPES)('gives an accepted %s every envelope field and nothing else', (eventType) => {
+    const raw: { data: unknown; vendor_id?: string; event_id: string; timestamp: string } = {
+      ...(valid[eventType] as { data: unknown }),
+      event_id: EVENT_ID.toUpperCase(),
+      timestamp: '2024-05-01T14:30:00+02:00',
+    };
+    const event = accepted(raw);
+    expect(Object.keys(event).sort()).toEqual(
+      ['data', 'event_id', 'event_type', 'sentData', 'timestamp', 'timestampMs', ...('vendor_id' in raw ? ['vendor_id'] : [])].sort(),
+    );
+    expect(event).toMatchObject({
+      event_id: EVENT_ID,
+      timestamp: '2024-05-01T12:30:00.000Z',
+      timestampMs: ACCEPTED_AT_MS,
+      sentData: (raw as { data: unknown }).data,
+    });
+    if ('vendor_id' in raw) expect(event.vendor_id).toBe(raw.vendor_id);
+  });
+
   it('requires vendor_id for the six webhook event types, and not for TASK_UPDATED', () => {
     for (const eventType of INGEST_EVENT_TYPES.filter((type) => type !== 'TASK_UPDATED')) {
       const { vendor_id: _omitted, ...withoutVendor } = valid[eventType] as { vendor_id: string };
