@@ -168,8 +168,9 @@ export class Ingestor {
       // attempt sends the same bytes.
       const deliveriesOf = new Map<number, number>();
       const requests: DeliveryRequest[] = [];
-      // Of each webhook with a filter, the batch's last event (its envelope, and its JSON when a
-      // delivery was made of it), kept for the filter dry run.
+      // Of each webhook with a filter, the batch's last event, kept for the filter dry run: its
+      // envelope, and its JSON when a delivery was made of it. An event held back is serialised at
+      // the end, and only if no later event of the batch replaced it.
       const recent = new Map<string, { envelope: ReturnType<typeof envelopeOf>; body?: string }>();
       webhookEvents.forEach(({ index, event }, i) => {
         const subscription = subscriptions[i];

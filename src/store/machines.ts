@@ -133,9 +133,9 @@ return out
  * KEYS: changes, index. ARGV: last seen entry id ('0-0' = none since the reload), max entries, stream
  * maxlen, max machine ids. Returns {'reload'} when entries may have been lost (our last entry was
  * trimmed or the stream deleted), else {'ok', new last id, changed ids, their index records (nil =
- * removed), 1 when more entries may follow (else 0)}. An entry names every machine one batch of changes touched; entries are
- * taken whole until the ids reach the max, and the records are read in chunks (Lua's unpack is
- * bounded), so one catch-up stays bounded however large the batches were.
+ * removed), 1 when more entries may follow (else 0)}. An entry names every machine one batch of
+ * changes touched; entries are taken whole until the ids reach the max, and the records are read
+ * in chunks (Lua's unpack is bounded), so one catch-up stays bounded however large the batches were.
  */
 const CHANGES_LUA = `
 local last = ARGV[1]

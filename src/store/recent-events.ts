@@ -7,8 +7,8 @@ const RECENT_EVENTS_MAX = 5;
 const RECENT_EVENTS_TTL_MS = 24 * 3_600_000;
 
 // Pushes each body onto its webhook's list, keeping the newest RECENT_EVENTS_MAX. KEYS[1] routes the
-// call (on a Redis Cluster a call holds one webhook's list). ARGV: how many to keep, the lists' TTL
-// (ms), then key and body pairs.
+// call (on a Redis Cluster a call holds the lists of one slot only). ARGV: how many to keep, the
+// lists' TTL (ms), then key and body pairs.
 const REMEMBER_LUA = `
 local keep, ttl = tonumber(ARGV[1]), ARGV[2]
 for a = 3, #ARGV, 2 do

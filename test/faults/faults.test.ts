@@ -104,6 +104,15 @@ async function post(h: Harness, events: { event_id: string }[]): Promise<string[
   }
 }
 
+/**
+ * Waits for the line saying Redis is back. It is logged once every connection that failed is back:
+ * each reconnects on its own back-off (up to 5 s apart), so it may follow the first delivery after
+ * the outage, which needs only some of them.
+ */
+async function restoredLogged(h: Harness): Promise<void> {
+  await waitFor(() => h.engine.output().includes('Redis connection restored'), 15_000, 'the line saying Redis is back');
+}
+
 describe('fault injection (real processes, loopback only)', () => {
   let h: Harness | undefined;
   afterEach(async () => {
@@ -183,9 +192,7 @@ describe('fault injection (real processes, loopback only)', () => {
     const tally = tallyDeliveries(new Set(ids), receivedIds(h));
     reportFault('redis-down-mid-run', tally, startedMs, { refused_while_down: refused.status === 503 ? 1 : 0 });
     expect(tally.delivered, 'the delivery after recovery').toBe(1);
-    // Logged once every connection that failed is back: each reconnects on its own back-off (up to
-    // 5 s apart), so the line may follow the first delivery, which needs only some of them.
-    await waitFor(() => h!.engine.output().includes('Redis connection restored'), 15_000, 'the line saying Redis is back');
+    await restoredLogged(h);
   }, 120_000);
 
   it('Redis unreachable at start: the engine starts not ready, then serves and delivers once Redis answers, without a restart', async () => {
@@ -197,6 +204,6 @@ describe('fault injection (real processes, loopback only)', () => {
     const tally = tallyDeliveries(new Set(ids), receivedIds(h));
     reportFault('redis-down-at-start', tally, startedMs);
     expect(tally.delivered, 'deliveries').toBe(2);
-    await waitFor(() => h!.engine.output().includes('Redis connection restored'), 15_000, 'the line saying Redis is back');
+    await restoredLogged(h);
   }, 120_000);
 });

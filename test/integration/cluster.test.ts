@@ -387,6 +387,50 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     expect(counts[2]).toBeLessThanOrEqual(6);
   });
 
+  it('keeps each filtered webhook’s newest event for the dry run, written per slot, whether the filter let it through or not', async () => {
+    const app = await engine();
+    const otherKey = await app.keyFor(['vendor'], 'vendor-b');
+    const filter = { path: 'data.status', eq: 'available' };
+    const webhooks: { id: string; key: string; vendor: string; type: WebhookEventType }[] = [];
+    for (const [vendor, key] of [
+      ['vendor-a', vendorKey],
+      ['vendor-b', otherKey],
+    ] as const) {
+      for (const type of ['EVENT_TYPE_MACHINE_CREATED', 'EVENT_TYPE_MACHINE_UPDATED'] as const) {
+        const res = await api('POST', '/vendors/v1/webhooks', { event_type: type, callback_url: `${receiver.base}/filtered`, filter }, key);
+        expect(res.statusCode, res.body).toBe(201);
+        webhooks.push({ id: res.json<{ webhook_id: string }>().webhook_id, key, vendor, type });
+      }
+    }
+    // Spread over slots, so the writes go out as one script call per slot.
+    expect(new Set(webhooks.map(({ id }) => keySlot(app.keys.deliveries.recentEvents(id)))).size).toBeGreaterThan(1);
+
+    // One batch: every webhook gets a matching and a held-back event, the last one alternating, so
+    // the newest kept is a delivered body for half of them and a filtered-out envelope for the rest.
+    const newest = new Map<string, { eventId: string; matched: boolean }>();
+    const events = webhooks.flatMap(({ id, vendor, type }, i) => {
+      const pair = [
+        eventOf(type, vendor, machineOf(`m-${i}-a`, 'NVIDIA H100', 'available')),
+        eventOf(type, vendor, machineOf(`m-${i}-u`, 'NVIDIA H100', 'unavailable')),
+      ];
+      if (i % 2 === 1) pair.reverse();
+      newest.set(id, { eventId: pair[1]!.event_id, matched: i % 2 === 1 });
+      return pair;
+    });
+    const answer = await post(...events);
+    expect(answer.accepted).toBe(events.length);
+    await waitFor(() => receiver.at('/filtered').length >= webhooks.length, 15_000, 'one delivery per webhook');
+
+    for (const { id, key } of webhooks) {
+      const res = await api('POST', `/vendors/v1/webhooks/${id}/filter-test`, { recent: true }, key);
+      expect(res.statusCode, res.body).toBe(200);
+      const { eventId, matched } = newest.get(id)!;
+      expect(res.json()).toMatchObject({ source: 'recent', matched, event: { event_id: eventId } });
+    }
+    await queuesDrained(app.queues);
+    expect(receiver.at('/filtered')).toHaveLength(webhooks.length);
+  });
+
   it('ingests from the Redis stream on the cluster, and stop() ends the blocked read on the stream’s master', async () => {
     const app = await engine();
     await register('EVENT_TYPE_MACHINE_CREATED', '/stream', WHSEC);
