@@ -78,10 +78,10 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
   const program = new Command('hookline')
     .description('Hookline: signed, retried webhook deliveries of machine and deployment events, with an admin API.')
     .version(VERSION)
-    // Commander would exit 1 on a usage error itself; main() answers 2 as the README promises.
+    // Commander would exit 1 on a usage error itself; main() answers 2 as the README's CLI table promises.
     .exitOverride()
     .showHelpAfterError()
-    .addHelpText('after', '\nConfiguration comes from environment variables; see README.md or .env.example.');
+    .addHelpText('after', '\nConfiguration comes from environment variables; see docs/configuration.md or .env.example.');
 
   const config = (): Config => loadConfig(env);
   const serverLogger = (c: Config) => createLogger({ level: c.logLevel, format: c.logFormat, fd: 1 });

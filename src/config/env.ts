@@ -46,7 +46,7 @@ function publicUrlProblem(text: string): string | undefined {
   return undefined;
 }
 
-/** The environment variables Hookline reads, with defaults; README's table and .env.example mirror it. */
+/** The environment variables Hookline reads, with defaults; docs/configuration.md's table and .env.example mirror it. */
 export const envSchema = z.object({
   REDIS_URL: z
     .string()

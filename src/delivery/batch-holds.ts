@@ -1,4 +1,4 @@
-/** How long a batch waits on what holds it up (README "Delivery semantics", batches and isolation). */
+/** How long a batch waits on what holds it up (docs/delivery-semantics.md, "Batches" and "Isolation"). */
 export interface BatchHoldRules {
   /** An attempt to a healthy endpoint is handed off after this long (the attempt goes on). */
   batchHoldMs: number;

@@ -10,7 +10,7 @@
  *   limit that last pushed back, then probes gently, one per PROBE_WINDOWS windows (as CUBIC
  *   dwells near its last maximum): a receiver with a fixed capacity is then overrun once every
  *   several round trips instead of every other one, which keeps its share of 429s low and the
- *   limit near the capacity most of the time (figures in the README's delivery semantics).
+ *   limit near the capacity most of the time (figures in docs/delivery-semantics.md).
  * - It halves (floor 1) on push-back: 429, 503, a timeout or a connection error. At most once per
  *   window: an attempt that started before the last decrease reports the old limit's congestion,
  *   so a burst of concurrent 429s halves the limit once, not down to 1.

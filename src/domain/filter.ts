@@ -1,6 +1,6 @@
 /**
  * Payload filters: which events a webhook wants, as a small JSON language over the event envelope
- * (README "Payload filters"). A filter is one node:
+ * (docs/receiving-webhooks.md, "Payload filters"). A filter is one node:
  *
  *   { "path": "data.status", "eq": "unavailable" }      equal (strict: no type coercion)
  *   { "path": "data.status", "ne": "available" }        not equal (a missing value is not equal)

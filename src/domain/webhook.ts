@@ -113,7 +113,7 @@ const signatureSchema = z
   );
 
 const FILTER_DESCRIPTION =
-  'Only events that match are delivered (README "Payload filters"). One node: {"path": "data.status", "eq": "unavailable"} ' +
+  'Only events that match are delivered (docs/receiving-webhooks.md, "Payload filters"). One node: {"path": "data.status", "eq": "unavailable"} ' +
   '(eq, ne, in, gt, gte, lt, lte, exists), or {"and": [...]}, {"or": [...]}, {"not": {...}}. Paths: event_type, event_id, ' +
   'timestamp, version, or data and keys below it. At most 6 levels, 50 nodes and 4 KiB.';
 

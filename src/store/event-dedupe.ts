@@ -157,7 +157,7 @@ export interface EventDedupeOptions {
  * Two distinct ids are taken for one only when their digests agree on the partition, on the set's
  * bits and on all 64 bits of the member, and the other is in a set the lookup checks: at most
  * (buckets checked × generations × marks per set) / 2^64 per lookup, about 1 in 10^15 at the default
- * sizes, whatever the rate (see the README's Scaling section).
+ * sizes, whatever the rate (see docs/scaling.md, "Dedupe marks").
  *
  * Each call is one script per partition on a cluster (each partition is its own slot, with its tag
  * spread over the slots) and one script in all on a single server.

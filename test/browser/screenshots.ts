@@ -6,7 +6,7 @@ import { chromiumMissing, launchChromium } from '../helpers/browser.js';
 import { portalWorld, VENDOR, type PortalWorld } from './fixture.js';
 
 /**
- * `npm run docs:screenshots`: the README's pictures of the portal (docs/portal/*.png), taken from a
+ * `npm run docs:screenshots`: the pictures of the portal in docs/portal.md (docs/portal/*.png), taken from a
  * real engine with real deliveries. A project of its own, outside `npm test`: it rewrites files
  * the repository tracks.
  */

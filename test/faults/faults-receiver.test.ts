@@ -23,7 +23,7 @@ const SHORT_SCHEDULE_MS = [0, 250, 500, 1_000];
  * the jitter, while refusing the first attempts of 5,000 deliveries takes up to about 15 s.
  */
 const LONG_SCHEDULE_MS = [0, 2_000, 4_000, 8_000, 16_000, 30_000];
-/** How long a worker trusts its cached copy of a webhook (README, "Deleted webhooks"). */
+/** How long a worker trusts its cached copy of a webhook (docs/delivery-semantics.md, "How changes reach every process"). */
 const WEBHOOK_CACHE_MS = 2_000;
 /** A breaker that never opens: every attempt reaches the (down) receiver. */
 const BREAKER_SET_ASIDE = { failureThreshold: Number.MAX_SAFE_INTEGER, timeoutThreshold: Number.MAX_SAFE_INTEGER, minAttempts: Number.MAX_SAFE_INTEGER };

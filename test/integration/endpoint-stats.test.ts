@@ -143,7 +143,7 @@ describe('endpoint stats store (real Redis)', () => {
     expect(read.hour).toMatchObject({ attempts: 2, delivered: 1, failed: 1 });
   });
 
-  it('bounds a webhook’s memory: a day with attempts every minute costs the figure the README states', async () => {
+  it('bounds a webhook’s memory: a day with attempts every minute costs the figure docs/delivery-semantics.md states', async () => {
     setUp();
     const stats = store();
     const now = Date.now();

@@ -11,7 +11,7 @@ const runs = (short: number) => (LONG ? short * 10 : short);
 const TIMEOUT_MS = LONG ? 180_000 : 30_000;
 
 // ---------------------------------------------------------------------------------------------
-// The reference: the README's filter semantics written out plainly over an array of machines.
+// The reference: the machine listing's filter semantics (docs/api.md) written out plainly over an array of machines.
 // ---------------------------------------------------------------------------------------------
 
 const contains = (name: string | undefined, needle: string) => name !== undefined && name.toLowerCase().includes(needle.toLowerCase());

@@ -37,7 +37,9 @@ describe('README quick start', () => {
     const shown = /\{"version":"1\.0".*"data":(\{.*\})\}\n/.exec(quickStart)?.[1];
     expect(JSON.parse(shown ?? 'null')).toEqual(sent);
     // The API table describes the same data.
-    expect(readme).toContain(`with \`data: ${JSON.stringify(sent).replaceAll('":', '": ').replaceAll(',"', ', "')}\``);
+    expect(readFileSync(path.join(root, 'docs/api.md'), 'utf8')).toContain(
+      `with \`data: ${JSON.stringify(sent).replaceAll('":', '": ').replaceAll(',"', ', "')}\``,
+    );
   });
 
   it('shows retries and dead letters with a retry schedule that parses', () => {

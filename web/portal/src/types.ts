@@ -35,7 +35,7 @@ export interface Webhook {
   ordering: 'fifo' | 'none';
   /** Requests in flight at most, per worker; null: the worker's send slots. */
   max_concurrency: number | null;
-  /** The payload filter (README "Payload filters"); null: every event of the type. */
+  /** The payload filter (docs/receiving-webhooks.md, "Payload filters"); null: every event of the type. */
   filter: Record<string, unknown> | null;
   created_at: string;
   updated_at: string;

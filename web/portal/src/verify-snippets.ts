@@ -1,5 +1,5 @@
 /**
- * How a receiver checks Hookline's signatures (README "What a vendor receives"), per language.
+ * How a receiver checks Hookline's signatures (docs/receiving-webhooks.md), per language.
  * `webhook-signature` is `v1,<base64 HMAC-SHA256(key, "{webhook-id}.{webhook-timestamp}.{body}")>`
  * (two space-separated entries during a secret rotation); the key is the base64-decoded rest of a
  * `whsec_` secret, or any other secret's UTF-8 bytes. The legacy `x-webhook-signature` is
