@@ -10,6 +10,7 @@ import { loadConfig } from '../../src/config/env.js';
 import { signatureHeaders } from '../../src/delivery/sign.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import { dashboardExpressions, dashboardFiles, metricNamesInExpression, metricNamesUsedInDashboards, ruleExpressions } from '../helpers/dashboard-metrics.js';
+import { withBuildLock } from '../helpers/build-lock.js';
 import { runCli } from '../helpers/cli.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -272,19 +273,21 @@ describe('npm start', () => {
         }),
     );
 
-  it('builds only when the sources changed: a second build writes nothing', () => {
+  it('builds only when the sources changed: a second build writes nothing', async () => {
     const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
     expect(pkg.scripts.start).toMatch(/^npm run -s build && node dist\/cli\.js start$/);
     const build = () => run('npm', ['run', '-s', 'build'], { timeoutMs: 150_000 });
-    // The first build may compile everything (a fresh checkout); the second finds nothing to do.
-    expect(build()).toMatchObject({ status: 0 });
-    const before = outputs();
-    const startedMs = Date.now();
-    expect(build()).toMatchObject({ status: 0 });
-    console.log(`second build: ${Date.now() - startedMs} ms, ${before.size} files in dist/`);
-    expect(outputs()).toEqual(before);
-    expect(before.has(path.join(ROOT, 'dist', 'cli.js'))).toBe(true);
-  }, 180_000);
+    await withBuildLock(async () => {
+      // The first build may compile everything (a fresh checkout); the second finds nothing to do.
+      expect(build()).toMatchObject({ status: 0 });
+      const before = outputs();
+      const startedMs = Date.now();
+      expect(build()).toMatchObject({ status: 0 });
+      console.log(`second build: ${Date.now() - startedMs} ms, ${before.size} files in dist/`);
+      expect(outputs()).toEqual(before);
+      expect(before.has(path.join(ROOT, 'dist', 'cli.js'))).toBe(true);
+    });
+  }, 480_000);
 });
 
 describe('Dockerfile', () => {
