@@ -20,6 +20,7 @@ import { DeferralWakeups } from './delivery/wakeups.js';
 import { EndpointFlow } from './delivery/endpoint-flow.js';
 import { CachedWebhookSource } from './delivery/webhook-cache.js';
 import { DeliveryWorkerPool } from './delivery/worker.js';
+import { endpointParts } from './domain/endpoint.js';
 import { IngestFilters } from './ingest/filters.js';
 import { CachedSubscriptions } from './ingest/subscriptions.js';
 import { Ingestor } from './ingest/ingest.js';
@@ -269,7 +270,7 @@ interface WorkerSettings {
   nowMs?: () => number;
 }
 
-/** Logs a circuit's changes (open and close at warn, with the webhooks behind the endpoint) and counts them. */
+/** Logs a circuit's changes (open and close at warn, with the vendor and webhooks behind the endpoint) and counts them. */
 function circuitObserver(
   logger: Logger,
   metrics: Metrics | undefined,
@@ -278,30 +279,30 @@ function circuitObserver(
 ): (endpoint: string, change: CircuitChange) => void {
   const count = metrics ? breakerObserver(metrics) : undefined;
   // The open circuits the operator views show; losing one write only hides it there.
-  const share = (endpoint: string, change: CircuitChange) => {
+  // The views show the receiver origin: they are per webhook, whose vendor they show already.
+  const share = (origin: string, change: CircuitChange) => {
     const now = nowMs();
     const view =
       change.state === 'open'
-        ? { state: 'open' as const, reason: change.reason, endpoint, openedAtMs: now, probeAtMs: now + change.openForMs }
+        ? { state: 'open' as const, reason: change.reason, endpoint: origin, openedAtMs: now, probeAtMs: now + change.openForMs }
         : change.state === 'half_open'
-          ? { state: 'half_open' as const, reason: 'probing', endpoint, openedAtMs: now, probeAtMs: now }
+          ? { state: 'half_open' as const, reason: 'probing', endpoint: origin, openedAtMs: now, probeAtMs: now }
           : undefined;
     circuits.changed(change.webhookIds, view, now).catch((error: Error) => logger.debug({ err: error.message }, 'circuit state not shared'));
   };
   return (endpoint, change) => {
     count?.(endpoint, change);
-    share(endpoint, change);
+    const { vendorId, origin } = endpointParts(endpoint);
+    share(origin, change);
+    const fields = { endpoint: origin, vendorId, webhookIds: change.webhookIds };
     if (change.state === 'open') {
       logger.warn(
-        { event: 'circuit.opened', endpoint, reason: change.reason, openForMs: change.openForMs, webhookIds: change.webhookIds },
+        { event: 'circuit.opened', ...fields, reason: change.reason, openForMs: change.openForMs },
         'circuit opened: deliveries to this endpoint are held back, and attempts that come due meanwhile are recorded as circuit_open',
       );
     } else if (change.state === 'closed') {
-      logger.warn(
-        { event: 'circuit.closed', endpoint, webhookIds: change.webhookIds },
-        'circuit closed: a probe was answered; deliveries to this endpoint flow again',
-      );
-    } else logger.debug({ event: 'circuit.half_open', endpoint, webhookIds: change.webhookIds }, 'circuit half-open: probing');
+      logger.warn({ event: 'circuit.closed', ...fields }, 'circuit closed: a probe was answered; deliveries to this endpoint flow again');
+    } else logger.debug({ event: 'circuit.half_open', ...fields }, 'circuit half-open: probing');
   };
 }
 

@@ -1,4 +1,5 @@
 import type { Webhook } from '../domain/webhook.js';
+import { endpointKey } from '../domain/endpoint.js';
 import { privateKeyObject } from '../domain/signing-keys.js';
 import { signingSecrets, webhookSigningKeys } from '../domain/webhook.js';
 import type { Logger } from '../logger.js';
@@ -7,7 +8,7 @@ import type { DeliveryRecorder } from '../store/delivery-log.js';
 import type { EndpointMemory } from '../store/endpoints.js';
 import type { SendRateLimiter } from '../store/send-rate.js';
 import type { WebhookSource } from '../store/webhooks.js';
-import { endpointOf, type AttemptHealth, type EndpointBreakers } from './breaker.js';
+import type { AttemptHealth, EndpointBreakers } from './breaker.js';
 import { attemptOutcome, decide, type Decision } from './classify.js';
 import type { SendRequest, SendResult } from './http-sender.js';
 import type { DeliverJob } from '../domain/delivery.js';
@@ -222,12 +223,13 @@ const KNOWN_ENDPOINTS_MAX = 10_000;
  */
 export function deliverySteps(deps: DeliveryProcessorDeps) {
   const endpoints = new Map<string, string>();
-  const endpointFor = (callbackUrl: string) => {
-    let endpoint = endpoints.get(callbackUrl);
+  const endpointFor = (webhook: Webhook) => {
+    const vendorUrl = `${webhook.vendorId} ${webhook.callbackUrl}`;
+    let endpoint = endpoints.get(vendorUrl);
     if (endpoint === undefined) {
       if (endpoints.size >= 10_000) endpoints.clear();
-      endpoint = endpointOf(callbackUrl);
-      endpoints.set(callbackUrl, endpoint);
+      endpoint = endpointKey(webhook.vendorId, webhook.callbackUrl);
+      endpoints.set(vendorUrl, endpoint);
     }
     return endpoint;
   };
@@ -376,7 +378,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
    * (holding no slot) for at most `roomWaitMs`, and is deferred (`concurrency`) after that.
    */
   async function admit(webhook: Webhook, options: AdmitOptions): Promise<Admitted> {
-    const endpoint = endpointFor(webhook.callbackUrl);
+    const endpoint = endpointFor(webhook);
     await Promise.all([learn(endpoint), deps.flow.learn(endpoint)]);
     const ceiling = Math.min(webhook.maxConcurrency ?? deps.slots.total, deps.slots.total);
     let gaveUp = false;

@@ -99,7 +99,8 @@ const WEBHOOK_IDS_MAX = 10;
 const FAILED_RUN_MAX = 1_000;
 
 /**
- * Per-endpoint isolation inside one worker process.
+ * Per-endpoint isolation inside one worker process (an endpoint is one vendor's origin, see
+ * domain/endpoint.ts: another vendor's failures on the same origin never count here).
  * - First contact: an endpoint that has never answered gets one attempt in flight; the others wait
  *   for its answer, so a receiver that accepts connections and never answers costs one slot, not many.
  * - Suspect: after a slow (≥ slowAfterMs) or timed-out attempt, the endpoint gets `slowInflightMax`
@@ -349,13 +350,4 @@ function rememberWebhook(state: EndpointState, webhookId: string): void {
   if (at !== -1) state.webhookIds.splice(at, 1);
   state.webhookIds.push(webhookId);
   if (state.webhookIds.length > WEBHOOK_IDS_MAX) state.webhookIds.shift();
-}
-
-/** The breaker key of a callback URL: its origin (scheme, host, port). */
-export function endpointOf(callbackUrl: string): string {
-  try {
-    return new URL(callbackUrl).origin;
-  } catch {
-    return callbackUrl;
-  }
 }

@@ -128,7 +128,7 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
     }),
     circuitsOpen: new Gauge({
       name: 'hookline_circuits_open',
-      help: 'Endpoints whose circuit is open in this worker.',
+      help: 'Endpoints (one vendor’s receiver origin each) whose circuit is open in this worker.',
       registers,
     }),
     sendsPaused: new Gauge({

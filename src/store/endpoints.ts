@@ -14,11 +14,11 @@ export interface EndpointMemory {
 const ENDPOINT_MEMORY_TTL_MS = 7 * 24 * 3_600_000;
 
 /**
- * One small key per endpoint (its origin's digest), so every worker, and a worker after a restart,
- * knows which receivers have answered before: their first attempt in a process is then no "first
- * contact" that a burst must wait behind. Each worker reads an endpoint once and writes it once (when
- * it first sees the endpoint answer without having learnt it here), so the cost is per endpoint and
- * process, never per delivery.
+ * One small key per endpoint (the digest of its key: one vendor's origin), so every worker, and a
+ * worker after a restart, knows which receivers have answered before: their first attempt in a
+ * process is then no "first contact" that a burst must wait behind. Each worker reads an endpoint
+ * once and writes it once (when it first sees the endpoint answer without having learnt it here),
+ * so the cost is per endpoint and process, never per delivery.
  */
 export class RedisEndpointMemory implements EndpointMemory {
   constructor(
@@ -40,7 +40,7 @@ export class RedisEndpointMemory implements EndpointMemory {
   }
 }
 
-/** An endpoint's name in Redis keys: a digest of its origin (fixed length, no URL characters). */
+/** An endpoint's name in Redis keys: a digest of its key (domain/endpoint.ts; fixed length, no URL characters). */
 export function endpointDigest(endpoint: string): string {
   return createHash('sha256').update(endpoint).digest('hex').slice(0, 32);
 }

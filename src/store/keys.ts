@@ -99,7 +99,7 @@ export function redisKeys(prefix: string) {
       /** string with TTL: set and refreshed by every listener */
       listening: `${tag('feed')}:listening`,
     },
-    /** string with TTL: a receiver endpoint (by digest of its origin) answered a worker lately; see endpoints.ts */
+    /** string with TTL: a receiver endpoint (by digest of its key: one vendor's origin) answered a worker lately; see endpoints.ts */
     endpointAnswered: (endpointDigest: string) => tag(`ep:${endpointDigest}`),
     /** A receiver endpoint's flow control (see endpoint-flow.ts), under the hash tag of its digest. */
     endpointFlow: {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { endpointKey } from '../../src/domain/endpoint.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
 import { receiverPool } from '../helpers/receiver.js';
@@ -112,7 +113,7 @@ describe('adaptive concurrency per endpoint (AIMD) and Retry-After pauses', () =
     const ok = receiver.arrivals.filter((a) => a.status === 200).map((a) => a.atMs - startMs);
     const p90Ms = ok[Math.floor(ok.length * 0.9)]!;
     const steady = ok.filter((atMs) => atMs >= WARM_UP_MS && atMs < p90Ms).length / ((p90Ms - WARM_UP_MS) / 1_000);
-    const limits = workers.map((w) => w.flow.view(new URL(receiver.base).origin)?.limit);
+    const limits = workers.map((w) => w.flow.view(endpointKey('busy', receiver.base))?.limit);
     console.log(
       `aimd: ${EVENTS} deliveries in ${doneMs} ms (${throughput.toFixed(0)}/s, ideal ${ideal}/s: ${(throughput / ideal).toFixed(2)}; ` +
         `steady ${steady.toFixed(0)}/s: ${(steady / ideal).toFixed(2)}); ` +
@@ -159,7 +160,7 @@ describe('adaptive concurrency per endpoint (AIMD) and Retry-After pauses', () =
     const receiver = await receivers.start();
     receiver.script('/in', { status: 429, headers: { 'retry-after': '3' } }, { status: 200 });
     const webhook = await t.register('pausing', `${receiver.base}/in`);
-    const endpoint = new URL(receiver.base).origin;
+    const endpoint = endpointKey('pausing', receiver.base);
     workers.push(await startTestWorker(t), await startTestWorker(t));
 
     await t.ingestor.ingest([machineEvent('pausing')], 'http');

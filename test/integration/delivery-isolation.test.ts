@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
+import { endpointKey } from '../../src/domain/endpoint.js';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../../src/domain/events.js';
 import { testApp, type TestApp } from '../helpers/app.js';
-import { receiverPool } from '../helpers/receiver.js';
+import { receiverPool, type TestReceiver } from '../helpers/receiver.js';
 import { quiescent, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
@@ -80,7 +81,7 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
       Array.from({ length: 5 }, () => event('EVENT_TYPE_MACHINE_CREATED', 'v')),
       'http',
     );
-    await waitFor(() => worker!.breakers.openEndpoints(Date.now()).includes(flaky.base), 5_000, 'open circuit');
+    await waitFor(() => worker!.breakers.openEndpoints(Date.now()).includes(endpointKey('v', flaky.base)), 5_000, 'open circuit');
     const hitsWhenOpened = flaky.requests.length;
     // While open, deliveries wait in the queue instead of reaching the receiver: it goes quiet.
     const hitsWhileOpen = await quiescent(() => flaky.requests.length, 500, 2_000, 'the receiver while the circuit is open');
@@ -93,6 +94,122 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     );
     expect(worker.breakers.openEndpoints(Date.now())).toEqual([]);
     expect(worker.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'open')).toBe(true);
+  });
+
+  describe('two vendors on one receiver origin', () => {
+    interface Stats {
+      circuit: string;
+      windows: { hour: { attempts: number; delivered: number; failed: number } };
+      concurrency: { limit: number | null; workers: number; paused_until: string | null };
+    }
+    interface AdminStatus {
+      vendor_id: string;
+      state: string;
+      circuit: { state: string; endpoint: string } | null;
+    }
+
+    /** Vendor A's webhook on `${base}/${badPath}`, vendor B's on `${base}/ok` (204), a worker with the production breaker, and their keys. */
+    async function sharedOrigin(badPath: string, bad: { status: number; headers?: Record<string, string> }) {
+      t = await testApp({ retryScheduleMs: [0, 200, 200] });
+      const shared = await receiver();
+      shared.script(`/${badPath}`, bad);
+      shared.script('/ok', { status: 204 });
+      const a = await t.webhooks.create('vendor-a', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${shared.base}/${badPath}` });
+      const b = await t.webhooks.create('vendor-b', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${shared.base}/ok` });
+      if (!a.ok || !b.ok) throw new Error('webhooks not created');
+      worker = await startTestWorker(t, { workerConcurrency: 10 });
+      const keys = { a: await t.keyFor(['vendor'], 'vendor-a'), b: await t.keyFor(['vendor'], 'vendor-b'), admin: await t.keyFor(['admin']) };
+      const get = async <T>(url: string, key: string) => (await t!.app.inject({ method: 'GET', url, headers: { 'x-api-key': key } })).json<T>();
+      return { shared, aId: a.webhook.id, bId: b.webhook.id, keys, get };
+    }
+
+    /** Ingests B's five events and waits for them at /ok; answers B's finished and deferred outcomes. */
+    async function deliverB(shared: TestReceiver, bId: string) {
+      await t!.ingestor.ingest(
+        Array.from({ length: 5 }, () => event('EVENT_TYPE_MACHINE_CREATED', 'vendor-b')),
+        'http',
+      );
+      await waitFor(() => shared.at('/ok').length === 5, 10_000, 'vendor B’s five deliveries at /ok');
+      const ofB = worker!.outcomes.filter((o) => o.job.webhookId === bId);
+      return {
+        attempts: ofB.flatMap((o) => (o.kind === 'attempted' ? [{ attempt: o.attempt, outcome: o.outcome }] : [])),
+        deferred: ofB.flatMap((o) => (o.kind === 'deferred' ? [o.reason] : [])),
+      };
+    }
+
+    it('one vendor’s failing path opens its own circuit only; its test events probe only it; the other vendor’s deliveries, stats and views stay its own', async () => {
+      const { shared, aId, bId, keys, get } = await sharedOrigin('bad', { status: 500 });
+      await t!.ingestor.ingest(
+        Array.from({ length: 10 }, () => event('EVENT_TYPE_MACHINE_CREATED', 'vendor-a')),
+        'http',
+      );
+      await waitFor(async () => (await get<Stats>(`/vendors/v1/webhooks/${aId}/stats`, keys.a)).circuit === 'open', 10_000, 'vendor A’s circuit to open');
+
+      // A's test event probes A's open circuit at once; the probe fails, so A's circuit opens again, for twice as long.
+      const probedMs = Date.now();
+      const test = await t!.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${aId}/test`, headers: { 'x-api-key': keys.a } });
+      expect(test.statusCode).toBe(202);
+      const { event_id: testEventId } = test.json<{ event_id: string }>();
+      await waitFor(
+        () => shared.at('/bad').some((r) => r.atMs >= probedMs && r.headers['webhook-id'] === testEventId),
+        5_000,
+        'vendor A’s test event as a probe',
+      );
+      await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.job.eventId === testEventId), 5_000, 'the probe’s outcome');
+
+      const b = await deliverB(shared, bId);
+      const badRequests = shared.at('/bad').length;
+      console.log(`isolation: vendor A's path got ${badRequests} requests; vendor B: ${JSON.stringify(b)}`);
+      expect(b.attempts).toEqual(Array.from({ length: 5 }, () => ({ attempt: 1, outcome: 'delivered' })));
+      expect(b.deferred.filter((reason) => reason === 'open' || reason === 'probing')).toEqual([]);
+      expect(worker!.breakers.openEndpoints(Date.now())).toEqual([endpointKey('vendor-a', `${shared.base}/bad`)]);
+
+      // B's stats count B's attempts only and show its circuit closed; A's shows A's open circuit.
+      const statsB = await waitFor(
+        async () => {
+          const stats = await get<Stats>(`/vendors/v1/webhooks/${bId}/stats`, keys.b);
+          return stats.windows.hour.attempts === 5 && stats;
+        },
+        5_000,
+        'vendor B’s stats to count its five attempts',
+      );
+      expect(statsB).toMatchObject({ circuit: 'closed', windows: { hour: { attempts: 5, delivered: 5, failed: 0 } } });
+      expect((await get<Stats>(`/vendors/v1/webhooks/${aId}/stats`, keys.a)).circuit).toBe('open');
+
+      // The operator's view: B healthy with no circuit, A held back by its own circuit on the shared origin.
+      const adminB = await get<AdminStatus>(`/admin/v1/webhooks/${bId}`, keys.admin);
+      expect(adminB).toMatchObject({ vendor_id: 'vendor-b', state: 'healthy', circuit: null });
+      const adminA = await get<AdminStatus>(`/admin/v1/webhooks/${aId}`, keys.admin);
+      expect(adminA).toMatchObject({ vendor_id: 'vendor-a', state: 'circuit_open', circuit: { state: 'open', endpoint: shared.base } });
+    });
+
+    it('one vendor’s Retry-After pauses and halves only its own flow on the shared origin', async () => {
+      const { shared, aId, bId, keys, get } = await sharedOrigin('busy', { status: 429, headers: { 'retry-after': '60' } });
+      await t!.ingestor.ingest(
+        Array.from({ length: 3 }, () => event('EVENT_TYPE_MACHINE_CREATED', 'vendor-a')),
+        'http',
+      );
+      await waitFor(() => worker!.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'paused'), 10_000, 'vendor A’s deliveries paused');
+
+      const b = await deliverB(shared, bId);
+      console.log(`isolation: vendor A's path got ${shared.at('/busy').length} requests (429, Retry-After 60); vendor B: ${JSON.stringify(b)}`);
+      expect(b.attempts).toEqual(Array.from({ length: 5 }, () => ({ attempt: 1, outcome: 'delivered' })));
+      expect(b.deferred.filter((reason) => reason === 'paused' || reason === 'concurrency')).toEqual([]);
+
+      // Each vendor's stats show its own flow: A paused with its limit halved, B neither.
+      const statsB = await waitFor(
+        async () => {
+          const stats = await get<Stats>(`/vendors/v1/webhooks/${bId}/stats`, keys.b);
+          return stats.concurrency.workers === 1 && stats;
+        },
+        5_000,
+        'vendor B’s flow in its stats',
+      );
+      expect(statsB.concurrency).toMatchObject({ limit: 10, paused_until: null });
+      const statsA = await get<Stats>(`/vendors/v1/webhooks/${aId}/stats`, keys.a);
+      expect(statsA.concurrency).toMatchObject({ limit: 5, workers: 1 });
+      expect(Date.parse(statsA.concurrency.paused_until ?? '')).toBeGreaterThan(Date.now());
+    });
   });
 
   it('blocks private, loopback, link-local and mapped targets with the guard on, recording ssrf_blocked', async () => {

@@ -37,7 +37,7 @@ const webhookStatusSchema = z
       .object({
         state: z.enum(['open', 'half_open']),
         reason: z.string().describe('failure_rate, consecutive_failures, consecutive_timeouts, probe_failed, or probing.'),
-        endpoint: z.string().describe('The receiver origin the circuit guards.'),
+        endpoint: z.string().describe('The receiver origin the circuit guards (the circuit of this vendor’s webhooks on it).'),
         opened_at: z.string(),
         probe_at: z.string().describe('When a worker lets the next probe through.'),
       })

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { endpointKey } from '../../domain/endpoint.js';
 import { WEBHOOK_ORDERINGS } from '../../domain/webhook.js';
-import { endpointOf } from '../../delivery/breaker.js';
 import type { RedisCircuitLog } from '../../store/circuits.js';
 import type { RedisEndpointFlow } from '../../store/endpoint-flow.js';
 import type { EndpointStatsReader, StatsWindow } from '../../store/endpoint-stats.js';
@@ -33,7 +33,10 @@ const statsSchema = z
     webhook_id: z.string(),
     circuit: z
       .enum(['closed', 'open', 'half_open'])
-      .describe('open: workers hold deliveries to the endpoint back after repeated failures; half_open: a probe is under way; closed: deliveries flow.'),
+      .describe(
+        'The circuit of the webhook’s endpoint (this vendor’s webhooks on its URL origin; other vendors on the origin have circuits of their own). ' +
+          'open: workers hold deliveries to the endpoint back after repeated failures; half_open: a probe is under way; closed: deliveries flow.',
+      ),
     last_attempt: z
       .object({
         attempted_at: z.string(),
@@ -77,7 +80,9 @@ const statsSchema = z
         workers: z.number().int().describe('Workers that sent to the endpoint in the last minute, each with a limit of its own.'),
         paused_until: z.string().nullable().describe('Until when (ISO 8601) the endpoint asked with Retry-After to get nothing; null: not paused.'),
       })
-      .describe('Flow control of the webhook’s endpoint (its URL origin, shared with other webhooks on it).'),
+      .describe(
+        'Flow control of the webhook’s endpoint (its URL origin, shared with this vendor’s other webhooks on it; other vendors on the origin have flow control of their own).',
+      ),
     minutes: z
       .array(z.object({ minute: z.string().describe('The minute’s start (ISO 8601).'), delivered: z.number().int(), failed: z.number().int() }))
       .describe('The last 60 minutes, oldest first, the current one last; minutes without attempts are zeros.'),
@@ -134,7 +139,7 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
           deps.stats.read(webhook.id, nowMs),
           deps.circuits.of([webhook.id]),
           deps.lines.summary(webhook.id),
-          deps.flow.read(endpointOf(webhook.callbackUrl)),
+          deps.flow.read(endpointKey(webhook.vendorId, webhook.callbackUrl)),
         ]);
         const { last } = stats;
         return {
