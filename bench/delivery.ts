@@ -6,7 +6,7 @@ import { percentile, sampleProcessMemory, sleep, waitUntil, wallMs } from './mea
 import { BenchEngine, type PostResult } from './engine.js';
 import type { ReceiverProcess, ReceiverRun } from './receiver-client.js';
 import { redisCommands, redisCpuUs } from './redis-info.js';
-import { batchBodies, EventFactory, eventsFor, runParallel, type BenchEvent } from './workload.js';
+import { batchBodies, deliveredOf, EventFactory, eventsFor, runParallel, type ProducerEvent, type Workload } from './workload.js';
 
 /** Sizes and shared parts of the delivery scenarios. */
 export interface DeliveryBenchSetup {
@@ -46,6 +46,8 @@ export interface HooklineThroughput extends ThroughputFigures {
   heapUsedMaxBytes: number;
   /** How the measured run's delivery runs ended: `attempted:<outcome>`, `deferred:<reason>`, `skipped`, … */
   outcomes: Record<string, number>;
+  /** The engine's Redis key prefix (where its hash tags, and so its slots, are). */
+  prefix: string;
 }
 
 /** Counts finished delivery runs by kind (and outcome or reason). */
@@ -64,7 +66,7 @@ function outcomeCounter() {
 }
 
 /** Posts `events` through the engine's API, `posters` requests in flight; answers when the first one went out. */
-async function postAll(engine: BenchEngine, events: readonly BenchEvent[], setup: DeliveryBenchSetup): Promise<number> {
+async function postAll(engine: BenchEngine, events: readonly ProducerEvent[], setup: DeliveryBenchSetup): Promise<number> {
   const bodies = batchBodies(events, setup.batchSize);
   const startedAtMs = wallMs();
   await runParallel(bodies, setup.posters, async ({ body, count }) => {
@@ -106,13 +108,14 @@ function figures(
   };
 }
 
-/** A Hookline engine with `urls.length` vendors' webhooks on a fresh prefix and its worker running. */
+/** A Hookline engine with `urls.length` vendors' webhooks (one per type of `workload`) on a fresh prefix and its worker running. */
 async function startEngine(
   setup: DeliveryBenchSetup,
   run: ReceiverRun,
   urls: string[],
   worker: { deliveryTimeoutMs?: number; onOutcome?: (o: FinishedOutcome) => void } = {},
   config: Config = setup.config,
+  workload?: Workload,
 ) {
   const engine = await BenchEngine.start({
     redisUrl: setup.redisUrl,
@@ -121,7 +124,7 @@ async function startEngine(
     worker: { concurrency: setup.concurrency, ...worker },
   });
   try {
-    await engine.registerWebhooks(urls, run.secrets);
+    await engine.registerWebhooks(urls, run.secrets, workload?.eventTypes);
   } catch (error) {
     await engine.close();
     throw error;
@@ -129,12 +132,23 @@ async function startEngine(
   return engine;
 }
 
+/** Called just before the measured events are posted, and once they are all delivered: e.g. to read counters over the measured run alone. */
+export interface RunProbe {
+  started(): Promise<void>;
+  finished(): Promise<void>;
+}
+
 /**
  * Hookline end to end: `events` events POSTed to the ingest API in batches by a few concurrent
  * producers, delivered by the in-process worker, counted when the receiver has verified them all.
- * Rate = events ÷ (first POST → last verified delivery), after a warm-up of its own.
+ * Rate = deliveries ÷ (first POST → last verified delivery), after a warm-up of its own. The events
+ * are the e2e's deployment updates, one webhook each, unless `workload` says otherwise.
  */
-export async function hooklineThroughput(setup: DeliveryBenchSetup, events = setup.events): Promise<HooklineThroughput> {
+export async function hooklineThroughput(
+  setup: DeliveryBenchSetup,
+  events = setup.events,
+  { workload, probe }: { workload?: Workload; probe?: RunProbe } = {},
+): Promise<HooklineThroughput> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
   const outcomes = outcomeCounter();
   const engine = await startEngine(
@@ -142,29 +156,37 @@ export async function hooklineThroughput(setup: DeliveryBenchSetup, events = set
     run,
     Array.from({ length: setup.vendors }, (_, i) => run.url(i)),
     { onOutcome: (o) => outcomes.onOutcome(o) },
+    setup.config,
+    workload,
   );
   try {
-    const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
-    await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors), setup);
-    await run.waitVerified(setup.warmup, setup.timeoutMs, 'Hookline warm-up');
+    const factory = workload ?? new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
+    const warmup = eventsFor(factory, setup.warmup, setup.vendors);
+    await postAll(engine, warmup, setup);
+    const warmupDeliveries = deliveredOf(factory, warmup);
+    await run.waitVerified(warmupDeliveries, setup.timeoutMs, 'Hookline warm-up');
     outcomes.reset();
 
     const measured = eventsFor(factory, events, setup.vendors, setup.warmup);
+    const deliveries = deliveredOf(factory, measured);
     const rssBeforeBytes = process.memoryUsage().rss;
     const sampler = sampleProcessMemory(RSS_SAMPLE_MS);
+    await probe?.started();
     const cpu = await cpuMeter(setup.infoRedis);
     const startedAtMs = await postAll(engine, measured, setup);
-    const stats = await run.waitVerified(setup.warmup + events, setup.timeoutMs, 'Hookline deliveries');
+    const stats = await run.waitVerified(warmupDeliveries + deliveries, setup.timeoutMs, 'Hookline deliveries');
     const used = await cpu.stop();
+    await probe?.finished();
     const memory = sampler.stop();
     const rss = [...memory.rssBytes].sort((a, b) => a - b);
     return {
-      ...figures(events, startedAtMs, stats.lastAtMs, stats.duplicates, used),
+      ...figures(deliveries, startedAtMs, stats.lastAtMs, stats.duplicates, used),
       rssBeforeBytes,
       rssMaxBytes: rss.at(-1) ?? 0,
       rssMedianBytes: percentile(rss, 0.5),
       heapUsedMaxBytes: Math.max(...memory.heapUsedBytes),
       outcomes: { ...outcomes.counts },
+      prefix: engine.prefix,
     };
   } finally {
     await run.forget();

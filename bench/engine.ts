@@ -9,6 +9,7 @@ import { Pool } from 'undici';
 import { loadConfig, type Config } from '../src/config/env.js';
 import { createEngine, type Engine, type Stores } from '../src/engine.js';
 import type { FinishedOutcome } from '../src/delivery/attempt.js';
+import type { WebhookEventType } from '../src/domain/events.js';
 import { createLogger, type Logger } from '../src/logger.js';
 import { createMetrics, type Metrics } from '../src/metrics/metrics.js';
 import { connectRedis, type Redis } from '../src/store/redis.js';
@@ -134,13 +135,15 @@ export class BenchEngine {
     return new BenchEngine(prefix, engine, client, key, options, secretKey);
   }
 
-  /** Registers vendor i's webhook for the bench event type at `urls[i]` with `secrets[i]`; answers the ids. */
-  async registerWebhooks(urls: readonly string[], secrets: readonly string[]): Promise<string[]> {
+  /** Registers vendor i's webhook for each of `eventTypes` at `urls[i]` with `secrets[i]`; answers the ids. */
+  async registerWebhooks(urls: readonly string[], secrets: readonly string[], eventTypes: readonly WebhookEventType[] = [BENCH_EVENT_TYPE]): Promise<string[]> {
     const ids: string[] = [];
     for (const [i, callbackUrl] of urls.entries()) {
-      const created = await this.stores.webhooks.create(vendorId(i), { eventType: BENCH_EVENT_TYPE, callbackUrl, secret: secrets[i]! });
-      if (!created.ok) throw new Error(`webhook ${i} already exists`);
-      ids.push(created.webhook.id);
+      for (const eventType of eventTypes) {
+        const created = await this.stores.webhooks.create(vendorId(i), { eventType, callbackUrl, secret: secrets[i]! });
+        if (!created.ok) throw new Error(`webhook ${i} for ${eventType} already exists`);
+        ids.push(created.webhook.id);
+      }
     }
     return ids;
   }

@@ -216,8 +216,9 @@ const SCENARIOS: Scenario[] = [
       const setup = await context.delivery();
       const events = context.smoke ? setup.events : Math.min(setup.events, 10_000);
       const partitions = 12;
-      // A thousand webhooks: each webhook's keys are one slot, and with the e2e's hundred the share a
-      // master gets depends on where a hundred random tags land (about ±14 % from run to run).
+      // A thousand vendors: each webhook's keys are one slot, and with the e2e's hundred the share a
+      // master gets depends on where a hundred random tags land (about ±14 % from run to run). Each
+      // vendor has a webhook for each of the six types: the producers send all of them.
       const webhooks = context.smoke ? setup.vendors : 1_000;
       const r = await hooklineOnCluster({ ...setup, vendors: webhooks }, events, partitions);
       if (r === undefined) {
@@ -227,10 +228,16 @@ const SCENARIOS: Scenario[] = [
       const within = r.shares.every((share) => Math.abs(share - third) <= third * 0.25);
       const pct = (share: number) => `${(share * 100).toFixed(1)} %`;
       return {
-        size: `${events} events → ${webhooks} webhooks, C=${setup.concurrency}, ${r.masters} masters (contiguous slot ranges), HOOKLINE_QUEUE_PARTITIONS=${partitions}`,
+        size:
+          `${events} events (${r.mix}; ${r.throughput.deliveries} deliveries) → ${webhooks} vendors × ${r.webhooksPerVendor} webhooks, ` +
+          `C=${setup.concurrency}, ${r.masters} masters (contiguous slot ranges), HOOKLINE_QUEUE_PARTITIONS=${partitions}`,
         figures: `Hookline ${perSecond(r.throughput.perSecond)}; commands per master ${r.commands.join(' / ')}: ${r.shares.map(pct).join(' / ')}`,
         checks: [{ target: 'each master within ±25 % of a third of the commands', value: r.shares.map(pct).join(' / '), met: within }],
-        notes: { 'Redis commands per delivery, all masters': (r.commands.reduce((a, b) => a + b, 0) / events).toFixed(2) },
+        notes: {
+          'the machine listing’s master': `#${r.listingMaster + 1}`,
+          'CPU per master': r.cpuShares.map(pct).join(' / '),
+          'Redis commands per event, all masters': (r.commands.reduce((a, b) => a + b, 0) / events).toFixed(2),
+        },
         raw: { ...r },
       };
     },

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
 import { connectRedis, keySlot, masterNodes, type Redis } from '../../src/store/redis.js';
 import { redisKeys } from '../../src/store/keys.js';
+import { waitFor } from './wait.js';
 
 export interface TestRedis {
   redis: Redis;
@@ -45,4 +46,31 @@ export function testRedis(url: string = inject('redisUrl'), prefix = `t${randomB
       await redis.quit();
     },
   };
+}
+
+/**
+ * Runs `work` and answers the name of every command that named `needle` (e.g. a key prefix's hash
+ * tag) meanwhile, those inside scripts included, as MONITOR saw them on a single server. Other tests
+ * share the server but not a test's key prefix, so their commands are not counted.
+ */
+export async function commandsNaming(redis: Redis, needle: string, work: () => Promise<unknown>): Promise<string[]> {
+  const [server, ...others] = await masterNodes(redis);
+  if (others.length > 0) throw new Error('commandsNaming watches a single server');
+  const monitor = await server!.monitor();
+  const marker = `hookline-test-commands-counted-${randomBytes(5).toString('hex')}`;
+  const names: string[] = [];
+  let done = false;
+  monitor.on('monitor', (_time: string, args: string[]) => {
+    if (args.includes(marker)) done = true;
+    else if (args.some((arg) => arg.includes(needle))) names.push(args[0]!.toLowerCase());
+  });
+  try {
+    await work();
+    // MONITOR reports commands in the order they ran: once the marker is seen, so is all the work.
+    await redis.exists(marker);
+    await waitFor(() => done, 5_000, 'the marker command on MONITOR');
+  } finally {
+    monitor.disconnect();
+  }
+  return names;
 }

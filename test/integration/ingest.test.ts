@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { WEBHOOK_EVENT_TYPES } from '../../src/domain/events.js';
 import { isUuid } from '../../src/domain/ids.js';
 import { agent, DEDUPE_WINDOW_MS, ingestFixture, machine, NOW_MS, sampleEvent, task, type IngestFixture } from '../helpers/ingest-app.js';
+import { commandsNaming } from '../helpers/redis.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 const TASK_ID = '9b2e4c1a-7d3f-4e8a-b6c5-1f0a2d3e4b5c';
@@ -246,6 +247,34 @@ describe('Ingestor: read models', () => {
     ]);
     expect(await f.agents.get('dep-1')).toEqual(agent('dep-1', 'STATUS_FAILED', 'image pull failed'));
     expect(await f.tasks.get(TASK_ID)).toEqual(task(TASK_ID, 'success'));
+  });
+
+  it('writes a batch’s machine events with one script call on the listing’s slot, not commands per event', async () => {
+    await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1), timestamp: at(8), data: machine('m-000') })]);
+    // 180 machine events of every kind (each machine created, updated and removed in some order)
+    // among deployment and task events, as a busy producer sends them.
+    const kinds = ['EVENT_TYPE_MACHINE_CREATED', 'EVENT_TYPE_MACHINE_UPDATED', 'EVENT_TYPE_MACHINE_REMOVED', 'EVENT_TYPE_DEPLOYMENT_UPDATED'] as const;
+    const events: unknown[] = Array.from({ length: 240 }, (_, i) => {
+      const kind = kinds[i % kinds.length]!;
+      const machineId = `m-${String(i % 61).padStart(3, '0')}`;
+      const data =
+        kind === 'EVENT_TYPE_MACHINE_REMOVED'
+          ? { metadata: { machine_id: machineId } }
+          : kind === 'EVENT_TYPE_DEPLOYMENT_UPDATED'
+            ? agent(`dep-${i}`, 'STATUS_RUNNING')
+            : machine(machineId);
+      return { event_id: id(100 + i), event_type: kind, vendor_id: 'v-1', timestamp: at(9 + Math.floor(i / 60)), data };
+    });
+    events.push(
+      ...Array.from({ length: 20 }, (_, i) => ({ event_id: id(400 + i), event_type: 'TASK_UPDATED', timestamp: at(9), data: task(id(900 + i), 'success') })),
+    );
+    const commands = await commandsNaming(f.redis, `{${f.t.prefix}:machines}`, () => f.ingest(events));
+    console.log(`machine read model commands for one ingest batch of 180 machine events: ${commands.length} (${commands.join(' ')})`);
+    expect(commands[0]).toBe('evalsha');
+    expect(commands.filter((name) => name === 'evalsha')).toHaveLength(1);
+    expect(commands.length).toBeLessThanOrEqual(14);
+    expect(await f.machines.get('m-000')).toBeUndefined();
+    expect((await f.machines.get('m-001'))?.status).toBe('available');
   });
 
   it('removes a machine on EVENT_TYPE_MACHINE_REMOVED; an older create does not bring it back', async () => {

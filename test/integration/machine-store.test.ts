@@ -2,9 +2,10 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Machine } from '../../src/domain/machine.js';
 import { parseMachineFilter, type MachineFilter } from '../../src/domain/machine-filter.js';
 import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
-import { RedisMachineStore } from '../../src/store/machines.js';
+import { RedisMachineStore, type MachineChange } from '../../src/store/machines.js';
 import { connectRedis, type Redis } from '../../src/store/redis.js';
-import { testRedis, type TestRedis } from '../helpers/redis.js';
+import { lcg } from '../helpers/random.js';
+import { commandsNaming, testRedis, type TestRedis } from '../helpers/redis.js';
 
 interface Shape {
   status?: string;
@@ -82,6 +83,9 @@ async function allIds(target: RedisMachineStore, text: string | string[] = ''): 
   expect(page.machines).toHaveLength(page.total);
   return ids(page.machines);
 }
+
+/** The most commands (those inside its script included) one apply() call of up to 250 changes may run. */
+const MACHINE_APPLY_COMMANDS_MAX = 14;
 
 beforeEach(() => {
   t = testRedis();
@@ -209,6 +213,92 @@ describe('RedisMachineStore writes', () => {
     // Past the TTL an old create is accepted again: the documented bound of the guarantee.
     expect(await aging.upsert(machine('old'), 9_000)).toBe('applied');
     expect(await t.redis.zscore(keys.machines.tombstones, 'old')).toBeNull();
+  });
+
+  it('writes a batch with a fixed number of commands on the listing’s slot, however many changes it holds', async () => {
+    let now = 1_000_000;
+    const aging = new RedisMachineStore(t.redis, keys, { tombstoneTtlMs: 10_000, nowMs: () => now });
+    // Stored before counting: 60 machines, 20 tombstones that will have expired, and the script loaded.
+    const fleet = Array.from({ length: 60 }, (_, i) => machine(`c-${String(i).padStart(3, '0')}`, { memory: i }));
+    await aging.apply(fleet.map((m) => ({ kind: 'upsert', machine: m, versionMs: 1_000 })));
+    await aging.apply(Array.from({ length: 20 }, (_, i) => ({ kind: 'remove', machineId: `gone-${i}`, versionMs: 2_000 })));
+    now = 2_000_000;
+
+    // Every kind of change: updates, stale updates, removals that apply or find nothing, in the
+    // large batch three changes of each machine and new ones; expired tombstones are dropped on the way.
+    const batch = (size: number, versionMs: number): MachineChange[] =>
+      Array.from({ length: size }, (_, i): MachineChange => {
+        const id = `c-${String(i % 80).padStart(3, '0')}`;
+        switch (i % 5) {
+          case 0:
+            return { kind: 'remove', machineId: id, versionMs };
+          case 1:
+            return { kind: 'remove', machineId: `never-${i}`, versionMs };
+          case 2:
+            return { kind: 'upsert', machine: machine(id, { memory: 999 }), versionMs: 500 };
+          default:
+            return { kind: 'upsert', machine: machine(id, { status: 'unavailable' }), versionMs };
+        }
+      });
+    const tag = `{${t.prefix}:machines}`;
+    const small = await commandsNaming(t.redis, tag, () => aging.apply(batch(10, 3_000)));
+    const large = await commandsNaming(t.redis, tag, () => aging.apply(batch(240, 4_000)));
+    console.log(`machine read model commands per call: ${small.length} for 10 changes, ${large.length} for 240 (${large.join(' ')})`);
+    // One EVALSHA, and inside it at most one command per key and kind of access.
+    expect(small.length).toBeLessThanOrEqual(MACHINE_APPLY_COMMANDS_MAX);
+    expect(large.length).toBeLessThanOrEqual(MACHINE_APPLY_COMMANDS_MAX);
+    expect(await t.redis.zcount(keys.machines.tombstones, '-inf', '2999')).toBe(0);
+    expect(await t.redis.hexists(keys.machines.versions, 'gone-0')).toBe(0);
+    expect((await store.get('c-003'))?.status).toBe('unavailable');
+    expect((await store.get('c-002'))?.hardware_specs?.memory?.total_memory).toBe(2);
+    expect(await store.get('c-000')).toBeUndefined();
+    expect((await store.get('c-079'))?.status).toBe('unavailable');
+  });
+
+  it('applies random batches exactly as one change at a time would, in Redis and in the listing', async () => {
+    const random = lcg(20_240_611);
+    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
+    const machineIds = ['r-1', 'r-2', 'r-3', 'r-4', 'r-5', 'r-6'];
+    // A clock at the versions' time: no tombstone expires during the test.
+    const writer = new RedisMachineStore(t.redis, keys, { nowMs: () => 2_000 });
+    // The model: each change on its own, in order, against what the changes before it left.
+    const docs = new Map<string, Machine>();
+    const versions = new Map<string, number>();
+    const tombstones = new Map<string, number>();
+    const applyOne = (change: MachineChange): string => {
+      const id = change.kind === 'upsert' ? change.machine.metadata.machine_id : change.machineId;
+      if ((versions.get(id) ?? -Infinity) > change.versionMs) return 'stale';
+      versions.set(id, change.versionMs);
+      if (change.kind === 'upsert') {
+        docs.set(id, change.machine);
+        tombstones.delete(id);
+        return 'applied';
+      }
+      tombstones.set(id, change.versionMs);
+      return docs.delete(id) ? 'applied' : 'missing';
+    };
+    for (let round = 0; round < 40; round += 1) {
+      const changes = Array.from({ length: 1 + Math.floor(random() * 30) }, (_, i): MachineChange => {
+        const id = pick(machineIds);
+        // Few distinct versions, so equal and older ones are frequent.
+        const versionMs = 1_000 + Math.floor(random() * 8) * 100;
+        return random() < 0.35
+          ? { kind: 'remove', machineId: id, versionMs }
+          : { kind: 'upsert', machine: machine(id, { memory: round * 100 + i, status: pick(['available', 'unavailable']) }), versionMs };
+      });
+      expect(await writer.apply(changes)).toEqual(changes.map(applyOne));
+      const storedDocs = Object.entries(await t.redis.hgetall(keys.machines.docs));
+      expect(new Map(storedDocs.map(([id, json]) => [id, JSON.parse(json) as Machine]))).toEqual(docs);
+      expect(Object.keys(await t.redis.hgetall(keys.machines.index)).sort()).toEqual([...docs.keys()].sort());
+      expect(new Map(Object.entries(await t.redis.hgetall(keys.machines.versions)).map(([id, v]) => [id, Number(v)]))).toEqual(versions);
+      const storedTombstones = await t.redis.zrange(keys.machines.tombstones, 0, -1, 'WITHSCORES');
+      expect(new Map(Array.from({ length: storedTombstones.length / 2 }, (_, i) => [storedTombstones[2 * i]!, Number(storedTombstones[2 * i + 1])]))).toEqual(
+        tombstones,
+      );
+      // The listing, kept up from the change stream, shows the same machines.
+      const listed = await writer.list({ filter: filter(), page: 1, pageSize: 100 });
+      expect(listed.machines).toEqual([...docs.keys()].sort().map((id) => docs.get(id)));
+    }
   });
 
   it('rejects a version that is not a finite number', async () => {
