@@ -3,7 +3,7 @@ import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js'
 import { newId } from '../domain/ids.js';
 import { keyNumber, newSigningKey, SIGNATURE_SCHEMES, signingKeysAt, type SignatureScheme, type SigningKey } from '../domain/signing-keys.js';
 import type { FilterNode } from '../domain/filter.js';
-import { DISABLED_REASONS, type DisabledReason, type Webhook, type WebhookOrdering } from '../domain/webhook.js';
+import { DISABLED_REASONS, newWebhookSecret, type DisabledReason, type Webhook, type WebhookOrdering } from '../domain/webhook.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import { defineScript, type ScriptCall } from './scripts.js';
@@ -52,18 +52,22 @@ export type WebhookTransition =
 export type TransitionListener = (transition: WebhookTransition) => Promise<void>;
 
 export type CreateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'conflict'; existingId: string };
-export type UpdateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'not_found' | 'conflict' };
+/** `unsigned`: the change would leave a webhook that signs with hmac without a secret (see applyChanges). */
+export type UpdateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'not_found' | 'conflict' | 'unsigned' };
 
 export interface WebhookChanges {
   eventType?: WebhookEventType;
   callbackUrl?: string;
-  /** A different secret starts a rotation: the old one keeps signing for the overlap period; null removes the secret at once. */
+  /**
+   * A different secret starts a rotation: the old one keeps signing for the overlap period; null removes the secret at once
+   * (refused, `unsigned`, unless the webhook signs with ed25519 after the change).
+   */
   secret?: string | null;
   /** true re-enables; false pauses (reason `paused`). */
   enabled?: boolean;
   /** A new send rate limit; null removes it. */
   rateLimitPerSecond?: number | null;
-  /** ed25519 generates a key pair when the webhook has none; hmac drops its keys. */
+  /** ed25519 generates a key pair when the webhook has none; hmac drops its keys, and generates a secret when it has none. */
   signature?: SignatureScheme;
   /** A new Ed25519 key pair; the current one keeps signing beside it for the overlap period. */
   rotateSigningKey?: boolean;
@@ -78,6 +82,7 @@ export interface WebhookChanges {
 export interface WebhookInput {
   eventType: WebhookEventType;
   callbackUrl: string;
+  /** Absent: a webhook signing with hmac gets a generated one (the created webhook carries it). */
   secret?: string;
   rateLimitPerSecond?: number;
   signature?: SignatureScheme;
@@ -205,12 +210,14 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   async create(vendorId: string, input: WebhookInput): Promise<CreateResult> {
     const id = newId();
     const at = this.now().toISOString();
+    // An hmac webhook without a secret would go out unsigned; an ed25519 one is signed by its key pair.
+    const secret = input.secret ?? (input.signature === 'ed25519' ? undefined : newWebhookSecret());
     const record: WebhookRecord = {
       id,
       vendorId,
       eventType: input.eventType,
       callbackUrl: input.callbackUrl,
-      ...(input.secret === undefined ? {} : { secretSealed: this.box.seal(input.secret, id) }),
+      ...(secret === undefined ? {} : { secretSealed: this.box.seal(secret, id) }),
       ...(input.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: input.rateLimitPerSecond }),
       ...(input.filter === undefined ? {} : { filter: input.filter }),
       ...(input.signature === 'ed25519' ? { signature: 'ed25519' as const, signingKeys: [this.sealKey(newSigningKey(id, 1, Date.parse(at)), id)] } : {}),
@@ -285,6 +292,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       if (!found) return { ok: false, reason: 'not_found' };
       const { record, raw } = found;
       const next = this.applyChanges(record, changes);
+      if (next === 'unsigned') return { ok: false, reason: 'unsigned' };
       const outcome = await this.updateScript(
         this.updateKeys(),
         webhookId,
@@ -367,8 +375,13 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     return record.vendorId === vendorId ? { record, raw } : undefined;
   }
 
-  /** The record after a PATCH: a new secret rotates, `enabled` toggles the pause. */
-  private applyChanges(record: WebhookRecord, changes: WebhookChanges): WebhookRecord {
+  /**
+   * The record after a PATCH: a new secret rotates, `enabled` toggles the pause. A webhook that signs
+   * with hmac afterwards keeps a secret: removing it is refused (`unsigned`), and a switch to hmac
+   * without one generates one. One stored without a secret before secrets were generated is left as
+   * it is by other changes: signing it unasked would fail receivers that verify what they get.
+   */
+  private applyChanges(record: WebhookRecord, changes: WebhookChanges): WebhookRecord | 'unsigned' {
     const now = this.now();
     const next: WebhookRecord = {
       ...record,
@@ -412,6 +425,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         const fresh = this.sealKey(newSigningKey(record.id, keyNumber(current.kid) + 1, now.getTime()), record.id);
         next.signingKeys = [fresh, { ...current, untilMs: now.getTime() + this.rotationOverlapMs }];
       }
+    }
+    if ((next.signature ?? 'hmac') === 'hmac' && next.secretSealed === undefined) {
+      if (changes.secret === null) return 'unsigned';
+      if (changes.signature === 'hmac') next.secretSealed = this.box.seal(newWebhookSecret(), record.id);
     }
     if (changes.enabled === true) {
       delete next.disabledReason;

@@ -383,4 +383,22 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.rateLimitPerSecond).toBeUndefined();
     expect(problems).toEqual([]);
   });
+
+  it('manage: a webhook added without a secret shows the secret generated for it once, and its card says the secret signs', async () => {
+    const { page, problems } = await open((await mint('manage')).url);
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    await page.getByRole('button', { name: 'Add a webhook' }).click();
+    const form = page.getByRole('form', { name: 'Add a webhook' });
+    await form.getByLabel('Event type').selectOption('EVENT_TYPE_DEPLOYMENT_CREATED');
+    await form.getByLabel('Callback URL').fill(`${w.good.base}/created`);
+    await form.getByRole('button', { name: 'Add webhook' }).click();
+    const shown = (await page.locator('.secret-new').textContent()) ?? '';
+    expect(shown).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    const stored = (await w.t.webhooks.list(VENDOR)).find((webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED');
+    expect(stored?.secret).toBe(shown);
+    await card(page, 'Deployment created').getByText('No rate limit; concurrent; signed with the secret (HMAC)').waitFor();
+    await page.getByRole('button', { name: 'I have stored it' }).click();
+    expect(await page.content()).not.toContain(shown);
+    expect(problems).toEqual([]);
+  });
 });
