@@ -196,7 +196,12 @@ export const webhookPatchSchema = z
       enabled: z
         .boolean({ error: 'enabled must be true or false' })
         .optional()
-        .describe('true re-enables a webhook that was disabled (410 Gone or sustained failures); false pauses it.'),
+        .describe(
+          'true re-enables a webhook that was disabled (410 Gone or sustained failures) or paused; false pauses it. A paused ' +
+            'webhook’s deliveries are held, unsent and spending no attempts, and go out at once when it is enabled; one still ' +
+            'held at the end of its retry window (counted from its acceptance) is dead-lettered as paused_expired, replayable. ' +
+            'A webhook the engine disabled dead-letters its deliveries at once (webhook_disabled).',
+        ),
       rate_limit_per_second: rateLimitSchema.nullable().optional().describe('A new limit; null removes it (unlimited).'),
       signature: signatureSchema
         .optional()
@@ -248,7 +253,8 @@ export const webhookResourceSchema = z
       .enum(DISABLED_REASONS)
       .optional()
       .describe(
-        'Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused (PATCH enabled=false).',
+        'Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused ' +
+          '(PATCH enabled=false: deliveries are held until it is enabled, up to the end of their retry window).',
       ),
     rate_limit_per_second: z.number().int().nullable().describe('Sends per second at most over all workers; null: unlimited.'),
     signature: z.enum(SIGNATURE_SCHEMES).describe('hmac, or ed25519: deliveries also carry a v1a signature by the webhook’s key pair.'),

@@ -94,6 +94,8 @@ export interface WebhookInput {
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */
 export interface WebhookSource {
   getById(webhookId: string): Promise<Webhook | undefined>;
+  /** The webhook as stored now, past (and replacing) any copy the process keeps. */
+  getFresh(webhookId: string): Promise<Webhook | undefined>;
   disable(webhookId: string, reason: EngineDisabledReason): Promise<boolean>;
 }
 
@@ -199,6 +201,11 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     private readonly onTransition?: TransitionListener,
     /** Told of every stored change of a webhook (create, update, disable, delete), before the call answers: caches drop their copies. */
     private readonly onChange?: (change: WebhookChange) => void,
+    /**
+     * Told, before the call answers, when a webhook is enabled (every time, so that an enable repeated
+     * after a failure still brings them back) or deleted: the deliveries held for its pause go now.
+     */
+    private readonly releaseHeld?: (webhookId: string) => Promise<void>,
   ) {
     this.createScript = defineScript(redis, { name: 'hooklineWebhookCreate', keys: 4, lua: CREATE_LUA });
     this.updateScript = defineScript(redis, { name: 'hooklineWebhookUpdate', keys: 3, lua: UPDATE_LUA });
@@ -314,6 +321,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         if (ended !== undefined && ended !== 'paused' && next.disabledReason === undefined) {
           await this.onTransition?.({ kind: 'recovered', webhook, reason: ended, disabledAtMs: record.disabledAtMs ?? 0, atMs: Date.parse(next.updatedAt) });
         }
+        // Last: the deliveries it brings back must meet the failure run started over.
+        if (changes.enabled === true) await this.releaseHeld?.(webhookId);
         return { ok: true, webhook };
       }
       if (outcome === 'not_found' || outcome === 'conflict') return { ok: false, reason: outcome };
@@ -331,6 +340,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   async getById(webhookId: string): Promise<Webhook | undefined> {
     const raw = await this.redis.hget(this.keys.webhooks.byId, webhookId);
     return raw === null ? undefined : this.toWebhook(recordSchema.parse(JSON.parse(raw)));
+  }
+
+  getFresh(webhookId: string): Promise<Webhook | undefined> {
+    return this.getById(webhookId);
   }
 
   /**
@@ -360,7 +373,11 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   async delete(vendorId: string, webhookId: string): Promise<boolean> {
     const { byId, byVendorType, ofVendor, fifo } = this.keys.webhooks;
     const deleted = (await this.deleteScript([byId, byVendorType, ofVendor(vendorId), fifo], webhookId, vendorId)) === 1;
-    if (deleted) this.onChange?.({ webhookId, vendorId });
+    if (deleted) {
+      this.onChange?.({ webhookId, vendorId });
+      // Dropped now rather than when their holds end.
+      await this.releaseHeld?.(webhookId);
+    }
     return deleted;
   }
 

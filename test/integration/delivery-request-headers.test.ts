@@ -156,7 +156,7 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
         {
           event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
           vendor_id: VENDOR,
-          data: { deployment_id: 'd-paused', machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} },
+          data: { deployment_id: 'd-disabled', machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} },
         },
       ],
       'http',

@@ -243,7 +243,13 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
   const setEnabled = (enabled: boolean) =>
     run(async () => {
       await call('PATCH', path, { body: { enabled } });
-      onChanged(enabled ? `Enabled the ${name} webhook.` : `Paused the ${name} webhook.`);
+      onChanged(
+        !enabled
+          ? `Paused the ${name} webhook: its deliveries wait, unsent, until you enable it.`
+          : webhook.disabled_reason === 'paused'
+            ? `Enabled the ${name} webhook: the deliveries held while it was paused go out now.`
+            : `Enabled the ${name} webhook.`,
+      );
     });
   const rotateKey = () =>
     run(async () => {
