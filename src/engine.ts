@@ -11,6 +11,7 @@ import { createOperationalProcessor, operationalWebhookQueuer } from './delivery
 import { createSingleProcessor } from './delivery/single-processor.js';
 import { DeliveryQueues } from './delivery/queue.js';
 import { DeadLetterReplayer } from './delivery/replay.js';
+import { PauseHolds } from './delivery/pause-holds.js';
 import { FifoDriver, fifoLeaseMs } from './delivery/fifo-driver.js';
 import { partitionOf } from './delivery/jobs.js';
 import { SendSlots } from './delivery/send-slots.js';
@@ -37,6 +38,7 @@ import { RedisEventDedupe } from './store/event-dedupe.js';
 import { RedisEndpointStats, type EndpointStatsRecorder } from './store/endpoint-stats.js';
 import { RedisEndpointMemory } from './store/endpoints.js';
 import { RedisFifoLines } from './store/fifo-lines.js';
+import { RedisHeldDeliveries } from './store/held-deliveries.js';
 import { RedisEndpointFlow } from './store/endpoint-flow.js';
 import { redisKeys } from './store/keys.js';
 import { RedisRecentEvents } from './store/recent-events.js';
@@ -97,6 +99,7 @@ function composeStores(settings: StoreSettings) {
     onError: (error) => settings.observability?.logger.debug({ err: error.message }, 'delivery queue error'),
   });
   const webhookCopies = webhookCopyCaches(new RedisWebhookChanges(redis, keys), settings.observability?.logger);
+  const pauseHolds = new PauseHolds({ index: new RedisHeldDeliveries(redis, keys), queues, lines: fifoLines, nowMs });
   const webhooks = new RedisWebhookStore(
     redis,
     keys,
@@ -105,6 +108,7 @@ function composeStores(settings: StoreSettings) {
     settings.secretRotationOverlapMs,
     settings.operationalWebhooks && operationalWebhookQueuer(queues, settings.operationalWebhooks.logger),
     webhookCopies.tell,
+    (webhookId) => pauseHolds.release(webhookId),
   );
   const tasks = createTaskStore(redis, keys);
   const agents = createAgentStatusStore(redis, keys);
@@ -147,6 +151,7 @@ function composeStores(settings: StoreSettings) {
     deliveryLog,
     queues,
     fifoLines,
+    pauseHolds,
     replayer,
     replayTasks,
     circuits,
@@ -412,6 +417,7 @@ function composeDeliveryDeps(stores: Stores, settings: Omit<WorkerSettings, 'wor
     slots,
     gate,
     wakeups,
+    holds: stores.pauseHolds,
     flow,
     sendRate: countedSendRate(new RedisSendRate(stores.redis, stores.keys), settings.metrics),
     endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),

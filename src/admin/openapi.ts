@@ -57,7 +57,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
   },
   'POST /vendors/v1/webhooks': {
     operationId: 'createWebhook',
-    success: 'Registered; the new webhook’s id.',
+    success: 'Registered; the new webhook’s id, and the secret Hookline generated when an hmac webhook was registered without one (answered this once).',
     errors: [
       {
         code: 'webhook_conflict',
@@ -161,7 +161,11 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
   'GET /admin/v1/webhooks': { operationId: 'listAllWebhooks', success: 'Every matching webhook with its state, most urgent first.' },
   'GET /admin/v1/webhooks/{webhook_id}': { operationId: 'getWebhookStatus', success: 'The webhook with its state.', errors: webhookLookup },
   'GET /admin/v1/dead-letters': { operationId: 'listAllDeadLetters', success: 'Dead letters across webhooks, newest first.', errors: webhookLookup },
-  'POST /admin/v1/webhooks/{webhook_id}/enable': { operationId: 'enableWebhook', success: 'Enabled; the webhook with its state.', errors: webhookLookup },
+  'POST /admin/v1/webhooks/{webhook_id}/enable': {
+    operationId: 'enableWebhook',
+    success: 'Enabled; the webhook with its state. Deliveries held while it was paused go out at once.',
+    errors: webhookLookup,
+  },
   'POST /admin/v1/webhooks/{webhook_id}/dead-letters/replay': {
     operationId: 'replayAllDeadLettersOfAnyWebhook',
     success: 'Queued as a task; poll it until it ends.',

@@ -18,6 +18,8 @@ import { deliveryHeaders } from './sign.js';
 import type { EndpointFlow } from './endpoint-flow.js';
 import type { StorageGate } from './storage-gate.js';
 import type { DeferralWakeups, DeferredRef } from './wakeups.js';
+import { pauseHoldEndMs, type PauseHolds } from './pause-holds.js';
+import type { HeldJob } from '../store/held-deliveries.js';
 
 /**
  * One delivery attempt, the steps every delivery shares whether it runs in a batch or on its own:
@@ -43,6 +45,8 @@ export interface DeliveryProcessorDeps {
   gate: StorageGate;
   /** Wakes deferred deliveries when their endpoint takes deliveries again. */
   wakeups: Pick<DeferralWakeups, 'register'>;
+  /** Where deliveries held for their webhook's pause are noted, and released when an enable raced a hold. */
+  holds: Pick<PauseHolds, 'hold' | 'release'>;
   /** The shared send windows of webhooks with a `rate_limit_per_second`. */
   sendRate: SendRateLimiter;
   /** Each endpoint's adaptive concurrency limit and Retry-After pause (see endpoint-flow.ts). */
@@ -88,16 +92,20 @@ export interface DeliveryProcessorDeps {
 
 /**
  * Why a delivery was put back without an attempt: its endpoint's breaker (open, probing, slow), its
- * webhook's rate limit, its endpoint's concurrency limit, or a pause its endpoint asked for (Retry-After).
+ * webhook's rate limit, its endpoint's concurrency limit, a pause its endpoint asked for
+ * (Retry-After), or its webhook paused by its vendor (held until enabled; see pause-holds.ts).
  */
-type DeferReason = 'open' | 'probing' | 'slow' | 'rate_limited' | 'concurrency' | 'paused';
+export type DeferReason = 'open' | 'probing' | 'slow' | 'rate_limited' | 'concurrency' | 'paused' | 'webhook_paused';
+
+/** Why a delivery was dead-lettered without a request: its webhook disabled by the engine, or paused past the delivery's retry window. */
+type UnsentOutcome = 'webhook_disabled' | 'paused_expired';
 
 /** How a delivery run ended, for the caller and for metrics. */
 export type FinishedOutcome =
   | {
       kind: 'attempted';
       job: DeliverJob;
-      outcome: AttemptOutcome | 'webhook_disabled';
+      outcome: AttemptOutcome | UnsentOutcome;
       decision: Decision['action'];
       durationMs: number;
       /** When the attempt started (the delivery log's `atMs`). */
@@ -289,8 +297,19 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
     return outcome;
   }
 
-  /** The delivery's webhook, or a finished outcome when there is nothing to send. */
-  async function prepare(data: DeliverJob, attempt: number): Promise<{ webhook: Webhook } | { finished: FinishedOutcome }> {
+  /** Dead-letters a delivery without sending it (its record says why), logs and counts it. */
+  async function deadUnsent(data: DeliverJob, attempt: number, outcome: UnsentOutcome, error: string, why: Record<string, unknown>): Promise<FinishedOutcome> {
+    const atMs = deps.nowMs();
+    await deps.recorder.recordAttempt({ job: data, attempt: { attempt, atMs, outcome, durationMs: 0, error }, status: 'dead' });
+    logAttempt(data, { attempt, outcome, durationMs: 0, decision: 'dead', ...why });
+    return finish({ kind: 'attempted', job: data, attempt, outcome, decision: 'dead', durationMs: 0, startedAtMs: atMs, endedAtMs: deps.nowMs() });
+  }
+
+  /**
+   * The delivery's webhook; or a finished outcome when there is nothing to send; or, while its
+   * webhook is paused by its vendor, when its hold ends (see pause-holds.ts).
+   */
+  async function prepare(data: DeliverJob, attempt: number): Promise<{ webhook: Webhook } | { finished: FinishedOutcome } | { heldUntilMs: number }> {
     let webhook: Webhook | undefined;
     try {
       webhook = await deps.webhooks.getById(data.webhookId);
@@ -304,29 +323,30 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       deps.logger.info({ event: 'delivery.dropped', eventId: data.eventId, webhookId: data.webhookId, deliveryId: data.deliveryId }, 'delivery.dropped');
       return { finished: finish({ kind: 'dropped', job: data }) };
     }
-    // A disabled webhook's deliveries go straight to the dead letters, replayable once re-enabled.
+    // A paused webhook's deliveries wait, unsent and without spending attempts, to the end of their retry window.
+    if (webhook.disabled?.reason === 'paused') {
+      const heldUntilMs = pauseHoldEndMs(data, deps.retryScheduleMs);
+      if (deps.nowMs() < heldUntilMs) return { heldUntilMs };
+      const error = `not sent: the webhook was paused past the end of the delivery's retry window (${new Date(heldUntilMs).toISOString()})`;
+      return { finished: await deadUnsent(data, attempt, 'paused_expired', error, { pausedAtMs: webhook.disabled.atMs }) };
+    }
+    // A webhook the engine disabled (410 Gone, sustained failure): its deliveries go straight to the
+    // dead letters, replayable once re-enabled.
     if (webhook.disabled) {
-      const atMs = deps.nowMs();
-      await deps.recorder.recordAttempt({
-        job: data,
-        attempt: { attempt, atMs, outcome: 'webhook_disabled', durationMs: 0, error: `webhook disabled (${webhook.disabled.reason})` },
-        status: 'dead',
-      });
-      logAttempt(data, { attempt, outcome: 'webhook_disabled', durationMs: 0, decision: 'dead', disabledReason: webhook.disabled.reason });
-      return {
-        finished: finish({
-          kind: 'attempted',
-          job: data,
-          attempt,
-          outcome: 'webhook_disabled',
-          decision: 'dead',
-          durationMs: 0,
-          startedAtMs: atMs,
-          endedAtMs: deps.nowMs(),
-        }),
-      };
+      const error = `webhook disabled (${webhook.disabled.reason})`;
+      return { finished: await deadUnsent(data, attempt, 'webhook_disabled', error, { disabledReason: webhook.disabled.reason }) };
     }
     return { webhook };
+  }
+
+  /**
+   * After the delayed jobs of a hold exist (or a FIFO line's hold is set): reads the webhook again,
+   * past any cached copy, and when it is no longer paused (an enable came meanwhile, or its
+   * deletion), brings the hold back at once (see pause-holds.ts for why this closes the race).
+   */
+  async function recheckHold(webhookId: string, jobs: readonly HeldJob[]): Promise<void> {
+    const webhook = await deps.webhooks.getFresh(webhookId);
+    if (webhook?.disabled?.reason !== 'paused') await deps.holds.release(webhookId, jobs);
   }
 
   const unprovenHoldMs = deps.unprovenHoldMs ?? 2 * deps.deliveryTimeoutMs + deps.circuitHoldMs;
@@ -553,7 +573,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
     return { finished, retryDelayMs: decision.action === 'retry' ? decision.delayMs : undefined };
   }
 
-  return { prepare, admit, attempt, recordCircuitOpen, finish };
+  return { prepare, recheckHold, admit, attempt, recordCircuitOpen, finish };
 }
 
 /** The signed request of one attempt (DESIGN "What a vendor receives"). */

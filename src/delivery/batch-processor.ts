@@ -46,6 +46,8 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     const singles: SingleDelivery[] = [];
     const leave = (data: DeliverJob, delayMs: number) => singles.push({ job: data, delayMs: Math.max(0, delayMs) });
     const deferred: { data: DeliverJob; wakeOn: string | undefined; retryAtMs: number; dueAtMs: number; parkable: boolean }[] = [];
+    /** Deliveries of paused webhooks, by webhook: parked together until enabled, or their hold ends. */
+    const paused = new Map<string, { deliveries: DeliverJob[]; untilMs: number }>();
     const handOffs: DeferralWrite[] = [];
     let todo = deliveries;
     let skipped = 0;
@@ -100,6 +102,14 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     const run = async (data: DeliverJob) => {
       const prepared = await steps.prepare(data, 1);
       if ('finished' in prepared) return;
+      if ('heldUntilMs' in prepared) {
+        const hold = paused.get(data.webhookId) ?? { deliveries: [], untilMs: prepared.heldUntilMs };
+        hold.deliveries.push(data);
+        hold.untilMs = Math.min(hold.untilMs, prepared.heldUntilMs);
+        paused.set(data.webhookId, hold);
+        steps.finish({ kind: 'deferred', job: data, reason: 'webhook_paused' });
+        return;
+      }
       const dueAtMs = data.acceptedAtMs + firstDelayMs;
       // Not spread: the wakeups bring a batch's deferrals back when their endpoint answers.
       const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp, onWaiting, deferJitterMs: 0, roomWaitMs: 0, wokenByWakeups: true });
@@ -210,7 +220,20 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       ),
       ...park,
     }));
-    for (const park of parked) {
+    // A paused webhook's deliveries are parked too, one park per webhook, noted as held (before the
+    // park exists: see pause-holds.ts) so that an enable brings them back; due when the earliest
+    // hold ends (the park then holds the rest again).
+    const pausedParks = [...paused].map(([webhookId, hold]) => ({
+      webhookId,
+      jobId: parkIdOf(
+        job.id ?? '',
+        hold.deliveries.map((d) => d.deliveryId),
+      ),
+      dueAtMs: hold.deliveries.map((d) => d.acceptedAtMs + firstDelayMs),
+      ...hold,
+    }));
+    await Promise.all(pausedParks.map((park) => deps.holds.hold(park.webhookId, [{ jobId: park.jobId, parked: true }], park.untilMs)));
+    for (const park of [...parked, ...pausedParks]) {
       park.deliveries.forEach((data, i) => marks.push({ job: data, nextAttemptAtMs: park.untilMs, dueAtMs: park.dueAtMs[i]!, parkedIn: park.jobId }));
       left += park.deliveries.length;
     }
@@ -221,13 +244,16 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     try {
       await Promise.all([
         deps.singles.addSingles(singles),
-        parked.length === 0
+        parked.length + pausedParks.length === 0
           ? undefined
-          : deps.singles.park(parked.map(({ jobId, deliveries: held, untilMs }) => ({ jobId, deliveries: held, delayMs: untilMs - nowMs }))),
+          : deps.singles.park(
+              [...parked, ...pausedParks].map(({ jobId, deliveries: held, untilMs }) => ({ jobId, deliveries: held, delayMs: untilMs - nowMs })),
+            ),
       ]);
     } finally {
       singlesAdded();
     }
+    await Promise.all(pausedParks.map(({ webhookId, jobId }) => steps.recheckHold(webhookId, [{ jobId, parked: true }])));
     // Only now are the parks and single jobs in the queue to be woken.
     for (const { endpoint, jobId, deliveries: held, untilMs } of parked) {
       deps.wakeups.register(endpoint, [{ webhookId: held[0]!.webhookId, jobId, deliveries: held.length, parked: true }], untilMs);

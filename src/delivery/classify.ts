@@ -57,11 +57,16 @@ export function decide(input: DecideInput): Decision {
     if (askedMs !== undefined) {
       // A receiver that asks for more than the schedule has left gets the last attempt's time, so a
       // huge Retry-After cannot keep a delivery pending past its schedule (or a day).
-      const windowEndMs = scheduleMs.slice(attemptsMade).reduce((sum, ms) => sum + ms, 0);
+      const windowEndMs = retryWindowMs(scheduleMs, attemptsMade);
       return { action: 'retry', delayMs: Math.min(askedMs, windowEndMs, RETRY_AFTER_MAX_MS) };
     }
   }
   return { action: 'retry', delayMs: jitteredDelayMs(nextMs, random) };
+}
+
+/** The retry window still ahead after `attemptsMade` attempts: the sum of the schedule's delays to come (the whole window for 0). */
+export function retryWindowMs(scheduleMs: readonly number[], attemptsMade = 0): number {
+  return scheduleMs.slice(attemptsMade).reduce((sum, ms) => sum + ms, 0);
 }
 
 const IMF_FIXDATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (\d{2}) ([A-Z][a-z]{2}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) GMT$/;

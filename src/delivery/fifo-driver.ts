@@ -78,8 +78,14 @@ export interface FifoDriverOptions {
   onHeadBlocked?: () => void;
 }
 
-/** What a head's drive ends in: the next head may go; the line waits until `untilMs`; or storage failed. */
-type HeadEnd = { kind: 'next' } | { kind: 'wait'; untilMs: number } | { kind: 'storage' };
+/**
+ * What a head's drive ends in: the next head may go; the line waits until `untilMs` (`held`: for its
+ * webhook's pause); or storage failed.
+ */
+type HeadEnd = { kind: 'next' } | { kind: 'wait'; untilMs: number; held?: true } | { kind: 'storage' };
+
+/** Where a turn left its line: ready again at `readyAtMs` (undefined: empty), `held` for a pause; or `lost` to another worker. */
+type LineEnd = { readyAtMs: number | undefined; held: boolean } | 'lost';
 
 /** The FIFO driver of one worker process (see the top of this file). */
 export class FifoDriver {
@@ -217,8 +223,12 @@ export class FifoDriver {
       Math.floor(leaseMs / 3),
     );
     try {
-      const readyAtMs = await this.driveLine(webhookId, token, epoch, lease);
-      if (readyAtMs !== 'lost') await lines.release(webhookId, token, readyAtMs);
+      const end = await this.driveLine(webhookId, token, epoch, lease);
+      if (end !== 'lost') {
+        await lines.release(webhookId, token, end.readyAtMs);
+        // An enable that came before the release made the line due, and the release put it back to the hold's end.
+        if (end.held) await this.steps.recheckHold(webhookId, []);
+      }
     } catch (error) {
       if (deps.gate.allows(epoch) && !isRedisUnavailable(error as Error)) throw error;
       await this.giveBack(webhookId, token);
@@ -252,22 +262,22 @@ export class FifoDriver {
    * Drives a line's heads while the lease holds, within a turn's bounds; answers when the line is
    * ready again (undefined: it is empty), or `lost` when another worker holds it now.
    */
-  private async driveLine(webhookId: string, token: string, epoch: number, lease: { held: boolean }): Promise<number | undefined | 'lost'> {
+  private async driveLine(webhookId: string, token: string, epoch: number, lease: { held: boolean }): Promise<LineEnd> {
     const { deps, lines } = this.options;
     const endsAtMs = deps.nowMs() + TURN_MS_MAX;
     let head = await lines.head(webhookId);
     for (let n = 0; n < TURN_HEADS_MAX && deps.nowMs() < endsAtMs && !this.stopped; n++) {
       if (!lease.held) return 'lost';
-      if (head === undefined) return undefined;
+      if (head === undefined) return { readyAtMs: undefined, held: false };
       const end = await this.driveHead(head.job, epoch);
       if (end.kind === 'storage') throw new StorageUnavailableError();
-      if (end.kind === 'wait') return end.untilMs;
+      if (end.kind === 'wait') return { readyAtMs: end.untilMs, held: end.held === true };
       const advanced = await lines.advance(webhookId, token, head.job.deliveryId);
       // Not removed: the lease was lost, and its new holder goes on from this head.
       if (!advanced.removed) return 'lost';
       head = advanced.next;
     }
-    return lease.held ? deps.nowMs() : 'lost';
+    return lease.held ? { readyAtMs: deps.nowMs(), held: false } : 'lost';
   }
 
   /** The head's next step, as a single delivery job would take it (single-processor.ts), turned into the line's terms. */
@@ -282,6 +292,14 @@ export class FifoDriver {
     if (plan.kind === 'wait') return plan;
     const prepared = await this.steps.prepare(job, plan.attemptNo);
     if ('finished' in prepared) return { kind: 'next' };
+    if ('heldUntilMs' in prepared) {
+      // Paused: the head, and the line behind it, waits for the enable (its turn's end wakes it
+      // again if one came meanwhile), or until its hold ends.
+      await deps.recorder.recordDeferred([{ job, nextAttemptAtMs: prepared.heldUntilMs, dueAtMs: plan.dueAtMs }]);
+      this.steps.finish({ kind: 'deferred', job, reason: 'webhook_paused' });
+      onHeadBlocked?.();
+      return { kind: 'wait', untilMs: prepared.heldUntilMs, held: true };
+    }
     const admitted = await this.steps.admit(prepared.webhook, {
       dueAtMs: plan.dueAtMs,
       epoch,

@@ -1,6 +1,6 @@
 import { DelayedError, type Job } from 'bullmq';
 import type { DeliveryProgress } from '../store/delivery-log.js';
-import { deliverySteps, FINISHED, type AttemptEnd, type DeliveryProcessorDeps, type FinishedOutcome } from './attempt.js';
+import { deliverySteps, FINISHED, type AttemptEnd, type DeferReason, type DeliveryProcessorDeps, type FinishedOutcome } from './attempt.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import { JOBS } from './jobs.js';
 import { RetryLaterError } from './signals.js';
@@ -42,9 +42,22 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
     const dueAtMs = dueAtOf(data, progress, deps.retryScheduleMs);
     if (dueAtMs > deps.nowMs() + EARLY_TOLERANCE_MS) return wait(job, dueAtMs, token);
 
-    // 2. Find the webhook; drop or dead-letter when there is nothing to send to.
+    /** Waits until `untilMs` without an attempt, the record saying when it will be tried; `then` once the job is delayed. */
+    const defer = async (untilMs: number, reason: DeferReason, then: () => Promise<void> | void = () => undefined): Promise<never> => {
+      await Promise.all([job.moveToDelayed(untilMs, token), deps.recorder.recordDeferred([{ job: data, nextAttemptAtMs: untilMs, dueAtMs }])]);
+      await then();
+      steps.finish({ kind: 'deferred', job: data, reason });
+      throw new DelayedError();
+    };
+
+    // 2. Find the webhook; drop or dead-letter when there is nothing to send to; hold while it is paused.
     const prepared = await steps.prepare(data, attemptNo);
     if ('finished' in prepared) return prepared.finished;
+    if ('heldUntilMs' in prepared) {
+      const held = [{ jobId: data.deliveryId, parked: false }];
+      await deps.holds.hold(data.webhookId, held, prepared.heldUntilMs);
+      return defer(prepared.heldUntilMs, 'webhook_paused', () => steps.recheckHold(data.webhookId, held));
+    }
 
     // 3. Gate, breaker, slot and rate limit: an endpoint that keeps failing or hangs, or a webhook
     // over its rate limit, waits in the queue, not in a slot.
@@ -63,10 +76,10 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
     else if (admitted.kind === 'storage') return wait(job, deps.nowMs() + 1_000 + deps.random() * 1_000, token);
     else {
       const { retryAtMs, wakeOn } = admitted;
-      await Promise.all([job.moveToDelayed(retryAtMs, token), deps.recorder.recordDeferred([{ job: data, nextAttemptAtMs: retryAtMs, dueAtMs }])]);
-      if (wakeOn !== undefined) deps.wakeups.register(wakeOn, [{ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false }], retryAtMs);
-      steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
-      throw new DelayedError();
+      return defer(retryAtMs, admitted.reason, () => {
+        if (wakeOn !== undefined)
+          deps.wakeups.register(wakeOn, [{ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false }], retryAtMs);
+      });
     }
 
     // 4. Steer the queue.

@@ -13,7 +13,7 @@ export class CachedWebhookSource implements WebhookSource, WebhookChangeListener
   private generation = 0;
 
   constructor(
-    private readonly source: WebhookSource,
+    private readonly source: Pick<WebhookSource, 'getById' | 'disable'>,
     /** How long a copy may be used now (long while the change feed is live, short while it is not). */
     private readonly ttlMs: () => number,
     private readonly nowMs: () => number = Date.now,
@@ -32,6 +32,11 @@ export class CachedWebhookSource implements WebhookSource, WebhookChangeListener
       this.entries.set(webhookId, { webhook, expiresAtMs: now + ttlMs });
     }
     return webhook;
+  }
+
+  async getFresh(webhookId: string): Promise<Webhook | undefined> {
+    this.invalidate(webhookId);
+    return this.getById(webhookId);
   }
 
   changed(change: WebhookChange): void {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
@@ -51,6 +52,11 @@ export function callbackTargetProblem(text: string): string | undefined {
   return name === 'localhost' || name.endsWith('.localhost') ? refuse(`${hostname} always resolves to loopback`) : undefined;
 }
 
+/** A Standard Webhooks secret: `whsec_` and 32 random bytes in base64 (registration without a secret, rotation). */
+export function newWebhookSecret(): string {
+  return `whsec_${randomBytes(32).toString('base64')}`;
+}
+
 /** Why `text` is not an acceptable signing secret, or undefined when it is. */
 export function secretProblem(text: string): string | undefined {
   if (text.length === 0) return 'secret must not be empty';
@@ -82,7 +88,8 @@ const callbackUrlSchema = withProblem(requiredString('callback_url'), callbackUr
 );
 
 const secretSchema = withProblem(requiredString('secret'), secretProblem).describe(
-  'Shared secret for the HMAC signatures; non-empty, at most 512 characters. A `whsec_` prefix marks a base64 key (Standard Webhooks).',
+  'Shared secret for the HMAC signatures; non-empty, at most 512 characters. A `whsec_` prefix marks a base64 key (Standard Webhooks). ' +
+    'Absent on a webhook signing with hmac (the default): Hookline generates a whsec_ secret and answers it in the 201, once.',
 );
 
 /** An optional whole-number setting from 1 to `max`, refused with one message naming the field. */
@@ -183,16 +190,25 @@ export const webhookPatchSchema = z
           'A new secret starts a rotation: for the overlap period (24 h by default) webhook-signature carries a signature by each ' +
             'secret, and the one-value legacy x-webhook-signature stays signed with the previous secret, which every receiver ' +
             'already holds; it switches to the new secret when the overlap ends (previous_secret_expires_at in the answer). ' +
-            'null removes the secret at once (no v1 or legacy signature from then on; with signature ed25519, v1a alone).',
+            'null removes the secret at once (no v1 or legacy signature from then on; v1a alone): only with signature ed25519, ' +
+            'set already or in the same request; on an hmac webhook it answers 400, as the webhook would go unsigned.',
         ),
       enabled: z
         .boolean({ error: 'enabled must be true or false' })
         .optional()
-        .describe('true re-enables a webhook that was disabled (410 Gone or sustained failures); false pauses it.'),
+        .describe(
+          'true re-enables a webhook that was disabled (410 Gone or sustained failures) or paused; false pauses it. A paused ' +
+            'webhook’s deliveries are held, unsent and spending no attempts, and go out at once when it is enabled; one still ' +
+            'held at the end of its retry window (counted from its acceptance) is dead-lettered as paused_expired, replayable. ' +
+            'A webhook the engine disabled dead-letters its deliveries at once (webhook_disabled).',
+        ),
       rate_limit_per_second: rateLimitSchema.nullable().optional().describe('A new limit; null removes it (unlimited).'),
       signature: signatureSchema
         .optional()
-        .describe('ed25519 generates the webhook’s key pair (if it has none) and adds v1a; hmac stops v1a and drops the keys.'),
+        .describe(
+          'ed25519 generates the webhook’s key pair (if it has none) and adds v1a; hmac stops v1a and drops the keys, and generates ' +
+            'a whsec_ secret (in the answer) when the webhook has none and the request sets none.',
+        ),
       filter: nullableFilterSchema.optional().describe('A new filter; null removes it (every event of the type is delivered).'),
       ordering: orderingSchema
         .optional()
@@ -216,7 +232,14 @@ export const webhookResourceSchema = z
     webhook_id: z.string().describe('Assigned by the service (UUID).'),
     event_type: z.enum(WEBHOOK_EVENT_TYPES),
     callback_url: z.string(),
-    secret: z.string().optional().describe('Present only when the webhook has a secret.'),
+    secret: z.string().optional().describe('Present only when the webhook has a secret (and the caller may see it).'),
+    has_secret: z
+      .boolean()
+      .describe(
+        'Whether a secret signs its deliveries (webhook-signature v1 and x-webhook-signature), shown also where the secret is not. ' +
+          'false on an ed25519 webhook signing with its key pair alone, and on an hmac webhook registered before secrets were ' +
+          'generated: its deliveries go unsigned until the secret is rotated.',
+      ),
     previous_secret_expires_at: z
       .string()
       .optional()
@@ -230,7 +253,8 @@ export const webhookResourceSchema = z
       .enum(DISABLED_REASONS)
       .optional()
       .describe(
-        'Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused (PATCH enabled=false).',
+        'Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused ' +
+          '(PATCH enabled=false: deliveries are held until it is enabled, up to the end of their retry window).',
       ),
     rate_limit_per_second: z.number().int().nullable().describe('Sends per second at most over all workers; null: unlimited.'),
     signature: z.enum(SIGNATURE_SCHEMES).describe('hmac, or ed25519: deliveries also carry a v1a signature by the webhook’s key pair.'),
@@ -299,6 +323,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     event_type: webhook.eventType,
     callback_url: webhook.callbackUrl,
     ...(webhook.secret === undefined ? {} : { secret: webhook.secret }),
+    has_secret: webhook.secret !== undefined,
     ...(previousUntilMs === undefined ? {} : { previous_secret_expires_at: new Date(previousUntilMs).toISOString() }),
     enabled: webhook.disabled === undefined,
     ...(webhook.disabled === undefined ? {} : { disabled_reason: webhook.disabled.reason }),

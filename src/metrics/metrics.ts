@@ -46,7 +46,7 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
     }),
     deliveryAttempts: new Counter({
       name: 'hookline_delivery_attempts_total',
-      help: 'Delivery attempts by event type and outcome (delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, webhook_disabled).',
+      help: 'Delivery attempts by event type and outcome (delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network; circuit_open, webhook_disabled and paused_expired were not sent).',
       labelNames: ['event_type', 'outcome'] as const,
       registers,
     }),
@@ -72,7 +72,7 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
     }),
     deliveriesDeferred: new Counter({
       name: 'hookline_deliveries_deferred_total',
-      help: 'Deliveries put back in the queue without an attempt, by reason: their endpoint was isolated (open, probing, slow) their webhook was over its rate limit (rate_limited), their endpoint was at its concurrency limit (concurrency) or paused by a Retry-After (paused).',
+      help: 'Deliveries put back in the queue without an attempt, by reason: their endpoint was isolated (open, probing, slow) their webhook was over its rate limit (rate_limited), their endpoint was at its concurrency limit (concurrency) or paused by a Retry-After (paused), or their webhook was paused by its vendor (webhook_paused: held until enabled).',
       labelNames: ['reason'] as const,
       registers,
     }),
@@ -89,7 +89,7 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
     }),
     deadLetters: new Counter({
       name: 'hookline_dead_letters_total',
-      help: 'Deliveries dead-lettered after their last attempt (or because their webhook was disabled), by event type.',
+      help: 'Deliveries dead-lettered after their last attempt (or because their webhook was disabled, or paused past their retry window), by event type.',
       labelNames: ['event_type'] as const,
       registers,
     }),

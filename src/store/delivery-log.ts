@@ -259,9 +259,9 @@ while a <= #ARGV do
   local since = false
   if status == 'delivered' then
     redis.call('DEL', w.failing)
-  -- A disabled webhook's dead letter was never sent: it says nothing about the endpoint, so it
-  -- neither starts nor continues the run of failures.
-  elseif outcome ~= 'webhook_disabled' then
+  -- A disabled webhook's dead letter, or a paused one's past its hold, was never sent: it says
+  -- nothing about the endpoint, so it neither starts nor continues the run of failures.
+  elseif outcome ~= 'webhook_disabled' and outcome ~= 'paused_expired' then
     since = redis.call('GET', w.failing)
     -- Nor was an attempt held by an open circuit: it continues a run of failures, but cannot start one.
     if not since and outcome ~= 'circuit_open' then

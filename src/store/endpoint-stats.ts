@@ -8,9 +8,9 @@ import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
  *
  * What counts: every attempt a worker sent, or tried to send, and recorded. `delivered` is a 2xx;
  * `failed` is every other such attempt (3xx, 4xx, 5xx, timeout, dns, connect, tls, network,
- * ssrf_blocked). An attempt recorded as `circuit_open` (due while the endpoint's circuit was open)
- * or `webhook_disabled` was never sent and says nothing about the receiver, so it is no attempt
- * here. The latency histogram holds the attempts the receiver answered, and timeouts (at the
+ * ssrf_blocked). An attempt recorded as `circuit_open` (due while the endpoint's circuit was open),
+ * `webhook_disabled` or `paused_expired` was never sent and says nothing about the receiver, so it
+ * is no attempt here. The latency histogram holds the attempts the receiver answered, and timeouts (at the
  * timeout: a lower bound of their real time); an error before any answer has no response time.
  *
  * Layout, under the webhook's hash tag (the Redis Cluster slot of its delivery log):
@@ -98,6 +98,7 @@ function tallyOf(outcome: string): Tally | undefined {
   switch (outcome) {
     case 'circuit_open':
     case 'webhook_disabled':
+    case 'paused_expired':
       return undefined;
     case 'delivered':
       return DELIVERED;

@@ -221,6 +221,15 @@ export class RedisFifoLines implements FifoLineStore {
     await this.releaseScript([fifo.lease(n, webhookId), fifo.ready(n), fifo.line(n, webhookId)], token, atMs ?? '', webhookId);
   }
 
+  /**
+   * Makes a webhook's line due at `nowMs` if it has one that waits longer (its head held for a
+   * pause). A line being driven shows as due at once; others' claims fail until its turn ends and
+   * sets its time.
+   */
+  async wake(webhookId: string, nowMs: number): Promise<void> {
+    await this.redis.zadd(this.keys.fifo.ready(this.partitionOf(webhookId)), 'XX', 'LT', nowMs, webhookId);
+  }
+
   private leaseKeys(webhookId: string): LeaseKeys {
     const n = this.partitionOf(webhookId);
     return [this.keys.fifo.lease(n, webhookId), this.keys.fifo.ready(n)];

@@ -66,6 +66,8 @@ export function redisKeys(prefix: string) {
       sendRate: (webhookId: string) => `${tag(`wh:${webhookId}`)}:send-rate`,
       /** list with an expiry: the bodies of the last events ingest matched to a webhook with a payload filter, newest first (filter-test) */
       recentEvents: (webhookId: string) => `${tag(`wh:${webhookId}`)}:recent-events`,
+      /** sorted set with an expiry: the delayed jobs holding deliveries while the webhook is paused (`s:`/`p:` + job id) → when each hold ends (ms) */
+      held: (webhookId: string) => `${tag(`wh:${webhookId}`)}:held`,
     },
     /**
      * FIFO webhooks' lines (see store/fifo-lines.ts), under the hash tag of the webhook's queue

@@ -3,7 +3,7 @@ import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js'
 import { newId } from '../domain/ids.js';
 import { keyNumber, newSigningKey, SIGNATURE_SCHEMES, signingKeysAt, type SignatureScheme, type SigningKey } from '../domain/signing-keys.js';
 import type { FilterNode } from '../domain/filter.js';
-import { DISABLED_REASONS, type DisabledReason, type Webhook, type WebhookOrdering } from '../domain/webhook.js';
+import { DISABLED_REASONS, newWebhookSecret, type DisabledReason, type Webhook, type WebhookOrdering } from '../domain/webhook.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import { defineScript, type ScriptCall } from './scripts.js';
@@ -52,18 +52,22 @@ export type WebhookTransition =
 export type TransitionListener = (transition: WebhookTransition) => Promise<void>;
 
 export type CreateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'conflict'; existingId: string };
-export type UpdateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'not_found' | 'conflict' };
+/** `unsigned`: the change would leave a webhook that signs with hmac without a secret (see applyChanges). */
+export type UpdateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'not_found' | 'conflict' | 'unsigned' };
 
 export interface WebhookChanges {
   eventType?: WebhookEventType;
   callbackUrl?: string;
-  /** A different secret starts a rotation: the old one keeps signing for the overlap period; null removes the secret at once. */
+  /**
+   * A different secret starts a rotation: the old one keeps signing for the overlap period; null removes the secret at once
+   * (refused, `unsigned`, unless the webhook signs with ed25519 after the change).
+   */
   secret?: string | null;
   /** true re-enables; false pauses (reason `paused`). */
   enabled?: boolean;
   /** A new send rate limit; null removes it. */
   rateLimitPerSecond?: number | null;
-  /** ed25519 generates a key pair when the webhook has none; hmac drops its keys. */
+  /** ed25519 generates a key pair when the webhook has none; hmac drops its keys, and generates a secret when it has none. */
   signature?: SignatureScheme;
   /** A new Ed25519 key pair; the current one keeps signing beside it for the overlap period. */
   rotateSigningKey?: boolean;
@@ -78,6 +82,7 @@ export interface WebhookChanges {
 export interface WebhookInput {
   eventType: WebhookEventType;
   callbackUrl: string;
+  /** Absent: a webhook signing with hmac gets a generated one (the created webhook carries it). */
   secret?: string;
   rateLimitPerSecond?: number;
   signature?: SignatureScheme;
@@ -89,6 +94,8 @@ export interface WebhookInput {
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */
 export interface WebhookSource {
   getById(webhookId: string): Promise<Webhook | undefined>;
+  /** The webhook as stored now, past (and replacing) any copy the process keeps. */
+  getFresh(webhookId: string): Promise<Webhook | undefined>;
   disable(webhookId: string, reason: EngineDisabledReason): Promise<boolean>;
 }
 
@@ -194,6 +201,11 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     private readonly onTransition?: TransitionListener,
     /** Told of every stored change of a webhook (create, update, disable, delete), before the call answers: caches drop their copies. */
     private readonly onChange?: (change: WebhookChange) => void,
+    /**
+     * Told, before the call answers, when a webhook is enabled (every time, so that an enable repeated
+     * after a failure still brings them back) or deleted: the deliveries held for its pause go now.
+     */
+    private readonly releaseHeld?: (webhookId: string) => Promise<void>,
   ) {
     this.createScript = defineScript(redis, { name: 'hooklineWebhookCreate', keys: 4, lua: CREATE_LUA });
     this.updateScript = defineScript(redis, { name: 'hooklineWebhookUpdate', keys: 3, lua: UPDATE_LUA });
@@ -205,12 +217,14 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   async create(vendorId: string, input: WebhookInput): Promise<CreateResult> {
     const id = newId();
     const at = this.now().toISOString();
+    // An hmac webhook without a secret would go out unsigned; an ed25519 one is signed by its key pair.
+    const secret = input.secret ?? (input.signature === 'ed25519' ? undefined : newWebhookSecret());
     const record: WebhookRecord = {
       id,
       vendorId,
       eventType: input.eventType,
       callbackUrl: input.callbackUrl,
-      ...(input.secret === undefined ? {} : { secretSealed: this.box.seal(input.secret, id) }),
+      ...(secret === undefined ? {} : { secretSealed: this.box.seal(secret, id) }),
       ...(input.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: input.rateLimitPerSecond }),
       ...(input.filter === undefined ? {} : { filter: input.filter }),
       ...(input.signature === 'ed25519' ? { signature: 'ed25519' as const, signingKeys: [this.sealKey(newSigningKey(id, 1, Date.parse(at)), id)] } : {}),
@@ -285,6 +299,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       if (!found) return { ok: false, reason: 'not_found' };
       const { record, raw } = found;
       const next = this.applyChanges(record, changes);
+      if (next === 'unsigned') return { ok: false, reason: 'unsigned' };
       const outcome = await this.updateScript(
         this.updateKeys(),
         webhookId,
@@ -306,6 +321,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         if (ended !== undefined && ended !== 'paused' && next.disabledReason === undefined) {
           await this.onTransition?.({ kind: 'recovered', webhook, reason: ended, disabledAtMs: record.disabledAtMs ?? 0, atMs: Date.parse(next.updatedAt) });
         }
+        // Last: the deliveries it brings back must meet the failure run started over.
+        if (changes.enabled === true) await this.releaseHeld?.(webhookId);
         return { ok: true, webhook };
       }
       if (outcome === 'not_found' || outcome === 'conflict') return { ok: false, reason: outcome };
@@ -323,6 +340,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   async getById(webhookId: string): Promise<Webhook | undefined> {
     const raw = await this.redis.hget(this.keys.webhooks.byId, webhookId);
     return raw === null ? undefined : this.toWebhook(recordSchema.parse(JSON.parse(raw)));
+  }
+
+  getFresh(webhookId: string): Promise<Webhook | undefined> {
+    return this.getById(webhookId);
   }
 
   /**
@@ -352,7 +373,11 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   async delete(vendorId: string, webhookId: string): Promise<boolean> {
     const { byId, byVendorType, ofVendor, fifo } = this.keys.webhooks;
     const deleted = (await this.deleteScript([byId, byVendorType, ofVendor(vendorId), fifo], webhookId, vendorId)) === 1;
-    if (deleted) this.onChange?.({ webhookId, vendorId });
+    if (deleted) {
+      this.onChange?.({ webhookId, vendorId });
+      // Dropped now rather than when their holds end.
+      await this.releaseHeld?.(webhookId);
+    }
     return deleted;
   }
 
@@ -367,8 +392,13 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     return record.vendorId === vendorId ? { record, raw } : undefined;
   }
 
-  /** The record after a PATCH: a new secret rotates, `enabled` toggles the pause. */
-  private applyChanges(record: WebhookRecord, changes: WebhookChanges): WebhookRecord {
+  /**
+   * The record after a PATCH: a new secret rotates, `enabled` toggles the pause. A webhook that signs
+   * with hmac afterwards keeps a secret: removing it is refused (`unsigned`), and a switch to hmac
+   * without one generates one. One stored without a secret before secrets were generated is left as
+   * it is by other changes: signing it unasked would fail receivers that verify what they get.
+   */
+  private applyChanges(record: WebhookRecord, changes: WebhookChanges): WebhookRecord | 'unsigned' {
     const now = this.now();
     const next: WebhookRecord = {
       ...record,
@@ -412,6 +442,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         const fresh = this.sealKey(newSigningKey(record.id, keyNumber(current.kid) + 1, now.getTime()), record.id);
         next.signingKeys = [fresh, { ...current, untilMs: now.getTime() + this.rotationOverlapMs }];
       }
+    }
+    if ((next.signature ?? 'hmac') === 'hmac' && next.secretSealed === undefined) {
+      if (changes.secret === null) return 'unsigned';
+      if (changes.signature === 'hmac') next.secretSealed = this.box.seal(newWebhookSecret(), record.id);
     }
     if (changes.enabled === true) {
       delete next.disabledReason;

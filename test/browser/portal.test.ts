@@ -383,4 +383,32 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.rateLimitPerSecond).toBeUndefined();
     expect(problems).toEqual([]);
   });
+
+  it('manage: a webhook added without a secret shows the secret generated for it once and its card says the secret signs; pause and enable say what happens to deliveries', async () => {
+    const { page, problems } = await open((await mint('manage')).url);
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    await page.getByRole('button', { name: 'Add a webhook' }).click();
+    const form = page.getByRole('form', { name: 'Add a webhook' });
+    await form.getByLabel('Event type').selectOption('EVENT_TYPE_DEPLOYMENT_CREATED');
+    await form.getByLabel('Callback URL').fill(`${w.good.base}/created`);
+    await form.getByRole('button', { name: 'Add webhook' }).click();
+    const shown = (await page.locator('.secret-new').textContent()) ?? '';
+    expect(shown).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    const stored = (await w.t.webhooks.list(VENDOR)).find((webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED');
+    expect(stored?.secret).toBe(shown);
+    const created = card(page, 'Deployment created');
+    await created.getByText('No rate limit; concurrent; signed with the secret (HMAC)').waitFor();
+    await page.getByRole('button', { name: 'I have stored it' }).click();
+    expect(await page.content()).not.toContain(shown);
+
+    // Paused and enabled from the card, which says what happens to deliveries meanwhile.
+    await created.getByRole('button', { name: 'Pause' }).click();
+    await page.getByText('Paused the Deployment created webhook: its deliveries wait, unsent, until you enable it.').waitFor();
+    await created.getByText(/deliveries wait, unsent and using none of their attempts, and go out as soon as it is enabled/).waitFor();
+    expect((await w.t.webhooks.getById(stored!.id))?.disabled?.reason).toBe('paused');
+    await created.getByRole('button', { name: 'Enable' }).click();
+    await page.getByText('Enabled the Deployment created webhook: the deliveries held while it was paused go out now.').waitFor();
+    expect((await w.t.webhooks.getById(stored!.id))?.disabled).toBeUndefined();
+    expect(problems).toEqual([]);
+  });
 });

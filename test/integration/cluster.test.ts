@@ -200,6 +200,33 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     expect(stats.ordering).toBe('fifo');
   });
 
+  it('holds the deliveries of paused webhooks (batches and a FIFO line) and sends them on enable, the line in order', async () => {
+    await engine({ retryScheduleMs: [0, 60_000] });
+    const batched = await register('EVENT_TYPE_MACHINE_CREATED', '/paused');
+    const res = await api('POST', '/vendors/v1/webhooks', {
+      event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+      callback_url: `${receiver.base}/paused-fifo`,
+      ordering: 'fifo',
+    });
+    expect(res.statusCode).toBe(201);
+    const lined = res.json<{ webhook_id: string }>().webhook_id;
+    for (const id of [batched, lined]) expect((await api('PATCH', `/vendors/v1/webhooks/${id}`, { enabled: false })).statusCode).toBe(200);
+    const created = Array.from({ length: 4 }, () => eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a'));
+    const updated = Array.from({ length: 4 }, () => eventOf('EVENT_TYPE_MACHINE_UPDATED', 'vendor-a'));
+    await post(...created, ...updated);
+    const pending = async (id: string) =>
+      (await api('GET', `/vendors/v1/webhooks/${id}/deliveries?status=pending`)).json<{ deliveries: unknown[] }>().deliveries.length;
+    // Every batch delivery held, and the line's head.
+    await waitFor(async () => (await pending(batched)) === 4 && (await pending(lined)) === 1, 15_000, 'held deliveries');
+    expect(receiver.requests).toHaveLength(0);
+
+    for (const id of [batched, lined]) expect((await api('PATCH', `/vendors/v1/webhooks/${id}`, { enabled: true })).statusCode).toBe(200);
+    await waitFor(() => receiver.requests.length === 8, 15_000, 'every held delivery after enable');
+    const idsAt = (urlPath: string) => receiver.at(urlPath).map((r) => (JSON.parse(r.body) as { event_id: string }).event_id);
+    expect(idsAt('/paused').sort()).toEqual(created.map((e) => e.event_id).sort());
+    expect(idsAt('/paused-fifo')).toEqual(updated.map((e) => e.event_id));
+  });
+
   it('registers, lists, updates and deletes webhooks, answering 409 on a second webhook for a type', async () => {
     await engine();
     const first = await register('EVENT_TYPE_MACHINE_CREATED', '/a');

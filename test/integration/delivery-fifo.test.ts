@@ -3,7 +3,7 @@ import { partitionOf } from '../../src/delivery/jobs.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
 import { receiverPool, type TestReceiver } from '../helpers/receiver.js';
-import { waitFor } from '../helpers/wait.js';
+import { quiescent, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 const eventIdOf = (body: string) => (JSON.parse(body) as { event_id: string }).event_id;
@@ -35,6 +35,10 @@ describe('FIFO ordering per webhook', () => {
     }
     return ids;
   }
+
+  /** PATCHes a webhook through the API, as its vendor. */
+  const patchAs = (app: TestApp, webhook: { id: string; key: string }, body: object) =>
+    app.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${webhook.id}`, headers: { 'x-api-key': webhook.key }, payload: body });
 
   async function stats(app: TestApp, webhook: { id: string; key: string }) {
     const res = await app.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhook.id}/stats`, headers: { 'x-api-key': webhook.key } });
@@ -213,19 +217,49 @@ describe('FIFO ordering per webhook', () => {
     await waitFor(async () => (await stats(t!, webhook)).fifo_line === null, 5_000, 'no line shown once it is empty');
   });
 
-  it('a paused FIFO webhook’s line is dead-lettered delivery by delivery; re-enabled, a bulk replay sends them through the line again', async () => {
-    t = await testApp({ retryScheduleMs: [0, 300, 300] });
+  it('a paused FIFO webhook’s line holds its head and everything behind it, unsent; enabled, it goes on from the head, in order', async () => {
+    t = await testApp({ retryScheduleMs: [0, 300, 60_000] });
     const receiver = await receivers.start();
     receiver.script('/in', { status: 500 });
     const webhook = await t.register('paused', `${receiver.base}/in`, { ordering: 'fifo' });
-    workers.push(await startTestWorker(t));
+    const worker = await startTestWorker(t);
+    workers.push(worker);
     const ids = await ingestInOrder(t, 'paused', 5, 5);
     await waitFor(() => receiver.requests.length >= 1, 5_000, 'the head’s first attempt');
-    const patch = (body: object) =>
-      t!.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${webhook.id}`, headers: { 'x-api-key': webhook.key }, payload: body });
+    const patch = (body: object) => patchAs(t!, webhook, body);
     expect((await patch({ enabled: false })).statusCode).toBe(200);
-    // The head's retry comes due on a paused webhook: it and everything behind it go to the dead letters, unsent.
+    // The head's retry comes due on a paused webhook: it waits unsent, and the line behind it.
+    await waitFor(
+      () => worker.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'webhook_paused' && o.job.eventId === ids[0]),
+      10_000,
+      'the head held',
+    );
+    expect(await quiescent(() => receiver.requests.length, 1_000, 10_000, 'nothing sent while paused')).toBe(1);
+    expect(await t.deliveryLog.deadLetters(webhook.id, 10)).toEqual([]);
+    expect((await stats(t, webhook)).fifo_line?.length).toBe(5);
+
+    receiver.script('/in', { status: 200 });
+    expect((await patch({ enabled: true })).statusCode).toBe(200);
+    await waitFor(() => receiver.requests.length >= 6, 10_000, 'the line after enable');
+    expect(arrivals(receiver)).toEqual([ids[0], ...ids]);
+    // The head goes on with its second attempt, the rest with their first.
+    expect(receiver.requests.map((r) => r.headers['x-webhook-attempt'])).toEqual(['1', '2', '1', '1', '1', '1']);
+  });
+
+  it('a FIFO line paused past its retry window is dead-lettered head by head as paused_expired, unsent; re-enabled, a bulk replay sends it through the line again', async () => {
+    t = await testApp({ retryScheduleMs: [0, 300, 300] });
+    const receiver = await receivers.start();
+    receiver.script('/in', { status: 500 });
+    const webhook = await t.register('expired', `${receiver.base}/in`, { ordering: 'fifo' });
+    workers.push(await startTestWorker(t));
+    const ids = await ingestInOrder(t, 'expired', 5, 5);
+    await waitFor(() => receiver.requests.length >= 1, 5_000, 'the head’s first attempt');
+    const patch = (body: object) => patchAs(t!, webhook, body);
+    expect((await patch({ enabled: false })).statusCode).toBe(200);
+    // Held to the end of their window (600 ms after acceptance), then dead-lettered one after the other, unsent.
     await waitFor(async () => (await t!.deliveryLog.deadLetters(webhook.id, 10)).length === 5, 10_000, 'five dead letters');
+    const letters = await t.deliveryLog.deadLetters(webhook.id, 10);
+    expect(new Set(letters.map((d) => d.lastOutcome))).toEqual(new Set(['paused_expired']));
     expect(arrivals(receiver)).toEqual([ids[0]]);
     expect((await stats(t, webhook)).fifo_line).toEqual({ length: 0, oldest_waiting_ms: null });
 

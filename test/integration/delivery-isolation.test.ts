@@ -267,7 +267,7 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     expect(await t.redis.exists(t.keys.deliveries.failingSince(created.webhook.id))).toBe(0);
   });
 
-  it('starts the run of failures over on re-enable, and a paused webhook’s dead letters do not start it', async () => {
+  it('starts the run of failures over on re-enable, and a paused webhook’s held deliveries do not start it', async () => {
     t = await testApp({ retryScheduleMs: [0, 200, 200, 200, 200, 200, 200, 200] });
     const down = await receiver();
     down.script('/x', { status: 503 });
@@ -276,16 +276,19 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     const id = created.webhook.id;
     await t.webhooks.update('v', id, { enabled: false });
     worker = await startTestWorker(t, { sustainedFailureWindowMs: 700, breaker: { failureThreshold: 1_000 } });
-    // Paused: its delivery is dead-lettered without being sent, and that starts no failure run.
+    // Paused: its delivery is held without being sent, and that starts no failure run.
     await t.ingestor.ingest([event('EVENT_TYPE_MACHINE_CREATED', 'v')], 'http');
-    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.outcome === 'webhook_disabled'), 10_000, 'paused dead letter');
+    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'webhook_paused'), 10_000, 'held while paused');
     expect(await t.redis.exists(t.keys.deliveries.failingSince(id))).toBe(0);
     expect(down.requests).toHaveLength(0);
 
-    // A failure run older than the window, left from before a pause, ends with the re-enable.
+    // A failure run older than the window, left from before a pause, ends with the re-enable: the
+    // held delivery, sent now, starts a run of its own.
     await t.redis.set(t.keys.deliveries.failingSince(id), Date.now() - 60_000);
+    const enabledAtMs = Date.now();
     await t.webhooks.update('v', id, { enabled: true });
-    expect(await t.redis.exists(t.keys.deliveries.failingSince(id))).toBe(0);
+    const since = await t.redis.get(t.keys.deliveries.failingSince(id));
+    expect(since === null || Number(since) >= enabledAtMs).toBe(true);
     await t.ingestor.ingest([event('EVENT_TYPE_MACHINE_CREATED', 'v')], 'http');
     await waitFor(() => down.requests.length >= 1, 10_000, 'first attempt after re-enable');
     await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.outcome === 'http_5xx'), 10_000, 'attempt recorded');

@@ -123,7 +123,8 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
     expect(duringRotation!.request_headers).toMatchObject({ 'webhook-signature': 'v1,•••• v1,••••', 'x-webhook-signature': 'sha256=••••' });
     expect(Object.entries(duringRotation!.request_headers!)).toEqual(maskedAsReceived(receiver.at('/rotating')[0]!));
 
-    // The second webhook type for this vendor: no secret, so no signature headers at all.
+    // The second webhook type for this vendor, stored before registration generated secrets: no
+    // secret in its record, so no signature headers at all.
     const res = await t.app.inject({
       method: 'POST',
       url: '/vendors/v1/webhooks',
@@ -131,6 +132,8 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
       payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: `${receiver.base}/plain` },
     });
     const plain = res.json<{ webhook_id: string }>().webhook_id;
+    const { secretSealed: _sealed, ...unsigned } = JSON.parse((await t.redis.hget(t.keys.webhooks.byId, plain))!) as Record<string, unknown>;
+    await t.redis.hset(t.keys.webhooks.byId, plain, JSON.stringify(unsigned));
     await t.ingestor.ingest(
       [{ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: VENDOR, data: { status: 'available', metadata: { machine_id: 'm-plain' } } }],
       'http',
@@ -142,18 +145,18 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
       ).json<{ deliveries: { delivery_id: string }[] }>().deliveries;
       return list.length === 1 && list;
     });
-    const [unsigned] = await attemptsOf(plain, plainDelivery!.delivery_id);
-    expect(Object.entries(unsigned!.request_headers!)).toEqual(maskedAsReceived(receiver.at('/plain')[0]!));
-    expect(Object.keys(unsigned!.request_headers!).some((name) => name.includes('signature'))).toBe(false);
+    const [unsignedAttempt] = await attemptsOf(plain, plainDelivery!.delivery_id);
+    expect(Object.entries(unsignedAttempt!.request_headers!)).toEqual(maskedAsReceived(receiver.at('/plain')[0]!));
+    expect(Object.keys(unsignedAttempt!.request_headers!).some((name) => name.includes('signature'))).toBe(false);
 
-    // Paused: the delivery is dead-lettered without a request, so it has no headers to show.
-    await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${rotating}`, headers: { 'x-api-key': key }, payload: { enabled: false } });
+    // Disabled by the engine (as after a 410): the delivery is dead-lettered without a request, so it has no headers to show.
+    expect(await t.webhooks.disable(rotating, 'gone')).toBe(true);
     await t.ingestor.ingest(
       [
         {
           event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
           vendor_id: VENDOR,
-          data: { deployment_id: 'd-paused', machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} },
+          data: { deployment_id: 'd-disabled', machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} },
         },
       ],
       'http',

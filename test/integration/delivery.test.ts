@@ -230,13 +230,19 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     expect(new StandardWebhook(Buffer.from(secretB, 'utf8'), { format: 'raw' }).verify(request!.body, standardHeaders(request!))).toBeTruthy();
   });
 
-  it('sends no signature headers for a webhook without a secret', async () => {
-    await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/nosecret');
+  it('signs the deliveries of a webhook registered without a secret with the secret generated for it', async () => {
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/vendors/v1/webhooks',
+      headers: { 'x-api-key': key },
+      payload: { event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED', callback_url: `${receiver.base}/nosecret` },
+    });
+    expect(res.statusCode).toBe(201);
+    const { secret } = res.json<{ secret: string }>();
     await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_CREATED'));
     const [request] = await waitFor(() => receiver.at('/nosecret').length > 0 && receiver.at('/nosecret'));
-    expect(request!.headers['webhook-id']).toBeDefined();
-    expect(request!.headers['webhook-signature']).toBeUndefined();
-    expect(request!.headers['x-webhook-signature']).toBeUndefined();
+    expect(new StandardWebhook(secret).verify(request!.body, standardHeaders(request!))).toBeTruthy();
+    expect(legacyValid(secret, request!.body, request!.headers['x-webhook-signature'] as string)).toBe(true);
   });
 
   it('retries a 500 and delivers on attempt 2, recording both attempts', async () => {

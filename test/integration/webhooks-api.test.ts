@@ -41,6 +41,29 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       expect((await list()).json<{ webhooks: unknown[] }>().webhooks).toHaveLength(6);
     });
 
+    it('generates a whsec_ secret for an hmac webhook registered without one, answers it once in the 201, and lists it', async () => {
+      const res = await post({ event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A });
+      expect(res.statusCode).toBe(201);
+      const body = res.json<{ webhook_id: string; secret: string }>();
+      expect(Object.keys(body)).toEqual(['webhook_id', 'secret']);
+      expect(body.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+      expect(Buffer.from(body.secret.slice('whsec_'.length), 'base64')).toHaveLength(32);
+      const [listed] = (await list()).json<{ webhooks: Record<string, unknown>[] }>().webhooks;
+      expect(listed).toMatchObject({ webhook_id: body.webhook_id, secret: body.secret, signature: 'hmac', has_secret: true });
+      // Another registration gets a secret of its own.
+      const other = (await post({ event_type: WEBHOOK_EVENT_TYPES[1], callback_url: URL_A })).json<{ secret: string }>();
+      expect(other.secret).not.toBe(body.secret);
+    });
+
+    it('generates no secret for an ed25519 webhook registered without one (its key pair signs)', async () => {
+      const res = await post({ event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, signature: 'ed25519' });
+      expect(res.statusCode).toBe(201);
+      expect(Object.keys(res.json())).toEqual(['webhook_id']);
+      const [listed] = (await list()).json<{ webhooks: Record<string, unknown>[] }>().webhooks;
+      expect(listed).toMatchObject({ signature: 'ed25519', has_secret: false });
+      expect(listed).not.toHaveProperty('secret');
+    });
+
     it.each([
       ['missing event_type', { callback_url: URL_A }, 'event_type is required'],
       ['empty event_type', { event_type: '', callback_url: URL_A }, 'event_type must be one of'],
@@ -128,7 +151,8 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
   describe('GET', () => {
     it('lists only the calling vendor’s webhooks, with secret only when one is set', async () => {
       const withSecret = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'topsecret' });
-      const withoutSecret = await register(WEBHOOK_EVENT_TYPES[3]);
+      // Only a webhook that signs with its key pair alone has no secret.
+      const withoutSecret = await register(WEBHOOK_EVENT_TYPES[3], { signature: 'ed25519' });
       await post({ event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A }, otherVendorKey);
 
       const res = await list();
@@ -156,11 +180,10 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
 
   describe('PATCH', () => {
     it('updates any combination of fields and answers the full resource', async () => {
-      const id = await register(WEBHOOK_EVENT_TYPES[0]);
+      const id = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'first' });
       const urlOnly = await patch(id, { callback_url: 'https://new.example.com/h' });
       expect(urlOnly.statusCode).toBe(200);
-      expect(urlOnly.json()).toMatchObject({ webhook_id: id, event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://new.example.com/h' });
-      expect(urlOnly.json()).not.toHaveProperty('secret');
+      expect(urlOnly.json()).toMatchObject({ webhook_id: id, event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://new.example.com/h', secret: 'first' });
 
       const secretOnly = await patch(id, { secret: 'rotated' });
       expect(secretOnly.json()).toMatchObject({ webhook_id: id, callback_url: 'https://new.example.com/h', secret: 'rotated' });
@@ -206,6 +229,37 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       expect(res.statusCode).toBe(400);
       expect(res.json<{ error: string }>().error).toContain(message);
       expect((await list()).json<{ webhooks: unknown[] }>().webhooks[0]).toMatchObject({ callback_url: URL_A, secret: 'keep' });
+    });
+
+    it('refuses secret null on an hmac webhook (it would go unsigned) and allows it with a switch to ed25519', async () => {
+      const id = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'keep' });
+      for (const body of [{ secret: null }, { secret: null, signature: 'hmac' }]) {
+        const res = await patch(id, body);
+        expect(res.statusCode).toBe(400);
+        expect(res.json()).toEqual({
+          error:
+            'Invalid request body: secret null would leave an hmac-signed webhook unsigned; rotate the secret instead, or set signature ed25519 in the same request',
+          code: 'invalid_request',
+        });
+      }
+      expect((await list()).json<{ webhooks: unknown[] }>().webhooks[0]).toMatchObject({ secret: 'keep', signature: 'hmac' });
+      const keysOnly = await patch(id, { secret: null, signature: 'ed25519' });
+      expect(keysOnly.statusCode).toBe(200);
+      expect(keysOnly.json()).toMatchObject({ signature: 'ed25519', has_secret: false });
+      expect(keysOnly.json()).not.toHaveProperty('secret');
+    });
+
+    it('generates a secret when an ed25519 webhook without one switches to hmac, and answers it', async () => {
+      const id = await register(WEBHOOK_EVENT_TYPES[0], { signature: 'ed25519' });
+      const res = await patch(id, { signature: 'hmac' });
+      expect(res.statusCode).toBe(200);
+      const secret = res.json<{ secret: string }>().secret;
+      expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+      expect(res.json()).toMatchObject({ signature: 'hmac', has_secret: true });
+      expect((await list()).json<{ webhooks: unknown[] }>().webhooks[0]).toMatchObject({ secret });
+      // Given with the switch, the vendor's own secret is kept instead.
+      const other = await register(WEBHOOK_EVENT_TYPES[1], { signature: 'ed25519' });
+      expect((await patch(other, { signature: 'hmac', secret: 'mine' })).json()).toMatchObject({ signature: 'hmac', secret: 'mine' });
     });
 
     it('answers 400 for a malformed webhook_id, 404 for an unknown one and for another vendor’s', async () => {

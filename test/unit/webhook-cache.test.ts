@@ -22,7 +22,7 @@ const enabled: Webhook = {
 };
 
 /** A registry whose reads can be held until released, to order them around a write. */
-class SlowSource implements WebhookSource {
+class SlowSource implements Pick<WebhookSource, 'getById' | 'disable'> {
   current: Webhook = enabled;
   private held: (() => void)[] = [];
   hold = false;
@@ -57,6 +57,21 @@ describe('CachedWebhookSource', () => {
     expect((await cache.getById('w1'))?.callbackUrl).toBe('https://receiver.example/hook');
     now = 1_001;
     expect((await cache.getById('w1'))?.callbackUrl).toBe('https://receiver.example/new');
+  });
+
+  it('reads past its copy with getFresh, and keeps what it read (a paused copy must not outlive an enable there)', async () => {
+    const source = new SlowSource();
+    source.current = { ...enabled, disabled: { reason: 'paused', atMs: 1 } };
+    const cache = new CachedWebhookSource(
+      source,
+      () => 60_000,
+      () => 0,
+    );
+    expect((await cache.getById('w1'))?.disabled?.reason).toBe('paused');
+    source.current = enabled;
+    expect((await cache.getById('w1'))?.disabled?.reason).toBe('paused');
+    expect((await cache.getFresh('w1'))?.disabled).toBeUndefined();
+    expect((await cache.getById('w1'))?.disabled).toBeUndefined();
   });
 
   it('never caches a read that was in flight while the webhook was disabled', async () => {

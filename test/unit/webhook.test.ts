@@ -39,6 +39,7 @@ describe('toWebhookResource', () => {
       event_type: 'EVENT_TYPE_MACHINE_CREATED',
       callback_url: 'https://example.com/h',
       secret: 'new-secret',
+      has_secret: true,
       previous_secret_expires_at: '2025-01-02T03:05:05.000Z',
       enabled: true,
       rate_limit_per_second: null,
@@ -51,6 +52,11 @@ describe('toWebhookResource', () => {
     });
     expect(toWebhookResource(rotating, NOW + 60_000)).not.toHaveProperty('previous_secret_expires_at');
     expect(toWebhookResource(webhook(), NOW)).not.toHaveProperty('previous_secret_expires_at');
+  });
+
+  it('says whether a secret signs, without the secret where it is not shown', () => {
+    expect(toWebhookResource(webhook({ secret: undefined }), NOW)).toMatchObject({ has_secret: false });
+    expect(toWebhookResource(webhook({ secret: undefined }), NOW)).not.toHaveProperty('secret');
   });
 
   it('shows the rate limit, null when unlimited', () => {

@@ -26,7 +26,8 @@ export const deliverySchema = z
       .string()
       .nullable()
       .describe(
-        'delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, circuit_open (due while the endpoint’s circuit was open; not sent) or webhook_disabled.',
+        'delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, circuit_open (due while the endpoint’s circuit was open; not sent), ' +
+          'webhook_disabled (disabled by the engine; not sent) or paused_expired (its webhook paused past the end of its retry window; not sent).',
       ),
     last_status_code: z.number().int().nullable(),
     created_at: z.string().describe('When the event was accepted.'),
@@ -35,7 +36,8 @@ export const deliverySchema = z
       .string()
       .nullable()
       .describe(
-        'When the next attempt will be made (pending and retrying deliveries): the retry schedule, moved later while the endpoint’s circuit holds the delivery back.',
+        'When the next attempt will be made (pending and retrying deliveries): the retry schedule, moved later while the endpoint’s circuit holds the delivery back. ' +
+          'While its webhook is paused: when its hold ends (the end of its retry window), unless the webhook is enabled before.',
       ),
     replay_of: z.string().nullable().describe('The dead letter this delivery replays.'),
   })
@@ -58,7 +60,7 @@ const attemptSchema = z
           '(host, connection, webhook-id, webhook-timestamp, webhook-signature, x-webhook-signature, x-webhook-event, ' +
           'x-webhook-attempt, content-type, user-agent, content-length). Signature values are masked to their scheme ' +
           'prefix (`v1,••••`, two entries during a secret rotation; `sha256=••••`). null when no request was made ' +
-          '(circuit_open, webhook_disabled); for a connection that failed (dns, connect, tls, ssrf_blocked), the headers it would have sent.',
+          '(circuit_open, webhook_disabled, paused_expired); for a connection that failed (dns, connect, tls, ssrf_blocked), the headers it would have sent.',
       ),
   })
   .meta({ id: 'DeliveryAttempt' });

@@ -216,7 +216,8 @@ export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Enable any vendor’s webhook',
-          description: 'Re-enables a webhook the engine disabled (or its vendor paused); its failure run starts over. Logged with the key.',
+          description:
+            'Re-enables a webhook the engine disabled (or its vendor paused); its failure run starts over, and the deliveries held while it was paused go out at once. Logged with the key.',
           params: webhookParams,
           querystring: noQueryParameters,
           response: { 200: webhookStatusSchema, ...errorResponses(400, 401, 403, 404) },

@@ -1,7 +1,13 @@
-import { randomBytes } from 'node:crypto';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { callbackTargetProblem, toWebhookResource, webhookCreateSchema, webhookPatchSchema, webhookResourceSchema } from '../../domain/webhook.js';
+import {
+  callbackTargetProblem,
+  newWebhookSecret,
+  toWebhookResource,
+  webhookCreateSchema,
+  webhookPatchSchema,
+  webhookResourceSchema,
+} from '../../domain/webhook.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError, checkedUuid } from '../errors.js';
@@ -46,12 +52,20 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           tags: ['webhooks'],
           summary: 'Register a webhook',
           description:
-            'One webhook per event_type and vendor: a second registration answers 409. Unless the engine allows private ' +
+            'One webhook per event_type and vendor: a second registration answers 409. Without a secret, a webhook that signs ' +
+            'with hmac (the default) gets a generated whsec_ secret, answered here once (and listed like any secret). ' +
+            'Unless the engine allows private ' +
             'targets, a callback_url whose host is localhost (or under .localhost) or an IP address in a loopback, private, ' +
             'link-local or otherwise reserved range answers 400; names are checked where they resolve, at delivery.',
           querystring: noQueryParameters,
           body: webhookCreateSchema,
-          response: { 201: z.object({ webhook_id: z.string() }), ...errorResponses(400, 401, 403, 409, 413, 415, 500) },
+          response: {
+            201: z.object({
+              webhook_id: z.string(),
+              secret: z.string().optional().describe('Present only when Hookline generated the secret: store it with the receiver.'),
+            }),
+            ...errorResponses(400, 401, 403, 409, 413, 415, 500),
+          },
         },
       },
       async (request, reply) => {
@@ -68,7 +82,8 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
         });
         if (!result.ok) throw conflict(body.event_type, result.existingId);
-        return reply.code(201).send({ webhook_id: result.webhook.id });
+        const generated = body.secret === undefined ? result.webhook.secret : undefined;
+        return reply.code(201).send({ webhook_id: result.webhook.id, ...(generated === undefined ? {} : { secret: generated }) });
       },
     );
 
@@ -105,7 +120,8 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
             'Any of event_type, callback_url, secret (null removes it), enabled, rate_limit_per_second (null removes the limit), ' +
             'max_concurrency (null removes the ceiling), ordering, signature, filter (null removes it), with the rules of ' +
             'registration. Answers the whole webhook. ' +
-            'A new secret starts a rotation (see secret and previous_secret_expires_at).',
+            'A new secret starts a rotation (see secret and previous_secret_expires_at). A webhook that signs with hmac keeps a ' +
+            'secret: secret null on it answers 400.',
           params: idParams,
           querystring: noQueryParameters,
           body: webhookPatchSchema,
@@ -129,6 +145,11 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
         });
         if (result.ok) return toWebhookResource(result.webhook, deps.nowMs());
         if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');
+        if (result.reason === 'unsigned')
+          throw new ApiError(
+            'invalid_request',
+            'Invalid request body: secret null would leave an hmac-signed webhook unsigned; rotate the secret instead, or set signature ed25519 in the same request',
+          );
         throw new ApiError('webhook_not_found');
       },
     );
@@ -158,7 +179,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
       },
       async (request) => {
         const webhookId = checkedId(request.params.webhook_id);
-        const secret = `whsec_${randomBytes(32).toString('base64')}`;
+        const secret = newWebhookSecret();
         const result = await deps.webhooks.update(vendorOf(request), webhookId, { secret });
         if (!result.ok) throw new ApiError('webhook_not_found');
         const untilMs = result.webhook.previousSecret?.untilMs;

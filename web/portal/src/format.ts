@@ -66,6 +66,7 @@ const OUTCOME_TEXT: Record<string, string> = {
   network: 'Network error',
   circuit_open: 'Held back: circuit open',
   webhook_disabled: 'Webhook disabled',
+  paused_expired: 'Not sent: paused past its retry window',
 };
 
 /** An attempt's outcome in words, with its status code when there is one. */
@@ -81,9 +82,11 @@ export function outcomeLabel(outcome: string | null, statusCode: number | null):
 }
 
 export const DISABLED_TEXT: Record<DisabledReason, string> = {
-  gone: 'The receiver answered 410 Gone, which asks for no more deliveries.',
-  failing: 'Every delivery failed for the sustained-failure window (5 days by default).',
-  paused: 'Paused by you (or your platform): deliveries wait until it is enabled.',
+  gone: 'The receiver answered 410 Gone, which asks for no more deliveries. Until it is enabled, new deliveries go straight to the dead letters, unsent: replay them once it is.',
+  failing:
+    'Every delivery failed for the sustained-failure window (5 days by default). Until it is enabled, new deliveries go straight to the dead letters, unsent: replay them once it is.',
+  paused:
+    'Paused by you (or your platform): deliveries wait, unsent and using none of their attempts, and go out as soon as it is enabled. One still waiting at the end of its retry window (about 3 days by default) is dead-lettered as not sent, and can be replayed.',
 };
 
 export const DISABLED_SHORT: Record<DisabledReason, string> = {

@@ -24,6 +24,8 @@ export interface Webhook {
   callback_url: string;
   /** Absent for sessions below manage, and for a webhook without a secret. */
   secret?: string;
+  /** Whether a secret signs its deliveries (HMAC), also where the secret itself is not shown. */
+  has_secret: boolean;
   previous_secret_expires_at?: string;
   enabled: boolean;
   disabled_reason?: DisabledReason;

@@ -27,6 +27,7 @@ export function EndpointsPage({ session }: { session: Session }) {
   const manage = can(session.permission, 'manage');
   const list = webhooks.data?.webhooks ?? [];
   const disabled = list.filter((w) => !w.enabled).length;
+  const [generated, setGenerated] = useState<string>();
   const changed = (message: string) => {
     setFlash(message);
     webhooks.reload();
@@ -55,11 +56,13 @@ export function EndpointsPage({ session }: { session: Session }) {
           <span aria-hidden="true">⚠</span> {disabled === 1 ? 'One webhook is' : `${disabled} webhooks are`} disabled. <a href={href.notices}>See notices</a>
         </p>
       )}
+      {generated && <NewSecret secret={generated} onStored={() => setGenerated(undefined)} />}
       {creating && (
         <WebhookForm
           taken={list.map((w) => w.event_type)}
-          onDone={(message) => {
+          onDone={(message, secret) => {
             setCreating(false);
+            setGenerated(secret);
             if (message) changed(message);
           }}
         />
@@ -146,6 +149,12 @@ function FilterVerdict({ matched, explanation }: { matched: boolean; explanation
   );
 }
 
+/** What signs the webhook's deliveries, in words: its key pair, its secret, both, or nothing. */
+function signedText(webhook: Webhook): string {
+  if (webhook.signature === 'ed25519') return webhook.has_secret ? 'signed with Ed25519 (v1a) and the secret (HMAC)' : 'signed with Ed25519 (v1a) only';
+  return webhook.has_secret ? 'signed with the secret (HMAC)' : 'unsigned: no secret';
+}
+
 /** The webhook's flow-control settings in words. */
 function controlsText(webhook: Webhook): string {
   const parts = [
@@ -155,9 +164,30 @@ function controlsText(webhook: Webhook): string {
       : webhook.max_concurrency === null
         ? 'concurrent'
         : `up to ${webhook.max_concurrency} at once per worker`,
-    webhook.signature === 'ed25519' ? 'signed with Ed25519 (v1a)' : 'signed with the secret (HMAC)',
+    signedText(webhook),
   ];
   return parts.join('; ');
+}
+
+/** A secret Hookline generated, shown this once (it stays readable in the card with the manage permission). */
+function NewSecret({ secret, previousUntil, onStored }: { secret: string; previousUntil?: string | null; onStored: () => void }) {
+  return (
+    <div class="reveal-once" role="status">
+      <p>
+        <strong>New secret — shown only this once.</strong> Store it with your receiver now.
+        {previousUntil && ` The previous secret keeps signing until ${formatTime(previousUntil)}.`}
+      </p>
+      <p>
+        <code class="wrap secret-new">{secret}</code>
+      </p>
+      <div class="actions">
+        <CopyButton text={secret} what="secret" />
+        <button type="button" onClick={onStored}>
+          I have stored it
+        </button>
+      </div>
+    </div>
+  );
 }
 
 /** The public keys a receiver verifies v1a signatures with (anyone may see them: they cannot sign). */
@@ -213,7 +243,13 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
   const setEnabled = (enabled: boolean) =>
     run(async () => {
       await call('PATCH', path, { body: { enabled } });
-      onChanged(enabled ? `Enabled the ${name} webhook.` : `Paused the ${name} webhook.`);
+      onChanged(
+        !enabled
+          ? `Paused the ${name} webhook: its deliveries wait, unsent, until you enable it.`
+          : webhook.disabled_reason === 'paused'
+            ? `Enabled the ${name} webhook: the deliveries held while it was paused go out now.`
+            : `Enabled the ${name} webhook.`,
+      );
     });
   const rotateKey = () =>
     run(async () => {
@@ -260,6 +296,12 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
           </div>
         )}
         {webhook.signature === 'ed25519' && <SigningKeys webhook={webhook} />}
+        {webhook.signature === 'hmac' && !webhook.has_secret && (
+          <div>
+            <dt>Signature</dt>
+            <dd>None: this webhook was registered without a secret, so its deliveries carry no signature. Rotate secret generates one.</dd>
+          </div>
+        )}
         {!webhook.enabled && (
           <div>
             <dt>Why disabled</dt>
@@ -279,23 +321,7 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
         )}
       </dl>
       <Health stats={stats.data} loading={stats.loading} error={stats.error} enabled={webhook.enabled} />
-      {newSecret && (
-        <div class="reveal-once" role="status">
-          <p>
-            <strong>New secret — shown only this once.</strong> Store it with your receiver now.
-            {newSecret.previousUntil && ` The previous secret keeps signing until ${formatTime(newSecret.previousUntil)}.`}
-          </p>
-          <p>
-            <code class="wrap secret-new">{newSecret.secret}</code>
-          </p>
-          <div class="actions">
-            <CopyButton text={newSecret.secret} what="secret" />
-            <button type="button" onClick={() => setNewSecret(undefined)}>
-              I have stored it
-            </button>
-          </div>
-        </div>
-      )}
+      {newSecret && <NewSecret secret={newSecret.secret} previousUntil={newSecret.previousUntil} onStored={() => setNewSecret(undefined)} />}
       <ErrorText error={error} />
       {mode === 'delete' && (
         <Confirm
@@ -329,8 +355,9 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
         <WebhookForm
           webhook={webhook}
           taken={[]}
-          onDone={(message) => {
+          onDone={(message, secret) => {
             setMode('view');
+            if (secret) setNewSecret({ secret, previousUntil: null });
             if (message) onChanged(message);
           }}
         />
@@ -496,8 +523,11 @@ function Sparkline({ minutes, id }: { minutes: WebhookStats['minutes']; id: stri
   );
 }
 
-/** Registers a webhook (no `webhook`) or edits one; `onDone` gets what to announce, or nothing when cancelled. */
-function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: EventType[]; onDone: (message?: string) => void }) {
+/**
+ * Registers a webhook (no `webhook`) or edits one; `onDone` gets what to announce (and a secret
+ * Hookline generated for a new webhook, to show once), or nothing when cancelled.
+ */
+function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: EventType[]; onDone: (message?: string, secret?: string) => void }) {
   const free = EVENT_TYPES.filter((t) => !taken.includes(t));
   const [eventType, setEventType] = useState<EventType>(webhook?.event_type ?? free[0] ?? EVENT_TYPES[0]);
   const [url, setUrl] = useState(webhook?.callback_url ?? '');
@@ -528,16 +558,20 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
         if (ceiling !== webhook.max_concurrency) changes.max_concurrency = ceiling;
         if (JSON.stringify(filter) !== JSON.stringify(webhook.filter)) changes.filter = filter;
         if (Object.keys(changes).length === 0) return onDone();
-        await call('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, { body: changes });
-        onDone(`Saved the ${eventTypeName(eventType)} webhook.`);
+        const saved = await call<Webhook>('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, { body: changes });
+        // A switch to HMAC without a secret generates one.
+        const generated = !webhook.has_secret && changes.secret === undefined ? saved.secret : undefined;
+        onDone(`Saved the ${eventTypeName(eventType)} webhook.`, generated);
       } else {
         const controls = {
           ...(limit === null ? {} : { rate_limit_per_second: limit }),
           ...(signature === 'hmac' ? {} : { signature }),
           ...(ordering === 'none' ? {} : { ordering }),
         };
-        await call('POST', '/vendors/v1/webhooks', { body: { event_type: eventType, callback_url: url, ...(secret === '' ? {} : { secret }), ...controls } });
-        onDone(`Added the ${eventTypeName(eventType)} webhook.`);
+        const created = await call<{ webhook_id: string; secret?: string }>('POST', '/vendors/v1/webhooks', {
+          body: { event_type: eventType, callback_url: url, ...(secret === '' ? {} : { secret }), ...controls },
+        });
+        onDone(`Added the ${eventTypeName(eventType)} webhook.`, created.secret);
       }
     });
   };
@@ -579,7 +613,11 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
       />
       <label for={`secret-${id}`}>{webhook ? 'New secret (leave empty to keep the current one)' : 'Secret (optional)'}</label>
       <input id={`secret-${id}`} type="password" autoComplete="new-password" value={secret} onInput={(e) => setSecret(e.currentTarget.value)} />
-      <p class="hint">A whsec_ secret (base64 after the prefix) works with Standard Webhooks libraries; Rotate secret generates one.</p>
+      <p class="hint">
+        {webhook
+          ? 'A whsec_ secret (base64 after the prefix) works with Standard Webhooks libraries; Rotate secret generates one.'
+          : 'Left empty, Hookline generates a whsec_ secret and shows it once (not with Ed25519 alone, whose key pair signs). A whsec_ secret works with Standard Webhooks libraries.'}
+      </p>
       <fieldset>
         <legend>Delivery controls</legend>
         <WholeNumberField
