@@ -7,7 +7,7 @@ import type { Attempt, Delivery, Task } from './types';
 
 const ENDED = new Set(['delivered', 'dead', 'dropped', 'replayed']);
 
-/** One delivery with its attempts, or undefined while it has no record yet (a delivery queued a moment ago). */
+/** One delivery with its attempts, or undefined where the log holds no record of it (one that expired). */
 export async function deliveryOf(webhookId: string, deliveryId: string): Promise<{ delivery: Delivery; attempts: Attempt[] } | undefined> {
   try {
     return await call('GET', `/vendors/v1/webhooks/${seg(webhookId)}/deliveries/${seg(deliveryId)}`);
