@@ -128,6 +128,8 @@ export interface DeliveryHistory {
   health(webhookIds: readonly string[]): Promise<WebhookDeliveryHealth[]>;
   get(webhookId: string, deliveryId: string): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined>;
   deadLetters(webhookId: string, limit: number): Promise<DeliverySummary[]>;
+  /** How many dead letters the webhook has: the ones a bulk replay would replay now. */
+  deadLetterCount(webhookId: string): Promise<number>;
   /** Dead-letter ids oldest first, after `afterScore` (for paging through a bulk replay). */
   deadLetterIds(webhookId: string, limit: number): Promise<string[]>;
   /** Takes a dead letter out of the dead-letter set once its replay is queued; false if it was not there. */
@@ -623,6 +625,10 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   async deadLetters(webhookId: string, limit: number): Promise<DeliverySummary[]> {
     const ids = await this.redis.zrevrange(this.keys.deliveries.dead(webhookId), 0, limit - 1);
     return this.summaries(webhookId, ids);
+  }
+
+  async deadLetterCount(webhookId: string): Promise<number> {
+    return this.redis.zcard(this.keys.deliveries.dead(webhookId));
   }
 
   async deadLetterIds(webhookId: string, limit: number): Promise<string[]> {

@@ -397,6 +397,11 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
       15_000,
       'two dead letters',
     );
+    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters?limit=1`, headers: { 'x-api-key': key } })).json()).toMatchObject(
+      {
+        total: 2,
+      },
+    );
     // No worker from here on: whatever the API answers now was written before its 202.
     await worker.close();
     receiver.script('/later', { status: 204 });
@@ -413,6 +418,11 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     });
     expect((await attemptsOf(id, replayId)).delivery.event_id).toBe((await attemptsOf(id, dead[0]!.delivery_id)).delivery.event_id);
     expect((await deliveries(id)).map((d) => d.delivery_id)).toContain(replayId);
+    // The count a bulk replay would take on: the one dead letter left.
+    expect((await api('GET', `/vendors/v1/webhooks/${id}/dead-letters?limit=1`)).json()).toMatchObject({
+      total: 1,
+      dead_letters: [{ delivery_id: dead[1]!.delivery_id }],
+    });
 
     const test = await api('POST', `/vendors/v1/webhooks/${id}/test`);
     expect(test.statusCode).toBe(202);
