@@ -85,7 +85,12 @@ export function ReplayProgress({ taskId, onEnded }: { taskId: string; onEnded?: 
       <label for={`task-${taskId}`}>
         {ended ? (task.status === 'success' ? '✓ Replay finished' : '✗ Replay finished with failures') : 'Replaying dead letters…'}
       </label>
-      <progress id={`task-${taskId}`} max={Math.max(total, 1)} value={ended && total === 0 ? 1 : settled} />
+      <progress
+        id={`task-${taskId}`}
+        class={ended ? (task.status === 'success' ? 'ended-ok' : 'ended-bad') : undefined}
+        max={Math.max(total, 1)}
+        value={ended && total === 0 ? 1 : settled}
+      />
       <p class="muted" role="status">
         {task === undefined
           ? 'Starting…'
