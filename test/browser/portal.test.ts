@@ -405,6 +405,28 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect(problems).toEqual([]);
   });
 
+  it('manage: a webhook added with a payload filter and a concurrency ceiling keeps both', async () => {
+    const { page, problems } = await open((await mint('manage')).url);
+    await page.getByRole('button', { name: 'Add a webhook' }).click();
+    const form = page.getByRole('form', { name: 'Add a webhook' });
+    await form.getByLabel('Event type').selectOption('EVENT_TYPE_DEPLOYMENT_CREATED');
+    await form.getByLabel('Callback URL').fill(`${w.good.base}/created`);
+    await form.getByLabel('Concurrent requests at most, per worker (empty: as many as the endpoint takes)').fill('3');
+    await form.getByLabel('Payload filter (JSON; empty: every event of the type)').fill('{"path": "data.status", "eq": "STATUS_RUNNING"}');
+    await form.getByRole('button', { name: 'Add webhook' }).click();
+    const added = card(page, 'Deployment created');
+    try {
+      await added.getByText('{"path":"data.status","eq":"STATUS_RUNNING"}').waitFor();
+      await added.getByText('No rate limit; up to 3 at once per worker; signed with the secret (HMAC)').waitFor();
+      const stored = (await w.t.webhooks.list(VENDOR)).find((webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED');
+      expect(stored).toMatchObject({ filter: { path: 'data.status', eq: 'STATUS_RUNNING' }, maxConcurrency: 3 });
+      expect(problems).toEqual([]);
+    } finally {
+      const stored = (await w.t.webhooks.list(VENDOR)).find((webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED');
+      if (stored) await w.t.webhooks.delete(VENDOR, stored.id);
+    }
+  });
+
   it('a bulk replay whose replays fail again ends with a red bar that says how many failed', async () => {
     await deadLetter();
     const count = await deadLetterCount();

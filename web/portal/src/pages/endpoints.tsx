@@ -541,8 +541,10 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
       } else {
         const controls = {
           ...(limit === null ? {} : { rate_limit_per_second: limit }),
+          ...(ceiling === null ? {} : { max_concurrency: ceiling }),
           ...(signature === 'hmac' ? {} : { signature }),
           ...(ordering === 'none' ? {} : { ordering }),
+          ...(filter === null ? {} : { filter }),
         };
         await call('POST', '/vendors/v1/webhooks', { body: { event_type: eventType, callback_url: url, ...(secret === '' ? {} : { secret }), ...controls } });
         onDone(`Added the ${eventTypeName(eventType)} webhook.`);
