@@ -124,7 +124,7 @@ function composeStores(settings: StoreSettings) {
   const endpointStats = new RedisEndpointStats(redis, keys, (error) =>
     settings.observability?.logger.debug({ err: error.message }, 'endpoint stats not written'),
   );
-  const testEvents = new TestEventSender({ queues, nowMs });
+  const testEvents = new TestEventSender({ queues, log: deliveryLog, nowMs });
   const portalSessions = new RedisPortalSessions(redis, keys, nowMs);
   const recentEvents = new RedisRecentEvents(redis, keys);
   const dedupe = new RedisEventDedupe(redis, settings.redisPrefix, { windowMs: settings.dedupeWindowMs });

@@ -68,6 +68,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     ],
   },
   'GET /vendors/v1/webhooks': { operationId: 'listWebhooks', success: 'The vendor’s webhooks.' },
+  'GET /vendors/v1/webhooks/{webhook_id}': { operationId: 'getWebhook', success: 'The webhook.', errors: webhookLookup },
   'PATCH /vendors/v1/webhooks/{webhook_id}': {
     operationId: 'updateWebhook',
     success: 'Updated; the whole webhook.',

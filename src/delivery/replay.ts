@@ -39,7 +39,10 @@ export class DeadLetterReplayer {
       replayOf: deliveryId,
       manual: true,
     };
+    // Queued first, then recorded only where no record exists: a record never names a replay that
+    // was not queued, and the id answered can be read at once.
     await this.deps.queues.add([job]);
+    await this.deps.history.recordQueued([job]);
     return { ok: true, deliveryId: job.deliveryId };
   }
 

@@ -2,11 +2,12 @@ import { buildEnvelope, type TestEventData } from '../domain/event.js';
 import { newId } from '../domain/ids.js';
 import type { Webhook } from '../domain/webhook.js';
 import type { DeliverJob } from '../domain/delivery.js';
+import type { DeliveryHistory } from '../store/delivery-log.js';
 import type { DeliveryQueues } from './queue.js';
 
 /** Sends a webhook a test event of its own type, signed and retried like any other delivery. */
 export class TestEventSender {
-  constructor(private readonly deps: { queues: Pick<DeliveryQueues, 'add'>; nowMs: () => number }) {}
+  constructor(private readonly deps: { queues: Pick<DeliveryQueues, 'add'>; log: Pick<DeliveryHistory, 'recordQueued'>; nowMs: () => number }) {}
 
   async send(webhook: Webhook): Promise<{ deliveryId: string; eventId: string }> {
     const nowMs = this.deps.nowMs();
@@ -26,7 +27,9 @@ export class TestEventSender {
       acceptedAtMs: nowMs,
       manual: true,
     };
+    // As a replay: queued, then recorded unless its first attempt was, so its id answers at once.
     await this.deps.queues.add([job]);
+    await this.deps.log.recordQueued([job]);
     return { deliveryId: job.deliveryId, eventId };
   }
 }

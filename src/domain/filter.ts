@@ -2,16 +2,16 @@
  * Payload filters: which events a webhook wants, as a small JSON language over the event envelope
  * (docs/receiving-webhooks.md, "Payload filters"). A filter is one node:
  *
- *   { "path": "data.status", "eq": "unavailable" }      equal (strict: no type coercion)
- *   { "path": "data.status", "ne": "available" }        not equal (a missing value is not equal)
- *   { "path": "data.gpu.model", "in": ["A100", "H100"] } equal to one of (≤ 100 values)
- *   { "path": "data.price", "gt": 1.5 }                 gt, gte, lt, lte: numbers only; a value
- *                                                        that is not a number never matches
- *   { "path": "data.region", "exists": true }           present (null counts), or absent with false
- *   { "and": [ … ] }, { "or": [ … ] }, { "not": { … } } 1 to 20 nodes each
+ *   { "path": "data.status", "eq": "unavailable" }            equal (strict: no type coercion)
+ *   { "path": "data.status", "ne": "available" }              not equal (a missing value is not equal)
+ *   { "path": "data.metadata.cuda_version", "in": ["12.4"] }  equal to one of (≤ 100 values)
+ *   { "path": "data.network_info.bandwidth", "gt": 1000 }     gt, gte, lt, lte: numbers only; a value
+ *                                                              that is not a number never matches
+ *   { "path": "data.fail_reason", "exists": true }            present (null counts), or absent with false
+ *   { "and": [ … ] }, { "or": [ … ] }, { "not": { … } }       1 to 20 nodes each
  *
  * Paths are dotted: `event_type`, `event_id`, `timestamp`, `version`, or `data` and keys into it
- * (`data.gpus.0.model`: a whole number steps into an array). Comparison values are JSON scalars
+ * (`data.hardware_specs.gpus.0.name`: a whole number steps into an array). Comparison values are JSON scalars
  * (string ≤ 256 characters, finite number, boolean, null).
  *
  * Limits keep every filter cheap to check at ingest: depth ≤ 6, nodes ≤ 50, paths ≤ 8 segments of

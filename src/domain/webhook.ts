@@ -138,7 +138,8 @@ const FILTER_META = {
     {
       and: [
         { path: 'data.status', eq: 'unavailable' },
-        { path: 'data.gpu.model', in: ['A100', 'H100'] },
+        { path: 'data.hardware_specs.gpus.0.name', in: ['NVIDIA A100 80GB PCIe', 'NVIDIA H100 80GB HBM3'] },
+        { path: 'data.hardware_specs.memory.total_memory', gte: 256 },
       ],
     },
   ],

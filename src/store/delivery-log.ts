@@ -128,13 +128,32 @@ export interface DeliveryHistory {
   health(webhookIds: readonly string[]): Promise<WebhookDeliveryHealth[]>;
   get(webhookId: string, deliveryId: string): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined>;
   deadLetters(webhookId: string, limit: number): Promise<DeliverySummary[]>;
+  /** How many dead letters the webhook has: the ones a bulk replay would replay now. */
+  deadLetterCount(webhookId: string): Promise<number>;
   /** Dead-letter ids oldest first, after `afterScore` (for paging through a bulk replay). */
   deadLetterIds(webhookId: string, limit: number): Promise<string[]>;
   /** Takes a dead letter out of the dead-letter set once its replay is queued; false if it was not there. */
   markReplayed(webhookId: string, deliveryId: string, nowMs: number): Promise<boolean>;
   /** Takes an id out of the dead-letter set without touching its record (one whose record expired). */
   forgetDeadLetter(webhookId: string, deliveryId: string): Promise<void>;
+  /**
+   * Gives deliveries just queued by hand (replays, test events) a pending record, unless one exists
+   * already (a worker may have recorded the first attempt meanwhile), so the id the API answers can
+   * be read at once.
+   */
+  recordQueued(jobs: readonly DeliverJob[]): Promise<void>;
 }
+
+/** A delivery's identity as the record scripts take it: id, event id and type, webhook, vendor, accepted time, replayed dead letter. */
+const identityArgs = (job: DeliverJob): ScriptArg[] => [
+  job.deliveryId,
+  job.eventId,
+  job.eventType,
+  job.webhookId,
+  job.vendorId,
+  job.acceptedAtMs,
+  job.replayOf ?? '',
+];
 
 const num = (text: string | null | undefined) => (text == null || text === '' ? undefined : Number(text));
 
@@ -303,6 +322,24 @@ for a = 3, #ARGV, 13 do
 end
 return 1`;
 
+// Deliveries just queued by hand, each given a pending record and a place in its webhook's recent
+// list unless it has a record. KEYS[1] routes the call (on a Redis Cluster a call holds deliveries of
+// one slot). ARGV: retentionMs, deadLetterRetentionMs, then per delivery: record key, recent list key,
+// deliveryId, eventId, eventType, webhookId, vendorId, acceptedAtMs, replayOf.
+const RECORD_QUEUED_LUA = `
+local retention, deadRetention = ARGV[1], ARGV[2]
+for a = 3, #ARGV, 9 do
+  local record, recent, deliveryId, acceptedAtMs = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 7]
+  if redis.call('EXISTS', record) == 0 then
+    redis.call('HSET', record, 'deliveryId', deliveryId, 'eventId', ARGV[a + 3], 'eventType', ARGV[a + 4], 'webhookId', ARGV[a + 5],
+      'vendorId', ARGV[a + 6], 'acceptedAtMs', acceptedAtMs, 'replayOf', ARGV[a + 8], 'status', 'pending', 'attempts', '0',
+      'updatedAtMs', acceptedAtMs)
+    redis.call('PEXPIRE', record, retention)
+    if redis.call('ZADD', recent, acceptedAtMs, deliveryId) == 1 then redis.call('PEXPIRE', recent, deadRetention) end
+  end
+end
+return 1`;
+
 // One page of the recent list, newest first, within accepted times [ARGV[5], ARGV[4]], matching a
 // status (ARGV[2]) and event type (ARGV[3]) when given ('' = any), after the cursor id ARGV[6] among
 // entries scored ARGV[4]: one round trip however far the matches lie. ARGV[1] is the webhook's
@@ -350,6 +387,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   /** Returns, per attempt, when (ms, as text) its webhook's current run of failures began; null once delivered. */
   private readonly recordAttemptsScript: ScriptCall<[routing: string], ScriptArg[], (string | null)[]>;
   private readonly recordDeferredScript: ScriptCall<[routing: string], ScriptArg[], number>;
+  private readonly recordQueuedScript: ScriptCall<[routing: string], ScriptArg[], number>;
   /** A page of the recent list (see PAGE_LUA). */
   private readonly pageScript: ScriptCall<
     [recentKey: string],
@@ -374,6 +412,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   ) {
     this.recordAttemptsScript = defineScript(redis, { name: 'hooklineRecordAttempts', keys: 1, lua: RECORD_ATTEMPTS_LUA });
     this.recordDeferredScript = defineScript(redis, { name: 'hooklineRecordDeferrals', keys: 1, lua: RECORD_DEFERRED_LUA });
+    this.recordQueuedScript = defineScript(redis, { name: 'hooklineRecordQueued', keys: 1, lua: RECORD_QUEUED_LUA });
     this.pageScript = defineScript(redis, { name: 'hooklineDeliveryPage', keys: 1, lua: PAGE_LUA });
     this.healthScript = defineScript(redis, { name: 'hooklineWebhookHealth', keys: 3, lua: HEALTH_LUA });
     this.retentionMsArg = String(options.retentionMs);
@@ -477,25 +516,37 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
 
   async recordDeferred(deferrals: readonly DeferralWrite[]): Promise<void> {
     const k = this.keys.deliveries;
+    await this.writePerSlot(deferrals, this.recordDeferredScript, ({ job, nextAttemptAtMs, dueAtMs, ifNoRecord, parkedIn }) => [
+      k.record(job.webhookId, job.deliveryId),
+      k.ofWebhook(job.webhookId),
+      Math.round(nextAttemptAtMs),
+      Math.round(dueAtMs),
+      ...identityArgs(job),
+      ifNoRecord ? '1' : '',
+      parkedIn ?? '',
+    ]);
+  }
+
+  async recordQueued(jobs: readonly DeliverJob[]): Promise<void> {
+    const k = this.keys.deliveries;
+    await this.writePerSlot(
+      jobs.map((job) => ({ job })),
+      this.recordQueuedScript,
+      ({ job }) => [k.record(job.webhookId, job.deliveryId), k.ofWebhook(job.webhookId), ...identityArgs(job)],
+    );
+  }
+
+  /** One call of `script` per slot group of `writes` (by webhook), with the retention arguments and each write's own. */
+  private async writePerSlot<W extends { job: DeliverJob }>(
+    writes: readonly W[],
+    script: ScriptCall<[routing: string], ScriptArg[], number>,
+    argsOf: (write: W) => ScriptArg[],
+  ): Promise<void> {
+    const k = this.keys.deliveries;
     await Promise.all(
-      slotGroups(this.redis, deferrals, ({ job }) => k.ofWebhook(job.webhookId), RECORDS_PER_CALL_MAX).map((chunk) => {
-        const argv = chunk.flatMap(({ job, nextAttemptAtMs, dueAtMs, ifNoRecord, parkedIn }) => [
-          k.record(job.webhookId, job.deliveryId),
-          k.ofWebhook(job.webhookId),
-          Math.round(nextAttemptAtMs),
-          Math.round(dueAtMs),
-          job.deliveryId,
-          job.eventId,
-          job.eventType,
-          job.webhookId,
-          job.vendorId,
-          job.acceptedAtMs,
-          job.replayOf ?? '',
-          ifNoRecord ? '1' : '',
-          parkedIn ?? '',
-        ]);
-        return this.recordDeferredScript([k.ofWebhook(chunk[0]!.job.webhookId)], this.retentionMsArg, this.deadLetterRetentionMsArg, ...argv);
-      }),
+      slotGroups(this.redis, writes, ({ job }) => k.ofWebhook(job.webhookId), RECORDS_PER_CALL_MAX).map((chunk) =>
+        script([k.ofWebhook(chunk[0]!.job.webhookId)], this.retentionMsArg, this.deadLetterRetentionMsArg, ...chunk.flatMap(argsOf)),
+      ),
     );
   }
 
@@ -574,6 +625,10 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   async deadLetters(webhookId: string, limit: number): Promise<DeliverySummary[]> {
     const ids = await this.redis.zrevrange(this.keys.deliveries.dead(webhookId), 0, limit - 1);
     return this.summaries(webhookId, ids);
+  }
+
+  async deadLetterCount(webhookId: string): Promise<number> {
+    return this.redis.zcard(this.keys.deliveries.dead(webhookId));
   }
 
   async deadLetterIds(webhookId: string, limit: number): Promise<string[]> {

@@ -83,8 +83,8 @@ export class RedisReplayTasks {
     if (open.length > 0) {
       const progress = await this.progressOf(open.map((deliveryId) => ({ webhookId, deliveryId })));
       const settled = open.flatMap((id, i) => {
-        // No record yet: the replay waits for its first attempt (a record is written at the first
-        // attempt or deferral), so it is still pending.
+        // No record yet (it is written just after the replay is queued), or a pending one: the
+        // replay waits for its first attempt.
         const status = progress[i]?.status;
         const outcome = status === undefined ? undefined : OUTCOME_OF[status];
         return outcome === undefined ? [] : [id, outcome];

@@ -18,6 +18,7 @@ const goTo = (page: Page, hash: string) => page.evaluate(`location.hash = ${JSON
 
 const EXPIRED_TEXT = 'This portal link has expired or was revoked. Ask for a new link.';
 const LINK_INVALID_TEXT = 'This portal link is invalid, was already used, has expired or was revoked.';
+const CIRCUIT_OPEN_TEXT = 'Open: the endpoint keeps failing, deliveries wait';
 
 /** A page of the portal, with what would betray a problem: script errors, dialogs, CSP refusals, requests to other origins. */
 interface Portal {
@@ -55,11 +56,12 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     return link;
   }
 
-  /** Opens `url` in a fresh browser (no cookies), watching for problems. */
-  async function open(url: string, viewport = { width: 1280, height: 900 }): Promise<Portal> {
+  /** Opens `url` in a fresh browser (no cookies), watching for problems; `clock`: the page's clock is Playwright's, to move on at will. */
+  async function open(url: string, viewport = { width: 1280, height: 900 }, options: { clock?: boolean } = {}): Promise<Portal> {
     const context = await browser.newContext({ viewport });
     contexts.push(context);
     context.setDefaultTimeout(15_000);
+    if (options.clock) await context.clock.install();
     const page = await context.newPage();
     const problems: string[] = [];
     page.on('console', (message) => {
@@ -97,6 +99,38 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
   }
 
   const scrollWidth = (page: Page) => page.evaluate<number>('document.scrollingElement.scrollWidth');
+
+  /** How many dead letters the failing receiver's webhook has, as the API counts them. */
+  async function deadLetterCount(): Promise<number> {
+    const res = await w.t.app.inject({
+      method: 'GET',
+      url: `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}/dead-letters?limit=1`,
+      headers: { 'x-api-key': w.vendorKey },
+    });
+    return res.json<{ total: number }>().total;
+  }
+
+  /**
+   * Replays every dead letter of the delivery log's webhook as a vendor does: "Replay all", which
+   * asks in the page with the count, then the confirmation. Nothing is replayed before it.
+   */
+  async function replayAll(page: Page): Promise<void> {
+    const count = await deadLetterCount();
+    const bulkReplays: string[] = [];
+    page.on('request', (request) => {
+      if (request.method() === 'POST' && request.url().endsWith('/dead-letters/replay')) bulkReplays.push(request.url());
+    });
+    const letters = count === 1 ? '1 dead letter' : `${count} dead letters`;
+    const asked = page.getByRole('group', { name: `Replay ${letters}` });
+    await page.getByRole('button', { name: 'Replay all dead letters' }).click();
+    await asked.getByText(`Replay all ${letters} of this webhook?`).waitFor();
+    await asked.getByRole('button', { name: 'Cancel' }).click();
+    await asked.waitFor({ state: 'detached' });
+    await page.getByRole('button', { name: 'Replay all dead letters' }).click();
+    await asked.getByRole('button', { name: `Replay ${letters}` }).click();
+    await page.locator('.watch progress').waitFor();
+    expect(bulkReplays).toHaveLength(1);
+  }
 
   it('manage: a link opens the vendor’s webhooks only; a failed delivery shows its attempts and hostile body as text; replay, test event and rotation work; revoking ends access', async () => {
     const failed = await deadLetter();
@@ -224,7 +258,7 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect(await page.content()).not.toContain('whsec_');
 
     await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}`);
-    await page.getByRole('button', { name: 'Replay all dead letters' }).click();
+    await replayAll(page);
     await page.getByText('✓ Replay finished').waitFor();
     const bar = page.locator('.watch progress');
     const [value, max] = [await bar.getAttribute('value'), await bar.getAttribute('max')];
@@ -292,22 +326,160 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect(problems).toEqual([]);
   });
 
-  it('fits a 375 px wide screen: no page scrolls sideways', async () => {
+  it('fits a 375 px wide screen: no page scrolls sideways, long badges and open forms included', async () => {
     const failed = await deadLetter();
-    const { page, problems } = await open((await mint('manage')).url, { width: 375, height: 800 });
-    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
-    expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
-    await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}/${failed}`);
-    await page.getByRole('article', { name: 'Attempt 1' }).waitFor();
-    expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
-    await tab(page, 'Event catalogue').click();
-    await page.getByRole('heading', { name: 'Verify a signature' }).waitFor();
-    await page.getByRole('heading', { name: 'Payload filters' }).waitFor();
-    expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
-    await tab(page, 'Notices').click();
-    await page.getByRole('heading', { name: 'Notices', exact: true }).waitFor();
-    expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
+    // An open circuit: the longest badge the pages show, on the endpoint card and in the notices.
+    const nowMs = Date.now();
+    await w.t.circuits.changed(
+      [w.webhooks.deploymentStopped],
+      { state: 'open', reason: 'failures', endpoint: w.bad.base, openedAtMs: nowMs, probeAtMs: nowMs + 60_000 },
+      nowMs,
+    );
+    try {
+      const { page, problems } = await open((await mint('manage')).url, { width: 375, height: 800 });
+      const fits = async (where: string) => expect(await scrollWidth(page), where).toBeLessThanOrEqual(375);
+      const openBadge = CIRCUIT_OPEN_TEXT;
+      await card(page, 'Deployment stopped').getByText(openBadge).waitFor();
+      await fits('endpoints');
+      await card(page, 'Machine created').getByRole('button', { name: 'Edit' }).click();
+      await card(page, 'Machine created').getByRole('button', { name: 'Try on a sample event' }).click();
+      await card(page, 'Machine created')
+        .getByText(/this event would be sent/)
+        .waitFor();
+      await fits('endpoints, a webhook being edited');
+      await card(page, 'Machine created').getByRole('button', { name: 'Cancel' }).click();
+      await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}/${failed}`);
+      await page.getByRole('article', { name: 'Attempt 1' }).waitFor();
+      await fits('delivery log');
+      await tab(page, 'Event catalogue').click();
+      await page.getByRole('heading', { name: 'Verify a signature' }).waitFor();
+      await page.getByRole('heading', { name: 'Payload filters' }).waitFor();
+      await fits('catalogue');
+      await tab(page, 'Notices').click();
+      await page.locator('article.notice-card', { hasText: 'deliveries held back' }).getByText(openBadge).waitFor();
+      await fits('notices');
+      expect(problems).toEqual([]);
+    } finally {
+      await w.t.circuits.changed([w.webhooks.deploymentStopped], undefined, Date.now());
+    }
+  });
+
+  it('the filter editor: a changed filter clears the last dry run, and a dry run’s error shows next to the filter', async () => {
+    const { page, problems } = await open((await mint('manage')).url);
+    const stopped = card(page, 'Deployment stopped');
+    await stopped.getByRole('button', { name: 'Edit' }).click();
+    const form = stopped.getByRole('form', { name: 'Edit webhook' });
+    const filterField = form.getByLabel('Payload filter (JSON; empty: every event of the type)');
+    const verdict = form.getByText(/this event would (not )?be sent/);
+
+    await filterField.fill('{"path": "data.status", "eq": "STATUS_FAILED"}');
+    await form.getByRole('button', { name: 'Try on a sample event' }).click();
+    await form.getByText('✓ Matches: this event would be sent.').waitFor();
+    // One character more and the verdict above no longer speaks for the filter.
+    await filterField.press('End');
+    await filterField.press('Backspace');
+    expect(await verdict.count()).toBe(0);
+
+    // Errors, the page's (not JSON) and the API's (a bad path), show under the filter, and name it invalid.
+    for (const [text, error] of [
+      ['{"path": "data.status",', 'The payload filter is not valid JSON.'],
+      ['{"path": "status", "eq": "x"}', /filter\.path: must start with data/],
+    ] as const) {
+      await filterField.fill(text);
+      await form.getByRole('button', { name: 'Try on a sample event' }).click();
+      const shown = form.getByRole('alert').filter({ hasText: error });
+      await shown.waitFor();
+      expect(await filterField.getAttribute('aria-invalid')).toBe('true');
+      const described = (await filterField.getAttribute('aria-describedby'))!
+        .split(' ')
+        .map((id) => `[id="${id}"]`)
+        .join(', ');
+      expect(await page.locator(described).getByRole('alert').filter({ hasText: error }).count()).toBe(1);
+      const [field, alert] = [await filterField.boundingBox(), await shown.boundingBox()];
+      expect(alert!.y - (field!.y + field!.height), 'the error is right below the filter').toBeLessThan(150);
+    }
+    await filterField.fill('');
+    expect(await form.getByRole('alert').count()).toBe(0);
+    expect(await filterField.getAttribute('aria-invalid')).toBeNull();
+    await form.getByRole('button', { name: 'Cancel' }).click();
     expect(problems).toEqual([]);
+  });
+
+  it('manage: a webhook added with a payload filter and a concurrency ceiling keeps both', async () => {
+    const { page, problems } = await open((await mint('manage')).url);
+    await page.getByRole('button', { name: 'Add a webhook' }).click();
+    const form = page.getByRole('form', { name: 'Add a webhook' });
+    await form.getByLabel('Event type').selectOption('EVENT_TYPE_DEPLOYMENT_CREATED');
+    await form.getByLabel('Callback URL').fill(`${w.good.base}/created`);
+    await form.getByLabel('Concurrent requests at most, per worker (empty: as many as the endpoint takes)').fill('3');
+    await form.getByLabel('Payload filter (JSON; empty: every event of the type)').fill('{"path": "data.status", "eq": "STATUS_RUNNING"}');
+    await form.getByRole('button', { name: 'Add webhook' }).click();
+    const added = card(page, 'Deployment created');
+    try {
+      await added.getByText('{"path":"data.status","eq":"STATUS_RUNNING"}').waitFor();
+      await added.getByText('No rate limit; up to 3 at once per worker; signed with the secret (HMAC)').waitFor();
+      const stored = (await w.t.webhooks.list(VENDOR)).find((webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED');
+      expect(stored).toMatchObject({ filter: { path: 'data.status', eq: 'STATUS_RUNNING' }, maxConcurrency: 3 });
+      expect(problems).toEqual([]);
+    } finally {
+      const stored = (await w.t.webhooks.list(VENDOR)).find((webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED');
+      if (stored) await w.t.webhooks.delete(VENDOR, stored.id);
+    }
+  });
+
+  it('a bulk replay whose replays fail again ends with a red bar that says how many failed', async () => {
+    await deadLetter();
+    const count = await deadLetterCount();
+    const { page, problems } = await open((await mint('replay')).url);
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}`);
+    await replayAll(page);
+    const watch = page.locator('.watch', { has: page.locator('progress') });
+    await watch.getByText('✗ Replay finished with failures').waitFor();
+    await watch.getByText(`${count} of ${count} settled: 0 delivered, ${count} failed.`).waitFor();
+    const bar = watch.locator('progress');
+    expect(await bar.getAttribute('class')).toBe('ended-bad');
+    // The bar is drawn in the page's "bad" red, not its accent blue.
+    const colours = await page.evaluate<{ bar: string; bad: string }>(
+      "({ bar: getComputedStyle(document.querySelector('.watch progress')).accentColor, bad: getComputedStyle(document.documentElement).getPropertyValue('--bad').trim() })",
+    );
+    expect(colours.bar).toBe('rgb(180, 35, 24)');
+    expect(colours.bad).toBe('#b42318');
+    expect(problems).toEqual([]);
+  });
+
+  it('a visit without a link (a bookmark) says how to get one, not that access ended', async () => {
+    for (const address of [`${w.baseUrl}/portal/`, `${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}`]) {
+      const { page, problems } = await open(address);
+      await page.getByRole('heading', { name: 'Open the portal with a link' }).waitFor();
+      await page.getByText('Ask the platform (or the operator who runs Hookline for it) for a new link to your portal.').waitFor();
+      expect(await page.getByText('Access ended').count()).toBe(0);
+      expect(await page.getByText(EXPIRED_TEXT).count()).toBe(0);
+      expect(problems).toEqual([]);
+    }
+  });
+
+  it('warns five minutes before the session ends, with the time left', async () => {
+    // The shortest session a link can have: the warning is there from the start.
+    const short = await open((await mint('read', '5m')).url);
+    await short.page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    await short.page
+      .getByRole('status')
+      .filter({ hasText: /^⚠ Your portal session ends in 5 min\. To keep working after that, ask for a new link\.$/ })
+      .waitFor();
+
+    // An hour's session: no warning until its last five minutes, then the time left.
+    const { page, problems } = await open((await mint('read', '1h')).url, undefined, { clock: true });
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    const warning = page.getByRole('status').filter({ hasText: 'Your portal session ends in' });
+    expect(await warning.count()).toBe(0);
+    await page.clock.fastForward('55:30');
+    await warning.filter({ hasText: 'ends in 5 min' }).waitFor();
+    expect(await page.locator('header.top time').textContent()).toBe('in 5 min');
+    await page.clock.fastForward('04:05');
+    // The last minute counts down in 10-second steps.
+    await warning.filter({ hasText: /ends in [1-6]0 s\./ }).waitFor();
+    expect([...short.problems, ...problems]).toEqual([]);
   });
 
   it('is usable with the keyboard: tabbing reaches the navigation and Enter follows it', async () => {

@@ -23,6 +23,7 @@ const ROUTES: { method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; role: 
     payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example.com/' },
   },
   { method: 'GET', url: '/vendors/v1/webhooks', role: 'vendor' },
+  { method: 'GET', url: `/vendors/v1/webhooks/${SOME_UUID}`, role: 'vendor' },
   { method: 'PATCH', url: `/vendors/v1/webhooks/${SOME_UUID}`, role: 'vendor', payload: { callback_url: 'https://b.example.com/' } },
   { method: 'DELETE', url: `/vendors/v1/webhooks/${SOME_UUID}`, role: 'vendor' },
   { method: 'GET', url: `/vendors/v1/webhooks/${SOME_UUID}/deliveries`, role: 'vendor' },

@@ -74,7 +74,7 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
 
   const attemptsOf = async (webhookId: string, deliveryId: string) =>
     (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries/${deliveryId}`, headers: { 'x-api-key': key } })).json<{
-      delivery: { status: string };
+      delivery: { status: string; event_id: string; replay_of: string | null };
       attempts: { attempt: number; outcome: string; status_code: number | null }[];
     }>();
 
@@ -388,6 +388,77 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
       dead_letters: unknown[];
     }>();
     expect(remaining.dead_letters).toHaveLength(0);
+  });
+
+  it('answers the ids of a replay, a bulk replay and a test event at once, before any worker has picked them up', async () => {
+    receiver.script('/later', { status: 503 });
+    const id = await register('EVENT_TYPE_DEPLOYMENT_UPDATED', '/later');
+    await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'), eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'));
+    const dead = await waitFor(
+      async () => {
+        const res = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters`, headers: { 'x-api-key': key } });
+        const list = res.json<{ dead_letters: { delivery_id: string }[] }>().dead_letters;
+        return list.length === 2 && list;
+      },
+      15_000,
+      'two dead letters',
+    );
+    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters?limit=1`, headers: { 'x-api-key': key } })).json()).toMatchObject(
+      {
+        total: 2,
+      },
+    );
+    // No worker from here on: whatever the API answers now was written before its 202.
+    await worker.close();
+    receiver.script('/later', { status: 204 });
+    const api = (method: 'GET' | 'POST', url: string) => t.app.inject({ method, url, headers: { 'x-api-key': key } });
+
+    const replay = await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`);
+    expect(replay.statusCode).toBe(202);
+    const replayId = replay.json<{ delivery_id: string }>().delivery_id;
+    const replayed = await api('GET', `/vendors/v1/webhooks/${id}/deliveries/${replayId}`);
+    expect(replayed.statusCode, replayed.body).toBe(200);
+    expect(replayed.json()).toMatchObject({
+      delivery: { delivery_id: replayId, status: 'pending', attempts: 0, replay_of: dead[0]!.delivery_id, event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED' },
+      attempts: [],
+    });
+    expect((await attemptsOf(id, replayId)).delivery.event_id).toBe((await attemptsOf(id, dead[0]!.delivery_id)).delivery.event_id);
+    expect((await deliveries(id)).map((d) => d.delivery_id)).toContain(replayId);
+    // The count a bulk replay would take on: the one dead letter left.
+    expect((await api('GET', `/vendors/v1/webhooks/${id}/dead-letters?limit=1`)).json()).toMatchObject({
+      total: 1,
+      dead_letters: [{ delivery_id: dead[1]!.delivery_id }],
+    });
+
+    const test = await api('POST', `/vendors/v1/webhooks/${id}/test`);
+    expect(test.statusCode).toBe(202);
+    const testId = test.json<{ delivery_id: string }>().delivery_id;
+    const tested = await api('GET', `/vendors/v1/webhooks/${id}/deliveries/${testId}`);
+    expect(tested.statusCode, tested.body).toBe(200);
+    expect(tested.json()).toMatchObject({ delivery: { delivery_id: testId, status: 'pending', attempts: 0, replay_of: null } });
+
+    const bulk = await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/replay`);
+    expect(bulk.statusCode).toBe(202);
+    const taskId = bulk.json<{ task_id: string }>().task_id;
+    const task = await api('GET', `/rental/v1/tasks/${taskId}`);
+    expect(task.statusCode, task.body).toBe(200);
+    expect(task.json()).toMatchObject({ task_id: taskId, status: 'pending', fail_reason: null });
+
+    // A worker then delivers each of them, and the records it writes take over the pending ones.
+    worker = await startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } });
+    await waitFor(
+      async () => (await api('GET', `/rental/v1/tasks/${taskId}`)).json<{ status: string }>().status === 'success',
+      15_000,
+      'the bulk replay to succeed',
+    );
+    for (const deliveryId of [replayId, testId]) {
+      const done = await waitFor(async () => {
+        const found = await attemptsOf(id, deliveryId);
+        return found.delivery.status === 'delivered' && found;
+      });
+      expect(done.attempts.map((a) => a.outcome)).toEqual(['delivered']);
+    }
+    expect((await attemptsOf(id, replayId)).delivery).toMatchObject({ replay_of: dead[0]!.delivery_id });
   });
 
   it('delivers an event_id sent twice exactly once', async () => {

@@ -70,7 +70,7 @@ describe('OpenAPI, docs and health', () => {
       ].sort(),
     );
     expect(Object.keys(doc.paths['/vendors/v1/webhooks'] ?? {}).sort()).toEqual(['get', 'post']);
-    expect(Object.keys(doc.paths['/vendors/v1/webhooks/{webhook_id}'] ?? {}).sort()).toEqual(['delete', 'patch']);
+    expect(Object.keys(doc.paths['/vendors/v1/webhooks/{webhook_id}'] ?? {}).sort()).toEqual(['delete', 'get', 'patch']);
     expect(Object.keys(doc.paths['/vendors/v1/webhooks']?.post?.responses ?? {})).toEqual(expect.arrayContaining(['201', '400', '401', '409']));
     expect(doc.paths['/vendors/v1/webhooks']?.post?.requestBody).toBeDefined();
     expect(doc.paths['/rental/v1/machines']?.get?.parameters?.map((p) => p.name).sort()).toEqual(['filter', 'page', 'page_size']);
@@ -106,6 +106,7 @@ describe('OpenAPI, docs and health', () => {
       'GET /readyz': 'getReadiness',
       'POST /vendors/v1/webhooks': 'createWebhook',
       'GET /vendors/v1/webhooks': 'listWebhooks',
+      'GET /vendors/v1/webhooks/{webhook_id}': 'getWebhook',
       'PATCH /vendors/v1/webhooks/{webhook_id}': 'updateWebhook',
       'DELETE /vendors/v1/webhooks/{webhook_id}': 'deleteWebhook',
       'POST /internal/v1/events': 'ingestEvents',

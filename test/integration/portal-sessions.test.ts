@@ -210,6 +210,10 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     // A read session never receives the secret.
     expect(hooks[0]).not.toHaveProperty('secret');
     expect(list.body).not.toContain('a-secret-of-vendor-a');
+    const one = await asPortal(app, b, 'GET', `/vendors/v1/webhooks/${webhookA}`);
+    expect(one.json()).toEqual(hooks[0]);
+    expect(one.body).not.toContain('a-secret-of-vendor-a');
+    expect((await asPortal(app, b, 'GET', `/vendors/v1/webhooks/${webhookB}`)).statusCode).toBe(404);
     expect((await asPortal(app, b, 'GET', `/vendors/v1/webhooks/${webhookB}/deliveries`)).statusCode).toBe(404);
 
     // The cookie without the CSRF token, with a wrong one, or from another site, is refused.
@@ -267,6 +271,7 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     };
     const calls: { name: string; needs: 'read' | 'replay' | 'manage'; method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; body?: unknown }[] = [
       { name: 'list webhooks', needs: 'read', method: 'GET', url: '/vendors/v1/webhooks' },
+      { name: 'one webhook', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}` },
       { name: 'deliveries', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries` },
       { name: 'dead letters', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/dead-letters` },
       { name: 'stats', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/stats` },
@@ -299,6 +304,8 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     // Only manage sees the secret (the rotation above replaced it).
     const managed = await asPortal(app, sessions.manage, 'GET', '/vendors/v1/webhooks');
     expect(managed.json<{ webhooks: { webhook_id: string; secret?: string }[] }>().webhooks.find((w) => w.webhook_id === webhookId)?.secret).toMatch(/^whsec_/);
+    expect((await asPortal(app, sessions.manage, 'GET', `/vendors/v1/webhooks/${webhookId}`)).json<{ secret?: string }>().secret).toMatch(/^whsec_/);
+    expect((await asPortal(app, sessions.replay, 'GET', `/vendors/v1/webhooks/${webhookId}`)).json()).not.toHaveProperty('secret');
     const del = await asPortal(app, sessions.replay, 'DELETE', `/vendors/v1/webhooks/${webhookId}`);
     expect(del.statusCode).toBe(403);
     expect((await asPortal(app, sessions.manage, 'DELETE', `/vendors/v1/webhooks/${webhookId}`)).statusCode).toBe(204);

@@ -178,6 +178,40 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
     });
   });
 
+  describe('GET one', () => {
+    const get = (id: string, apiKey = key) => t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': apiKey } });
+
+    it('answers the webhook as the list shows it, with its secret when one is set', async () => {
+      const withSecret = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'topsecret', rate_limit_per_second: 5 });
+      const withoutSecret = await register(WEBHOOK_EVENT_TYPES[3]);
+      const listed = (await list()).json<{ webhooks: Record<string, unknown>[] }>().webhooks;
+      for (const [i, id] of [withSecret, withoutSecret].entries()) {
+        const res = await get(id);
+        expect(res.statusCode).toBe(200);
+        expect(res.json()).toEqual(listed[i]);
+      }
+      expect((await get(withSecret)).json()).toMatchObject({ webhook_id: withSecret, secret: 'topsecret', rate_limit_per_second: 5, enabled: true });
+      expect((await get(withoutSecret)).json()).not.toHaveProperty('secret');
+      // An id in capitals is the same webhook.
+      expect((await get(withSecret.toUpperCase())).json()).toMatchObject({ webhook_id: withSecret });
+    });
+
+    it('answers 400 for a malformed webhook_id, 404 for an unknown one and for another vendor’s', async () => {
+      const id = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'topsecret' });
+      const malformed = await get('not-a-uuid');
+      expect(malformed.statusCode).toBe(400);
+      expect(malformed.json()).toEqual({ error: 'Invalid webhook_id format', code: 'invalid_webhook_id' });
+      const unknown = await get('00000000-0000-4000-8000-000000000000');
+      expect(unknown.statusCode).toBe(404);
+      expect(unknown.json()).toEqual({ error: 'Webhook not found', code: 'webhook_not_found' });
+      const foreign = await get(id, otherVendorKey);
+      expect(foreign.statusCode).toBe(404);
+      expect(foreign.body).not.toContain('topsecret');
+      await del(id);
+      expect((await get(id)).statusCode).toBe(404);
+    });
+  });
+
   describe('PATCH', () => {
     it('updates any combination of fields and answers the full resource', async () => {
       const id = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'first' });

@@ -105,7 +105,11 @@ describe('events written to the package types', () => {
 describe('a test event', () => {
   it('is an envelope that isTestEvent recognises', async () => {
     const jobs: DeliverJob[] = [];
-    const sender = new TestEventSender({ queues: { add: async (added) => void jobs.push(...added) }, nowMs: () => Date.UTC(2024, 4, 1, 12) });
+    const sender = new TestEventSender({
+      queues: { add: async (added) => void jobs.push(...added) },
+      log: { recordQueued: async () => undefined },
+      nowMs: () => Date.UTC(2024, 4, 1, 12),
+    });
     const webhook = { id: 'w-1', vendorId: 'v-1', eventType: 'EVENT_TYPE_MACHINE_UPDATED' } as Webhook;
     const { eventId } = await sender.send(webhook);
     const delivery = JSON.parse(jobs[0]!.body) as WebhookDelivery;

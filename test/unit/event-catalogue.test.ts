@@ -1,9 +1,14 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { describe, expect, it } from 'vitest';
 import { envelopeSchema, parseEvent } from '../../src/domain/event.js';
 import { eventCatalogue } from '../../src/domain/event-catalogue.js';
 import { WEBHOOK_EVENT_TYPES } from '../../src/domain/events.js';
+import { explainFilter, parseFilter, type FilterExplanation } from '../../src/domain/filter.js';
+import { filterViewSchema } from '../../src/domain/webhook.js';
+import { FILTER_EXAMPLE } from '../../web/portal/src/filter-example.js';
 
 const ajv = new Ajv2020({ allErrors: true, strict: false });
 // ajv-formats is CommonJS: its plugin is the default export's `default`.
@@ -50,5 +55,30 @@ describe('event catalogue', () => {
     expect(schema.properties.event_id?.description).toContain('webhook-id');
     expect(schema.properties.data?.anyOf).toHaveLength(2);
     expect(Object.keys(schema.$defs ?? {})).toContain('Machine');
+  });
+
+  it('shows filter examples (docs, OpenAPI, portal) that name fields machine events really carry', () => {
+    const docs = readFileSync(path.resolve(import.meta.dirname, '../../docs/receiving-webhooks.md'), 'utf8');
+    const inDocs = /## Payload filters\n[^]*?```json\n([^]*?)```/.exec(docs)?.[1];
+    const examples = {
+      docs: JSON.parse(inDocs ?? 'null') as unknown,
+      openapi: (filterViewSchema.meta()?.examples as unknown[] | undefined)?.[0],
+      portal: FILTER_EXAMPLE,
+    };
+    const updated = catalogue.find((entry) => entry.event_type === 'EVENT_TYPE_MACHINE_UPDATED')!.sample;
+    const comparisons = (node: FilterExplanation): FilterExplanation[] => (node.parts ? node.parts.flatMap(comparisons) : [node]);
+    for (const [where, example] of Object.entries(examples)) {
+      const parsed = parseFilter(example);
+      if (!parsed.ok) throw new Error(`${where}: ${parsed.problem}`);
+      const explained = explainFilter(parsed.filter, updated);
+      // Every path leads to a value of the sample, and the sample (an unavailable A100 machine) passes.
+      expect(
+        comparisons(explained).map((c) => [c.test, c.foundKind]),
+        where,
+      ).toEqual(comparisons(explained).map((c) => [c.test, 'value']));
+      expect(explained.matched, where).toBe(true);
+    }
+    expect(examples.docs).toEqual(examples.portal);
+    expect(examples.openapi).toEqual(examples.portal);
   });
 });

@@ -31,7 +31,11 @@ describe('README quick start', () => {
 
   it('shows the test event as it is sent', async () => {
     const jobs: DeliverJob[] = [];
-    const sender = new TestEventSender({ queues: { add: async (added) => void jobs.push(...added) }, nowMs: () => 0 });
+    const sender = new TestEventSender({
+      queues: { add: async (added) => void jobs.push(...added) },
+      log: { recordQueued: async () => undefined },
+      nowMs: () => 0,
+    });
     await sender.send({ id: 'w', vendorId: 'v', eventType: 'EVENT_TYPE_MACHINE_CREATED' } as Webhook);
     const sent = (JSON.parse(jobs[0]?.body ?? '{}') as { data: unknown }).data;
     const shown = /\{"version":"1\.0".*"data":(\{.*\})\}\n/.exec(quickStart)?.[1];

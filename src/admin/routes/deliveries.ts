@@ -240,12 +240,22 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
           description: 'Newest first. Replay one, or all of them as a task.',
           params: webhookParams,
           querystring: limitQuery,
-          response: { 200: z.object({ dead_letters: z.array(deliverySchema) }), ...errorResponses(400, 401, 403, 404) },
+          response: {
+            200: z.object({
+              dead_letters: z.array(deliverySchema),
+              total: z.number().int().describe('How many dead letters the webhook has: the ones a bulk replay started now would replay.'),
+            }),
+            ...errorResponses(400, 401, 403, 404),
+          },
         },
       },
       async (request) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);
-        return { dead_letters: (await deps.history.deadLetters(webhook.id, request.query.limit ?? 20)).map(toDelivery) };
+        const [deadLetters, total] = await Promise.all([
+          deps.history.deadLetters(webhook.id, request.query.limit ?? 20),
+          deps.history.deadLetterCount(webhook.id),
+        ]);
+        return { dead_letters: deadLetters.map(toDelivery), total };
       },
     );
 

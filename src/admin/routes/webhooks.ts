@@ -1,3 +1,4 @@
+import type { FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import {
@@ -7,6 +8,7 @@ import {
   webhookCreateSchema,
   webhookPatchSchema,
   webhookResourceSchema,
+  type WebhookResource,
 } from '../../domain/webhook.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
@@ -21,6 +23,13 @@ function conflict(eventType: string, existingId?: string): ApiError {
   return existingId === undefined
     ? new ApiError('webhook_conflict', `A webhook for ${eventType} is already registered for this vendor`)
     : new ApiError('webhook_conflict', `A webhook for ${eventType} is already registered for this vendor: ${existingId}`, { webhook_id: existingId });
+}
+
+/** A webhook as `request` may see it: a portal session below manage sees no secret, since whoever holds the secret can sign as the platform. */
+function shownTo(request: FastifyRequest, webhook: WebhookResource): WebhookResource {
+  if (request.principal?.portal === undefined || request.principal.portal.permission === 'manage') return webhook;
+  const { secret: _secret, ...rest } = webhook;
+  return rest;
 }
 
 export interface WebhookRouteDeps {
@@ -102,10 +111,30 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
         },
       },
       async (request) => {
-        // A portal session below manage sees no secret: whoever holds the secret can sign as the platform.
-        const hideSecrets = request.principal?.portal !== undefined && request.principal.portal.permission !== 'manage';
         const webhooks = (await deps.webhooks.list(vendorOf(request))).map((webhook) => toWebhookResource(webhook, deps.nowMs()));
-        return { webhooks: hideSecrets ? webhooks.map(({ secret: _secret, ...rest }) => rest) : webhooks };
+        return { webhooks: webhooks.map((webhook) => shownTo(request, webhook)) };
+      },
+    );
+
+    app.get(
+      '/vendors/v1/webhooks/:webhook_id',
+      {
+        onRequest: onRead,
+        schema: {
+          tags: ['webhooks'],
+          summary: 'Get one of the vendor’s webhooks',
+          description:
+            'The webhook as the list shows it: with its secret when it has one, and whether deliveries to it are enabled. ' +
+            'Another vendor’s webhook answers 404. A vendor portal session sees the secret only with the manage permission.',
+          params: idParams,
+          querystring: noQueryParameters,
+          response: { 200: webhookResourceSchema, ...errorResponses(400, 401, 403, 404, 500) },
+        },
+      },
+      async (request) => {
+        const webhook = await deps.webhooks.get(vendorOf(request), checkedId(request.params.webhook_id));
+        if (!webhook) throw new ApiError('webhook_not_found');
+        return shownTo(request, toWebhookResource(webhook, deps.nowMs()));
       },
     );
 

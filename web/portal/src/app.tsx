@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { endAccess, onAccessLost } from './api';
 import { ErrorText } from './components';
-import { formatTime, fromNow } from './format';
+import { ExpiresIn, ExpiryWarning } from './expiry';
 import { CataloguePage } from './pages/catalogue';
 import { DeliveriesPage } from './pages/deliveries';
 import { EndpointsPage } from './pages/endpoints';
@@ -16,6 +16,12 @@ const CLOSED_TEXT: Record<Closed, { title: string; text: string }> = {
   link_invalid: {
     title: 'This link does not open the portal',
     text: 'This portal link is invalid, was already used, has expired or was revoked. Each link opens once. Ask for a new link.',
+  },
+  no_link: {
+    title: 'Open the portal with a link',
+    text:
+      'The portal opens only from a one-time link, not from a bookmark or a saved address, and each session ends after a while. ' +
+      'Ask the platform (or the operator who runs Hookline for it) for a new link to your portal.',
   },
   expired: { title: 'Access ended', text: 'This portal link has expired or was revoked. Ask for a new link.' },
   signed_out: { title: 'Signed out', text: 'You signed out of the portal. Open a new link to come back.' },
@@ -105,9 +111,7 @@ function Shell({ session, route, onSignedOut }: { session: Session; route: Route
           <div>
             <dt>Expires</dt>
             <dd>
-              <time dateTime={session.expires_at} title={formatTime(session.expires_at)}>
-                {fromNow(session.expires_at)}
-              </time>
+              <ExpiresIn expiresAt={session.expires_at} />
             </dd>
           </div>
         </dl>
@@ -123,6 +127,7 @@ function Shell({ session, route, onSignedOut }: { session: Session; route: Route
         ))}
       </nav>
       <main id="main" tabIndex={-1}>
+        <ExpiryWarning expiresAt={session.expires_at} />
         <ErrorText error={error} />
         {route.page === 'endpoints' && <EndpointsPage session={session} />}
         {route.page === 'deliveries' && <DeliveriesPage session={session} webhookId={route.webhookId} deliveryId={route.deliveryId} />}

@@ -7,7 +7,7 @@ import type { Attempt, Delivery, Task } from './types';
 
 const ENDED = new Set(['delivered', 'dead', 'dropped', 'replayed']);
 
-/** One delivery with its attempts, or undefined while it has no record yet (a delivery queued a moment ago). */
+/** One delivery with its attempts, or undefined where the log holds no record of it (one that expired). */
 export async function deliveryOf(webhookId: string, deliveryId: string): Promise<{ delivery: Delivery; attempts: Attempt[] } | undefined> {
   try {
     return await call('GET', `/vendors/v1/webhooks/${seg(webhookId)}/deliveries/${seg(deliveryId)}`);
@@ -85,7 +85,12 @@ export function ReplayProgress({ taskId, onEnded }: { taskId: string; onEnded?: 
       <label for={`task-${taskId}`}>
         {ended ? (task.status === 'success' ? '✓ Replay finished' : '✗ Replay finished with failures') : 'Replaying dead letters…'}
       </label>
-      <progress id={`task-${taskId}`} max={Math.max(total, 1)} value={ended && total === 0 ? 1 : settled} />
+      <progress
+        id={`task-${taskId}`}
+        class={ended ? (task.status === 'success' ? 'ended-ok' : 'ended-bad') : undefined}
+        max={Math.max(total, 1)}
+        value={ended && total === 0 ? 1 : settled}
+      />
       <p class="muted" role="status">
         {task === undefined
           ? 'Starting…'

@@ -1,8 +1,8 @@
 import { ApiError, call, setCsrfToken } from './api';
 import type { Permission, Session } from './types';
 
-/** Why the page has no session: a link that does not open, or a session that ended. */
-export type Closed = 'link_invalid' | 'expired' | 'signed_out';
+/** Why the page has no session: a link that does not open, a visit without one (a bookmark), or a session that ended. */
+export type Closed = 'link_invalid' | 'no_link' | 'expired' | 'signed_out';
 
 /**
  * Opens the page's session. A link carries a one-time token in its fragment (`#token=…`), which
@@ -25,7 +25,9 @@ export async function openSession(): Promise<Session | Closed> {
   try {
     return accept(await call<Session>('GET', '/portal/v1/session', { own401: true }));
   } catch (error) {
-    if (error instanceof ApiError && error.status === 401) return 'expired';
+    // No link and no live session: a bookmark, or a reload after the session ended. Either way the
+    // visitor needs a new link, not the news that something ended.
+    if (error instanceof ApiError && error.status === 401) return 'no_link';
     throw error;
   }
 }

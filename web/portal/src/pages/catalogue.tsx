@@ -1,5 +1,6 @@
 import { call } from '../api';
 import { ErrorText, Loading } from '../components';
+import { FILTER_EXAMPLE } from '../filter-example';
 import { eventTypeName } from '../format';
 import { useResource } from '../hooks';
 import type { CatalogueEntry } from '../types';
@@ -88,7 +89,7 @@ export function CataloguePage() {
         A webhook may carry a filter (Edit → Payload filter): only the events it matches are sent; the others are not failures and are not retried. A filter is
         JSON over the body above: one comparison, or <code>and</code>, <code>or</code>, <code>not</code> of them.
       </p>
-      <pre class="code">{json(SAMPLE_FILTER)}</pre>
+      <pre class="code">{json(FILTER_EXAMPLE)}</pre>
       <ul>
         <li>
           Comparisons: <code>eq</code>, <code>ne</code> (strict: <code>3</code> is not <code>"3"</code>), <code>in</code> (a list of values), <code>gt</code>,{' '}
@@ -96,7 +97,7 @@ export function CataloguePage() {
         </li>
         <li>
           Paths: <code>event_type</code>, <code>event_id</code>, <code>timestamp</code>, <code>version</code>, or <code>data</code> and keys below it, joined by
-          dots; a number steps into a list (<code>data.gpus.0.model</code>).
+          dots; a number steps into a list (<code>data.hardware_specs.gpus.0.name</code>).
         </li>
         <li>
           At most 6 levels, 50 comparisons and 4 KiB. “Try on a sample event” and “Try on the newest event” in the editor show why an event matches or not.
@@ -105,14 +106,6 @@ export function CataloguePage() {
     </section>
   );
 }
-
-/** A filter as the catalogue shows it: unavailable machines with a large GPU. */
-const SAMPLE_FILTER = {
-  and: [
-    { path: 'data.status', eq: 'unavailable' },
-    { path: 'data.gpu.model', in: ['A100', 'H100'] },
-  ],
-};
 
 /** In-page jumps without changing the fragment, which holds the route. */
 const jump = (id: string) => (event: Event) => {

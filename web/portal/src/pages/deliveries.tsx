@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { call, query, seg } from '../api';
-import { Badge, ErrorText, Loading } from '../components';
+import { Badge, Confirm, ErrorText, Loading } from '../components';
 import { eventTypeName, formatMs, formatTime, outcomeLabel, STATUS_LABELS } from '../format';
 import { useAction, useResource } from '../hooks';
 import { DeliveryWatch, deliveryOf, ReplayProgress } from '../replay';
@@ -68,6 +68,8 @@ function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhoo
   const [version, setVersion] = useState(0);
   const [testId, setTestId] = useState<string>();
   const [taskId, setTaskId] = useState<string>();
+  /** While "Replay all" is being confirmed: how many dead letters it would replay. */
+  const [replayCount, setReplayCount] = useState<number>();
   const action = useAction();
   const mayReplay = can(session.permission, 'replay');
   const base = `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`;
@@ -127,9 +129,15 @@ function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhoo
       setTestId((await call<{ delivery_id: string }>('POST', `${base}/test`)).delivery_id);
       reload();
     });
+  // Asked first, with the count the replay will take on: it sends every dead letter again at once.
+  const askReplayAll = () =>
+    action.run(async () => {
+      setReplayCount((await call<{ total: number }>('GET', `${base}/dead-letters?limit=1`)).total);
+    });
   const replayAll = () =>
     action.run(async () => {
       setTaskId((await call<{ task_id: string }>('POST', `${base}/dead-letters/replay`)).task_id);
+      setReplayCount(undefined);
     });
 
   return (
@@ -139,10 +147,24 @@ function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhoo
           <button type="button" disabled={action.busy} onClick={() => void sendTest()}>
             Send test event
           </button>
-          <button type="button" disabled={action.busy} onClick={() => void replayAll()}>
+          <button type="button" disabled={action.busy} onClick={() => void askReplayAll()}>
             Replay all dead letters
           </button>
         </div>
+      )}
+      {replayCount === 0 && (
+        <p class="empty" role="status">
+          This webhook has no dead letters to replay.
+        </p>
+      )}
+      {replayCount !== undefined && replayCount > 0 && (
+        <Confirm
+          question={`Replay all ${deadLetters(replayCount)} of this webhook? Each is sent again as a new delivery with its original event id, and the progress shows here.`}
+          action={`Replay ${deadLetters(replayCount)}`}
+          busy={action.busy}
+          onConfirm={() => void replayAll()}
+          onCancel={() => setReplayCount(undefined)}
+        />
       )}
       <ErrorText error={action.error} />
       {testId && <DeliveryWatch key={testId} webhookId={webhook.webhook_id} deliveryId={testId} what="Test event" onEnded={reload} />}
@@ -246,6 +268,8 @@ function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhoo
     </>
   );
 }
+
+const deadLetters = (count: number) => (count === 1 ? '1 dead letter' : `${count} dead letters`);
 
 function DeliveryDetail({ session, webhookId, deliveryId, onChanged }: { session: Session; webhookId: string; deliveryId: string; onChanged: () => void }) {
   const found = useResource(`delivery:${deliveryId}`, () => deliveryOf(webhookId, deliveryId));

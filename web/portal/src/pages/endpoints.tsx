@@ -123,6 +123,13 @@ function filterOrNull(text: string): unknown {
   }
 }
 
+/** A filter dry run: the filter text it tried, and the API's verdict or the error. */
+interface DryRun {
+  forText: string;
+  answer?: { matched: boolean; explanation: FilterExplanation | null };
+  error?: Error;
+}
+
 /** What a filter dry run answered, node by node. */
 function FilterVerdict({ matched, explanation }: { matched: boolean; explanation: FilterExplanation | null }) {
   const lines: { depth: number; node: FilterExplanation }[] = [];
@@ -537,7 +544,8 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
   const [ordering, setOrdering] = useState<Webhook['ordering']>(webhook?.ordering ?? 'none');
   const [maxConcurrency, setMaxConcurrency] = useState(webhook?.max_concurrency?.toString() ?? '');
   const [filterText, setFilterText] = useState(webhook?.filter ? JSON.stringify(webhook.filter, null, 2) : '');
-  const [tried, setTried] = useState<{ matched: boolean; explanation: FilterExplanation | null }>();
+  const [dryRun, setDryRun] = useState<DryRun>();
+  const [trying, setTrying] = useState(false);
   const { busy, error, run } = useAction();
   const id = webhook?.webhook_id ?? 'new';
 
@@ -565,8 +573,10 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
       } else {
         const controls = {
           ...(limit === null ? {} : { rate_limit_per_second: limit }),
+          ...(ceiling === null ? {} : { max_concurrency: ceiling }),
           ...(signature === 'hmac' ? {} : { signature }),
           ...(ordering === 'none' ? {} : { ordering }),
+          ...(filter === null ? {} : { filter }),
         };
         const created = await call<{ webhook_id: string; secret?: string }>('POST', '/vendors/v1/webhooks', {
           body: { event_type: eventType, callback_url: url, ...(secret === '' ? {} : { secret }), ...controls },
@@ -576,18 +586,25 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
     });
   };
 
-  const tryFilter = (recent: boolean) =>
-    run(async () => {
-      if (!webhook) return;
+  const tryFilter = async (recent: boolean) => {
+    if (!webhook) return;
+    const forText = filterText;
+    setTrying(true);
+    try {
       const answer = await call<{ matched: boolean; explanation: FilterExplanation | null }>(
         'POST',
         `/vendors/v1/webhooks/${seg(webhook.webhook_id)}/filter-test`,
-        {
-          body: { filter: filterOrNull(filterText), ...(recent ? { recent: true } : {}) },
-        },
+        { body: { filter: filterOrNull(forText), ...(recent ? { recent: true } : {}) } },
       );
-      setTried(answer);
-    });
+      setDryRun({ forText, answer });
+    } catch (e) {
+      setDryRun({ forText, error: e as Error });
+    } finally {
+      setTrying(false);
+    }
+  };
+  // A dry run speaks only for the text it tried: once the filter changes, its verdict or error goes.
+  const tried = dryRun?.forText === filterText ? dryRun : undefined;
 
   return (
     <form class="form" onSubmit={(e) => void submit(e)} aria-label={webhook ? 'Edit webhook' : 'Add a webhook'}>
@@ -643,24 +660,34 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
         </select>
         <p class="hint">FIFO: a delivery that keeps failing holds the ones behind it until it succeeds or is dead-lettered.</p>
         <label for={`filter-${id}`}>Payload filter (JSON; empty: every event of the type)</label>
-        <textarea id={`filter-${id}`} spellcheck={false} value={filterText} onInput={(e) => setFilterText(e.currentTarget.value)} />
-        <p class="hint">
+        <textarea
+          id={`filter-${id}`}
+          spellcheck={false}
+          value={filterText}
+          aria-invalid={tried?.error ? true : undefined}
+          aria-describedby={`filter-hint-${id} filter-tried-${id}`}
+          onInput={(e) => setFilterText(e.currentTarget.value)}
+        />
+        <p class="hint" id={`filter-hint-${id}`}>
           For example {'{"path": "data.status", "eq": "unavailable"}'}; eq, ne, in, gt, gte, lt, lte, exists, and, or, not. Events it does not match are not
           sent.
         </p>
         {webhook && (
           <div class="actions">
-            <button type="button" class="small" disabled={busy} onClick={() => void tryFilter(false)}>
+            <button type="button" class="small" disabled={trying} onClick={() => void tryFilter(false)}>
               Try on a sample event
             </button>
             {webhook.filter !== null && (
-              <button type="button" class="small" disabled={busy} onClick={() => void tryFilter(true)}>
+              <button type="button" class="small" disabled={trying} onClick={() => void tryFilter(true)}>
                 Try on the newest event
               </button>
             )}
           </div>
         )}
-        {tried && <FilterVerdict matched={tried.matched} explanation={tried.explanation} />}
+        <div class="dry-run" id={`filter-tried-${id}`}>
+          <ErrorText error={tried?.error} />
+          {tried?.answer && <FilterVerdict matched={tried.answer.matched} explanation={tried.answer.explanation} />}
+        </div>
         <label for={`sig-${id}`}>Signature</label>
         <select id={`sig-${id}`} value={signature} onChange={(e) => setSignature(e.currentTarget.value as Webhook['signature'])}>
           <option value="hmac">HMAC with the secret (v1)</option>
