@@ -183,7 +183,8 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
 
     it('answers the webhook as the list shows it, with its secret when one is set', async () => {
       const withSecret = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'topsecret', rate_limit_per_second: 5 });
-      const withoutSecret = await register(WEBHOOK_EVENT_TYPES[3]);
+      // An Ed25519 webhook registered without a secret has none (an HMAC one gets a generated secret).
+      const withoutSecret = await register(WEBHOOK_EVENT_TYPES[3], { signature: 'ed25519' });
       const listed = (await list()).json<{ webhooks: Record<string, unknown>[] }>().webhooks;
       for (const [i, id] of [withSecret, withoutSecret].entries()) {
         const res = await get(id);
@@ -192,6 +193,7 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       }
       expect((await get(withSecret)).json()).toMatchObject({ webhook_id: withSecret, secret: 'topsecret', rate_limit_per_second: 5, enabled: true });
       expect((await get(withoutSecret)).json()).not.toHaveProperty('secret');
+      expect((await get(withoutSecret)).json()).toMatchObject({ signature: 'ed25519', has_secret: false });
       // An id in capitals is the same webhook.
       expect((await get(withSecret.toUpperCase())).json()).toMatchObject({ webhook_id: withSecret });
     });
