@@ -232,20 +232,28 @@ function formatPath(path: readonly PropertyKey[]): string {
  * The issues to report: a failed union (a removal's data) reports the branch that came closest,
  * i.e. the one with the fewest issues, with its paths made absolute.
  */
-function flattenIssues(issues: readonly z.core.$ZodIssue[], prefix: readonly PropertyKey[] = []): { path: PropertyKey[]; message: string }[] {
+function flattenIssues(
+  issues: readonly z.core.$ZodIssue[],
+  prefix: readonly PropertyKey[] = [],
+): { path: PropertyKey[]; message: string; unknownField: boolean }[] {
   return issues.flatMap((issue) => {
     const path = [...prefix, ...issue.path];
     if (issue.code === 'invalid_union' && issue.errors.length > 0) {
       const closest = issue.errors.reduce((best, branch) => (branch.length < best.length ? branch : best));
       return flattenIssues(closest, path);
     }
-    return [{ path, message: issue.message }];
+    return [{ path, message: issue.message, unknownField: issue.code === 'unrecognized_keys' }];
   });
 }
 
-/** A short human reason for a failed event validation, naming the fields, e.g. `data.metadata.machine_id: required`. */
+/**
+ * A short human reason for a failed event validation, naming the fields, e.g. `data.metadata.machine_id: required`.
+ * Unknown fields come first: a misplaced or misspelt field (`vendor` for `vendor_id`) is usually
+ * the cause of the other issues, and must not be the one hidden behind "(and 1 more)".
+ */
 function describeEventIssues(error: z.ZodError): string {
-  const issues = flattenIssues(error.issues);
+  const all = flattenIssues(error.issues);
+  const issues = [...all.filter((issue) => issue.unknownField), ...all.filter((issue) => !issue.unknownField)];
   const parts = [...new Set(issues.slice(0, REASON_ISSUES_MAX).map(({ path, message }) => (path.length === 0 ? message : `${formatPath(path)}: ${message}`)))];
   const more = issues.length - REASON_ISSUES_MAX;
   const reason = parts.join('; ') + (more > 0 ? ` (and ${more} more)` : '');

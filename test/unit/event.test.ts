@@ -130,6 +130,13 @@ describe('ingest event schema, per type', () => {
     });
   });
 
+  it('names unknown fields first, so that the likely cause is never one of those counted in "(and N more)"', () => {
+    // `vendor` for `vendor_id`, beside problems in data: the unknown field explains the missing one.
+    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor: 'v-1', data: { status: 'available', metadata: {}, hardware_specs: 3 } })).toBe(
+      'unknown field "vendor"; vendor_id: required; data.metadata.machine_id: required (and 1 more)',
+    );
+  });
+
   it('keeps the data exactly as sent beside the parsed form the read models use', () => {
     const sent = { extra: 1, ...TASK, nested: { deep: [1, 'two'] } };
     const event = accepted({ event_type: 'TASK_UPDATED', data: sent });
