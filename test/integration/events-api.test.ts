@@ -122,6 +122,30 @@ describe('POST /internal/v1/events', () => {
     expect(mixed.json<Answer>()).toMatchObject({ accepted: 0, duplicates: 1, rejected: 1 });
   });
 
+  it('rejects a poison event nested 20,000 levels deep alone, with a reason, and accepts the rest of its batch', async () => {
+    const webhookId = await subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    const valid = JSON.stringify(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) }));
+    const levels = 20_000;
+    const poison = JSON.stringify(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2) })).replace(
+      '"data":{',
+      `"data":{"deep":${'['.repeat(levels)}1${']'.repeat(levels)},`,
+    );
+    expect(poison.length).toBeGreaterThan(40_000);
+    const res = await post(`{"events":[${valid},${poison}]}`);
+    expect(res.statusCode, res.body).toBe(202);
+    expect(res.json<Answer>()).toEqual({
+      results: [
+        { event_id: id(1), status: 'accepted', deliveries: 1 },
+        { event_id: id(2), status: 'rejected', reason: 'data: nested more than 64 levels deep (objects and arrays within one another)' },
+      ],
+      accepted: 1,
+      duplicates: 0,
+      rejected: 1,
+    });
+    expect((await queued()).map((r) => [r.eventId, r.webhookId])).toEqual([[id(1), webhookId]]);
+    expect(await t.dedupe.seen([id(1), id(2)], Date.now())).toEqual([true, false]);
+  });
+
   it('answers 401 without a valid key and 403 without the events:write role', async () => {
     const event = sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1');
     for (const res of [await post(event, null), await post(event, 'hk_not-a-real-key')]) {
