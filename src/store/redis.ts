@@ -1,4 +1,4 @@
-import { Cluster, Redis as RedisServer, type RedisOptions } from 'ioredis';
+import { Cluster, Redis as RedisServer, ReplyError, type RedisOptions } from 'ioredis';
 import { parseRedisUrl } from '../config/redis-url.js';
 
 /**
@@ -75,6 +75,24 @@ export function isRedisUnavailable(error: Error): boolean {
     /Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EPIPE|Stream isn't writeable|enableOfflineQueue|^OOM command not allowed|^LOADING|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^READONLY/.test(
       error.message,
     )
+  );
+}
+
+/** The base class of ioredis's errors (Redis's replies, aborted commands, a cluster's failed refresh), not exported by ioredis itself. */
+const RedisErrorBase = Object.getPrototypeOf(ReplyError) as new () => Error;
+
+/**
+ * Whether an error came from Redis or the way to it (a reply, an outage, a cluster redirecting or
+ * reconfiguring) rather than from the code that called it, so that it says nothing about the data
+ * of the command that met it.
+ */
+export function isRedisError(error: Error): boolean {
+  return (
+    isRedisUnavailable(error) ||
+    /^(Too many Cluster redirections|None of startup nodes is available|Cluster is disconnect|Cluster isn't ready|Node is disconnected|Command timed out)/.test(
+      error.message,
+    ) ||
+    error instanceof RedisErrorBase
   );
 }
 
