@@ -281,6 +281,8 @@ export class StreamIngestSource {
         if (this.stopping) break;
         failures += 1;
         ownPendingFirst = true;
+        // The failure may have been a failover: the stream's master (and the reader's client there) may have changed.
+        this.readerClient = undefined;
         if (/NOGROUP/.test((error as Error).message)) {
           // The stream or the group was deleted under us; recreate them.
           await this.ensureGroup().catch(() => undefined);
