@@ -28,7 +28,15 @@ import { Ingestor } from './ingest/ingest.js';
 import { StreamIngestSource } from './ingest/stream-source.js';
 import type { Logger } from './logger.js';
 import { createMetrics, initialiseSeries, type Metrics } from './metrics/metrics.js';
-import { breakerObserver, deliveryObserver, fifoObserver, flowObserver, ingestObserver, scrapeCollector } from './metrics/observers.js';
+import {
+  breakerObserver,
+  deliveryObserver,
+  fifoObserver,
+  flowObserver,
+  ingestObserver,
+  scrapeCollector,
+  streamDeadLetterObserver,
+} from './metrics/observers.js';
 import { RedisPortalSessions } from './store/portal-sessions.js';
 import { RedisApiKeyStore } from './store/api-keys.js';
 import { RedisAttemptFeed, type FeedEntry } from './store/attempt-feed.js';
@@ -732,6 +740,8 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
             new StreamIngestSource({
               redis,
               stream: stores.keys.events.streamOf(n),
+              deadLetterStream: stores.keys.events.deadOf(n),
+              ...(metrics ? { observeDeadLetter: streamDeadLetterObserver(metrics) } : {}),
               ingestor: stores.ingestor,
               logger,
               watchConnection: (connection) => outages.watch(connection, `stream ${n}`),

@@ -166,8 +166,15 @@ export class HooklineProducer {
           signal: AbortSignal.timeout(this.timeoutMs),
         });
         if (response.ok) return await this.resultsOf(response, batch.count);
+        const text = await response.text().catch(() => '');
+        const body = jsonOf(text);
+        // Every event rejected: a result per event like any batch's, not a failure of the call.
+        if (response.status === 400 && body?.code === 'events_rejected' && Array.isArray(body.results) && body.results.length === batch.count) {
+          return body.results as EventResult[];
+        }
         const retryable = response.status === 429 || response.status >= 500;
-        failure = new AttemptFailure(`Hookline answered ${response.status}: ${await errorMessageOf(response)}`, response.status, retryable);
+        const message = typeof body?.error === 'string' ? body.error : text.slice(0, 200) || response.statusText;
+        failure = new AttemptFailure(`Hookline answered ${response.status}: ${message}`, response.status, retryable);
         retryAfterMs = parseRetryAfterMs(response.headers.get('retry-after'), Date.now());
       } catch (error) {
         if (error instanceof AttemptFailure) throw error;
@@ -187,14 +194,12 @@ export class HooklineProducer {
   }
 }
 
-/** The `error` of Hookline's error body, or the start of whatever came back. */
-async function errorMessageOf(response: Response): Promise<string> {
-  const text = await response.text().catch(() => '');
+/** The JSON object of an answer's body, or undefined when it is not one. */
+function jsonOf(text: string): { error?: unknown; code?: unknown; results?: unknown } | undefined {
   try {
-    const parsed = JSON.parse(text) as { error?: unknown };
-    if (typeof parsed.error === 'string') return parsed.error;
+    const parsed = JSON.parse(text) as unknown;
+    return typeof parsed === 'object' && parsed !== null ? parsed : undefined;
   } catch {
-    // Not JSON: fall through to the raw text.
+    return undefined;
   }
-  return text.slice(0, 200) || response.statusText;
 }

@@ -8,6 +8,7 @@ export const ERRORS = {
   invalid_json: { status: 400, message: 'The request body is not valid JSON' },
   unsupported_media_type: { status: 415, message: 'The request body must be application/json' },
   body_too_large: { status: 413, message: 'The request body is too large' },
+  events_rejected: { status: 400, message: 'Every event of the request was rejected; see results' },
   invalid_task_id: { status: 400, message: 'Invalid task_id format' },
   task_not_found: { status: 404, message: 'Task not found' },
   invalid_deployment_id: { status: 400, message: 'Invalid deployment_id format' },

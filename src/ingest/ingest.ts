@@ -1,14 +1,5 @@
 import type { AgentStatus } from '../domain/agent.js';
-import {
-  buildEnvelope,
-  envelopeOf,
-  isWebhookEvent,
-  parseEvent,
-  type AcceptedEvent,
-  type EnvelopeSource,
-  type EventResult,
-  type WebhookEvent,
-} from '../domain/event.js';
+import { envelopeOf, isWebhookEvent, parseEvent, type AcceptedEvent, type EnvelopeSource, type EventResult, type WebhookEvent } from '../domain/event.js';
 import type { WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
@@ -88,9 +79,9 @@ export interface IngestorDeps {
 /**
  * Validates, dedupes, projects, matches and enqueues batches of events (DESIGN "Data flow").
  *
- * Why the order of the steps is safe: an event id is marked seen (step 6) only after its read-model
- * writes (3) and its deliveries (5) are durable in Redis. A crash or a Redis error anywhere before
- * step 6 rejects the whole call, so nothing is acknowledged (no 202, no XACK) and the producer or the
+ * Why the order of the steps is safe: an event id is marked seen (step 7) only after its read-model
+ * writes (5) and its deliveries (6) are durable in Redis. A crash or a Redis error anywhere before
+ * step 7 rejects the whole call, so nothing is acknowledged (no 202, no XACK) and the producer or the
  * stream re-sends the batch; re-ingesting then repeats only idempotent work: read-model writes are
  * versioned by event time (the same version is re-applied, an older one is ignored) and the
  * enqueuer creates one delivery per (eventId, webhookId). The reverse order (mark, then work) would
@@ -109,8 +100,8 @@ export class Ingestor {
   }
 
   /**
-   * Ingests a batch and answers one result per input event, in input order. Invalid events are
-   * rejected with a reason while the rest proceed. Rejects (and acknowledges nothing) when Redis or
+   * Ingests a batch and answers one result per input event, in input order. Invalid events (and
+   * any whose envelope cannot be serialised) are rejected with a reason while the rest proceed. Rejects (and acknowledges nothing) when Redis or
    * the enqueuer fails; calling again with the same events is then safe.
    */
   async ingest(rawEvents: readonly unknown[], source: IngestSource): Promise<EventResult[]> {
@@ -147,27 +138,27 @@ export class Ingestor {
 
     let deliveryCount = 0;
     let filtered = 0;
+    let taken = fresh;
     if (fresh.length > 0) {
-      // 3. Project into the read models (versioned by event time, so a late older event is ignored)
-      // and 4. match the webhook events to subscriptions. Independent, so they share a round trip.
+      // 3. Match the webhook events to subscriptions, and those to their payload filters (both cached
+      // in the process: usually no round trip).
       const webhookEvents = fresh.flatMap((candidate) => (isWebhookEvent(candidate.event) ? [{ ...candidate, event: candidate.event }] : []));
-      const [, subscriptions] = await Promise.all([
-        this.project(fresh.map(({ event }) => event)),
+      const subscriptions =
         webhookEvents.length === 0
-          ? Promise.resolve([])
-          : this.deps.subscriptions.matchMany(webhookEvents.map(({ event }) => ({ vendorId: event.vendor_id, eventType: event.event_type }))),
-      ]);
-
-      // 5. Payload filters: an event a webhook's filter does not match gets no delivery (not a failure).
+          ? []
+          : await this.deps.subscriptions.matchMany(webhookEvents.map(({ event }) => ({ vendorId: event.vendor_id, eventType: event.event_type })));
       const checks = this.deps.filters
         ? await this.deps.filters.checksOf(subscriptions.flatMap((found) => (found === undefined ? [] : [found.webhookId])))
         : [];
       let checked = 0;
 
-      // 6. Enqueue every delivery of the batch in one call; the body is built once, here, so every
-      // attempt sends the same bytes.
+      // 4. Build each delivery's body, once, so every attempt sends the same bytes; before anything
+      // is written, so that an event whose envelope cannot be serialised is rejected alone, with
+      // nothing of it stored, while the rest of the batch goes on. A filter that does not match the
+      // event means no delivery, not a failure.
       const deliveriesOf = new Map<number, number>();
       const requests: DeliveryRequest[] = [];
+      const unserialisable = new Set<number>();
       // Of each webhook with a filter, the batch's last event, kept for the filter dry run: its
       // envelope, and its JSON when a delivery was made of it. An event held back is serialised at
       // the end, and only if no later event of the batch replaced it.
@@ -176,36 +167,47 @@ export class Ingestor {
         const subscription = subscriptions[i];
         if (subscription === undefined) return;
         const check = checks[checked++];
-        let body: string;
-        if (check === undefined) body = buildEnvelope(sentEnvelopeSource(event));
-        else {
-          const envelope = envelopeOf(sentEnvelopeSource(event));
-          if (!check(envelope)) {
-            recent.set(subscription.webhookId, { envelope });
-            filtered += 1;
-            return;
-          }
-          // The envelope the filter saw is the body: serialised once, for the delivery and the dry run.
-          body = JSON.stringify(envelope);
-          recent.set(subscription.webhookId, { envelope, body });
+        const envelope = envelopeOf(sentEnvelopeSource(event));
+        if (check !== undefined && !check(envelope)) {
+          recent.set(subscription.webhookId, { envelope });
+          filtered += 1;
+          return;
         }
+        const body = serialised(envelope);
+        if (typeof body !== 'string') {
+          unserialisable.add(index);
+          results[index] = { event_id: event.event_id, status: 'rejected', reason: `data: cannot be serialised as JSON (${body.message})` };
+          return;
+        }
+        // The envelope the filter saw is the body: serialised once, for the delivery and the dry run.
+        if (check !== undefined) recent.set(subscription.webhookId, { envelope, body });
         requests.push(deliveryRequest(event, subscription, acceptedAtMs, body));
         deliveriesOf.set(index, (deliveriesOf.get(index) ?? 0) + 1);
       });
+      taken = unserialisable.size === 0 ? fresh : fresh.filter(({ index }) => !unserialisable.has(index));
+
+      // 5. Project into the read models (versioned by event time, so a late older event is ignored).
+      await this.project(taken.map(({ event }) => event));
+
+      // 6. Enqueue every delivery of the batch in one call. A held-back event that cannot be
+      // serialised is only not kept for the dry run: it has no delivery.
+      const remembered = new Map<string, string>();
+      for (const [webhookId, { envelope, body }] of recent) {
+        const json = body ?? serialised(envelope);
+        if (typeof json === 'string') remembered.set(webhookId, json);
+      }
       await Promise.all([
         requests.length > 0 ? this.deps.deliveries.enqueue(requests) : undefined,
-        recent.size > 0
-          ? this.deps.recentEvents?.remember(new Map([...recent].map(([webhookId, { envelope, body }]) => [webhookId, body ?? JSON.stringify(envelope)])))
-          : undefined,
+        remembered.size > 0 ? this.deps.recentEvents?.remember(remembered) : undefined,
       ]);
 
       // 7. Only now remember the ids: everything above is durable, so a re-send may be skipped.
       await this.deps.dedupe.mark(
-        fresh.map(({ event }) => event.event_id),
+        taken.map(({ event }) => event.event_id),
         acceptedAtMs,
       );
 
-      for (const { index, event } of fresh) {
+      for (const { index, event } of taken) {
         const deliveries = deliveriesOf.get(index) ?? 0;
         deliveryCount += deliveries;
         results[index] = { event_id: event.event_id, status: 'accepted', deliveries };
@@ -216,9 +218,9 @@ export class Ingestor {
       const typeOf = new Map(valid.map(({ index, event }) => [index, event.event_type as string]));
       this.deps.observe({
         source,
-        accepted: fresh.length,
+        accepted: taken.length,
         duplicates: results.filter((r) => r.status === 'duplicate').length,
-        rejected: rawEvents.length - valid.length,
+        rejected: results.filter((r) => r.status === 'rejected').length,
         deliveries: deliveryCount,
         filtered,
         outcomes: results.map((r, index) => ({ eventType: typeOf.get(index) ?? 'invalid', result: r.status })),
@@ -261,7 +263,20 @@ export class Ingestor {
   }
 }
 
-/** `body`: the event's envelope as JSON (buildEnvelope of sentEnvelopeSource), the data as the producer sent it. */
+/**
+ * The envelope as JSON, or the error that stopped it. Validation bounds an event's nesting (and so
+ * rules out cycles), so only an event handed over as an object rather than parsed from JSON (one
+ * holding a BigInt, say) can fail here.
+ */
+function serialised(envelope: ReturnType<typeof envelopeOf>): string | Error {
+  try {
+    return JSON.stringify(envelope);
+  } catch (error) {
+    return error as Error;
+  }
+}
+
+/** `body`: the event's envelope as JSON (the envelope of sentEnvelopeSource), the data as the producer sent it. */
 function deliveryRequest(event: WebhookEvent, subscription: Subscription, acceptedAtMs: number, body: string): DeliveryRequest {
   return {
     eventId: event.event_id,

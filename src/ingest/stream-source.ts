@@ -2,7 +2,16 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Logger } from '../logger.js';
-import { connectionNameOf, duplicateRedis, isRedisUnavailable, serverClientFor, unblockClient, type Redis, type ServerClient } from '../store/redis.js';
+import {
+  connectionNameOf,
+  duplicateRedis,
+  isRedisError,
+  isRedisUnavailable,
+  serverClientFor,
+  unblockClient,
+  type Redis,
+  type ServerClient,
+} from '../store/redis.js';
 import type { Ingestor } from './ingest.js';
 
 /** The consumer group Hookline reads the ingest stream with. */
@@ -15,6 +24,10 @@ export interface StreamIngestSourceOptions {
   redis: Redis;
   /** The stream to consume (`keys.events.streamOf(n)`). */
   stream: string;
+  /** Where entries that cannot be ingested are kept with their reason (`keys.events.deadOf(n)`, the stream's own slot). */
+  deadLetterStream: string;
+  /** Told of each entry moved to the dead-letter stream (metrics). */
+  observeDeadLetter?: (cause: StreamDeadLetterCause) => void;
   ingestor: Pick<Ingestor, 'ingest'>;
   logger: Pick<Logger, 'info' | 'warn' | 'error'>;
   /**
@@ -50,6 +63,24 @@ export interface StreamIngestSourceOptions {
  */
 type StreamEntry = [id: string, fields: Buffer[] | null];
 
+/**
+ * Why an entry was set aside: it held no readable event (`unreadable`), ingest rejected its event
+ * (`rejected`), or ingesting it failed when it was tried alone while the rest of its batch went
+ * through (`failed`).
+ */
+export type StreamDeadLetterCause = 'unreadable' | 'rejected' | 'failed';
+
+/** An entry that will not be ingested: its id and fields as read, and why. */
+interface SetAside {
+  entryId: string;
+  fields: Buffer[] | null;
+  cause: StreamDeadLetterCause;
+  reason: string;
+  error?: Error;
+}
+
+/** Entries the dead-letter stream keeps, about (XADD MAXLEN ~): the newest, for an operator to read and re-send. */
+const DEAD_LETTERS_MAX = 10_000;
 /** Claim rounds per maintenance pass, so a huge backlog of stale entries cannot stall reading. */
 const CLAIM_ROUNDS_MAX = 10;
 /** Consumers removed per maintenance pass. */
@@ -83,8 +114,9 @@ function decodeEntry(fields: Buffer[] | null): Decoded {
   if (json === undefined) return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field ${NOT_UTF8}` };
   try {
     return { ok: true, event: JSON.parse(json) as unknown };
-  } catch (error) {
-    return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field is not valid JSON: ${(error as Error).message}` };
+  } catch {
+    // Without JSON.parse's message: it quotes the text, and reasons are logged (the dead-letter stream keeps the text).
+    return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field is not valid JSON` };
   }
 }
 
@@ -118,15 +150,18 @@ function compareIds(a: string, b: string): number {
  * Ingests events producers append to one Redis ingest stream (one event as JSON in
  * the field `event` of each entry), through a consumer group, so many engine processes share the
  * work. An entry is acknowledged only after the Ingestor resolved for its batch, so an acknowledged
- * event's deliveries exist. Malformed and rejected entries are logged and acknowledged too: they
- * can never succeed and must not wedge the group. A failed batch stays pending, is read again from
- * this consumer's pending list after a back-off, and if this process dies, another one claims it
+ * event's deliveries exist. An entry that can never be ingested (malformed, rejected, or failing
+ * ingest on its own) is moved to the dead-letter stream with its reason and acknowledged: it must
+ * not wedge the group, and must not vanish either. A failed batch stays pending, is read again from
+ * this consumer's pending list after a back-off (with new entries beside it, so that they can show
+ * whether the pending ones are at fault), and if this process dies, another one claims it
  * (XAUTOCLAIM) once it has been idle for `claimMinIdleMs`. The stream is trimmed below the oldest
  * entry not yet acknowledged, so it stays bounded without losing unread events.
  */
 export class StreamIngestSource {
   private readonly redis: Redis;
   private readonly stream: string;
+  private readonly deadLetterStream: string;
   private readonly group: string;
   private readonly consumer: string;
   private readonly batchSize: number;
@@ -148,6 +183,7 @@ export class StreamIngestSource {
   constructor(private readonly options: StreamIngestSourceOptions) {
     this.redis = options.redis;
     this.stream = options.stream;
+    this.deadLetterStream = options.deadLetterStream;
     this.group = options.group ?? STREAM_GROUP_DEFAULT;
     this.consumer = options.consumer ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
     this.batchSize = options.batchSize ?? 500;
@@ -231,7 +267,13 @@ export class StreamIngestSource {
           maintenanceDueAtMs = this.nowMs() + this.maintenanceIntervalMs;
           await this.maintain();
         }
-        const entries = await this.read(reader, ownPendingFirst ? '0' : '>');
+        let entries = await this.read(reader, ownPendingFirst ? '0' : '>');
+        if (ownPendingFirst && entries.length > 0 && entries.length < this.batchSize) {
+          // New entries join the pending ones, without waiting for any: a pending entry that fails
+          // alone is set aside only when others go through (see process), and without new ones a
+          // lone bad entry would be retried for ever while everything behind it waited.
+          entries = [...entries, ...(await this.read(reader, '>', this.batchSize - entries.length))];
+        }
         if (entries.length > 0) await this.process(entries);
         else ownPendingFirst = false;
         failures = 0;
@@ -239,6 +281,8 @@ export class StreamIngestSource {
         if (this.stopping) break;
         failures += 1;
         ownPendingFirst = true;
+        // The failure may have been a failover: the stream's master (and the reader's client there) may have changed.
+        this.readerClient = undefined;
         if (/NOGROUP/.test((error as Error).message)) {
           // The stream or the group was deleted under us; recreate them.
           await this.ensureGroup().catch(() => undefined);
@@ -253,8 +297,11 @@ export class StreamIngestSource {
     }
   }
 
-  /** One XREADGROUP; `'>'` for new entries (blocking), `'0'` for this consumer's pending ones. */
-  private async read(reader: Redis, from: '>' | '0'): Promise<StreamEntry[]> {
+  /**
+   * One XREADGROUP; `'>'` for new entries, `'0'` for this consumer's pending ones. Without `count`
+   * a read of new entries blocks for up to blockMs; with it, it takes only what is there.
+   */
+  private async read(reader: Redis, from: '>' | '0', count?: number): Promise<StreamEntry[]> {
     // Learn the connection's id (again after a reconnect) before blocking on it.
     this.readerClient ??= await serverClientFor(reader, this.stream);
     if (this.stopping) return [];
@@ -264,9 +311,8 @@ export class StreamIngestSource {
       this.group,
       this.consumer,
       'COUNT',
-      this.batchSize,
-      'BLOCK',
-      this.blockMs,
+      count ?? this.batchSize,
+      ...(count === undefined ? ['BLOCK', this.blockMs] : []),
       'STREAMS',
       this.stream,
       from,
@@ -274,28 +320,111 @@ export class StreamIngestSource {
     return entriesOf(reply);
   }
 
-  /** Ingests one batch of entries, then acknowledges all of them (never before ingest resolved). */
+  /**
+   * Ingests a batch of entries and acknowledges them, never before ingest resolved for them. When
+   * ingest fails for a reason other than Redis, the batch is split and its halves tried, until the
+   * entries that fail on their own are found; these are set aside in the dead-letter stream, but
+   * only if another entry of the batch went through. If none did, the failure may well be ingest's
+   * own (a bug that fails every event), so every entry stays pending and the error is thrown. A
+   * Redis failure leaves whatever is not yet acknowledged pending and is thrown at once.
+   */
   private async process(entries: readonly StreamEntry[]): Promise<void> {
-    const events: unknown[] = [];
-    const eventEntryIds: string[] = [];
-    for (const [entryId, fields] of entries) {
-      const decoded = decodeEntry(fields);
-      if (decoded.ok) {
-        events.push(decoded.event);
-        eventEntryIds.push(entryId);
-      } else {
-        this.options.logger.warn({ entryId, reason: decoded.reason }, 'ingest stream: entry skipped');
+    // Parts in stream order; at most 2n - 1 ingest calls for n entries.
+    const parts: StreamEntry[][] = [[...entries]];
+    const failedAlone: { entry: StreamEntry; error: Error }[] = [];
+    let through = 0;
+    for (let part = parts.shift(); part !== undefined; part = parts.shift()) {
+      try {
+        await this.ingestAndAcknowledge(part);
+        through += part.length;
+      } catch (thrown) {
+        const error = thrown as Error;
+        if (isRedisError(error)) throw error;
+        const half = Math.ceil(part.length / 2);
+        if (part.length > 1) parts.unshift(part.slice(0, half), part.slice(half));
+        else failedAlone.push(...part.map((entry) => ({ entry, error })));
       }
     }
+    const [first] = failedAlone;
+    if (first === undefined) return;
+    if (through === 0) throw first.error;
+    await this.acknowledge(
+      [],
+      failedAlone.map(({ entry: [entryId, fields], error }) => ({
+        entryId,
+        fields,
+        cause: 'failed',
+        reason: `ingest failed on this entry alone: ${String(error)}`,
+        error,
+      })),
+    );
+  }
+
+  /** Ingests entries as one batch; acknowledges them all, setting aside those without a readable event and those ingest rejected. */
+  private async ingestAndAcknowledge(entries: readonly StreamEntry[]): Promise<void> {
+    const aside: (SetAside | undefined)[] = new Array<SetAside | undefined>(entries.length);
+    const events: unknown[] = [];
+    const eventAt: number[] = [];
+    entries.forEach(([entryId, fields], i) => {
+      const decoded = decodeEntry(fields);
+      if (!decoded.ok) aside[i] = { entryId, fields, cause: 'unreadable', reason: decoded.reason };
+      else {
+        events.push(decoded.event);
+        eventAt.push(i);
+      }
+    });
     if (events.length > 0) {
       const results = await this.options.ingestor.ingest(events, 'stream');
-      results.forEach((result, i) => {
-        if (result.status === 'rejected') {
-          this.options.logger.warn({ entryId: eventEntryIds[i], event_id: result.event_id, reason: result.reason }, 'ingest stream: event rejected');
-        }
+      results.forEach((result, j) => {
+        const i = eventAt[j]!;
+        const [entryId, fields] = entries[i]!;
+        if (result.status === 'rejected') aside[i] = { entryId, fields, cause: 'rejected', reason: result.reason ?? 'rejected' };
       });
     }
-    await this.redis.xack(this.stream, this.group, ...entries.map(([entryId]) => entryId));
+    await this.acknowledge(
+      entries.map(([entryId]) => entryId),
+      aside.filter((entry) => entry !== undefined),
+    );
+  }
+
+  /**
+   * Copies the entries set aside to the dead-letter stream (their reason, the time, their entry id,
+   * then their fields as they were) and acknowledges them with `entryIds`, in one transaction on the
+   * stream's slot: an entry is never acknowledged without its copy kept. Logs each by id and reason,
+   * never its content.
+   */
+  private async acknowledge(entryIds: readonly string[], aside: readonly SetAside[]): Promise<void> {
+    if (aside.length === 0) {
+      await this.redis.xack(this.stream, this.group, ...entryIds);
+      return;
+    }
+    const failedAt = new Date(this.nowMs()).toISOString();
+    const transaction = this.redis.multi();
+    for (const { entryId, fields, reason } of aside) {
+      transaction.xadd(
+        this.deadLetterStream,
+        'MAXLEN',
+        '~',
+        DEAD_LETTERS_MAX,
+        '*',
+        'reason',
+        reason,
+        'failed_at',
+        failedAt,
+        'entry_id',
+        entryId,
+        ...(fields ?? []),
+      );
+    }
+    transaction.xack(this.stream, this.group, ...new Set([...entryIds, ...aside.map(({ entryId }) => entryId)]));
+    const failure = (await transaction.exec())?.find(([error]) => error !== null)?.[0];
+    if (failure) throw failure;
+    for (const { entryId, cause, reason, error } of aside) {
+      const line = { entryId, cause, reason, deadLetterStream: this.deadLetterStream };
+      if (error) this.options.logger.error({ ...line, err: error }, 'ingest stream: entry set aside');
+      else this.options.logger.warn(line, 'ingest stream: entry set aside');
+      this.options.observeDeadLetter?.(cause);
+    }
   }
 
   /** Claims stale entries of dead consumers (and ingests them), then tidies the stream and the group. */

@@ -31,6 +31,12 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
       labelNames: ['event_type', 'source', 'result'] as const,
       registers,
     }),
+    ingestStreamDeadLetters: new Counter({
+      name: 'hookline_ingest_stream_dead_letters_total',
+      help: 'Ingest stream entries moved to the dead-letter stream instead of being ingested, by cause (unreadable: no event as JSON; rejected: the event is invalid; failed: ingesting it alone failed).',
+      labelNames: ['cause'] as const,
+      registers,
+    }),
     ingestBatchDuration: new Histogram({
       name: 'hookline_ingest_batch_duration_seconds',
       help: 'Time to ingest one batch: validate, dedupe, project, match and enqueue.',
@@ -194,6 +200,7 @@ export function initialiseSeries(metrics: Metrics): void {
   for (const reason of ['gone', 'failing']) metrics.webhooksDisabled.inc({ reason }, 0);
   for (const state of ['open', 'half_open', 'closed']) metrics.circuitTransitions.inc({ state }, 0);
   for (const result of ['sent', 'deferred']) metrics.rateLimitChecks.inc({ result }, 0);
+  for (const cause of ['unreadable', 'rejected', 'failed']) metrics.ingestStreamDeadLetters.inc({ cause }, 0);
   metrics.ssrfBlocked.inc(0);
   metrics.deliveriesFiltered.inc(0);
   metrics.concurrencyDecreases.inc(0);

@@ -2,6 +2,7 @@ import type { CircuitChange } from '../delivery/breaker.js';
 import type { FinishedOutcome } from '../delivery/attempt.js';
 import type { FlowEvent } from '../delivery/endpoint-flow.js';
 import type { IngestBatchSummary } from '../ingest/ingest.js';
+import type { StreamDeadLetterCause } from '../ingest/stream-source.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from './metrics.js';
 
@@ -30,6 +31,11 @@ export function ingestObserver(metrics: Metrics, logger: Logger): (summary: Inge
       'ingest.batch',
     );
   };
+}
+
+/** Counts each ingest stream entry set aside in the dead-letter stream (the entry's own log line is the source's). */
+export function streamDeadLetterObserver(metrics: Metrics): (cause: StreamDeadLetterCause) => void {
+  return (cause) => metrics.ingestStreamDeadLetters.inc({ cause });
 }
 
 /** Turns each finished delivery run into counters and histograms. */

@@ -4,7 +4,7 @@
  */
 export function redisKeys(prefix: string) {
   const tag = (area: string) => `{${prefix}:${area}}`;
-  const ingestStream = (n: number) => (n === 0 ? `${tag('ingest')}:events` : `${tag(`ingest:${n}`)}:events`);
+  const ingestTag = (n: number) => (n === 0 ? tag('ingest') : tag(`ingest:${n}`));
   return {
     /** SCAN pattern matching every key of this prefix (tests and tooling). */
     all: `{${prefix}:*`,
@@ -40,12 +40,17 @@ export function redisKeys(prefix: string) {
     },
     events: {
       /** stream producers may XADD events to; consumed by the group below */
-      stream: ingestStream(0),
+      stream: `${ingestTag(0)}:events`,
       /**
        * ingest stream `n` (HOOKLINE_INGEST_STREAMS): stream 0 is the one above, the others each
        * their own hash tag, so producers spread over a cluster's shards by appending to several
        */
-      streamOf: ingestStream,
+      streamOf: (n: number) => `${ingestTag(n)}:events`,
+      /**
+       * stream, capped: the entries of ingest stream `n` that could not be ingested, each with its
+       * reason; on the stream's own slot, so an entry is moved and acknowledged in one transaction
+       */
+      deadOf: (n: number) => `${ingestTag(n)}:dead`,
     },
     /** BullMQ prefix of delivery queue partition `n`: every key of one queue shares this hash tag */
     deliveryQueuePrefix: (partition: number) => tag(`q${partition}`),

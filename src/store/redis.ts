@@ -1,4 +1,4 @@
-import { Cluster, Redis as RedisServer, type RedisOptions } from 'ioredis';
+import { Cluster, Redis as RedisServer, ReplyError, type RedisOptions } from 'ioredis';
 import { parseRedisUrl } from '../config/redis-url.js';
 
 /**
@@ -23,6 +23,14 @@ export interface RedisConnectOptions {
 const reconnectDelayMs = (attempt: number) => Math.min(attempt * 200, 5_000);
 
 /**
+ * How often a cluster connection reads the slot map again on its own. ioredis otherwise learns of a
+ * new topology only from a MOVED reply or a failed connection, and a connection that sends nothing
+ * to the moved slots (a reader waiting on one stream, say) would keep a dead or demoted master's
+ * map for ever. One CLUSTER SLOTS per interval per connection.
+ */
+const SLOTS_REFRESH_INTERVAL_MS = 5_000;
+
+/**
  * Opens an ioredis connection with Hookline's defaults (auto-pipelining, bounded reconnect back-off):
  * a `Cluster` when `url` is `redis+cluster://…` (or `rediss+cluster://…`), else one server.
  */
@@ -37,6 +45,7 @@ export function connectRedis(url: string, options: RedisConnectOptions): Redis {
       // each command follows its redirection.
       enableAutoPipelining: false,
       clusterRetryStrategy: reconnectDelayMs,
+      slotsRefreshInterval: SLOTS_REFRESH_INTERVAL_MS,
       redisOptions: {
         connectionName: options.connectionName,
         maxRetriesPerRequest: options.maxRetriesPerRequest,
@@ -64,18 +73,38 @@ export function connectRedis(url: string, options: RedisConnectOptions): Redis {
   return new RedisServer(url, redisOptions);
 }
 
+/** Starts the message of the error a cluster connection gives while it cannot tell which master serves a slot. */
+const CLUSTER_RECONFIGURING = 'the Redis Cluster is reconfiguring';
+
 /**
  * The Redis errors that mean "storage cannot take this right now" (unreachable, loading, out of
- * memory under noeviction, a cluster failing over), as opposed to a bug: the API answers 503, and
- * the process's connection watcher has logged the outage once.
+ * memory under noeviction, a cluster failing over or reconfiguring), as opposed to a bug: the API
+ * answers 503, and the process's connection watcher has logged the outage once. While a master
+ * fails over, ioredis retries a command on its dead connection until it gives up with "Too many
+ * Cluster redirections", refreshes a slot map no node can give yet ("Failed to refresh slots
+ * cache"), and a read blocked on a master that turns replica ends with UNBLOCKED.
  */
 export function isRedisUnavailable(error: Error): boolean {
   return (
     error.name === 'MaxRetriesPerRequestError' ||
-    /Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EPIPE|Stream isn't writeable|enableOfflineQueue|^OOM command not allowed|^LOADING|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^READONLY/.test(
+    error.name === 'ClusterAllFailedError' ||
+    /Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EPIPE|Stream isn't writeable|enableOfflineQueue|^OOM command not allowed|^LOADING|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^READONLY|^UNBLOCKED|^Too many Cluster redirections|^None of startup nodes is available/.test(
       error.message,
-    )
+    ) ||
+    error.message.startsWith(CLUSTER_RECONFIGURING)
   );
+}
+
+/** The base class of ioredis's errors (Redis's replies, aborted commands, a cluster's failed refresh), not exported by ioredis itself. */
+const RedisErrorBase = Object.getPrototypeOf(ReplyError) as new () => Error;
+
+/**
+ * Whether an error came from Redis or the way to it (a reply, an outage, a cluster redirecting or
+ * reconfiguring) rather than from the code that called it, so that it says nothing about the data
+ * of the command that met it.
+ */
+export function isRedisError(error: Error): boolean {
+  return isRedisUnavailable(error) || /^(Cluster is disconnect|Node is disconnected|Command timed out)/.test(error.message) || error instanceof RedisErrorBase;
 }
 
 /** The connection name `redis` was opened with. */
@@ -185,19 +214,39 @@ async function clusterReady(cluster: Cluster): Promise<void> {
 
 const nodeKeyOf = (node: RedisServer) => `${node.options.host}:${node.options.port}`;
 
-function clusterNode(cluster: Cluster, nodeKey: string | undefined): RedisServer {
-  const node = cluster.nodes('master').find((n) => nodeKeyOf(n) === nodeKey);
-  if (!node) throw new Error(`no connection to the Redis Cluster master ${nodeKey ?? '(unknown)'}`);
-  return node;
+function clusterNode(cluster: Cluster, nodeKey: string | undefined): RedisServer | undefined {
+  return cluster.nodes('master').find((n) => nodeKeyOf(n) === nodeKey);
+}
+
+/** Reads the cluster's slot map again (one CLUSTER SLOTS); resolves either way, a failure being the map not yet known. */
+function refreshSlots(cluster: Cluster): Promise<void> {
+  return new Promise((resolve) => cluster.refreshSlotsCache(() => resolve()));
+}
+
+/**
+ * The connection to the master serving `slot`, after reading the slot map again: asked after a
+ * (re)connect or a failure, when the map may name a master that died or was demoted by a failover,
+ * and a connection that only ever sends to one slot would not learn of the new one by itself soon
+ * enough. Throws a reconfiguring error (an unavailability) while no master is known for the slot.
+ */
+async function masterForSlot(cluster: Cluster, slot: number): Promise<RedisServer> {
+  await refreshSlots(cluster);
+  const nodeKey = cluster.slots[slot]?.[0];
+  const master = clusterNode(cluster, nodeKey);
+  if (!master) throw new Error(`${CLUSTER_RECONFIGURING}: no connection to a master serving slot ${slot} (the map names ${nodeKey ?? 'none'})`);
+  return master;
 }
 
 /**
  * Every server keys may live on: the server itself, or each master of a cluster (its own
- * connection to that node). For commands that work per server, such as SCAN.
+ * connection to that node, with the slot map read again first, so that a failover since the last
+ * read does not leave a demoted or dead master in the list). For commands that work per server,
+ * such as SCAN.
  */
 export async function masterNodes(redis: Redis): Promise<RedisServer[]> {
   if (!(redis instanceof Cluster)) return [redis];
   await clusterReady(redis);
+  await refreshSlots(redis);
   return redis.nodes('master');
 }
 
@@ -209,13 +258,14 @@ export interface ServerClient {
 
 /**
  * Which server-side client `redis` sends commands on `key` through: on one server its connection,
- * on a cluster its connection to the master serving the key's slot. Ask before a blocking command
- * on `key`, so unblockClient can end it.
+ * on a cluster its connection to the master serving the key's slot (with the slot map read again
+ * first). Ask before a blocking command on `key`, so unblockClient can end it, and again after any
+ * failure of that command.
  */
 export async function serverClientFor(redis: Redis, key: string): Promise<ServerClient> {
   if (!(redis instanceof Cluster)) return { id: await redis.client('ID'), node: undefined };
   await clusterReady(redis);
-  const node = clusterNode(redis, redis.slots[keySlot(key)]?.[0]);
+  const node = await masterForSlot(redis, keySlot(key));
   return { id: await node.client('ID'), node: nodeKeyOf(node) };
 }
 
@@ -225,6 +275,7 @@ export async function serverClientFor(redis: Redis, key: string): Promise<Server
  */
 export async function unblockClient(redis: Redis, client: ServerClient): Promise<void> {
   const server = redis instanceof Cluster ? clusterNode(redis, client.node) : redis;
+  if (!server) throw new Error(`${CLUSTER_RECONFIGURING}: no connection to the Redis Cluster master ${client.node ?? '(unknown)'}`);
   await server.client('UNBLOCK', client.id);
 }
 

@@ -7,6 +7,8 @@ import { cleanEnv } from './processes.js';
 
 export interface TestWorker {
   outcomes: FinishedOutcome[];
+  /** The worker engine's metrics (the text `/metrics` would serve). */
+  metricsText(): Promise<string>;
   breakers: DeliveryWorker['breakers'];
   flow: DeliveryWorker['flow'];
   close(): Promise<void>;
@@ -63,6 +65,7 @@ export async function startTestWorker(t: TestApp, settings: TestWorkerSettings =
   await engine.start();
   return {
     outcomes,
+    metricsText: async () => (await engine.metrics?.registry.metrics()) ?? '',
     breakers: engine.worker!.breakers,
     flow: engine.worker!.flow,
     async close() {

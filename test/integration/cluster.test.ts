@@ -464,6 +464,7 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     const source = new StreamIngestSource({
       redis: app.redis,
       stream: app.keys.events.stream,
+      deadLetterStream: app.keys.events.deadOf(0),
       ingestor: app.ingestor,
       logger: pino({ level: 'silent' }),
       blockMs: 10_000,
@@ -479,6 +480,18 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
         5_000,
         'the entry acknowledged',
       );
+      // An entry that cannot be ingested is moved and acknowledged in one transaction: its dead-letter stream shares the stream's slot.
+      const unreadable = await app.redis.xadd(app.keys.events.stream, '*', 'event', 'not json');
+      expect(keySlot(app.keys.events.deadOf(0))).toBe(keySlot(app.keys.events.stream));
+      const [kept] = await waitFor(
+        async () => {
+          const entries = await app.redis.xrange(app.keys.events.deadOf(0), '-', '+');
+          return entries.length > 0 && entries.map(([, fields]) => fields);
+        },
+        5_000,
+        'the entry set aside',
+      );
+      expect(kept).toEqual(['reason', 'the "event" field is not valid JSON', 'failed_at', expect.any(String), 'entry_id', unreadable, 'event', 'not json']);
       // Once the reader blocks again, stop: CLIENT UNBLOCK must reach the master serving the stream.
       await waitFor(
         async () => {

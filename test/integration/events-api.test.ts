@@ -88,6 +88,64 @@ describe('POST /internal/v1/events', () => {
     expect(await queued()).toHaveLength(1);
   });
 
+  it('answers 400 events_rejected, with every result, when no event of the request was taken', async () => {
+    const single = await post({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor: 'v-1', data: { status: 'available', metadata: { machine_id: 'm-1' } } });
+    expect(single.statusCode).toBe(400);
+    expect(single.json()).toEqual({
+      error: 'The event was rejected: unknown field "vendor"; vendor_id: required',
+      code: 'events_rejected',
+      results: [{ status: 'rejected', reason: 'unknown field "vendor"; vendor_id: required' }],
+      accepted: 0,
+      duplicates: 0,
+      rejected: 1,
+    });
+    const batch = await post({
+      events: [{ event_type: 'TASK_UPDATED', event_id: id(7), data: { task_id: 'nope', status: 'pending', fail_reason: null } }, 42],
+    });
+    expect(batch.statusCode).toBe(400);
+    expect(batch.json()).toMatchObject({
+      error: 'All 2 events were rejected (see results); the first: data.task_id: task_id must be a UUID',
+      code: 'events_rejected',
+      results: [
+        { event_id: id(7), status: 'rejected', reason: 'data.task_id: task_id must be a UUID' },
+        { status: 'rejected', reason: 'the event must be a JSON object' },
+      ],
+      rejected: 2,
+    });
+    expect(await t.dedupe.seen([id(7)], Date.now())).toEqual([false]);
+
+    // A duplicate beside a rejected event: something was taken (earlier), so the answer stays 202.
+    const valid = sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(8) });
+    expect((await post(valid)).statusCode).toBe(202);
+    const mixed = await post({ events: [valid, 42] });
+    expect(mixed.statusCode).toBe(202);
+    expect(mixed.json<Answer>()).toMatchObject({ accepted: 0, duplicates: 1, rejected: 1 });
+  });
+
+  it('rejects a poison event nested 20,000 levels deep alone, with a reason, and accepts the rest of its batch', async () => {
+    const webhookId = await subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    const valid = JSON.stringify(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) }));
+    const levels = 20_000;
+    const poison = JSON.stringify(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2) })).replace(
+      '"data":{',
+      `"data":{"deep":${'['.repeat(levels)}1${']'.repeat(levels)},`,
+    );
+    expect(poison.length).toBeGreaterThan(40_000);
+    const res = await post(`{"events":[${valid},${poison}]}`);
+    expect(res.statusCode, res.body).toBe(202);
+    expect(res.json<Answer>()).toEqual({
+      results: [
+        { event_id: id(1), status: 'accepted', deliveries: 1 },
+        { event_id: id(2), status: 'rejected', reason: 'data: nested more than 64 levels deep (objects and arrays within one another)' },
+      ],
+      accepted: 1,
+      duplicates: 0,
+      rejected: 1,
+    });
+    expect((await queued()).map((r) => [r.eventId, r.webhookId])).toEqual([[id(1), webhookId]]);
+    expect(await t.dedupe.seen([id(1), id(2)], Date.now())).toEqual([true, false]);
+  });
+
   it('answers 401 without a valid key and 403 without the events:write role', async () => {
     const event = sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1');
     for (const res of [await post(event, null), await post(event, 'hk_not-a-real-key')]) {

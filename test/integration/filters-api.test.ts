@@ -127,6 +127,18 @@ describe('payload filters in the API: stored with the webhook, validated, and tr
     expect(await bad({ filter: { path: 'data.a' } })).toMatchObject({ error: expect.stringContaining('filter: needs exactly one comparison') as string });
     expect(await bad({ sample: true })).toMatchObject({ error: 'Invalid request body: unknown field "sample"' });
     expect(await bad({ recent: false })).toMatchObject({ error: 'Invalid request body: recent must be true' });
+    // An event nested past what ingest takes: the answer echoes the event, so it is refused up front.
+    const deep = await t.app.inject({
+      method: 'POST',
+      url,
+      headers: { 'x-api-key': key, 'content-type': 'application/json' },
+      payload: `{"event":{"data":{"x":${'['.repeat(20_000)}1${']'.repeat(20_000)}}}}`,
+    });
+    expect(deep.statusCode).toBe(400);
+    expect(deep.json()).toEqual({
+      error: 'Invalid request body: event.data: nested more than 64 levels deep (objects and arrays within one another)',
+      code: 'invalid_request',
+    });
     // Recent events are kept for webhooks with a filter only; this one has none, and nothing was ingested.
     expect(await bad({ recent: true })).toMatchObject({
       error: 'No recent event for this webhook: they are kept, for a day, only for webhooks that have a filter',

@@ -90,6 +90,24 @@ describe('Ingestor: matching and the envelope', () => {
     expect(await f.machines.get('m-2')).toBeUndefined();
   });
 
+  it('rejects an event whose envelope cannot be serialised alone, storing nothing of it, and ingests the rest of the batch', async () => {
+    await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    // Only an event handed over as an object can hold what JSON cannot write; validation strips the
+    // unnamed field from the read models' copy, the envelope keeps it as sent.
+    const results = await f.ingest([
+      { event_id: id(1), event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { ...machine('m-1'), size: 10n } },
+      sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2), data: machine('m-2') }),
+    ]);
+    expect(results).toEqual([
+      { event_id: id(1), status: 'rejected', reason: 'data: cannot be serialised as JSON (Do not know how to serialize a BigInt)' },
+      { event_id: id(2), status: 'accepted', deliveries: 1 },
+    ]);
+    expect(f.enqueuer.requests.map((r) => r.eventId)).toEqual([id(2)]);
+    expect(await f.machines.get('m-1')).toBeUndefined();
+    expect(await f.machines.get('m-2')).toEqual(machine('m-2'));
+    expect(await f.seen(id(1), id(2))).toEqual([false, true]);
+  });
+
   it('accepts an event for a vendor without a webhook, with 0 deliveries and no enqueue', async () => {
     await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
     const results = await f.ingest([

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { buildEnvelope, INGEST_EVENT_TYPES, parseEvent, type EventParse } from '../../src/domain/event.js';
+import { nestsDeeperThan } from '../../src/domain/json-depth.js';
 
 const ACCEPTED_AT_MS = Date.UTC(2024, 4, 1, 12, 30);
 const ASSIGNED_ID = 'ffffffff-0000-4000-8000-000000000001';
@@ -130,6 +131,13 @@ describe('ingest event schema, per type', () => {
     });
   });
 
+  it('names unknown fields first, so that the likely cause is never one of those counted in "(and N more)"', () => {
+    // `vendor` for `vendor_id`, beside problems in data: the unknown field explains the missing one.
+    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor: 'v-1', data: { status: 'available', metadata: {}, hardware_specs: 3 } })).toBe(
+      'unknown field "vendor"; vendor_id: required; data.metadata.machine_id: required (and 1 more)',
+    );
+  });
+
   it('keeps the data exactly as sent beside the parsed form the read models use', () => {
     const sent = { extra: 1, ...TASK, nested: { deep: [1, 'two'] } };
     const event = accepted({ event_type: 'TASK_UPDATED', data: sent });
@@ -139,6 +147,45 @@ describe('ingest event schema, per type', () => {
     const agent = accepted({ event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED', vendor_id: 'v-1', data: agentSent });
     expect(agent.sentData).toEqual({ deployment_id: 'd', machine_id: 'm', status: 'STATUS_PENDING' });
     expect(agent.data).toEqual({ ...agentSent, fail_reason: '', metadata: {} });
+  });
+});
+
+describe('nesting', () => {
+  /** `levels` levels of arrays within one another, as parsed JSON: `[[…[1]…]]`. */
+  const nested = (levels: number): unknown => JSON.parse(`${'['.repeat(levels)}1${']'.repeat(levels)}`);
+  const machineWith = (extra: unknown) => ({ event_id: EVENT_ID, event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { ...MACHINE, extra } });
+
+  it('takes data nested 64 levels deep and rejects 65, naming the limit and echoing the id', () => {
+    // data is level 1, so its field holds the other 63 (then 64).
+    expect(accepted(machineWith(nested(63))).event_id).toBe(EVENT_ID);
+    expect(parse(machineWith(nested(64)))).toEqual({
+      ok: false,
+      reason: 'data: nested more than 64 levels deep (objects and arrays within one another)',
+      event_id: EVENT_ID,
+    });
+  });
+
+  it('rejects a poison event nested 20,000 (40 KB) and 2,000,000 levels deep, or holding a cycle, without overflowing the stack', () => {
+    for (const levels of [20_000, 2_000_000]) expect(reasonOf(machineWith(nested(levels)))).toMatch(/^data: nested more than 64 levels deep/);
+    const cycle: Record<string, unknown> = { name: 'loop' };
+    cycle.self = cycle;
+    expect(reasonOf(machineWith(cycle))).toMatch(/^data: nested more than 64 levels deep/);
+  });
+});
+
+describe('nestsDeeperThan', () => {
+  it('counts the value itself as level 1 and every object or array within as one more', () => {
+    const cases: [unknown, number, boolean][] = [
+      [null, 0, false],
+      ['text', 0, false],
+      [{}, 1, false],
+      [{}, 0, true],
+      [{ a: [] }, 2, false],
+      [{ a: [] }, 1, true],
+      [[1, 'x', null, [2, { b: {} }]], 4, false],
+      [[1, 'x', null, [2, { b: {} }]], 3, true],
+    ];
+    for (const [value, levelsMax, deeper] of cases) expect(nestsDeeperThan(value, levelsMax), JSON.stringify([value, levelsMax])).toBe(deeper);
   });
 });
 

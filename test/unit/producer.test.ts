@@ -114,6 +114,19 @@ describe('HooklineProducer', () => {
     expect(received).toHaveLength(1);
   });
 
+  it('resolves with the results when Hookline rejected every event of a batch (400 events_rejected), and goes on with the next batch', async () => {
+    const rejectAll: Answer = (res, got) => {
+      res.writeHead(400, { 'content-type': 'application/json' });
+      const results = got.events.map((e) => ({ event_id: e.event_id, status: 'rejected', reason: 'data.task_id: task_id must be a UUID' }));
+      res.end(JSON.stringify({ error: 'All 2 events were rejected (see results)', code: 'events_rejected', results, accepted: 0, duplicates: 0, rejected: 2 }));
+    };
+    script = [rejectAll];
+    const results = await producer({ batchSize: 2 }).publish([taskEvent(), taskEvent(), taskEvent()]);
+    expect(received.map((r) => r.events.length)).toEqual([2, 1]);
+    expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected', 'accepted']);
+    expect(results[0]).toMatchObject({ event_id: received[0]!.events[0]!.event_id, reason: 'data.task_id: task_id must be a UUID' });
+  });
+
   it('gives up after maxRetries retries', async () => {
     script = [status(500), status(502), status(503), status(504)];
     const error = (await producer({ maxRetries: 2 })

@@ -4,8 +4,8 @@ import { EVENT_BATCH_SIZE_MAX, eventResultSchema, ingestEventSchema } from '../.
 import type { Ingestor } from '../../ingest/ingest.js';
 import type { EventBudget } from '../../store/rate-limiter.js';
 import { principalOf, type Authorizer } from '../auth.js';
-import { ApiError } from '../errors.js';
-import { errorResponses, noQueryParameters } from '../schemas.js';
+import { ApiError, errorBody } from '../errors.js';
+import { errorResponses, errorSchema, noQueryParameters } from '../schemas.js';
 
 /** Largest request body of the ingest route: 1000 events of a few KiB each fit with room to spare. */
 export const EVENTS_BODY_LIMIT_BYTES = 5 * 1024 * 1024;
@@ -43,12 +43,22 @@ const outerShape = z
     if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['events'], message: problem });
   });
 
-const acceptedResponse = z.object({
+const resultCounts = {
   results: z.array(eventResultSchema).describe('One result per event, in request order.'),
   accepted: z.int().min(0),
   duplicates: z.int().min(0),
   rejected: z.int().min(0),
-});
+};
+
+const acceptedResponse = z.object(resultCounts);
+
+/**
+ * 400 when no event of the request was taken: an error, so that a producer which treats any 2xx as
+ * done (and retries only 5xx) notices, and still with every event's reason.
+ */
+const allRejectedResponse = errorSchema
+  .extend({ code: z.literal('events_rejected'), ...resultCounts })
+  .meta({ id: 'EventsRejected', description: 'Every event of the request was rejected: nothing was ingested; each result names its reason.' });
 
 /** The ingest route's own limit: events (not requests) per second per API key. */
 export interface IngestRateLimit {
@@ -87,13 +97,14 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsyncZod {
             `One event, or { "events": [ … ] } with 1-${EVENT_BATCH_SIZE_MAX} events (body at most 5 MiB). ` +
             'Answers 202 with a result per event: accepted (with the number of deliveries created), duplicate ' +
             '(the event_id was ingested before; nothing is done again) or rejected with a reason. Invalid events do not ' +
-            'affect the valid ones. On 202 the accepted events are durable and their deliveries exist; on a 5xx nothing ' +
+            'affect the valid ones. When every event is rejected the answer is 400 events_rejected, with the same results: ' +
+            'sending the request again cannot help. On 202 the accepted events are durable and their deliveries exist; on a 5xx nothing ' +
             'was acknowledged and re-sending the same events (same event_id) is safe. Not subject to the per-key request ' +
             'limit: a request whose events would take its key past the ingest limit (events per second) answers 429 ' +
             'with Retry-After: 1 and none of its events is ingested (a request into an otherwise empty second always passes).',
           querystring: noQueryParameters,
           body: documentedBody,
-          response: { 202: acceptedResponse, ...errorResponses(400, 401, 403, 413, 415, 429, 500, 503) },
+          response: { 202: acceptedResponse, ...errorResponses(401, 403, 413, 415, 429, 500, 503), 400: z.union([allRejectedResponse, errorSchema]) },
         },
       },
       async (request, reply) => {
@@ -106,7 +117,14 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsyncZod {
         }
         const results = await deps.ingestor.ingest(events, 'http');
         const count = (status: string) => results.filter((r) => r.status === status).length;
-        return reply.code(202).send({ results, accepted: count('accepted'), duplicates: count('duplicate'), rejected: count('rejected') });
+        const answer = { results, accepted: count('accepted'), duplicates: count('duplicate'), rejected: count('rejected') };
+        if (answer.rejected === results.length) {
+          const first = results[0]?.reason ?? '';
+          const error =
+            results.length === 1 ? `The event was rejected: ${first}` : `All ${results.length} events were rejected (see results); the first: ${first}`;
+          return reply.code(400).send({ ...errorBody('events_rejected', error), code: 'events_rejected', ...answer });
+        }
+        return reply.code(202).send(answer);
       },
     );
   };

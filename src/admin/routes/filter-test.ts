@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { nestingProblem } from '../../domain/event.js';
 import { eventCatalogue } from '../../domain/event-catalogue.js';
 import { explainFilter, type FilterExplanation } from '../../domain/filter.js';
 import { filterViewSchema, nullableFilterSchema } from '../../domain/webhook.js';
@@ -19,6 +20,13 @@ const bodySchema = z.strictObject(
     event: z
       .record(z.string(), z.unknown(), { error: EVENT_PROBLEM })
       .refine((event) => 'data' in event, EVENT_PROBLEM)
+      // The answer echoes the event: one nested past what ingest takes could not be serialised.
+      .superRefine((event, ctx) => {
+        for (const [key, value] of Object.entries(event)) {
+          const problem = nestingProblem(value, `event.${key}`);
+          if (problem !== undefined) return ctx.addIssue({ code: 'custom', message: problem });
+        }
+      })
       .optional()
       .describe('The body to test, as a webhook receives it. Absent: the catalogue’s sample of the webhook’s event type.'),
     recent: z
