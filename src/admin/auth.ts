@@ -92,12 +92,10 @@ export function fromAnotherSite(request: FastifyRequest, allowed: readonly strin
 }
 
 /**
- * Whether a cookie-authenticated request is the portal's own: it echoes the session's CSRF token in
- * a header (a cross-site form or image cannot set headers, and another origin cannot read the token),
- * and when the browser says where it comes from (Sec-Fetch-Site), it is this origin.
+ * Whether a cookie-authenticated request echoes the session's CSRF token in its header: a cross-site
+ * form or image cannot set headers, and another origin cannot read the token.
  */
-function sameOriginRequest(request: FastifyRequest, csrfToken: string): boolean {
-  if (fromAnotherSite(request, ['same-origin'])) return false;
+function echoesCsrfToken(request: FastifyRequest, csrfToken: string): boolean {
   const echoed = request.headers[CSRF_HEADER];
   if (typeof echoed !== 'string' || echoed.length !== csrfToken.length) return false;
   return timingSafeEqual(Buffer.from(echoed, 'utf8'), Buffer.from(csrfToken, 'utf8'));
@@ -127,7 +125,11 @@ async function authenticatePortal(
   const cookie = cookieOf(request, PORTAL_COOKIE);
   const opened = cookie === undefined ? undefined : await sessions.authenticate(cookie);
   if (!opened) throw new ApiError('unauthorized', 'Missing or invalid API key, or the portal session has expired or was revoked');
-  if (options.csrf && !sameOriginRequest(request, opened.csrfToken)) throw new ApiError('csrf_failed');
+  // Every cookie request, the one that answers the CSRF token included, must come from this origin
+  // when the browser says where it comes from (Sec-Fetch-Site): a sibling subdomain is same-site, and
+  // SameSite=Strict alone would let its requests carry the cookie.
+  if (fromAnotherSite(request, ['same-origin'])) throw new ApiError('csrf_failed');
+  if (options.csrf && !echoesCsrfToken(request, opened.csrfToken)) throw new ApiError('csrf_failed');
   if (!permits(opened.session.permission, needs)) {
     throw new ApiError('portal_permission', `This portal session has the ${opened.session.permission} permission; this needs ${needs}`);
   }

@@ -228,7 +228,9 @@ function errorsOf(schema: FastifySchema, authorization: Authorization | undefine
   const docs: ErrorDoc[] = [];
   if (authorization?.sessionOnly) {
     docs.push({ code: 'unauthorized', when: 'No portal session cookie, or its session has expired or was revoked.' });
-    if (authorization.sessionOnly.csrf) docs.push(CSRF_DOC);
+    docs.push(
+      authorization.sessionOnly.csrf ? CSRF_DOC : { code: 'csrf_failed', when: 'The browser says the request comes from another origin (Sec-Fetch-Site).' },
+    );
   } else if (authorization) {
     docs.push({ code: 'unauthorized', when: 'The X-API-Key header is missing, or names no valid key.' });
     const roleMessage = `This API key does not have the ${authorization.roles.join(' or ')} role`;

@@ -250,6 +250,23 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     expect(ingest.statusCode).toBe(401);
   });
 
+  it('answers the session and its CSRF token to this origin only: the browser’s cross-site, same-site or typed-in request is refused', async () => {
+    const app = await start();
+    const b = await open(app, tokenOf((await linkFor(app, 'vendor-a', 'read')).url));
+    for (const site of ['cross-site', 'same-site', 'none']) {
+      const res = await app.app.inject({ method: 'GET', url: '/portal/v1/session', headers: { cookie: b.cookie, 'sec-fetch-site': site } });
+      expect(res.statusCode, site).toBe(403);
+      expect(res.json(), site).toMatchObject({ code: 'csrf_failed' });
+      expect(res.body, site).not.toContain(b.csrf);
+    }
+    // The portal's own fetch, and a client that is not a browser (no Sec-Fetch-Site), read it.
+    for (const headers of [{ 'sec-fetch-site': 'same-origin' }, {}]) {
+      const res = await app.app.inject({ method: 'GET', url: '/portal/v1/session', headers: { cookie: b.cookie, ...headers } });
+      expect(res.statusCode, JSON.stringify(headers)).toBe(200);
+      expect(res.json<Opened>().csrf_token).toBe(b.csrf);
+    }
+  });
+
   it('enforces each permission on the server: read views, replay adds replays and tests, manage adds changes', async () => {
     const app = await start();
     const keyA = await app.keyFor(['vendor'], 'vendor-a');

@@ -227,9 +227,12 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
         schema: {
           tags,
           summary: 'The portal session of this browser',
-          description: 'What the session cookie opens: vendor, permission, expiry, and the CSRF token (a reloaded page reads it here).',
+          description:
+            'What the session cookie opens: vendor, permission, expiry, and the CSRF token (a reloaded page reads it here). The ' +
+            'one cookie request that needs no X-CSRF-Token; refused, like every other, when the browser says it comes from ' +
+            'another origin (Sec-Fetch-Site).',
           querystring: noQueryParameters,
-          response: { 200: openedSchema, ...errorResponses(401, 500) },
+          response: { 200: openedSchema, ...errorResponses(401, 403, 500) },
         },
       },
       async (request, reply) => {
