@@ -173,12 +173,16 @@ function composeStores(settings: StoreSettings) {
       allowPrivateTargets?: boolean;
       /** Serve `GET /metrics` on the API's port; default true. */
       metricsRoute?: boolean;
-      /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: the address a link's issuer called. */
+      /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: the API's listen address, when that is loopback. */
       publicUrl?: string;
+      /** HOOKLINE_API_HOST and _PORT, for portal links without HOOKLINE_PUBLIC_URL. */
+      listenAddress?: { host: string; port: number };
+      /** HOOKLINE_TRUST_PROXY; none by default. */
+      trustProxy?: readonly string[];
       /** The vendor portal's built browser app; default the package's (PORTAL_ASSETS_DIR). */
       portalAssetsDir?: string;
     }): AdminDeps {
-      const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, publicUrl, portalAssetsDir, ...rest } = options;
+      const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, publicUrl, listenAddress, portalAssetsDir, ...rest } = options;
       return {
         ...rest,
         allowPrivateTargets: allowPrivateTargets ?? false,
@@ -194,7 +198,7 @@ function composeStores(settings: StoreSettings) {
         ingestor,
         deliveries: { history: deliveryLog, replayer, testEvents },
         operator: { views: operatorViews, replayer },
-        portal: { sessions: portalSessions, publicUrl },
+        portal: { sessions: portalSessions, publicUrl, ...(listenAddress === undefined ? {} : { listenAddress }) },
         stats: { stats: endpointStats, circuits, lines: fifoLines, flow: endpointFlow },
         recentEvents,
       };
@@ -754,6 +758,8 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           allowPrivateTargets: config.allowPrivateTargets,
           metricsRoute: config.metricsOnApiPort,
           ...(config.publicUrl === undefined ? {} : { publicUrl: config.publicUrl }),
+          listenAddress: { host: config.apiHost, port: config.apiPort },
+          trustProxy: config.trustProxy,
           ...(options.portalAssetsDir === undefined ? {} : { portalAssetsDir: options.portalAssetsDir }),
         }),
       )

@@ -178,7 +178,11 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     errors: ['invalid_deployment_id', 'deployment_not_found'],
   },
   'GET /rental/v1/machines': { operationId: 'listMachines', success: 'One page of matching machines.', errors: ['invalid_filter', 'machine_not_found'] },
-  'POST /admin/v1/portal/sessions': { operationId: 'issuePortalLink', success: 'Issued: the session and its one-time link.' },
+  'POST /admin/v1/portal/sessions': {
+    operationId: 'issuePortalLink',
+    success: 'Issued: the session and its one-time link.',
+    errors: [{ code: 'public_url_required', when: 'HOOKLINE_PUBLIC_URL is unset and the API listens on an address other than loopback.' }],
+  },
   'GET /admin/v1/portal/sessions': { operationId: 'listPortalSessions', success: 'The vendor’s live sessions, newest first.' },
   'DELETE /admin/v1/portal/sessions/{session_id}': {
     operationId: 'revokePortalSession',

@@ -69,6 +69,8 @@ export interface AdminDeps {
   metricsRoute?: boolean;
   /** The vendor portal's built browser app (`dist/portal/`), served under `/portal/`. */
   portalAssetsDir: string;
+  /** The proxies whose X-Forwarded-* headers give a request's client address and protocol (HOOKLINE_TRUST_PROXY); none by default. */
+  trustProxy?: readonly string[];
 }
 
 export type AdminServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
@@ -135,6 +137,8 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     // One line per request, when it completes, with its query values redacted (see request-log.ts).
     logController: new RequestLogController(),
     bodyLimit: deps.bodyLimitBytes,
+    // Forwarded headers are anyone's to write: believed only from the proxies the operator named.
+    trustProxy: deps.trustProxy !== undefined && deps.trustProxy.length > 0 ? [...deps.trustProxy] : false,
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 512 },
   }).withTypeProvider<ZodTypeProvider>();

@@ -41,8 +41,9 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     return t;
   };
 
+  // A Host header of the caller's choosing: links must never take their address from it.
   const issue = async (app: TestApp, key: string, body: Record<string, unknown>) =>
-    app.app.inject({ method: 'POST', url: '/admin/v1/portal/sessions', headers: { 'x-api-key': key, host: 'portal.test:8080' }, payload: body });
+    app.app.inject({ method: 'POST', url: '/admin/v1/portal/sessions', headers: { 'x-api-key': key, host: 'evil.example' }, payload: body });
 
   const tokenOf = (url: string) => {
     const match = /#token=(.+)$/.exec(url);
@@ -80,7 +81,8 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     const app = await start();
     const before = Date.now();
     const link = await linkFor(app, 'vendor-a', 'manage', '2h');
-    expect(link.url).toMatch(/^http:\/\/portal\.test:8080\/portal\/#token=ps_[0-9a-f]{24}\.[A-Za-z0-9_-]{43}$/);
+    // No HOOKLINE_PUBLIC_URL: the API's configured loopback address (HOOKLINE_API_HOST and _PORT's defaults).
+    expect(link.url).toMatch(/^http:\/\/127\.0\.0\.1:8080\/portal\/#token=ps_[0-9a-f]{24}\.[A-Za-z0-9_-]{43}$/);
     expect(link).toMatchObject({ vendor_id: 'vendor-a', permission: 'manage', opened: false });
     const expiresMs = Date.parse(link.expires_at) - before;
     expect(expiresMs).toBeGreaterThan(2 * 3_600_000 - 60_000);
@@ -153,6 +155,77 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       expect(String(opened.headers['set-cookie'])).toContain('; Secure');
     } finally {
       await server.close();
+    }
+  });
+
+  /** An admin API over the test app's stores, configured with `extra` (the test app's own is not). */
+  const serverWith = async (app: TestApp, extra: { listenAddress?: { host: string; port: number }; trustProxy?: string[] }) => {
+    const { buildAdminServer } = await import('../../src/admin/server.js');
+    return buildAdminServer(app.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1 << 20, isReady: async () => true, ...extra }));
+  };
+
+  it('without HOOKLINE_PUBLIC_URL, links point at the loopback listen address, never at the Host header; another address needs the setting', async () => {
+    const app = await start();
+    const admin = await app.keyFor(['admin']);
+    // Every header a caller could use to steer the link elsewhere.
+    const headers = { 'x-api-key': admin, host: 'evil.example', 'x-forwarded-host': 'evil.example', 'x-forwarded-proto': 'https' };
+    const mint = (server: Awaited<ReturnType<typeof serverWith>>) =>
+      server.inject({ method: 'POST', url: '/admin/v1/portal/sessions', headers, payload: { vendor_id: 'vendor-links' } });
+    const cases: [{ host: string; port: number }, string][] = [
+      [{ host: '127.0.0.1', port: 8080 }, 'http://127.0.0.1:8080'],
+      [{ host: '::1', port: 9000 }, 'http://[::1]:9000'],
+      [{ host: 'localhost', port: 8080 }, 'http://localhost:8080'],
+    ];
+    for (const [listenAddress, base] of cases) {
+      const server = await serverWith(app, { listenAddress, trustProxy: ['loopback'] });
+      try {
+        const res = await mint(server);
+        expect(res.statusCode, res.body).toBe(201);
+        expect(res.json<{ url: string }>().url.startsWith(`${base}/portal/#token=ps_`), res.body).toBe(true);
+      } finally {
+        await server.close();
+      }
+    }
+    // Listening elsewhere, a link would travel over the network in clear, or point nowhere: none is minted.
+    const before = (await app.portalSessions.list('vendor-links')).length;
+    for (const host of ['0.0.0.0', '::', '10.1.2.3', 'api.internal']) {
+      const server = await serverWith(app, { listenAddress: { host, port: 8080 } });
+      try {
+        const res = await mint(server);
+        expect(res.statusCode, host).toBe(409);
+        expect(res.json(), host).toMatchObject({ code: 'public_url_required' });
+        expect(res.json<{ error: string }>().error).toContain('HOOKLINE_PUBLIC_URL');
+      } finally {
+        await server.close();
+      }
+    }
+    expect(await app.portalSessions.list('vendor-links')).toHaveLength(before);
+  });
+
+  it('believes X-Forwarded-Proto only from a proxy HOOKLINE_TRUST_PROXY names: behind a TLS proxy the cookie is Secure', async () => {
+    const app = await start();
+    const cases: [string[] | undefined, boolean][] = [
+      [undefined, false],
+      [['10.0.0.0/8'], false],
+      [['127.0.0.1'], true],
+      [['loopback'], true],
+    ];
+    for (const [trustProxy, secure] of cases) {
+      const server = await serverWith(app, trustProxy === undefined ? {} : { trustProxy });
+      try {
+        const token = tokenOf((await linkFor(app, 'vendor-a', 'read')).url);
+        // app.inject connects from 127.0.0.1: a proxy on loopback, trusted or not.
+        const res = await server.inject({
+          method: 'POST',
+          url: '/portal/v1/session',
+          headers: { 'x-forwarded-proto': 'https', 'x-forwarded-for': '203.0.113.9' },
+          payload: { token },
+        });
+        expect(res.statusCode, res.body).toBe(200);
+        expect(String(res.headers['set-cookie']).includes('; Secure'), JSON.stringify(trustProxy)).toBe(secure);
+      } finally {
+        await server.close();
+      }
     }
   });
 
