@@ -19,6 +19,7 @@ import type { WebhookRegistry } from '../store/webhooks.js';
 import { createAuthorizer, type RateLimit } from './auth.js';
 import { ApiError, errorBody, type ErrorCode } from './errors.js';
 import { swaggerOptions } from './openapi.js';
+import { DOCS_CSP, secureEveryAnswer } from './security-headers.js';
 import { keepResponseForLog, logRequestNow, RequestLogController } from './request-log.js';
 import { agentRoutes } from './routes/agents.js';
 import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
@@ -118,6 +119,7 @@ export async function buildHealthServer(deps: Pick<AdminDeps, 'logger' | 'isRead
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   keepResponseForLog(app);
+  secureEveryAnswer(app, { publicUrlHttps: false });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));
   await app.register(healthRoutes({ isReady: deps.isReady }));
   metricsRoute(app, deps.metrics);
@@ -177,6 +179,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     logRequestNow(request, reply, { status: 500, level: 'error', code: 'internal', err: error });
     return reply.code(500).send(errorBody('internal'));
   });
+  secureEveryAnswer(app, { publicUrlHttps: deps.portal.publicUrl?.startsWith('https:') ?? false });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));
 
   const metrics = deps.metrics;
@@ -191,7 +194,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   }
 
   await app.register(fastifySwagger, swaggerOptions());
-  await app.register(fastifySwaggerUi, { routePrefix: '/docs' });
+  await app.register(fastifySwaggerUi, { routePrefix: '/docs', staticCSP: DOCS_CSP });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
   const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit, deps.portal.sessions);

@@ -16,7 +16,7 @@ export function portalLink(baseUrl: string, token: string): string {
 }
 
 /** An address the API listens on. */
-export interface ListenAddress {
+interface ListenAddress {
   host: string;
   port: number;
 }
@@ -27,7 +27,7 @@ export interface ListenAddress {
  * clear); undefined otherwise, and the setting is required. Never the request's Host header: whoever
  * sent the issuing request would choose where the vendor's browser takes its token.
  */
-export function linkBaseUrl(publicUrl: string | undefined, listening: ListenAddress | undefined): string | undefined {
+function linkBaseUrl(publicUrl: string | undefined, listening: ListenAddress | undefined): string | undefined {
   if (publicUrl !== undefined) return publicUrl;
   if (listening === undefined) return undefined;
   const { host, port } = listening;
