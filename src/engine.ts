@@ -169,6 +169,8 @@ function composeStores(settings: StoreSettings) {
       rateLimitPerSecond?: number;
       /** Events ingested per second per API key; unset or 0: no limit. */
       ingestRateLimitPerSecond?: number;
+      /** Requests per second per client address that authenticate nothing; unset or 0: no limit. */
+      unauthenticatedRateLimitPerSecond?: number;
       /** Accept callback URLs on loopback and private addresses; default false (the SSRF guard). */
       allowPrivateTargets?: boolean;
       /** Serve `GET /metrics` on the API's port; default true. */
@@ -182,13 +184,25 @@ function composeStores(settings: StoreSettings) {
       /** The vendor portal's built browser app; default the package's (PORTAL_ASSETS_DIR). */
       portalAssetsDir?: string;
     }): AdminDeps {
-      const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, publicUrl, listenAddress, portalAssetsDir, ...rest } = options;
+      const {
+        rateLimitPerSecond,
+        ingestRateLimitPerSecond,
+        unauthenticatedRateLimitPerSecond,
+        allowPrivateTargets,
+        publicUrl,
+        listenAddress,
+        portalAssetsDir,
+        ...rest
+      } = options;
       return {
         ...rest,
         allowPrivateTargets: allowPrivateTargets ?? false,
         portalAssetsDir: portalAssetsDir ?? PORTAL_ASSETS_DIR,
         ...(rateLimitPerSecond ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } } : {}),
         ...(ingestRateLimitPerSecond ? { ingestRateLimit: { budget: new RedisEventBudget(redis, keys), perSecond: ingestRateLimitPerSecond, nowMs } } : {}),
+        ...(unauthenticatedRateLimitPerSecond
+          ? { addressRateLimit: { counter: new RedisRequestCounter(redis, keys, keys.addressRateWindow), perSecond: unauthenticatedRateLimitPerSecond, nowMs } }
+          : {}),
         apiKeys: this.apiKeys,
         webhooks,
         nowMs,
@@ -755,6 +769,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           ...(scraped ? { metrics: scraped } : {}),
           rateLimitPerSecond: config.rateLimitPerSecond,
           ingestRateLimitPerSecond: config.ingestRateLimitPerSecond,
+          unauthenticatedRateLimitPerSecond: config.unauthenticatedRateLimitPerSecond,
           allowPrivateTargets: config.allowPrivateTargets,
           metricsRoute: config.metricsOnApiPort,
           ...(config.publicUrl === undefined ? {} : { publicUrl: config.publicUrl }),

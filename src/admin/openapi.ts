@@ -44,6 +44,15 @@ interface OperationDoc {
 const webhookLookup: readonly ErrorCode[] = ['invalid_webhook_id', 'webhook_not_found'];
 const deliveryLookup: readonly ErrorCode[] = [...webhookLookup, 'invalid_delivery_id', 'delivery_not_found'];
 
+/** The per-address limit: every route that authenticates answers it, and so does opening a portal session. */
+const ADDRESS_LIMIT_DOC: ErrorDoc = {
+  code: 'rate_limited',
+  when:
+    'More requests per second from this client address that authenticate nothing (no key, a bad key or cookie, a link being opened) ' +
+    'than HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND allows.',
+  message: 'More than 10 requests per second from this address authenticated nothing; retry after 1 s',
+};
+
 /** The webhook a registration conflict names in the examples. */
 const EXISTING_WEBHOOK_ID = '3f2c1a9e-8b7d-4c6e-9f1a-2b3c4d5e6f70';
 
@@ -196,6 +205,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     errors: [
       { code: 'portal_token_invalid', when: 'The token is malformed, was already used, has expired or was revoked.' },
       { code: 'csrf_failed', when: 'The browser says the request came from another site (Sec-Fetch-Site).' },
+      ADDRESS_LIMIT_DOC,
       { code: 'storage_unavailable', when: 'Redis is unreachable.' },
       'internal',
     ],
@@ -264,12 +274,18 @@ function errorsOf(schema: FastifySchema, authorization: Authorization | undefine
   }
   docs.push(...own.map((doc) => (typeof doc === 'string' ? { code: doc } : doc)));
   if (authorization) {
+    docs.push(ADDRESS_LIMIT_DOC);
     // Every authenticated request reads the key from storage, whatever the route does next.
     docs.push({ code: 'storage_unavailable', when: 'Redis is unreachable, or refuses writes (out of memory, failing over).' });
     docs.push({ code: 'internal', when: 'An unexpected error; it is logged with full context.' });
   }
-  const seen = new Set<ErrorCode>();
-  return docs.filter((doc) => !seen.has(doc.code) && seen.add(doc.code));
+  // A code answered for several reasons is listed once, with every reason.
+  const byCode = new Map<ErrorCode, ErrorDoc>();
+  for (const doc of docs) {
+    const first = byCode.get(doc.code);
+    byCode.set(doc.code, first === undefined || first.when === doc.when ? (first ?? doc) : { ...first, when: `${first.when} Or: ${doc.when}` });
+  }
+  return [...byCode.values()];
 }
 
 /** One response object for the errors of one status: each code named, and an example of each. */

@@ -16,7 +16,7 @@ import type { MachineListing } from '../store/machines.js';
 import { isRedisUnavailable } from '../store/redis.js';
 import type { DocLookup } from '../store/versioned-docs.js';
 import type { WebhookRegistry } from '../store/webhooks.js';
-import { createAuthorizer, type RateLimit } from './auth.js';
+import { addressGuard, createAuthorizer, type RateLimit } from './auth.js';
 import { ApiError, errorBody, type ErrorCode } from './errors.js';
 import { swaggerOptions } from './openapi.js';
 import { DOCS_CSP, secureEveryAnswer } from './security-headers.js';
@@ -49,7 +49,7 @@ export interface AdminDeps {
   /** The operator's views and actions across vendors (role admin). */
   operator: Omit<OperatorRouteDeps, 'authorize' | 'webhooks' | 'logger'>;
   /** Vendor portal sessions: issuing links, and the session cookie the vendor routes accept. */
-  portal: Omit<PortalRouteDeps, 'authorize' | 'logger' | 'nowMs'>;
+  portal: Omit<PortalRouteDeps, 'authorize' | 'guardAddress' | 'logger' | 'nowMs'>;
   /** Per-webhook delivery stats and the circuits they show. */
   stats: Omit<StatsRouteDeps, 'authorize' | 'webhooks' | 'nowMs'>;
   /** The last events of webhooks with a filter (the filter dry run's `recent`). */
@@ -58,6 +58,8 @@ export interface AdminDeps {
   rateLimit?: RateLimit;
   /** Event ingest's own limit, in events per second per key (429 with Retry-After past it). */
   ingestRateLimit?: IngestRateLimit;
+  /** Requests per second per client address that authenticate nothing (429 with Retry-After past it). */
+  addressRateLimit?: RateLimit;
   /** Resolves true when the engine's storage answers. */
   isReady: () => Promise<boolean>;
   /** false (production's default): registration refuses callback URLs on loopback, private or reserved addresses. */
@@ -197,7 +199,8 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   await app.register(fastifySwaggerUi, { routePrefix: '/docs', staticCSP: DOCS_CSP });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
-  const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit, deps.portal.sessions);
+  const guardAddress = addressGuard(deps.addressRateLimit);
+  const authorize = createAuthorizer(deps.apiKeys, guardAddress, deps.rateLimit, deps.portal.sessions);
   await app.register(healthRoutes({ isReady: deps.isReady }));
   await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, allowPrivateTargets: deps.allowPrivateTargets, nowMs: deps.nowMs ?? Date.now }));
   await app.register(filterTestRoutes({ authorize, webhooks: deps.webhooks, recentEvents: deps.recentEvents }));
@@ -207,7 +210,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   await app.register(statsRoutes({ authorize, webhooks: deps.webhooks, nowMs: deps.nowMs ?? Date.now, ...deps.stats }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
   await app.register(operatorRoutes({ authorize, webhooks: deps.webhooks, logger: deps.logger, ...deps.operator }));
-  await app.register(portalSessionRoutes({ authorize, logger: deps.logger, nowMs: deps.nowMs ?? Date.now, ...deps.portal }));
+  await app.register(portalSessionRoutes({ authorize, guardAddress, logger: deps.logger, nowMs: deps.nowMs ?? Date.now, ...deps.portal }));
   await app.register(agentRoutes({ authorize, agents: deps.agents }));
   await app.register(machineRoutes({ authorize, machines: deps.machines }));
   // The vendor portal's page and its event catalogue.

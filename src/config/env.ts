@@ -166,6 +166,13 @@ export const envSchema = z.object({
     .int('expected a whole number of requests')
     .min(0, 'expected 0 (off) or more')
     .default(100),
+  // A browser opening a link or a client whose key was revoked makes a few such requests; a flood of
+  // guesses makes thousands.
+  HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND: z.coerce
+    .number({ message: 'expected a whole number of requests' })
+    .int('expected a whole number of requests')
+    .min(0, 'expected 0 (off) or more')
+    .default(10),
   // One engine ingests about 6,600 events/s and delivers about 2,000/s: the default never holds a
   // single producer below what an engine can deliver.
   HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: z.coerce
@@ -278,6 +285,8 @@ export interface Config {
   readonly rateLimitPerSecond: number;
   /** Events ingested over HTTP per second per API key (0: no limit). */
   readonly ingestRateLimitPerSecond: number;
+  /** Requests per second per client address that authenticate nothing: no key, a bad key or cookie, a link being opened (0: no limit). */
+  readonly unauthenticatedRateLimitPerSecond: number;
   /**
    * Where `webhook.disabled` and `webhook.recovered` notices go, and the whsec_ secret that signs
    * them; undefined: none are sent.
@@ -345,6 +354,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
     rateLimitPerSecond: e.HOOKLINE_RATE_LIMIT_PER_SECOND,
     ingestRateLimitPerSecond: e.HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND,
+    unauthenticatedRateLimitPerSecond: e.HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND,
     operationalWebhook:
       e.HOOKLINE_OPERATIONAL_WEBHOOK_URL === undefined || e.HOOKLINE_OPERATIONAL_WEBHOOK_SECRET === undefined
         ? undefined

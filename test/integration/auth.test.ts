@@ -147,6 +147,96 @@ describe('per-key rate limit', () => {
   });
 });
 
+describe('per-address limit on requests that authenticate nothing', () => {
+  const TASK = `/rental/v1/tasks/${SOME_UUID}`;
+  /** Waits for the start of the next second, so a burst falls into as few one-second windows as it can. */
+  const nextSecond = () => new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 5));
+
+  it('answers 429 with Retry-After past the limit for missing and bad keys, bad cookies and link openings from one address; valid keys and other addresses go on', async () => {
+    const t = await testApp({ unauthenticatedRateLimitPerSecond: 5 });
+    try {
+      const valid = await t.keyFor(['tasks:read']);
+      const from = (remoteAddress: string, options: { method?: 'GET' | 'POST'; url?: string; headers?: Record<string, string>; payload?: object } = {}) =>
+        t.app.inject({
+          method: options.method ?? 'GET',
+          url: options.url ?? TASK,
+          headers: options.headers ?? {},
+          remoteAddress,
+          ...(options.payload ? { payload: options.payload } : {}),
+        });
+      const attacker = '198.51.100.7';
+      const refused = () => [
+        from(attacker),
+        from(attacker, { headers: { 'x-api-key': 'hk_guess' } }),
+        from(attacker, { url: '/vendors/v1/webhooks', headers: { cookie: 'hookline_portal=ps_guess.guess' } }),
+        from(attacker, { url: '/portal/v1/session', headers: { cookie: 'hookline_portal=ps_guess.guess' } }),
+        from(attacker, { method: 'POST', url: '/portal/v1/session', payload: { token: 'ps_guess.guess' } }),
+        from(attacker, { method: 'POST', url: '/internal/v1/events', headers: { 'x-api-key': 'hk_guess' }, payload: {} }),
+      ];
+      await nextSecond();
+      const [bad, good, other] = await Promise.all([
+        Promise.all([...refused(), ...refused()]),
+        Promise.all(Array.from({ length: 4 }, () => from(attacker, { headers: { 'x-api-key': valid } }))),
+        Promise.all(Array.from({ length: 3 }, () => from('198.51.100.8', { headers: { 'x-api-key': 'hk_guess' } }))),
+      ]);
+      const statuses = bad.map((res) => res.statusCode);
+      console.log(`address limit 5/s: twelve refused requests answered ${statuses.join(' ')}`);
+      // Twelve at once, five a second: whichever second boundary they straddle, some are refused.
+      expect(statuses.filter((status) => status !== 401 && status !== 429)).toEqual([]);
+      const limited = bad.filter((res) => res.statusCode === 429);
+      expect(limited.length).toBeGreaterThanOrEqual(2);
+      expect(limited[0]!.headers['retry-after']).toBe('1');
+      expect(limited[0]!.json()).toEqual({
+        error: 'More than 5 requests per second from this address authenticated nothing; retry after 1 s',
+        code: 'rate_limited',
+      });
+      // A valid key from the same address is not counted or refused; another address has its own budget.
+      expect(good.map((res) => res.statusCode)).toEqual([404, 404, 404, 404]);
+      expect(other.map((res) => res.statusCode)).toEqual([401, 401, 401]);
+      // The next second, the address is heard again.
+      await nextSecond();
+      expect((await from(attacker)).statusCode).toBe(401);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('takes the address from X-Forwarded-For only behind a proxy HOOKLINE_TRUST_PROXY names, so a forged header escapes nothing', async () => {
+    const t = await testApp();
+    const { buildAdminServer } = await import('../../src/admin/server.js');
+    const { pino } = await import('pino');
+    try {
+      for (const [trustProxy, escapes] of [
+        [[], false],
+        [['127.0.0.1'], true],
+      ] as const) {
+        const server = await buildAdminServer(
+          t.adminDeps({
+            logger: pino({ level: 'silent' }),
+            bodyLimitBytes: 1 << 20,
+            isReady: async () => true,
+            unauthenticatedRateLimitPerSecond: 3,
+            trustProxy,
+          }),
+        );
+        try {
+          await nextSecond();
+          // Eight requests, each claiming another client: behind a trusted proxy, eight clients.
+          const answers = await Promise.all(
+            Array.from({ length: 8 }, (_, i) => server.inject({ method: 'GET', url: TASK, headers: { 'x-forwarded-for': `203.0.113.${i + 1}` } })),
+          );
+          const limited = answers.filter((res) => res.statusCode === 429).length;
+          expect(limited > 0, `trustProxy ${JSON.stringify(trustProxy)}: ${limited} limited`).toBe(!escapes);
+        } finally {
+          await server.close();
+        }
+      }
+    } finally {
+      await t.close();
+    }
+  });
+});
+
 describe('another vendor’s resources', () => {
   it('answers 404 on every vendor route for a webhook that belongs to someone else', async () => {
     const t = await testApp();

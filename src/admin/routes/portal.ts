@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { CSRF_HEADER, fromAnotherSite, PORTAL_COOKIE, portalSessionHook, principalOf, type Authorizer } from '../auth.js';
+import { CSRF_HEADER, fromAnotherSite, PORTAL_COOKIE, portalSessionHook, principalOf, type AddressGuard, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
 import { errorResponses, noQueryParameters, queryParameters } from '../schemas.js';
 import { externalIdSchema } from '../../domain/ids.js';
@@ -81,6 +81,8 @@ const toOpened = (s: PortalSession, csrfToken: string): z.infer<typeof openedSch
 
 export interface PortalRouteDeps {
   authorize: Authorizer;
+  /** Counts requests that authenticate nothing per client address (every link opening is one). */
+  guardAddress: AddressGuard;
   sessions: Pick<RedisPortalSessions, 'issue' | 'exchange' | 'authenticate' | 'get' | 'list' | 'revoke' | 'revokeVendor'>;
   /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: see linkBaseUrl. */
   publicUrl: string | undefined;
@@ -223,6 +225,8 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
     app.post(
       '/portal/v1/session',
       {
+        // Every opening is a guess at a token until it succeeds: each counts against its address.
+        onRequest: deps.guardAddress,
         schema: {
           tags,
           summary: 'Open a portal session with a link’s token',
@@ -249,7 +253,7 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
     app.get(
       '/portal/v1/session',
       {
-        onRequest: portalSessionHook(deps.sessions, { csrf: false }),
+        onRequest: portalSessionHook(deps.sessions, { csrf: false }, deps.guardAddress),
         schema: {
           tags,
           summary: 'The portal session of this browser',
@@ -271,7 +275,7 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
     app.delete(
       '/portal/v1/session',
       {
-        onRequest: portalSessionHook(deps.sessions, { csrf: true }),
+        onRequest: portalSessionHook(deps.sessions, { csrf: true }, deps.guardAddress),
         schema: {
           tags,
           summary: 'Sign out of the portal',
