@@ -158,7 +158,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
   },
   'GET /.well-known/jwks.json': {
     operationId: 'getKeySet',
-    success: 'The key set: every Ed25519 public key that signs deliveries now.',
+    success: 'The key set: every Ed25519 public key that signs deliveries now or will after a rotation, or one webhook’s.',
     errors: ['invalid_webhook_id'],
     others: { 304: 'Not modified: the key set is the one the If-None-Match ETag names.' },
   },
