@@ -1,8 +1,9 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
+import { operationsOf, servedDocument } from '../helpers/openapi.js';
 
 interface Opened {
   session_id: string;
@@ -89,6 +90,10 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     expect(expiresMs).toBeLessThanOrEqual(2 * 3_600_000 + 5_000);
 
     const token = tokenOf(link.url);
+    const sha256 = (text: string) => createHash('sha256').update(text, 'utf8').digest('hex');
+    const unopened = JSON.stringify(await app.redis.hgetall(app.keys.portal.session(link.session_id)));
+    expect(unopened).toContain(sha256(token.split('.')[1]!));
+    expect(unopened).not.toContain(token.split('.')[1]!);
     const b = await open(app, token);
     expect(b.setCookie).toMatch(/; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/);
     expect(b.setCookie).not.toContain('Secure');
@@ -120,6 +125,11 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
 
     const secretPart = token.split('.')[1]!;
     const cookieSecret = b.cookie.split('.')[1]!;
+    // Redis keeps a digest of the cookie (and kept one of the token until it was used), never the values a browser holds.
+    const stored = JSON.stringify(await app.redis.hgetall(app.keys.portal.session(link.session_id)));
+    expect(stored).toContain(sha256(cookieSecret));
+    expect(stored).not.toContain(cookieSecret);
+    expect(stored).not.toContain(secretPart);
     const output = logged.join('');
     expect(output).toContain('portal.session_issued');
     expect(output).toContain('portal.session_opened');
@@ -340,7 +350,19 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     }
   });
 
-  it('enforces each permission on the server: read views, replay adds replays and tests, manage adds changes', async () => {
+  /** The operations the portal's cookie opens, as the OpenAPI document (generated from the routes' authorizers) names them. */
+  const cookieOperations = async (app: TestApp) =>
+    operationsOf(await servedDocument(app.app))
+      .filter(([, op]) => op.security?.some((scheme) => typeof scheme === 'object' && scheme !== null && 'portalSession' in scheme) === true)
+      .map(([name]) => name);
+
+  /** `METHOD /path/{param}` as a request: the webhook's id where it goes, a fresh UUID for any other id. */
+  const requestOf = (operation: string, webhookId: string) => {
+    const [method, path] = operation.split(' ') as ['GET' | 'POST' | 'PATCH' | 'DELETE', string];
+    return { method, url: path.replace('{webhook_id}', webhookId).replace(/\{\w+\}/g, () => randomUUID()) };
+  };
+
+  it('enforces each permission on the server, on every route the cookie opens: read views, replay adds replays and tests, manage adds changes', async () => {
     const app = await start();
     const keyA = await app.keyFor(['vendor'], 'vendor-a');
     const created = await app.app.inject({
@@ -355,43 +377,78 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       replay: await open(app, tokenOf((await linkFor(app, 'vendor-a', 'replay')).url)),
       manage: await open(app, tokenOf((await linkFor(app, 'vendor-a', 'manage')).url)),
     };
-    const calls: { name: string; needs: 'read' | 'replay' | 'manage'; method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; body?: unknown }[] = [
-      { name: 'list webhooks', needs: 'read', method: 'GET', url: '/vendors/v1/webhooks' },
-      { name: 'deliveries', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries` },
-      { name: 'dead letters', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/dead-letters` },
-      { name: 'stats', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/stats` },
-      { name: 'task', needs: 'read', method: 'GET', url: `/rental/v1/tasks/${randomUUID()}` },
-      { name: 'test event', needs: 'replay', method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/test`, body: {} },
-      { name: 'replay one', needs: 'replay', method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/dead-letters/${randomUUID()}/replay` },
-      { name: 'replay all', needs: 'replay', method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/dead-letters/replay` },
-      { name: 'patch', needs: 'manage', method: 'PATCH', url: `/vendors/v1/webhooks/${webhookId}`, body: { enabled: true } },
-      { name: 'rotate', needs: 'manage', method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/rotate-secret` },
-      {
-        name: 'create',
-        needs: 'manage',
-        method: 'POST',
-        url: '/vendors/v1/webhooks',
-        body: { event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: 'http://127.0.0.1:9/u' },
-      },
+    const calls: { operation: string; needs: 'read' | 'replay' | 'manage'; body?: unknown }[] = [
+      { operation: 'GET /vendors/v1/webhooks', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}/deliveries', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}/deliveries/{delivery_id}', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}/dead-letters', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}/stats', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}/public-keys', needs: 'read' },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/filter-test', needs: 'read', body: {} },
+      { operation: 'GET /rental/v1/tasks/{task_id}', needs: 'read' },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/test', needs: 'replay', body: {} },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay', needs: 'replay' },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/dead-letters/replay', needs: 'replay' },
+      { operation: 'PATCH /vendors/v1/webhooks/{webhook_id}', needs: 'manage', body: { enabled: true } },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/rotate-secret', needs: 'manage' },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/rotate-signing-key', needs: 'manage' },
+      { operation: 'POST /vendors/v1/webhooks', needs: 'manage', body: { event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: 'http://127.0.0.1:9/u' } },
     ];
+    // Deleting ends the webhook the others use: it is checked last, below.
+    const DELETE_WEBHOOK = 'DELETE /vendors/v1/webhooks/{webhook_id}';
+    // Every route the cookie opens has a row (the portal's own session routes need no permission).
+    const covered = [...calls.map((call) => call.operation), DELETE_WEBHOOK, 'GET /portal/v1/session', 'DELETE /portal/v1/session'];
+    expect((await cookieOperations(app)).sort()).toEqual(covered.sort());
+
     const order = ['read', 'replay', 'manage'] as const;
     for (const call of calls) {
+      const { method, url } = requestOf(call.operation, webhookId);
       for (const held of order) {
-        const res = await asPortal(app, sessions[held], call.method, call.url, call.body);
+        const res = await asPortal(app, sessions[held], method, url, call.body);
         const allowed = order.indexOf(held) >= order.indexOf(call.needs);
-        if (allowed) expect([200, 201, 202, 404, 409], `${call.name} as ${held}: ${res.body}`).toContain(res.statusCode);
+        if (allowed) expect([200, 201, 202, 404, 409], `${call.operation} as ${held}: ${res.body}`).toContain(res.statusCode);
         else {
-          expect(res.statusCode, `${call.name} as ${held}`).toBe(403);
-          expect(res.json(), `${call.name} as ${held}`).toMatchObject({ code: 'portal_permission' });
+          expect(res.statusCode, `${call.operation} as ${held}`).toBe(403);
+          expect(res.json(), `${call.operation} as ${held}`).toMatchObject({ code: 'portal_permission' });
         }
       }
     }
     // Only manage sees the secret (the rotation above replaced it).
     const managed = await asPortal(app, sessions.manage, 'GET', '/vendors/v1/webhooks');
     expect(managed.json<{ webhooks: { webhook_id: string; secret?: string }[] }>().webhooks.find((w) => w.webhook_id === webhookId)?.secret).toMatch(/^whsec_/);
-    const del = await asPortal(app, sessions.replay, 'DELETE', `/vendors/v1/webhooks/${webhookId}`);
-    expect(del.statusCode).toBe(403);
+    for (const held of ['read', 'replay'] as const) {
+      const del = await asPortal(app, sessions[held], 'DELETE', `/vendors/v1/webhooks/${webhookId}`);
+      expect(del.statusCode, held).toBe(403);
+    }
     expect((await asPortal(app, sessions.manage, 'DELETE', `/vendors/v1/webhooks/${webhookId}`)).statusCode).toBe(204);
+  });
+
+  it('every route the cookie opens refuses it without the CSRF token or from another site; every route that takes keys only ignores it', async () => {
+    const app = await start();
+    const b = await open(app, tokenOf((await linkFor(app, 'vendor-a', 'manage')).url));
+    const takesCookie = new Set(await cookieOperations(app));
+    let checked = 0;
+    for (const [operation, op] of operationsOf(await servedDocument(app.app))) {
+      // Public routes take no credential at all.
+      if (op.security !== undefined && op.security.length === 0) continue;
+      const { method, url } = requestOf(operation, randomUUID());
+      const send = (headers: Record<string, string>) => app.app.inject({ method, url, headers });
+      checked += 1;
+      if (!takesCookie.has(operation)) {
+        // The portal's full credentials open nothing here.
+        const res = await send({ cookie: b.cookie, 'x-csrf-token': b.csrf, 'sec-fetch-site': 'same-origin' });
+        expect([operation, res.statusCode]).toEqual([operation, 401]);
+        continue;
+      }
+      const crossSite = await send({ cookie: b.cookie, 'x-csrf-token': b.csrf, 'sec-fetch-site': 'same-site' });
+      expect([operation, crossSite.statusCode, crossSite.json<{ code: string }>().code]).toEqual([operation, 403, 'csrf_failed']);
+      const noToken = await send({ cookie: b.cookie, 'sec-fetch-site': 'same-origin' });
+      // The one exception: a reloaded page learns its token here.
+      const expected = operation === 'GET /portal/v1/session' ? 200 : 403;
+      expect([operation, noToken.statusCode]).toEqual([operation, expected]);
+    }
+    expect(checked).toBe(operationsOf(await servedDocument(app.app)).filter(([, op]) => op.security === undefined || op.security.length > 0).length);
+    expect(takesCookie.size).toBeGreaterThanOrEqual(18);
   });
 
   it('revoking one session, or every session of a vendor, ends access at once; signing out clears the cookie', async () => {

@@ -1,4 +1,6 @@
 import { createPublicKey, verify } from 'node:crypto';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { TestApp } from '../helpers/app.js';
 import { startDeliveryWorld, stopDeliveryWorld, type DeliveryWorld } from '../helpers/delivery-world.js';
@@ -39,8 +41,16 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
   let t: TestApp;
   let receiver: TestReceiver;
   let key: string;
+  const logged: string[] = [];
   beforeEach(async () => {
-    world = await startDeliveryWorld(VENDOR);
+    logged.length = 0;
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        logged.push(chunk.toString('utf8'));
+        done();
+      },
+    });
+    world = await startDeliveryWorld(VENDOR, { logger: pino({ level: 'debug' }, sink) });
     ({ t, receiver, key } = world);
   });
   afterEach(async () => stopDeliveryWorld(world));
@@ -105,6 +115,9 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     expect(everything).not.toMatch(/private/i);
     const stored = await t.webhooks.get(VENDOR, id);
     expect(raw).not.toContain(stored!.signingKeys[0]!.privateKey);
+    // Nor does any log line of the API or the worker (at debug), which did log the delivery.
+    expect(logged.join('')).toContain(id);
+    expect(logged.join('')).not.toContain(stored!.signingKeys[0]!.privateKey);
   });
 
   it('with a secret too: v1, v1a and the legacy HMAC; a rotated key is listed at once and signs only after the lead; hmac drops the keys', async () => {
