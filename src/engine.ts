@@ -183,22 +183,40 @@ function composeStores(settings: StoreSettings) {
       rateLimitPerSecond?: number;
       /** Events ingested per second per API key; unset or 0: no limit. */
       ingestRateLimitPerSecond?: number;
+      /** Requests per second per client address that authenticate nothing; unset or 0: no limit. */
+      unauthenticatedRateLimitPerSecond?: number;
       /** Accept callback URLs on loopback and private addresses; default false (the SSRF guard). */
       allowPrivateTargets?: boolean;
       /** Serve `GET /metrics` on the API's port; default true. */
       metricsRoute?: boolean;
-      /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: the address a link's issuer called. */
+      /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: the API's listen address, when that is loopback. */
       publicUrl?: string;
+      /** HOOKLINE_API_HOST and _PORT, for portal links without HOOKLINE_PUBLIC_URL. */
+      listenAddress?: { host: string; port: number };
+      /** HOOKLINE_TRUST_PROXY; none by default. */
+      trustProxy?: readonly string[];
       /** The vendor portal's built browser app; default the package's (PORTAL_ASSETS_DIR). */
       portalAssetsDir?: string;
     }): AdminDeps {
-      const { rateLimitPerSecond, ingestRateLimitPerSecond, allowPrivateTargets, publicUrl, portalAssetsDir, ...rest } = options;
+      const {
+        rateLimitPerSecond,
+        ingestRateLimitPerSecond,
+        unauthenticatedRateLimitPerSecond,
+        allowPrivateTargets,
+        publicUrl,
+        listenAddress,
+        portalAssetsDir,
+        ...rest
+      } = options;
       return {
         ...rest,
         allowPrivateTargets: allowPrivateTargets ?? false,
         portalAssetsDir: portalAssetsDir ?? PORTAL_ASSETS_DIR,
         ...(rateLimitPerSecond ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } } : {}),
         ...(ingestRateLimitPerSecond ? { ingestRateLimit: { budget: new RedisEventBudget(redis, keys), perSecond: ingestRateLimitPerSecond, nowMs } } : {}),
+        ...(unauthenticatedRateLimitPerSecond
+          ? { addressRateLimit: { counter: new RedisRequestCounter(redis, keys, keys.addressRateWindow), perSecond: unauthenticatedRateLimitPerSecond, nowMs } }
+          : {}),
         apiKeys: this.apiKeys,
         webhooks,
         nowMs,
@@ -208,7 +226,7 @@ function composeStores(settings: StoreSettings) {
         ingestor,
         deliveries: { history: deliveryLog, replayer, testEvents },
         operator: { views: operatorViews, replayer },
-        portal: { sessions: portalSessions, publicUrl },
+        portal: { sessions: portalSessions, publicUrl, ...(listenAddress === undefined ? {} : { listenAddress }) },
         stats: { stats: endpointStats, circuits, lines: fifoLines, flow: endpointFlow },
         recentEvents,
       };
@@ -768,9 +786,12 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           ...(scraped ? { metrics: scraped } : {}),
           rateLimitPerSecond: config.rateLimitPerSecond,
           ingestRateLimitPerSecond: config.ingestRateLimitPerSecond,
+          unauthenticatedRateLimitPerSecond: config.unauthenticatedRateLimitPerSecond,
           allowPrivateTargets: config.allowPrivateTargets,
           metricsRoute: config.metricsOnApiPort,
           ...(config.publicUrl === undefined ? {} : { publicUrl: config.publicUrl }),
+          listenAddress: { host: config.apiHost, port: config.apiPort },
+          trustProxy: config.trustProxy,
           ...(options.portalAssetsDir === undefined ? {} : { portalAssetsDir: options.portalAssetsDir }),
         }),
       )

@@ -84,7 +84,7 @@ export function verifyStandardWebhook(input: StandardWebhookInput): boolean {
  * True when the Standard Webhooks headers carry a valid `v1a` (Ed25519) signature of `body` under one
  * of `publicKeys` and the timestamp is within the tolerance. Webhooks set to `signature: "ed25519"`
  * send it; their public keys come from `GET /vendors/v1/webhooks/{id}/public-keys` or the key set
- * document (`/.well-known/jwks.json`, the keys whose `kid` starts with the webhook's id).
+ * document narrowed to the webhook (`/.well-known/jwks.json?webhook_id=<id>`; kids are opaque).
  *
  * @example
  * const ok = verifyAsymmetricWebhook({ publicKeys: [process.env.WEBHOOK_PUBLIC_KEY!], headers: req.headers, body: rawBody });

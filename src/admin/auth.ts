@@ -55,12 +55,38 @@ export function authorizationOf(onRequest: unknown): Authorization | undefined {
   return undefined;
 }
 
-/** The per-key request limit of the admin API. */
+/** A request limit of the admin API: per API key, or per client address for requests that authenticate nothing. */
 export interface RateLimit {
   counter: RequestCounter;
-  /** Requests per second per API key; 0 turns the limit off. */
+  /** Requests per second per key (or address); 0 turns the limit off. */
   perSecond: number;
   nowMs: () => number;
+}
+
+/**
+ * Counts a request that authenticates nothing (no key, a bad key or cookie, a link being opened)
+ * against its client address's budget, and refuses it with 429 past the budget. The address is the
+ * connection's, or the one a proxy HOOKLINE_TRUST_PROXY names forwarded.
+ */
+export type AddressGuard = (request: FastifyRequest, reply: FastifyReply) => Promise<void>;
+
+/** The address guard of a per-address limit; one that lets everything through when there is none. */
+export function addressGuard(limit: RateLimit | undefined): AddressGuard {
+  if (limit === undefined || limit.perSecond <= 0) return async () => undefined;
+  return async (request, reply) => {
+    const n = await limit.counter.hit(request.ip, limit.nowMs());
+    if (n <= limit.perSecond) return;
+    void reply.header('retry-after', '1');
+    throw new ApiError('rate_limited', `More than ${limit.perSecond} requests per second from this address authenticated nothing; retry after 1 s`);
+  };
+}
+
+/**
+ * A request whose credentials were refused (401) counts against its address's budget: guessing keys,
+ * cookies or tokens, or hammering with a revoked key, soon answers 429 (the guard throws) instead.
+ */
+async function countRefusal(guard: AddressGuard, error: unknown, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  if (error instanceof ApiError && error.statusCode === 401) await guard(request, reply);
 }
 
 /** The cookie that carries a vendor portal session. */
@@ -92,12 +118,10 @@ export function fromAnotherSite(request: FastifyRequest, allowed: readonly strin
 }
 
 /**
- * Whether a cookie-authenticated request is the portal's own: it echoes the session's CSRF token in
- * a header (a cross-site form or image cannot set headers, and another origin cannot read the token),
- * and when the browser says where it comes from (Sec-Fetch-Site), it is this origin.
+ * Whether a cookie-authenticated request echoes the session's CSRF token in its header: a cross-site
+ * form or image cannot set headers, and another origin cannot read the token.
  */
-function sameOriginRequest(request: FastifyRequest, csrfToken: string): boolean {
-  if (fromAnotherSite(request, ['same-origin'])) return false;
+function echoesCsrfToken(request: FastifyRequest, csrfToken: string): boolean {
   const echoed = request.headers[CSRF_HEADER];
   if (typeof echoed !== 'string' || echoed.length !== csrfToken.length) return false;
   return timingSafeEqual(Buffer.from(echoed, 'utf8'), Buffer.from(csrfToken, 'utf8'));
@@ -127,7 +151,11 @@ async function authenticatePortal(
   const cookie = cookieOf(request, PORTAL_COOKIE);
   const opened = cookie === undefined ? undefined : await sessions.authenticate(cookie);
   if (!opened) throw new ApiError('unauthorized', 'Missing or invalid API key, or the portal session has expired or was revoked');
-  if (options.csrf && !sameOriginRequest(request, opened.csrfToken)) throw new ApiError('csrf_failed');
+  // Every cookie request, the one that answers the CSRF token included, must come from this origin
+  // when the browser says where it comes from (Sec-Fetch-Site): a sibling subdomain is same-site, and
+  // SameSite=Strict alone would let its requests carry the cookie.
+  if (fromAnotherSite(request, ['same-origin'])) throw new ApiError('csrf_failed');
+  if (options.csrf && !echoesCsrfToken(request, opened.csrfToken)) throw new ApiError('csrf_failed');
   if (!permits(opened.session.permission, needs)) {
     throw new ApiError('portal_permission', `This portal session has the ${opened.session.permission} permission; this needs ${needs}`);
   }
@@ -138,9 +166,14 @@ async function authenticatePortal(
  * The hook of the portal's own session routes: only the session cookie authenticates, and `csrf`
  * says whether the request must echo the CSRF token too. The session lands on `request.portalSession`.
  */
-export function portalSessionHook(sessions: PortalSessionLookup, options: { csrf: boolean }): onRequestAsyncHookHandler {
-  const hook = async function authorizePortalSession(request: FastifyRequest): Promise<void> {
-    request.portalSession = await authenticatePortal(request, sessions, 'read', options);
+export function portalSessionHook(sessions: PortalSessionLookup, options: { csrf: boolean }, guard: AddressGuard): onRequestAsyncHookHandler {
+  const hook = async function authorizePortalSession(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    try {
+      request.portalSession = await authenticatePortal(request, sessions, 'read', options);
+    } catch (error) {
+      await countRefusal(guard, error, request, reply);
+      throw error;
+    }
   };
   authorizations.set(hook, { roles: [], requestLimited: false, portal: 'read', sessionOnly: options });
   return hook;
@@ -151,12 +184,12 @@ export function portalSessionHook(sessions: PortalSessionLookup, options: { csrf
  * cookie) and checks a role. It runs on request, before the body is read, so an unauthenticated
  * caller learns nothing from validation errors.
  */
-export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit, portalSessions?: PortalSessionLookup): Authorizer {
+export function createAuthorizer(apiKeys: ApiKeyLookup, guard: AddressGuard, rateLimit?: RateLimit, portalSessions?: PortalSessionLookup): Authorizer {
   return (role, options = {}) => {
     const roles: readonly Role[] = typeof role === 'string' ? [role] : role;
     const limited = rateLimit && rateLimit.perSecond > 0 && options.requestLimited !== false ? rateLimit : undefined;
     const portal = options.portal;
-    const hook = async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    const authenticate = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
       const header = request.headers['x-api-key'];
       const presented = Array.isArray(header) ? undefined : header?.trim();
       // The credential's lookup and its request count go out together: one round trip. A portal
@@ -180,6 +213,14 @@ export function createAuthorizer(apiKeys: ApiKeyLookup, rateLimit?: RateLimit, p
       refuseOverLimit(n, 'API key');
       if (!roles.some((r) => hasRole(principal, r))) throw new ApiError('forbidden', `This API key does not have the ${roles.join(' or ')} role`);
       request.principal = principal;
+    };
+    const hook = async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+      try {
+        await authenticate(request, reply);
+      } catch (error) {
+        await countRefusal(guard, error, request, reply);
+        throw error;
+      }
     };
     authorizations.set(hook, { roles, requestLimited: options.requestLimited !== false, portal });
     return hook;

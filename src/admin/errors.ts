@@ -27,6 +27,10 @@ export const ERRORS = {
   csrf_failed: { status: 403, message: 'A portal session’s request must come from the portal and carry its X-CSRF-Token header' },
   portal_permission: { status: 403, message: 'This portal session’s permission does not allow this' },
   portal_token_invalid: { status: 401, message: 'This portal link is invalid, was already used, has expired or was revoked; ask for a new link' },
+  public_url_required: {
+    status: 409,
+    message: 'Portal links need HOOKLINE_PUBLIC_URL (where browsers reach this API) when the API does not listen on loopback; ask the operator to set it',
+  },
   invalid_session_id: { status: 400, message: 'Invalid session_id format' },
   portal_session_not_found: { status: 404, message: 'Portal session not found (revoked, expired or never issued)' },
   rate_limited: { status: 429, message: 'Too many requests for this API key' },

@@ -44,6 +44,15 @@ interface OperationDoc {
 const webhookLookup: readonly ErrorCode[] = ['invalid_webhook_id', 'webhook_not_found'];
 const deliveryLookup: readonly ErrorCode[] = [...webhookLookup, 'invalid_delivery_id', 'delivery_not_found'];
 
+/** The per-address limit: every route that authenticates answers it, and so does opening a portal session. */
+const ADDRESS_LIMIT_DOC: ErrorDoc = {
+  code: 'rate_limited',
+  when:
+    'More requests per second from this client address that authenticate nothing (no key, a bad key or cookie, a link being opened) ' +
+    'than HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND allows.',
+  message: 'More than 10 requests per second from this address authenticated nothing; retry after 1 s',
+};
+
 /** The webhook a registration conflict names in the examples. */
 const EXISTING_WEBHOOK_ID = '3f2c1a9e-8b7d-4c6e-9f1a-2b3c4d5e6f70';
 
@@ -150,7 +159,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
   },
   'GET /.well-known/jwks.json': {
     operationId: 'getKeySet',
-    success: 'The key set: every Ed25519 public key that signs deliveries now.',
+    success: 'The key set: every Ed25519 public key that signs deliveries now or will after a rotation, or one webhook’s.',
     errors: ['invalid_webhook_id'],
     others: { 304: 'Not modified: the key set is the one the If-None-Match ETag names.' },
   },
@@ -183,7 +192,11 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     errors: ['invalid_deployment_id', 'deployment_not_found'],
   },
   'GET /rental/v1/machines': { operationId: 'listMachines', success: 'One page of matching machines.', errors: ['invalid_filter', 'machine_not_found'] },
-  'POST /admin/v1/portal/sessions': { operationId: 'issuePortalLink', success: 'Issued: the session and its one-time link.' },
+  'POST /admin/v1/portal/sessions': {
+    operationId: 'issuePortalLink',
+    success: 'Issued: the session and its one-time link.',
+    errors: [{ code: 'public_url_required', when: 'HOOKLINE_PUBLIC_URL is unset and the API listens on an address other than loopback.' }],
+  },
   'GET /admin/v1/portal/sessions': { operationId: 'listPortalSessions', success: 'The vendor’s live sessions, newest first.' },
   'DELETE /admin/v1/portal/sessions/{session_id}': {
     operationId: 'revokePortalSession',
@@ -197,6 +210,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     errors: [
       { code: 'portal_token_invalid', when: 'The token is malformed, was already used, has expired or was revoked.' },
       { code: 'csrf_failed', when: 'The browser says the request came from another site (Sec-Fetch-Site).' },
+      ADDRESS_LIMIT_DOC,
       { code: 'storage_unavailable', when: 'Redis is unreachable.' },
       'internal',
     ],
@@ -233,7 +247,9 @@ function errorsOf(schema: FastifySchema, authorization: Authorization | undefine
   const docs: ErrorDoc[] = [];
   if (authorization?.sessionOnly) {
     docs.push({ code: 'unauthorized', when: 'No portal session cookie, or its session has expired or was revoked.' });
-    if (authorization.sessionOnly.csrf) docs.push(CSRF_DOC);
+    docs.push(
+      authorization.sessionOnly.csrf ? CSRF_DOC : { code: 'csrf_failed', when: 'The browser says the request comes from another origin (Sec-Fetch-Site).' },
+    );
   } else if (authorization) {
     docs.push({ code: 'unauthorized', when: 'The X-API-Key header is missing, or names no valid key.' });
     const roleMessage = `This API key does not have the ${authorization.roles.join(' or ')} role`;
@@ -263,12 +279,18 @@ function errorsOf(schema: FastifySchema, authorization: Authorization | undefine
   }
   docs.push(...own.map((doc) => (typeof doc === 'string' ? { code: doc } : doc)));
   if (authorization) {
+    docs.push(ADDRESS_LIMIT_DOC);
     // Every authenticated request reads the key from storage, whatever the route does next.
     docs.push({ code: 'storage_unavailable', when: 'Redis is unreachable, or refuses writes (out of memory, failing over).' });
     docs.push({ code: 'internal', when: 'An unexpected error; it is logged with full context.' });
   }
-  const seen = new Set<ErrorCode>();
-  return docs.filter((doc) => !seen.has(doc.code) && seen.add(doc.code));
+  // A code answered for several reasons is listed once, with every reason.
+  const byCode = new Map<ErrorCode, ErrorDoc>();
+  for (const doc of docs) {
+    const first = byCode.get(doc.code);
+    byCode.set(doc.code, first === undefined || first.when === doc.when ? (first ?? doc) : { ...first, when: `${first.when} Or: ${doc.when}` });
+  }
+  return [...byCode.values()];
 }
 
 /** One response object for the errors of one status: each code named, and an example of each. */

@@ -16,9 +16,10 @@ import type { MachineListing } from '../store/machines.js';
 import { isRedisUnavailable } from '../store/redis.js';
 import type { DocLookup } from '../store/versioned-docs.js';
 import type { WebhookRegistry } from '../store/webhooks.js';
-import { createAuthorizer, type RateLimit } from './auth.js';
+import { addressGuard, createAuthorizer, type RateLimit } from './auth.js';
 import { ApiError, errorBody, type ErrorCode } from './errors.js';
 import { swaggerOptions } from './openapi.js';
+import { DOCS_CSP, secureEveryAnswer } from './security-headers.js';
 import { keepResponseForLog, logRequestNow, RequestLogController } from './request-log.js';
 import { agentRoutes } from './routes/agents.js';
 import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
@@ -48,7 +49,7 @@ export interface AdminDeps {
   /** The operator's views and actions across vendors (role admin). */
   operator: Omit<OperatorRouteDeps, 'authorize' | 'webhooks' | 'logger'>;
   /** Vendor portal sessions: issuing links, and the session cookie the vendor routes accept. */
-  portal: Omit<PortalRouteDeps, 'authorize' | 'logger' | 'nowMs'>;
+  portal: Omit<PortalRouteDeps, 'authorize' | 'guardAddress' | 'logger' | 'nowMs'>;
   /** Per-webhook delivery stats and the circuits they show. */
   stats: Omit<StatsRouteDeps, 'authorize' | 'webhooks' | 'nowMs'>;
   /** The last events of webhooks with a filter (the filter dry run's `recent`). */
@@ -57,6 +58,8 @@ export interface AdminDeps {
   rateLimit?: RateLimit;
   /** Event ingest's own limit, in events per second per key (429 with Retry-After past it). */
   ingestRateLimit?: IngestRateLimit;
+  /** Requests per second per client address that authenticate nothing (429 with Retry-After past it). */
+  addressRateLimit?: RateLimit;
   /** Resolves true when the engine's storage answers. */
   isReady: () => Promise<boolean>;
   /** false (production's default): registration refuses callback URLs on loopback, private or reserved addresses. */
@@ -69,6 +72,8 @@ export interface AdminDeps {
   metricsRoute?: boolean;
   /** The vendor portal's built browser app (`dist/portal/`), served under `/portal/`. */
   portalAssetsDir: string;
+  /** The proxies whose X-Forwarded-* headers give a request's client address and protocol (HOOKLINE_TRUST_PROXY); none by default. */
+  trustProxy?: readonly string[];
 }
 
 export type AdminServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
@@ -116,6 +121,7 @@ export async function buildHealthServer(deps: Pick<AdminDeps, 'logger' | 'isRead
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   keepResponseForLog(app);
+  secureEveryAnswer(app, { publicUrlHttps: false });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));
   await app.register(healthRoutes({ isReady: deps.isReady }));
   metricsRoute(app, deps.metrics);
@@ -135,6 +141,8 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     // One line per request, when it completes, with its query values redacted (see request-log.ts).
     logController: new RequestLogController(),
     bodyLimit: deps.bodyLimitBytes,
+    // Forwarded headers are anyone's to write: believed only from the proxies the operator named.
+    trustProxy: deps.trustProxy !== undefined && deps.trustProxy.length > 0 ? [...deps.trustProxy] : false,
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 512 },
   }).withTypeProvider<ZodTypeProvider>();
@@ -173,6 +181,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     logRequestNow(request, reply, { status: 500, level: 'error', code: 'internal', err: error });
     return reply.code(500).send(errorBody('internal'));
   });
+  secureEveryAnswer(app, { publicUrlHttps: deps.portal.publicUrl?.startsWith('https:') ?? false });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('route_not_found')));
 
   const metrics = deps.metrics;
@@ -187,10 +196,11 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   }
 
   await app.register(fastifySwagger, swaggerOptions());
-  await app.register(fastifySwaggerUi, { routePrefix: '/docs' });
+  await app.register(fastifySwaggerUi, { routePrefix: '/docs', staticCSP: DOCS_CSP });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
-  const authorize = createAuthorizer(deps.apiKeys, deps.rateLimit, deps.portal.sessions);
+  const guardAddress = addressGuard(deps.addressRateLimit);
+  const authorize = createAuthorizer(deps.apiKeys, guardAddress, deps.rateLimit, deps.portal.sessions);
   await app.register(healthRoutes({ isReady: deps.isReady }));
   await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, allowPrivateTargets: deps.allowPrivateTargets, nowMs: deps.nowMs ?? Date.now }));
   await app.register(filterTestRoutes({ authorize, webhooks: deps.webhooks, recentEvents: deps.recentEvents }));
@@ -200,7 +210,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   await app.register(statsRoutes({ authorize, webhooks: deps.webhooks, nowMs: deps.nowMs ?? Date.now, ...deps.stats }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
   await app.register(operatorRoutes({ authorize, webhooks: deps.webhooks, logger: deps.logger, ...deps.operator }));
-  await app.register(portalSessionRoutes({ authorize, logger: deps.logger, nowMs: deps.nowMs ?? Date.now, ...deps.portal }));
+  await app.register(portalSessionRoutes({ authorize, guardAddress, logger: deps.logger, nowMs: deps.nowMs ?? Date.now, ...deps.portal }));
   await app.register(agentRoutes({ authorize, agents: deps.agents }));
   await app.register(machineRoutes({ authorize, machines: deps.machines }));
   // The vendor portal's page and its event catalogue.

@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import { homedir } from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
@@ -46,6 +47,18 @@ function publicUrlProblem(text: string): string | undefined {
   return undefined;
 }
 
+/** The names proxy-addr (Fastify's trustProxy) gives to ranges: 127.0.0.0/8 and ::1, 169.254.0.0/16 and fe80::/10, RFC 1918 and fc00::/7. */
+const PROXY_RANGE_NAMES = ['loopback', 'linklocal', 'uniquelocal'];
+
+/** Whether `entry` names proxies Fastify can trust: an IP address, a CIDR range, or a range's name. */
+function isProxyEntry(entry: string): boolean {
+  if (PROXY_RANGE_NAMES.includes(entry)) return true;
+  const [address = '', bits, ...rest] = entry.split('/');
+  const family = isIP(address);
+  if (family === 0 || rest.length > 0) return false;
+  return bits === undefined || (/^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128));
+}
+
 /** The environment variables Hookline reads, with defaults; docs/configuration.md's table and .env.example mirror it. */
 export const envSchema = z.object({
   REDIS_URL: z
@@ -71,6 +84,24 @@ export const envSchema = z.object({
       if (problem) ctx.addIssue({ code: 'custom', message: problem });
     })
     .transform((v) => v.replace(/\/+$/, ''))
+    .optional(),
+  HOOKLINE_TRUST_PROXY: z
+    .string()
+    .transform((text, ctx) => {
+      const entries = text
+        .split(',')
+        .map((entry) => entry.trim())
+        .filter((entry) => entry !== '');
+      const bad = entries.find((entry) => !isProxyEntry(entry));
+      if (bad !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `"${bad}" is not a proxy address; expected comma-separated IP addresses or CIDR ranges (10.0.0.0/8), or loopback, linklocal, uniquelocal`,
+        });
+        return z.NEVER;
+      }
+      return entries;
+    })
     .optional(),
   HOOKLINE_METRICS_PORT: port(9464),
   HOOKLINE_METRICS_ON_API_PORT: boolean(true),
@@ -135,6 +166,13 @@ export const envSchema = z.object({
     .int('expected a whole number of requests')
     .min(0, 'expected 0 (off) or more')
     .default(100),
+  // A browser opening a link or a client whose key was revoked makes a few such requests; a flood of
+  // guesses makes thousands.
+  HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND: z.coerce
+    .number({ message: 'expected a whole number of requests' })
+    .int('expected a whole number of requests')
+    .min(0, 'expected 0 (off) or more')
+    .default(10),
   // One engine ingests about 6,600 events/s and delivers about 2,000/s: the default never holds a
   // single producer below what an engine can deliver.
   HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: z.coerce
@@ -203,8 +241,13 @@ export interface Config {
   readonly redisPrefix: string;
   readonly apiHost: string;
   readonly apiPort: number;
-  /** Where browsers reach the API (portal links start with it); unset: the address a link's issuer called (the CLI: the API's listen address). */
+  /** Where browsers reach the API (portal links start with it); unset: the API's listen address, when that is loopback. */
   readonly publicUrl: string | undefined;
+  /**
+   * The proxies whose X-Forwarded-For and X-Forwarded-Proto the API believes (addresses, CIDR ranges
+   * or range names); empty: none, so a request's address and protocol are its connection's.
+   */
+  readonly trustProxy: readonly string[];
   /** A worker's health server: `/healthz`, `/readyz`, `/metrics`; the API's too when `metricsOnApiPort` is false. */
   readonly metricsPort: number;
   /** Serve `/metrics` on the API port (true), or on `metricsPort` only, so the API port can be published without it. */
@@ -242,6 +285,8 @@ export interface Config {
   readonly rateLimitPerSecond: number;
   /** Events ingested over HTTP per second per API key (0: no limit). */
   readonly ingestRateLimitPerSecond: number;
+  /** Requests per second per client address that authenticate nothing: no key, a bad key or cookie, a link being opened (0: no limit). */
+  readonly unauthenticatedRateLimitPerSecond: number;
   /**
    * Where `webhook.disabled` and `webhook.recovered` notices go, and the whsec_ secret that signs
    * them; undefined: none are sent.
@@ -286,6 +331,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     apiHost: e.HOOKLINE_API_HOST,
     apiPort: e.HOOKLINE_API_PORT,
     publicUrl: e.HOOKLINE_PUBLIC_URL,
+    trustProxy: Object.freeze([...(e.HOOKLINE_TRUST_PROXY ?? [])]),
     metricsPort: e.HOOKLINE_METRICS_PORT,
     metricsOnApiPort: e.HOOKLINE_METRICS_ON_API_PORT,
     secretKey: e.HOOKLINE_SECRET_KEY === undefined ? undefined : Buffer.from(e.HOOKLINE_SECRET_KEY, 'base64'),
@@ -308,6 +354,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
     rateLimitPerSecond: e.HOOKLINE_RATE_LIMIT_PER_SECOND,
     ingestRateLimitPerSecond: e.HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND,
+    unauthenticatedRateLimitPerSecond: e.HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND,
     operationalWebhook:
       e.HOOKLINE_OPERATIONAL_WEBHOOK_URL === undefined || e.HOOKLINE_OPERATIONAL_WEBHOOK_SECRET === undefined
         ? undefined

@@ -268,7 +268,8 @@ export function guardedLookup(resolve: typeof dns.lookup): LookupFunction {
       for (const { address } of addresses) {
         const reason = blockedAddressReason(address);
         if (reason !== undefined) {
-          return callback(new SsrfBlockedError(`${hostname} resolves to a blocked address ${address} (${reason})`), '');
+          // The rule, never the address: vendors read this message, and the address would map the internal network.
+          return callback(new SsrfBlockedError(`${hostname} resolves to a blocked address (${reason})`), '');
         }
       }
       const [first] = addresses;

@@ -11,20 +11,32 @@ import { publicKeyText } from '@hookline/verify';
 export const SIGNATURE_SCHEMES = ['hmac', 'ed25519'] as const;
 export type SignatureScheme = (typeof SIGNATURE_SCHEMES)[number];
 
+/**
+ * How long a rotated key is published before it signs: twice the key set's cache lifetime (5 min),
+ * so a receiver that refetches the set when its copy expires holds the new key before the first
+ * request the key signs, even if it fetched just before the rotation.
+ */
+export const KEY_PUBLISH_LEAD_MS = 10 * 60_000;
+
 /** One key pair of a webhook, the private key in plaintext (only ever in memory; stored sealed). */
 export interface SigningKey {
-  /** `<webhook id>.<n>`: n counts the webhook's keys from 1, so a receiver can tell its keys in the key set document. */
+  /**
+   * The key's id as receivers see it: opaque (the store derives it under the engine's key from the
+   * `<webhook id>.<n>` it keeps), so no kid names a webhook or ties two keys of one webhook together.
+   */
   kid: string;
   /** PKCS#8 DER, base64. */
   privateKey: string;
   /** `whpk_` and the 32 raw bytes, base64 (Standard Webhooks' form). */
   publicKey: string;
   createdAtMs: number;
+  /** Set on a rotated key: it is published at once and signs from then (KEY_PUBLISH_LEAD_MS later). */
+  fromMs?: number;
   /** Set on the previous key during a rotation: it signs beside the new one until then. */
   untilMs?: number;
 }
 
-/** A new key pair for `webhookId`, its `n`-th. */
+/** A new key pair for `webhookId`, its `n`-th; `kid` is the store's own name for it, `<webhook id>.<n>`. */
 export function newSigningKey(webhookId: string, n: number, nowMs: number): SigningKey {
   const { privateKey, publicKey } = generateKeyPairSync('ed25519');
   return {
@@ -41,8 +53,13 @@ export function keyNumber(kid: string): number {
   return Number.isSafeInteger(n) ? n : 0;
 }
 
-/** The keys that sign at `nowMs`: the current one first, then a previous one in its overlap. */
-export function signingKeysAt<K extends Pick<SigningKey, 'untilMs'>>(keys: readonly K[], nowMs: number): K[] {
+/** The keys that sign at `nowMs`: the current one first, then a previous one in its overlap; not a rotated key before its time. */
+export function signingKeysAt<K extends Pick<SigningKey, 'fromMs' | 'untilMs'>>(keys: readonly K[], nowMs: number): K[] {
+  return publishedKeysAt(keys, nowMs).filter((key) => key.fromMs === undefined || key.fromMs <= nowMs);
+}
+
+/** The keys receivers are shown at `nowMs`: those that sign, and a rotated key that is yet to. */
+export function publishedKeysAt<K extends Pick<SigningKey, 'untilMs'>>(keys: readonly K[], nowMs: number): K[] {
   return keys.filter((key) => key.untilMs === undefined || key.untilMs > nowMs);
 }
 

@@ -119,6 +119,8 @@ export function redisKeys(prefix: string) {
     },
     /** counter with a 2 s TTL: requests made with one API key (by fingerprint) in one second */
     rateWindow: (fingerprint: string, second: number) => `${tag(`rl:${fingerprint}`)}:${second}`,
+    /** counter with a 2 s TTL: requests from one client address that authenticated nothing, in one second */
+    addressRateWindow: (address: string, second: number) => `${tag(`arl:${address}`)}:${second}`,
     /** counter with a 2 s TTL: events ingested with one API key (by key id) in one second */
     ingestRateWindow: (keyId: string, second: number) => `${tag(`irl:${keyId}`)}:${second}`,
     task: (taskId: string) => tag(`task:${taskId}`),

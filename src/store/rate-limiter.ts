@@ -14,11 +14,13 @@ export interface RequestCounter {
 export class RedisRequestCounter implements RequestCounter {
   constructor(
     private readonly redis: Redis,
-    private readonly keys: RedisKeys,
+    keys: RedisKeys,
+    /** The key of a subject's window: an API key's by default, or a client address's (keys.addressRateWindow). */
+    private readonly windowKey: (subject: string, second: number) => string = keys.rateWindow,
   ) {}
 
   async hit(subject: string, nowMs: number): Promise<number> {
-    const key = this.keys.rateWindow(subject, Math.floor(nowMs / 1000));
+    const key = this.windowKey(subject, Math.floor(nowMs / 1000));
     const results = await this.redis.multi().incr(key).pexpire(key, 2_000).exec();
     return Number(results?.[0]?.[1] ?? 0);
   }

@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from 'node:crypto';
 
 const VERSION = 'v1';
 const IV_BYTES = 12;
@@ -10,6 +10,8 @@ const TAG_BYTES = 16;
  */
 export class SecretBox {
   readonly #key: Buffer;
+  /** opaqueId's keys, one per purpose. */
+  readonly #idKeys = new Map<string, Buffer>();
 
   constructor(key: Buffer) {
     if (key.length !== 32) throw new Error('SecretBox needs a 32-byte key');
@@ -23,6 +25,20 @@ export class SecretBox {
     cipher.setAAD(Buffer.from(associatedData, 'utf8'));
     const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
     return [VERSION, iv.toString('base64url'), cipher.getAuthTag().toString('base64url'), body.toString('base64url')].join('.');
+  }
+
+  /**
+   * An opaque id for `text` (128 bits, base64url) that only the holder of the key can compute or tie
+   * back to `text`: HMAC-SHA256 under a key derived (HKDF) for `purpose`, so ids of one purpose say
+   * nothing of another's and nothing of the encryption key.
+   */
+  opaqueId(purpose: string, text: string): string {
+    let key = this.#idKeys.get(purpose);
+    if (key === undefined) {
+      key = Buffer.from(hkdfSync('sha256', this.#key, Buffer.alloc(0), `hookline opaque id: ${purpose}`, 32));
+      this.#idKeys.set(purpose, key);
+    }
+    return createHmac('sha256', key).update(text, 'utf8').digest().subarray(0, 16).toString('base64url');
   }
 
   /** Reverses seal(); throws when the key, the associated data or the ciphertext does not match. */

@@ -1,7 +1,16 @@
 import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
-import { keyNumber, newSigningKey, SIGNATURE_SCHEMES, signingKeysAt, type SignatureScheme, type SigningKey } from '../domain/signing-keys.js';
+import {
+  KEY_PUBLISH_LEAD_MS,
+  keyNumber,
+  newSigningKey,
+  publishedKeysAt,
+  SIGNATURE_SCHEMES,
+  signingKeysAt,
+  type SignatureScheme,
+  type SigningKey,
+} from '../domain/signing-keys.js';
 import type { FilterNode } from '../domain/filter.js';
 import { DISABLED_REASONS, newWebhookSecret, type DisabledReason, type Webhook, type WebhookOrdering } from '../domain/webhook.js';
 import type { RedisKeys } from './keys.js';
@@ -22,9 +31,18 @@ const recordSchema = z.object({
   disabledAtMs: z.number().optional(),
   rateLimitPerSecond: z.number().optional(),
   signature: z.enum(SIGNATURE_SCHEMES).optional(),
-  /** Ed25519 key pairs, the current one first; private keys sealed like secrets. */
+  /** Ed25519 key pairs, the newest first; private keys sealed like secrets; `kid` is `<webhook id>.<n>`, never shown (see publicKid). */
   signingKeys: z
-    .array(z.object({ kid: z.string(), publicKey: z.string(), privateSealed: z.string(), createdAtMs: z.number(), untilMs: z.number().optional() }))
+    .array(
+      z.object({
+        kid: z.string(),
+        publicKey: z.string(),
+        privateSealed: z.string(),
+        createdAtMs: z.number(),
+        fromMs: z.number().optional(),
+        untilMs: z.number().optional(),
+      }),
+    )
     .optional(),
   /** Checked when it was stored (parseFilter); kept as given. */
   filter: z.custom<FilterNode>((value) => typeof value === 'object' && value !== null).optional(),
@@ -106,7 +124,7 @@ export interface WebhookRegistry {
   get(vendorId: string, webhookId: string): Promise<Webhook | undefined>;
   update(vendorId: string, webhookId: string, changes: WebhookChanges): Promise<UpdateResult>;
   delete(vendorId: string, webhookId: string): Promise<boolean>;
-  /** Every webhook's Ed25519 public keys that sign at `nowMs` (the key set document); no private key is opened. */
+  /** Every webhook's Ed25519 public keys published at `nowMs` (the key set document), by opaque kid; no private key is opened. */
   publicSigningKeys(nowMs: number): Promise<PublicSigningKey[]>;
 }
 
@@ -274,7 +292,9 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       for (let i = 1; i < flat.length; i += 2) {
         const record = recordSchema.parse(JSON.parse(flat[i]!));
         if (record.signature !== 'ed25519') continue;
-        for (const { privateSealed: _sealed, ...key } of signingKeysAt(record.signingKeys ?? [], nowMs)) found.push({ ...key, webhookId: record.id });
+        for (const { privateSealed: _sealed, ...key } of publishedKeysAt(record.signingKeys ?? [], nowMs)) {
+          found.push({ ...key, kid: this.publicKid(key.kid), webhookId: record.id });
+        }
       }
       cursor = next;
     } while (cursor !== '0');
@@ -435,12 +455,17 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       delete next.signingKeys;
     } else if (changes.signature === 'ed25519' || (changes.rotateSigningKey === true && record.signature === 'ed25519')) {
       next.signature = 'ed25519';
-      const current = record.signingKeys?.[0];
-      if (current === undefined) next.signingKeys = [this.sealKey(newSigningKey(record.id, 1, now.getTime()), record.id)];
+      const newest = record.signingKeys?.[0];
+      if (newest === undefined) next.signingKeys = [this.sealKey(newSigningKey(record.id, 1, now.getTime()), record.id)];
       else if (changes.rotateSigningKey === true) {
-        // The new key signs from now; the one it replaces beside it for the overlap (an older one is dropped).
-        const fresh = this.sealKey(newSigningKey(record.id, keyNumber(current.kid) + 1, now.getTime()), record.id);
-        next.signingKeys = [fresh, { ...current, untilMs: now.getTime() + this.rotationOverlapMs }];
+        // The new key is published now and signs only KEY_PUBLISH_LEAD_MS later, so receivers that
+        // refetch the key set as its cache allows hold it first; the key that signs now goes on until
+        // the new one has signed for the overlap. Any other key (one that never signed yet, or one
+        // already being replaced) is dropped.
+        const signing = signingKeysAt(record.signingKeys ?? [], now.getTime())[0] ?? newest;
+        const fromMs = now.getTime() + KEY_PUBLISH_LEAD_MS;
+        const fresh = this.sealKey({ ...newSigningKey(record.id, keyNumber(newest.kid) + 1, now.getTime()), fromMs }, record.id);
+        next.signingKeys = [fresh, { ...signing, untilMs: fromMs + this.rotationOverlapMs }];
       }
     }
     if ((next.signature ?? 'hmac') === 'hmac' && next.secretSealed === undefined) {
@@ -472,12 +497,24 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       rateLimitPerSecond: record.rateLimitPerSecond,
       signature: record.signature ?? 'hmac',
       filter: record.filter,
-      signingKeys: (record.signingKeys ?? []).map(({ privateSealed, ...key }) => ({ ...key, privateKey: this.box.open(privateSealed, record.id) })),
+      signingKeys: (record.signingKeys ?? []).map(({ privateSealed, ...key }) => ({
+        ...key,
+        kid: this.publicKid(key.kid),
+        privateKey: this.box.open(privateSealed, record.id),
+      })),
       ordering: record.ordering ?? 'none',
       maxConcurrency: record.maxConcurrency,
       createdAt: record.createdAt,
       updatedAt: record.updatedAt,
     };
+  }
+
+  /**
+   * The kid receivers see for a key the record names `<webhook id>.<n>`: an opaque digest under the
+   * engine's key, so the public key set lists no webhook id and does not show which keys belong together.
+   */
+  private publicKid(recordKid: string): string {
+    return this.box.opaqueId('signing key id', recordKid);
   }
 
   /** A key pair as the record keeps it: the private key sealed, bound to the webhook id. */

@@ -32,6 +32,8 @@ export interface TestAppOptions {
   rateLimitPerSecond?: number;
   /** Ingested events per second per API key (unset: no limit). */
   ingestRateLimitPerSecond?: number;
+  /** Requests per second per client address that authenticate nothing (unset: no limit). */
+  unauthenticatedRateLimitPerSecond?: number;
   /**
    * Registration accepts callback URLs on loopback and private addresses (default true: the tests'
    * receivers listen on 127.0.0.1); false applies the SSRF guard as production does by default.
@@ -60,6 +62,7 @@ export function testConfig(overrides: Partial<EngineConfig> & Pick<EngineConfig,
     secretKey: randomBytes(32),
     rateLimitPerSecond: 0,
     ingestRateLimitPerSecond: 0,
+    unauthenticatedRateLimitPerSecond: 0,
     allowPrivateTargets: true,
     ...overrides,
   };
@@ -82,6 +85,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.bodyLimitBytes === undefined ? {} : { apiBodyLimitBytes: options.bodyLimitBytes }),
     ...(options.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: options.rateLimitPerSecond }),
     ...(options.ingestRateLimitPerSecond === undefined ? {} : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
+    ...(options.unauthenticatedRateLimitPerSecond === undefined ? {} : { unauthenticatedRateLimitPerSecond: options.unauthenticatedRateLimitPerSecond }),
     ...(options.allowPrivateTargets === undefined ? {} : { allowPrivateTargets: options.allowPrivateTargets }),
     ...(options.operationalWebhook === undefined ? {} : { operationalWebhook: options.operationalWebhook }),
   });

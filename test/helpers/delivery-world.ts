@@ -16,7 +16,8 @@ export async function startDeliveryWorld(vendorId: string, options: TestAppOptio
   const receiver = new TestReceiver();
   await receiver.start();
   const key = await t.keyFor(['vendor'], vendorId);
-  const worker = await startTestWorker(t);
+  // The worker logs where the app does, so a test reads both in one place.
+  const worker = await startTestWorker(t, options.logger === undefined ? {} : { logger: options.logger });
   return { t, receiver, worker, key };
 }
 

@@ -1,8 +1,9 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
+import { operationsOf, servedDocument } from '../helpers/openapi.js';
 
 interface Opened {
   session_id: string;
@@ -41,8 +42,9 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     return t;
   };
 
+  // A Host header of the caller's choosing: links must never take their address from it.
   const issue = async (app: TestApp, key: string, body: Record<string, unknown>) =>
-    app.app.inject({ method: 'POST', url: '/admin/v1/portal/sessions', headers: { 'x-api-key': key, host: 'portal.test:8080' }, payload: body });
+    app.app.inject({ method: 'POST', url: '/admin/v1/portal/sessions', headers: { 'x-api-key': key, host: 'evil.example' }, payload: body });
 
   const tokenOf = (url: string) => {
     const match = /#token=(.+)$/.exec(url);
@@ -80,13 +82,18 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     const app = await start();
     const before = Date.now();
     const link = await linkFor(app, 'vendor-a', 'manage', '2h');
-    expect(link.url).toMatch(/^http:\/\/portal\.test:8080\/portal\/#token=ps_[0-9a-f]{24}\.[A-Za-z0-9_-]{43}$/);
+    // No HOOKLINE_PUBLIC_URL: the API's configured loopback address (HOOKLINE_API_HOST and _PORT's defaults).
+    expect(link.url).toMatch(/^http:\/\/127\.0\.0\.1:8080\/portal\/#token=ps_[0-9a-f]{24}\.[A-Za-z0-9_-]{43}$/);
     expect(link).toMatchObject({ vendor_id: 'vendor-a', permission: 'manage', opened: false });
     const expiresMs = Date.parse(link.expires_at) - before;
     expect(expiresMs).toBeGreaterThan(2 * 3_600_000 - 60_000);
     expect(expiresMs).toBeLessThanOrEqual(2 * 3_600_000 + 5_000);
 
     const token = tokenOf(link.url);
+    const sha256 = (text: string) => createHash('sha256').update(text, 'utf8').digest('hex');
+    const unopened = JSON.stringify(await app.redis.hgetall(app.keys.portal.session(link.session_id)));
+    expect(unopened).toContain(sha256(token.split('.')[1]!));
+    expect(unopened).not.toContain(token.split('.')[1]!);
     const b = await open(app, token);
     expect(b.setCookie).toMatch(/; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/);
     expect(b.setCookie).not.toContain('Secure');
@@ -118,6 +125,11 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
 
     const secretPart = token.split('.')[1]!;
     const cookieSecret = b.cookie.split('.')[1]!;
+    // Redis keeps a digest of the cookie (and kept one of the token until it was used), never the values a browser holds.
+    const stored = JSON.stringify(await app.redis.hgetall(app.keys.portal.session(link.session_id)));
+    expect(stored).toContain(sha256(cookieSecret));
+    expect(stored).not.toContain(cookieSecret);
+    expect(stored).not.toContain(secretPart);
     const output = logged.join('');
     expect(output).toContain('portal.session_issued');
     expect(output).toContain('portal.session_opened');
@@ -153,6 +165,77 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       expect(String(opened.headers['set-cookie'])).toContain('; Secure');
     } finally {
       await server.close();
+    }
+  });
+
+  /** An admin API over the test app's stores, configured with `extra` (the test app's own is not). */
+  const serverWith = async (app: TestApp, extra: { listenAddress?: { host: string; port: number }; trustProxy?: string[] }) => {
+    const { buildAdminServer } = await import('../../src/admin/server.js');
+    return buildAdminServer(app.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1 << 20, isReady: async () => true, ...extra }));
+  };
+
+  it('without HOOKLINE_PUBLIC_URL, links point at the loopback listen address, never at the Host header; another address needs the setting', async () => {
+    const app = await start();
+    const admin = await app.keyFor(['admin']);
+    // Every header a caller could use to steer the link elsewhere.
+    const headers = { 'x-api-key': admin, host: 'evil.example', 'x-forwarded-host': 'evil.example', 'x-forwarded-proto': 'https' };
+    const mint = (server: Awaited<ReturnType<typeof serverWith>>) =>
+      server.inject({ method: 'POST', url: '/admin/v1/portal/sessions', headers, payload: { vendor_id: 'vendor-links' } });
+    const cases: [{ host: string; port: number }, string][] = [
+      [{ host: '127.0.0.1', port: 8080 }, 'http://127.0.0.1:8080'],
+      [{ host: '::1', port: 9000 }, 'http://[::1]:9000'],
+      [{ host: 'localhost', port: 8080 }, 'http://localhost:8080'],
+    ];
+    for (const [listenAddress, base] of cases) {
+      const server = await serverWith(app, { listenAddress, trustProxy: ['loopback'] });
+      try {
+        const res = await mint(server);
+        expect(res.statusCode, res.body).toBe(201);
+        expect(res.json<{ url: string }>().url.startsWith(`${base}/portal/#token=ps_`), res.body).toBe(true);
+      } finally {
+        await server.close();
+      }
+    }
+    // Listening elsewhere, a link would travel over the network in clear, or point nowhere: none is minted.
+    const before = (await app.portalSessions.list('vendor-links')).length;
+    for (const host of ['0.0.0.0', '::', '10.1.2.3', 'api.internal']) {
+      const server = await serverWith(app, { listenAddress: { host, port: 8080 } });
+      try {
+        const res = await mint(server);
+        expect(res.statusCode, host).toBe(409);
+        expect(res.json(), host).toMatchObject({ code: 'public_url_required' });
+        expect(res.json<{ error: string }>().error).toContain('HOOKLINE_PUBLIC_URL');
+      } finally {
+        await server.close();
+      }
+    }
+    expect(await app.portalSessions.list('vendor-links')).toHaveLength(before);
+  });
+
+  it('believes X-Forwarded-Proto only from a proxy HOOKLINE_TRUST_PROXY names: behind a TLS proxy the cookie is Secure', async () => {
+    const app = await start();
+    const cases: [string[] | undefined, boolean][] = [
+      [undefined, false],
+      [['10.0.0.0/8'], false],
+      [['127.0.0.1'], true],
+      [['loopback'], true],
+    ];
+    for (const [trustProxy, secure] of cases) {
+      const server = await serverWith(app, trustProxy === undefined ? {} : { trustProxy });
+      try {
+        const token = tokenOf((await linkFor(app, 'vendor-a', 'read')).url);
+        // app.inject connects from 127.0.0.1: a proxy on loopback, trusted or not.
+        const res = await server.inject({
+          method: 'POST',
+          url: '/portal/v1/session',
+          headers: { 'x-forwarded-proto': 'https', 'x-forwarded-for': '203.0.113.9' },
+          payload: { token },
+        });
+        expect(res.statusCode, res.body).toBe(200);
+        expect(String(res.headers['set-cookie']).includes('; Secure'), JSON.stringify(trustProxy)).toBe(secure);
+      } finally {
+        await server.close();
+      }
     }
   });
 
@@ -254,7 +337,36 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     expect(ingest.statusCode).toBe(401);
   });
 
-  it('enforces each permission on the server: read views, replay adds replays and tests, manage adds changes', async () => {
+  it('answers the session and its CSRF token to this origin only: the browser’s cross-site, same-site or typed-in request is refused', async () => {
+    const app = await start();
+    const b = await open(app, tokenOf((await linkFor(app, 'vendor-a', 'read')).url));
+    for (const site of ['cross-site', 'same-site', 'none']) {
+      const res = await app.app.inject({ method: 'GET', url: '/portal/v1/session', headers: { cookie: b.cookie, 'sec-fetch-site': site } });
+      expect(res.statusCode, site).toBe(403);
+      expect(res.json(), site).toMatchObject({ code: 'csrf_failed' });
+      expect(res.body, site).not.toContain(b.csrf);
+    }
+    // The portal's own fetch, and a client that is not a browser (no Sec-Fetch-Site), read it.
+    for (const headers of [{ 'sec-fetch-site': 'same-origin' }, {}]) {
+      const res = await app.app.inject({ method: 'GET', url: '/portal/v1/session', headers: { cookie: b.cookie, ...headers } });
+      expect(res.statusCode, JSON.stringify(headers)).toBe(200);
+      expect(res.json<Opened>().csrf_token).toBe(b.csrf);
+    }
+  });
+
+  /** The operations the portal's cookie opens, as the OpenAPI document (generated from the routes' authorizers) names them. */
+  const cookieOperations = async (app: TestApp) =>
+    operationsOf(await servedDocument(app.app))
+      .filter(([, op]) => op.security?.some((scheme) => typeof scheme === 'object' && scheme !== null && 'portalSession' in scheme) === true)
+      .map(([name]) => name);
+
+  /** `METHOD /path/{param}` as a request: the webhook's id where it goes, a fresh UUID for any other id. */
+  const requestOf = (operation: string, webhookId: string) => {
+    const [method, path] = operation.split(' ') as ['GET' | 'POST' | 'PATCH' | 'DELETE', string];
+    return { method, url: path.replace('{webhook_id}', webhookId).replace(/\{\w+\}/g, () => randomUUID()) };
+  };
+
+  it('enforces each permission on the server, on every route the cookie opens: read views, replay adds replays and tests, manage adds changes', async () => {
     const app = await start();
     const keyA = await app.keyFor(['vendor'], 'vendor-a');
     const created = await app.app.inject({
@@ -269,35 +381,40 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       replay: await open(app, tokenOf((await linkFor(app, 'vendor-a', 'replay')).url)),
       manage: await open(app, tokenOf((await linkFor(app, 'vendor-a', 'manage')).url)),
     };
-    const calls: { name: string; needs: 'read' | 'replay' | 'manage'; method: 'GET' | 'POST' | 'PATCH' | 'DELETE'; url: string; body?: unknown }[] = [
-      { name: 'list webhooks', needs: 'read', method: 'GET', url: '/vendors/v1/webhooks' },
-      { name: 'one webhook', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}` },
-      { name: 'deliveries', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries` },
-      { name: 'dead letters', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/dead-letters` },
-      { name: 'stats', needs: 'read', method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/stats` },
-      { name: 'task', needs: 'read', method: 'GET', url: `/rental/v1/tasks/${randomUUID()}` },
-      { name: 'test event', needs: 'replay', method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/test`, body: {} },
-      { name: 'replay one', needs: 'replay', method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/dead-letters/${randomUUID()}/replay` },
-      { name: 'replay all', needs: 'replay', method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/dead-letters/replay` },
-      { name: 'patch', needs: 'manage', method: 'PATCH', url: `/vendors/v1/webhooks/${webhookId}`, body: { enabled: true } },
-      { name: 'rotate', needs: 'manage', method: 'POST', url: `/vendors/v1/webhooks/${webhookId}/rotate-secret` },
-      {
-        name: 'create',
-        needs: 'manage',
-        method: 'POST',
-        url: '/vendors/v1/webhooks',
-        body: { event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: 'http://127.0.0.1:9/u' },
-      },
+    const calls: { operation: string; needs: 'read' | 'replay' | 'manage'; body?: unknown }[] = [
+      { operation: 'GET /vendors/v1/webhooks', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}/deliveries', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}/deliveries/{delivery_id}', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}/dead-letters', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}/stats', needs: 'read' },
+      { operation: 'GET /vendors/v1/webhooks/{webhook_id}/public-keys', needs: 'read' },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/filter-test', needs: 'read', body: {} },
+      { operation: 'GET /rental/v1/tasks/{task_id}', needs: 'read' },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/test', needs: 'replay', body: {} },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay', needs: 'replay' },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/dead-letters/replay', needs: 'replay' },
+      { operation: 'PATCH /vendors/v1/webhooks/{webhook_id}', needs: 'manage', body: { enabled: true } },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/rotate-secret', needs: 'manage' },
+      { operation: 'POST /vendors/v1/webhooks/{webhook_id}/rotate-signing-key', needs: 'manage' },
+      { operation: 'POST /vendors/v1/webhooks', needs: 'manage', body: { event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: 'http://127.0.0.1:9/u' } },
     ];
+    // Deleting ends the webhook the others use: it is checked last, below.
+    const DELETE_WEBHOOK = 'DELETE /vendors/v1/webhooks/{webhook_id}';
+    // Every route the cookie opens has a row (the portal's own session routes need no permission).
+    const covered = [...calls.map((call) => call.operation), DELETE_WEBHOOK, 'GET /portal/v1/session', 'DELETE /portal/v1/session'];
+    expect((await cookieOperations(app)).sort()).toEqual(covered.sort());
+
     const order = ['read', 'replay', 'manage'] as const;
     for (const call of calls) {
+      const { method, url } = requestOf(call.operation, webhookId);
       for (const held of order) {
-        const res = await asPortal(app, sessions[held], call.method, call.url, call.body);
+        const res = await asPortal(app, sessions[held], method, url, call.body);
         const allowed = order.indexOf(held) >= order.indexOf(call.needs);
-        if (allowed) expect([200, 201, 202, 404, 409], `${call.name} as ${held}: ${res.body}`).toContain(res.statusCode);
+        if (allowed) expect([200, 201, 202, 404, 409], `${call.operation} as ${held}: ${res.body}`).toContain(res.statusCode);
         else {
-          expect(res.statusCode, `${call.name} as ${held}`).toBe(403);
-          expect(res.json(), `${call.name} as ${held}`).toMatchObject({ code: 'portal_permission' });
+          expect(res.statusCode, `${call.operation} as ${held}`).toBe(403);
+          expect(res.json(), `${call.operation} as ${held}`).toMatchObject({ code: 'portal_permission' });
         }
       }
     }
@@ -306,9 +423,39 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     expect(managed.json<{ webhooks: { webhook_id: string; secret?: string }[] }>().webhooks.find((w) => w.webhook_id === webhookId)?.secret).toMatch(/^whsec_/);
     expect((await asPortal(app, sessions.manage, 'GET', `/vendors/v1/webhooks/${webhookId}`)).json<{ secret?: string }>().secret).toMatch(/^whsec_/);
     expect((await asPortal(app, sessions.replay, 'GET', `/vendors/v1/webhooks/${webhookId}`)).json()).not.toHaveProperty('secret');
-    const del = await asPortal(app, sessions.replay, 'DELETE', `/vendors/v1/webhooks/${webhookId}`);
-    expect(del.statusCode).toBe(403);
+    for (const held of ['read', 'replay'] as const) {
+      const del = await asPortal(app, sessions[held], 'DELETE', `/vendors/v1/webhooks/${webhookId}`);
+      expect(del.statusCode, held).toBe(403);
+    }
     expect((await asPortal(app, sessions.manage, 'DELETE', `/vendors/v1/webhooks/${webhookId}`)).statusCode).toBe(204);
+  });
+
+  it('every route the cookie opens refuses it without the CSRF token or from another site; every route that takes keys only ignores it', async () => {
+    const app = await start();
+    const b = await open(app, tokenOf((await linkFor(app, 'vendor-a', 'manage')).url));
+    const takesCookie = new Set(await cookieOperations(app));
+    let checked = 0;
+    for (const [operation, op] of operationsOf(await servedDocument(app.app))) {
+      // Public routes take no credential at all.
+      if (op.security !== undefined && op.security.length === 0) continue;
+      const { method, url } = requestOf(operation, randomUUID());
+      const send = (headers: Record<string, string>) => app.app.inject({ method, url, headers });
+      checked += 1;
+      if (!takesCookie.has(operation)) {
+        // The portal's full credentials open nothing here.
+        const res = await send({ cookie: b.cookie, 'x-csrf-token': b.csrf, 'sec-fetch-site': 'same-origin' });
+        expect([operation, res.statusCode]).toEqual([operation, 401]);
+        continue;
+      }
+      const crossSite = await send({ cookie: b.cookie, 'x-csrf-token': b.csrf, 'sec-fetch-site': 'same-site' });
+      expect([operation, crossSite.statusCode, crossSite.json<{ code: string }>().code]).toEqual([operation, 403, 'csrf_failed']);
+      const noToken = await send({ cookie: b.cookie, 'sec-fetch-site': 'same-origin' });
+      // The one exception: a reloaded page learns its token here.
+      const expected = operation === 'GET /portal/v1/session' ? 200 : 403;
+      expect([operation, noToken.statusCode]).toEqual([operation, expected]);
+    }
+    expect(checked).toBe(operationsOf(await servedDocument(app.app)).filter(([, op]) => op.security === undefined || op.security.length > 0).length);
+    expect(takesCookie.size).toBeGreaterThanOrEqual(18);
   });
 
   it('revoking one session, or every session of a vendor, ends access at once; signing out clears the cookie', async () => {

@@ -1,4 +1,6 @@
 import { createPublicKey, verify } from 'node:crypto';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { TestApp } from '../helpers/app.js';
 import { startDeliveryWorld, stopDeliveryWorld, type DeliveryWorld } from '../helpers/delivery-world.js';
@@ -14,8 +16,12 @@ interface PublicKeyView {
   public_key: string;
   jwk: { kty: string; crv: string; x: string; kid: string };
   created_at: string;
+  signs_from: string;
   expires_at: string | null;
 }
+
+/** An opaque kid: 128 bits of base64url, nothing of any id. */
+const OPAQUE_KID = /^[A-Za-z0-9_-]{22}$/;
 
 /**
  * Verifies a received request's v1a entries with node:crypto alone: true for each entry, in order,
@@ -35,8 +41,16 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
   let t: TestApp;
   let receiver: TestReceiver;
   let key: string;
+  const logged: string[] = [];
   beforeEach(async () => {
-    world = await startDeliveryWorld(VENDOR);
+    logged.length = 0;
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        logged.push(chunk.toString('utf8'));
+        done();
+      },
+    });
+    world = await startDeliveryWorld(VENDOR, { logger: pino({ level: 'debug' }, sink) });
     ({ t, receiver, key } = world);
   });
   afterEach(async () => stopDeliveryWorld(world));
@@ -70,7 +84,8 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     expect(listed.json<{ webhooks: { signature: string }[] }>().webhooks[0]!.signature).toBe('ed25519');
     const keys = await publicKeys(id);
     expect(keys).toHaveLength(1);
-    expect(keys[0]).toMatchObject({ kid: `${id}.1`, expires_at: null, jwk: { kty: 'OKP', crv: 'Ed25519', kid: `${id}.1` } });
+    expect(keys[0]).toMatchObject({ expires_at: null, signs_from: keys[0]!.created_at, jwk: { kty: 'OKP', crv: 'Ed25519', kid: keys[0]!.kid } });
+    expect(keys[0]!.kid).toMatch(OPAQUE_KID);
     expect(keys[0]!.public_key).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/);
 
     const request = await deliverOne('/keys-only');
@@ -83,13 +98,14 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     expect(set.statusCode).toBe(200);
     expect(set.headers['cache-control']).toBe('public, max-age=300');
     const jwks = set.json<{ keys: { kid: string; kty: string; crv: string; x: string }[] }>().keys;
-    const mine = jwks.filter((jwk) => jwk.kid.startsWith(`${id}.`));
-    expect(mine).toEqual([keys[0]!.jwk]);
-    expect(v1aVerdicts(request, mine)).toEqual([true]);
+    expect(jwks).toContainEqual(keys[0]!.jwk);
     const again = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json', headers: { 'if-none-match': String(set.headers.etag) } });
     expect(again.statusCode).toBe(304);
+    // A receiver asks for its own webhook's keys.
     const narrowed = await t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` });
-    expect(narrowed.json()).toEqual({ keys: mine });
+    const mine = narrowed.json<{ keys: { kid: string; kty: string; crv: string; x: string }[] }>().keys;
+    expect(mine).toEqual([keys[0]!.jwk]);
+    expect(v1aVerdicts(request, mine)).toEqual([true]);
     expect((await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json?webhook_id=nope' })).statusCode).toBe(400);
 
     // No private key leaves the engine, and Redis holds it sealed.
@@ -99,9 +115,12 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     expect(everything).not.toMatch(/private/i);
     const stored = await t.webhooks.get(VENDOR, id);
     expect(raw).not.toContain(stored!.signingKeys[0]!.privateKey);
+    // Nor does any log line of the API or the worker (at debug), which did log the delivery.
+    expect(logged.join('')).toContain(id);
+    expect(logged.join('')).not.toContain(stored!.signingKeys[0]!.privateKey);
   });
 
-  it('with a secret too: v1, v1a and the legacy HMAC; a rotation signs with both keys, the replaced one for its overlap; hmac drops the keys', async () => {
+  it('with a secret too: v1, v1a and the legacy HMAC; a rotated key is listed at once and signs only after the lead; hmac drops the keys', async () => {
     const id = await register('EVENT_TYPE_MACHINE_CREATED', '/both', { signature: 'ed25519', secret: WHSEC });
     const first = await publicKeys(id);
     const before = await deliverOne('/both');
@@ -112,20 +131,33 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     ).toEqual(['v1', 'v1a']);
     expect(String(before.headers['x-webhook-signature'])).toMatch(/^sha256=/);
 
+    // Read before the rotation: the set this process serves is then a reading from before it.
+    expect((await t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` })).json()).toEqual({ keys: [first[0]!.jwk] });
+    const rotatedAtMs = Date.now();
     const rotated = await call('POST', `/vendors/v1/webhooks/${id}/rotate-signing-key`);
     expect(rotated.statusCode).toBe(200);
     const [fresh, replaced] = rotated.json<{ keys: PublicKeyView[] }>().keys;
-    expect(fresh!.kid).toBe(`${id}.2`);
-    expect(replaced).toMatchObject({ kid: `${id}.1`, public_key: first[0]!.public_key });
-    expect(Date.parse(replaced!.expires_at!)).toBeGreaterThan(Date.now() + 23 * 3_600_000);
-    expect((await publicKeys(id)).map((k) => k.kid)).toEqual([`${id}.2`, `${id}.1`]);
+    expect(fresh!.kid).toMatch(OPAQUE_KID);
+    expect(fresh!.kid).not.toBe(first[0]!.kid);
+    expect(replaced).toMatchObject({ kid: first[0]!.kid, public_key: first[0]!.public_key });
+    // The new key signs ten minutes from now; the replaced one until the overlap after that has passed.
+    const signsFromMs = Date.parse(fresh!.signs_from);
+    expect(signsFromMs - rotatedAtMs).toBeGreaterThanOrEqual(10 * 60_000 - 1_000);
+    expect(signsFromMs - rotatedAtMs).toBeLessThanOrEqual(10 * 60_000 + 5_000);
+    expect(Date.parse(replaced!.expires_at!) - signsFromMs).toBe(24 * 3_600_000);
+    expect((await publicKeys(id)).map((k) => k.kid)).toEqual([fresh!.kid, replaced!.kid]);
 
-    // Both keys sign: a receiver holding only the old key or only the new one accepts the request.
-    const during = await deliverOne('/both');
-    expect(v1aVerdicts(during, [fresh!.jwk])).toEqual([true, false]);
-    expect(v1aVerdicts(during, [replaced!.jwk])).toEqual([false, true]);
+    // Listed before it signs: the key set has the new key at once, while deliveries carry only the old key's signature.
     const set = await t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` });
-    expect(set.json<{ keys: { kid: string }[] }>().keys.map((k) => k.kid)).toEqual([`${id}.1`, `${id}.2`]);
+    expect(
+      set
+        .json<{ keys: { kid: string }[] }>()
+        .keys.map((k) => k.kid)
+        .sort(),
+    ).toEqual([fresh!.kid, replaced!.kid].sort());
+    const during = await deliverOne('/both');
+    expect(v1aVerdicts(during, [replaced!.jwk])).toEqual([true]);
+    expect(v1aVerdicts(during, [fresh!.jwk])).toEqual([false]);
 
     // Back to hmac: no v1a, no keys; rotating a key then answers 409.
     const back = await call('PATCH', `/vendors/v1/webhooks/${id}`, { signature: 'hmac' });
@@ -167,6 +199,79 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     }, 15_000);
     expect(String(keysOnly.headers['webhook-signature'])).toMatch(/^v1a,\S+$/);
     expect(v1aVerdicts(keysOnly, [keys[0]!.jwk])).toEqual([true]);
+  });
+
+  it('the key set names no webhook and answers the same for an unknown, a deleted and an hmac-only webhook id', async () => {
+    const signing = await register('EVENT_TYPE_MACHINE_CREATED', '/a', { signature: 'ed25519' });
+    const other = await register('EVENT_TYPE_MACHINE_UPDATED', '/b', { signature: 'ed25519' });
+    const hmacOnly = await register('EVENT_TYPE_MACHINE_REMOVED', '/c', { secret: WHSEC });
+    const deleted = await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/d', { signature: 'ed25519' });
+    expect((await call('POST', `/vendors/v1/webhooks/${other}/rotate-signing-key`)).statusCode).toBe(200);
+    expect((await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${deleted}`, headers: { 'x-api-key': key } })).statusCode).toBe(204);
+
+    const all = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' });
+    const kids = all.json<{ keys: { kid: string }[] }>().keys.map((k) => k.kid);
+    expect(kids).toHaveLength(3);
+    for (const kid of kids) expect(kid).toMatch(OPAQUE_KID);
+    for (const id of [signing, other, hmacOnly, deleted]) {
+      expect(all.body).not.toContain(id);
+      expect(all.body).not.toContain(id.replaceAll('-', ''));
+    }
+
+    const answers = await Promise.all(
+      [hmacOnly, deleted, '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f'].map((id) => t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` })),
+    );
+    for (const res of answers) {
+      expect(res.statusCode).toBe(200);
+      expect(res.body).toBe('{"keys":[]}');
+      expect([res.headers.etag, res.headers['cache-control'], res.headers['content-length']]).toEqual([
+        answers[0]!.headers.etag,
+        answers[0]!.headers['cache-control'],
+        answers[0]!.headers['content-length'],
+      ]);
+    }
+    // The receivers' own keys: one for the first webhook, the rotated pair for the other, no kid shared.
+    const own = async (id: string) =>
+      (await t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` })).json<{ keys: { kid: string }[] }>().keys.map((k) => k.kid);
+    const [a, b] = [await own(signing), await own(other)];
+    expect(a).toHaveLength(1);
+    expect(b).toHaveLength(2);
+    expect([...a, ...b].sort()).toEqual([...kids].sort());
+  });
+
+  it('serves a burst from one reading of the registry, single-flight: 200 requests at once, one scan; one more once the reading is 10 s old', async () => {
+    await register('EVENT_TYPE_MACHINE_CREATED', '/burst', { signature: 'ed25519' });
+    let scans = 0;
+    const counted = Object.assign(Object.create(t.webhooks) as typeof t.webhooks, {
+      publicSigningKeys: async (nowMs: number) => {
+        scans += 1;
+        return t.webhooks.publicSigningKeys(nowMs);
+      },
+    });
+    let now = Date.now();
+    const { buildAdminServer } = await import('../../src/admin/server.js');
+    const { pino } = await import('pino');
+    const server = await buildAdminServer({
+      ...t.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1 << 20, isReady: async () => true }),
+      webhooks: counted,
+      nowMs: () => now,
+    });
+    try {
+      const burst = (n: number) => Promise.all(Array.from({ length: n }, () => server.inject({ method: 'GET', url: '/.well-known/jwks.json' })));
+      const first = await burst(200);
+      console.log(`jwks burst: 200 requests at once, ${scans} registry scan(s)`);
+      expect(first.every((res) => res.statusCode === 200 && res.body === first[0]!.body)).toBe(true);
+      expect(first[0]!.json<{ keys: unknown[] }>().keys).toHaveLength(1);
+      expect(scans).toBe(1);
+      now += 10_000;
+      await burst(50);
+      expect(scans).toBe(1);
+      now += 1;
+      await burst(50);
+      expect(scans).toBe(2);
+    } finally {
+      await server.close();
+    }
   });
 
   it('validates signature, and keeps other vendors’ webhooks out of reach', async () => {

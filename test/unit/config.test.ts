@@ -51,6 +51,7 @@ describe('loadConfig', () => {
       dedupeWindowMs: 48 * 3_600_000,
       rateLimitPerSecond: 100,
       ingestRateLimitPerSecond: 10_000,
+      unauthenticatedRateLimitPerSecond: 10,
     });
     expect(config.retryScheduleMs).toEqual([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000]);
     expect(Object.isFrozen(config)).toBe(true);
@@ -95,6 +96,17 @@ describe('loadConfig', () => {
     expect(loadConfig({ HOOKLINE_DATA_DIR: 'data' }).dataDir).toBe(path.resolve('data'));
   });
 
+  it('trusts no proxy by default, and the addresses, ranges and range names HOOKLINE_TRUST_PROXY lists', () => {
+    expect(loadConfig({}).trustProxy).toEqual([]);
+    expect(loadConfig({ HOOKLINE_TRUST_PROXY: ' 10.0.0.0/8, 192.168.1.7 ,fd00::/8,::1,loopback,' }).trustProxy).toEqual([
+      '10.0.0.0/8',
+      '192.168.1.7',
+      'fd00::/8',
+      '::1',
+      'loopback',
+    ]);
+  });
+
   it('treats empty strings as unset', () => {
     expect(loadConfig({ REDIS_URL: '', HOOKLINE_API_PORT: '' }).apiPort).toBe(8080);
   });
@@ -113,6 +125,10 @@ describe('loadConfig', () => {
     [{ HOOKLINE_DEDUPE_WINDOW: '12h' }, 'HOOKLINE_DEDUPE_WINDOW: expected at least 24h'],
     [{ HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '-1' }, 'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected 0 (off) or more'],
     [{ HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '1.5' }, 'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected a whole number of events'],
+    [{ HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND: '-1' }, 'HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND: expected 0 (off) or more'],
+    [{ HOOKLINE_TRUST_PROXY: 'true' }, 'HOOKLINE_TRUST_PROXY: "true" is not a proxy address'],
+    [{ HOOKLINE_TRUST_PROXY: '10.0.0.0/33' }, 'HOOKLINE_TRUST_PROXY: "10.0.0.0/33" is not a proxy address'],
+    [{ HOOKLINE_TRUST_PROXY: '10.0.0.1,proxy.internal' }, 'HOOKLINE_TRUST_PROXY: "proxy.internal" is not a proxy address'],
     [{ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'ftp://ops.example/hooks' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_URL: expected an http or https URL'],
     [{ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'https://user:pw@ops.example/hooks' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_URL: must not contain credentials'],
     [{ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'ops.example/hooks' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_URL: expected an absolute http(s) URL'],

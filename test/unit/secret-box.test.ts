@@ -26,6 +26,15 @@ describe('SecretBox (AES-256-GCM)', () => {
     expect(() => new SecretBox(key).open('garbage', 'wh-1')).toThrow('unknown format');
   });
 
+  it('derives opaque ids: fixed for a key, purpose and text, unrelated across texts, purposes and keys', () => {
+    const box = new SecretBox(key);
+    // HMAC-SHA256 under HKDF-SHA256(key, info "hookline opaque id: signing key id"), 16 bytes, base64url.
+    expect(box.opaqueId('signing key id', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.1')).toBe('RB_Rf35WSAMmxEscTNiHVg');
+    expect(box.opaqueId('signing key id', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.2')).toBe('DOpCbGhnfMaD95goDcZ2ew');
+    expect(box.opaqueId('another purpose', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.1')).not.toBe('RB_Rf35WSAMmxEscTNiHVg');
+    expect(new SecretBox(Buffer.alloc(32, 2)).opaqueId('signing key id', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.1')).not.toBe('RB_Rf35WSAMmxEscTNiHVg');
+  });
+
   it('needs a 32-byte key', () => {
     expect(() => new SecretBox(Buffer.alloc(16))).toThrow();
   });

@@ -13,17 +13,11 @@ import type { Logger } from '../../logger.js';
 
 /**
  * The portal's Content-Security-Policy: only its own script and styles, no inline code, no other
- * origin, no framing. Sent on every portal response, HTML or not, so a file opened directly is held
- * to it too.
+ * origin, no framing. Sent on every answer under /portal (see security-headers.ts), HTML or not, so a
+ * file opened directly is held to it too.
  */
 export const PORTAL_CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-const SECURITY_HEADERS = {
-  'content-security-policy': PORTAL_CSP,
-  'x-content-type-options': 'nosniff',
-  'referrer-policy': 'no-referrer',
-} as const;
 
 const CONTENT_TYPES: Readonly<Record<string, string>> = {
   '.html': 'text/html; charset=utf-8',
@@ -74,11 +68,6 @@ export function portalAssets(deps: { dir: string; logger: Logger }): FastifyPlug
   if (!assets) deps.logger.warn({ dir: deps.dir }, 'vendor portal not built: /portal/ answers 503 until `npm run build` writes it');
   const hide = { schema: { hide: true } };
   return async (app) => {
-    app.addHook('onSend', async (_request, reply, payload) => {
-      void reply.headers(SECURITY_HEADERS);
-      return payload;
-    });
-
     // A relative link from /portal would resolve against /, so the page lives under /portal/ only.
     // The redirect keeps the link's fragment (the one-time token): browsers carry it over.
     app.get('/portal', hide, async (_request, reply) => reply.redirect('/portal/', 301));

@@ -1,10 +1,11 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { CSRF_HEADER, fromAnotherSite, PORTAL_COOKIE, portalSessionHook, principalOf, type Authorizer } from '../auth.js';
+import { CSRF_HEADER, fromAnotherSite, PORTAL_COOKIE, portalSessionHook, principalOf, type AddressGuard, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
 import { errorResponses, noQueryParameters, queryParameters } from '../schemas.js';
 import { externalIdSchema } from '../../domain/ids.js';
+import { blockedAddressReason } from '../../domain/ip-policy.js';
 import { PORTAL_PERMISSIONS } from '../../domain/roles.js';
 import type { Logger } from '../../logger.js';
 import { isSessionId, ttlMsOf, ttlProblem, type PortalSession, type RedisPortalSessions } from '../../store/portal-sessions.js';
@@ -12,6 +13,26 @@ import { isSessionId, ttlMsOf, ttlProblem, type PortalSession, type RedisPortalS
 /** The link a session's token opens: the token in the fragment, which browsers never send to a server. */
 export function portalLink(baseUrl: string, token: string): string {
   return `${baseUrl.replace(/\/+$/, '')}/portal/#token=${token}`;
+}
+
+/** An address the API listens on. */
+interface ListenAddress {
+  host: string;
+  port: number;
+}
+
+/**
+ * Where minted links point: HOOKLINE_PUBLIC_URL, else the API's own address when it listens on
+ * loopback (only a browser on this machine opens such a link, and the token crosses no network in
+ * clear); undefined otherwise, and the setting is required. Never the request's Host header: whoever
+ * sent the issuing request would choose where the vendor's browser takes its token.
+ */
+function linkBaseUrl(publicUrl: string | undefined, listening: ListenAddress | undefined): string | undefined {
+  if (publicUrl !== undefined) return publicUrl;
+  if (listening === undefined) return undefined;
+  const { host, port } = listening;
+  if (host !== 'localhost' && blockedAddressReason(host)?.startsWith('loopback') !== true) return undefined;
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
 const permissionSchema = z
@@ -60,9 +81,13 @@ const toOpened = (s: PortalSession, csrfToken: string): z.infer<typeof openedSch
 
 export interface PortalRouteDeps {
   authorize: Authorizer;
+  /** Counts requests that authenticate nothing per client address (every link opening is one). */
+  guardAddress: AddressGuard;
   sessions: Pick<RedisPortalSessions, 'issue' | 'exchange' | 'authenticate' | 'get' | 'list' | 'revoke' | 'revokeVendor'>;
-  /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: the address the issuing request came to. */
+  /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: see linkBaseUrl. */
   publicUrl: string | undefined;
+  /** The configured listen address (HOOKLINE_API_HOST and _PORT); the bound one takes its place once the API listens. */
+  listenAddress?: ListenAddress;
   logger: Logger;
   nowMs: () => number;
 }
@@ -95,7 +120,8 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
           tags,
           summary: 'Issue a vendor portal link',
           description:
-            'Mints a session for one vendor and answers its link: `<HOOKLINE_PUBLIC_URL>/portal/#token=<one-time token>`. The token ' +
+            'Mints a session for one vendor and answers its link: `<HOOKLINE_PUBLIC_URL>/portal/#token=<one-time token>` (without ' +
+            'the setting, the API’s own address when it listens on loopback; never the request’s Host header). The token ' +
             'sits in the URL fragment, which browsers never send to a server, and works once: the page trades it for an HttpOnly, ' +
             'SameSite=Strict session cookie. The session lasts ttl (5m to 7d, default 24h) unless revoked. Hand the url to the vendor ' +
             'only; it is not shown again.',
@@ -116,16 +142,18 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
             .strict(),
           response: {
             201: sessionSchema.extend({ url: z.string().describe('The link to hand to the vendor; it works once.') }),
-            ...errorResponses(400, 401, 403, 413, 415, 500),
+            ...errorResponses(400, 401, 403, 409, 413, 415, 500),
           },
         },
       },
       async (request, reply) => {
         const { vendor_id: vendorId, permission, ttl } = request.body;
+        const bound = request.server.server.address();
+        const base = linkBaseUrl(deps.publicUrl, bound !== null && typeof bound === 'object' ? { host: bound.address, port: bound.port } : deps.listenAddress);
+        if (base === undefined) throw new ApiError('public_url_required');
         const issuer = principalOf(request);
         const { session, token } = await deps.sessions.issue({ vendorId, permission, ttlMs: ttlMsOf(ttl), issuedBy: issuer.name });
         log('portal.session_issued', session, { keyId: issuer.keyId, expiresAt: new Date(session.expiresAtMs).toISOString() }, 'portal link issued');
-        const base = deps.publicUrl ?? `${request.protocol}://${request.host}`;
         return reply
           .code(201)
           .header('cache-control', 'no-store')
@@ -197,6 +225,8 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
     app.post(
       '/portal/v1/session',
       {
+        // Every opening is a guess at a token until it succeeds: each counts against its address.
+        onRequest: deps.guardAddress,
         schema: {
           tags,
           summary: 'Open a portal session with a link’s token',
@@ -223,13 +253,16 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
     app.get(
       '/portal/v1/session',
       {
-        onRequest: portalSessionHook(deps.sessions, { csrf: false }),
+        onRequest: portalSessionHook(deps.sessions, { csrf: false }, deps.guardAddress),
         schema: {
           tags,
           summary: 'The portal session of this browser',
-          description: 'What the session cookie opens: vendor, permission, expiry, and the CSRF token (a reloaded page reads it here).',
+          description:
+            'What the session cookie opens: vendor, permission, expiry, and the CSRF token (a reloaded page reads it here). The ' +
+            'one cookie request that needs no X-CSRF-Token; refused, like every other, when the browser says it comes from ' +
+            'another origin (Sec-Fetch-Site).',
           querystring: noQueryParameters,
-          response: { 200: openedSchema, ...errorResponses(401, 500) },
+          response: { 200: openedSchema, ...errorResponses(401, 403, 500) },
         },
       },
       async (request, reply) => {
@@ -242,7 +275,7 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
     app.delete(
       '/portal/v1/session',
       {
-        onRequest: portalSessionHook(deps.sessions, { csrf: true }),
+        onRequest: portalSessionHook(deps.sessions, { csrf: true }, deps.guardAddress),
         schema: {
           tags,
           summary: 'Sign out of the portal',

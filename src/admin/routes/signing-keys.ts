@@ -1,8 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { jwkOf } from '../../domain/signing-keys.js';
-import { webhookSigningKeys } from '../../domain/webhook.js';
+import { jwkOf, KEY_PUBLISH_LEAD_MS, publishedKeysAt, type SigningJwk } from '../../domain/signing-keys.js';
 import type { PublicSigningKey, WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError, checkedUuid, isoOrNull } from '../errors.js';
@@ -15,7 +14,11 @@ const jwkSchema = z
     kty: z.literal('OKP'),
     crv: z.literal('Ed25519'),
     x: z.string().describe('The 32-byte public key, base64url (RFC 8037).'),
-    kid: z.string().describe('`<webhook id>.<n>`: the webhook’s n-th key.'),
+    kid: z
+      .string()
+      .describe(
+        'The key’s id: opaque, it names no webhook. A webhook’s keys are in GET /vendors/v1/webhooks/{id}/public-keys, or the key set narrowed by webhook_id.',
+      ),
     use: z.literal('sig'),
     alg: z.literal('EdDSA'),
   })
@@ -26,11 +29,20 @@ const publicKeySchema = z.object({
   public_key: z.string().describe('whpk_ and the 32 raw bytes in base64 (Standard Webhooks), for @hookline/verify or any Ed25519 library.'),
   jwk: jwkSchema,
   created_at: z.string(),
+  signs_from: z
+    .string()
+    .describe(`When the key starts signing: at once for a webhook’s first key; ${KEY_PUBLISH_LEAD_MS / 60_000} minutes after a rotation for the new one.`),
   expires_at: z.string().nullable().describe('When a replaced key stops signing (its rotation overlap ends); null for the current key.'),
 });
 
-/** How long the key set document is reused before it is read again (a rotation shows within this). */
+/**
+ * How long one reading of the key set serves requests before the registry is scanned again: far
+ * below KEY_PUBLISH_LEAD_MS, so a rotated key is in every process's set long before it signs.
+ */
 const KEY_SET_REUSE_MS = 10_000;
+
+/** The key set's HTTP cache lifetime; KEY_PUBLISH_LEAD_MS is twice it. */
+const KEY_SET_MAX_AGE_S = KEY_PUBLISH_LEAD_MS / 2 / 1000;
 
 function publicKeyOf(key: Omit<PublicSigningKey, 'webhookId'>): z.infer<typeof publicKeySchema> {
   return {
@@ -38,8 +50,47 @@ function publicKeyOf(key: Omit<PublicSigningKey, 'webhookId'>): z.infer<typeof p
     public_key: key.publicKey,
     jwk: jwkOf(key),
     created_at: new Date(key.createdAtMs).toISOString(),
+    signs_from: new Date(key.fromMs ?? key.createdAtMs).toISOString(),
     expires_at: isoOrNull(key.untilMs),
   };
+}
+
+/** A key set answer and its ETag, computed once per reading of the registry. */
+interface KeySetAnswer {
+  body: { keys: SigningJwk[] };
+  etag: string;
+}
+
+function keySetAnswer(keys: readonly PublicSigningKey[]): KeySetAnswer {
+  const body = { keys: keys.map(jwkOf) };
+  return { body, etag: `"${createHash('sha256').update(JSON.stringify(body)).digest('base64url').slice(0, 27)}"` };
+}
+
+/**
+ * The installation's key set, read from the registry (a scan of every webhook) at most once per
+ * KEY_SET_REUSE_MS and single-flight: the requests of a burst share one reading in progress, so a
+ * burst costs one scan, not one per request that found the copy stale. A failed reading is not kept.
+ */
+class KeySetCache {
+  #reading: { atMs: number; keys: Promise<{ all: PublicSigningKey[]; answer: KeySetAnswer }> } | undefined;
+
+  constructor(private readonly read: (nowMs: number) => Promise<PublicSigningKey[]>) {}
+
+  get(nowMs: number): Promise<{ all: PublicSigningKey[]; answer: KeySetAnswer }> {
+    if (this.#reading === undefined || nowMs - this.#reading.atMs > KEY_SET_REUSE_MS) {
+      const reading = { atMs: nowMs, keys: this.read(nowMs).then((all) => ({ all, answer: keySetAnswer(all) })) };
+      this.#reading = reading;
+      reading.keys.catch(() => {
+        if (this.#reading === reading) this.#reading = undefined;
+      });
+    }
+    return this.#reading.keys;
+  }
+
+  /** A change this process made (a rotation) shows at the next request. */
+  drop(): void {
+    this.#reading = undefined;
+  }
 }
 
 export interface SigningKeyRouteDeps {
@@ -54,12 +105,7 @@ export interface SigningKeyRouteDeps {
  * needs no key (public keys are public) so receivers can fetch and cache it.
  */
 export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZod {
-  let keySet: { atMs: number; keys: PublicSigningKey[] } | undefined;
-  const allKeys = async () => {
-    const nowMs = deps.nowMs();
-    if (keySet === undefined || nowMs - keySet.atMs > KEY_SET_REUSE_MS) keySet = { atMs: nowMs, keys: await deps.webhooks.publicSigningKeys(nowMs) };
-    return keySet.keys;
-  };
+  const keySet = new KeySetCache((nowMs) => deps.webhooks.publicSigningKeys(nowMs));
 
   return async (app) => {
     app.get(
@@ -70,8 +116,8 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
           tags: ['webhooks'],
           summary: 'The webhook’s Ed25519 public keys',
           description:
-            'The keys whose v1a signatures the webhook’s deliveries carry: the current key, and during a rotation the replaced one ' +
-            'until expires_at. Empty for a webhook that signs with hmac only.',
+            'The keys whose v1a signatures the webhook’s deliveries carry: the current key, and during a rotation the new one ' +
+            '(from signs_from) and the replaced one (until expires_at). Empty for a webhook that signs with hmac only.',
           params: idParams,
           querystring: noQueryParameters,
           response: {
@@ -84,8 +130,7 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
         const webhookId = checkedUuid(request.params.webhook_id, 'invalid_webhook_id');
         const webhook = await deps.webhooks.get(vendorOf(request), webhookId);
         if (!webhook) throw new ApiError('webhook_not_found');
-        const nowMs = deps.nowMs();
-        const keys = webhookSigningKeys(webhook, nowMs);
+        const keys = webhook.signature === 'ed25519' ? publishedKeysAt(webhook.signingKeys, deps.nowMs()) : [];
         return { webhook_id: webhookId, signature: webhook.signature, keys: keys.map(publicKeyOf) };
       },
     );
@@ -98,8 +143,9 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
           tags: ['webhooks'],
           summary: 'Rotate the Ed25519 signing key',
           description:
-            'Generates a new key pair: from now on deliveries carry a v1a signature by the new key and, until the overlap ends ' +
-            '(24 h by default), one by the replaced key too, so receivers can fetch the new public key before they need it.',
+            `Generates a new key pair and publishes it at once; it signs from signs_from, ${KEY_PUBLISH_LEAD_MS / 60_000} minutes ` +
+            'later, so receivers that refetch the key set as its cache allows hold it before they need it. The replaced key signs ' +
+            'beside it until expires_at (the overlap, 24 h by default, after signs_from).',
           params: idParams,
           querystring: noQueryParameters,
           response: {
@@ -116,6 +162,7 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
         if (webhook.signature !== 'ed25519') throw new ApiError('webhook_not_ed25519');
         const result = await deps.webhooks.update(vendorId, webhookId, { rotateSigningKey: true });
         if (!result.ok) throw new ApiError('webhook_not_found');
+        keySet.drop();
         return { webhook_id: webhookId, keys: result.webhook.signingKeys.map(publicKeyOf) };
       },
     );
@@ -128,11 +175,12 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
           security: [],
           summary: 'The Ed25519 key set of this installation',
           description:
-            'Every public key that signs deliveries now (JWK, RFC 8037), for receivers to fetch and cache. A key’s kid is ' +
-            '`<webhook id>.<n>`: a receiver trusts only the keys whose kid starts with its own webhook’s id (another webhook’s ' +
-            'key would accept requests meant for that webhook). webhook_id narrows the set to one webhook. Cacheable for 5 minutes; ' +
-            'a rotated key keeps signing for its overlap, far longer.',
-          querystring: queryParameters({ webhook_id: z.string().optional().describe('Only this webhook’s keys.') }),
+            'Every public key that signs deliveries, or will after a rotation (JWK, RFC 8037), for receivers to fetch and cache. ' +
+            'Kids are opaque: they name no webhook. A receiver trusts only its own webhook’s keys (another webhook’s key would ' +
+            'accept requests meant for that webhook), so it asks for them with webhook_id. Any well-formed webhook_id answers 200: ' +
+            'an unknown one, a deleted one and one that signs with hmac only all answer the same empty set. Cacheable for ' +
+            `${KEY_SET_MAX_AGE_S / 60} minutes; a rotated key is listed ${KEY_PUBLISH_LEAD_MS / 60_000} minutes before it signs.`,
+          querystring: queryParameters({ webhook_id: z.string().optional().describe('Only this webhook’s keys (its id, as returned on registration).') }),
           response: {
             200: z.object({ keys: z.array(jwkSchema) }).meta({ id: 'JsonWebKeySet' }),
             304: z.null().describe('Not modified (If-None-Match).'),
@@ -143,10 +191,11 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
       async (request, reply) => {
         const only = request.query.webhook_id;
         const webhookId = only === undefined ? undefined : checkedUuid(only, 'invalid_webhook_id');
-        const keys = (await allKeys()).filter((key) => webhookId === undefined || key.webhookId === webhookId).map(jwkOf);
-        const body = { keys };
-        const etag = `"${createHash('sha256').update(JSON.stringify(body)).digest('base64url').slice(0, 27)}"`;
-        void reply.header('cache-control', 'public, max-age=300').header('etag', etag);
+        // Narrowed or not, the answer comes from the shared reading: no lookup by id, so neither the
+        // answer nor its timing tells an unknown webhook from one without keys.
+        const { all, answer } = await keySet.get(deps.nowMs());
+        const { body, etag } = webhookId === undefined ? answer : keySetAnswer(all.filter((key) => key.webhookId === webhookId));
+        void reply.header('cache-control', `public, max-age=${KEY_SET_MAX_AGE_S}`).header('etag', etag);
         if (request.headers['if-none-match'] === etag) return reply.code(304).send(null);
         return body;
       },
