@@ -79,8 +79,8 @@ def verify(secret: str, headers, raw_body: bytes) -> bool:
     install: 'npm install @hookline/verify',
     code: `import { verifyAsymmetricWebhook } from '@hookline/verify';
 
-// The webhook's public keys: GET /vendors/v1/webhooks/{id}/public-keys (whpk_…), or the entries of
-// /.well-known/jwks.json whose kid starts with the webhook's id. During a rotation two keys sign.
+// The webhook's public keys: GET /vendors/v1/webhooks/{id}/public-keys (whpk_…), or the key set
+// /.well-known/jwks.json?webhook_id=<the webhook's id>. During a rotation two keys sign.
 const ok = verifyAsymmetricWebhook({ publicKeys: [process.env.WEBHOOK_PUBLIC_KEY!], headers: req.headers, body: rawBody });`,
   },
   {
