@@ -74,7 +74,8 @@ export function CataloguePage() {
         <li>
           With the Ed25519 signature on (Edit → Signature), <code>webhook-signature</code> also holds <code>v1a,</code> and the base64 Ed25519 signature of the
           same content. Verify it with the webhook’s public key (<code>whpk_…</code>, shown on its card; or the key set at <code>/.well-known/jwks.json</code>,
-          narrowed to your webhook with <code>?webhook_id=</code>; key ids are opaque): no secret needed. A webhook without a secret sends <code>v1a</code> alone.
+          narrowed to your webhook with <code>?webhook_id=</code>; key ids are opaque): no secret needed. A webhook without a secret sends <code>v1a</code>{' '}
+          alone.
         </li>
       </ul>
       {SNIPPETS.map((snippet, i) => (
