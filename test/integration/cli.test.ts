@@ -1,7 +1,9 @@
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
+import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { runCli, spawnCli, startCli } from '../helpers/cli.js';
@@ -281,5 +283,36 @@ describe('hookline dlq', () => {
     } finally {
       await t.close();
     }
+  }, 120_000);
+});
+
+describe('npm start', () => {
+  const root = path.resolve(import.meta.dirname, '../..');
+  /** Every file under `dir` with its modification time. */
+  const mtimes = (dir: string): [string, number][] =>
+    readdirSync(dir, { recursive: true, withFileTypes: true })
+      .filter((entry) => entry.isFile())
+      .map((entry) => path.join(entry.parentPath, entry.name))
+      .map((file) => [path.relative(root, file), statSync(file).mtimeMs] as [string, number])
+      .sort(([a], [b]) => a.localeCompare(b));
+  const outputs = () => ['dist', 'packages/verify/dist', 'packages/producer/dist'].flatMap((dir) => mtimes(path.join(root, dir)));
+
+  it('builds nothing when nothing changed: its build step writes no file again', async () => {
+    const script = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+    const build = script.replace(/\s*&&\s*node dist\/cli\.js start$/, '');
+    expect(build, 'npm start ends by running the built CLI').not.toBe(script);
+    // As npm runs a script: in the package's folder, with its binaries on PATH.
+    const run = () =>
+      promisify(execFile)('sh', ['-c', build], {
+        cwd: root,
+        env: { ...process.env, PATH: `${path.join(root, 'node_modules/.bin')}${path.delimiter}${process.env.PATH ?? ''}` },
+      });
+    await run();
+    const before = outputs();
+    const startedMs = Date.now();
+    const second = await run();
+    console.log(`npm start's build step with nothing changed: ${Date.now() - startedMs} ms`);
+    expect(outputs()).toEqual(before);
+    expect(second.stdout).toContain('portal: dist/portal: up to date');
   }, 120_000);
 });
