@@ -13,9 +13,9 @@ import { createLogger, type Logger } from './logger.js';
 import { createEngine, SHUTDOWN_SLACK_MS, type EngineRole, type Stores } from './engine.js';
 import { VERSION } from './version.js';
 
-/** `withStores` for the key commands, which need no webhook secret key. */
+/** `withStores` for the key commands. */
 function withApiKeys<T>(config: Config, body: (apiKeys: Stores['apiKeys']) => Promise<T>, createData = false): Promise<T> {
-  return withStores(config, (stores) => body(stores.apiKeys), { createData, needsSecretKey: false });
+  return withStores(config, (stores) => body(stores.apiKeys), { createData });
 }
 
 /** Who ran a command, for the audit lines of key changes: the operating-system user. */
@@ -26,6 +26,13 @@ function operator(): string {
     // A container user without a passwd entry.
     return `uid ${process.getuid?.() ?? 'unknown'}`;
   }
+}
+
+/** Whether `redis` has been ready at least once since this call. */
+function everReady(redis: Stores['redis']): () => boolean {
+  let ready = redis.status === 'ready';
+  redis.once('ready', () => (ready = true));
+  return () => ready;
 }
 
 /** Resolves on SIGINT or SIGTERM. */
@@ -40,26 +47,26 @@ function shutdownSignal(): Promise<NodeJS.Signals> {
 async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole, 'tools'>): Promise<void> {
   const { config, endpoint } = await settle(base, (line) => logger.info(line), { createData: true, needsSecretKey: true });
   const engine = await createEngine(config, { role, logger, listen: true });
+  const connected = everReady(engine.stores.redis);
   const started = startupLine({ role, config, redis: endpoint, addresses: await engine.start() });
   logger[started.level](started.fields, started.msg);
 
   const signal = await shutdownSignal();
-  logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down');
+  // A process whose Redis never answered has taken no job: nothing can be in flight to wait for.
+  const graceMs = connected() ? config.shutdownGraceMs : 0;
+  logger.info({ signal, graceMs }, 'shutting down');
   // The engine's shutdown is bounded, but a process must end however it is stuck: this is the backstop.
   const deadline = setTimeout(() => {
-    logger.error(
-      { graceMs: config.shutdownGraceMs },
-      'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)',
-    );
+    logger.error({ graceMs }, 'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)');
     logger.flush();
     process.exit(1);
-  }, config.shutdownGraceMs + SHUTDOWN_SLACK_MS);
+  }, graceMs + SHUTDOWN_SLACK_MS);
   deadline.unref();
   // A second signal means "now".
   const now = () => process.exit(1);
   process.once('SIGINT', now);
   process.once('SIGTERM', now);
-  await engine.close();
+  await engine.close(graceMs);
   await endpoint.release();
   clearTimeout(deadline);
   logger.info('stopped');

@@ -17,13 +17,13 @@ const GRACE_S = 2;
 /** "A few seconds" past the grace period that a SIGTERM may take, whatever Redis is doing. */
 const SHUTDOWN_SLACK_MS = 5_000;
 
-/** Sends SIGTERM and resolves with how long the process took to exit, and its exit code. */
-async function terminate(engine: Engine): Promise<{ ms: number; code: number | null }> {
+/** Sends SIGTERM (or `signal`) and resolves with how long the process took to exit, and its exit code. */
+async function terminate(engine: Engine, signal: NodeJS.Signals = 'SIGTERM'): Promise<{ ms: number; code: number | null }> {
   const startedMs = Date.now();
-  engine.child.kill('SIGTERM');
+  engine.child.kill(signal);
   const code = await Promise.race([engine.exited, new Promise<'running'>((r) => setTimeout(() => r('running'), 60_000))]);
   if (code === 'running') {
-    console.log(`still running 60 s after SIGTERM; its output ends with:\n${engine.output().slice(-3_000)}`);
+    console.log(`still running 60 s after ${signal}; its output ends with:\n${engine.output().slice(-3_000)}`);
     engine.child.kill('SIGKILL');
     return { ms: Infinity, code: null };
   }
@@ -84,6 +84,25 @@ describe('shutdown while Redis is unreachable (real processes, loopback only)', 
     const { ms, code } = await terminate(worker);
     console.log(`shutdown worker-redis-never-up: exited in ${ms} ms with ${code}`);
     expect(ms, 'SIGTERM to exit').toBeLessThan(GRACE_S * 1_000 + SHUTDOWN_SLACK_MS);
+  }, 90_000);
+
+  it('hookline start whose REDIS_URL never answered stops within about two seconds of Ctrl-C at the default grace, with no warning on stderr', async () => {
+    const env = {
+      ...cleanEnv(),
+      REDIS_URL: `redis://127.0.0.1:${await freeLoopbackPort()}`,
+      HOOKLINE_REDIS_PREFIX: PREFIX,
+      HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64'),
+      HOOKLINE_API_PORT: String(await freeLoopbackPort()),
+      HOOKLINE_LOG_FORMAT: 'json',
+    };
+    const engine = await start(['start'], env, /delivery worker running/);
+    await waitFor(() => engine.output().includes('Redis connection lost'), 10_000, 'the outage noticed');
+    const { ms, code } = await terminate(engine, 'SIGINT');
+    console.log(`shutdown start-redis-never-up-default-grace: exited in ${ms} ms with ${code}`);
+    // It waited out the whole 30 s grace period before, for deliveries it could never have taken.
+    expect(ms, 'SIGINT to exit').toBeLessThan(3_000);
+    expect(code).toBe(0);
+    expect(engine.output()).not.toMatch(/Warning|\n\s+at /);
   }, 90_000);
 
   it('an API that served requests during an outage stops within the grace period', async () => {

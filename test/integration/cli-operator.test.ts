@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { runCli, startCli } from '../helpers/cli.js';
@@ -120,6 +120,40 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     tail.child.kill('SIGINT');
     expect(await tail.exited).toBe(0);
   }, 60_000);
+
+  it('runs without HOOKLINE_SECRET_KEY, since no command opens a webhook secret, and ignores a wrong one', async () => {
+    t = await testApp();
+    const created = await t.webhooks.create('vendor-a', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h', secret: 'shh' });
+    const signed = await t.webhooks.create('vendor-a', { eventType: 'EVENT_TYPE_MACHINE_UPDATED', callbackUrl: 'https://example.com/h', signature: 'ed25519' });
+    if (!created.ok || !signed.ok) throw new Error('webhooks not created');
+    const webhookId = created.webhook.id;
+    const deliveryId = randomUUID();
+    await t.deliveryLog.recordAttempt({
+      job: { deliveryId, eventId: 'e1', eventType: 'EVENT_TYPE_MACHINE_CREATED', vendorId: 'vendor-a', webhookId, body: '{}', acceptedAtMs: 1_000 },
+      attempt: { attempt: 1, atMs: 2_000, outcome: 'http_5xx', statusCode: 500, durationMs: 3 },
+      status: 'dead',
+    });
+    const env = { ...cleanEnv(), REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix, HOOKLINE_QUEUE_PARTITIONS: String(t.config.queuePartitions) };
+    const wrongKey = { ...env, HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64') };
+
+    for (const [args, commandEnv] of [
+      [['webhooks', 'list'], env],
+      [['webhooks', 'list'], wrongKey],
+      [['dlq', 'list', '--webhook', webhookId], env],
+      [['dlq', 'replay', '--webhook', webhookId, '--delivery', deliveryId], wrongKey],
+    ] as const) {
+      const result = await runCli([...args], commandEnv);
+      expect(result.code, `${args.join(' ')}: ${result.stderr}`).toBe(0);
+      expect(result.stderr, args.join(' ')).not.toMatch(/HOOKLINE_SECRET_KEY|authenticate data|\n\s+at /);
+      if (args[0] === 'webhooks') expect(result.stdout).toContain(webhookId);
+    }
+    const tail = await startCli(['deliveries', 'tail'], env, /watching delivery attempts/);
+    children.push(tail.child);
+    tail.child.kill('SIGINT');
+    expect(await tail.exited).toBe(0);
+    // The secrets are untouched, still sealed under the engine's key.
+    expect((await t.webhooks.getById(webhookId))?.secret).toBe('shh');
+  }, 90_000);
 
   it('portal link prints a one-time link to the API (or HOOKLINE_PUBLIC_URL); portal revoke ends sessions; bad usage exits 2', async () => {
     t = await testApp();

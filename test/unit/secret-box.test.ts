@@ -26,6 +26,14 @@ describe('SecretBox (AES-256-GCM)', () => {
     expect(() => new SecretBox(key).open('garbage', 'wh-1')).toThrow('unknown format');
   });
 
+  it('without a key (the CLI’s commands) seals and opens nothing', () => {
+    const sealed = new SecretBox(key).seal('s3cret', 'wh-1');
+    const keyless = new SecretBox(undefined);
+    expect(keyless.hasKey).toBe(false);
+    expect(() => keyless.open(sealed, 'wh-1')).toThrow('no secret key');
+    expect(() => keyless.seal('s3cret', 'wh-1')).toThrow('no secret key');
+  });
+
   it('needs a 32-byte key', () => {
     expect(() => new SecretBox(Buffer.alloc(16))).toThrow();
   });
