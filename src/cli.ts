@@ -2,7 +2,7 @@
 import { userInfo } from 'node:os';
 import { Command, Option } from 'commander';
 import { addOperatorCommands, addPortalCommands } from './cli-operator.js';
-import { failure, UsageError } from './cli/errors.js';
+import { failure, listenFailure, UsageError } from './cli/errors.js';
 import { exitQuietlyWhenStdoutCloses, printJson, printRows, say, toApiKeyResource } from './cli/output.js';
 import { startupLine } from './cli/startup.js';
 import { settle, withStores } from './cli/stores.js';
@@ -10,7 +10,7 @@ import { loadConfig, type Config } from './config/env.js';
 import { EXTERNAL_ID_RE } from './domain/ids.js';
 import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
-import { createEngine, SHUTDOWN_SLACK_MS, type EngineRole, type Stores } from './engine.js';
+import { createEngine, SHUTDOWN_SLACK_MS, type Engine, type EngineRole, type Stores } from './engine.js';
 import { VERSION } from './version.js';
 
 /** `withStores` for the key commands. */
@@ -35,45 +35,65 @@ function everReady(redis: Stores['redis']): () => boolean {
   return () => ready;
 }
 
-/** Resolves on SIGINT or SIGTERM. */
+/** The signals that end a serving process: Ctrl-C, a stop (`kill`, a container runtime) and a closed terminal. */
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
+/** Resolves on the first of SIGINT, SIGTERM or SIGHUP from now on. */
 function shutdownSignal(): Promise<NodeJS.Signals> {
   return new Promise((resolve) => {
-    process.once('SIGINT', () => resolve('SIGINT'));
-    process.once('SIGTERM', () => resolve('SIGTERM'));
+    for (const signal of STOP_SIGNALS) process.once(signal, () => resolve(signal));
   });
 }
 
-/** Runs the admin API, the delivery worker, or both, until SIGINT/SIGTERM; then shuts down in order. */
+/**
+ * Runs the admin API, the delivery worker, or both, until SIGINT, SIGTERM or SIGHUP; then shuts
+ * down in order. However it ends (a signal, a second one, a start-up that failed) the embedded
+ * Redis it started stops too.
+ */
 async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole, 'tools'>): Promise<void> {
+  // Listening from the first moment: a signal during start-up ends it in order once it is up, rather
+  // than killing the process around the embedded Redis it is starting.
+  const stop = shutdownSignal();
   const { config, endpoint } = await settle(base, (line) => logger.info(line), { createData: true, needsSecretKey: true });
-  const engine = await createEngine(config, { role, logger, listen: true });
-  const connected = everReady(engine.stores.redis);
-  const started = startupLine({ role, config, redis: endpoint, addresses: await engine.start() });
-  logger[started.level](started.fields, started.msg);
+  let engine: Engine | undefined;
+  try {
+    engine = await createEngine(config, { role, logger, listen: true });
+    const connected = everReady(engine.stores.redis);
+    const addresses = await engine.start().catch((error: unknown) => {
+      throw listenFailure(error, config);
+    });
+    const started = startupLine({ role, config, redis: endpoint, addresses });
+    logger[started.level](started.fields, started.msg);
 
-  const signal = await shutdownSignal();
-  // A process whose Redis never answered has taken no job: nothing can be in flight to wait for.
-  const graceMs = connected() ? config.shutdownGraceMs : 0;
-  logger.info({ signal, graceMs }, 'shutting down');
-  // The engine's shutdown is bounded, but a process must end however it is stuck: this is the backstop.
-  const deadline = setTimeout(() => {
-    logger.error({ graceMs }, 'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)');
+    const signal = await stop;
+    // A process whose Redis never answered has taken no job: nothing can be in flight to wait for.
+    const graceMs = connected() ? config.shutdownGraceMs : 0;
+    logger.info({ signal, graceMs }, 'shutting down');
+    // The engine's shutdown is bounded, but a process must end however it is stuck: this is the
+    // backstop (the embedded Redis is stopped on the way out, see startRedisServer).
+    const deadline = setTimeout(() => {
+      logger.error({ graceMs }, 'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)');
+      logger.flush();
+      process.exit(1);
+    }, graceMs + SHUTDOWN_SLACK_MS);
+    deadline.unref();
+    // A second signal means "now".
+    for (const again of STOP_SIGNALS) process.once(again, () => process.exit(1));
+    const closing = engine;
+    engine = undefined;
+    await closing.close(graceMs);
+    await endpoint.release();
+    clearTimeout(deadline);
+    logger.info('stopped');
+  } finally {
+    // A start-up that failed: what did start stops (an engine's close is bounded whatever Redis does).
+    await engine?.close(0);
+    await endpoint.release();
     logger.flush();
-    process.exit(1);
-  }, graceMs + SHUTDOWN_SLACK_MS);
-  deadline.unref();
-  // A second signal means "now".
-  const now = () => process.exit(1);
-  process.once('SIGINT', now);
-  process.once('SIGTERM', now);
-  await engine.close(graceMs);
-  await endpoint.release();
-  clearTimeout(deadline);
-  logger.info('stopped');
-  // BullMQ's own connections of a worker closed during an outage keep reconnecting in the
-  // background; nothing is left to do, so they must not keep the process alive.
-  logger.flush();
-  setTimeout(() => process.exit(process.exitCode ?? 0), 250).unref();
+    // BullMQ's own connections of a worker closed during an outage keep reconnecting in the
+    // background; nothing is left to do, so they must not keep the process alive.
+    setTimeout(() => process.exit(process.exitCode ?? 0), 250).unref();
+  }
 }
 
 function collectRole(value: string, previous: Role[]): Role[] {

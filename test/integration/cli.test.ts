@@ -1,13 +1,63 @@
-import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { execFile, type ChildProcess } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
+import type { EmbeddedState } from '../../src/embedded/defaults.js';
+import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer } from '../../src/embedded/redis-server.js';
+import { RedisApiKeyStore } from '../../src/store/api-keys.js';
+import { redisKeys } from '../../src/store/keys.js';
+import { connectRedis } from '../../src/store/redis.js';
 import { runCli, spawnCli, startCli } from '../helpers/cli.js';
 import { deletePrefix, testRedis } from '../helpers/redis.js';
+
+const readState = (dataDir: string) => JSON.parse(readFileSync(path.join(dataDir, 'redis.json'), 'utf8')) as EmbeddedState;
+
+/** Whether process `pid` runs. */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The redis-server processes working in `dataDir`'s Redis folder (Linux: their working folder). */
+function redisServersOf(dataDir: string): number[] {
+  const folder = realpathSync(path.join(dataDir, 'redis'));
+  return readdirSync('/proc')
+    .filter((name) => /^\d+$/.test(name))
+    .filter((pid) => {
+      try {
+        return readlinkSync(`/proc/${pid}/cwd`) === folder && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('redis-server');
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+/** Every file and folder under `dir` (itself included) whose mode lets another user read, write or enter it. */
+function openToOthers(dir: string): string[] {
+  return [dir, ...readdirSync(dir, { recursive: true }).map((name) => path.join(dir, String(name)))]
+    .filter((file) => (statSync(file).mode & 0o077) !== 0)
+    .map((file) => `${path.relative(dir, file) || '.'} ${(statSync(file).mode & 0o777).toString(8)}`);
+}
+
+/**
+ * Ends an engine a failed test left running: SIGTERM first, so that it stops its embedded Redis
+ * (which SIGKILL would leave running); SIGKILL when it does not end within 20 s.
+ */
+async function stopEngine(engine: { child: ChildProcess; exited: Promise<number | null> }): Promise<void> {
+  if (engine.child.exitCode === null && engine.child.signalCode === null) engine.child.kill('SIGTERM');
+  const timer = setTimeout(() => engine.child.kill('SIGKILL'), 20_000);
+  await engine.exited;
+  clearTimeout(timer);
+}
 
 /** A clean environment: none of the developer's HOOKLINE_* or REDIS_URL leaks in. */
 function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
@@ -142,8 +192,15 @@ describe('hookline start with the embedded default', () => {
     const env = cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(port) });
     const engine = await startCli(['start'], env, /Hookline API listening/);
     const stateFile = path.join(dataDir, 'redis.json');
-    const state = () => JSON.parse(readFileSync(stateFile, 'utf8')) as { port: number; url?: string; pid?: number };
-    expect(state()).toEqual({ port: expect.any(Number) as unknown, url: `redis://127.0.0.1:${state().port}`, pid: engine.child.pid });
+    const state = () => JSON.parse(readFileSync(stateFile, 'utf8')) as EmbeddedState;
+    expect(state()).toEqual({
+      port: expect.any(Number) as unknown,
+      id: expect.stringMatching(/^[0-9a-f]{32}$/) as unknown,
+      url: `redis://127.0.0.1:${state().port}`,
+      pid: engine.child.pid,
+      redisPid: expect.any(Number) as unknown,
+    });
+    const { id, redisPid } = state();
     expect(existsSync(path.join(dataDir, 'secret.key'))).toBe(true);
 
     const created = await runCli(['keys', 'create', '--name', 'demo', '--vendor', 'v1', '--role', 'vendor'], env);
@@ -161,8 +218,9 @@ describe('hookline start with the embedded default', () => {
     const redisPort = state().port;
     engine.child.kill('SIGTERM');
     expect(await engine.exited).toBe(0);
-    // Stopped: only the port is remembered, so that the next start uses it again (README: "0 reuses the last one").
-    expect(state()).toEqual({ port: redisPort });
+    // Stopped: only the id and the port are remembered, so that the next start uses the port again (README: "0 reuses the last one").
+    expect(state()).toEqual({ port: redisPort, id });
+    expect(alive(redisPid!)).toBe(false);
     const probe = new Redis({ port: redisPort, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
     probe.on('error', () => undefined);
     await expect(probe.connect()).rejects.toThrow();
@@ -171,7 +229,7 @@ describe('hookline start with the embedded default', () => {
     // A second start reads the AOF: the key and the webhook (with its secret) are still there.
     const second = await startCli(['start'], env, /Hookline API listening/);
     try {
-      expect(state()).toMatchObject({ port: redisPort, pid: second.child.pid });
+      expect(state()).toMatchObject({ port: redisPort, id, pid: second.child.pid });
       const listed = await fetch(`${base}/vendors/v1/webhooks`, { headers: { 'x-api-key': key } });
       expect(listed.status).toBe(200);
       expect(((await listed.json()) as { webhooks: { secret: string }[] }).webhooks[0]?.secret).toBe('shh');
@@ -210,6 +268,139 @@ describe('hookline start with the embedded default', () => {
       expect(await engine.exited).toBe(0);
     }
   }, 120_000);
+});
+
+describe('the embedded Redis is the data folder’s own', () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
+
+  function newDataDir(): string {
+    const dir = mkdtempSync(path.join(tmpdir(), 'hookline-own-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    return dir;
+  }
+
+  /** A plain redis-server (no password) in `dir`, as another installation (or an earlier Hookline) runs one. */
+  async function plainRedis(dir: string, port = 0) {
+    const server = await startRedisServer({ binary: await ensureRedisServerBinary(() => undefined), port, dir, appendOnly: true });
+    cleanups.push(() => server.stop());
+    return server;
+  }
+
+  /** Issues an API key named `name` under the default prefix `hl` of the Redis at `url`. */
+  async function issueKey(url: string, name: string): Promise<void> {
+    const redis = connectRedis(url, { connectionName: 'test-setup', maxRetriesPerRequest: 1 });
+    try {
+      await new RedisApiKeyStore(redis, redisKeys('hl')).create({ name, roles: ['admin'] });
+    } finally {
+      await redis.quit();
+    }
+  }
+
+  it('requires a password from a 0600 file, never on its command line, keeps every file this user’s alone, and gives one to a data folder from before', async () => {
+    const dataDir = newDataDir();
+    // A data folder as an earlier version left it: Redis without a password, files anyone may read.
+    const legacy = await plainRedis(path.join(dataDir, 'redis'));
+    await issueKey(legacy.url, 'from before');
+    await legacy.stop();
+    writeFileSync(path.join(dataDir, 'redis.json'), `${JSON.stringify({ port: legacy.port })}\n`);
+    for (const file of [dataDir, path.join(dataDir, 'redis'), path.join(dataDir, 'redis.json')]) chmodSync(file, file.endsWith('.json') ? 0o644 : 0o755);
+
+    const env = cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) });
+    const engine = await startCli(['start'], env, /Hookline API listening/);
+    cleanups.push(() => stopEngine(engine));
+    const password = readFileSync(path.join(dataDir, 'redis.password'), 'utf8').trim();
+    expect(password).toMatch(/^[0-9a-f]{64}$/);
+    const { port, redisPid } = readState(dataDir);
+    expect(openToOthers(dataDir)).toEqual([]);
+    // `ps` shows every user a process's command line.
+    expect(readFileSync(`/proc/${redisPid}/cmdline`, 'utf8')).not.toContain(password);
+    const stranger = new Redis({ port, lazyConnect: true, enableReadyCheck: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    stranger.on('error', () => undefined);
+    await stranger.connect();
+    await expect(stranger.get('{hl:keys}:by-hash')).rejects.toThrow(/NOAUTH/);
+    stranger.disconnect();
+
+    // The commands read the password too: the key issued before the upgrade is still there.
+    const listed = await runCli(['keys', 'list'], env);
+    expect(listed.stdout).toContain('from before');
+    engine.child.kill('SIGTERM');
+    expect(await engine.exited).toBe(0);
+    expect(engine.output()).not.toContain(password);
+  }, 120_000);
+
+  it('never uses another installation’s Redis, whether on HOOKLINE_EMBEDDED_REDIS_PORT or on the port it had last time', async () => {
+    const foreign = await plainRedis(path.join(newDataDir(), 'redis'));
+    await issueKey(foreign.url, 'foreign key');
+    const foreignKeys = async () => {
+      const redis = connectRedis(foreign.url, { connectionName: 'test-check', maxRetriesPerRequest: 1 });
+      try {
+        return (await new RedisApiKeyStore(redis, redisKeys('hl')).list()).map((k) => k.name);
+      } finally {
+        await redis.quit();
+      }
+    };
+
+    const dataDir = newDataDir();
+    const env = cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_EMBEDDED_REDIS_PORT: String(foreign.port) });
+    const created = await runCli(['keys', 'create', '--name', 'mine', '--role', 'admin'], env);
+    expect(created.stderr).toBe(
+      `hookline: the embedded Redis of ${dataDir} cannot start on port ${foreign.port} (HOOKLINE_EMBEDDED_REDIS_PORT): another process holds it; choose another port, or 0 for a free one\n`,
+    );
+    expect(created.code).toBe(1);
+    expect(created.stdout).toBe('');
+    const listed = await runCli(['keys', 'list'], env);
+    expect(listed.code).toBe(1);
+    expect(listed.stdout).toBe('');
+
+    // A port remembered from the last run, since taken by the other Redis: a Redis of its own, on another port.
+    const remembered = newDataDir();
+    const rememberedEnv = cleanEnv({ HOOKLINE_DATA_DIR: remembered });
+    expect((await runCli(['keys', 'create', '--name', 'mine', '--role', 'admin'], rememberedEnv)).code).toBe(0);
+    writeFileSync(path.join(remembered, 'redis.json'), `${JSON.stringify({ ...readState(remembered), port: foreign.port, pid: process.pid })}\n`);
+    const own = await runCli(['keys', 'list'], rememberedEnv);
+    expect(own.code, own.stderr).toBe(0);
+    expect(own.stdout).toContain('mine');
+    expect(own.stdout).not.toContain('foreign key');
+    expect(await foreignKeys()).toEqual(['foreign key']);
+  }, 120_000);
+
+  it('hookline start on an API port another process holds exits 1 with one line, and leaves no redis-server behind', async () => {
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => new Promise<void>((resolve) => holder.close(() => resolve())));
+    const port = (holder.address() as { port: number }).port;
+    const dataDir = newDataDir();
+    const result = await runCli(['start'], cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(port) }), 60_000);
+    expect(result.stderr).toBe(
+      `hookline: cannot listen on 127.0.0.1:${port}: another process holds the port; stop it, or set HOOKLINE_API_PORT to a free port\n`,
+    );
+    expect(result.code).toBe(1);
+    expect(redisServersOf(dataDir)).toEqual([]);
+    expect(readState(dataDir).pid).toBeUndefined();
+  }, 90_000);
+
+  it.each(['SIGINT', 'SIGTERM', 'SIGHUP'] as const)(
+    'hookline start stops its embedded Redis on %s',
+    async (signal) => {
+      const dataDir = newDataDir();
+      const engine = await startCli(
+        ['start'],
+        cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) }),
+        /Hookline API listening/,
+      );
+      cleanups.push(() => stopEngine(engine));
+      const { redisPid } = readState(dataDir);
+      expect(redisServersOf(dataDir)).toEqual([redisPid]);
+      engine.child.kill(signal);
+      expect(await engine.exited).toBe(0);
+      expect(alive(redisPid!)).toBe(false);
+      expect(redisServersOf(dataDir)).toEqual([]);
+    },
+    90_000,
+  );
 });
 
 describe('hookline dlq', () => {
