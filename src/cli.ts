@@ -2,7 +2,8 @@
 import { userInfo } from 'node:os';
 import { Command, Option } from 'commander';
 import { addOperatorCommands, addPortalCommands } from './cli-operator.js';
-import { failure, listenFailure, UsageError } from './cli/errors.js';
+import { checkSecretKeyAtStart } from './cli/engine-checks.js';
+import { CliError, failure, listenFailure, UsageError } from './cli/errors.js';
 import { exitQuietlyWhenStdoutCloses, printJson, printRows, say, toApiKeyResource } from './cli/output.js';
 import { startupLine } from './cli/startup.js';
 import { settle, withStores } from './cli/stores.js';
@@ -56,19 +57,24 @@ async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole,
   const stop = shutdownSignal();
   const { config, endpoint } = await settle(base, (line) => logger.info(line), { createData: true, needsSecretKey: true });
   let engine: Engine | undefined;
+  // Ends the checks that wait for Redis to answer.
+  const checks = new AbortController();
   try {
     engine = await createEngine(config, { role, logger, listen: true });
     const connected = everReady(engine.stores.redis);
+    const keyMismatch = (await checkSecretKeyAtStart(engine.stores, base, config, checks.signal)).later;
     const addresses = await engine.start().catch((error: unknown) => {
       throw listenFailure(error, config);
     });
     const started = startupLine({ role, config, redis: endpoint, addresses });
     logger[started.level](started.fields, started.msg);
 
-    const signal = await stop;
+    const ended = await Promise.race([stop.then((signal) => ({ signal })), keyMismatch.then((mismatch) => ({ mismatch }))]);
+    checks.abort();
     // A process whose Redis never answered has taken no job: nothing can be in flight to wait for.
     const graceMs = connected() ? config.shutdownGraceMs : 0;
-    logger.info({ signal, graceMs }, 'shutting down');
+    if ('mismatch' in ended) logger.error({ event: 'secret_key.mismatch', graceMs }, `${ended.mismatch}; shutting down`);
+    else logger.info({ signal: ended.signal, graceMs }, 'shutting down');
     // The engine's shutdown is bounded, but a process must end however it is stuck: this is the
     // backstop (the embedded Redis is stopped on the way out, see startRedisServer).
     const deadline = setTimeout(() => {
@@ -85,7 +91,9 @@ async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole,
     await endpoint.release();
     clearTimeout(deadline);
     logger.info('stopped');
+    if ('mismatch' in ended) throw new CliError(ended.mismatch);
   } finally {
+    checks.abort();
     // A start-up that failed: what did start stops (an engine's close is bounded whatever Redis does).
     await engine?.close(0);
     await endpoint.release();

@@ -123,6 +123,8 @@ export function redisKeys(prefix: string) {
       open: (taskId: string) => `${tag(`task:${taskId}`)}:open`,
     },
     agent: (deploymentId: string) => tag(`agent:${deploymentId}`),
+    /** string: a known value sealed under the installation's secret key, which every start opens to check its key (see secret-probe.ts) */
+    secretProbe: `${tag('meta')}:secret-probe`,
     portal: {
       /** hash with the session's TTL: vendor, permission, times, and digests of the link token and the cookie */
       session: (sessionId: string) => tag(`portal:${sessionId}`),

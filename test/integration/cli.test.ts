@@ -1,4 +1,5 @@
 import { execFile, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -10,6 +11,8 @@ import type { EmbeddedState } from '../../src/embedded/defaults.js';
 import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer } from '../../src/embedded/redis-server.js';
 import { RedisApiKeyStore } from '../../src/store/api-keys.js';
 import { redisKeys } from '../../src/store/keys.js';
+import { SecretBox } from '../../src/store/secret-box.js';
+import { RedisWebhookStore } from '../../src/store/webhooks.js';
 import { connectRedis } from '../../src/store/redis.js';
 import { runCli, spawnCli, startCli } from '../helpers/cli.js';
 import { deletePrefix, testRedis } from '../helpers/redis.js';
@@ -172,6 +175,34 @@ describe('hookline keys (against REDIS_URL)', () => {
     expect(result.stderr).toContain('REDIS_URL: expected a redis:// or rediss:// URL');
     expect(result.stderr).toContain('HOOKLINE_API_PORT');
   });
+
+  it('refuses in one sentence to serve with a secret key that does not open the stored secrets, before it listens', async () => {
+    const [sealedWith, other] = [randomBytes(32), randomBytes(32)];
+    // An installation from before the probe: a secret sealed under one key, and nothing else.
+    const created = await new RedisWebhookStore(t.redis, redisKeys(t.prefix), new SecretBox(sealedWith)).create('v', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: 'https://example.com/h',
+      secret: 'shh',
+    });
+    expect(created.ok).toBe(true);
+    const port = await freeLoopbackPort();
+    const env = (key: Buffer) =>
+      cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix, HOOKLINE_SECRET_KEY: key.toString('base64'), HOOKLINE_API_PORT: String(port) });
+    const refusal = `hookline: HOOKLINE_SECRET_KEY does not open the webhook secrets stored in ${t.url} (prefix ${t.prefix}): they were sealed with another key; start with that one as HOOKLINE_SECRET_KEY\n`;
+
+    const wrong = await runCli(['api'], env(other), 60_000);
+    expect(wrong.stderr).toBe(refusal);
+    expect(wrong.code).toBe(1);
+    // The key they were sealed with serves, and leaves the probe every later start opens.
+    const right = await startCli(['api'], env(sealedWith), /Hookline API listening/);
+    right.child.kill('SIGTERM');
+    expect(await right.exited).toBe(0);
+    expect(await t.redis.exists(redisKeys(t.prefix).secretProbe)).toBe(1);
+    await t.redis.del(redisKeys(t.prefix).webhooks.byId);
+    const probed = await runCli(['worker'], { ...env(other), HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()) }, 60_000);
+    expect(probed.stderr).toBe(refusal);
+    expect(probed.code).toBe(1);
+  }, 120_000);
 
   it('requires HOOKLINE_SECRET_KEY to serve with REDIS_URL', async () => {
     const result = await runCli(['api'], cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix }));
