@@ -2,7 +2,7 @@
 import { userInfo } from 'node:os';
 import { Command, Option } from 'commander';
 import { addOperatorCommands, addPortalCommands } from './cli-operator.js';
-import { checkSecretKeyAtStart } from './cli/engine-checks.js';
+import { checkSecretKeyAtStart, engineEntry, joinRunningEngines, secondStartRefusal } from './cli/engine-checks.js';
 import { CliError, failure, listenFailure, UsageError } from './cli/errors.js';
 import { exitQuietlyWhenStdoutCloses, printJson, printRows, say, toApiKeyResource } from './cli/output.js';
 import { startupLine } from './cli/startup.js';
@@ -60,6 +60,7 @@ async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole,
   // Ends the checks that wait for Redis to answer.
   const checks = new AbortController();
   try {
+    if (role === 'all' && endpoint.origin === 'embedded-shared') throw await secondStartRefusal(config, endpoint);
     engine = await createEngine(config, { role, logger, listen: true });
     const connected = everReady(engine.stores.redis);
     const keyMismatch = (await checkSecretKeyAtStart(engine.stores, base, config, checks.signal)).later;
@@ -68,9 +69,11 @@ async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole,
     });
     const started = startupLine({ role, config, redis: endpoint, addresses });
     logger[started.level](started.fields, started.msg);
+    const joined = joinRunningEngines(engine.stores, engineEntry(role, config, addresses.api), logger, checks.signal);
 
     const ended = await Promise.race([stop.then((signal) => ({ signal })), keyMismatch.then((mismatch) => ({ mismatch }))]);
     checks.abort();
+    await joined.leave();
     // A process whose Redis never answered has taken no job: nothing can be in flight to wait for.
     const graceMs = connected() ? config.shutdownGraceMs : 0;
     if ('mismatch' in ended) logger.error({ event: 'secret_key.mismatch', graceMs }, `${ended.mismatch}; shutting down`);

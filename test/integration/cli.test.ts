@@ -16,6 +16,7 @@ import { RedisWebhookStore } from '../../src/store/webhooks.js';
 import { connectRedis } from '../../src/store/redis.js';
 import { runCli, spawnCli, startCli } from '../helpers/cli.js';
 import { deletePrefix, testRedis } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const readState = (dataDir: string) => JSON.parse(readFileSync(path.join(dataDir, 'redis.json'), 'utf8')) as EmbeddedState;
 
@@ -413,6 +414,25 @@ describe('the embedded Redis is the data folder’s own', () => {
     expect(readState(dataDir).pid).toBeUndefined();
   }, 90_000);
 
+  it('a redis-server an engine left behind (killed with SIGKILL) is taken over by the next start, and stopped with it', async () => {
+    const dataDir = newDataDir();
+    const env = cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) });
+    const killed = await startCli(['start'], env, /Hookline API listening/);
+    const { redisPid } = readState(dataDir);
+    // Should the test fail before the next start takes it over.
+    cleanups.push(() => void (alive(redisPid!) && process.kill(redisPid!, 'SIGTERM')));
+    killed.child.kill('SIGKILL');
+    await killed.exited;
+    expect(alive(redisPid!)).toBe(true);
+
+    const next = await startCli(['start'], env, /Hookline API listening/);
+    cleanups.push(() => stopEngine(next));
+    expect(readState(dataDir)).toMatchObject({ pid: next.child.pid, redisPid });
+    next.child.kill('SIGTERM');
+    expect(await next.exited).toBe(0);
+    expect(redisServersOf(dataDir)).toEqual([]);
+  }, 120_000);
+
   it.each(['SIGINT', 'SIGTERM', 'SIGHUP'] as const)(
     'hookline start stops its embedded Redis on %s',
     async (signal) => {
@@ -432,6 +452,95 @@ describe('the embedded Redis is the data folder’s own', () => {
     },
     90_000,
   );
+});
+
+describe('engines sharing one Redis', () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
+  const started = async (args: string[], env: NodeJS.ProcessEnv, ready: RegExp) => {
+    const engine = await startCli(args, env, ready);
+    cleanups.push(() => stopEngine(engine));
+    return engine;
+  };
+
+  it('a second hookline start on a data folder in use is refused in one sentence naming the running engine; a worker joins it, warned of the settings that differ', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'hookline-second-'));
+    cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    const apiPort = await freeLoopbackPort();
+    const first = await started(['start'], cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(apiPort) }), /Hookline API listening/);
+    // It records itself among the running engines just after its start-up line.
+    const embedded = new Redis({ port: readState(dataDir).port, password: readFileSync(path.join(dataDir, 'redis.password'), 'utf8').trim() });
+    cleanups.push(() => void embedded.disconnect());
+    await waitFor(async () => (await embedded.hlen(redisKeys('hl').engines)) === 1, 10_000, 'the engine recorded as running');
+
+    const second = await runCli(['start'], cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) }), 60_000);
+    expect(second.stderr).toBe(
+      `hookline: another Hookline process runs on ${dataDir}: pid ${first.child.pid} (hookline start, API http://127.0.0.1:${apiPort}); ` +
+        'stop it before starting another engine there, or add a delivery worker to it with `hookline worker`\n',
+    );
+    expect(second.code).toBe(1);
+    expect((await fetch(`http://127.0.0.1:${apiPort}/readyz`)).status).toBe(200);
+
+    const worker = await started(
+      ['worker'],
+      cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()), HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true' }),
+      /engine\.settings_differ/,
+    );
+    const warning = worker
+      .output()
+      .split('\n')
+      .find((line) => line.includes('engine.settings_differ'))!;
+    expect(JSON.parse(warning)).toMatchObject({
+      level: 40,
+      differences: [
+        {
+          variable: 'HOOKLINE_ALLOW_PRIVATE_TARGETS',
+          here: 'true',
+          running: [{ value: 'false', engines: [`pid ${first.child.pid} (hookline start, API http://127.0.0.1:${apiPort})`] }],
+        },
+      ],
+    });
+  }, 180_000);
+
+  it('engines on one REDIS_URL: one with other settings is warned which differ and where; one with the same settings is not', async () => {
+    const t = testRedis();
+    cleanups.push(() => t.cleanup());
+    const env = async (extra: Record<string, string>) =>
+      cleanEnv({
+        REDIS_URL: t.url,
+        HOOKLINE_REDIS_PREFIX: t.prefix,
+        HOOKLINE_SECRET_KEY: Buffer.alloc(32, 7).toString('base64'),
+        HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
+        ...extra,
+      });
+    const registered = (n: number) => async () => (await t.redis.hlen(redisKeys(t.prefix).engines)) === n;
+    const a = await started(['worker'], await env({ HOOKLINE_RETRY_SCHEDULE: '0s,1m' }), /delivery worker running/);
+    await waitFor(registered(1), 10_000, 'the first worker registered');
+    const same = await started(['worker'], await env({ HOOKLINE_RETRY_SCHEDULE: '0s,1m' }), /delivery worker running/);
+    await waitFor(registered(2), 10_000, 'the second worker registered');
+    expect(same.output()).not.toContain('settings_differ');
+
+    const other = await started(['worker'], await env({ HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true' }), /engine\.settings_differ/);
+    await waitFor(registered(3), 10_000, 'the third worker registered');
+    const line = JSON.parse(
+      other
+        .output()
+        .split('\n')
+        .find((l) => l.includes('engine.settings_differ'))!,
+    ) as { differences: unknown; msg: string };
+    const both = [`pid ${a.child.pid} (hookline worker)`, `pid ${same.child.pid} (hookline worker)`];
+    expect(line.differences).toEqual([
+      { variable: 'HOOKLINE_ALLOW_PRIVATE_TARGETS', here: 'true', running: [{ value: 'false', engines: both }] },
+      { variable: 'HOOKLINE_RETRY_SCHEDULE', here: '0s,5s,5m,30m,2h,5h,10h,14h,20h,1d', running: [{ value: '0s,1m', engines: both }] },
+    ]);
+    expect(line.msg).toContain('HOOKLINE_ALLOW_PRIVATE_TARGETS is true here, false in');
+    // A stopped engine takes its record with it.
+    same.child.kill('SIGTERM');
+    expect(await same.exited).toBe(0);
+    await waitFor(registered(2), 10_000, 'the stopped worker gone from the running engines');
+  }, 180_000);
 });
 
 describe('hookline dlq', () => {
