@@ -107,6 +107,9 @@ async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole,
   }
 }
 
+/** `1 replay`, `2 replays`. */
+const plural = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
+
 function collectRole(value: string, previous: Role[]): Role[] {
   if (!(ROLES as readonly string[]).includes(value)) throw new UsageError(`unknown role "${value}"; roles: ${ROLES.join(', ')}`);
   return [...previous, value as Role];
@@ -239,12 +242,17 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         }
         const taskId = await stores.replayer.createTask(webhook.vendorId, webhook.id);
         say(`task ${taskId}`);
+        // Progress rewrites one line on a terminal; where stderr is a file or a pipe (a log), only the end shows.
+        const terminal = process.stderr.isTTY;
         const { replayed, skipped } = await stores.replayer.runReplayAll(taskId, options.webhook, {
-          onProgress: (done, total) => process.stderr.write(`\rreplayed ${done}/${total}`),
+          ...(terminal ? { onProgress: (done: number, total: number) => process.stderr.write(`\rqueued ${done}/${total}`) } : {}),
         });
-        process.stderr.write('\n');
+        if (terminal) process.stderr.write('\n');
         process.stdout.write(`${replayed}\n`);
-        say(`queued ${replayed} replays${skipped > 0 ? ` (${skipped} dead letters had expired and were dropped)` : ''}`);
+        const expired = skipped > 0 ? ` (${plural(skipped, 'dead letter')} had expired and ${skipped === 1 ? 'was' : 'were'} dropped)` : '';
+        say(
+          `queued ${plural(replayed, 'replay')} for a running worker to deliver${expired}; follow them with: hookline deliveries tail --webhook ${webhook.id}`,
+        );
       });
     });
   return program;

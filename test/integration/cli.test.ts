@@ -1,5 +1,5 @@
 import { execFile, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -600,10 +600,19 @@ describe('hookline dlq', () => {
       const all = await runCli(['dlq', 'replay', '--webhook', webhookId], env);
       expect(all.code).toBe(0);
       expect(all.stdout).toBe('2\n');
-      expect(all.stderr).toContain('replayed 2/2');
+      // Queued, not yet delivered; and stderr is no terminal here (a log, say): no progress line rewritten with \r.
+      expect(all.stderr).toMatch(/^task [0-9a-f-]{36}\n/);
+      expect(all.stderr).toContain(`queued 2 replays for a running worker to deliver; follow them with: hookline deliveries tail --webhook ${webhookId}\n`);
+      expect(all.stderr).not.toMatch(/\r|replayed/);
       const counts = await t.queues.counts();
       expect((counts.waiting ?? 0) + (counts.delayed ?? 0) + (counts.prioritized ?? 0)).toBe(3);
       expect(await t.deliveryLog.deadLetters(webhookId, 10)).toEqual([]);
+      await t.deliveryLog.recordAttempt({
+        job: { deliveryId: randomUUID(), eventId: 'e3', eventType: 'EVENT_TYPE_MACHINE_CREATED', vendorId: 'v', webhookId, body: '{}', acceptedAtMs: 1_003 },
+        attempt: { attempt: 1, atMs: 2_003, outcome: 'http_5xx', statusCode: 500, durationMs: 3 },
+        status: 'dead',
+      });
+      expect((await runCli(['dlq', 'replay', '--webhook', webhookId], env)).stderr).toContain('queued 1 replay for a running worker');
 
       const malformed = await runCli(['dlq', 'list', '--webhook', 'nope'], env);
       expect(malformed.code).toBe(2);
