@@ -6,6 +6,10 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
 import { startCli } from '../helpers/cli.js';
 import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
+import { redisKeys } from '../../src/store/keys.js';
+import { connectRedis } from '../../src/store/redis.js';
+import { SecretBox } from '../../src/store/secret-box.js';
+import { checkSecretKey } from '../../src/store/secret-probe.js';
 import { cleanEnv, issueKeys } from '../helpers/processes.js';
 import { TestReceiver } from '../helpers/receiver.js';
 import { settles, waitFor } from '../helpers/wait.js';
@@ -103,6 +107,36 @@ describe('shutdown while Redis is unreachable (real processes, loopback only)', 
     expect(ms, 'SIGINT to exit').toBeLessThan(3_000);
     expect(code).toBe(0);
     expect(engine.output()).not.toMatch(/Warning|\n\s+at /);
+  }, 90_000);
+
+  it('an API started while Redis was down with a secret key other than the installation’s stops, in one sentence, once Redis answers', async () => {
+    const redis = await redisServer();
+    await redis.start();
+    const url = `redis://127.0.0.1:${redis.port}`;
+    const setup = connectRedis(url, { connectionName: 'test-setup', maxRetriesPerRequest: 3 });
+    expect(await checkSecretKey(setup, redisKeys(PREFIX), new SecretBox(randomBytes(32)))).toBe('recorded');
+    await setup.quit();
+    await redis.handle()?.stop();
+
+    const api = await start(
+      ['api'],
+      {
+        ...cleanEnv(),
+        REDIS_URL: url,
+        HOOKLINE_REDIS_PREFIX: PREFIX,
+        HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64'),
+        HOOKLINE_API_PORT: String(await freeLoopbackPort()),
+        HOOKLINE_LOG_FORMAT: 'json',
+      },
+      /Hookline API listening/,
+    );
+    await redis.start();
+    const code = await Promise.race([api.exited, new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), 20_000))]);
+    console.log(`fault late-secret-key-check: exit ${code}; output ends with:\n${api.output().slice(-600)}`);
+    expect(code).toBe(1);
+    expect(api.output()).toContain(
+      `hookline: HOOKLINE_SECRET_KEY does not open the webhook secrets stored in ${url} (prefix ${PREFIX}): they were sealed with another key; start with that one as HOOKLINE_SECRET_KEY\n`,
+    );
   }, 90_000);
 
   it('an API that served requests during an outage stops within the grace period', async () => {
