@@ -13,7 +13,7 @@ import { connectRedis, isRedisUnavailable } from '../store/redis.js';
 import { SecretBox } from '../store/secret-box.js';
 import { checkSecretKey } from '../store/secret-probe.js';
 import { VERSION } from '../version.js';
-import { CliError } from './errors.js';
+import { CliError, redisFailureReason } from './errors.js';
 
 /** How often a check that needs Redis is tried again while Redis does not answer. */
 const RETRY_MS = 2_000;
@@ -41,7 +41,8 @@ async function whenRedisAnswers<T>(work: () => Promise<T>, signal: AbortSignal):
  * Redis answers now, a key that does not fit throws a CliError (one sentence) before the engine
  * serves anything. When Redis does not answer, the engine starts as it does during any outage, and
  * the check runs once Redis answers: `later` resolves then with the sentence to stop with. It never
- * resolves for a key that fits, or once `signal` aborts.
+ * resolves for a key that fits, or once `signal` aborts. A Redis that refuses the check (it wants a
+ * password) is one sentence too.
  */
 export async function checkSecretKeyAtStart(
   stores: Pick<Stores, 'redis' | 'keys'>,
@@ -51,14 +52,21 @@ export async function checkSecretKeyAtStart(
 ): Promise<{ later: Promise<string> }> {
   const box = new SecretBox(config.secretKey);
   const check = () => checkSecretKey(stores.redis, stores.keys, box);
+  // Redis answers, but not as asked (a password it wants, an ACL): the key cannot be checked, and the engine could do nothing either.
+  const unchecked = (error: Error) => `cannot check the secret key against Redis at ${redisUrlForLog(config.redisUrl)} (${redisFailureReason(error)})`;
   const never = new Promise<never>(() => undefined);
   const now = await check().catch((error: Error) => {
     if (isRedisUnavailable(error)) return undefined;
-    throw error;
+    throw new CliError(unchecked(error));
   });
   if (now === 'mismatch') throw new CliError(secretKeyMismatch(base, config.redisUrl));
   if (now !== undefined) return { later: never };
-  return { later: whenRedisAnswers(check, signal).then((answer) => (answer === 'mismatch' ? secretKeyMismatch(base, config.redisUrl) : never)) };
+  return {
+    later: whenRedisAnswers(check, signal).then(
+      (answer) => (answer === 'mismatch' ? secretKeyMismatch(base, config.redisUrl) : never),
+      (error: Error) => unchecked(error),
+    ),
+  };
 }
 
 /**

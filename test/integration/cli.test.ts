@@ -205,6 +205,29 @@ describe('hookline keys (against REDIS_URL)', () => {
     expect(probed.code).toBe(1);
   }, 120_000);
 
+  it('stops in one sentence when Redis refuses the start-up check (it wants a password REDIS_URL lacks)', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'hookline-auth-'));
+    const server = await startRedisServer({
+      binary: await ensureRedisServerBinary(() => undefined),
+      port: 0,
+      dir,
+      appendOnly: false,
+      private: { password: 'sekrit-password-0123' },
+    });
+    try {
+      const result = await runCli(
+        ['api'],
+        cleanEnv({ REDIS_URL: server.url, HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64'), HOOKLINE_API_PORT: String(await freeLoopbackPort()) }),
+        60_000,
+      );
+      expect(result.stderr).toBe(`hookline: cannot check the secret key against Redis at ${server.url} (authentication failed)\n`);
+      expect(result.code).toBe(1);
+    } finally {
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
   it('requires HOOKLINE_SECRET_KEY to serve with REDIS_URL', async () => {
     const result = await runCli(['api'], cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix }));
     expect(result.code).toBe(1);
