@@ -187,7 +187,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
         await stores.attemptFeed.listen(
           (entries) => entries.filter(wanted).forEach(print),
           stop.signal,
-          () => say('watching delivery attempts (Ctrl-C to stop); workers start sending them within a second'),
+          () => say('watching delivery attempts (Ctrl-C to stop)'),
         );
       });
     });
@@ -212,6 +212,10 @@ export function addPortalCommands(program: Command, ctx: OperatorCommandContext)
       const problem = ttlProblem(options.ttl);
       if (problem) throw usageError(`--${problem}`);
       await ctx.withStores(async (stores) => {
+        // Still issued: the vendor may register its first webhook in the portal (with manage).
+        if ((await stores.webhooks.list(options.vendor)).length === 0) {
+          say(`note: vendor ${options.vendor} has no webhooks (is the id right?); the portal will show none until it registers one`);
+        }
         const { session, token } = await stores.portalSessions.issue({
           vendorId: options.vendor,
           permission: options.permission as PortalPermission,

@@ -2,7 +2,8 @@
 import { userInfo } from 'node:os';
 import { Command, Option } from 'commander';
 import { addOperatorCommands, addPortalCommands } from './cli-operator.js';
-import { failure, UsageError } from './cli/errors.js';
+import { checkSecretKeyAtStart, engineEntry, joinRunningEngines, secondStartRefusal } from './cli/engine-checks.js';
+import { CliError, failure, listenFailure, UsageError } from './cli/errors.js';
 import { exitQuietlyWhenStdoutCloses, printJson, printRows, say, toApiKeyResource } from './cli/output.js';
 import { startupLine } from './cli/startup.js';
 import { settle, withStores } from './cli/stores.js';
@@ -10,12 +11,12 @@ import { loadConfig, type Config } from './config/env.js';
 import { EXTERNAL_ID_RE } from './domain/ids.js';
 import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
-import { createEngine, SHUTDOWN_SLACK_MS, type EngineRole, type Stores } from './engine.js';
+import { createEngine, SHUTDOWN_SLACK_MS, type Engine, type EngineRole, type Stores } from './engine.js';
 import { VERSION } from './version.js';
 
-/** `withStores` for the key commands, which need no webhook secret key. */
+/** `withStores` for the key commands. */
 function withApiKeys<T>(config: Config, body: (apiKeys: Stores['apiKeys']) => Promise<T>, createData = false): Promise<T> {
-  return withStores(config, (stores) => body(stores.apiKeys), { createData, needsSecretKey: false });
+  return withStores(config, (stores) => body(stores.apiKeys), { createData });
 }
 
 /** Who ran a command, for the audit lines of key changes: the operating-system user. */
@@ -28,46 +29,86 @@ function operator(): string {
   }
 }
 
-/** Resolves on SIGINT or SIGTERM. */
+/** Whether `redis` has been ready at least once since this call. */
+function everReady(redis: Stores['redis']): () => boolean {
+  let ready = redis.status === 'ready';
+  redis.once('ready', () => (ready = true));
+  return () => ready;
+}
+
+/** The signals that end a serving process: Ctrl-C, a stop (`kill`, a container runtime) and a closed terminal. */
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
+/** Resolves on the first of SIGINT, SIGTERM or SIGHUP from now on. */
 function shutdownSignal(): Promise<NodeJS.Signals> {
   return new Promise((resolve) => {
-    process.once('SIGINT', () => resolve('SIGINT'));
-    process.once('SIGTERM', () => resolve('SIGTERM'));
+    for (const signal of STOP_SIGNALS) process.once(signal, () => resolve(signal));
   });
 }
 
-/** Runs the admin API, the delivery worker, or both, until SIGINT/SIGTERM; then shuts down in order. */
+/**
+ * Runs the admin API, the delivery worker, or both, until SIGINT, SIGTERM or SIGHUP; then shuts
+ * down in order. However it ends (a signal, a second one, a start-up that failed) the embedded
+ * Redis it started stops too.
+ */
 async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole, 'tools'>): Promise<void> {
+  // Listening from the first moment: a signal during start-up ends it in order once it is up, rather
+  // than killing the process around the embedded Redis it is starting.
+  const stop = shutdownSignal();
   const { config, endpoint } = await settle(base, (line) => logger.info(line), { createData: true, needsSecretKey: true });
-  const engine = await createEngine(config, { role, logger, listen: true });
-  const started = startupLine({ role, config, redis: endpoint, addresses: await engine.start() });
-  logger[started.level](started.fields, started.msg);
+  let engine: Engine | undefined;
+  // Ends the checks that wait for Redis to answer.
+  const checks = new AbortController();
+  try {
+    if (role === 'all' && endpoint.origin === 'embedded-shared') throw await secondStartRefusal(config, endpoint);
+    engine = await createEngine(config, { role, logger, listen: true });
+    const connected = everReady(engine.stores.redis);
+    const keyMismatch = (await checkSecretKeyAtStart(engine.stores, base, config, checks.signal)).later;
+    const addresses = await engine.start().catch((error: unknown) => {
+      throw listenFailure(error, config);
+    });
+    const started = startupLine({ role, config, redis: endpoint, addresses });
+    logger[started.level](started.fields, started.msg);
+    const joined = joinRunningEngines(engine.stores, engineEntry(role, config, addresses.api), logger, checks.signal);
 
-  const signal = await shutdownSignal();
-  logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down');
-  // The engine's shutdown is bounded, but a process must end however it is stuck: this is the backstop.
-  const deadline = setTimeout(() => {
-    logger.error(
-      { graceMs: config.shutdownGraceMs },
-      'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)',
-    );
+    const ended = await Promise.race([stop.then((signal) => ({ signal })), keyMismatch.then((mismatch) => ({ mismatch }))]);
+    checks.abort();
+    await joined.leave();
+    // A process whose Redis never answered has taken no job: nothing can be in flight to wait for.
+    const graceMs = connected() ? config.shutdownGraceMs : 0;
+    if ('mismatch' in ended) logger.error({ event: 'secret_key.mismatch', graceMs }, `${ended.mismatch}; shutting down`);
+    else logger.info({ signal: ended.signal, graceMs }, 'shutting down');
+    // The engine's shutdown is bounded, but a process must end however it is stuck: this is the
+    // backstop (the embedded Redis is stopped on the way out, see startRedisServer).
+    const deadline = setTimeout(() => {
+      logger.error({ graceMs }, 'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)');
+      logger.flush();
+      process.exit(1);
+    }, graceMs + SHUTDOWN_SLACK_MS);
+    deadline.unref();
+    // A second signal means "now".
+    for (const again of STOP_SIGNALS) process.once(again, () => process.exit(1));
+    const closing = engine;
+    engine = undefined;
+    await closing.close(graceMs);
+    await endpoint.release();
+    clearTimeout(deadline);
+    logger.info('stopped');
+    if ('mismatch' in ended) throw new CliError(ended.mismatch);
+  } finally {
+    checks.abort();
+    // A start-up that failed: what did start stops (an engine's close is bounded whatever Redis does).
+    await engine?.close(0);
+    await endpoint.release();
     logger.flush();
-    process.exit(1);
-  }, config.shutdownGraceMs + SHUTDOWN_SLACK_MS);
-  deadline.unref();
-  // A second signal means "now".
-  const now = () => process.exit(1);
-  process.once('SIGINT', now);
-  process.once('SIGTERM', now);
-  await engine.close();
-  await endpoint.release();
-  clearTimeout(deadline);
-  logger.info('stopped');
-  // BullMQ's own connections of a worker closed during an outage keep reconnecting in the
-  // background; nothing is left to do, so they must not keep the process alive.
-  logger.flush();
-  setTimeout(() => process.exit(process.exitCode ?? 0), 250).unref();
+    // BullMQ's own connections of a worker closed during an outage keep reconnecting in the
+    // background; nothing is left to do, so they must not keep the process alive.
+    setTimeout(() => process.exit(process.exitCode ?? 0), 250).unref();
+  }
 }
+
+/** `1 replay`, `2 replays`. */
+const plural = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
 
 function collectRole(value: string, previous: Role[]): Role[] {
   if (!(ROLES as readonly string[]).includes(value)) throw new UsageError(`unknown role "${value}"; roles: ${ROLES.join(', ')}`);
@@ -201,12 +242,17 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         }
         const taskId = await stores.replayer.createTask(webhook.vendorId, webhook.id);
         say(`task ${taskId}`);
+        // Progress rewrites one line on a terminal; where stderr is a file or a pipe (a log), only the end shows.
+        const terminal = process.stderr.isTTY;
         const { replayed, skipped } = await stores.replayer.runReplayAll(taskId, options.webhook, {
-          onProgress: (done, total) => process.stderr.write(`\rreplayed ${done}/${total}`),
+          ...(terminal ? { onProgress: (done: number, total: number) => process.stderr.write(`\rqueued ${done}/${total}`) } : {}),
         });
-        process.stderr.write('\n');
+        if (terminal) process.stderr.write('\n');
         process.stdout.write(`${replayed}\n`);
-        say(`queued ${replayed} replays${skipped > 0 ? ` (${skipped} dead letters had expired and were dropped)` : ''}`);
+        const expired = skipped > 0 ? ` (${plural(skipped, 'dead letter')} had expired and ${skipped === 1 ? 'was' : 'were'} dropped)` : '';
+        say(
+          `queued ${plural(replayed, 'replay')} for a running worker to deliver${expired}; follow them with: hookline deliveries tail --webhook ${webhook.id}`,
+        );
       });
     });
   return program;

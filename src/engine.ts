@@ -74,7 +74,8 @@ interface StoreSettings {
   /** A connection for BullMQ's queues (no auto-pipelining). */
   queueConnection: Redis;
   redisPrefix: string;
-  secretKey: Buffer;
+  /** Undefined for the CLI's tools, which never open a secret. */
+  secretKey: Buffer | undefined;
   retryScheduleMs: readonly number[];
   queuePartitions: number;
   secretRotationOverlapMs: number;
@@ -548,8 +549,11 @@ export type DeliveryWorker = ReturnType<typeof composeWorker>;
  */
 export type EngineRole = 'all' | 'api' | 'worker' | 'tools';
 
-/** A configuration whose Redis and secret key are settled (the CLI resolves the embedded default first). */
-export type EngineConfig = Config & { readonly redisUrl: string; readonly secretKey: Buffer };
+/**
+ * A configuration whose Redis is settled (the CLI resolves the embedded default first), and its
+ * secret key too except for the `tools` role, which never opens a secret.
+ */
+export type EngineConfig = Config & { readonly redisUrl: string };
 
 export interface EngineOptions {
   role: EngineRole;
@@ -692,6 +696,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
   const runsWorker = role === 'all' || role === 'worker';
   const tools = role === 'tools';
   const nowMs = options.nowMs ?? Date.now;
+  if (!tools && config.secretKey === undefined) throw new Error(`a ${role} engine needs the secret key of webhook secrets`);
 
   // 1. Connections: the application's (auto-pipelined, failing fast so requests answer 503), BullMQ's
   // queues' and, in a worker, BullMQ's workers' (both waiting out an outage). The CLI's tools fail fast everywhere.

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import type { Config } from '../config/env.js';
 import { redisUrlForLog } from '../config/redis-url.js';
 import { resolveRedis, resolveSecretKey, type RedisEndpoint } from '../embedded/defaults.js';
@@ -18,8 +17,8 @@ export interface SettleOptions {
    */
   createData: boolean;
   /**
-   * Whether the command touches webhook secrets. Without REDIS_URL the embedded default's key is
-   * used either way; with REDIS_URL a command that never decrypts (the key commands) does without.
+   * Whether the process opens webhook secrets: an engine does; the CLI's commands never do, so they
+   * run without HOOKLINE_SECRET_KEY (and ignore it when it is set).
    */
   needsSecretKey: boolean;
 }
@@ -33,7 +32,7 @@ export async function settle(
   // Redis first: a command that finds no engine data must not leave a data folder (and a key) behind.
   const endpoint = await resolveRedis(config, announce, { createData: options.createData });
   try {
-    const secretKey = options.needsSecretKey || config.redisUrl === undefined ? resolveSecretKey(config) : (config.secretKey ?? randomBytes(32));
+    const secretKey = options.needsSecretKey ? resolveSecretKey(config) : undefined;
     return { config: { ...config, redisUrl: endpoint.url, secretKey }, endpoint };
   } catch (error) {
     await endpoint.release();
@@ -76,12 +75,14 @@ function reach(redis: Redis, timeoutMs: number): Promise<void> {
 /**
  * Runs `body` with the stores of the engine's `tools` role, then releases them and the embedded
  * Redis if the command started it. By default the command reads what an engine wrote (no data
- * folder is created) and may decrypt webhook secrets. An unreachable Redis ends the command with
- * one sentence (`cannot reach Redis at redis://host:6379 (connection refused)`) within seconds.
+ * folder is created); `createData` lets it start the embedded Redis on a new data folder. The
+ * stores open no webhook secret (webhooks come without them), so no command needs the secret key.
+ * An unreachable Redis ends the command with one sentence (`cannot reach Redis at
+ * redis://host:6379 (connection refused)`) within seconds.
  */
-export async function withStores<T>(config: Config, body: (stores: Stores) => Promise<T>, options: Partial<SettleOptions> = {}): Promise<T> {
+export async function withStores<T>(config: Config, body: (stores: Stores) => Promise<T>, options: { createData?: boolean } = {}): Promise<T> {
   // Installing redis-server (as root on Debian) is announced on stderr, so stdout stays the result.
-  const settled = await settle(config, say, { createData: false, needsSecretKey: true, ...options });
+  const settled = await settle(config, say, { createData: options.createData ?? false, needsSecretKey: false });
   const url = settled.endpoint.url;
   try {
     const engine = await createEngine(settled.config, { role: 'tools', logger: createLogger({ level: 'silent', format: 'json', fd: 2 }) });

@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { access, constants } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import path from 'node:path';
@@ -9,6 +9,8 @@ import { Redis } from 'ioredis';
 export interface RedisServerHandle {
   readonly url: string;
   readonly port: number;
+  /** The redis-server process. */
+  readonly pid: number;
   /** Shuts the server down (it flushes its AOF first) and waits for the process to exit. */
   stop(): Promise<void>;
   /** Kills the server with SIGKILL, as a crash would (fault-injection tests); waits for the exit. */
@@ -26,10 +28,24 @@ export interface StartRedisServerOptions {
   /** Extra `redis-server` arguments, e.g. `['--appendfsync', 'always']`. */
   extraArgs?: readonly string[];
   startTimeoutMs?: number;
+  /**
+   * A Redis only this operating-system user can use (the embedded default): it requires `password`,
+   * which reaches it in a config file of mode 0600 in `dir` (never on the command line, where `ps`
+   * shows it to every user), and `dir` and every file in it are this user's alone (0700, 0600).
+   */
+  private?: { password: string };
 }
 
 export class RedisServerUnavailableError extends Error {
   override name = 'RedisServerUnavailableError';
+}
+
+/** The port asked for is held by another process (possibly another Redis). */
+export class RedisPortTakenError extends Error {
+  override name = 'RedisPortTakenError';
+  constructor(readonly port: number) {
+    super(`port ${port} is in use by another process`);
+  }
 }
 
 const SEARCH_DIRS = ['/usr/bin', '/usr/local/bin', '/usr/sbin', '/opt/homebrew/bin', '/snap/bin'];
@@ -104,22 +120,71 @@ export async function freeLoopbackPort(): Promise<number> {
   });
 }
 
-async function waitForPing(port: number, child: ChildProcess, deadline: number): Promise<void> {
+/** Whether nothing listens on 127.0.0.1:`port` (the embedded Redis's address). */
+async function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
+/**
+ * Resolves once the redis-server `child` answers on `port`. Whatever else answers there does not
+ * count: another Redis on a port ours could not bind answers PING too, and taking it for ours would
+ * show (and change) another installation's data. So the answer must come from the child's process id.
+ */
+async function waitForOwnServer(port: number, child: ChildProcess, deadline: number, password: string | undefined): Promise<void> {
   while (Date.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) throw new Error('redis-server exited during start-up');
-    const probe = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    // No ready check: it runs before AUTH, which a server with a password refuses it.
+    const probe = new Redis({ host: '127.0.0.1', port, lazyConnect: true, enableReadyCheck: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
     probe.on('error', () => undefined);
     try {
       await probe.connect();
-      if ((await probe.ping()) === 'PONG') return;
+      // AUTH sent by hand: given as an option, ioredis prints a warning when a server without a password answers.
+      if (password !== undefined) await probe.call('AUTH', password);
+      const info = await probe.info('server');
+      if (Number(/^process_id:(\d+)/m.exec(info)?.[1]) === child.pid) return;
     } catch {
-      // not listening yet
+      // not listening yet, or not ours
     } finally {
       probe.disconnect();
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error('redis-server did not answer PING in time');
+  throw new Error('redis-server did not answer in time');
+}
+
+/** Makes `dir` and every file in it (and in its subfolders, such as appendonlydir/) this user's alone. */
+function restrictToUser(dir: string): void {
+  chmodSync(dir, 0o700);
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const file = path.join(dir, entry.name);
+    if (entry.isDirectory()) restrictToUser(file);
+    else if (entry.isFile()) chmodSync(file, 0o600);
+  }
+}
+
+/**
+ * Starts `binary` with `args`; a private server's files are created under umask 077. Its own
+ * process group: a Ctrl-C in the terminal reaches only Hookline, which stops Redis after the engine
+ * has finished with it (Redis gone first would leave the drain nothing to record into); and should
+ * this process exit without stopping it, it is asked to shut down.
+ */
+function spawnServer(binary: string, args: string[], restricted: boolean): ChildProcess {
+  const umask = restricted ? process.umask(0o077) : undefined;
+  let child: ChildProcess;
+  try {
+    child = spawn(binary, args, { stdio: 'ignore', detached: true });
+  } finally {
+    if (umask !== undefined) process.umask(umask);
+  }
+  const stopOnExit = () => child.kill('SIGTERM');
+  process.on('exit', stopOnExit);
+  child.once('exit', () => process.off('exit', stopOnExit));
+  return child;
 }
 
 function tail(file: string): string {
@@ -130,15 +195,30 @@ function tail(file: string): string {
   }
 }
 
-/** Starts `redis-server` bound to loopback only and resolves once it answers PING. */
+/**
+ * Starts `redis-server` bound to loopback only and resolves once it answers (it, not another server
+ * on the same port). A port asked for that something else holds is a RedisPortTakenError.
+ */
 export async function startRedisServer(options: StartRedisServerOptions): Promise<RedisServerHandle> {
-  mkdirSync(options.dir, { recursive: true });
-  const logFile = path.join(path.resolve(options.dir), 'redis.log');
+  const dir = path.resolve(options.dir);
+  mkdirSync(dir, { recursive: true });
+  const logFile = path.join(dir, 'redis.log');
+  const password = options.private?.password;
+  const config: string[] = [];
+  if (password !== undefined) {
+    restrictToUser(dir);
+    const configFile = path.join(dir, 'redis.conf');
+    writeFileSync(configFile, `requirepass ${password}\n`, { mode: 0o600 });
+    // The config file is the first argument redis-server takes.
+    config.push(configFile);
+  }
   const attempts = options.port === 0 ? 3 : 1;
   let lastError: unknown;
   for (let attempt = 0; attempt < attempts; attempt += 1) {
     const port = options.port === 0 ? await freeLoopbackPort() : options.port;
+    if (options.port !== 0 && !(await portFree(port))) throw new RedisPortTakenError(port);
     const args = [
+      ...config,
       '--port',
       String(port),
       // `-::1` binds IPv6 loopback when the host has it and is skipped otherwise.
@@ -148,7 +228,7 @@ export async function startRedisServer(options: StartRedisServerOptions): Promis
       '--protected-mode',
       'yes',
       '--dir',
-      path.resolve(options.dir),
+      dir,
       '--logfile',
       logFile,
       '--daemonize',
@@ -161,13 +241,14 @@ export async function startRedisServer(options: StartRedisServerOptions): Promis
       'noeviction',
       ...(options.extraArgs ?? []),
     ];
-    const child = spawn(options.binary, args, { stdio: 'ignore' });
+    const child = spawnServer(options.binary, args, password !== undefined);
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     try {
-      await waitForPing(port, child, Date.now() + (options.startTimeoutMs ?? 15_000));
+      await waitForOwnServer(port, child, Date.now() + (options.startTimeoutMs ?? 15_000), password);
       return {
         url: `redis://127.0.0.1:${port}`,
         port,
+        pid: child.pid!,
         async stop() {
           if (child.exitCode !== null || child.signalCode !== null) return;
           child.kill('SIGTERM');
@@ -184,7 +265,10 @@ export async function startRedisServer(options: StartRedisServerOptions): Promis
     } catch (error) {
       child.kill('SIGKILL');
       await exited;
-      lastError = new Error(`${(error as Error).message} on port ${port}; last lines of ${logFile}:\n${tail(logFile)}`);
+      const log = tail(logFile);
+      // Taken between the check and the bind.
+      if (options.port !== 0 && /Address already in use/.test(log)) throw new RedisPortTakenError(port);
+      lastError = new Error(`${(error as Error).message} on port ${port}; last lines of ${logFile}:\n${log}`);
     }
   }
   throw lastError;

@@ -20,6 +20,11 @@ export interface FeedEntry {
 /** How often a worker looks whether anyone listens, and how long a listener's mark lasts. */
 const CHECK_EVERY_MS = 1_000;
 const LISTENING_TTL_MS = 5_000;
+/**
+ * How long a listener waits after marking itself before it says it watches: by then every worker's
+ * last answer to "does anyone listen?" was asked after the mark (a margin for the round trip).
+ */
+const WATCHING_AFTER_MS = CHECK_EVERY_MS + 100;
 /** Entries sent in one message at most; and how long a worker gathers them. */
 const BATCH_MAX = 200;
 const FLUSH_AFTER_MS = 100;
@@ -28,13 +33,18 @@ const FLUSH_AFTER_MS = 100;
  * A live feed of finished attempts, for watching a fix land. It costs nothing while nobody listens:
  * a listener keeps a short-lived mark in Redis, and workers publish (in small batches, at most ten
  * messages a second per worker) only while they see it. A live view, not a log: entries published
- * while no listener was connected are gone, and a worker notices a new listener within a second.
+ * while no listener was connected are gone. An attempt that finishes while a worker is asking
+ * whether anyone listens waits for the answer (the first attempt after a quiet spell starts that
+ * question), and a listener says it watches only once every worker has asked since its mark, so
+ * every attempt that finishes after that is shown.
  */
 export class RedisAttemptFeed {
   private listening = false;
   private checkedAtMs = -Infinity;
   private checking = false;
   private buffer: FeedEntry[] = [];
+  /** Entries that finished during a check: the check's answer decides whether they are published. */
+  private held: FeedEntry[] = [];
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -46,7 +56,12 @@ export class RedisAttemptFeed {
   /** Called for every finished attempt; never throws, never waits. */
   publish(entry: FeedEntry): void {
     this.refresh();
-    if (!this.listening) return;
+    if (this.checking) {
+      if (this.held.length < BATCH_MAX * 10) this.held.push(entry);
+    } else if (this.listening) this.send(entry);
+  }
+
+  private send(entry: FeedEntry): void {
     if (this.buffer.length < BATCH_MAX * 10) this.buffer.push(entry);
     this.timer ??= setTimeout(() => this.flush(), FLUSH_AFTER_MS);
   }
@@ -70,12 +85,17 @@ export class RedisAttemptFeed {
       .exists(this.keys.attemptFeed.listening)
       .then((n) => (this.listening = n > 0))
       .catch(() => (this.listening = false))
-      .finally(() => (this.checking = false));
+      .finally(() => {
+        this.checking = false;
+        const held = this.held.splice(0);
+        if (this.listening) held.forEach((entry) => this.send(entry));
+      });
   }
 
   /**
-   * Listens until `signal` aborts: calls `onListening` once subscribed, then `onEntries` with each
-   * batch published. Uses a connection of its own (a subscribed connection can do nothing else).
+   * Listens until `signal` aborts: calls `onListening` once every worker sees it (a second after it
+   * subscribed), and `onEntries` with each batch published. Uses a connection of its own (a
+   * subscribed connection can do nothing else).
    */
   async listen(onEntries: (entries: FeedEntry[]) => void, signal: AbortSignal, onListening: () => void = () => undefined): Promise<void> {
     const subscriber = this.redis.duplicate();
@@ -91,6 +111,7 @@ export class RedisAttemptFeed {
       });
       await subscriber.subscribe(this.keys.attemptFeed.channel);
       await mark();
+      await new Promise((resolve) => setTimeout(resolve, WATCHING_AFTER_MS));
       onListening();
       await new Promise<void>((resolve) => {
         if (signal.aborted) return resolve();

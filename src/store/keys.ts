@@ -132,6 +132,10 @@ export function redisKeys(prefix: string) {
       open: (taskId: string) => `${tag(`task:${taskId}`)}:open`,
     },
     agent: (deploymentId: string) => tag(`agent:${deploymentId}`),
+    /** string: a known value sealed under the installation's secret key, which every start opens to check its key (see secret-probe.ts) */
+    secretProbe: `${tag('meta')}:secret-probe`,
+    /** hash: engine id → JSON of a running engine (pid, host, role, API address, shared settings, last refresh); see engines.ts */
+    engines: `${tag('meta')}:engines`,
     portal: {
       /** hash with the session's TTL: vendor, permission, times, and digests of the link token and the cookie */
       session: (sessionId: string) => tag(`portal:${sessionId}`),

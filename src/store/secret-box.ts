@@ -9,19 +9,28 @@ const TAG_BYTES = 16;
  * record it belongs to, so a ciphertext copied onto another webhook does not decrypt.
  */
 export class SecretBox {
-  readonly #key: Buffer;
+  readonly #key: Buffer | undefined;
   /** opaqueId's keys, one per purpose. */
   readonly #idKeys = new Map<string, Buffer>();
 
-  constructor(key: Buffer) {
-    if (key.length !== 32) throw new Error('SecretBox needs a 32-byte key');
-    this.#key = Buffer.from(key);
+  /**
+   * `key` undefined makes a box for a process that never needs a secret in the clear (the CLI's
+   * commands, which run without HOOKLINE_SECRET_KEY): its seal() and open() throw.
+   */
+  constructor(key: Buffer | undefined) {
+    if (key !== undefined && key.length !== 32) throw new Error('SecretBox needs a 32-byte key');
+    this.#key = key && Buffer.from(key);
+  }
+
+  /** Whether this box can seal and open (it has a key). */
+  get hasKey(): boolean {
+    return this.#key !== undefined;
   }
 
   /** Returns `v1.<iv>.<tag>.<ciphertext>` (base64url parts). */
   seal(plaintext: string, associatedData: string): string {
     const iv = randomBytes(IV_BYTES);
-    const cipher = createCipheriv('aes-256-gcm', this.#key, iv, { authTagLength: TAG_BYTES });
+    const cipher = createCipheriv('aes-256-gcm', this.#needKey(), iv, { authTagLength: TAG_BYTES });
     cipher.setAAD(Buffer.from(associatedData, 'utf8'));
     const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
     return [VERSION, iv.toString('base64url'), cipher.getAuthTag().toString('base64url'), body.toString('base64url')].join('.');
@@ -35,7 +44,7 @@ export class SecretBox {
   opaqueId(purpose: string, text: string): string {
     let key = this.#idKeys.get(purpose);
     if (key === undefined) {
-      key = Buffer.from(hkdfSync('sha256', this.#key, Buffer.alloc(0), `hookline opaque id: ${purpose}`, 32));
+      key = Buffer.from(hkdfSync('sha256', this.#needKey(), Buffer.alloc(0), `hookline opaque id: ${purpose}`, 32));
       this.#idKeys.set(purpose, key);
     }
     return createHmac('sha256', key).update(text, 'utf8').digest().subarray(0, 16).toString('base64url');
@@ -47,9 +56,14 @@ export class SecretBox {
     if (version !== VERSION || iv === undefined || tag === undefined || body === undefined) {
       throw new Error('sealed secret has an unknown format');
     }
-    const decipher = createDecipheriv('aes-256-gcm', this.#key, Buffer.from(iv, 'base64url'), { authTagLength: TAG_BYTES });
+    const decipher = createDecipheriv('aes-256-gcm', this.#needKey(), Buffer.from(iv, 'base64url'), { authTagLength: TAG_BYTES });
     decipher.setAAD(Buffer.from(associatedData, 'utf8'));
     decipher.setAuthTag(Buffer.from(tag, 'base64url'));
     return Buffer.concat([decipher.update(Buffer.from(body, 'base64url')), decipher.final()]).toString('utf8');
+  }
+
+  #needKey(): Buffer {
+    if (this.#key === undefined) throw new Error('no secret key: this process cannot seal or open webhook secrets');
+    return this.#key;
   }
 }

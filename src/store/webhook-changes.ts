@@ -41,7 +41,8 @@ export class RedisWebhookChanges {
     const subscriber = this.redis.duplicate();
     const channel = this.keys.webhooks.changes;
     subscriber.on('error', () => undefined);
-    signal.addEventListener('abort', () => subscriber.disconnect(), { once: true });
+    const onAbort = () => subscriber.disconnect();
+    signal.addEventListener('abort', onAbort, { once: true });
     subscriber.on('message', (_channel: string, message: string) => {
       let change: Partial<WebhookChange>;
       try {
@@ -76,6 +77,9 @@ export class RedisWebhookChanges {
     try {
       await subscriber.subscribe(channel);
     } catch (error) {
+      // The caller tries again with the same signal while Redis is down: a listener left behind per
+      // attempt would pile up (Node warns past ten).
+      signal.removeEventListener('abort', onAbort);
       subscriber.disconnect();
       throw error;
     }

@@ -482,8 +482,9 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     return next;
   }
 
+  /** The webhook of a record; without a key (the CLI's commands) it comes without its secrets and private keys. */
   private toWebhook(record: WebhookRecord): Webhook {
-    const open = (sealed: string | undefined) => (sealed === undefined ? undefined : this.box.open(sealed, record.id));
+    const open = (sealed: string | undefined) => (sealed === undefined || !this.box.hasKey ? undefined : this.box.open(sealed, record.id));
     const previous = open(record.previousSecretSealed);
     return {
       id: record.id,
@@ -497,11 +498,13 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       rateLimitPerSecond: record.rateLimitPerSecond,
       signature: record.signature ?? 'hmac',
       filter: record.filter,
-      signingKeys: (record.signingKeys ?? []).map(({ privateSealed, ...key }) => ({
-        ...key,
-        kid: this.publicKid(key.kid),
-        privateKey: this.box.open(privateSealed, record.id),
-      })),
+      signingKeys: this.box.hasKey
+        ? (record.signingKeys ?? []).map(({ privateSealed, ...key }) => ({
+            ...key,
+            kid: this.publicKid(key.kid),
+            privateKey: this.box.open(privateSealed, record.id),
+          }))
+        : [],
       ordering: record.ordering ?? 'none',
       maxConcurrency: record.maxConcurrency,
       createdAt: record.createdAt,

@@ -6,6 +6,10 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
 import { startCli } from '../helpers/cli.js';
 import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
+import { redisKeys } from '../../src/store/keys.js';
+import { connectRedis } from '../../src/store/redis.js';
+import { SecretBox } from '../../src/store/secret-box.js';
+import { checkSecretKey } from '../../src/store/secret-probe.js';
 import { cleanEnv, issueKeys } from '../helpers/processes.js';
 import { TestReceiver } from '../helpers/receiver.js';
 import { settles, waitFor } from '../helpers/wait.js';
@@ -17,13 +21,13 @@ const GRACE_S = 2;
 /** "A few seconds" past the grace period that a SIGTERM may take, whatever Redis is doing. */
 const SHUTDOWN_SLACK_MS = 5_000;
 
-/** Sends SIGTERM and resolves with how long the process took to exit, and its exit code. */
-async function terminate(engine: Engine): Promise<{ ms: number; code: number | null }> {
+/** Sends SIGTERM (or `signal`) and resolves with how long the process took to exit, and its exit code. */
+async function terminate(engine: Engine, signal: NodeJS.Signals = 'SIGTERM'): Promise<{ ms: number; code: number | null }> {
   const startedMs = Date.now();
-  engine.child.kill('SIGTERM');
+  engine.child.kill(signal);
   const code = await Promise.race([engine.exited, new Promise<'running'>((r) => setTimeout(() => r('running'), 60_000))]);
   if (code === 'running') {
-    console.log(`still running 60 s after SIGTERM; its output ends with:\n${engine.output().slice(-3_000)}`);
+    console.log(`still running 60 s after ${signal}; its output ends with:\n${engine.output().slice(-3_000)}`);
     engine.child.kill('SIGKILL');
     return { ms: Infinity, code: null };
   }
@@ -84,6 +88,55 @@ describe('shutdown while Redis is unreachable (real processes, loopback only)', 
     const { ms, code } = await terminate(worker);
     console.log(`shutdown worker-redis-never-up: exited in ${ms} ms with ${code}`);
     expect(ms, 'SIGTERM to exit').toBeLessThan(GRACE_S * 1_000 + SHUTDOWN_SLACK_MS);
+  }, 90_000);
+
+  it('hookline start whose REDIS_URL never answered stops within about two seconds of Ctrl-C at the default grace, with no warning on stderr', async () => {
+    const env = {
+      ...cleanEnv(),
+      REDIS_URL: `redis://127.0.0.1:${await freeLoopbackPort()}`,
+      HOOKLINE_REDIS_PREFIX: PREFIX,
+      HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64'),
+      HOOKLINE_API_PORT: String(await freeLoopbackPort()),
+      HOOKLINE_LOG_FORMAT: 'json',
+    };
+    const engine = await start(['start'], env, /delivery worker running/);
+    await waitFor(() => engine.output().includes('Redis connection lost'), 10_000, 'the outage noticed');
+    const { ms, code } = await terminate(engine, 'SIGINT');
+    console.log(`shutdown start-redis-never-up-default-grace: exited in ${ms} ms with ${code}`);
+    // It waited out the whole 30 s grace period before, for deliveries it could never have taken.
+    expect(ms, 'SIGINT to exit').toBeLessThan(3_000);
+    expect(code).toBe(0);
+    expect(engine.output()).not.toMatch(/Warning|\n\s+at /);
+  }, 90_000);
+
+  it('an API started while Redis was down with a secret key other than the installation’s stops, in one sentence, once Redis answers', async () => {
+    const redis = await redisServer();
+    await redis.start();
+    const url = `redis://127.0.0.1:${redis.port}`;
+    const setup = connectRedis(url, { connectionName: 'test-setup', maxRetriesPerRequest: 3 });
+    expect(await checkSecretKey(setup, redisKeys(PREFIX), new SecretBox(randomBytes(32)))).toBe('recorded');
+    await setup.quit();
+    await redis.handle()?.stop();
+
+    const api = await start(
+      ['api'],
+      {
+        ...cleanEnv(),
+        REDIS_URL: url,
+        HOOKLINE_REDIS_PREFIX: PREFIX,
+        HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64'),
+        HOOKLINE_API_PORT: String(await freeLoopbackPort()),
+        HOOKLINE_LOG_FORMAT: 'json',
+      },
+      /Hookline API listening/,
+    );
+    await redis.start();
+    const code = await Promise.race([api.exited, new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), 20_000))]);
+    console.log(`fault late-secret-key-check: exit ${code}; output ends with:\n${api.output().slice(-600)}`);
+    expect(code).toBe(1);
+    expect(api.output()).toContain(
+      `hookline: HOOKLINE_SECRET_KEY does not open the webhook secrets stored in ${url} (prefix ${PREFIX}): they were sealed with another key; start with that one as HOOKLINE_SECRET_KEY\n`,
+    );
   }, 90_000);
 
   it('an API that served requests during an outage stops within the grace period', async () => {

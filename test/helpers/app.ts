@@ -51,11 +51,14 @@ export interface TestAppOptions {
   portalAssetsDir?: string;
 }
 
+/** An engine's configuration with its secret key, as every role but the CLI's tools has one. */
+type ServingConfig = EngineConfig & { readonly secretKey: Buffer };
+
 /**
  * A configuration for an engine on the suite's Redis: the defaults of `loadConfig`, with no request
  * limits, private targets allowed, and `overrides` on top.
  */
-export function testConfig(overrides: Partial<EngineConfig> & Pick<EngineConfig, 'redisPrefix'>): EngineConfig {
+export function testConfig(overrides: Partial<ServingConfig> & Pick<EngineConfig, 'redisPrefix'>): ServingConfig {
   return {
     ...loadConfig({}),
     redisUrl: inject('redisUrl'),

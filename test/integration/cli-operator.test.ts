@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { runCli, startCli } from '../helpers/cli.js';
@@ -121,6 +121,59 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     expect(await tail.exited).toBe(0);
   }, 60_000);
 
+  it('deliveries tail shows the first attempt that finishes right after it says it is watching', async () => {
+    const { env, badId } = await setup();
+    const tail = await startCli(['deliveries', 'tail', '--webhook', badId, '--json'], env, /watching delivery attempts/);
+    children.push(tail.child);
+    // The worker has sent nothing yet: this attempt is the one that makes it look whether anyone listens.
+    const event = machineEvent('vendor-bad');
+    await t!.ingestor.ingest([event], 'http');
+    const first = () =>
+      tail
+        .output()
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as { event_id: string; attempt: number })
+        .find((e) => e.event_id === event.event_id && e.attempt === 1);
+    await waitFor(first, 10_000, 'the event’s first attempt in the tail');
+    tail.child.kill('SIGINT');
+    expect(await tail.exited).toBe(0);
+  }, 60_000);
+
+  it('runs without HOOKLINE_SECRET_KEY, since no command opens a webhook secret, and ignores a wrong one', async () => {
+    t = await testApp();
+    const created = await t.webhooks.create('vendor-a', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h', secret: 'shh' });
+    const signed = await t.webhooks.create('vendor-a', { eventType: 'EVENT_TYPE_MACHINE_UPDATED', callbackUrl: 'https://example.com/h', signature: 'ed25519' });
+    if (!created.ok || !signed.ok) throw new Error('webhooks not created');
+    const webhookId = created.webhook.id;
+    const deliveryId = randomUUID();
+    await t.deliveryLog.recordAttempt({
+      job: { deliveryId, eventId: 'e1', eventType: 'EVENT_TYPE_MACHINE_CREATED', vendorId: 'vendor-a', webhookId, body: '{}', acceptedAtMs: 1_000 },
+      attempt: { attempt: 1, atMs: 2_000, outcome: 'http_5xx', statusCode: 500, durationMs: 3 },
+      status: 'dead',
+    });
+    const env = { ...cleanEnv(), REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix, HOOKLINE_QUEUE_PARTITIONS: String(t.config.queuePartitions) };
+    const wrongKey = { ...env, HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64') };
+
+    for (const [args, commandEnv] of [
+      [['webhooks', 'list'], env],
+      [['webhooks', 'list'], wrongKey],
+      [['dlq', 'list', '--webhook', webhookId], env],
+      [['dlq', 'replay', '--webhook', webhookId, '--delivery', deliveryId], wrongKey],
+    ] as const) {
+      const result = await runCli([...args], commandEnv);
+      expect(result.code, `${args.join(' ')}: ${result.stderr}`).toBe(0);
+      expect(result.stderr, args.join(' ')).not.toMatch(/HOOKLINE_SECRET_KEY|authenticate data|\n\s+at /);
+      if (args[0] === 'webhooks') expect(result.stdout).toContain(webhookId);
+    }
+    const tail = await startCli(['deliveries', 'tail'], env, /watching delivery attempts/);
+    children.push(tail.child);
+    tail.child.kill('SIGINT');
+    expect(await tail.exited).toBe(0);
+    // The secrets are untouched, still sealed under the engine's key.
+    expect((await t.webhooks.getById(webhookId))?.secret).toBe('shh');
+  }, 90_000);
+
   it('portal link prints a one-time link to the API (or HOOKLINE_PUBLIC_URL); portal revoke ends sessions; bad usage exits 2', async () => {
     t = await testApp();
     const env = {
@@ -132,6 +185,8 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     };
     const linked = await runCli(['portal', 'link', '--vendor', 'vendor-a', '--permission', 'replay', '--ttl', '2h'], env);
     expect(linked.code, linked.stderr).toBe(0);
+    // Issued all the same (a vendor may register its first webhook in the portal), with a word of warning.
+    expect(linked.stderr).toContain('note: vendor vendor-a has no webhooks (is the id right?); the portal will show none until it registers one');
     const url = linked.stdout.trim();
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:18080\/portal\/#token=ps_[0-9a-f]{24}\.[A-Za-z0-9_-]{43}$/);
     // The audit line names the session, never the token.
@@ -141,8 +196,10 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     expect(opened?.session).toMatchObject({ vendorId: 'vendor-a', permission: 'replay', issuedBy: 'cli' });
     expect(opened!.session.expiresAtMs - opened!.session.createdAtMs).toBe(2 * 3_600_000);
 
+    await t.webhooks.create('vendor-a', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h' });
     const publicUrl = await runCli(['portal', 'link', '--vendor', 'vendor-a'], { ...env, HOOKLINE_PUBLIC_URL: 'https://hooks.example.com/' });
     expect(publicUrl.stdout.trim()).toMatch(/^https:\/\/hooks\.example\.com\/portal\/#token=ps_/);
+    expect(publicUrl.stderr).not.toContain('has no webhooks');
 
     const one = await runCli(['portal', 'revoke', '--session', opened!.session.id], env);
     expect(one.code, one.stderr).toBe(0);

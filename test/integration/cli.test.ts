@@ -1,11 +1,67 @@
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFile, type ChildProcess } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
+import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
+import type { EmbeddedState } from '../../src/embedded/defaults.js';
+import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer } from '../../src/embedded/redis-server.js';
+import { RedisApiKeyStore } from '../../src/store/api-keys.js';
+import { redisKeys } from '../../src/store/keys.js';
+import { SecretBox } from '../../src/store/secret-box.js';
+import { RedisWebhookStore } from '../../src/store/webhooks.js';
+import { connectRedis } from '../../src/store/redis.js';
 import { runCli, spawnCli, startCli } from '../helpers/cli.js';
 import { deletePrefix, testRedis } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
+
+const readState = (dataDir: string) => JSON.parse(readFileSync(path.join(dataDir, 'redis.json'), 'utf8')) as EmbeddedState;
+
+/** Whether process `pid` runs. */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The redis-server processes working in `dataDir`'s Redis folder (Linux: their working folder). */
+function redisServersOf(dataDir: string): number[] {
+  const folder = realpathSync(path.join(dataDir, 'redis'));
+  return readdirSync('/proc')
+    .filter((name) => /^\d+$/.test(name))
+    .filter((pid) => {
+      try {
+        return readlinkSync(`/proc/${pid}/cwd`) === folder && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('redis-server');
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+/** Every file and folder under `dir` (itself included) whose mode lets another user read, write or enter it. */
+function openToOthers(dir: string): string[] {
+  return [dir, ...readdirSync(dir, { recursive: true }).map((name) => path.join(dir, String(name)))]
+    .filter((file) => (statSync(file).mode & 0o077) !== 0)
+    .map((file) => `${path.relative(dir, file) || '.'} ${(statSync(file).mode & 0o777).toString(8)}`);
+}
+
+/**
+ * Ends an engine a failed test left running: SIGTERM first, so that it stops its embedded Redis
+ * (which SIGKILL would leave running); SIGKILL when it does not end within 20 s.
+ */
+async function stopEngine(engine: { child: ChildProcess; exited: Promise<number | null> }): Promise<void> {
+  if (engine.child.exitCode === null && engine.child.signalCode === null) engine.child.kill('SIGTERM');
+  const timer = setTimeout(() => engine.child.kill('SIGKILL'), 20_000);
+  await engine.exited;
+  clearTimeout(timer);
+}
 
 /** A clean environment: none of the developer's HOOKLINE_* or REDIS_URL leaks in. */
 function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
@@ -121,6 +177,57 @@ describe('hookline keys (against REDIS_URL)', () => {
     expect(result.stderr).toContain('HOOKLINE_API_PORT');
   });
 
+  it('refuses in one sentence to serve with a secret key that does not open the stored secrets, before it listens', async () => {
+    const [sealedWith, other] = [randomBytes(32), randomBytes(32)];
+    // An installation from before the probe: a secret sealed under one key, and nothing else.
+    const created = await new RedisWebhookStore(t.redis, redisKeys(t.prefix), new SecretBox(sealedWith)).create('v', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: 'https://example.com/h',
+      secret: 'shh',
+    });
+    expect(created.ok).toBe(true);
+    const port = await freeLoopbackPort();
+    const env = (key: Buffer) =>
+      cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix, HOOKLINE_SECRET_KEY: key.toString('base64'), HOOKLINE_API_PORT: String(port) });
+    const refusal = `hookline: HOOKLINE_SECRET_KEY does not open the webhook secrets stored in ${t.url} (prefix ${t.prefix}): they were sealed with another key; start with that one as HOOKLINE_SECRET_KEY\n`;
+
+    const wrong = await runCli(['api'], env(other), 60_000);
+    expect(wrong.stderr).toBe(refusal);
+    expect(wrong.code).toBe(1);
+    // The key they were sealed with serves, and leaves the probe every later start opens.
+    const right = await startCli(['api'], env(sealedWith), /Hookline API listening/);
+    right.child.kill('SIGTERM');
+    expect(await right.exited).toBe(0);
+    expect(await t.redis.exists(redisKeys(t.prefix).secretProbe)).toBe(1);
+    await t.redis.del(redisKeys(t.prefix).webhooks.byId);
+    const probed = await runCli(['worker'], { ...env(other), HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()) }, 60_000);
+    expect(probed.stderr).toBe(refusal);
+    expect(probed.code).toBe(1);
+  }, 120_000);
+
+  it('stops in one sentence when Redis refuses the start-up check (it wants a password REDIS_URL lacks)', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'hookline-auth-'));
+    const server = await startRedisServer({
+      binary: await ensureRedisServerBinary(() => undefined),
+      port: 0,
+      dir,
+      appendOnly: false,
+      private: { password: 'sekrit-password-0123' },
+    });
+    try {
+      const result = await runCli(
+        ['api'],
+        cleanEnv({ REDIS_URL: server.url, HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64'), HOOKLINE_API_PORT: String(await freeLoopbackPort()) }),
+        60_000,
+      );
+      expect(result.stderr).toBe(`hookline: cannot check the secret key against Redis at ${server.url} (authentication failed)\n`);
+      expect(result.code).toBe(1);
+    } finally {
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
   it('requires HOOKLINE_SECRET_KEY to serve with REDIS_URL', async () => {
     const result = await runCli(['api'], cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix }));
     expect(result.code).toBe(1);
@@ -140,8 +247,15 @@ describe('hookline start with the embedded default', () => {
     const env = cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(port) });
     const engine = await startCli(['start'], env, /Hookline API listening/);
     const stateFile = path.join(dataDir, 'redis.json');
-    const state = () => JSON.parse(readFileSync(stateFile, 'utf8')) as { port: number; url?: string; pid?: number };
-    expect(state()).toEqual({ port: expect.any(Number) as unknown, url: `redis://127.0.0.1:${state().port}`, pid: engine.child.pid });
+    const state = () => JSON.parse(readFileSync(stateFile, 'utf8')) as EmbeddedState;
+    expect(state()).toEqual({
+      port: expect.any(Number) as unknown,
+      id: expect.stringMatching(/^[0-9a-f]{32}$/) as unknown,
+      url: `redis://127.0.0.1:${state().port}`,
+      pid: engine.child.pid,
+      redisPid: expect.any(Number) as unknown,
+    });
+    const { id, redisPid } = state();
     expect(existsSync(path.join(dataDir, 'secret.key'))).toBe(true);
 
     const created = await runCli(['keys', 'create', '--name', 'demo', '--vendor', 'v1', '--role', 'vendor'], env);
@@ -159,8 +273,9 @@ describe('hookline start with the embedded default', () => {
     const redisPort = state().port;
     engine.child.kill('SIGTERM');
     expect(await engine.exited).toBe(0);
-    // Stopped: only the port is remembered, so that the next start uses it again (README: "0 reuses the last one").
-    expect(state()).toEqual({ port: redisPort });
+    // Stopped: only the id and the port are remembered, so that the next start uses the port again (README: "0 reuses the last one").
+    expect(state()).toEqual({ port: redisPort, id });
+    expect(alive(redisPid!)).toBe(false);
     const probe = new Redis({ port: redisPort, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
     probe.on('error', () => undefined);
     await expect(probe.connect()).rejects.toThrow();
@@ -169,7 +284,7 @@ describe('hookline start with the embedded default', () => {
     // A second start reads the AOF: the key and the webhook (with its secret) are still there.
     const second = await startCli(['start'], env, /Hookline API listening/);
     try {
-      expect(state()).toMatchObject({ port: redisPort, pid: second.child.pid });
+      expect(state()).toMatchObject({ port: redisPort, id, pid: second.child.pid });
       const listed = await fetch(`${base}/vendors/v1/webhooks`, { headers: { 'x-api-key': key } });
       expect(listed.status).toBe(200);
       expect(((await listed.json()) as { webhooks: { secret: string }[] }).webhooks[0]?.secret).toBe('shh');
@@ -208,6 +323,247 @@ describe('hookline start with the embedded default', () => {
       expect(await engine.exited).toBe(0);
     }
   }, 120_000);
+});
+
+describe('the embedded Redis is the data folder’s own', () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
+
+  function newDataDir(): string {
+    const dir = mkdtempSync(path.join(tmpdir(), 'hookline-own-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    return dir;
+  }
+
+  /** A plain redis-server (no password) in `dir`, as another installation (or an earlier Hookline) runs one. */
+  async function plainRedis(dir: string, port = 0) {
+    const server = await startRedisServer({ binary: await ensureRedisServerBinary(() => undefined), port, dir, appendOnly: true });
+    cleanups.push(() => server.stop());
+    return server;
+  }
+
+  /** Issues an API key named `name` under the default prefix `hl` of the Redis at `url`. */
+  async function issueKey(url: string, name: string): Promise<void> {
+    const redis = connectRedis(url, { connectionName: 'test-setup', maxRetriesPerRequest: 1 });
+    try {
+      await new RedisApiKeyStore(redis, redisKeys('hl')).create({ name, roles: ['admin'] });
+    } finally {
+      await redis.quit();
+    }
+  }
+
+  it('requires a password from a 0600 file, never on its command line, keeps every file this user’s alone, and gives one to a data folder from before', async () => {
+    const dataDir = newDataDir();
+    // A data folder as an earlier version left it: Redis without a password, files anyone may read.
+    const legacy = await plainRedis(path.join(dataDir, 'redis'));
+    await issueKey(legacy.url, 'from before');
+    await legacy.stop();
+    writeFileSync(path.join(dataDir, 'redis.json'), `${JSON.stringify({ port: legacy.port })}\n`);
+    for (const file of [dataDir, path.join(dataDir, 'redis'), path.join(dataDir, 'redis.json')]) chmodSync(file, file.endsWith('.json') ? 0o644 : 0o755);
+
+    const env = cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) });
+    const engine = await startCli(['start'], env, /Hookline API listening/);
+    cleanups.push(() => stopEngine(engine));
+    const password = readFileSync(path.join(dataDir, 'redis.password'), 'utf8').trim();
+    expect(password).toMatch(/^[0-9a-f]{64}$/);
+    const { port, redisPid } = readState(dataDir);
+    expect(openToOthers(dataDir)).toEqual([]);
+    // `ps` shows every user a process's command line.
+    expect(readFileSync(`/proc/${redisPid}/cmdline`, 'utf8')).not.toContain(password);
+    const stranger = new Redis({ port, lazyConnect: true, enableReadyCheck: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    stranger.on('error', () => undefined);
+    await stranger.connect();
+    await expect(stranger.get('{hl:keys}:by-hash')).rejects.toThrow(/NOAUTH/);
+    stranger.disconnect();
+
+    // The commands read the password too: the key issued before the upgrade is still there.
+    const listed = await runCli(['keys', 'list'], env);
+    expect(listed.stdout).toContain('from before');
+    engine.child.kill('SIGTERM');
+    expect(await engine.exited).toBe(0);
+    expect(engine.output()).not.toContain(password);
+  }, 120_000);
+
+  it('never uses another installation’s Redis, whether on HOOKLINE_EMBEDDED_REDIS_PORT or on the port it had last time', async () => {
+    const foreign = await plainRedis(path.join(newDataDir(), 'redis'));
+    await issueKey(foreign.url, 'foreign key');
+    const foreignKeys = async () => {
+      const redis = connectRedis(foreign.url, { connectionName: 'test-check', maxRetriesPerRequest: 1 });
+      try {
+        return (await new RedisApiKeyStore(redis, redisKeys('hl')).list()).map((k) => k.name);
+      } finally {
+        await redis.quit();
+      }
+    };
+
+    const dataDir = newDataDir();
+    const env = cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_EMBEDDED_REDIS_PORT: String(foreign.port) });
+    const created = await runCli(['keys', 'create', '--name', 'mine', '--role', 'admin'], env);
+    expect(created.stderr).toBe(
+      `hookline: the embedded Redis of ${dataDir} cannot start on port ${foreign.port} (HOOKLINE_EMBEDDED_REDIS_PORT): another process holds it; choose another port, or 0 for a free one\n`,
+    );
+    expect(created.code).toBe(1);
+    expect(created.stdout).toBe('');
+    const listed = await runCli(['keys', 'list'], env);
+    expect(listed.code).toBe(1);
+    expect(listed.stdout).toBe('');
+
+    // A port remembered from the last run, since taken by the other Redis: a Redis of its own, on another port.
+    const remembered = newDataDir();
+    const rememberedEnv = cleanEnv({ HOOKLINE_DATA_DIR: remembered });
+    expect((await runCli(['keys', 'create', '--name', 'mine', '--role', 'admin'], rememberedEnv)).code).toBe(0);
+    writeFileSync(path.join(remembered, 'redis.json'), `${JSON.stringify({ ...readState(remembered), port: foreign.port, pid: process.pid })}\n`);
+    const own = await runCli(['keys', 'list'], rememberedEnv);
+    expect(own.code, own.stderr).toBe(0);
+    expect(own.stdout).toContain('mine');
+    expect(own.stdout).not.toContain('foreign key');
+    expect(await foreignKeys()).toEqual(['foreign key']);
+  }, 120_000);
+
+  it('hookline start on an API port another process holds exits 1 with one line, and leaves no redis-server behind', async () => {
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => new Promise<void>((resolve) => holder.close(() => resolve())));
+    const port = (holder.address() as { port: number }).port;
+    const dataDir = newDataDir();
+    const result = await runCli(['start'], cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(port) }), 60_000);
+    expect(result.stderr).toBe(
+      `hookline: cannot listen on 127.0.0.1:${port}: another process holds the port; stop it, or set HOOKLINE_API_PORT to a free port\n`,
+    );
+    expect(result.code).toBe(1);
+    expect(redisServersOf(dataDir)).toEqual([]);
+    expect(readState(dataDir).pid).toBeUndefined();
+  }, 90_000);
+
+  it('a redis-server an engine left behind (killed with SIGKILL) is taken over by the next start, and stopped with it', async () => {
+    const dataDir = newDataDir();
+    const env = cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) });
+    const killed = await startCli(['start'], env, /Hookline API listening/);
+    const { redisPid } = readState(dataDir);
+    // Should the test fail before the next start takes it over.
+    cleanups.push(() => void (alive(redisPid!) && process.kill(redisPid!, 'SIGTERM')));
+    killed.child.kill('SIGKILL');
+    await killed.exited;
+    expect(alive(redisPid!)).toBe(true);
+
+    const next = await startCli(['start'], env, /Hookline API listening/);
+    cleanups.push(() => stopEngine(next));
+    expect(readState(dataDir)).toMatchObject({ pid: next.child.pid, redisPid });
+    next.child.kill('SIGTERM');
+    expect(await next.exited).toBe(0);
+    expect(redisServersOf(dataDir)).toEqual([]);
+  }, 120_000);
+
+  it.each(['SIGINT', 'SIGTERM', 'SIGHUP'] as const)(
+    'hookline start stops its embedded Redis on %s',
+    async (signal) => {
+      const dataDir = newDataDir();
+      const engine = await startCli(
+        ['start'],
+        cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) }),
+        /Hookline API listening/,
+      );
+      cleanups.push(() => stopEngine(engine));
+      const { redisPid } = readState(dataDir);
+      expect(redisServersOf(dataDir)).toEqual([redisPid]);
+      engine.child.kill(signal);
+      expect(await engine.exited).toBe(0);
+      expect(alive(redisPid!)).toBe(false);
+      expect(redisServersOf(dataDir)).toEqual([]);
+    },
+    90_000,
+  );
+});
+
+describe('engines sharing one Redis', () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
+  const started = async (args: string[], env: NodeJS.ProcessEnv, ready: RegExp) => {
+    const engine = await startCli(args, env, ready);
+    cleanups.push(() => stopEngine(engine));
+    return engine;
+  };
+
+  it('a second hookline start on a data folder in use is refused in one sentence naming the running engine; a worker joins it, warned of the settings that differ', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'hookline-second-'));
+    cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    const apiPort = await freeLoopbackPort();
+    const first = await started(['start'], cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(apiPort) }), /Hookline API listening/);
+    // It records itself among the running engines just after its start-up line.
+    const embedded = new Redis({ port: readState(dataDir).port, password: readFileSync(path.join(dataDir, 'redis.password'), 'utf8').trim() });
+    cleanups.push(() => void embedded.disconnect());
+    await waitFor(async () => (await embedded.hlen(redisKeys('hl').engines)) === 1, 10_000, 'the engine recorded as running');
+
+    const second = await runCli(['start'], cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) }), 60_000);
+    expect(second.stderr).toBe(
+      `hookline: another Hookline process runs on ${dataDir}: pid ${first.child.pid} (hookline start, API http://127.0.0.1:${apiPort}); ` +
+        'stop it before starting another engine there, or add a delivery worker to it with `hookline worker`\n',
+    );
+    expect(second.code).toBe(1);
+    expect((await fetch(`http://127.0.0.1:${apiPort}/readyz`)).status).toBe(200);
+
+    const worker = await started(
+      ['worker'],
+      cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()), HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true' }),
+      /engine\.settings_differ/,
+    );
+    const warning = worker
+      .output()
+      .split('\n')
+      .find((line) => line.includes('engine.settings_differ'))!;
+    expect(JSON.parse(warning)).toMatchObject({
+      level: 40,
+      differences: [
+        {
+          variable: 'HOOKLINE_ALLOW_PRIVATE_TARGETS',
+          here: 'true',
+          running: [{ value: 'false', engines: [`pid ${first.child.pid} (hookline start, API http://127.0.0.1:${apiPort})`] }],
+        },
+      ],
+    });
+  }, 180_000);
+
+  it('engines on one REDIS_URL: one with other settings is warned which differ and where; one with the same settings is not', async () => {
+    const t = testRedis();
+    cleanups.push(() => t.cleanup());
+    const env = async (extra: Record<string, string>) =>
+      cleanEnv({
+        REDIS_URL: t.url,
+        HOOKLINE_REDIS_PREFIX: t.prefix,
+        HOOKLINE_SECRET_KEY: Buffer.alloc(32, 7).toString('base64'),
+        HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
+        ...extra,
+      });
+    const registered = (n: number) => async () => (await t.redis.hlen(redisKeys(t.prefix).engines)) === n;
+    const a = await started(['worker'], await env({ HOOKLINE_RETRY_SCHEDULE: '0s,1m' }), /delivery worker running/);
+    await waitFor(registered(1), 10_000, 'the first worker registered');
+    const same = await started(['worker'], await env({ HOOKLINE_RETRY_SCHEDULE: '0s,1m' }), /delivery worker running/);
+    await waitFor(registered(2), 10_000, 'the second worker registered');
+    expect(same.output()).not.toContain('settings_differ');
+
+    const other = await started(['worker'], await env({ HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true' }), /engine\.settings_differ/);
+    await waitFor(registered(3), 10_000, 'the third worker registered');
+    const line = JSON.parse(
+      other
+        .output()
+        .split('\n')
+        .find((l) => l.includes('engine.settings_differ'))!,
+    ) as { differences: unknown; msg: string };
+    const both = [`pid ${a.child.pid} (hookline worker)`, `pid ${same.child.pid} (hookline worker)`];
+    expect(line.differences).toEqual([
+      { variable: 'HOOKLINE_ALLOW_PRIVATE_TARGETS', here: 'true', running: [{ value: 'false', engines: both }] },
+      { variable: 'HOOKLINE_RETRY_SCHEDULE', here: '0s,5s,5m,30m,2h,5h,10h,14h,20h,1d', running: [{ value: '0s,1m', engines: both }] },
+    ]);
+    expect(line.msg).toContain('HOOKLINE_ALLOW_PRIVATE_TARGETS is true here, false in');
+    // A stopped engine takes its record with it.
+    same.child.kill('SIGTERM');
+    expect(await same.exited).toBe(0);
+    await waitFor(registered(2), 10_000, 'the stopped worker gone from the running engines');
+  }, 180_000);
 });
 
 describe('hookline dlq', () => {
@@ -267,10 +623,19 @@ describe('hookline dlq', () => {
       const all = await runCli(['dlq', 'replay', '--webhook', webhookId], env);
       expect(all.code).toBe(0);
       expect(all.stdout).toBe('2\n');
-      expect(all.stderr).toContain('replayed 2/2');
+      // Queued, not yet delivered; and stderr is no terminal here (a log, say): no progress line rewritten with \r.
+      expect(all.stderr).toMatch(/^task [0-9a-f-]{36}\n/);
+      expect(all.stderr).toContain(`queued 2 replays for a running worker to deliver; follow them with: hookline deliveries tail --webhook ${webhookId}\n`);
+      expect(all.stderr).not.toMatch(/\r|replayed/);
       const counts = await t.queues.counts();
       expect((counts.waiting ?? 0) + (counts.delayed ?? 0) + (counts.prioritized ?? 0)).toBe(3);
       expect(await t.deliveryLog.deadLetters(webhookId, 10)).toEqual([]);
+      await t.deliveryLog.recordAttempt({
+        job: { deliveryId: randomUUID(), eventId: 'e3', eventType: 'EVENT_TYPE_MACHINE_CREATED', vendorId: 'v', webhookId, body: '{}', acceptedAtMs: 1_003 },
+        attempt: { attempt: 1, atMs: 2_003, outcome: 'http_5xx', statusCode: 500, durationMs: 3 },
+        status: 'dead',
+      });
+      expect((await runCli(['dlq', 'replay', '--webhook', webhookId], env)).stderr).toContain('queued 1 replay for a running worker');
 
       const malformed = await runCli(['dlq', 'list', '--webhook', 'nope'], env);
       expect(malformed.code).toBe(2);
@@ -281,5 +646,36 @@ describe('hookline dlq', () => {
     } finally {
       await t.close();
     }
+  }, 120_000);
+});
+
+describe('npm start', () => {
+  const root = path.resolve(import.meta.dirname, '../..');
+  /** Every file under `dir` with its modification time. */
+  const mtimes = (dir: string): [string, number][] =>
+    readdirSync(dir, { recursive: true, withFileTypes: true })
+      .filter((entry) => entry.isFile())
+      .map((entry) => path.join(entry.parentPath, entry.name))
+      .map((file) => [path.relative(root, file), statSync(file).mtimeMs] as [string, number])
+      .sort(([a], [b]) => a.localeCompare(b));
+  const outputs = () => ['dist', 'packages/verify/dist', 'packages/producer/dist'].flatMap((dir) => mtimes(path.join(root, dir)));
+
+  it('builds nothing when nothing changed: its build step writes no file again', async () => {
+    const script = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+    const build = script.replace(/\s*&&\s*node dist\/cli\.js start$/, '');
+    expect(build, 'npm start ends by running the built CLI').not.toBe(script);
+    // As npm runs a script: in the package's folder, with its binaries on PATH.
+    const run = () =>
+      promisify(execFile)('sh', ['-c', build], {
+        cwd: root,
+        env: { ...process.env, PATH: `${path.join(root, 'node_modules/.bin')}${path.delimiter}${process.env.PATH ?? ''}` },
+      });
+    await run();
+    const before = outputs();
+    const startedMs = Date.now();
+    const second = await run();
+    console.log(`npm start's build step with nothing changed: ${Date.now() - startedMs} ms`);
+    expect(outputs()).toEqual(before);
+    expect(second.stdout).toContain('portal: dist/portal: up to date');
   }, 120_000);
 });

@@ -1,7 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import { getEventListeners } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
+import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import type { Engine } from '../../src/engine.js';
 import { redisKeys } from '../../src/store/keys.js';
+import { connectRedis } from '../../src/store/redis.js';
 import { RedisWebhookChanges, type WebhookChange } from '../../src/store/webhook-changes.js';
 import { testApp, testEngine, type TestApp } from '../helpers/app.js';
 import { testRedis, type TestRedis } from '../helpers/redis.js';
@@ -55,6 +58,23 @@ describe('the webhook change feed', () => {
     await feed.publish({ webhookId: 'w2', vendorId: 'v2' });
     await waitFor(() => heard.length === 5, 5_000, 'a change after the reconnect');
     expect(heard[4]).toEqual({ webhookId: 'w2', vendorId: 'v2' });
+  });
+
+  it('leaves nothing on the signal when it cannot subscribe, however often it is tried again (Redis unreachable)', async () => {
+    const redis = connectRedis(`redis://127.0.0.1:${await freeLoopbackPort()}`, { connectionName: 'hookline-test-unreachable', maxRetriesPerRequest: 1 });
+    redis.on('error', () => undefined);
+    const feed = new RedisWebhookChanges(redis, redisKeys('unreachable'));
+    const abort = new AbortController();
+    aborts.push(abort);
+    try {
+      for (let attempt = 1; attempt <= 3; attempt++) {
+        await expect(feed.listen({ changed: () => undefined, reset: () => undefined }, abort.signal)).rejects.toThrow();
+        // Each attempt left its abort listener behind before: Node warns (MaxListenersExceededWarning) past ten.
+        expect(getEventListeners(abort.signal, 'abort'), `after attempt ${attempt}`).toHaveLength(0);
+      }
+    } finally {
+      redis.disconnect();
+    }
   });
 
   it('a webhook registered through one API process is matched by another process’s ingest within milliseconds', async () => {

@@ -35,6 +35,14 @@ describe('SecretBox (AES-256-GCM)', () => {
     expect(new SecretBox(Buffer.alloc(32, 2)).opaqueId('signing key id', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.1')).not.toBe('RB_Rf35WSAMmxEscTNiHVg');
   });
 
+  it('without a key (the CLI’s commands) seals and opens nothing', () => {
+    const sealed = new SecretBox(key).seal('s3cret', 'wh-1');
+    const keyless = new SecretBox(undefined);
+    expect(keyless.hasKey).toBe(false);
+    expect(() => keyless.open(sealed, 'wh-1')).toThrow('no secret key');
+    expect(() => keyless.seal('s3cret', 'wh-1')).toThrow('no secret key');
+  });
+
   it('needs a 32-byte key', () => {
     expect(() => new SecretBox(Buffer.alloc(16))).toThrow();
   });
