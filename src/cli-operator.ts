@@ -4,7 +4,7 @@ import { toDelivery } from './admin/routes/deliveries.js';
 import { toWebhookStatus } from './admin/routes/operator.js';
 import { EXTERNAL_ID_RE, isUuid } from './domain/ids.js';
 import { PORTAL_PERMISSIONS, type PortalPermission } from './domain/roles.js';
-import { portalLink } from './admin/routes/portal.js';
+import { portalLink } from './domain/portal-link.js';
 import { isSessionId, ttlMsOf, ttlProblem } from './store/portal-sessions.js';
 import type { Stores } from './engine.js';
 import type { FeedEntry } from './store/attempt-feed.js';
@@ -18,6 +18,7 @@ export interface OperatorCommandContext {
   /** Resolves when the user interrupts (SIGINT/SIGTERM). */
   interrupted(): Promise<unknown>;
   /** Where browsers reach the API: HOOKLINE_PUBLIC_URL, else the API's listen address. */
+  /** Where portal links point (HOOKLINE_PUBLIC_URL, else the API on loopback); throws when neither. */
   publicBaseUrl(): string;
   /** Writes an audit line (stderr), as the key commands do. */
   audit(fields: Record<string, unknown>, message: string): void;
@@ -211,6 +212,8 @@ export function addPortalCommands(program: Command, ctx: OperatorCommandContext)
       if (!(PORTAL_PERMISSIONS as readonly string[]).includes(options.permission)) throw usageError(`--permission takes ${PORTAL_PERMISSIONS.join(', ')}`);
       const problem = ttlProblem(options.ttl);
       if (problem) throw usageError(`--${problem}`);
+      // Where the link points is settled before a session exists that no link would open.
+      const baseUrl = ctx.publicBaseUrl();
       await ctx.withStores(async (stores) => {
         // Still issued: the vendor may register its first webhook in the portal (with manage).
         if ((await stores.webhooks.list(options.vendor)).length === 0) {
@@ -222,7 +225,7 @@ export function addPortalCommands(program: Command, ctx: OperatorCommandContext)
           ttlMs: ttlMsOf(options.ttl),
           issuedBy: 'cli',
         });
-        out(portalLink(ctx.publicBaseUrl(), token));
+        out(portalLink(baseUrl, token));
         ctx.audit(
           {
             event: 'portal.session_issued',

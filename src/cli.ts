@@ -9,6 +9,7 @@ import { startupLine } from './cli/startup.js';
 import { settle, withStores } from './cli/stores.js';
 import { loadConfig, type Config } from './config/env.js';
 import { EXTERNAL_ID_RE } from './domain/ids.js';
+import { portalLinkBase } from './domain/portal-link.js';
 import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
 import { createEngine, SHUTDOWN_SLACK_MS, type Engine, type EngineRole, type Stores } from './engine.js';
@@ -215,9 +216,13 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     interrupted: shutdownSignal,
     publicBaseUrl: () => {
       const c = config();
-      // A wildcard listen address is no place for a browser to go; this machine's loopback is.
-      const host = ['0.0.0.0', '::', '[::]'].includes(c.apiHost) ? '127.0.0.1' : c.apiHost.includes(':') ? `[${c.apiHost}]` : c.apiHost;
-      return c.publicUrl ?? `http://${host}:${c.apiPort}`;
+      const base = portalLinkBase(c.publicUrl, { host: c.apiHost, port: c.apiPort });
+      if (base === undefined) {
+        throw new CliError(
+          `HOOKLINE_PUBLIC_URL is not set and the API listens on ${c.apiHost}, not on loopback: set it to where vendors' browsers reach the API (e.g. https://hooks.example.com)`,
+        );
+      }
+      return base;
     },
     audit: (fields: Record<string, unknown>, message: string) => {
       const c = config();

@@ -201,6 +201,15 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     expect(publicUrl.stdout.trim()).toMatch(/^https:\/\/hooks\.example\.com\/portal\/#token=ps_/);
     expect(publicUrl.stderr).not.toContain('has no webhooks');
 
+    // An API on a wildcard address without HOOKLINE_PUBLIC_URL: no link (a loopback one would take the
+    // vendor's browser nowhere), and no session is issued.
+    const before = (await t.portalSessions.list('vendor-a')).length;
+    const wildcard = await runCli(['portal', 'link', '--vendor', 'vendor-a'], { ...env, HOOKLINE_API_HOST: '0.0.0.0' });
+    expect(wildcard.code).toBe(1);
+    expect(wildcard.stdout).toBe('');
+    expect(wildcard.stderr).toContain('HOOKLINE_PUBLIC_URL is not set and the API listens on 0.0.0.0');
+    expect(await t.portalSessions.list('vendor-a')).toHaveLength(before);
+
     const one = await runCli(['portal', 'revoke', '--session', opened!.session.id], env);
     expect(one.code, one.stderr).toBe(0);
     expect(await t.portalSessions.authenticate(opened!.cookieValue)).toBeUndefined();

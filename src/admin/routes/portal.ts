@@ -5,35 +5,10 @@ import { CSRF_HEADER, fromAnotherSite, PORTAL_COOKIE, portalSessionHook, princip
 import { ApiError } from '../errors.js';
 import { errorResponses, noQueryParameters, queryParameters } from '../schemas.js';
 import { externalIdSchema } from '../../domain/ids.js';
-import { blockedAddressReason } from '../../domain/ip-policy.js';
+import { portalLink, portalLinkBase, type ListenAddress } from '../../domain/portal-link.js';
 import { PORTAL_PERMISSIONS } from '../../domain/roles.js';
 import type { Logger } from '../../logger.js';
 import { isSessionId, ttlMsOf, ttlProblem, type PortalSession, type RedisPortalSessions } from '../../store/portal-sessions.js';
-
-/** The link a session's token opens: the token in the fragment, which browsers never send to a server. */
-export function portalLink(baseUrl: string, token: string): string {
-  return `${baseUrl.replace(/\/+$/, '')}/portal/#token=${token}`;
-}
-
-/** An address the API listens on. */
-interface ListenAddress {
-  host: string;
-  port: number;
-}
-
-/**
- * Where minted links point: HOOKLINE_PUBLIC_URL, else the API's own address when it listens on
- * loopback (only a browser on this machine opens such a link, and the token crosses no network in
- * clear); undefined otherwise, and the setting is required. Never the request's Host header: whoever
- * sent the issuing request would choose where the vendor's browser takes its token.
- */
-function linkBaseUrl(publicUrl: string | undefined, listening: ListenAddress | undefined): string | undefined {
-  if (publicUrl !== undefined) return publicUrl;
-  if (listening === undefined) return undefined;
-  const { host, port } = listening;
-  if (host !== 'localhost' && blockedAddressReason(host)?.startsWith('loopback') !== true) return undefined;
-  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
-}
 
 const permissionSchema = z
   .enum(PORTAL_PERMISSIONS)
@@ -84,7 +59,7 @@ export interface PortalRouteDeps {
   /** Counts requests that authenticate nothing per client address (every link opening is one). */
   guardAddress: AddressGuard;
   sessions: Pick<RedisPortalSessions, 'issue' | 'exchange' | 'authenticate' | 'get' | 'list' | 'revoke' | 'revokeVendor'>;
-  /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: see linkBaseUrl. */
+  /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: see portalLinkBase. */
   publicUrl: string | undefined;
   /** The configured listen address (HOOKLINE_API_HOST and _PORT); the bound one takes its place once the API listens. */
   listenAddress?: ListenAddress;
@@ -149,7 +124,10 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
       async (request, reply) => {
         const { vendor_id: vendorId, permission, ttl } = request.body;
         const bound = request.server.server.address();
-        const base = linkBaseUrl(deps.publicUrl, bound !== null && typeof bound === 'object' ? { host: bound.address, port: bound.port } : deps.listenAddress);
+        const base = portalLinkBase(
+          deps.publicUrl,
+          bound !== null && typeof bound === 'object' ? { host: bound.address, port: bound.port } : deps.listenAddress,
+        );
         if (base === undefined) throw new ApiError('public_url_required');
         const issuer = principalOf(request);
         const { session, token } = await deps.sessions.issue({ vendorId, permission, ttlMs: ttlMsOf(ttl), issuedBy: issuer.name });
