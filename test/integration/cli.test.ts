@@ -14,6 +14,7 @@ import { redisKeys } from '../../src/store/keys.js';
 import { SecretBox } from '../../src/store/secret-box.js';
 import { RedisWebhookStore } from '../../src/store/webhooks.js';
 import { connectRedis } from '../../src/store/redis.js';
+import { withBuildLock } from '../helpers/build-lock.js';
 import { runCli, spawnCli, startCli } from '../helpers/cli.js';
 import { deletePrefix, testRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
@@ -322,7 +323,7 @@ describe('hookline start with the embedded default', () => {
       engine.child.kill('SIGTERM');
       expect(await engine.exited).toBe(0);
     }
-  }, 120_000);
+  }, 420_000);
 });
 
 describe('the embedded Redis is the data folder’s own', () => {
@@ -670,12 +671,15 @@ describe('npm start', () => {
         cwd: root,
         env: { ...process.env, PATH: `${path.join(root, 'node_modules/.bin')}${path.delimiter}${process.env.PATH ?? ''}` },
       });
-    await run();
-    const before = outputs();
-    const startedMs = Date.now();
-    const second = await run();
-    console.log(`npm start's build step with nothing changed: ${Date.now() - startedMs} ms`);
-    expect(outputs()).toEqual(before);
-    expect(second.stdout).toContain('portal: dist/portal: up to date');
-  }, 120_000);
+    // Another test's `npm start` may build at the same time; builds take turns.
+    await withBuildLock(async () => {
+      await run();
+      const before = outputs();
+      const startedMs = Date.now();
+      const second = await run();
+      console.log(`npm start's build step with nothing changed: ${Date.now() - startedMs} ms`);
+      expect(outputs()).toEqual(before);
+      expect(second.stdout).toContain('portal: dist/portal: up to date');
+    });
+  }, 420_000);
 });

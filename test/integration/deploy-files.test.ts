@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
@@ -10,7 +10,6 @@ import { loadConfig } from '../../src/config/env.js';
 import { signatureHeaders } from '../../src/delivery/sign.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import { dashboardExpressions, dashboardFiles, metricNamesInExpression, metricNamesUsedInDashboards, ruleExpressions } from '../helpers/dashboard-metrics.js';
-import { withBuildLock } from '../helpers/build-lock.js';
 import { runCli } from '../helpers/cli.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -259,35 +258,6 @@ describe('docker-compose.yml', () => {
     expect(result.output).toBe('');
     expect(result.status).toBe(0);
   });
-});
-
-describe('npm start', () => {
-  /** Every file under dist/ with its modification time. */
-  const outputs = (dir = path.join(ROOT, 'dist')): Map<string, number> =>
-    new Map(
-      readdirSync(dir, { recursive: true, withFileTypes: true })
-        .filter((entry) => entry.isFile())
-        .map((entry) => {
-          const file = path.join(entry.parentPath, entry.name);
-          return [file, statSync(file).mtimeMs] as const;
-        }),
-    );
-
-  it('builds only when the sources changed: a second build writes nothing', async () => {
-    const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
-    expect(pkg.scripts.start).toMatch(/^npm run -s build && node dist\/cli\.js start$/);
-    const build = () => run('npm', ['run', '-s', 'build'], { timeoutMs: 150_000 });
-    await withBuildLock(async () => {
-      // The first build may compile everything (a fresh checkout); the second finds nothing to do.
-      expect(build()).toMatchObject({ status: 0 });
-      const before = outputs();
-      const startedMs = Date.now();
-      expect(build()).toMatchObject({ status: 0 });
-      console.log(`second build: ${Date.now() - startedMs} ms, ${before.size} files in dist/`);
-      expect(outputs()).toEqual(before);
-      expect(before.has(path.join(ROOT, 'dist', 'cli.js'))).toBe(true);
-    });
-  }, 480_000);
 });
 
 describe('Dockerfile', () => {
