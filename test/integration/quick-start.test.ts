@@ -80,15 +80,28 @@ class Service {
     this.child.stderr?.on('data', (chunk: Buffer) => (this.log += chunk.toString()));
   }
 
-  /** Ctrl-C: SIGINT to the whole process group; waits until its leader exited. */
+  /**
+   * Ctrl-C: SIGINT to the whole process group, then waits until every process of the group is gone
+   * (npm, the shell it runs and Hookline itself), as a user waits for the prompt before starting
+   * the next command.
+   */
   async stop(): Promise<void> {
     const child = this.child;
-    if (child?.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((resolve) => child.once('exit', resolve));
-    process.kill(-child.pid, 'SIGINT');
-    const stopped = await Promise.race([exited.then(() => true), new Promise((resolve) => setTimeout(resolve, 30_000, false))]);
-    if (!stopped) process.kill(-child.pid, 'SIGKILL');
-    expect(stopped, `${line(child)} stops on Ctrl-C`).toBe(true);
+    if (child?.pid === undefined) return;
+    const group = -child.pid;
+    const alive = () => {
+      try {
+        process.kill(group, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    if (!alive()) return;
+    process.kill(group, 'SIGINT');
+    const stopped = await waitFor(() => !alive(), 30_000, `${line(child)} to stop on Ctrl-C`, 50).catch(() => false);
+    if (!stopped) process.kill(group, 'SIGKILL');
+    expect(stopped, `${line(child)} stops on Ctrl-C; its output: ${this.log.slice(-2000)}`).toBe(true);
   }
 }
 
@@ -153,10 +166,13 @@ describe('the README quick start', () => {
             const before = verified();
             const result = await shell!.run(command);
             outputs.push(`$ ${command}\n${result.output}`);
+            console.log(`$ ${command}\n${result.output}`);
             expect(result.status, `${command}\n${result.output}`).toBe(0);
             // A test event, a producer's event or a replay towards a receiver that answers: it arrives, verified.
             if (/\/test |\/internal\/v1\/events|dlq replay/.test(command) && !receiverLine.includes('FAIL_RATE=')) {
-              await waitFor(() => verified() > before, 20_000, `a verified delivery after \`${command}\` (receiver: ${receiver.log})`);
+              await waitFor(() => verified() > before, 20_000, `a verified delivery after \`${command}\``).catch((error: Error) => {
+                throw new Error(`${error.message}\nreceiver: ${receiver.log}\nengine: ${engine.log.slice(-4000)}`);
+              });
             }
           }
         }
@@ -164,7 +180,6 @@ describe('the README quick start', () => {
     });
 
     const transcript = outputs.join('\n');
-    console.log(`quick start transcript:\n${transcript}`);
     expect(transcript).toMatch(/"webhook_id":"[0-9a-f-]{36}"/);
     expect(receiver.log).toMatch(/type=EVENT_TYPE_MACHINE_CREATED attempt=1 verified=yes/);
     expect(transcript).toMatch(/"status":"delivered"/);
