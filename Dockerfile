@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Hookline's container image: `docker build -t hookline .`, then `docker run hookline api|worker|start`.
-# The runtime stage holds only the compiled dist/, the production node_modules/ and package.json, and
-# the same of the client packages the engine uses.
+# The runtime stage holds only the compiled dist/, the `hookline` launcher (bin/), the production
+# node_modules/ and package.json, and the same of the client packages the engine uses.
 
 # ---- build: install everything, compile TypeScript, then drop the dev dependencies
 FROM node:24-bookworm-slim AS build
@@ -17,6 +17,8 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 # The vendor portal's browser app: bundled by esbuild into dist/portal/, which the API serves.
 COPY web ./web
+# The `hookline` command (package.json's bin): a launcher for dist/cli.js that stays executable.
+COPY bin ./bin
 # The build's incremental state (dist/.tsbuildinfo) serves only `npm start` on a developer's machine.
 RUN npm run build && rm dist/.tsbuildinfo && npm prune --omit=dev
 
@@ -30,6 +32,7 @@ WORKDIR /app
 COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
+COPY --from=build /app/bin ./bin
 # What the node_modules/@hookline/ links point to: each client package's manifest and built code.
 COPY --from=build /app/packages/verify/package.json ./packages/verify/package.json
 COPY --from=build /app/packages/verify/dist ./packages/verify/dist
@@ -43,5 +46,5 @@ EXPOSE 8080 9464
 # overrides this check for it with the same probe on HOOKLINE_METRICS_PORT.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.HOOKLINE_API_PORT || 8080) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
-ENTRYPOINT ["node", "dist/cli.js"]
+ENTRYPOINT ["node", "bin/hookline.js"]
 CMD ["start"]

@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
@@ -302,7 +302,9 @@ describe('Dockerfile', () => {
     // node_modules/ links each workspace (a client package the engine imports) to its folder.
     const { workspaces } = JSON.parse(read('package.json')) as { workspaces: string[] };
     const workdir = all(runtime, 'WORKDIR').at(-1) ?? '/';
-    const expected = ['.', ...workspaces].flatMap((dir) => (dir === '.' ? ['dist', 'node_modules', 'package.json'] : [`${dir}/dist`, `${dir}/package.json`]));
+    const expected = ['.', ...workspaces].flatMap((dir) =>
+      dir === '.' ? ['bin', 'dist', 'node_modules', 'package.json'] : [`${dir}/dist`, `${dir}/package.json`],
+    );
     expect(sources.sort()).toEqual(expected.map((source) => path.posix.join(workdir, source)).sort());
   });
 
@@ -319,6 +321,27 @@ describe('Dockerfile', () => {
     const pkg = JSON.parse(read('package.json')) as { bin: { hookline: string } };
     expect(all(runtime, 'ENTRYPOINT')).toEqual([`["node", "${pkg.bin.hookline}"]`]);
     expect(all(runtime, 'CMD')).toEqual(['["start"]']);
+  });
+
+  it('installs a `hookline` command that is executable in git and runs the CLI whatever mode a rebuild leaves dist/cli.js in', () => {
+    const pkg = JSON.parse(read('package.json')) as { bin: { hookline: string }; files: string[] };
+    const launcher = pkg.bin.hookline;
+    // A compiler writes dist/cli.js without the execute bit, so the command must not be that file.
+    expect(launcher.startsWith('dist/')).toBe(false);
+    expect(pkg.files).toContain(launcher.split('/')[0]);
+    const staged = spawnSync('git', ['ls-files', '--stage', '--', launcher], { cwd: ROOT, encoding: 'utf8' });
+    expect(staged.stdout.split(/\s+/)[0]).toBe('100755');
+    expect(readFileSync(path.join(ROOT, launcher), 'utf8').startsWith('#!/usr/bin/env node\n')).toBe(true);
+    const cli = path.join(ROOT, 'dist', 'cli.js');
+    const mode = statSync(cli).mode & 0o777;
+    try {
+      chmodSync(cli, 0o644);
+      const run = spawnSync(path.join(ROOT, launcher), ['--version'], { cwd: ROOT, encoding: 'utf8' });
+      expect(run.stderr).toBe('');
+      expect(run.stdout.trim()).toBe((JSON.parse(read('package.json')) as { version: string }).version);
+    } finally {
+      chmodSync(cli, mode);
+    }
   });
 
   it('has a .dockerignore that lets in exactly what the build stage copies', () => {
