@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { Pool } from 'undici';
 import { loadConfig, type Config } from '../src/config/env.js';
-import { createEngine, type Engine, type Stores } from '../src/engine.js';
+import { createEngine, type Engine, type Stores } from '../src/engine/index.js';
 import type { FinishedOutcome } from '../src/delivery/attempt.js';
 import type { WebhookEventType } from '../src/domain/events.js';
 import { createLogger, type Logger } from '../src/logger.js';

@@ -4,7 +4,7 @@ import type { Machine } from '../src/domain/machine.js';
 import { pino } from 'pino';
 import { Pool } from 'undici';
 import { loadConfig } from '../src/config/env.js';
-import { createEngine } from '../src/engine.js';
+import { createEngine } from '../src/engine/index.js';
 import { redisKeys } from '../src/store/keys.js';
 import { RedisMachineStore } from '../src/store/machines.js';
 import { connectRedis, type Redis } from '../src/store/redis.js';

@@ -6,7 +6,7 @@ import { EXTERNAL_ID_RE, isUuid } from './domain/ids.js';
 import { PORTAL_PERMISSIONS, type PortalPermission } from './domain/roles.js';
 import { portalLink } from './domain/portal-link.js';
 import { isSessionId, ttlMsOf, ttlProblem } from './store/portal-sessions.js';
-import type { Stores } from './engine.js';
+import type { Stores } from './engine/index.js';
 import type { FeedEntry } from './store/attempt-feed.js';
 import { WEBHOOK_STATES, type WebhookState } from './store/operator-views.js';
 

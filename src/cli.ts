@@ -12,7 +12,7 @@ import { EXTERNAL_ID_RE } from './domain/ids.js';
 import { portalLinkBase } from './domain/portal-link.js';
 import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
-import { createEngine, SHUTDOWN_SLACK_MS, type Engine, type EngineRole, type Stores } from './engine.js';
+import { createEngine, SHUTDOWN_SLACK_MS, type Engine, type EngineRole, type Stores } from './engine/index.js';
 import { VERSION } from './version.js';
 
 /** `withStores` for the key commands. */

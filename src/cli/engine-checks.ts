@@ -5,7 +5,7 @@ import { formatDurationMs } from '../config/duration.js';
 import type { Config } from '../config/env.js';
 import { redisUrlForLog } from '../config/redis-url.js';
 import type { RedisEndpoint } from '../embedded/defaults.js';
-import type { EngineConfig, EngineRole, Stores } from '../engine.js';
+import type { EngineConfig, EngineRole, Stores } from '../engine/index.js';
 import type { Logger } from '../logger.js';
 import { RedisEngineRegistry, type EngineEntry } from '../store/engines.js';
 import { redisKeys } from '../store/keys.js';

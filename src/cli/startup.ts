@@ -1,7 +1,7 @@
 import { formatDurationMs } from '../config/duration.js';
 import { redisUrlForLog } from '../config/redis-url.js';
 import type { RedisEndpoint } from '../embedded/defaults.js';
-import type { EngineConfig, EngineRole } from '../engine.js';
+import type { EngineConfig, EngineRole } from '../engine/index.js';
 import { VERSION } from '../version.js';
 
 /** The one line a serving process writes once it runs. */

@@ -1,7 +1,7 @@
 import type { Config } from '../config/env.js';
 import { redisUrlForLog } from '../config/redis-url.js';
 import { resolveRedis, resolveSecretKey, type RedisEndpoint } from '../embedded/defaults.js';
-import { createEngine, type EngineConfig, type Stores } from '../engine.js';
+import { createEngine, type EngineConfig, type Stores } from '../engine/index.js';
 import { createLogger } from '../logger.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import { CliError, redisFailureReason } from './errors.js';

@@ -4,7 +4,7 @@ import { inject } from 'vitest';
 import type { AdminServer } from '../../src/admin/server.js';
 import { loadConfig } from '../../src/config/env.js';
 import type { Role } from '../../src/domain/roles.js';
-import { createEngine, type Engine, type EngineConfig, type EngineOptions, type Stores } from '../../src/engine.js';
+import { createEngine, type Engine, type EngineConfig, type EngineOptions, type Stores } from '../../src/engine/index.js';
 import type { Redis } from '../../src/store/redis.js';
 import { testRedis } from './redis.js';
 

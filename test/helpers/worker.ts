@@ -1,6 +1,6 @@
 import type { pino } from 'pino';
 import type { FinishedOutcome } from '../../src/delivery/attempt.js';
-import type { DeliveryWorker, EngineConfig, EngineOptions } from '../../src/engine.js';
+import type { DeliveryWorker, EngineConfig, EngineOptions } from '../../src/engine/index.js';
 import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { testEngine, type TestApp } from './app.js';
 import { cleanEnv } from './processes.js';

@@ -1,7 +1,7 @@
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Engine } from '../../src/engine.js';
-import { createEngine } from '../../src/engine.js';
+import type { Engine } from '../../src/engine/index.js';
+import { createEngine } from '../../src/engine/index.js';
 import { createLogger } from '../../src/logger.js';
 import { redisKeys } from '../../src/store/keys.js';
 import { testConfig } from '../helpers/app.js';

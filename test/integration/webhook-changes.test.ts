@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { getEventListeners } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
-import type { Engine } from '../../src/engine.js';
+import type { Engine } from '../../src/engine/index.js';
 import { redisKeys } from '../../src/store/keys.js';
 import { connectRedis } from '../../src/store/redis.js';
 import { RedisWebhookChanges, type WebhookChange } from '../../src/store/webhook-changes.js';

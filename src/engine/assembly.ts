@@ -1,0 +1,362 @@
+/**
+ * What a process is assembled from: every store and service over one Redis (shared by the API, the
+ * worker and the CLI's tools), and what the delivery processors run on. Building them is all this
+ * does: nothing here listens, consumes or starts a timer of its own accord, except the delivery
+ * deps' flow control and storage gate, which the worker detaches when it closes.
+ */
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import type { AdminDeps } from '../admin/server.js';
+import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions } from '../delivery/breaker.js';
+import { HttpSender } from '../delivery/http-sender.js';
+import type { DeliveryProcessorDeps, FinishedOutcome } from '../delivery/attempt.js';
+import { operationalWebhookQueuer } from '../delivery/operational.js';
+import { DeliveryQueues } from '../delivery/queue.js';
+import { DeadLetterReplayer } from '../delivery/replay.js';
+import { PauseHolds } from '../delivery/pause-holds.js';
+import { partitionOf } from '../delivery/jobs.js';
+import { SendSlots } from '../delivery/send-slots.js';
+import { StorageGate } from '../delivery/storage-gate.js';
+import { TestEventSender } from '../delivery/test-event.js';
+import { DeferralWakeups } from '../delivery/wakeups.js';
+import { EndpointFlow } from '../delivery/endpoint-flow.js';
+import { CachedWebhookSource } from '../delivery/webhook-cache.js';
+import { IngestFilters } from '../ingest/filters.js';
+import { CachedSubscriptions } from '../ingest/subscriptions.js';
+import { Ingestor } from '../ingest/ingest.js';
+import type { Logger } from '../logger.js';
+import type { Metrics } from '../metrics/metrics.js';
+import { deliveryObserver, flowObserver, ingestObserver } from '../metrics/observers.js';
+import { RedisPortalSessions } from '../store/portal-sessions.js';
+import { RedisApiKeyStore } from '../store/api-keys.js';
+import { RedisAttemptFeed } from '../store/attempt-feed.js';
+import { RedisCircuitLog } from '../store/circuits.js';
+import { RedisDeliveryLog } from '../store/delivery-log.js';
+import { RedisEventDedupe } from '../store/event-dedupe.js';
+import { RedisEndpointStats } from '../store/endpoint-stats.js';
+import { RedisEndpointMemory } from '../store/endpoints.js';
+import { RedisFifoLines } from '../store/fifo-lines.js';
+import { RedisHeldDeliveries } from '../store/held-deliveries.js';
+import { RedisEndpointFlow } from '../store/endpoint-flow.js';
+import { redisKeys } from '../store/keys.js';
+import { RedisRecentEvents } from '../store/recent-events.js';
+import { RedisMachineStore } from '../store/machines.js';
+import { OperatorViews } from '../store/operator-views.js';
+import { RedisEventBudget, RedisRequestCounter } from '../store/rate-limiter.js';
+import { createAgentStatusStore, createTaskStore } from '../store/read-models.js';
+import { pingRedis, type Redis } from '../store/redis.js';
+import { RedisReplayTasks } from '../store/replay-tasks.js';
+import { RedisSendRate, type SendRateLimiter } from '../store/send-rate.js';
+import { SecretBox } from '../store/secret-box.js';
+import { RedisWebhookChanges } from '../store/webhook-changes.js';
+import { RedisWebhookStore } from '../store/webhooks.js';
+import { VERSION } from '../version.js';
+import { circuitObserver, feedObserver, statsObserver } from './observers.js';
+import { webhookCopyCaches } from './webhook-copies.js';
+
+/**
+ * The package's `dist/portal/`, which `npm run build` writes. This module runs from `src/engine/`
+ * (tsx) or `dist/engine/` (built): the package root is two folders up either way.
+ */
+const PORTAL_ASSETS_DIR = fileURLToPath(new URL('../../dist/portal/', import.meta.url));
+
+interface StoreSettings {
+  /** The application connection (auto-pipelined). */
+  redis: Redis;
+  /** A connection for BullMQ's queues (no auto-pipelining). */
+  queueConnection: Redis;
+  redisPrefix: string;
+  /** Undefined for the CLI's tools, which never open a secret. */
+  secretKey: Buffer | undefined;
+  retryScheduleMs: readonly number[];
+  queuePartitions: number;
+  secretRotationOverlapMs: number;
+  /** How long ingest remembers an event id (HOOKLINE_DEDUPE_WINDOW). */
+  dedupeWindowMs: number;
+  /** When given, ingest counts batches into it and logs one line per batch. */
+  observability?: { metrics: Metrics; logger: Logger };
+  /**
+   * When given (HOOKLINE_OPERATIONAL_WEBHOOK_URL is set), each disable the engine makes and each
+   * re-enable of such a webhook queues an operational webhook, whichever process makes the change.
+   */
+  operationalWebhooks?: { logger: Logger };
+  nowMs?: () => number;
+}
+
+/** Every store and service of the engine over one Redis: what the API, the worker and the CLI's tools share. */
+export function composeStores(settings: StoreSettings) {
+  const nowMs = settings.nowMs ?? Date.now;
+  const { redis } = settings;
+  const keys = redisKeys(settings.redisPrefix);
+  const fifoLines = new RedisFifoLines(redis, keys, (webhookId) => partitionOf(webhookId, settings.queuePartitions), settings.queuePartitions);
+  const queues = new DeliveryQueues({
+    connection: settings.queueConnection,
+    keys,
+    partitions: settings.queuePartitions,
+    retryScheduleMs: settings.retryScheduleMs,
+    lines: fifoLines,
+    nowMs,
+    // Connection trouble is logged once per outage by the connection watcher; this keeps BullMQ quiet.
+    onError: (error) => settings.observability?.logger.debug({ err: error.message }, 'delivery queue error'),
+  });
+  const webhookCopies = webhookCopyCaches(new RedisWebhookChanges(redis, keys), settings.observability?.logger);
+  const pauseHolds = new PauseHolds({ index: new RedisHeldDeliveries(redis, keys), queues, lines: fifoLines, nowMs });
+  const webhooks = new RedisWebhookStore(
+    redis,
+    keys,
+    new SecretBox(settings.secretKey),
+    () => new Date(nowMs()),
+    settings.secretRotationOverlapMs,
+    settings.operationalWebhooks && operationalWebhookQueuer(queues, settings.operationalWebhooks.logger),
+    webhookCopies.tell,
+    (webhookId) => pauseHolds.release(webhookId),
+  );
+  const tasks = createTaskStore(redis, keys);
+  const agents = createAgentStatusStore(redis, keys);
+  const machines = new RedisMachineStore(redis, keys);
+  const deliveryLog = new RedisDeliveryLog(redis, keys);
+  const replayTasks = new RedisReplayTasks(redis, keys, tasks, (refs) => deliveryLog.progressOf(refs), nowMs);
+  const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, replayTasks, nowMs });
+  const circuits = new RedisCircuitLog(redis, keys);
+  const endpointFlow = new RedisEndpointFlow(redis, keys);
+  const operatorViews = new OperatorViews({ webhooks, history: deliveryLog, circuits });
+  const attemptFeed = new RedisAttemptFeed(redis, keys, nowMs);
+  // Lost counts only thin the portal's stats: worth a debug line, not a warning.
+  const endpointStats = new RedisEndpointStats(redis, keys, (error) =>
+    settings.observability?.logger.debug({ err: error.message }, 'endpoint stats not written'),
+  );
+  const testEvents = new TestEventSender({ queues, log: deliveryLog, nowMs });
+  const portalSessions = new RedisPortalSessions(redis, keys, nowMs);
+  const recentEvents = new RedisRecentEvents(redis, keys);
+  const dedupe = new RedisEventDedupe(redis, settings.redisPrefix, { windowMs: settings.dedupeWindowMs });
+  const ingestor = new Ingestor({
+    dedupe,
+    machines,
+    agents,
+    tasks,
+    subscriptions: webhookCopies.add(new CachedSubscriptions(webhooks, webhookCopies.ttlMs, nowMs)),
+    deliveries: queues,
+    filters: webhookCopies.add(new IngestFilters(webhooks, webhookCopies.ttlMs, nowMs)),
+    recentEvents,
+    nowMs,
+    ...(settings.observability ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) } : {}),
+  });
+  return {
+    redis,
+    keys,
+    apiKeys: new RedisApiKeyStore(redis, keys),
+    webhooks,
+    tasks,
+    agents,
+    machines,
+    deliveryLog,
+    queues,
+    fifoLines,
+    pauseHolds,
+    replayer,
+    replayTasks,
+    circuits,
+    endpointFlow,
+    operatorViews,
+    attemptFeed,
+    endpointStats,
+    testEvents,
+    portalSessions,
+    dedupe,
+    ingestor,
+    /** The process's copies of webhooks (ingest's lookups, a worker's webhook cache) and the feed that keeps them current. */
+    webhookCopies,
+    /** The admin API's dependencies. */
+    adminDeps(options: {
+      logger: Logger;
+      bodyLimitBytes: number;
+      isReady: () => Promise<boolean>;
+      metrics?: AdminDeps['metrics'];
+      /** Requests per second per API key (event ingest exempt); unset or 0: no limit. */
+      rateLimitPerSecond?: number;
+      /** Events ingested per second per API key; unset or 0: no limit. */
+      ingestRateLimitPerSecond?: number;
+      /** Requests per second per client address that authenticate nothing; unset or 0: no limit. */
+      unauthenticatedRateLimitPerSecond?: number;
+      /** Accept callback URLs on loopback and private addresses; default false (the SSRF guard). */
+      allowPrivateTargets?: boolean;
+      /** Serve `GET /metrics` on the API's port; default true. */
+      metricsRoute?: boolean;
+      /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: the API's listen address, when that is loopback. */
+      publicUrl?: string;
+      /** HOOKLINE_API_HOST and _PORT, for portal links without HOOKLINE_PUBLIC_URL. */
+      listenAddress?: { host: string; port: number };
+      /** HOOKLINE_TRUST_PROXY; none by default. */
+      trustProxy?: readonly string[];
+      /** The vendor portal's built browser app; default the package's (PORTAL_ASSETS_DIR). */
+      portalAssetsDir?: string;
+    }): AdminDeps {
+      const {
+        rateLimitPerSecond,
+        ingestRateLimitPerSecond,
+        unauthenticatedRateLimitPerSecond,
+        allowPrivateTargets,
+        publicUrl,
+        listenAddress,
+        portalAssetsDir,
+        ...rest
+      } = options;
+      return {
+        ...rest,
+        allowPrivateTargets: allowPrivateTargets ?? false,
+        portalAssetsDir: portalAssetsDir ?? PORTAL_ASSETS_DIR,
+        ...(rateLimitPerSecond ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } } : {}),
+        ...(ingestRateLimitPerSecond ? { ingestRateLimit: { budget: new RedisEventBudget(redis, keys), perSecond: ingestRateLimitPerSecond, nowMs } } : {}),
+        ...(unauthenticatedRateLimitPerSecond
+          ? { addressRateLimit: { counter: new RedisRequestCounter(redis, keys, keys.addressRateWindow), perSecond: unauthenticatedRateLimitPerSecond, nowMs } }
+          : {}),
+        apiKeys: this.apiKeys,
+        webhooks,
+        nowMs,
+        tasks: replayTasks,
+        agents,
+        machines,
+        ingestor,
+        deliveries: { history: deliveryLog, replayer, testEvents },
+        operator: { views: operatorViews, replayer },
+        portal: { sessions: portalSessions, publicUrl, ...(listenAddress === undefined ? {} : { listenAddress }) },
+        stats: { stats: endpointStats, circuits, lines: fifoLines, flow: endpointFlow },
+        recentEvents,
+      };
+    },
+  };
+}
+
+export type Stores = ReturnType<typeof composeStores>;
+
+/** What the delivery processors of one process are tuned by (a worker's settings without its pool's). */
+export interface DeliverySettings {
+  logger: Logger;
+  concurrency: number;
+  retryScheduleMs: readonly number[];
+  deliveryTimeoutMs: number;
+  allowPrivateTargets: boolean;
+  sustainedFailureWindowMs: number;
+  /** How long a worker trusts its cached copy of a webhook. */
+  webhookCacheTtlMs?: number;
+  /** Circuit-breaker tuning; defaults in DEFAULT_BREAKER_OPTIONS. */
+  breaker?: Partial<BreakerOptions>;
+  /** Counts attempts, outcomes and circuit changes. */
+  metrics?: Metrics;
+  onOutcome?: (outcome: FinishedOutcome) => void;
+  nowMs?: () => number;
+}
+
+/** The delivery sender's options for a worker of these settings. */
+export function senderOptions(settings: Pick<DeliverySettings, 'allowPrivateTargets' | 'deliveryTimeoutMs' | 'concurrency'>) {
+  return {
+    allowPrivateTargets: settings.allowPrivateTargets,
+    connectTimeoutMs: Math.min(5_000, settings.deliveryTimeoutMs),
+    maxResponseBytes: 64 * 1024,
+    snippetBytes: 4 * 1024,
+    userAgent: `Hookline/${VERSION}`,
+    connections: Math.max(10, settings.concurrency),
+  };
+}
+
+/** What the delivery processors of one process run on: sender, breakers, send slots, storage gate and stores. */
+export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) {
+  const nowMs = settings.nowMs ?? Date.now;
+  const sender = new HttpSender(senderOptions(settings));
+  const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: settings.deliveryTimeoutMs, ...settings.breaker };
+  const breakers = new EndpointBreakers(breakerOptions, circuitObserver(settings.logger, settings.metrics, stores.circuits, nowMs));
+  // Endpoints that never answered or were slow lately may hold at most a fifth of the slots.
+  const slots = new SendSlots(settings.concurrency, Math.max(1, Math.floor(settings.concurrency / 5)));
+  const gate = new StorageGate(
+    () => pingRedis(stores.redis, 1_000),
+    (open) => {
+      settings.metrics?.sendsPaused.set(open ? 0 : 1);
+      if (open) settings.logger.info({ event: 'delivery.sends_resumed' }, 'storage answers again: delivery sends resumed');
+      else
+        settings.logger.warn(
+          { event: 'delivery.sends_paused' },
+          'storage unreachable: no new delivery sends until it answers; attempts in flight may be sent again after it',
+        );
+    },
+  );
+  // The connection tells first: sends stop the moment it drops, before any record fails.
+  const onClose = () => gate.close();
+  const onReady = () => gate.check();
+  stores.redis.on('close', onClose);
+  stores.redis.on('ready', onReady);
+  const flow = new EndpointFlow(stores.endpointFlow, randomUUID(), nowMs, settings.metrics ? flowObserver(settings.metrics) : undefined);
+  // Pauses other workers set reach this one at once; losing the subscription only delays them to
+  // when this worker next meets the endpoint afresh.
+  const listening = new AbortController();
+  stores.endpointFlow
+    .listen((endpoint, untilMs) => flow.heard(endpoint, untilMs), listening.signal)
+    .catch((error: Error) => settings.logger.debug({ err: error.message }, 'endpoint pauses not heard'));
+  flow.start();
+  const wakeups = new DeferralWakeups(
+    breakers,
+    (refs) => stores.queues.promote(refs),
+    nowMs,
+    undefined,
+    // An endpoint held back only by the slots takes them all back at once, as before it had a limit.
+    (endpoint) => (flow.limitOf(endpoint) >= slots.total ? Infinity : flow.room(endpoint)),
+    { free: () => slots.suspectFree(), freed: () => slots.suspectFreed() },
+  );
+  const observers = [
+    settings.metrics ? deliveryObserver(settings.metrics) : undefined,
+    feedObserver(stores.attemptFeed),
+    statsObserver(stores.endpointStats),
+    settings.onOutcome,
+  ].filter((o) => o !== undefined);
+  const deps: DeliveryProcessorDeps = {
+    webhooks: stores.webhookCopies.add(
+      new CachedWebhookSource(
+        stores.webhooks,
+        settings.webhookCacheTtlMs === undefined ? stores.webhookCopies.ttlMs : () => settings.webhookCacheTtlMs!,
+        nowMs,
+      ),
+    ),
+    sender,
+    recorder: stores.deliveryLog,
+    singles: stores.queues,
+    breakers,
+    slots,
+    gate,
+    wakeups,
+    holds: stores.pauseHolds,
+    flow,
+    sendRate: countedSendRate(new RedisSendRate(stores.redis, stores.keys), settings.metrics),
+    endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
+    logger: settings.logger,
+    retryScheduleMs: settings.retryScheduleMs,
+    deliveryTimeoutMs: settings.deliveryTimeoutMs,
+    sustainedFailureMs: settings.sustainedFailureWindowMs,
+    batchHoldMs: breakerOptions.slowAfterMs,
+    suspectHoldMs: Math.min(250, breakerOptions.slowAfterMs),
+    circuitHoldMs: breakerOptions.openMs,
+    nowMs,
+    random: Math.random,
+    onOutcome: (outcome) => {
+      for (const observe of observers) observe(outcome);
+    },
+  };
+  const detach = () => {
+    listening.abort();
+    flow.stop();
+    gate.stop();
+    stores.redis.off('close', onClose);
+    stores.redis.off('ready', onReady);
+  };
+  return { deps, sender, breakers, flow, slots, gate, detach };
+}
+
+/** The send-rate limiter, its answers counted (`hookline_rate_limit_checks_total`) when there are metrics. */
+function countedSendRate(limiter: SendRateLimiter, metrics: Metrics | undefined): SendRateLimiter {
+  if (metrics === undefined) return limiter;
+  return {
+    take: async (webhookId, ratePerSecond) => {
+      const grant = await limiter.take(webhookId, ratePerSecond);
+      metrics.rateLimitChecks.inc({ result: grant.sent ? 'sent' : 'deferred' });
+      return grant;
+    },
+  };
+}

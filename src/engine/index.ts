@@ -1,0 +1,266 @@
+/**
+ * The engine's public entry: `createEngine(config, options)` and the types of what it builds. The
+ * CLI, the tests and the bench import from here; the files beside it are its parts.
+ */
+import { buildAdminServer, buildHealthServer, type AdminServer, type HealthServer } from '../admin/server.js';
+import type { Config } from '../config/env.js';
+import { StreamIngestSource } from '../ingest/stream-source.js';
+import type { Logger } from '../logger.js';
+import { createMetrics, initialiseSeries, type Metrics } from '../metrics/metrics.js';
+import { scrapeCollector, streamDeadLetterObserver } from '../metrics/observers.js';
+import { connectRedis, isRedisUnavailable, pingRedis } from '../store/redis.js';
+import { VERSION } from '../version.js';
+import { composeStores, type Stores } from './assembly.js';
+import { outageLog, quietListen, SHUTDOWN_SLACK_MS, SHUTDOWN_STEP_MS, ShutdownSteps, startWhenRedisAnswers } from './lifecycle.js';
+import { composeWorker, type DeliveryWorker, type WorkerSettings } from './worker.js';
+
+export type { DeliveryWorker } from './worker.js';
+export type { Stores } from './assembly.js';
+export { SHUTDOWN_SLACK_MS } from './lifecycle.js';
+
+/**
+ * What a process runs: `all` is `hookline start` (API and worker), `api` and `worker` run one each,
+ * `tools` only opens the stores (the CLI's key and dead-letter commands).
+ */
+export type EngineRole = 'all' | 'api' | 'worker' | 'tools';
+
+/**
+ * A configuration whose Redis is settled (the CLI resolves the embedded default first), and its
+ * secret key too except for the `tools` role, which never opens a secret.
+ */
+export type EngineConfig = Config & { readonly redisUrl: string };
+
+export interface EngineOptions {
+  role: EngineRole;
+  logger: Logger;
+  /**
+   * Listen on the configured addresses when started: the admin API on HOOKLINE_API_HOST and
+   * HOOKLINE_API_PORT, the health server on HOOKLINE_METRICS_PORT. Tests leave it off and call
+   * `inject()`.
+   */
+  listen?: boolean;
+  /** One registry for several engines of one process (the bench); default a registry of its own. */
+  metrics?: Metrics;
+  nowMs?: () => number;
+  /** What tests and the bench tune about the worker; production uses the defaults. */
+  worker?: Pick<WorkerSettings, 'breaker' | 'webhookCacheTtlMs' | 'onOutcome'>;
+  /** Where the vendor portal's built browser app is; default the package's `dist/portal/`. */
+  portalAssetsDir?: string;
+}
+
+/** A running (or ready to run) Hookline process. */
+export interface Engine {
+  readonly role: EngineRole;
+  readonly config: EngineConfig;
+  readonly stores: Stores;
+  readonly metrics: Metrics | undefined;
+  /** The admin API (roles all and api). */
+  readonly api: AdminServer | undefined;
+  /**
+   * `/healthz`, `/readyz` and `/metrics` on a port of their own: a standalone worker's, and an API's
+   * when HOOKLINE_METRICS_ON_API_PORT is false.
+   */
+  readonly health: HealthServer | undefined;
+  /** The delivery worker (roles all and worker). */
+  readonly worker: DeliveryWorker | undefined;
+  /** Resolves true when its Redis answers. */
+  isReady(): Promise<boolean>;
+  /**
+   * Starts listening (when asked), the worker and the ingest-stream consumer; answers where it
+   * listens. Logs nothing: the caller writes the process's start-up line (see `startupLine`).
+   */
+  start(): Promise<{ api?: string; health?: string }>;
+  /**
+   * Stops in order (API; stream consumer; worker, whose attempts in flight get `graceMs`; queues;
+   * connections) and always returns within `graceMs` plus SHUTDOWN_SLACK_MS, whatever Redis is
+   * doing: a step that needs Redis gets a moment, and connections are dropped rather than left
+   * reconnecting. `forced` when attempts were still in flight past the grace period.
+   */
+  close(graceMs?: number): Promise<'drained' | 'forced'>;
+}
+
+/**
+ * The composition root: builds a whole Hookline process (connections, stores, the admin API, the
+ * delivery worker, the ingest-stream consumer, a worker's health server) for `options.role`. The
+ * CLI, the tests and the bench all build their engines here, so they run the production assembly.
+ * Nothing listens or consumes until `start()`; `close()` owns the shutdown order.
+ */
+export async function createEngine(config: EngineConfig, options: EngineOptions): Promise<Engine> {
+  const { role, logger } = options;
+  const runsApi = role === 'all' || role === 'api';
+  const runsWorker = role === 'all' || role === 'worker';
+  const tools = role === 'tools';
+  const nowMs = options.nowMs ?? Date.now;
+  if (!tools && config.secretKey === undefined) throw new Error(`a ${role} engine needs the secret key of webhook secrets`);
+
+  // 1. Connections: the application's (auto-pipelined, failing fast so requests answer 503), BullMQ's
+  // queues' and, in a worker, BullMQ's workers' (both waiting out an outage). The CLI's tools fail fast everywhere.
+  const name = `hookline-${role}`;
+  const redis = connectRedis(config.redisUrl, { connectionName: name, maxRetriesPerRequest: tools ? 3 : 2 });
+  const queueConnection = connectRedis(config.redisUrl, { connectionName: `${name}-queues`, maxRetriesPerRequest: tools ? 3 : null, autoPipelining: false });
+  const workerConnection = runsWorker
+    ? connectRedis(config.redisUrl, { connectionName: 'hookline-worker-jobs', maxRetriesPerRequest: null, autoPipelining: false })
+    : undefined;
+  const outages = outageLog(logger, config.redisUrl);
+  for (const [label, connection] of [
+    ['app', redis],
+    ['queues', queueConnection],
+    ['worker', workerConnection],
+  ] as const) {
+    if (connection) outages.watch(connection, label);
+  }
+  const isReady = () => pingRedis(redis, 1_000);
+
+  // 2. Metrics and stores.
+  const metrics = tools ? undefined : (options.metrics ?? createMetrics({ role }));
+  if (metrics) {
+    metrics.buildInfo.set({ version: VERSION }, 1);
+    initialiseSeries(metrics);
+  }
+  const stores = composeStores({
+    ...(metrics ? { observability: { metrics, logger } } : {}),
+    redis,
+    queueConnection,
+    redisPrefix: config.redisPrefix,
+    secretKey: config.secretKey,
+    retryScheduleMs: config.retryScheduleMs,
+    queuePartitions: config.queuePartitions,
+    secretRotationOverlapMs: config.secretRotationOverlapMs,
+    dedupeWindowMs: config.dedupeWindowMs,
+    ...(config.operationalWebhook ? { operationalWebhooks: { logger } } : {}),
+    nowMs,
+  });
+
+  // 3. The worker (and the ingest-stream consumer that runs beside it).
+  const worker =
+    runsWorker && workerConnection
+      ? composeWorker(stores, {
+          workerConnection,
+          logger,
+          concurrency: config.workerConcurrency,
+          retryScheduleMs: config.retryScheduleMs,
+          deliveryTimeoutMs: config.deliveryTimeoutMs,
+          allowPrivateTargets: config.allowPrivateTargets,
+          sustainedFailureWindowMs: config.sustainedFailureWindowMs,
+          lockDurationMs: config.workerLockDurationMs,
+          ...(metrics ? { metrics } : {}),
+          ...(config.operationalWebhook ? { operationalWebhook: config.operationalWebhook } : {}),
+          ...options.worker,
+          nowMs,
+        })
+      : undefined;
+  // One consumer per ingest stream, each blocking on a connection of its own.
+  const streams =
+    worker && config.ingestStream
+      ? Array.from(
+          { length: config.ingestStreams },
+          (_, n) =>
+            new StreamIngestSource({
+              redis,
+              stream: stores.keys.events.streamOf(n),
+              deadLetterStream: stores.keys.events.deadOf(n),
+              ...(metrics ? { observeDeadLetter: streamDeadLetterObserver(metrics) } : {}),
+              ingestor: stores.ingestor,
+              logger,
+              watchConnection: (connection) => outages.watch(connection, `stream ${n}`),
+            }),
+        )
+      : [];
+
+  // 4. The servers: the admin API, a health server (a worker's, or the API's /metrics on a port of its own); none listens yet.
+  const collect = metrics
+    ? scrapeCollector(metrics, {
+        queueCounts: () => stores.queues.counts(),
+        ping: isReady,
+        circuitsOpen: () => worker?.breakers.openEndpoints(nowMs()).length ?? 0,
+        fifoLines: () => stores.fifoLines.linesWaiting(),
+      })
+    : undefined;
+  const scraped = metrics && collect ? { ...metrics, collect } : undefined;
+  const api = runsApi
+    ? await buildAdminServer(
+        stores.adminDeps({
+          logger,
+          bodyLimitBytes: config.apiBodyLimitBytes,
+          isReady,
+          ...(scraped ? { metrics: scraped } : {}),
+          rateLimitPerSecond: config.rateLimitPerSecond,
+          ingestRateLimitPerSecond: config.ingestRateLimitPerSecond,
+          unauthenticatedRateLimitPerSecond: config.unauthenticatedRateLimitPerSecond,
+          allowPrivateTargets: config.allowPrivateTargets,
+          metricsRoute: config.metricsOnApiPort,
+          ...(config.publicUrl === undefined ? {} : { publicUrl: config.publicUrl }),
+          listenAddress: { host: config.apiHost, port: config.apiPort },
+          trustProxy: config.trustProxy,
+          ...(options.portalAssetsDir === undefined ? {} : { portalAssetsDir: options.portalAssetsDir }),
+        }),
+      )
+    : undefined;
+  // A worker's probes and scrapes have a port of their own, and so do an API's scrapes when they must stay off its port.
+  const health =
+    scraped && (role === 'worker' || (runsApi && !config.metricsOnApiPort)) ? await buildHealthServer({ logger, isReady, metrics: scraped }) : undefined;
+
+  let closing = false;
+  // The change feed keeps this process's copies of webhooks current (the CLI's tools keep none).
+  const feedStop = new AbortController();
+  return {
+    role,
+    config,
+    stores,
+    metrics,
+    api,
+    health,
+    worker,
+    isReady,
+    async start() {
+      const addresses: { api?: string; health?: string } = {};
+      if (!tools)
+        startWhenRedisAnswers(
+          'webhook change feed',
+          () => stores.webhookCopies.listen(feedStop.signal),
+          logger,
+          () => closing,
+        );
+      if (api) {
+        // Load the listing's in-memory index now rather than on the first request (in the background:
+        // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
+        void stores.machines.refresh().catch((error: Error) => {
+          if (!isRedisUnavailable(error)) logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it');
+        });
+        if (options.listen) addresses.api = await quietListen(api, config.apiHost, config.apiPort);
+      }
+      if (health && options.listen) addresses.health = await quietListen(health, config.apiHost, config.metricsPort);
+      if (worker) {
+        worker.pool.start();
+        worker.fifo.start();
+        for (const stream of streams)
+          startWhenRedisAnswers(
+            'ingest stream consumer',
+            () => stream.start(),
+            logger,
+            () => closing,
+          );
+      }
+      return addresses;
+    },
+    async close(graceMs = config.shutdownGraceMs) {
+      closing = true;
+      feedStop.abort();
+      const steps = new ShutdownSteps(Date.now() + graceMs + SHUTDOWN_SLACK_MS - SHUTDOWN_STEP_MS);
+      let ended: 'drained' | 'forced' = 'drained';
+      await steps.run(api?.close());
+      if (worker) {
+        await steps.run(Promise.all(streams.map((stream) => stream.stop())));
+        ended = await worker.close(graceMs);
+        logger.info({ ended }, ended === 'drained' ? 'in-flight deliveries finished' : 'grace period over; unfinished deliveries return to the queue');
+      }
+      // After the worker: the counts of its last attempts are in the buffer.
+      await steps.run(stores.endpointStats.close());
+      await steps.run(health?.close());
+      stores.machines.close();
+      await steps.run(stores.queues.close());
+      await Promise.all([redis, queueConnection, ...(workerConnection ? [workerConnection] : [])].map((connection) => steps.closeConnection(connection)));
+      return ended;
+    },
+  };
+}

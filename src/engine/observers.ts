@@ -1,0 +1,81 @@
+/**
+ * What the engine does with what the delivery stages report beyond metrics: circuit changes logged
+ * and shared with the operator views, finished attempts published to the live feed and counted into
+ * their webhook's stats. Each is a plain callback the assembly hands to a stage.
+ */
+import type { CircuitChange } from '../delivery/breaker.js';
+import type { FinishedOutcome } from '../delivery/attempt.js';
+import { endpointParts } from '../domain/endpoint.js';
+import type { Logger } from '../logger.js';
+import type { Metrics } from '../metrics/metrics.js';
+import { breakerObserver } from '../metrics/observers.js';
+import type { FeedEntry, RedisAttemptFeed } from '../store/attempt-feed.js';
+import type { RedisCircuitLog } from '../store/circuits.js';
+import type { EndpointStatsRecorder } from '../store/endpoint-stats.js';
+
+/** Logs a circuit's changes (open and close at warn, with the vendor and webhooks behind the endpoint) and counts them. */
+export function circuitObserver(
+  logger: Logger,
+  metrics: Metrics | undefined,
+  circuits: Pick<RedisCircuitLog, 'changed'>,
+  nowMs: () => number,
+): (endpoint: string, change: CircuitChange) => void {
+  const count = metrics ? breakerObserver(metrics) : undefined;
+  // The open circuits the operator views show; losing one write only hides it there.
+  // The views show the receiver origin: they are per webhook, whose vendor they show already.
+  const share = (origin: string, change: CircuitChange) => {
+    const now = nowMs();
+    const view =
+      change.state === 'open'
+        ? { state: 'open' as const, reason: change.reason, endpoint: origin, openedAtMs: now, probeAtMs: now + change.openForMs }
+        : change.state === 'half_open'
+          ? { state: 'half_open' as const, reason: 'probing', endpoint: origin, openedAtMs: now, probeAtMs: now }
+          : undefined;
+    circuits.changed(change.webhookIds, view, now).catch((error: Error) => logger.debug({ err: error.message }, 'circuit state not shared'));
+  };
+  return (endpoint, change) => {
+    count?.(endpoint, change);
+    const { vendorId, origin } = endpointParts(endpoint);
+    share(origin, change);
+    const fields = { endpoint: origin, vendorId, webhookIds: change.webhookIds };
+    if (change.state === 'open') {
+      logger.warn(
+        { event: 'circuit.opened', ...fields, reason: change.reason, openForMs: change.openForMs },
+        'circuit opened: deliveries to this endpoint are held back, and attempts that come due meanwhile are recorded as circuit_open',
+      );
+    } else if (change.state === 'closed') {
+      logger.warn({ event: 'circuit.closed', ...fields }, 'circuit closed: a probe was answered; deliveries to this endpoint flow again');
+    } else logger.debug({ event: 'circuit.half_open', ...fields }, 'circuit half-open: probing');
+  };
+}
+
+/** Publishes every finished attempt to the live feed (`hookline deliveries tail`), which costs nothing while nobody listens. */
+export function feedObserver(feed: Pick<RedisAttemptFeed, 'publish'>): (outcome: FinishedOutcome) => void {
+  return (outcome) => {
+    if (outcome.kind !== 'attempted') return;
+    const { job } = outcome;
+    const entry: FeedEntry = {
+      at: new Date(outcome.endedAtMs).toISOString(),
+      vendor_id: job.vendorId,
+      webhook_id: job.webhookId,
+      event_type: job.eventType,
+      event_id: job.eventId,
+      delivery_id: job.deliveryId,
+      attempt: outcome.attempt,
+      outcome: outcome.outcome,
+      status_code: outcome.statusCode ?? null,
+      duration_ms: Math.round(outcome.durationMs),
+      decision: outcome.decision,
+    };
+    feed.publish(entry);
+  };
+}
+
+/** Counts every finished attempt into its webhook's stats (the store decides what counts as sent). */
+export function statsObserver(stats: EndpointStatsRecorder): (outcome: FinishedOutcome) => void {
+  return (o) => {
+    if (o.kind !== 'attempted') return;
+    const { outcome, statusCode, startedAtMs, endedAtMs, durationMs } = o;
+    stats.observe({ webhookId: o.job.webhookId, outcome, statusCode, startedAtMs, endedAtMs, durationMs });
+  };
+}

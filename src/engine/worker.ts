@@ -1,0 +1,90 @@
+import { createBatchProcessor } from '../delivery/batch-processor.js';
+import { HttpSender } from '../delivery/http-sender.js';
+import { createOperationalProcessor } from '../delivery/operational.js';
+import { createSingleProcessor } from '../delivery/single-processor.js';
+import { FifoDriver, fifoLeaseMs } from '../delivery/fifo-driver.js';
+import { DeliveryWorkerPool } from '../delivery/worker.js';
+import { fifoObserver } from '../metrics/observers.js';
+import type { Redis } from '../store/redis.js';
+import { composeDeliveryDeps, senderOptions, type DeliverySettings, type Stores } from './assembly.js';
+
+export interface WorkerSettings extends DeliverySettings {
+  /** A connection for BullMQ's workers (maxRetriesPerRequest null, no auto-pipelining). */
+  workerConnection: Redis;
+  /** A killed worker's in-flight jobs run again after this. */
+  lockDurationMs?: number;
+  /** The operator's receiver of operational webhooks and its secret; absent: this worker sends none. */
+  operationalWebhook?: { url: string; secret: string };
+}
+
+/** The delivery worker of one process over the shared stores. */
+export function composeWorker(stores: Stores, settings: WorkerSettings) {
+  const { deps, sender, breakers, flow, slots, gate, detach } = composeDeliveryDeps(stores, settings);
+  const processBatch = createBatchProcessor(deps);
+  const processSingle = createSingleProcessor(deps);
+  const { operationalWebhook } = settings;
+  // The operator set this URL, unlike vendors' callback URLs: it is trusted, and usually on the
+  // platform's private network, so the SSRF guard does not apply to it (a sender of its own).
+  const operationalSender = operationalWebhook && new HttpSender({ ...senderOptions(settings), allowPrivateTargets: true, connections: 2 });
+  const operationalProcessor =
+    operationalSender &&
+    operationalWebhook &&
+    createOperationalProcessor({
+      sender: operationalSender,
+      target: operationalWebhook,
+      retryScheduleMs: settings.retryScheduleMs,
+      timeoutMs: settings.deliveryTimeoutMs,
+      logger: settings.logger,
+      nowMs: deps.nowMs,
+      random: deps.random,
+    });
+  const fifo = new FifoDriver({
+    lines: stores.fifoLines,
+    deps,
+    partitions: stores.queues.partitions.length,
+    leaseMs: fifoLeaseMs(settings.deliveryTimeoutMs, settings.lockDurationMs ?? 30_000),
+    linesMax: settings.concurrency,
+    ...(settings.metrics ? { onHeadBlocked: fifoObserver(settings.metrics) } : {}),
+  });
+  const pool = new DeliveryWorkerPool({
+    connection: settings.workerConnection,
+    keys: stores.keys,
+    partitions: stores.queues.partitions.length,
+    concurrency: settings.concurrency,
+    batchProcessor: processBatch,
+    singleProcessor: processSingle,
+    replayer: stores.replayer,
+    ...(operationalProcessor ? { operationalProcessor } : {}),
+    logger: settings.logger,
+    lockDurationMs: settings.lockDurationMs ?? 30_000,
+  });
+  return {
+    pool,
+    fifo,
+    breakers,
+    flow,
+    slots,
+    gate,
+    /** The job processors the pool runs (tests call them with jobs of their own). */
+    processBatch,
+    processSingle,
+    async close(graceMs: number) {
+      detach();
+      const startedMs = Date.now();
+      const [pooled, lined] = await Promise.all([pool.close(graceMs), fifo.close(graceMs)]);
+      let result = pooled === 'drained' && lined === 'drained' ? pooled : ('forced' as const);
+      // Attempts a batch handed off go on after their job completed; their outcome is recorded too.
+      let timer: NodeJS.Timeout | undefined;
+      const left = Math.max(0, graceMs - (Date.now() - startedMs));
+      const idle = await Promise.race([slots.idle().then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), left)))]);
+      clearTimeout(timer);
+      if (!idle) result = 'forced';
+      // Requests still in flight past the grace period are abandoned: their jobs run again elsewhere.
+      await Promise.all([sender.close(idle ? undefined : 0), operationalSender?.close(0)]);
+      return result;
+    },
+  };
+}
+
+/** The delivery worker of a process: its BullMQ pool, breakers, send slots and storage gate. */
+export type DeliveryWorker = ReturnType<typeof composeWorker>;
