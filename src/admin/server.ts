@@ -8,6 +8,7 @@ import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Ingestor } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';
+import { requestObserver } from '../metrics/observers.js';
 import { portalAssets } from './routes/portal-assets.js';
 import { catalogueRoutes } from './routes/catalogue.js';
 import { portalSessionRoutes, type PortalRouteDeps } from './routes/portal.js';
@@ -186,11 +187,10 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
 
   const metrics = deps.metrics;
   if (metrics) {
+    const observe = requestObserver(metrics);
     app.addHook('onResponse', async (request, reply) => {
       // The route pattern, never the raw URL: ids in paths would make the label unbounded.
-      const route = request.routeOptions.url ?? 'unmatched';
-      metrics.httpRequests.inc({ route, method: request.method, status: String(reply.statusCode) });
-      metrics.httpDuration.observe({ route, method: request.method }, reply.elapsedTime / 1000);
+      observe({ route: request.routeOptions.url ?? 'unmatched', method: request.method, status: reply.statusCode, durationMs: reply.elapsedTime });
     });
     if (deps.metricsRoute !== false) metricsRoute(app, metrics);
   }

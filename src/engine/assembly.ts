@@ -26,7 +26,7 @@ import { CachedSubscriptions } from '../ingest/subscriptions.js';
 import { Ingestor } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';
-import { deliveryObserver, flowObserver, ingestObserver } from '../metrics/observers.js';
+import { breakerObserver, deliveryObserver, flowObserver, ingestObserver, sendRateObserver, storageGateObserver } from '../metrics/observers.js';
 import { RedisPortalSessions } from '../store/portal-sessions.js';
 import { RedisApiKeyStore } from '../store/api-keys.js';
 import { RedisAttemptFeed } from '../store/attempt-feed.js';
@@ -264,13 +264,19 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
   const nowMs = settings.nowMs ?? Date.now;
   const sender = new HttpSender(senderOptions(settings));
   const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: settings.deliveryTimeoutMs, ...settings.breaker };
-  const breakers = new EndpointBreakers(breakerOptions, circuitObserver(settings.logger, settings.metrics, stores.circuits, nowMs));
+  const circuitChanged = circuitObserver(settings.logger, stores.circuits, nowMs);
+  const countCircuit = settings.metrics && breakerObserver(settings.metrics);
+  const breakers = new EndpointBreakers(breakerOptions, (endpoint, change) => {
+    countCircuit?.(endpoint, change);
+    circuitChanged(endpoint, change);
+  });
   // Endpoints that never answered or were slow lately may hold at most a fifth of the slots.
   const slots = new SendSlots(settings.concurrency, Math.max(1, Math.floor(settings.concurrency / 5)));
+  const countGate = settings.metrics && storageGateObserver(settings.metrics);
   const gate = new StorageGate(
     () => pingRedis(stores.redis, 1_000),
     (open) => {
-      settings.metrics?.sendsPaused.set(open ? 0 : 1);
+      countGate?.(open);
       if (open) settings.logger.info({ event: 'delivery.sends_resumed' }, 'storage answers again: delivery sends resumed');
       else
         settings.logger.warn(
@@ -324,7 +330,7 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     wakeups,
     holds: stores.pauseHolds,
     flow,
-    sendRate: countedSendRate(new RedisSendRate(stores.redis, stores.keys), settings.metrics),
+    sendRate: observedSendRate(new RedisSendRate(stores.redis, stores.keys), settings.metrics && sendRateObserver(settings.metrics)),
     endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
     logger: settings.logger,
     retryScheduleMs: settings.retryScheduleMs,
@@ -349,13 +355,13 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
   return { deps, sender, breakers, flow, slots, gate, detach };
 }
 
-/** The send-rate limiter, its answers counted (`hookline_rate_limit_checks_total`) when there are metrics. */
-function countedSendRate(limiter: SendRateLimiter, metrics: Metrics | undefined): SendRateLimiter {
-  if (metrics === undefined) return limiter;
+/** The send-rate limiter, each answer told to `observe` (which counts `hookline_rate_limit_checks_total`) when there are metrics. */
+function observedSendRate(limiter: SendRateLimiter, observe: ((sent: boolean) => void) | undefined): SendRateLimiter {
+  if (observe === undefined) return limiter;
   return {
     take: async (webhookId, ratePerSecond) => {
       const grant = await limiter.take(webhookId, ratePerSecond);
-      metrics.rateLimitChecks.inc({ result: grant.sent ? 'sent' : 'deferred' });
+      observe(grant.sent);
       return grant;
     },
   };

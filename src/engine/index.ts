@@ -6,8 +6,8 @@ import { buildAdminServer, buildHealthServer, type AdminServer, type HealthServe
 import type { Config } from '../config/env.js';
 import { StreamIngestSource } from '../ingest/stream-source.js';
 import type { Logger } from '../logger.js';
-import { createMetrics, initialiseSeries, type Metrics } from '../metrics/metrics.js';
-import { scrapeCollector, streamDeadLetterObserver } from '../metrics/observers.js';
+import { createMetrics, type Metrics } from '../metrics/metrics.js';
+import { scrapeCollector, seriesAtStart, streamDeadLetterObserver } from '../metrics/observers.js';
 import { connectRedis, isRedisUnavailable, pingRedis } from '../store/redis.js';
 import { VERSION } from '../version.js';
 import { composeStores, type Stores } from './assembly.js';
@@ -113,10 +113,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
 
   // 2. Metrics and stores.
   const metrics = tools ? undefined : (options.metrics ?? createMetrics({ role }));
-  if (metrics) {
-    metrics.buildInfo.set({ version: VERSION }, 1);
-    initialiseSeries(metrics);
-  }
+  if (metrics) seriesAtStart(metrics, VERSION);
   const stores = composeStores({
     ...(metrics ? { observability: { metrics, logger } } : {}),
     redis,

@@ -1,26 +1,23 @@
 /**
- * What the engine does with what the delivery stages report beyond metrics: circuit changes logged
- * and shared with the operator views, finished attempts published to the live feed and counted into
- * their webhook's stats. Each is a plain callback the assembly hands to a stage.
+ * What the engine does with what the delivery stages report beyond metrics (which
+ * src/metrics/observers.ts counts): circuit changes logged and shared with the operator views,
+ * finished attempts published to the live feed and counted into their webhook's stats. Each is a
+ * plain callback the assembly hands to a stage.
  */
 import type { CircuitChange } from '../delivery/breaker.js';
 import type { FinishedOutcome } from '../delivery/attempt.js';
 import { endpointParts } from '../domain/endpoint.js';
 import type { Logger } from '../logger.js';
-import type { Metrics } from '../metrics/metrics.js';
-import { breakerObserver } from '../metrics/observers.js';
 import type { FeedEntry, RedisAttemptFeed } from '../store/attempt-feed.js';
 import type { RedisCircuitLog } from '../store/circuits.js';
 import type { EndpointStatsRecorder } from '../store/endpoint-stats.js';
 
-/** Logs a circuit's changes (open and close at warn, with the vendor and webhooks behind the endpoint) and counts them. */
+/** Logs a circuit's changes (open and close at warn, with the vendor and webhooks behind the endpoint) and shares them with the operator views. */
 export function circuitObserver(
   logger: Logger,
-  metrics: Metrics | undefined,
   circuits: Pick<RedisCircuitLog, 'changed'>,
   nowMs: () => number,
 ): (endpoint: string, change: CircuitChange) => void {
-  const count = metrics ? breakerObserver(metrics) : undefined;
   // The open circuits the operator views show; losing one write only hides it there.
   // The views show the receiver origin: they are per webhook, whose vendor they show already.
   const share = (origin: string, change: CircuitChange) => {
@@ -34,7 +31,6 @@ export function circuitObserver(
     circuits.changed(change.webhookIds, view, now).catch((error: Error) => logger.debug({ err: error.message }, 'circuit state not shared'));
   };
   return (endpoint, change) => {
-    count?.(endpoint, change);
     const { vendorId, origin } = endpointParts(endpoint);
     share(origin, change);
     const fields = { endpoint: origin, vendorId, webhookIds: change.webhookIds };

@@ -4,7 +4,23 @@ import type { FlowEvent } from '../delivery/endpoint-flow.js';
 import type { IngestBatchSummary } from '../ingest/ingest.js';
 import type { StreamDeadLetterCause } from '../ingest/stream-source.js';
 import type { Logger } from '../logger.js';
-import type { Metrics } from './metrics.js';
+import { initialiseSeries, type Metrics } from './metrics.js';
+
+/** Sets the build-info gauge and shows every few-valued series at zero before its first event, as a process starts. */
+export function seriesAtStart(metrics: Metrics, version: string): void {
+  metrics.buildInfo.set({ version }, 1);
+  initialiseSeries(metrics);
+}
+
+/** Counts each admin API request by its route pattern (never the raw URL, whose ids would make the label unbounded) and times it. */
+export function requestObserver(
+  metrics: Pick<Metrics, 'httpRequests' | 'httpDuration'>,
+): (request: { route: string; method: string; status: number; durationMs: number }) => void {
+  return ({ route, method, status, durationMs }) => {
+    metrics.httpRequests.inc({ route, method, status: String(status) });
+    metrics.httpDuration.observe({ route, method }, durationMs / 1000);
+  };
+}
 
 /**
  * Counts an ingested batch and, for a stream batch, writes its one log line (`ingest.batch`); an
@@ -64,6 +80,16 @@ export function deliveryObserver(metrics: Metrics): (outcome: FinishedOutcome) =
 /** Counts circuit transitions (the gauge of open circuits is read at scrape time). */
 export function breakerObserver(metrics: Metrics): (endpoint: string, change: CircuitChange) => void {
   return (_endpoint, change) => metrics.circuitTransitions.inc({ state: change.state });
+}
+
+/** Shows whether delivery sends are paused because storage stopped answering (the storage gate's state). */
+export function storageGateObserver(metrics: Metrics): (open: boolean) => void {
+  return (open) => metrics.sendsPaused.set(open ? 0 : 1);
+}
+
+/** Counts the send-rate limiter's answers: sent, or deferred because the webhook's rate was reached. */
+export function sendRateObserver(metrics: Metrics): (sent: boolean) => void {
+  return (sent) => metrics.rateLimitChecks.inc({ result: sent ? 'sent' : 'deferred' });
 }
 
 /** Counts concurrency-limit decreases (and the limits they reach) and Retry-After pauses. */
