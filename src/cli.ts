@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { userInfo } from 'node:os';
 import { Command, Option } from 'commander';
-import { addOperatorCommands, addPortalCommands } from './cli-operator.js';
+import { addOperatorCommands, addPortalCommands } from './cli/operator.js';
 import { checkSecretKeyAtStart, engineEntry, joinRunningEngines, secondStartRefusal } from './cli/engine-checks.js';
 import { CliError, failure, listenFailure, UsageError } from './cli/errors.js';
 import { exitQuietlyWhenStdoutCloses, printJson, printRows, say, toApiKeyResource } from './cli/output.js';

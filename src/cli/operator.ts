@@ -1,14 +1,14 @@
 import type { Command } from 'commander';
-import { printJson, say } from './cli/output.js';
-import { toDelivery } from './admin/routes/deliveries.js';
-import { toWebhookStatus } from './admin/routes/operator.js';
-import { EXTERNAL_ID_RE, isUuid } from './domain/ids.js';
-import { PORTAL_PERMISSIONS, type PortalPermission } from './domain/roles.js';
-import { portalLink } from './domain/portal-link.js';
-import { isSessionId, ttlMsOf, ttlProblem } from './store/portal-sessions.js';
-import type { Stores } from './engine/index.js';
-import type { FeedEntry } from './store/attempt-feed.js';
-import { WEBHOOK_STATES, type WebhookState } from './store/operator-views.js';
+import { printJson, say } from './output.js';
+import { toDelivery } from '../admin/routes/deliveries.js';
+import { toWebhookStatus } from '../admin/routes/operator.js';
+import { EXTERNAL_ID_RE, isUuid } from '../domain/ids.js';
+import { PORTAL_PERMISSIONS, type PortalPermission } from '../domain/roles.js';
+import { portalLink } from '../domain/portal-link.js';
+import { isSessionId, ttlMsOf, ttlProblem } from '../store/portal-sessions.js';
+import type { Stores } from '../engine/index.js';
+import type { FeedEntry } from '../store/attempt-feed.js';
+import { WEBHOOK_STATES, type WebhookState } from '../store/operator-views.js';
 
 /** What the operator commands need from the CLI around them. */
 export interface OperatorCommandContext {
