@@ -14,6 +14,7 @@ import { SecretBox } from '../store/secret-box.js';
 import { checkSecretKey } from '../store/secret-probe.js';
 import { VERSION } from '../version.js';
 import { CliError, redisFailureReason } from './errors.js';
+import { raceTimer } from '../lib/timer-race.js';
 
 /** How often a check that needs Redis is tried again while Redis does not answer. */
 const RETRY_MS = 2_000;
@@ -170,7 +171,11 @@ export function joinRunningEngines(
   });
   return {
     async leave() {
-      await Promise.race([joined.then((registration) => registration?.leave()).catch(() => undefined), delay(1_000)]);
+      await raceTimer(
+        joined.then((registration) => registration?.leave()).catch(() => undefined),
+        1_000,
+        undefined,
+      );
     },
   };
 }

@@ -4,6 +4,7 @@ import type { LookupFunction } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
 import type { AttemptErrorClass } from '../domain/delivery.js';
 import { blockedAddressReason, parseIpLiteralHost } from '../domain/ip-policy.js';
+import { raceTimer } from '../lib/timer-race.js';
 
 export interface SendRequest {
   url: string;
@@ -130,9 +131,11 @@ export class HttpSender {
   async close(graceMs?: number): Promise<void> {
     const closing = this.#agent.close();
     if (graceMs === undefined) return closing;
-    let timer: NodeJS.Timeout | undefined;
-    const late = await Promise.race([closing.then(() => false), new Promise<true>((resolve) => (timer = setTimeout(() => resolve(true), graceMs)))]);
-    clearTimeout(timer);
+    const late = await raceTimer(
+      closing.then(() => false),
+      graceMs,
+      true,
+    );
     if (late) await this.#agent.destroy();
   }
 }

@@ -1,15 +1,14 @@
 import { createSecretKey, type KeyObject } from 'node:crypto';
 // The signatures are the client package's own functions, so what receivers verify is what is signed.
 import { asymmetricSignature, legacySignature, secretKeyBytes, standardSignature } from '@hookline/verify';
+import { CappedMap } from '../lib/capped-map.js';
 
 /** HMAC keys by secret: importing a key costs more than hashing a small body, and secrets repeat. */
-const keyCache = new Map<string, { standard: KeyObject; legacy: KeyObject }>();
-const KEY_CACHE_MAX = 10_000;
+const keyCache = new CappedMap<string, { standard: KeyObject; legacy: KeyObject }>(10_000);
 
 function keysOf(secret: string): { standard: KeyObject; legacy: KeyObject } {
   let keys = keyCache.get(secret);
   if (keys === undefined) {
-    if (keyCache.size >= KEY_CACHE_MAX) keyCache.clear();
     keys = { standard: createSecretKey(secretKeyBytes(secret)), legacy: createSecretKey(Buffer.from(secret, 'utf8')) };
     keyCache.set(secret, keys);
   }

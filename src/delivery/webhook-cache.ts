@@ -1,4 +1,5 @@
 import type { Webhook } from '../domain/webhook.js';
+import { ExpiringCopies } from '../lib/expiring-copies.js';
 import type { WebhookChange, WebhookChangeListener } from '../store/webhook-changes.js';
 import type { WebhookSource } from '../store/webhooks.js';
 
@@ -8,29 +9,27 @@ import type { WebhookSource } from '../store/webhooks.js';
  * of it (`changed`, from the change feed), and any copy is read again after `ttlMs()` at the latest.
  */
 export class CachedWebhookSource implements WebhookSource, WebhookChangeListener {
-  private readonly entries = new Map<string, { webhook: Webhook | undefined; expiresAtMs: number }>();
-  /** Bumped by every invalidation: a read that started before one must not refill the cache. */
-  private generation = 0;
+  private readonly copies: ExpiringCopies<string, Webhook | undefined>;
 
   constructor(
     private readonly source: Pick<WebhookSource, 'getById' | 'disable'>,
     /** How long a copy may be used now (long while the change feed is live, short while it is not). */
     private readonly ttlMs: () => number,
     private readonly nowMs: () => number = Date.now,
-    private readonly maxEntries = 10_000,
-  ) {}
+    maxEntries = 10_000,
+  ) {
+    this.copies = new ExpiringCopies(maxEntries);
+  }
 
   async getById(webhookId: string): Promise<Webhook | undefined> {
     const now = this.nowMs();
-    const hit = this.entries.get(webhookId);
-    if (hit && hit.expiresAtMs > now) return hit.webhook;
-    const generation = this.generation;
+    const hit = this.copies.fresh(webhookId, now);
+    if (hit) return hit.value;
+    // An invalidation while the read is under way must not let it refill the cache.
+    const ticket = this.copies.ticket();
     const webhook = await this.source.getById(webhookId);
     const ttlMs = this.ttlMs();
-    if (ttlMs > 0 && generation === this.generation) {
-      if (this.entries.size >= this.maxEntries) this.entries.clear();
-      this.entries.set(webhookId, { webhook, expiresAtMs: now + ttlMs });
-    }
+    if (ttlMs > 0) this.copies.store(ticket, webhookId, webhook, now + ttlMs);
     return webhook;
   }
 
@@ -44,8 +43,7 @@ export class CachedWebhookSource implements WebhookSource, WebhookChangeListener
   }
 
   reset(): void {
-    this.generation += 1;
-    this.entries.clear();
+    this.copies.clear();
   }
 
   async disable(webhookId: string, reason: 'gone' | 'failing'): Promise<boolean> {
@@ -60,7 +58,6 @@ export class CachedWebhookSource implements WebhookSource, WebhookChangeListener
   }
 
   private invalidate(webhookId: string): void {
-    this.generation += 1;
-    this.entries.delete(webhookId);
+    this.copies.forget(webhookId);
   }
 }

@@ -6,6 +6,7 @@ import { BATCH_MAX, JOBS } from './jobs.js';
 import { backoffFromError, RetryLaterError, StorageUnavailableError } from './signals.js';
 import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, OPERATIONAL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
 import type { DeadLetterReplayer } from './replay.js';
+import { raceTimer } from '../lib/timer-race.js';
 
 export interface DeliveryWorkerPoolOptions {
   /** A connection made for BullMQ (maxRetriesPerRequest null, no auto-pipelining). */
@@ -104,21 +105,11 @@ export class DeliveryWorkerPool {
    * and the unfinished jobs return to the queue when their locks expire (nothing is lost).
    */
   async close(graceMs: number): Promise<'drained' | 'forced'> {
-    let timer: NodeJS.Timeout | undefined;
     const graceful = Promise.all(this.workers.map((w) => w.close())).then(() => 'drained' as const);
-    const deadline = new Promise<'forced'>((resolve) => {
-      timer = setTimeout(() => resolve('forced'), graceMs);
-    });
-    const result = await Promise.race([graceful, deadline]);
-    clearTimeout(timer);
+    const result = await raceTimer(graceful, graceMs, 'forced' as const);
     if (result === 'forced') {
       // Closing needs Redis; during an outage it would wait for Redis to come back. Give it a moment only.
-      let forceTimer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        Promise.all(this.workers.map((w) => w.close(true))),
-        new Promise<void>((resolve) => (forceTimer = setTimeout(resolve, FORCED_CLOSE_MS))),
-      ]);
-      clearTimeout(forceTimer);
+      await raceTimer(Promise.all(this.workers.map((w) => w.close(true))), FORCED_CLOSE_MS, undefined);
     }
     return result;
   }

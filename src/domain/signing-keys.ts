@@ -1,5 +1,6 @@
 import { createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { publicKeyText } from '@hookline/verify';
+import { CappedMap } from '../lib/capped-map.js';
 
 /**
  * Ed25519 signing keys of webhooks with `signature: "ed25519"` (Standard Webhooks `v1a`). Each
@@ -85,14 +86,12 @@ export function jwkOf(key: Pick<SigningKey, 'kid' | 'publicKey'>): SigningJwk {
 }
 
 /** Private KeyObjects by their PKCS#8 text: importing costs more than signing, and keys repeat. */
-const privateKeys = new Map<string, KeyObject>();
-const PRIVATE_KEYS_MAX = 10_000;
+const privateKeys = new CappedMap<string, KeyObject>(10_000);
 
 /** The KeyObject of a stored private key (cached). */
 export function privateKeyObject(privateKey: string): KeyObject {
   let key = privateKeys.get(privateKey);
   if (key === undefined) {
-    if (privateKeys.size >= PRIVATE_KEYS_MAX) privateKeys.clear();
     key = createPrivateKey({ key: Buffer.from(privateKey, 'base64'), format: 'der', type: 'pkcs8' });
     privateKeys.set(privateKey, key);
   }

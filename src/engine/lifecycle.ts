@@ -6,6 +6,7 @@ import type { AdminServer, HealthServer } from '../admin/server.js';
 import { redisUrlForLog } from '../config/redis-url.js';
 import type { Logger } from '../logger.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
+import { raceTimer } from '../lib/timer-race.js';
 
 /** How long past the grace period a shutdown may take at most, whatever Redis is doing. */
 export const SHUTDOWN_SLACK_MS = 5_000;
@@ -19,10 +20,12 @@ export class ShutdownSteps {
   /** Waits for `work` at most SHUTDOWN_STEP_MS (less when the deadline is nearer); what it left undone stays undone. */
   async run(work: Promise<unknown> | undefined): Promise<void> {
     if (work === undefined) return;
-    let timer: NodeJS.Timeout | undefined;
     const ms = Math.max(0, Math.min(SHUTDOWN_STEP_MS, this.endsAtMs - Date.now()));
-    await Promise.race([work.catch(() => undefined), new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
-    clearTimeout(timer);
+    await raceTimer(
+      work.catch(() => undefined),
+      ms,
+      undefined,
+    );
   }
 
   /**

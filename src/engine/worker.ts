@@ -7,6 +7,7 @@ import { DeliveryWorkerPool } from '../delivery/worker.js';
 import { fifoObserver } from '../metrics/observers.js';
 import type { Redis } from '../store/redis.js';
 import { composeDeliveryDeps, senderOptions, type DeliverySettings, type Stores } from './assembly.js';
+import { raceTimer } from '../lib/timer-race.js';
 
 export interface WorkerSettings extends DeliverySettings {
   /** A connection for BullMQ's workers (maxRetriesPerRequest null, no auto-pipelining). */
@@ -74,10 +75,12 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
       const [pooled, lined] = await Promise.all([pool.close(graceMs), fifo.close(graceMs)]);
       let result = pooled === 'drained' && lined === 'drained' ? pooled : ('forced' as const);
       // Attempts a batch handed off go on after their job completed; their outcome is recorded too.
-      let timer: NodeJS.Timeout | undefined;
       const left = Math.max(0, graceMs - (Date.now() - startedMs));
-      const idle = await Promise.race([slots.idle().then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), left)))]);
-      clearTimeout(timer);
+      const idle = await raceTimer(
+        slots.idle().then(() => true),
+        left,
+        false,
+      );
       if (!idle) result = 'forced';
       // Requests still in flight past the grace period are abandoned: their jobs run again elsewhere.
       await Promise.all([sender.close(idle ? undefined : 0), operationalSender?.close(0)]);

@@ -1,4 +1,6 @@
 import { compileFilter, type CompiledFilter, type FilterNode } from '../domain/filter.js';
+import { CappedMap } from '../lib/capped-map.js';
+import { ExpiringCopies } from '../lib/expiring-copies.js';
 import type { WebhookChange, WebhookChangeListener } from '../store/webhook-changes.js';
 
 /** Where the filters come from: each webhook's, in one round trip (undefined: none, or no such webhook). */
@@ -13,18 +15,19 @@ export interface FilterSource {
  * process hears of the change (`changed`), and after `ttlMs()` at the latest.
  */
 export class IngestFilters implements WebhookChangeListener {
-  private readonly entries = new Map<string, { check: CompiledFilter | undefined; expiresAtMs: number }>();
-  /** Bumped by every change heard: a read that started before one must not fill the cache. */
-  private generation = 0;
+  private readonly copies: ExpiringCopies<string, CompiledFilter | undefined>;
   /** Compiled filters by their JSON: webhooks that share a filter share its closures. */
-  private readonly compiled = new Map<string, CompiledFilter>();
+  private readonly compiled: CappedMap<string, CompiledFilter>;
 
   constructor(
     private readonly source: FilterSource,
     private readonly ttlMs: () => number,
     private readonly nowMs: () => number = Date.now,
-    private readonly maxEntries = 10_000,
-  ) {}
+    maxEntries = 10_000,
+  ) {
+    this.copies = new ExpiringCopies(maxEntries);
+    this.compiled = new CappedMap(maxEntries);
+  }
 
   /** Each webhook's compiled filter (undefined: it takes every event), in the order asked. */
   async checksOf(webhookIds: readonly string[]): Promise<(CompiledFilter | undefined)[]> {
@@ -32,33 +35,27 @@ export class IngestFilters implements WebhookChangeListener {
     const known = new Map<string, CompiledFilter | undefined>();
     const missing = new Set<string>();
     for (const id of webhookIds) {
-      const entry = this.entries.get(id);
-      if (entry !== undefined && entry.expiresAtMs > now) known.set(id, entry.check);
+      const entry = this.copies.fresh(id, now);
+      if (entry !== undefined) known.set(id, entry.value);
       else missing.add(id);
     }
     if (missing.size > 0) {
-      const generation = this.generation;
+      const ticket = this.copies.ticket();
       const ids = [...missing];
       const filters = await this.source.filtersOf(ids);
       ids.forEach((id, i) => known.set(id, this.compile(filters[i])));
-      // A change heard meanwhile may have made what was read stale: use it for this batch only.
-      if (generation === this.generation) {
-        if (this.entries.size + ids.length > this.maxEntries) this.entries.clear();
-        const expiresAtMs = now + this.ttlMs();
-        for (const id of ids) this.entries.set(id, { check: known.get(id), expiresAtMs });
-      }
+      // A change heard meanwhile may have made what was read stale: then it serves this batch only.
+      this.copies.storeMany(ticket, ids, (id) => known.get(id), now + this.ttlMs());
     }
     return webhookIds.map((id) => known.get(id));
   }
 
   changed(change: WebhookChange): void {
-    this.generation += 1;
-    this.entries.delete(change.webhookId);
+    this.copies.forget(change.webhookId);
   }
 
   reset(): void {
-    this.generation += 1;
-    this.entries.clear();
+    this.copies.clear();
   }
 
   private compile(filter: FilterNode | undefined): CompiledFilter | undefined {
@@ -66,7 +63,6 @@ export class IngestFilters implements WebhookChangeListener {
     const text = JSON.stringify(filter);
     let check = this.compiled.get(text);
     if (check === undefined) {
-      if (this.compiled.size >= this.maxEntries) this.compiled.clear();
       check = compileFilter(filter);
       this.compiled.set(text, check);
     }

@@ -1,5 +1,6 @@
 import { Cluster, Redis as RedisServer, ReplyError, type RedisOptions } from 'ioredis';
 import { parseRedisUrl } from '../config/redis-url.js';
+import { raceTimer } from '../lib/timer-race.js';
 
 /**
  * A Hookline connection: to one Redis server, or to a Redis Cluster. Both have the same command
@@ -281,19 +282,12 @@ export async function unblockClient(redis: Redis, client: ServerClient): Promise
 
 /** Resolves true when Redis answers PING within `timeoutMs`. */
 export async function pingRedis(redis: Redis, timeoutMs: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), timeoutMs);
-  });
-  try {
-    return await Promise.race([
-      redis.ping().then(
-        (reply) => reply === 'PONG',
-        () => false,
-      ),
-      timeout,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
+  return raceTimer(
+    redis.ping().then(
+      (reply) => reply === 'PONG',
+      () => false,
+    ),
+    timeoutMs,
+    false,
+  );
 }
