@@ -8,8 +8,9 @@ import type { DeliveryRecorder } from '../store/delivery-log.js';
 import type { EndpointMemory } from '../store/endpoints.js';
 import type { SendRateLimiter } from '../store/send-rate.js';
 import type { WebhookSource } from '../store/webhooks.js';
-import type { AttemptHealth, EndpointBreakers } from './breaker.js';
-import { attemptOutcome, decide, type Decision } from './classify.js';
+import type { EndpointBreakers } from './breaker.js';
+import { decide, type Decision } from './classify.js';
+import { interpret, type Interpretation } from './interpret.js';
 import type { SendRequest, SendResult } from './http-sender.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { SingleDelivery } from './queue.js';
@@ -123,17 +124,6 @@ export type FinishedOutcome =
   /** A delivery found already finished (a batch re-run, a hand-off whose attempt succeeded). */
   | { kind: 'skipped'; job: DeliverJob };
 
-/**
- * What an attempt says about the endpoint's health (a 4xx the receiver chose to send is healthy). A
- * 429 is too: the receiver is up and asks for less, which the endpoint's concurrency limit and a
- * Retry-After pause answer; counted as failures, the 429s of a burst past its capacity would open
- * the circuit of a receiver that is merely busy.
- */
-function healthOf(result: SendResult): AttemptHealth {
-  if (result.kind === 'error') return result.errorClass === 'timeout' ? 'timeout' : result.errorClass === 'ssrf_blocked' ? 'healthy' : 'failed';
-  return result.status >= 500 ? 'failed' : 'healthy';
-}
-
 const STATUS_OF: Record<Decision['action'], Exclude<DeliveryStatus, 'pending' | 'replayed' | 'dropped'>> = {
   delivered: 'delivered',
   retry: 'retrying',
@@ -151,6 +141,9 @@ const CIRCUIT_OPEN: SendResult = {
   message: 'not sent: the endpoint failed lately and its circuit is open; the attempt counts on the retry schedule',
   durationMs: 0,
 };
+
+/** How a send that threw (a bug: send() reports failures as values) ends its attempt at the endpoint: a failure that says nothing about capacity. */
+const SEND_THREW = { health: 'failed', flow: 'neutral', retryAfterMs: undefined } as const;
 
 /** An attempt that may start: its slot is held and the breaker knows it (release both with `end`). */
 interface StartedAttempt {
@@ -486,19 +479,20 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
       result = await deps.sender.send(request);
     } catch (error) {
       // send() reports failures as values; an exception is a bug, but must not leak the slot.
-      deps.flow.end(started.endpoint, started.flowTicket, undefined, started.ceiling);
-      deps.breakers.finish(started.endpoint, started.ticket, 'failed', deps.nowMs());
+      deps.flow.end(started.endpoint, started.flowTicket, SEND_THREW, started.ceiling);
+      deps.breakers.finish(started.endpoint, started.ticket, SEND_THREW.health, deps.nowMs());
       deps.slots.release(started.suspect);
       throw error;
     }
     const endedMs = deps.nowMs();
-    deps.flow.end(started.endpoint, started.flowTicket, result, started.ceiling);
-    deps.breakers.finish(started.endpoint, started.ticket, healthOf(result), endedMs);
-    if (result.kind === 'response') share(started.endpoint);
+    const answer = interpret(result, endedMs);
+    deps.flow.end(started.endpoint, started.flowTicket, answer, started.ceiling);
+    deps.breakers.finish(started.endpoint, started.ticket, answer.health, endedMs);
+    if (answer.answered) share(started.endpoint);
     // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
     // at most as many attempts as it has slots (sent or answered, but not yet recorded).
     try {
-      return await conclude(data, webhook, attemptNo, result, startedMs, endedMs, sentRequest(request, deps.sender.userAgent));
+      return await conclude(data, webhook, attemptNo, result, answer, startedMs, endedMs, sentRequest(request, deps.sender.userAgent));
     } finally {
       deps.slots.release(started.suspect);
     }
@@ -507,7 +501,7 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
   /** Records an attempt that came due while the endpoint's circuit was open, without sending it. */
   function recordCircuitOpen(data: DeliverJob, webhook: Webhook, attemptNo: number): Promise<AttemptEnd> {
     const nowMs = deps.nowMs();
-    return conclude(data, webhook, attemptNo, CIRCUIT_OPEN, nowMs, nowMs);
+    return conclude(data, webhook, attemptNo, CIRCUIT_OPEN, interpret(CIRCUIT_OPEN, nowMs), nowMs, nowMs);
   }
 
   /** Decides what follows an attempt, records it, disables the webhook when it must be, logs and counts. */
@@ -516,12 +510,13 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
     webhook: Webhook,
     attemptNo: number,
     result: SendResult,
+    answer: Interpretation,
     startedMs: number,
     endedMs: number,
     sent?: SentRequest,
   ): Promise<AttemptEnd> {
-    const decision = decide({ result, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, nowMs: endedMs, random: deps.random });
-    const outcome = attemptOutcome(result);
+    const decision = decide({ answer, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, random: deps.random });
+    const { outcome } = answer;
     let failingSinceMs: number | undefined;
     try {
       ({ failingSinceMs } = await deps.recorder.recordAttempt({

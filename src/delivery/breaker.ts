@@ -1,7 +1,9 @@
+import type { AttemptHealth } from './interpret.js';
+
 /** Tuning of the per-endpoint circuit breakers. */
 export interface BreakerOptions {
   /**
-   * Failed attempts in a row (5xx, 429, connection errors, timeouts), counted in the order the
+   * Failed attempts in a row (a `failed` or `timeout` health: see interpret.ts), counted in the order the
    * attempts started, that open the circuit of an endpoint with no healthy answer in `windowMs`.
    */
   failureThreshold: number;
@@ -49,9 +51,6 @@ export type Admission =
   | { admitted: true; probe: boolean; lane: 'healthy' | 'suspect' }
   | { admitted: false; reason: 'open' | 'probing' | 'slow'; retryAtMs: number }
   | { admitted: false; reason: 'first_contact'; settled: Promise<void>; retryAtMs: number; contactStartedMs: number };
-
-/** How an attempt ended, for the breaker: a response in time, a failure, or a timeout. */
-export type AttemptHealth = 'healthy' | 'failed' | 'timeout';
 
 /** Why a circuit opened. */
 export type OpenReason = 'failure_rate' | 'consecutive_failures' | 'consecutive_timeouts' | 'probe_failed';
@@ -182,7 +181,7 @@ export class EndpointBreakers {
     settle?.resolve();
   }
 
-  /** Records how an attempt ended. `failed`: connection errors and 5xx/429; `timeout`: no answer in time. */
+  /** Records how an attempt ended, its health as interpret.ts reads the answer. */
   finish(endpoint: string, ticket: number, health: AttemptHealth, nowMs: number): void {
     const state = this.stateOf(endpoint);
     const startedMs = state.inflight.get(ticket) ?? nowMs;

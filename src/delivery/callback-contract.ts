@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { WebhookEventType } from '../domain/events.js';
 import { LOWER_CASE_UUID_RE } from '../domain/ids.js';
-import type { Decision } from './classify.js';
+import { READINGS, type AnswerAction } from './interpret.js';
 
 /**
  * What a callback URL receives besides the envelope (`envelopeSchema`), and how its answers are
@@ -52,52 +52,37 @@ export function deliveryHeadersSchema(eventType: WebhookEventType) {
   });
 }
 
-/** One way the engine reads a receiver's answer: what `decide` does with it. */
+/** One answer of the OpenAPI webhooks section: what `decide` does with it, from the rows of `READINGS` it covers. */
 export interface ReceiverAnswer {
   /** An OpenAPI response key: a status, a range such as `2XX`, or `default`. */
   status: string;
-  action: Decision['action'];
+  action: AnswerAction;
   /** Whether a Retry-After header on this answer sets the delay of the next attempt. */
   honoursRetryAfter: boolean;
   description: string;
 }
 
-/** How the engine reads a receiver's answers (see `decide` in classify.ts), most specific first. */
+/** The answers the webhooks section names on their own; every other row of the table is its `default`. */
+const NAMED_ANSWERS = ['2XX', '410', '429', '503'];
+
+const RETRIES =
+  'Retries follow the schedule (0 s, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h by default, ±20 % jitter); the delivery is ' +
+  'dead-lettered after the last attempt. Failures of an endpoint open its circuit (docs/delivery-semantics.md, Isolation).';
+
+/** How the engine reads a receiver's answers (the table in interpret.ts), most specific first. */
 export const RECEIVER_ANSWERS: readonly ReceiverAnswer[] = [
-  {
-    status: '2XX',
-    action: 'delivered',
-    honoursRetryAfter: false,
-    description: 'Delivered: any 2xx within the attempt timeout (15 s by default). The body is ignored; its first 4 KiB are kept in the attempt log.',
-  },
-  {
-    status: '410',
-    action: 'disable',
-    honoursRetryAfter: false,
-    description: 'Gone: the webhook is disabled at once (disabled_reason gone) and this delivery is not retried. PATCH enabled=true turns it back on.',
-  },
-  {
-    status: '429',
-    action: 'retry',
-    honoursRetryAfter: true,
-    description:
-      'Too many requests: retried after Retry-After (seconds or an HTTP date; at most 24 h, and never past the last scheduled attempt), ' +
-      'else on the retry schedule. Dead-lettered after the last attempt.',
-  },
-  {
-    status: '503',
-    action: 'retry',
-    honoursRetryAfter: true,
-    description:
-      'Unavailable: retried after Retry-After (seconds or an HTTP date; at most 24 h, and never past the last scheduled attempt), ' +
-      'else on the retry schedule. Dead-lettered after the last attempt.',
-  },
+  ...NAMED_ANSWERS.map((status) => {
+    const reading = READINGS.find((r) => r.answer === status)!;
+    const description = reading.action === 'retry' ? `${reading.description} ${RETRIES}` : reading.description;
+    return { status, action: reading.action, honoursRetryAfter: reading.honoursRetryAfter, description };
+  }),
   {
     status: 'default',
     action: 'retry',
     honoursRetryAfter: false,
-    description:
-      'Any other status, 3xx included (redirects are not followed), and no answer within the timeout: retried on the schedule ' +
-      '(0 s, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h by default, ±20 % jitter); dead-lettered after the last attempt.',
+    description: [
+      ...READINGS.filter((r) => !NAMED_ANSWERS.includes(r.answer) && r.answer !== 'circuit_open').map((r) => `${r.answer}: ${r.description}`),
+      RETRIES,
+    ].join(' '),
   },
 ];

@@ -1,7 +1,6 @@
-import { ConcurrencyLimits, PAUSE_MS_MAX, type FlowAdmission, type FlowSignal, type FlowView } from '../domain/concurrency-limit.js';
+import { ConcurrencyLimits, PAUSE_MS_MAX, type FlowAdmission, type FlowView } from '../domain/concurrency-limit.js';
 import type { WorkerFlow } from '../store/endpoint-flow.js';
-import { parseRetryAfterMs } from './classify.js';
-import type { SendResult } from './http-sender.js';
+import type { Interpretation } from './interpret.js';
 
 /** What the flow control needs to share with other workers (see store/endpoint-flow.ts). */
 export interface SharedPauses {
@@ -17,14 +16,6 @@ export type FlowEvent = { kind: 'decreased'; limit: number } | { kind: 'paused';
 const KNOWN_ENDPOINTS_MAX = 10_000;
 /** Changed limits written for the stats endpoint at most this often. */
 const REPORT_EVERY_MS = 1_000;
-
-/** How an attempt's result speaks to the endpoint's capacity: 429, 503, timeouts and connection errors are push-back. */
-function flowSignalOf(result: SendResult): FlowSignal {
-  if (result.kind === 'error')
-    return result.errorClass === 'timeout' || result.errorClass === 'connect' || result.errorClass === 'network' ? 'congested' : 'neutral';
-  if (result.status === 429 || result.status === 503) return 'congested';
-  return result.status >= 500 ? 'neutral' : 'ok';
-}
 
 /**
  * One worker's flow control of receiver endpoints: an AIMD concurrency limit per endpoint (its own,
@@ -119,18 +110,17 @@ export class EndpointFlow {
   }
 
   /**
-   * Ends an attempt: adapts the limit, and on a 429 or 503 with a Retry-After pauses the endpoint
-   * for every worker (at most PAUSE_MS_MAX).
+   * Ends an attempt: adapts the limit to the answer's flow signal, and when the answer asks for a
+   * wait (a Retry-After) pauses the endpoint for every worker (at most PAUSE_MS_MAX).
    */
-  end(endpoint: string, ticket: number, result: SendResult | undefined, ceiling: number): void {
+  end(endpoint: string, ticket: number, answer: Pick<Interpretation, 'flow' | 'retryAfterMs'>, ceiling: number): void {
     const nowMs = this.nowMs();
-    const change = this.limits.end(endpoint, ticket, result === undefined ? 'neutral' : flowSignalOf(result), ceiling);
+    const change = this.limits.end(endpoint, ticket, answer.flow, ceiling);
     if (change.decreased) this.onEvent({ kind: 'decreased', limit: change.limit });
     this.markChanged(endpoint);
     // One ended; one more may fit too when the limit grew.
     this.freed(endpoint, Math.max(1, Math.min(this.limits.room(endpoint, nowMs), 2)));
-    if (result?.kind !== 'response' || (result.status !== 429 && result.status !== 503)) return;
-    const askedMs = parseRetryAfterMs(result.retryAfter, nowMs);
+    const askedMs = answer.retryAfterMs;
     if (askedMs === undefined || askedMs <= 0) return;
     const untilMs = this.limits.pause(endpoint, nowMs + Math.min(askedMs, PAUSE_MS_MAX), nowMs);
     this.onEvent({ kind: 'paused', forMs: untilMs - nowMs });

@@ -2,7 +2,8 @@ import type { Job } from 'bullmq';
 import { newId } from '../domain/ids.js';
 import type { Logger } from '../logger.js';
 import type { EngineDisabledReason, TransitionListener, WebhookTransition } from '../store/webhooks.js';
-import { attemptOutcome, decide } from './classify.js';
+import { decide } from './classify.js';
+import { interpret } from './interpret.js';
 import type { SendRequest, SendResult } from './http-sender.js';
 import { JOBS, type OperationalWebhookJob } from './jobs.js';
 import type { DeliveryQueues } from './queue.js';
@@ -125,7 +126,8 @@ export function createOperationalProcessor(deps: OperationalProcessorDeps): (job
         secrets: [deps.target.secret],
       }),
     });
-    const decision = decide({ result, attemptsMade: attempt, scheduleMs: deps.retryScheduleMs, nowMs: deps.nowMs(), random: deps.random });
+    const answer = interpret(result, deps.nowMs());
+    const decision = decide({ answer, attemptsMade: attempt, scheduleMs: deps.retryScheduleMs, random: deps.random });
     const line = {
       messageId: message.id,
       type: message.type,
@@ -133,7 +135,7 @@ export function createOperationalProcessor(deps: OperationalProcessorDeps): (job
       vendorId: message.vendorId,
       target,
       attempt,
-      outcome: attemptOutcome(result),
+      outcome: answer.outcome,
       status: result.kind === 'response' ? result.status : undefined,
       durationMs: Math.round(result.durationMs),
     };

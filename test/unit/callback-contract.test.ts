@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { deliveryHeadersSchema, RECEIVER_ANSWERS } from '../../src/delivery/callback-contract.js';
 import { decide } from '../../src/delivery/classify.js';
+import { interpret } from '../../src/delivery/interpret.js';
 import { signatureHeaders } from '../../src/delivery/sign.js';
 
 const SCHEDULE_MS = [0, 5_000, 300_000];
@@ -17,10 +18,9 @@ const SAMPLES: Record<string, number[]> = {
 
 const decided = (status: number, retryAfter?: string) =>
   decide({
-    result: { kind: 'response', status, retryAfter, bodySnippet: '', durationMs: 5 },
+    answer: interpret({ kind: 'response', status, retryAfter, bodySnippet: '', durationMs: 5 }, 0),
     attemptsMade: 1,
     scheduleMs: SCHEDULE_MS,
-    nowMs: 0,
     random: () => 0.5,
   });
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { attemptOutcome, decide, jitteredDelayMs, parseRetryAfterMs, type Decision } from '../../src/delivery/classify.js';
+import { decide, jitteredDelayMs, type Decision } from '../../src/delivery/classify.js';
+import { interpret, parseRetryAfterMs } from '../../src/delivery/interpret.js';
 import type { SendResult } from '../../src/delivery/http-sender.js';
 import type { AttemptErrorClass } from '../../src/domain/delivery.js';
 
@@ -15,10 +16,10 @@ const response = (status: number, retryAfter?: string): SendResult => ({ kind: '
 const failure = (errorClass: AttemptErrorClass): SendResult => ({ kind: 'error', errorClass, message: 'x', durationMs: 12 });
 
 function decided(result: SendResult, attemptsMade: number, random: () => number = MIDDLE, scheduleMs = SCHEDULE): Decision {
-  return decide({ result, attemptsMade, scheduleMs, nowMs: NOW, random });
+  return decide({ answer: interpret(result, NOW), attemptsMade, scheduleMs, random });
 }
 
-describe('attemptOutcome', () => {
+describe('interpret(…).outcome', () => {
   it.each<[SendResult, string]>([
     [response(200), 'delivered'],
     [response(201), 'delivered'],
@@ -43,7 +44,7 @@ describe('attemptOutcome', () => {
     [failure('ssrf_blocked'), 'ssrf_blocked'],
     [failure('network'), 'network'],
   ])('%o → %s', (result, outcome) => {
-    expect(attemptOutcome(result)).toBe(outcome);
+    expect(interpret(result, NOW).outcome).toBe(outcome);
   });
 });
 
