@@ -1,24 +1,20 @@
 import type { Webhook } from '../domain/webhook.js';
-import { endpointKey } from '../domain/endpoint.js';
 import { privateKeyObject } from '../domain/signing-keys.js';
 import { signingSecrets, webhookSigningKeys } from '../domain/webhook.js';
 import type { Logger } from '../logger.js';
 import type { AttemptOutcome, DeliveryStatus, SentRequest } from '../domain/delivery.js';
 import type { DeliveryRecorder } from '../store/delivery-log.js';
-import type { EndpointMemory } from '../store/endpoints.js';
-import type { SendRateLimiter } from '../store/send-rate.js';
 import type { WebhookSource } from '../store/webhooks.js';
-import type { EndpointBreakers } from './breaker.js';
 import { decide, type Decision } from './classify.js';
 import { interpret, type Interpretation } from './interpret.js';
 import type { SendRequest, SendResult } from './http-sender.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { SingleDelivery } from './queue.js';
-import type { SendSlots } from './send-slots.js';
 import { deliveryHeaders } from './sign.js';
-import type { EndpointFlow } from './endpoint-flow.js';
 import type { StorageGate } from './storage-gate.js';
-import type { DeferralWakeups, DeferredRef } from './wakeups.js';
+import type { DeferralWakeups, DeferredRef } from './endpoints/wakeups.js';
+import type { AdmitOptions, EndpointAdmission, Lease } from './endpoints/admission.js';
+import type { DeferReason } from './endpoints/deferral.js';
 import { pauseHoldEndMs, type PauseHolds } from './pause-holds.js';
 import type { HeldJob } from '../store/held-deliveries.js';
 
@@ -39,21 +35,14 @@ export interface DeliveryProcessorDeps {
     park(parks: readonly { jobId: string; deliveries: DeliverJob[]; delayMs: number }[]): Promise<void>;
     promote(refs: readonly Pick<DeferredRef, 'webhookId' | 'jobId' | 'parked'>[]): Promise<void>;
   };
-  breakers: EndpointBreakers;
-  /** The attempts this process runs at once. */
-  slots: SendSlots;
+  /** Whether an attempt may start, and the lease of what it holds (see endpoints/admission.ts). */
+  admission: Pick<EndpointAdmission, 'admit'>;
   /** Closed while storage fails: no new sends then (see StorageGate). */
   gate: StorageGate;
   /** Wakes deferred deliveries when their endpoint takes deliveries again. */
-  wakeups: Pick<DeferralWakeups, 'register'>;
+  wakeups: Pick<DeferralWakeups<never>, 'register'>;
   /** Where deliveries held for their webhook's pause are noted, and released when an enable raced a hold. */
   holds: Pick<PauseHolds, 'hold' | 'release'>;
-  /** The shared send windows of webhooks with a `rate_limit_per_second`. */
-  sendRate: SendRateLimiter;
-  /** Each endpoint's adaptive concurrency limit and Retry-After pause (see endpoint-flow.ts). */
-  flow: EndpointFlow;
-  /** What workers know about receiver endpoints across processes and restarts; absent: nothing shared. */
-  endpointMemory?: EndpointMemory;
   logger: Logger;
   /** Delay before each attempt; its length is the number of attempts. */
   retryScheduleMs: readonly number[];
@@ -70,33 +59,11 @@ export interface DeliveryProcessorDeps {
    * waiting for its first answer, or in flight to it, leave as single jobs after this.
    */
   suspectHoldMs: number;
-  /**
-   * How long a delivery held back behind an endpoint that has not proven itself (no answer yet, slow
-   * lately, or the suspect share of the slots taken) is deferred. The wakeups send the endpoint one
-   * of them at a time meanwhile and bring the rest back as soon as it answers in time, so this is
-   * only when they come back by themselves (this process gone, or the endpoint never answering).
-   * Default twice the delivery timeout plus one open period (the time two contacts and the circuit's
-   * first open period take).
-   */
-  unprovenHoldMs?: number;
-  /**
-   * How far past the time its schedule made it due an open circuit may hold a delivery back (one
-   * open period). Beyond that the due attempt is recorded as failed (`circuit_open`, not sent) and
-   * the schedule goes on, so a circuit never stretches a delivery's life past its retry schedule.
-   */
-  circuitHoldMs: number;
   nowMs: () => number;
   random: () => number;
   /** Called once per finished attempt or drop (metrics). */
   onOutcome?: (outcome: FinishedOutcome) => void;
 }
-
-/**
- * Why a delivery was put back without an attempt: its endpoint's breaker (open, probing, slow), its
- * webhook's rate limit, its endpoint's concurrency limit, a pause its endpoint asked for
- * (Retry-After), or its webhook paused by its vendor (held until enabled; see pause-holds.ts).
- */
-export type DeferReason = 'open' | 'probing' | 'slow' | 'rate_limited' | 'concurrency' | 'paused' | 'webhook_paused';
 
 /** Why a delivery was dead-lettered without a request: its webhook disabled by the engine, or paused past the delivery's retry window. */
 type UnsentOutcome = 'webhook_disabled' | 'paused_expired';
@@ -143,61 +110,7 @@ const CIRCUIT_OPEN: SendResult = {
 };
 
 /** How a send that threw (a bug: send() reports failures as values) ends its attempt at the endpoint: a failure that says nothing about capacity. */
-const SEND_THREW = { health: 'failed', flow: 'neutral', retryAfterMs: undefined } as const;
-
-/** An attempt that may start: its slot is held and the breaker knows it (release both with `end`). */
-interface StartedAttempt {
-  endpoint: string;
-  ticket: number;
-  suspect: boolean;
-  /** The endpoint's flow ticket, and the ceiling its limit may grow to. */
-  flowTicket: number;
-  ceiling: number;
-}
-
-/**
- * Admission: an attempt may start; or it is deferred (held back without spending an attempt) until
- * `retryAtMs`, and woken earlier when `wakeOn` (its endpoint) takes deliveries again; or it is due
- * past what an open circuit may hold it (record `circuit_open`); or storage is failing (send
- * nothing; the job runs again). A rate-limited delivery has no `wakeOn`: its endpoint is healthy,
- * and its time is its place in the line for the webhook's tokens.
- */
-export type Admitted =
-  | { ok: true; started: StartedAttempt }
-  | { ok: false; kind: 'deferred'; wakeOn: string | undefined; retryAtMs: number; reason: DeferReason }
-  | { ok: false; kind: 'circuit_open' }
-  | { ok: false; kind: 'storage' };
-
-export interface AdmitOptions {
-  /** When the retry schedule made this attempt due. */
-  dueAtMs: number;
-  /** The storage gate's epoch when the job started. */
-  epoch: number;
-  /** Resolves when a wait for a first contact's answer must give up. */
-  giveUp: Promise<void>;
-  /** A replay or test event: probe an open circuit now. */
-  forceProbe?: boolean;
-  /**
-   * Spreads deliveries the breaker defers over this much past their retry time, so a herd held back
-   * behind one endpoint does not come back at one instant (0: not spread).
-   */
-  deferJitterMs: number;
-  /**
-   * How long a delivery may wait in the process for room at its endpoint's concurrency limit (a
-   * batch: not at all, since every batch a full endpoint holds holds the healthy deliveries of the
-   * batches behind it, and the deferral's wakeup brings the delivery back as soon as there is room;
-   * a single job 250 ms, rather than going back to the queue at once to find the endpoint full again).
-   */
-  roomWaitMs: number;
-  /**
-   * The caller registers a deferral behind an endpoint with the wakeups (batches and single jobs
-   * do): one behind an unproven endpoint is then held for long (`unprovenHoldMs`), the wakeups
-   * bringing it back. Without (a FIFO line's head), it looks again when the attempt in flight has
-   * ended, or in 0.25 to 1 s when only the suspect share of the slots was taken.
-   */
-  wokenByWakeups: boolean;
-  onWaiting?: (waiting: boolean) => void;
-}
+const SEND_THREW = { health: 'failed', flow: 'neutral', retryAfterMs: undefined, answered: false } as const;
 
 /** What ran: the outcome for metrics, and the delay when the delivery must be tried again. */
 export interface AttemptEnd {
@@ -206,68 +119,11 @@ export interface AttemptEnd {
 }
 
 /**
- * When a delivery deferred for its endpoint's concurrency limit looks again at the latest (plus up to
- * as much at random): the wakeups bring it back sooner, as soon as the endpoint has room.
- */
-const CONCURRENCY_RETRY_MS = 1_000;
-
-/** How often a delivery waiting only for the worker's slots at its endpoint looks again by itself. */
-const ROOM_RECHECK_MS = 250;
-
-/** Known endpoints remembered per process at most (the endpoint-memory lookups). */
-const KNOWN_ENDPOINTS_MAX = 10_000;
-
-/**
  * The steps every delivery shares, whether it runs in a batch or on its own: admission through the
  * storage gate, the endpoint's breaker and a send slot, sign and send, decide, record (one round
  * trip), disable the webhook when it must be, one log line, metrics.
  */
 export function deliverySteps(deps: DeliveryProcessorDeps) {
-  const endpoints = new Map<string, string>();
-  const endpointFor = (webhook: Webhook) => {
-    const vendorUrl = `${webhook.vendorId} ${webhook.callbackUrl}`;
-    let endpoint = endpoints.get(vendorUrl);
-    if (endpoint === undefined) {
-      if (endpoints.size >= 10_000) endpoints.clear();
-      endpoint = endpointKey(webhook.vendorId, webhook.callbackUrl);
-      endpoints.set(vendorUrl, endpoint);
-    }
-    return endpoint;
-  };
-
-  // Lookups in the shared endpoint memory, once per endpoint; and the endpoints it is known to hold
-  // (learnt from it, or written to it by this process).
-  const lookups = new Map<string, Promise<void>>();
-  const shared = new Set<string>();
-  /** Learns, once per endpoint, whether another worker (or this one before a restart) saw it answer. */
-  function learn(endpoint: string): Promise<void> | undefined {
-    const memory = deps.endpointMemory;
-    if (memory === undefined || deps.breakers.hasAnswered(endpoint)) return undefined;
-    let lookup = lookups.get(endpoint);
-    if (lookup === undefined) {
-      if (lookups.size >= KNOWN_ENDPOINTS_MAX) lookups.clear();
-      lookup = memory.answeredLately(endpoint).then(
-        (answered) => {
-          if (!answered) return;
-          deps.breakers.markAnswered(endpoint);
-          shared.add(endpoint);
-        },
-        // Unknown for now (storage failing): a first contact as without the memory; asked again later.
-        () => void lookups.delete(endpoint),
-      );
-      lookups.set(endpoint, lookup);
-    }
-    return lookup;
-  }
-  /** After an answer: tell other workers, once per endpoint and process, unless they told us. */
-  function share(endpoint: string): void {
-    const memory = deps.endpointMemory;
-    if (memory === undefined || shared.has(endpoint)) return;
-    if (shared.size >= KNOWN_ENDPOINTS_MAX) shared.clear();
-    shared.add(endpoint);
-    memory.rememberAnswered(endpoint, deps.nowMs()).catch(() => shared.delete(endpoint));
-  }
-
   /**
    * The one wide line of an attempt (`delivery.attempted`): at info when it delivered, at warn when
    * it failed, dead-lettered the delivery or disabled the webhook.
@@ -342,159 +198,34 @@ export function deliverySteps(deps: DeliveryProcessorDeps) {
     if (webhook?.disabled?.reason !== 'paused') await deps.holds.release(webhookId, jobs);
   }
 
-  const unprovenHoldMs = deps.unprovenHoldMs ?? 2 * deps.deliveryTimeoutMs + deps.circuitHoldMs;
-
-  /**
-   * Why an attempt that the breaker holds back is deferred, or recorded as `circuit_open` when it is
-   * overdue. Behind an unproven endpoint (a first contact in flight, or slow lately) it is deferred
-   * for the hold, woken by the wakeups as soon as the endpoint answers in time.
-   */
-  function notAdmitted(endpoint: string, reason: 'open' | 'probing' | 'slow' | 'first_contact', retryAtMs: number, options: AdmitOptions): Admitted {
-    if ((reason === 'open' || reason === 'probing') && retryAtMs > options.dueAtMs + deps.circuitHoldMs) return { ok: false, kind: 'circuit_open' };
-    const held = reason !== 'open' && reason !== 'probing' && options.wokenByWakeups;
-    const heldUntilMs = held ? Math.max(retryAtMs, deps.nowMs() + unprovenHoldMs) : retryAtMs;
-    const spreadAtMs = Math.round(heldUntilMs + deps.random() * options.deferJitterMs);
-    return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs: spreadAtMs, reason: reason === 'first_contact' ? 'slow' : reason };
+  /** Admission (see endpoints/admission.ts): a lease, or why the attempt may not start. */
+  function admit(webhook: Webhook, options: AdmitOptions) {
+    return deps.admission.admit(webhook, options);
   }
 
-  /**
-   * A send token of a rate-limited webhook (one round trip; none for an unlimited one), taken last,
-   * with the slot held and the breaker's attempt started, so that the send follows it at once: a
-   * token taken long before its send could let sends bunch up past the limit. Undefined: the send
-   * may go; else why not.
-   */
-  async function rateLimited(webhook: Webhook, nowMs: () => number): Promise<Admitted | undefined> {
-    if (webhook.rateLimitPerSecond === undefined) return undefined;
-    let grant: Awaited<ReturnType<SendRateLimiter['take']>>;
+  /** Signs, sends, decides and records one admitted attempt; always ends its lease. */
+  async function attempt(data: DeliverJob, webhook: Webhook, attemptNo: number, lease: Lease): Promise<AttemptEnd> {
     try {
-      grant = await deps.sendRate.take(webhook.id, webhook.rateLimitPerSecond);
-    } catch {
-      // Storage fails: nothing is sent until it answers (the job runs again).
-      deps.gate.close();
-      return { ok: false, kind: 'storage' };
-    }
-    return grant.sent ? undefined : { ok: false, kind: 'deferred', wakeOn: undefined, retryAtMs: nowMs() + grant.retryInMs, reason: 'rate_limited' };
-  }
-
-  /**
-   * Waits for the endpoint's breaker and a send slot. `first_contact` waits in the process for the
-   * endpoint's first answer (until `giveUp` resolves, and only while that contact has been in flight
-   * less than `suspectHoldMs`: past that it is likely hanging); a slot is waited for in turn (healthy
-   * endpoints always keep part of the slots, so the wait ends). Everything else is deferred, or
-   * recorded as `circuit_open` when an open circuit would hold it past its due time by more than
-   * one open period. A rate-limited webhook's delivery then takes a place in its send window, or is
-   * deferred to its place in the line (`rate_limited`, no attempt spent). Nothing is sent while the
-   * storage gate is closed, or once it has closed since the job started (its queue lock may have
-   * been lost meanwhile). The endpoint's flow control comes before the slot: a delivery to an
-   * endpoint paused by a Retry-After is deferred (`paused`) to the pause's end; one to an endpoint
-   * at its concurrency limit waits in the process for room like a first contact for its answer
-   * (holding no slot) for at most `roomWaitMs`, and is deferred (`concurrency`) after that.
-   */
-  async function admit(webhook: Webhook, options: AdmitOptions): Promise<Admitted> {
-    const endpoint = endpointFor(webhook);
-    await Promise.all([learn(endpoint), deps.flow.learn(endpoint)]);
-    const ceiling = Math.min(webhook.maxConcurrency ?? deps.slots.total, deps.slots.total);
-    let gaveUp = false;
-    void options.giveUp.then(() => (gaveUp = true));
-    const forceProbe = options.forceProbe ?? false;
-    const roomWaitEndMs = deps.nowMs() + options.roomWaitMs;
-    for (;;) {
-      if (!deps.gate.allows(options.epoch)) return { ok: false, kind: 'storage' };
-      const pre = deps.breakers.admit(endpoint, deps.nowMs(), forceProbe);
-      if (!pre.admitted) {
-        // A contact unanswered for longer than a batch may wait is not worth waiting for any more.
-        if (pre.reason !== 'first_contact' || gaveUp || deps.nowMs() - pre.contactStartedMs >= deps.suspectHoldMs)
-          return notAdmitted(endpoint, pre.reason, pre.retryAtMs, options);
-        options.onWaiting?.(true);
-        await Promise.race([pre.settled, options.giveUp]);
-        options.onWaiting?.(false);
-        continue;
+      // One instant for both: the attempt is recorded at startedMs, and signed with its whole seconds,
+      // so the delivery log rebuilds the exact webhook-timestamp from the record.
+      const startedMs = deps.nowMs();
+      const request = buildRequest(data, webhook, attemptNo, startedMs, deps.deliveryTimeoutMs);
+      let result: SendResult;
+      try {
+        result = await deps.sender.send(request);
+      } catch (error) {
+        // send() reports failures as values; an exception is a bug, but must not leave the endpoint waiting.
+        lease.settle(SEND_THREW, deps.nowMs());
+        throw error;
       }
-      const flow = deps.flow.tryStart(endpoint, ceiling);
-      if (!flow.started) {
-        const spreadMs = deps.random() * Math.max(1_000, options.deferJitterMs);
-        if (flow.reason === 'paused')
-          return { ok: false, kind: 'deferred', wakeOn: undefined, retryAtMs: Math.round(flow.untilMs + spreadMs), reason: 'paused' };
-        // An endpoint held only by the worker's own slots (it never pushed back, no max_concurrency)
-        // is waited for as a slot is, however long (looking again every ROOM_RECHECK_MS in case a
-        // wakeup went to a delivery that no longer needed it): deferring it would only add queue
-        // round trips.
-        const bySlotsOnly = ceiling >= deps.slots.total && deps.flow.limitOf(endpoint) >= ceiling;
-        const waitMs = bySlotsOnly ? ROOM_RECHECK_MS : roomWaitEndMs - deps.nowMs();
-        if (waitMs <= 0)
-          return {
-            ok: false,
-            kind: 'deferred',
-            wakeOn: endpoint,
-            retryAtMs: Math.round(deps.nowMs() + CONCURRENCY_RETRY_MS + spreadMs),
-            reason: 'concurrency',
-          };
-        await deps.flow.waitForRoom(endpoint, waitMs);
-        continue;
-      }
-      const notStarted = (suspect = false) => {
-        deps.flow.cancel(endpoint, flow.ticket);
-        deps.slots.release(suspect);
-      };
-      await deps.slots.acquire();
-      if (!deps.gate.allows(options.epoch)) {
-        notStarted();
-        return { ok: false, kind: 'storage' };
-      }
-      const nowMs = deps.nowMs();
-      const admission = deps.breakers.admit(endpoint, nowMs, forceProbe);
-      if (!admission.admitted) {
-        notStarted();
-        continue;
-      }
-      const suspect = admission.lane === 'suspect';
-      if (suspect && !deps.slots.markSuspect()) {
-        // The suspect share is taken: the wakeups send this endpoint a contact when a suspect slot frees.
-        notStarted();
-        const heldMs = options.wokenByWakeups ? unprovenHoldMs + deps.random() * Math.max(1_000, options.deferJitterMs) : 250 + deps.random() * 750;
-        const retryAtMs = Math.round(nowMs + heldMs);
-        return { ok: false, kind: 'deferred', wakeOn: endpoint, retryAtMs, reason: 'slow' };
-      }
-      const ticket = deps.breakers.start(endpoint, nowMs, admission.probe, webhook.id);
-      // Started before the token's round trip, so that deliveries racing for the same endpoint meanwhile
-      // see it in flight (a first contact stays one); a refused one is taken back as if never started.
-      const limited = await rateLimited(webhook, deps.nowMs);
-      if (limited !== undefined) {
-        deps.breakers.cancel(endpoint, ticket);
-        notStarted(suspect);
-        return limited;
-      }
-      return { ok: true, started: { endpoint, ticket, suspect, flowTicket: flow.ticket, ceiling } };
-    }
-  }
-
-  /** Signs, sends, decides and records one admitted attempt; always gives the slot back. */
-  async function attempt(data: DeliverJob, webhook: Webhook, attemptNo: number, started: StartedAttempt): Promise<AttemptEnd> {
-    // One instant for both: the attempt is recorded at startedMs, and signed with its whole seconds,
-    // so the delivery log rebuilds the exact webhook-timestamp from the record.
-    const startedMs = deps.nowMs();
-    const request = buildRequest(data, webhook, attemptNo, startedMs, deps.deliveryTimeoutMs);
-    let result: SendResult;
-    try {
-      result = await deps.sender.send(request);
-    } catch (error) {
-      // send() reports failures as values; an exception is a bug, but must not leak the slot.
-      deps.flow.end(started.endpoint, started.flowTicket, SEND_THREW, started.ceiling);
-      deps.breakers.finish(started.endpoint, started.ticket, SEND_THREW.health, deps.nowMs());
-      deps.slots.release(started.suspect);
-      throw error;
-    }
-    const endedMs = deps.nowMs();
-    const answer = interpret(result, endedMs);
-    deps.flow.end(started.endpoint, started.flowTicket, answer, started.ceiling);
-    deps.breakers.finish(started.endpoint, started.ticket, answer.health, endedMs);
-    if (answer.answered) share(started.endpoint);
-    // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
-    // at most as many attempts as it has slots (sent or answered, but not yet recorded).
-    try {
+      const endedMs = deps.nowMs();
+      const answer = interpret(result, endedMs);
+      lease.settle(answer, endedMs);
+      // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
+      // at most as many attempts as it has slots (sent or answered, but not yet recorded).
       return await conclude(data, webhook, attemptNo, result, answer, startedMs, endedMs, sentRequest(request, deps.sender.userAgent));
     } finally {
-      deps.slots.release(started.suspect);
+      lease.end();
     }
   }
 

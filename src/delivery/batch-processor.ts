@@ -2,7 +2,8 @@ import type { Job } from 'bullmq';
 import type { DeferralWrite } from '../store/delivery-log.js';
 import { deliverySteps, type AttemptEnd, type DeliveryProcessorDeps } from './attempt.js';
 import { BatchHolds } from './batch-holds.js';
-import type { DeferredRef } from './wakeups.js';
+import type { DeferredRef } from './endpoints/wakeups.js';
+import { Lease, type GiveUp } from './endpoints/admission.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import { JOBS, parkIdOf } from './jobs.js';
 import type { SingleDelivery } from './queue.js';
@@ -15,6 +16,17 @@ export interface BatchSummary {
   /** Left the batch for jobs of their own: retries and hand-offs as single jobs, deferrals parked. */
   handedOff: number;
   skipped: number;
+}
+
+/** One round of waiting for first contacts: the deliveries that began admission in it give up together. */
+function giveUpRound(): GiveUp & { giveUp(): void } {
+  let resolve: () => void = () => undefined;
+  const round = { given: false, when: new Promise<void>((r) => (resolve = r)), giveUp: () => undefined as void };
+  round.giveUp = () => {
+    round.given = true;
+    resolve();
+  };
+  return round;
 }
 
 /** How long a batch waits once only deliveries to suspect endpoints are left in it. */
@@ -86,8 +98,7 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     // 2. Every delivery concurrently; the batch waits for them, handing off the ones that hold it up.
     const holds = new BatchHolds<DeliverJob>(rules, deps.nowMs, todo.length);
     let attempted = 0;
-    let giveUpNow: () => void = () => undefined;
-    let giveUp = new Promise<void>((resolve) => (giveUpNow = resolve));
+    let giveUp = giveUpRound();
     // Woken whenever a delivery settles or starts or stops waiting, to look again at what holds the batch.
     let wake: () => void = () => undefined;
     const onWaiting = (waiting: boolean) => {
@@ -114,12 +125,12 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       // Not spread: the wakeups bring a batch's deferrals back when their endpoint answers.
       const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp, onWaiting, deferJitterMs: 0, roomWaitMs: 0, wokenByWakeups: true });
       let end: AttemptEnd;
-      if (admitted.ok) {
-        holds.started(data, admitted.started.suspect);
+      if (admitted instanceof Lease) {
+        holds.started(data, admitted.slot === 'suspect');
         attempted += 1;
         wake();
         try {
-          end = await steps.attempt(data, prepared.webhook, 1, admitted.started);
+          end = await steps.attempt(data, prepared.webhook, 1, admitted);
         } finally {
           holds.ended(data);
         }
@@ -176,8 +187,8 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       // owner of its deliveries: it hands off nothing and waits for its attempts.
       const check = holds.check(deps.gate.allows(epoch));
       if (check.giveUpWaiters) {
-        giveUpNow();
-        giveUp = new Promise<void>((resolve) => (giveUpNow = resolve));
+        giveUp.giveUp();
+        giveUp = giveUpRound();
       }
       for (const { item, dueAtMs } of check.handOff) {
         leave(item, dueAtMs - deps.nowMs());

@@ -5,7 +5,8 @@ import type { FifoLineStore } from '../store/fifo-lines.js';
 import { isRedisUnavailable } from '../store/redis.js';
 import { deliverySteps, FINISHED, type AttemptEnd, type DeliveryProcessorDeps } from './attempt.js';
 import { StorageUnavailableError } from './signals.js';
-import { dueAtOf, GIVE_UP_NOW } from './single-processor.js';
+import { dueAtOf } from './single-processor.js';
+import { GIVE_UP_NOW, Lease } from './endpoints/admission.js';
 
 /**
  * FIFO webhooks (`ordering: fifo`): their deliveries go out one at a time, in the order ingest
@@ -312,7 +313,7 @@ export class FifoDriver {
       wokenByWakeups: false,
     });
     let end: AttemptEnd;
-    if (admitted.ok) end = await this.steps.attempt(job, prepared.webhook, plan.attemptNo, admitted.started);
+    if (admitted instanceof Lease) end = await this.steps.attempt(job, prepared.webhook, plan.attemptNo, admitted);
     else if (admitted.kind === 'circuit_open') end = await this.steps.recordCircuitOpen(job, prepared.webhook, plan.attemptNo);
     else if (admitted.kind === 'storage') return { kind: 'storage' };
     else {

@@ -4,7 +4,7 @@ import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
 import type { DeliverJob } from '../domain/delivery.js';
-import type { DeferredRef } from './wakeups.js';
+import type { DeferredRef } from './endpoints/wakeups.js';
 import { batchesOf, batchIdOf, deliveryIdFor, JOBS, partitionOf, type OperationalWebhookJob, type ReplayDeadLettersJob } from './jobs.js';
 
 /** Ingest's batches: first attempts of many deliveries per job. */

@@ -1,12 +1,12 @@
 import { DelayedError, type Job } from 'bullmq';
 import type { DeliveryProgress } from '../store/delivery-log.js';
-import { deliverySteps, FINISHED, type AttemptEnd, type DeferReason, type DeliveryProcessorDeps, type FinishedOutcome } from './attempt.js';
+import { deliverySteps, FINISHED, type AttemptEnd, type DeliveryProcessorDeps, type FinishedOutcome } from './attempt.js';
+import { GIVE_UP_NOW, Lease } from './endpoints/admission.js';
+import type { DeferReason } from './endpoints/deferral.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import { JOBS } from './jobs.js';
 import { RetryLaterError } from './signals.js';
 
-/** A single job never waits in the process for an endpoint's first answer: it is deferred. */
-export const GIVE_UP_NOW = Promise.resolve();
 /** A job that ran more than this before its attempt was due goes back to wait (clock skew between workers). */
 const EARLY_TOLERANCE_MS = 100;
 
@@ -71,7 +71,7 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
       wokenByWakeups: true,
     });
     let end: AttemptEnd;
-    if (admitted.ok) end = await steps.attempt(data, prepared.webhook, attemptNo, admitted.started);
+    if (admitted instanceof Lease) end = await steps.attempt(data, prepared.webhook, attemptNo, admitted);
     else if (admitted.kind === 'circuit_open') end = await steps.recordCircuitOpen(data, prepared.webhook, attemptNo);
     else if (admitted.kind === 'storage') return wait(job, deps.nowMs() + 1_000 + deps.random() * 1_000, token);
     else {

@@ -20,7 +20,8 @@
  *   attempt: the limit never grows past the ceiling of the attempt that succeeded, and admission
  *   holds in-flight attempts under the smaller of both.
  * A receiver's `Retry-After` pauses the endpoint until a time (see `pause`). Pure: time comes in as
- * arguments, so it is tested with a fixed clock.
+ * arguments, so it is tested with a fixed clock. Tickets are the limit's own, so comparing them
+ * orders one endpoint's attempts.
  */
 
 /** How one attempt ended, for the limiter: `congested` halves the limit, `neutral` changes nothing. */
@@ -52,110 +53,86 @@ export interface FlowView {
   pausedUntilMs: number | undefined;
 }
 
-interface FlowState {
-  /** 0 until the first attempt sets it to its ceiling (a pause heard first creates the state). */
-  limit: number;
+/** Refused for being at the limit: the same answer every time, so refusing allocates nothing. */
+const FULL: FlowAdmission = { started: false, reason: 'full' };
+
+/**
+ * One endpoint's limit (the registry of endpoints, src/delivery/endpoints/registry.ts, holds one per
+ * endpoint and bounds how many it keeps).
+ */
+export class ConcurrencyLimit {
+  /** 0 until the first attempt sets it to its ceiling (a pause heard first creates the limit). */
+  private limit = 0;
   /** Successes counted toward the next increase. */
-  successes: number;
+  private successes = 0;
   /** The limit when the endpoint last pushed back (0: never). */
-  pushedBackAt: number;
+  private pushedBackAt = 0;
   /** Attempts with a ticket at or below this started before the last decrease. */
-  decreasedAtTicket: number;
+  private decreasedAtTicket = 0;
   /** In flight: ticket → whether it started with at least half the limit in use. */
-  inflight: Map<number, boolean>;
-  pausedUntilMs: number;
-}
-
-const ENDPOINTS_MAX = 10_000;
-
-export class ConcurrencyLimits {
-  private readonly states = new Map<string, FlowState>();
+  private readonly inflight = new Map<number, boolean>();
+  private pausedUntilMs = 0;
   private nextTicket = 1;
 
   /** Starts an attempt when the endpoint is neither paused nor at min(limit, ceiling); end it with end() or cancel(). */
-  tryStart(endpoint: string, ceiling: number, nowMs: number): FlowAdmission {
-    const state = this.stateOf(endpoint);
-    if (state.limit === 0) state.limit = ceiling;
-    if (nowMs < state.pausedUntilMs) return { started: false, reason: 'paused', untilMs: state.pausedUntilMs };
-    if (state.inflight.size >= Math.min(state.limit, ceiling)) return { started: false, reason: 'full' };
+  tryStart(ceiling: number, nowMs: number): FlowAdmission {
+    if (this.limit === 0) this.limit = ceiling;
+    if (nowMs < this.pausedUntilMs) return { started: false, reason: 'paused', untilMs: this.pausedUntilMs };
+    if (this.inflight.size >= Math.min(this.limit, ceiling)) return FULL;
     const ticket = this.nextTicket++;
-    state.inflight.set(ticket, (state.inflight.size + 1) * 2 >= state.limit);
+    this.inflight.set(ticket, (this.inflight.size + 1) * 2 >= this.limit);
     return { started: true, ticket };
   }
 
-  /** Whether a delivery could start now (the wakeups ask before bringing deferred ones back). */
-  room(endpoint: string, nowMs: number): number {
-    const state = this.states.get(endpoint);
-    if (state === undefined) return Infinity;
-    if (nowMs < state.pausedUntilMs) return 0;
-    return state.limit === 0 ? Infinity : Math.max(0, state.limit - state.inflight.size);
+  /** How many more attempts could start now (the wakeups ask before bringing deferred ones back). */
+  room(nowMs: number): number {
+    if (nowMs < this.pausedUntilMs) return 0;
+    return this.limit === 0 ? Infinity : Math.max(0, this.limit - this.inflight.size);
   }
 
   /** Ends a started attempt and adapts the limit to how it went. */
-  end(endpoint: string, ticket: number, signal: FlowSignal, ceiling: number): FlowChange {
-    const state = this.states.get(endpoint);
-    if (state === undefined) return { limit: ceiling, decreased: false };
-    const usedHalf = state.inflight.get(ticket);
-    if (usedHalf === undefined) return { limit: state.limit, decreased: false };
-    state.inflight.delete(ticket);
+  end(ticket: number, signal: FlowSignal, ceiling: number): FlowChange {
+    const usedHalf = this.inflight.get(ticket);
+    if (usedHalf === undefined) return { limit: this.limit, decreased: false };
+    this.inflight.delete(ticket);
     if (signal === 'congested') {
       // Started before the last decrease: that congestion has been answered already.
-      if (ticket <= state.decreasedAtTicket) return { limit: state.limit, decreased: false };
-      state.pushedBackAt = Math.min(state.limit, ceiling);
-      state.limit = Math.max(1, Math.floor(state.pushedBackAt / 2));
-      state.successes = 0;
-      state.decreasedAtTicket = this.nextTicket - 1;
-      return { limit: state.limit, decreased: true };
+      if (ticket <= this.decreasedAtTicket) return { limit: this.limit, decreased: false };
+      this.pushedBackAt = Math.min(this.limit, ceiling);
+      this.limit = Math.max(1, Math.floor(this.pushedBackAt / 2));
+      this.successes = 0;
+      this.decreasedAtTicket = this.nextTicket - 1;
+      return { limit: this.limit, decreased: true };
     }
-    if (signal === 'ok' && usedHalf && state.limit < ceiling) {
-      state.successes += 1;
-      const windows = state.limit + 1 >= state.pushedBackAt ? PROBE_WINDOWS : 1;
-      if (state.successes >= state.limit * windows) {
-        state.limit += 1;
-        state.successes = 0;
+    if (signal === 'ok' && usedHalf && this.limit < ceiling) {
+      this.successes += 1;
+      const windows = this.limit + 1 >= this.pushedBackAt ? PROBE_WINDOWS : 1;
+      if (this.successes >= this.limit * windows) {
+        this.limit += 1;
+        this.successes = 0;
       }
     }
-    return { limit: state.limit, decreased: false };
+    return { limit: this.limit, decreased: false };
   }
 
   /** Takes back a started attempt that was never sent: it says nothing about the endpoint. */
-  cancel(endpoint: string, ticket: number): void {
-    this.states.get(endpoint)?.inflight.delete(ticket);
+  cancel(ticket: number): void {
+    this.inflight.delete(ticket);
   }
 
   /** Pauses the endpoint until `untilMs` (capped at PAUSE_MS_MAX from now); a shorter pause never cuts a longer one. Returns the pause's end. */
-  pause(endpoint: string, untilMs: number, nowMs: number): number {
-    const state = this.stateOf(endpoint);
-    state.pausedUntilMs = Math.max(state.pausedUntilMs, Math.min(untilMs, nowMs + PAUSE_MS_MAX));
-    return state.pausedUntilMs;
+  pause(untilMs: number, nowMs: number): number {
+    this.pausedUntilMs = Math.max(this.pausedUntilMs, Math.min(untilMs, nowMs + PAUSE_MS_MAX));
+    return this.pausedUntilMs;
   }
 
-  /** The endpoint's limit, attempts in flight and pause, as this process sees them (undefined: never met). */
-  view(endpoint: string, nowMs: number): FlowView | undefined {
-    const state = this.states.get(endpoint);
-    if (state === undefined) return undefined;
-    return { limit: state.limit, inflight: state.inflight.size, pausedUntilMs: nowMs < state.pausedUntilMs ? state.pausedUntilMs : undefined };
+  /** The limit, attempts in flight and pause, as this process sees them. */
+  view(nowMs: number): FlowView {
+    return { limit: this.limit, inflight: this.inflight.size, pausedUntilMs: nowMs < this.pausedUntilMs ? this.pausedUntilMs : undefined };
   }
 
-  private stateOf(endpoint: string): FlowState {
-    let state = this.states.get(endpoint);
-    if (state === undefined) {
-      if (this.states.size >= ENDPOINTS_MAX) this.evictIdle();
-      state = {
-        limit: 0,
-        successes: 0,
-        pushedBackAt: 0,
-        decreasedAtTicket: 0,
-        inflight: new Map(),
-        pausedUntilMs: 0,
-      };
-      this.states.set(endpoint, state);
-    }
-    return state;
-  }
-
-  /** Forgets endpoints with nothing in flight (bounded memory); they start over when met again. */
-  private evictIdle(): void {
-    for (const [endpoint, state] of this.states) if (state.inflight.size === 0) this.states.delete(endpoint);
+  /** Nothing in flight and no pause: forgetting it loses only what the limit learnt. */
+  idle(nowMs: number): boolean {
+    return this.inflight.size === 0 && nowMs >= this.pausedUntilMs;
   }
 }

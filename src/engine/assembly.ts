@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import type { AdminDeps } from '../admin/server.js';
-import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions } from '../delivery/breaker.js';
+import { DEFAULT_BREAKER_OPTIONS, type BreakerOptions } from '../delivery/endpoints/breaker.js';
 import { HttpSender } from '../delivery/http-sender.js';
 import type { DeliveryProcessorDeps, FinishedOutcome } from '../delivery/attempt.js';
 import { operationalWebhookQueuer } from '../delivery/operational.js';
@@ -15,11 +15,13 @@ import { DeliveryQueues } from '../delivery/queue.js';
 import { DeadLetterReplayer } from '../delivery/replay.js';
 import { PauseHolds } from '../delivery/pause-holds.js';
 import { partitionOf } from '../delivery/jobs.js';
-import { SendSlots } from '../delivery/send-slots.js';
+import { EndpointAdmission } from '../delivery/endpoints/admission.js';
+import { EndpointRegistry } from '../delivery/endpoints/registry.js';
+import { SendSlots } from '../delivery/endpoints/send-slots.js';
 import { StorageGate } from '../delivery/storage-gate.js';
 import { TestEventSender } from '../delivery/test-event.js';
-import { DeferralWakeups } from '../delivery/wakeups.js';
-import { EndpointFlow } from '../delivery/endpoint-flow.js';
+import { DeferralWakeups } from '../delivery/endpoints/wakeups.js';
+import { EndpointFlow } from '../delivery/endpoints/flow.js';
 import { CachedWebhookSource } from '../delivery/webhook-cache.js';
 import { IngestFilters } from '../ingest/filters.js';
 import { CachedSubscriptions } from '../ingest/subscriptions.js';
@@ -259,17 +261,23 @@ export function senderOptions(settings: Pick<DeliverySettings, 'allowPrivateTarg
   };
 }
 
-/** What the delivery processors of one process run on: sender, breakers, send slots, storage gate and stores. */
+/** What the delivery processors of one process run on: sender, endpoints and their admission, send slots, storage gate and stores. */
 export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) {
   const nowMs = settings.nowMs ?? Date.now;
   const sender = new HttpSender(senderOptions(settings));
   const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: settings.deliveryTimeoutMs, ...settings.breaker };
   const circuitChanged = circuitObserver(settings.logger, stores.circuits, nowMs);
   const countCircuit = settings.metrics && breakerObserver(settings.metrics);
-  const breakers = new EndpointBreakers(breakerOptions, (endpoint, change) => {
-    countCircuit?.(endpoint, change);
-    circuitChanged(endpoint, change);
-  });
+  const endpoints = new EndpointRegistry(
+    {
+      options: breakerOptions,
+      onStateChange: (endpoint, change) => {
+        countCircuit?.(endpoint, change);
+        circuitChanged(endpoint, change);
+      },
+    },
+    nowMs,
+  );
   // Endpoints that never answered or were slow lately may hold at most a fifth of the slots.
   const slots = new SendSlots(settings.concurrency, Math.max(1, Math.floor(settings.concurrency / 5)));
   const countGate = settings.metrics && storageGateObserver(settings.metrics);
@@ -290,7 +298,7 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
   const onReady = () => gate.check();
   stores.redis.on('close', onClose);
   stores.redis.on('ready', onReady);
-  const flow = new EndpointFlow(stores.endpointFlow, randomUUID(), nowMs, settings.metrics ? flowObserver(settings.metrics) : undefined);
+  const flow = new EndpointFlow(endpoints, stores.endpointFlow, randomUUID(), nowMs, settings.metrics ? flowObserver(settings.metrics) : undefined);
   // Pauses other workers set reach this one at once; losing the subscription only delays them to
   // when this worker next meets the endpoint afresh.
   const listening = new AbortController();
@@ -299,7 +307,7 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     .catch((error: Error) => settings.logger.debug({ err: error.message }, 'endpoint pauses not heard'));
   flow.start();
   const wakeups = new DeferralWakeups(
-    breakers,
+    endpoints,
     (refs) => stores.queues.promote(refs),
     nowMs,
     undefined,
@@ -307,6 +315,23 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     (endpoint) => (flow.limitOf(endpoint) >= slots.total ? Infinity : flow.room(endpoint)),
     { free: () => slots.suspectFree(), freed: () => slots.suspectFreed() },
   );
+  const suspectHoldMs = Math.min(250, breakerOptions.slowAfterMs);
+  const circuitHoldMs = breakerOptions.openMs;
+  const admission = new EndpointAdmission({
+    endpoints,
+    flow,
+    slots,
+    gate,
+    sendRate: observedSendRate(new RedisSendRate(stores.redis, stores.keys), settings.metrics && sendRateObserver(settings.metrics)),
+    endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
+    suspectHoldMs,
+    // A delivery held back behind an endpoint that has not proven itself comes back by itself after
+    // twice the delivery timeout plus one open period (the time two contacts and the circuit's first
+    // open period take); the wakeups bring it back as soon as the endpoint answers in time.
+    rules: { circuitHoldMs, unprovenHoldMs: 2 * settings.deliveryTimeoutMs + circuitHoldMs },
+    nowMs,
+    random: Math.random,
+  });
   const observers = [
     settings.metrics ? deliveryObserver(settings.metrics) : undefined,
     feedObserver(stores.attemptFeed),
@@ -324,21 +349,16 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     sender,
     recorder: stores.deliveryLog,
     singles: stores.queues,
-    breakers,
-    slots,
+    admission,
     gate,
     wakeups,
     holds: stores.pauseHolds,
-    flow,
-    sendRate: observedSendRate(new RedisSendRate(stores.redis, stores.keys), settings.metrics && sendRateObserver(settings.metrics)),
-    endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
     logger: settings.logger,
     retryScheduleMs: settings.retryScheduleMs,
     deliveryTimeoutMs: settings.deliveryTimeoutMs,
     sustainedFailureMs: settings.sustainedFailureWindowMs,
     batchHoldMs: breakerOptions.slowAfterMs,
-    suspectHoldMs: Math.min(250, breakerOptions.slowAfterMs),
-    circuitHoldMs: breakerOptions.openMs,
+    suspectHoldMs,
     nowMs,
     random: Math.random,
     onOutcome: (outcome) => {
@@ -352,7 +372,7 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     stores.redis.off('close', onClose);
     stores.redis.off('ready', onReady);
   };
-  return { deps, sender, breakers, flow, slots, gate, detach };
+  return { deps, sender, endpoints, flow, slots, gate, detach };
 }
 
 /** The send-rate limiter, each answer told to `observe` (which counts `hookline_rate_limit_checks_total`) when there are metrics. */

@@ -169,7 +169,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     ? scrapeCollector(metrics, {
         queueCounts: () => stores.queues.counts(),
         ping: isReady,
-        circuitsOpen: () => worker?.breakers.openEndpoints(nowMs()).length ?? 0,
+        circuitsOpen: () => worker?.endpoints.openEndpoints(nowMs()).length ?? 0,
         fifoLines: () => stores.fifoLines.linesWaiting(),
       })
     : undefined;

@@ -4,7 +4,7 @@
  * finished attempts published to the live feed and counted into their webhook's stats. Each is a
  * plain callback the assembly hands to a stage.
  */
-import type { CircuitChange } from '../delivery/breaker.js';
+import type { CircuitChange } from '../delivery/endpoints/breaker.js';
 import type { FinishedOutcome } from '../delivery/attempt.js';
 import { endpointParts } from '../domain/endpoint.js';
 import type { Logger } from '../logger.js';

@@ -20,7 +20,7 @@ export interface WorkerSettings extends DeliverySettings {
 
 /** The delivery worker of one process over the shared stores. */
 export function composeWorker(stores: Stores, settings: WorkerSettings) {
-  const { deps, sender, breakers, flow, slots, gate, detach } = composeDeliveryDeps(stores, settings);
+  const { deps, sender, endpoints, flow, slots, gate, detach } = composeDeliveryDeps(stores, settings);
   const processBatch = createBatchProcessor(deps);
   const processSingle = createSingleProcessor(deps);
   const { operationalWebhook } = settings;
@@ -62,7 +62,8 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
   return {
     pool,
     fifo,
-    breakers,
+    /** This process's endpoints: their circuits, limits and waits. */
+    endpoints,
     flow,
     slots,
     gate,
@@ -89,5 +90,5 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
   };
 }
 
-/** The delivery worker of a process: its BullMQ pool, breakers, send slots and storage gate. */
+/** The delivery worker of a process: its BullMQ pool, endpoints, send slots and storage gate. */
 export type DeliveryWorker = ReturnType<typeof composeWorker>;

@@ -1,6 +1,6 @@
-import type { CircuitChange } from '../delivery/breaker.js';
+import type { CircuitChange } from '../delivery/endpoints/breaker.js';
 import type { FinishedOutcome } from '../delivery/attempt.js';
-import type { FlowEvent } from '../delivery/endpoint-flow.js';
+import type { FlowEvent } from '../delivery/endpoints/flow.js';
 import type { IngestBatchSummary } from '../ingest/ingest.js';
 import type { StreamDeadLetterCause } from '../ingest/stream-source.js';
 import type { Logger } from '../logger.js';

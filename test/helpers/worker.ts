@@ -9,7 +9,7 @@ export interface TestWorker {
   outcomes: FinishedOutcome[];
   /** The worker engine's metrics (the text `/metrics` would serve). */
   metricsText(): Promise<string>;
-  breakers: DeliveryWorker['breakers'];
+  breakers: Pick<DeliveryWorker['endpoints'], 'openEndpoints'>;
   flow: DeliveryWorker['flow'];
   close(): Promise<void>;
 }
@@ -66,7 +66,7 @@ export async function startTestWorker(t: TestApp, settings: TestWorkerSettings =
   return {
     outcomes,
     metricsText: async () => (await engine.metrics?.registry.metrics()) ?? '',
-    breakers: engine.worker!.breakers,
+    breakers: engine.worker!.endpoints,
     flow: engine.worker!.flow,
     async close() {
       await engine.close(2_000);

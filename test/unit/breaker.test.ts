@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_BREAKER_OPTIONS, EndpointBreakers, type BreakerOptions } from '../../src/delivery/breaker.js';
-import { SendSlots } from '../../src/delivery/send-slots.js';
+import { Circuit, DEFAULT_BREAKER_OPTIONS, type BreakerOptions, type CircuitChange } from '../../src/delivery/endpoints/breaker.js';
+import { SendSlots } from '../../src/delivery/endpoints/send-slots.js';
 import { lcg } from '../helpers/random.js';
 
 const OPTIONS: BreakerOptions = {
@@ -17,142 +17,148 @@ const OPTIONS: BreakerOptions = {
 };
 const E = 'http://receiver.example:8080';
 
-describe('EndpointBreakers', () => {
+/** One endpoint's circuit, `E`'s. */
+const circuit = (options: BreakerOptions, onStateChange: (endpoint: string, change: CircuitChange) => void = () => undefined) =>
+  new Circuit(E, { options, onStateChange });
+/** The open circuits among `E`'s: `[E]` or none. */
+const open = (b: Circuit, nowMs: number) => (b.isOpen(nowMs) ? [E] : []);
+
+describe('Circuit (one endpoint’s breaker)', () => {
   it('gives an endpoint that never answered one attempt in flight; the rest wait for its answer', async () => {
-    const b = new EndpointBreakers(OPTIONS);
-    const first = b.admit(E, 0);
+    const b = circuit(OPTIONS);
+    const first = b.admit(0);
     expect(first).toEqual({ admitted: true, probe: false, lane: 'suspect' });
-    const ticket = b.start(E, 0);
-    const second = b.admit(E, 1);
+    const ticket = b.start(0);
+    const second = b.admit(1);
     expect(second.admitted).toBe(false);
     if (second.admitted || second.reason !== 'first_contact') throw new Error('expected first_contact');
     let settled = false;
     void second.settled.then(() => (settled = true));
     await Promise.resolve();
     expect(settled).toBe(false);
-    b.finish(E, ticket, 'healthy', 5);
+    b.finish(ticket, 'healthy', 5);
     await second.settled;
     expect(settled).toBe(true);
     // Answered in time: healthy lane, any number in flight, and it stays known.
     for (let i = 0; i < 20; i++) {
-      expect(b.admit(E, 10)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
-      b.start(E, 10);
+      expect(b.admit(10)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
+      b.start(10);
     }
   });
 
   it('takes back a started attempt that was not sent: it counts for nothing and wakes the waiters', async () => {
-    const b = new EndpointBreakers(OPTIONS);
-    const ticket = b.start(E, 0);
-    const waiting = b.admit(E, 1);
+    const b = circuit(OPTIONS);
+    const ticket = b.start(0);
+    const waiting = b.admit(1);
     if (waiting.admitted || waiting.reason !== 'first_contact') throw new Error('expected first_contact');
-    b.cancel(E, ticket);
+    b.cancel(ticket);
     await waiting.settled;
     // Still a first contact, with nothing in flight: the next one may go; nothing was counted.
-    expect(b.hasInflight(E)).toBe(false);
-    expect(b.hasAnswered(E)).toBe(false);
-    expect(b.admit(E, 2)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
+    expect(b.hasInflight()).toBe(false);
+    expect(b.answered).toBe(false);
+    expect(b.admit(2)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
     // A probe taken back leaves the circuit open with its period over: the next delivery probes.
-    const down = new EndpointBreakers(OPTIONS);
-    for (let i = 0; i < 3; i += 1) down.finish(E, down.start(E, 0), 'failed', 10);
-    expect(down.openEndpoints(10)).toEqual([E]);
-    const probe = down.start(E, 1_010, true);
-    expect(down.admit(E, 1_011).admitted).toBe(false);
-    down.cancel(E, probe);
-    expect(down.admit(E, 1_012)).toEqual({ admitted: true, probe: true, lane: 'suspect' });
+    const down = circuit(OPTIONS);
+    for (let i = 0; i < 3; i += 1) down.finish(down.start(0), 'failed', 10);
+    expect(open(down, 10)).toEqual([E]);
+    const probe = down.start(1_010, true);
+    expect(down.admit(1_011).admitted).toBe(false);
+    down.cancel(probe);
+    expect(down.admit(1_012)).toEqual({ admitted: true, probe: true, lane: 'suspect' });
   });
 
   it('keeps a slow endpoint to one attempt in flight, then lets it recover', () => {
-    const b = new EndpointBreakers(OPTIONS);
-    b.finish(E, b.start(E, 0), 'healthy', 1);
-    const slow = b.start(E, 10);
-    b.start(E, 10);
+    const b = circuit(OPTIONS);
+    b.finish(b.start(0), 'healthy', 1);
+    const slow = b.start(10);
+    b.start(10);
     // Two in flight, one of them past slowAfterMs: suspect, no more.
-    expect(b.admit(E, 200)).toMatchObject({ admitted: false, reason: 'slow', retryAtMs: 610 });
-    b.finish(E, slow, 'healthy', 250);
+    expect(b.admit(200)).toMatchObject({ admitted: false, reason: 'slow', retryAtMs: 610 });
+    b.finish(slow, 'healthy', 250);
     // The slow answer leaves it suspect for openMs: one in flight at most (one still is).
-    expect(b.admit(E, 260)).toMatchObject({ admitted: false, reason: 'slow' });
+    expect(b.admit(260)).toMatchObject({ admitted: false, reason: 'slow' });
   });
 
   it('opens the circuit after timeoutThreshold timeouts in a row with no healthy answer lately, and a successful probe closes it', () => {
     const changes: string[] = [];
-    const b = new EndpointBreakers(OPTIONS, (_e, change) => changes.push(change.state));
+    const b = circuit(OPTIONS, (_e, change) => changes.push(change.state));
     // It answered once, so the first timeout only makes it suspect.
-    b.finish(E, b.start(E, 0), 'healthy', 1);
-    b.finish(E, b.start(E, 1_500), 'timeout', 2_000);
-    expect(b.openEndpoints(2_000)).toEqual([]);
-    expect(b.admit(E, 2_000)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
-    b.finish(E, b.start(E, 2_000), 'timeout', 2_500);
-    expect(b.openEndpoints(2_500)).toEqual([E]);
-    expect(b.admit(E, 2_600)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 3_500 });
-    const probe = b.admit(E, 3_600);
+    b.finish(b.start(0), 'healthy', 1);
+    b.finish(b.start(1_500), 'timeout', 2_000);
+    expect(open(b, 2_000)).toEqual([]);
+    expect(b.admit(2_000)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
+    b.finish(b.start(2_000), 'timeout', 2_500);
+    expect(open(b, 2_500)).toEqual([E]);
+    expect(b.admit(2_600)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 3_500 });
+    const probe = b.admit(3_600);
     expect(probe).toEqual({ admitted: true, probe: true, lane: 'suspect' });
-    const ticket = b.start(E, 3_600, true);
-    expect(b.admit(E, 3_601)).toMatchObject({ admitted: false, reason: 'probing' });
-    b.finish(E, ticket, 'healthy', 3_610);
-    expect(b.openEndpoints(3_610)).toEqual([]);
+    const ticket = b.start(3_600, true);
+    expect(b.admit(3_601)).toMatchObject({ admitted: false, reason: 'probing' });
+    b.finish(ticket, 'healthy', 3_610);
+    expect(open(b, 3_610)).toEqual([]);
     expect(changes).toEqual(['open', 'half_open', 'closed']);
-    expect(b.admit(E, 3_620)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
+    expect(b.admit(3_620)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
   });
 
   it('gives an endpoint that never answered a second first contact after a timeout, and opens on the second', () => {
-    const b = new EndpointBreakers(OPTIONS);
-    b.finish(E, b.start(E, 0), 'timeout', 500);
-    expect(b.openEndpoints(500)).toEqual([]);
+    const b = circuit(OPTIONS);
+    b.finish(b.start(0), 'timeout', 500);
+    expect(open(b, 500)).toEqual([]);
     // Still a first contact: one attempt in flight, the rest wait for it.
-    expect(b.admit(E, 500)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
-    const second = b.start(E, 500);
-    expect(b.admit(E, 501)).toMatchObject({ admitted: false, reason: 'first_contact' });
-    b.finish(E, second, 'timeout', 1_000);
-    expect(b.openEndpoints(1_000)).toEqual([E]);
-    expect(b.admit(E, 1_100)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 2_000 });
+    expect(b.admit(500)).toEqual({ admitted: true, probe: false, lane: 'suspect' });
+    const second = b.start(500);
+    expect(b.admit(501)).toMatchObject({ admitted: false, reason: 'first_contact' });
+    b.finish(second, 'timeout', 1_000);
+    expect(open(b, 1_000)).toEqual([E]);
+    expect(b.admit(1_100)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 2_000 });
   });
 
   it('opens a down endpoint after failureThreshold failures and doubles the open period on a failed probe', () => {
     const reasons: string[] = [];
-    const b = new EndpointBreakers(OPTIONS, (_e, change) => change.state === 'open' && reasons.push(change.reason));
-    for (let i = 0; i < 2; i++) b.finish(E, b.start(E, i), 'failed', i + 1);
-    expect(b.openEndpoints(3)).toEqual([]);
-    b.finish(E, b.start(E, 2), 'failed', 3);
-    expect(b.openEndpoints(3)).toEqual([E]);
-    b.finish(E, b.start(E, 1_100, true), 'failed', 1_110);
-    expect(b.admit(E, 2_000)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 3_110 });
+    const b = circuit(OPTIONS, (_e, change) => change.state === 'open' && reasons.push(change.reason));
+    for (let i = 0; i < 2; i++) b.finish(b.start(i), 'failed', i + 1);
+    expect(open(b, 3)).toEqual([]);
+    b.finish(b.start(2), 'failed', 3);
+    expect(open(b, 3)).toEqual([E]);
+    b.finish(b.start(1_100, true), 'failed', 1_110);
+    expect(b.admit(2_000)).toMatchObject({ admitted: false, reason: 'open', retryAtMs: 3_110 });
     expect(reasons).toEqual(['consecutive_failures', 'probe_failed']);
   });
 
   it('counts "in a row" by start order: two hung requests of a burst whose later requests were answered do not open it', () => {
     // A window shorter than the timeout, so only the start-order rule stands between the burst and an open circuit.
-    const b = new EndpointBreakers({ ...OPTIONS, windowMs: 100, minAttempts: 1_000 });
-    b.finish(E, b.start(E, 0), 'healthy', 1);
-    const tickets = Array.from({ length: 20 }, () => b.start(E, 1_000));
+    const b = circuit({ ...OPTIONS, windowMs: 100, minAttempts: 1_000 });
+    b.finish(b.start(0), 'healthy', 1);
+    const tickets = Array.from({ length: 20 }, () => b.start(1_000));
     tickets.forEach((ticket, i) => {
-      if (i !== 3 && i !== 7) b.finish(E, ticket, 'healthy', 1_005);
+      if (i !== 3 && i !== 7) b.finish(ticket, 'healthy', 1_005);
     });
     // The two hangs end one timeout after they started, back to back, after every fast answer.
-    b.finish(E, tickets[3]!, 'timeout', 1_500);
-    b.finish(E, tickets[7]!, 'timeout', 1_500);
-    expect(b.openEndpoints(1_500)).toEqual([]);
+    b.finish(tickets[3]!, 'timeout', 1_500);
+    b.finish(tickets[7]!, 'timeout', 1_500);
+    expect(open(b, 1_500)).toEqual([]);
     // Two timeouts that started after the last answered attempt are a hanging endpoint.
-    b.finish(E, b.start(E, 1_600), 'timeout', 2_100);
-    b.finish(E, b.start(E, 2_100), 'timeout', 2_600);
-    expect(b.openEndpoints(2_600)).toEqual([E]);
+    b.finish(b.start(1_600), 'timeout', 2_100);
+    b.finish(b.start(2_100), 'timeout', 2_600);
+    expect(open(b, 2_600)).toEqual([E]);
   });
 
   it('never cuts off a mostly healthy endpoint: 25 % failures and 2 % hangs in bursts of 20 over 3,000 attempts', () => {
     const defaults = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: 15_000 };
     const changes: string[] = [];
-    const b = new EndpointBreakers(defaults, (_e, change) => changes.push(change.state));
+    const b = circuit(defaults, (_e, change) => changes.push(change.state));
     const random = lcg(42);
     let nowMs = 0;
     const hung: { ticket: number; endsMs: number }[] = [];
     for (let burst = 0; burst < 150; burst++) {
       nowMs += 400;
-      for (const h of hung.filter((x) => x.endsMs <= nowMs)) b.finish(E, h.ticket, 'timeout', h.endsMs);
+      for (const h of hung.filter((x) => x.endsMs <= nowMs)) b.finish(h.ticket, 'timeout', h.endsMs);
       hung.splice(0, hung.length, ...hung.filter((x) => x.endsMs > nowMs));
-      const started = Array.from({ length: 20 }, () => b.start(E, nowMs));
+      const started = Array.from({ length: 20 }, () => b.start(nowMs));
       for (const ticket of started) {
         const roll = random();
         if (roll < 0.02) hung.push({ ticket, endsMs: nowMs + 15_000 });
-        else b.finish(E, ticket, roll < 0.27 ? 'failed' : 'healthy', nowMs + 5);
+        else b.finish(ticket, roll < 0.27 ? 'failed' : 'healthy', nowMs + 5);
       }
     }
     expect(changes).toEqual([]);
@@ -160,29 +166,29 @@ describe('EndpointBreakers', () => {
 
   it('opens a degraded endpoint on its failure rate, even while some requests are answered', () => {
     const reasons: string[] = [];
-    const b = new EndpointBreakers(
+    const b = circuit(
       { ...OPTIONS, windowMs: 10_000, minAttempts: 20, failureRate: 0.75 },
       (_e, change) => change.state === 'open' && reasons.push(change.reason),
     );
     // Two failures, then a success: never three in a row, and two thirds fail: below the rate.
-    for (let i = 0; i < 30; i++) b.finish(E, b.start(E, i * 10), i % 3 === 2 ? 'healthy' : 'failed', i * 10 + 5);
+    for (let i = 0; i < 30; i++) b.finish(b.start(i * 10), i % 3 === 2 ? 'healthy' : 'failed', i * 10 + 5);
     expect(reasons).toEqual([]);
     // Later (the window has moved on), four failures to every success: four in five fail.
-    for (let i = 0; i < 30 && reasons.length === 0; i++) b.finish(E, b.start(E, 20_000 + i * 10), i % 5 === 0 ? 'healthy' : 'failed', 20_000 + i * 10 + 5);
+    for (let i = 0; i < 30 && reasons.length === 0; i++) b.finish(b.start(20_000 + i * 10), i % 5 === 0 ? 'healthy' : 'failed', 20_000 + i * 10 + 5);
     expect(reasons).toEqual(['failure_rate']);
-    expect(b.openEndpoints(20_300)).toEqual([E]);
+    expect(open(b, 20_300)).toEqual([E]);
   });
 
   it('lets a replay or test event probe an open circuit at once, and names the webhooks in its changes', () => {
     const changes: unknown[] = [];
-    const b = new EndpointBreakers(OPTIONS, (_e, change) => changes.push(change));
-    for (let i = 0; i < 3; i++) b.finish(E, b.start(E, i, false, 'wh-1'), 'failed', i + 1);
-    expect(b.admit(E, 10)).toMatchObject({ admitted: false, reason: 'open' });
-    expect(b.admit(E, 10, true)).toEqual({ admitted: true, probe: true, lane: 'suspect' });
-    const ticket = b.start(E, 10, true, 'wh-2');
+    const b = circuit(OPTIONS, (_e, change) => changes.push(change));
+    for (let i = 0; i < 3; i++) b.finish(b.start(i, false, 'wh-1'), 'failed', i + 1);
+    expect(b.admit(10)).toMatchObject({ admitted: false, reason: 'open' });
+    expect(b.admit(10, true)).toEqual({ admitted: true, probe: true, lane: 'suspect' });
+    const ticket = b.start(10, true, 'wh-2');
     // One probe at a time, forced or not.
-    expect(b.admit(E, 11, true)).toMatchObject({ admitted: false, reason: 'probing' });
-    b.finish(E, ticket, 'healthy', 20);
+    expect(b.admit(11, true)).toMatchObject({ admitted: false, reason: 'probing' });
+    b.finish(ticket, 'healthy', 20);
     expect(changes).toEqual([
       { state: 'open', reason: 'consecutive_failures', openForMs: 1_000, webhookIds: ['wh-1'] },
       { state: 'half_open', webhookIds: ['wh-1', 'wh-2'] },
@@ -191,11 +197,11 @@ describe('EndpointBreakers', () => {
   });
 
   it('treats an endpoint another worker saw answer as known: no first-contact wait', () => {
-    const b = new EndpointBreakers(OPTIONS);
-    b.markAnswered(E);
-    expect(b.hasAnswered(E)).toBe(true);
-    b.start(E, 0);
-    expect(b.admit(E, 1)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
+    const b = circuit(OPTIONS);
+    b.markAnswered();
+    expect(b.answered).toBe(true);
+    b.start(0);
+    expect(b.admit(1)).toEqual({ admitted: true, probe: false, lane: 'healthy' });
   });
 });
 

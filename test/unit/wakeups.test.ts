@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import type { Admission } from '../../src/delivery/breaker.js';
-import { DeferralWakeups, type DeferredRef } from '../../src/delivery/wakeups.js';
+import type { Admission } from '../../src/delivery/endpoints/breaker.js';
+import { DeferralWakeups, type DeferredRef, type WakeupEndpoint } from '../../src/delivery/endpoints/wakeups.js';
 
-/** A breaker stand-in whose state the test sets: what admit answers, what is in flight, when it settles. */
-function fakeBreakers() {
+/** An endpoint stand-in whose breaker state the test sets: what admit answers, what is in flight, when it settles. */
+function fakeEndpoint() {
   let settle: () => void = () => undefined;
   const state = {
     admission: { admitted: false, reason: 'slow', retryAtMs: 0 } as Admission,
@@ -11,14 +11,15 @@ function fakeBreakers() {
     /** Ends the attempt in flight: whoever waits on settled() looks again. */
     settle: () => settle(),
   };
-  return {
-    state,
-    breakers: {
+  const endpoint: WakeupEndpoint = {
+    circuit: {
       admit: () => state.admission,
       hasInflight: () => state.inflight,
       settled: () => new Promise<void>((resolve) => (settle = resolve)),
     },
+    deferred: undefined,
   };
+  return { state, endpoints: { ensure: () => endpoint, get: () => endpoint } };
 }
 
 const ref = (n: number): DeferredRef => ({ webhookId: 'w', jobId: `d${n}`, deliveries: 1, parked: false });
@@ -26,10 +27,10 @@ const flush = () => new Promise((r) => setImmediate(r));
 
 describe('DeferralWakeups', () => {
   it('promotes the deferred deliveries as soon as their endpoint takes deliveries again', async () => {
-    const { state, breakers } = fakeBreakers();
+    const { state, endpoints } = fakeEndpoint();
     const promoted: DeferredRef[][] = [];
     const wakeups = new DeferralWakeups(
-      breakers,
+      endpoints,
       async (refs) => void promoted.push([...refs]),
       () => 0,
     );
@@ -48,11 +49,11 @@ describe('DeferralWakeups', () => {
   });
 
   it('promotes at once when the endpoint is already healthy at registration', async () => {
-    const { state, breakers } = fakeBreakers();
+    const { state, endpoints } = fakeEndpoint();
     state.admission = { admitted: true, probe: false, lane: 'healthy' };
     const promoted: DeferredRef[] = [];
     const wakeups = new DeferralWakeups(
-      breakers,
+      endpoints,
       async (refs) => void promoted.push(...refs),
       () => 0,
     );
@@ -62,12 +63,12 @@ describe('DeferralWakeups', () => {
   });
 
   it('sends an unproven endpoint one contact at a time while a suspect slot is free, and the rest once one is answered in time', async () => {
-    const { state, breakers } = fakeBreakers();
+    const { state, endpoints } = fakeEndpoint();
     let free = 0;
     let freed: () => void = () => undefined;
     const promoted: DeferredRef[][] = [];
     const wakeups = new DeferralWakeups(
-      breakers,
+      endpoints,
       async (refs) => {
         promoted.push([...refs]);
         // The promoted contact starts its attempt.
@@ -108,11 +109,11 @@ describe('DeferralWakeups', () => {
   });
 
   it('behind an open circuit, promotes one delivery as the probe when the open period ends', async () => {
-    const { state, breakers } = fakeBreakers();
+    const { state, endpoints } = fakeEndpoint();
     let nowMs = 0;
     const promoted: DeferredRef[] = [];
     const wakeups = new DeferralWakeups(
-      breakers,
+      endpoints,
       async (refs) => {
         promoted.push(...refs);
         state.inflight = true;
@@ -132,11 +133,11 @@ describe('DeferralWakeups', () => {
   });
 
   it('forgets deliveries whose own delay has passed', async () => {
-    const { state, breakers } = fakeBreakers();
+    const { state, endpoints } = fakeEndpoint();
     let nowMs = 0;
     const promoted: DeferredRef[] = [];
     const wakeups = new DeferralWakeups(
-      breakers,
+      endpoints,
       async (refs) => void promoted.push(...refs),
       () => nowMs,
     );

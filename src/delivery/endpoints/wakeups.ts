@@ -1,4 +1,4 @@
-import type { EndpointBreakers } from './breaker.js';
+import type { Circuit } from './breaker.js';
 
 /** A deferred delivery's delayed job, as the queue finds it: its own single job, or a parked batch holding it and others. */
 export interface DeferredRef {
@@ -14,9 +14,16 @@ export interface DeferredRef {
 /** Moves deferred jobs back to the front of their queue (a job no longer delayed is left alone). */
 export type Promote = (refs: readonly DeferredRef[]) => Promise<void>;
 
-interface Waiting {
+/** The deliveries deferred behind one endpoint, each until it runs by itself; `watching` while a watch runs. */
+export interface DeferredDeliveries {
   refs: { ref: DeferredRef; untilMs: number }[];
   watching: boolean;
+}
+
+/** What the wakeups need of an endpoint (registry.ts): its breaker, and where its deferred deliveries wait. */
+export interface WakeupEndpoint {
+  readonly circuit: Pick<Circuit, 'admit' | 'settled' | 'hasInflight'>;
+  deferred: DeferredDeliveries | undefined;
 }
 
 /** The suspect share of the send slots, which a contact to an unproven endpoint needs. */
@@ -38,7 +45,7 @@ const WAITING_MAX = 10_000;
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, ms)));
 
 /** Takes refs off the front holding `room` deliveries in all, and at least one ref. */
-function takeUpTo(entry: Waiting, room: number): DeferredRef[] {
+function takeUpTo(entry: DeferredDeliveries, room: number): DeferredRef[] {
   let count = 0;
   let taken = 0;
   while (taken < entry.refs.length && (taken === 0 || count + entry.refs[taken]!.ref.deliveries <= room)) {
@@ -61,26 +68,21 @@ function takeUpTo(entry: Waiting, room: number): DeferredRef[] {
  * back as many at a time as it has room for (`room`), as its attempts end. Deferrals are durable
  * jobs first: a process that dies before waking them loses nothing, its jobs just run at their delay.
  */
-export class DeferralWakeups {
-  private readonly waiting = new Map<string, Waiting>();
-
+export class DeferralWakeups<E extends WakeupEndpoint> {
   constructor(
-    private readonly breakers: Pick<EndpointBreakers, 'admit' | 'settled' | 'hasInflight'>,
+    private readonly endpoints: { ensure(key: string): E; get(key: string): E | undefined },
     private readonly promote: Promote,
     private readonly nowMs: () => number,
     private readonly onError: (error: Error) => void = () => undefined,
-    private readonly room: (endpoint: string) => number = () => Infinity,
+    private readonly room: (endpoint: E) => number = () => Infinity,
     private readonly contacts: ContactRoom = { free: () => 1, freed: () => new Promise<void>(() => undefined) },
   ) {}
 
   /** Call once the deferred jobs exist in the queue; `untilMs` is when they run by themselves anyway. */
-  register(endpoint: string, refs: readonly DeferredRef[], untilMs: number): void {
+  register(key: string, refs: readonly DeferredRef[], untilMs: number): void {
     if (refs.length === 0) return;
-    let entry = this.waiting.get(endpoint);
-    if (!entry) {
-      entry = { refs: [], watching: false };
-      this.waiting.set(endpoint, entry);
-    }
+    const endpoint = this.endpoints.ensure(key);
+    const entry = (endpoint.deferred ??= { refs: [], watching: false });
     for (const ref of refs) if (entry.refs.length < WAITING_MAX) entry.refs.push({ ref, untilMs });
     if (!entry.watching) {
       entry.watching = true;
@@ -88,33 +90,34 @@ export class DeferralWakeups {
     }
   }
 
-  /** Deferred deliveries this process still holds for `endpoint` (tests and metrics). */
-  pending(endpoint: string): number {
-    return this.waiting.get(endpoint)?.refs.length ?? 0;
+  /** Deferred deliveries this process still holds for the endpoint of `key` (tests and metrics). */
+  pending(key: string): number {
+    return this.endpoints.get(key)?.deferred?.refs.length ?? 0;
   }
 
-  private async watch(endpoint: string, entry: Waiting): Promise<void> {
+  private async watch(endpoint: E, entry: DeferredDeliveries): Promise<void> {
+    const { circuit } = endpoint;
     try {
       for (;;) {
         const nowMs = this.nowMs();
         entry.refs = entry.refs.filter((r) => r.untilMs > nowMs);
         if (entry.refs.length === 0) return;
         const earliestMs = Math.min(...entry.refs.map((r) => r.untilMs));
-        const admission = this.breakers.admit(endpoint, nowMs);
+        const admission = circuit.admit(nowMs);
         if (admission.admitted && admission.lane === 'healthy') {
           const room = this.room(endpoint);
           if (room > 0) await this.promote(takeUpTo(entry, room));
           if (entry.refs.length === 0) continue;
           // At its concurrency limit: the rest follow as attempts end, or, when the attempts that hold
           // it have not started yet, once they had a moment to.
-          if (!this.breakers.hasInflight(endpoint)) await sleep(ROOM_RECHECK_MS);
+          if (!circuit.hasInflight()) await sleep(ROOM_RECHECK_MS);
           else await this.settledOr(endpoint, earliestMs);
         } else if (admission.admitted) {
           // Unproven, slow lately, or a probe is due: one contact at a time, when a suspect slot is free.
           if (this.contacts.free() > 0) {
             await this.promote(entry.refs.splice(0, 1).map((r) => r.ref));
             await this.contactStarted(endpoint);
-            if (this.breakers.hasInflight(endpoint)) await this.settledOr(endpoint, earliestMs);
+            if (circuit.hasInflight()) await this.settledOr(endpoint, earliestMs);
           } else await this.freedOr(earliestMs);
         } else if (admission.reason === 'open') {
           // Until the open period ends; then a probe is promoted.
@@ -123,14 +126,14 @@ export class DeferralWakeups {
       }
     } finally {
       entry.watching = false;
-      if (entry.refs.length === 0) this.waiting.delete(endpoint);
+      if (entry.refs.length === 0 && endpoint.deferred === entry) endpoint.deferred = undefined;
     }
   }
 
   /** Until an attempt to the endpoint ends, or `untilMs`. */
-  private async settledOr(endpoint: string, untilMs: number): Promise<void> {
+  private async settledOr(endpoint: E, untilMs: number): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([this.breakers.settled(endpoint), new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, untilMs - this.nowMs()))))]);
+    await Promise.race([endpoint.circuit.settled(), new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, untilMs - this.nowMs()))))]);
     clearTimeout(timer);
   }
 
@@ -142,8 +145,8 @@ export class DeferralWakeups {
   }
 
   /** Until the promoted contact's attempt is in flight here, or CONTACT_START_MS. */
-  private async contactStarted(endpoint: string): Promise<void> {
+  private async contactStarted(endpoint: E): Promise<void> {
     const deadline = this.nowMs() + CONTACT_START_MS;
-    while (!this.breakers.hasInflight(endpoint) && this.nowMs() < deadline) await sleep(ROOM_RECHECK_MS);
+    while (!endpoint.circuit.hasInflight() && this.nowMs() < deadline) await sleep(ROOM_RECHECK_MS);
   }
 }

@@ -25,12 +25,16 @@ export class SendSlots {
     return this.used;
   }
 
+  /** Takes a slot now if one is free and nobody waits for one (give it back with release()). */
+  tryAcquire(): boolean {
+    if (this.used >= this.total || this.head !== this.waiters.length) return false;
+    this.used += 1;
+    return true;
+  }
+
   /** Resolves once a slot is held (give it back with release()). */
   acquire(): Promise<void> {
-    if (this.used < this.total && this.head === this.waiters.length) {
-      this.used += 1;
-      return Promise.resolve();
-    }
+    if (this.tryAcquire()) return Promise.resolve();
     return new Promise((resolve) => this.waiters.push(resolve));
   }
 

@@ -1,0 +1,172 @@
+import { PAUSE_MS_MAX, type FlowAdmission, type FlowView } from '../../domain/concurrency-limit.js';
+import type { WorkerFlow } from '../../store/endpoint-flow.js';
+import type { Interpretation } from '../interpret.js';
+import type { Endpoint, EndpointRegistry, RoomWaiter } from './registry.js';
+
+/** What the flow control needs to share with other workers (see store/endpoint-flow.ts). */
+export interface SharedPauses {
+  pause(endpoint: string, untilMs: number, nowMs: number): Promise<void>;
+  pausedUntil(endpoint: string): Promise<number | undefined>;
+  report(workerId: string, flows: ReadonlyMap<string, WorkerFlow>): Promise<void>;
+}
+
+/** What happened to an endpoint's flow, for metrics: a limit halved, or a Retry-After paused it. */
+export type FlowEvent = { kind: 'decreased'; limit: number } | { kind: 'paused'; forMs: number };
+
+/** Changed limits written for the stats endpoint at most this often. */
+const REPORT_EVERY_MS = 1_000;
+
+/**
+ * One worker's flow control of receiver endpoints: an AIMD concurrency limit per endpoint (its own,
+ * see domain/concurrency-limit.ts) and the pauses receivers ask for with Retry-After, shared with
+ * every worker. A pause is written to Redis and published by the worker that got it; the others
+ * hear it at once (`heard`), and a worker meeting an endpoint for the first time reads it (`learn`),
+ * so no attempt pays a round trip for it.
+ */
+export class EndpointFlow {
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly endpoints: Pick<EndpointRegistry, 'ensure' | 'get' | 'values'>,
+    private readonly shared: SharedPauses | undefined,
+    private readonly workerId: string,
+    private readonly nowMs: () => number,
+    private readonly onEvent: (event: FlowEvent) => void = () => undefined,
+  ) {}
+
+  /** Learns, once per endpoint and process, whether another worker paused the endpoint of `key`. */
+  learn(key: string): Promise<void> | undefined {
+    return this.learnOf(this.endpoints.ensure(key));
+  }
+
+  /** As learn(): undefined when there is nothing to ask (any more). */
+  learnOf(endpoint: Endpoint): Promise<void> | undefined {
+    const shared = this.shared;
+    if (shared === undefined || endpoint.pauseLookup === true) return undefined;
+    endpoint.pauseLookup ??= shared.pausedUntil(endpoint.key).then(
+      (untilMs) => {
+        endpoint.pauseLookup = true;
+        if (untilMs !== undefined) endpoint.limit.pause(untilMs, this.nowMs());
+      },
+      // Unknown for now (storage failing): asked again at the next delivery.
+      () => void (endpoint.pauseLookup = undefined),
+    );
+    return endpoint.pauseLookup;
+  }
+
+  /** Another worker paused the endpoint of `key`. */
+  heard(key: string, untilMs: number): void {
+    this.endpoints.ensure(key).limit.pause(untilMs, this.nowMs());
+  }
+
+  /** Starts an attempt within the endpoint's limit and `ceiling`, unless it is paused or full. */
+  tryStart(endpoint: Endpoint, ceiling: number): FlowAdmission {
+    return endpoint.limit.tryStart(ceiling, this.nowMs());
+  }
+
+  /** Takes back a started attempt that was not sent. */
+  cancel(endpoint: Endpoint, ticket: number): void {
+    endpoint.limit.cancel(ticket);
+    this.freed(endpoint);
+  }
+
+  /**
+   * Waits, at most `timeoutMs`, for room at `endpoint`: each attempt that ends (or is taken back)
+   * wakes one waiter, the longest waiting, not all of them (thousands may wait behind one endpoint,
+   * and all but one would find it full again).
+   */
+  waitForRoom(endpoint: Endpoint, timeoutMs: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const waiter: RoomWaiter = { resolve, live: true, timer: undefined };
+      (endpoint.roomWaiters ??= []).push(waiter);
+      endpoint.roomWaiting += 1;
+      waiter.timer = setTimeout(() => {
+        // Gone by itself: a wakeup must not be spent on it.
+        waiter.live = false;
+        this.gone(endpoint);
+        resolve();
+      }, timeoutMs);
+    });
+  }
+
+  /** The endpoint's limit (Infinity before its first attempt). */
+  limitOf(endpoint: Endpoint): number {
+    return endpoint.limit.view(this.nowMs()).limit || Infinity;
+  }
+
+  /** How many more attempts the endpoint takes now (the wakeups bring back that many deferred ones). */
+  room(endpoint: Endpoint): number {
+    return endpoint.limit.room(this.nowMs());
+  }
+
+  /** The limit, attempts in flight and pause of the endpoint of `key` (undefined: never met). */
+  view(key: string): FlowView | undefined {
+    return this.endpoints.get(key)?.limit.view(this.nowMs());
+  }
+
+  /**
+   * Ends an attempt: adapts the limit to the answer's flow signal, and when the answer asks for a
+   * wait (a Retry-After) pauses the endpoint for every worker (at most PAUSE_MS_MAX).
+   */
+  end(endpoint: Endpoint, ticket: number, answer: Pick<Interpretation, 'flow' | 'retryAfterMs'>, ceiling: number): void {
+    const nowMs = this.nowMs();
+    const change = endpoint.limit.end(ticket, answer.flow, ceiling);
+    if (change.decreased) this.onEvent({ kind: 'decreased', limit: change.limit });
+    endpoint.flowChanged = true;
+    // One ended; one more may fit too when the limit grew.
+    this.freed(endpoint, Math.max(1, Math.min(endpoint.limit.room(nowMs), 2)));
+    const askedMs = answer.retryAfterMs;
+    if (askedMs === undefined || askedMs <= 0) return;
+    const untilMs = endpoint.limit.pause(nowMs + Math.min(askedMs, PAUSE_MS_MAX), nowMs);
+    this.onEvent({ kind: 'paused', forMs: untilMs - nowMs });
+    // Lost when storage fails: then only this worker holds the endpoint back.
+    this.shared?.pause(endpoint.key, untilMs, nowMs).catch(() => undefined);
+  }
+
+  /** Writes the changed limits once a second (for the stats endpoint) until stop(). */
+  start(): void {
+    this.timer ??= setInterval(() => void this.report(), REPORT_EVERY_MS).unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Wakes up to `count` deliveries waiting for room at `endpoint`, the longest waiting first. */
+  private freed(endpoint: Endpoint, count = 1): void {
+    const queue = endpoint.roomWaiters;
+    if (queue === undefined) return;
+    let woken = 0;
+    while (woken < count && queue.length > 0) {
+      const waiter = queue.shift()!;
+      if (!waiter.live) continue;
+      waiter.live = false;
+      clearTimeout(waiter.timer);
+      this.gone(endpoint);
+      waiter.resolve();
+      woken += 1;
+    }
+  }
+
+  /** A waiter left (woken, or gone by itself); with none left, the queue of those that left goes too. */
+  private gone(endpoint: Endpoint): void {
+    endpoint.roomWaiting -= 1;
+    if (endpoint.roomWaiting === 0) endpoint.roomWaiters = undefined;
+  }
+
+  private async report(): Promise<void> {
+    if (this.shared === undefined) return;
+    const nowMs = this.nowMs();
+    const flows = new Map<string, WorkerFlow>();
+    for (const endpoint of this.endpoints.values()) {
+      if (!endpoint.flowChanged) continue;
+      endpoint.flowChanged = false;
+      const view = endpoint.limit.view(nowMs);
+      if (view.limit > 0) flows.set(endpoint.key, { limit: view.limit, inflight: view.inflight });
+    }
+    if (flows.size === 0) return;
+    // Only the stats endpoint reads these: a lost write shows an older limit for a second.
+    await this.shared.report(this.workerId, flows).catch(() => undefined);
+  }
+}
