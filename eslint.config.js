@@ -33,6 +33,17 @@ const rootZones = [
   { target: './src', from: './src/cli.ts', message: 'nothing imports the CLI' },
   { target: [...belowTheCli, './src/engine'], from: './src/cli', message: 'src/cli/ holds the CLI’s own helpers: only the CLI imports them' },
   { target: belowTheCli, from: './src/engine', message: 'only the CLI imports the composition root' },
+  {
+    target: './src/delivery/endpoints',
+    from: [
+      './src/delivery/attempt.ts',
+      './src/delivery/single-processor.ts',
+      './src/delivery/batch-processor.ts',
+      './src/delivery/fifo-driver.ts',
+      './src/delivery/worker.ts',
+    ],
+    message: 'src/delivery/endpoints/ (what is known of endpoints, and admission) imports no delivery run or processor',
+  },
 ];
 
 export default tseslint.config(

@@ -13,15 +13,16 @@ import type { SingleDelivery } from './queue.js';
 import { deliveryHeaders } from './sign.js';
 import type { StorageGate } from './storage-gate.js';
 import type { DeferralWakeups, DeferredRef } from './endpoints/wakeups.js';
-import type { AdmitOptions, EndpointAdmission, Lease } from './endpoints/admission.js';
-import type { DeferReason } from './endpoints/deferral.js';
+import { Lease, type AdmitOptions, type EndpointAdmission } from './endpoints/admission.js';
+import type { DeferReason, NotAdmitted } from './endpoints/deferral.js';
 import { pauseHoldEndMs, type PauseHolds } from './pause-holds.js';
 import type { HeldJob } from '../store/held-deliveries.js';
 
 /**
- * One delivery attempt, the steps every delivery shares whether it runs in a batch or on its own:
- * prepare (find the webhook), admit (storage gate, breaker, send slot), send (sign and POST),
- * decide, record, and the one log line. The single and batch processors build on these.
+ * One delivery run, the steps every delivery shares whether it runs in a batch, on its own or at the
+ * head of a FIFO line: prepare (find the webhook), admit (endpoints/admission.ts), send (sign and
+ * POST), conclude (decide, record, the one log line), as top-level functions over the processors'
+ * deps. `runDelivery` returns one DeliveryRun value; each processor only translates it.
  */
 
 /** What the processors need; the composition root (createEngine) wires them, with a clock of its own for tests. */
@@ -112,194 +113,270 @@ const CIRCUIT_OPEN: SendResult = {
 /** How a send that threw (a bug: send() reports failures as values) ends its attempt at the endpoint: a failure that says nothing about capacity. */
 const SEND_THREW = { health: 'failed', flow: 'neutral', retryAfterMs: undefined, answered: false } as const;
 
-/** What ran: the outcome for metrics, and the delay when the delivery must be tried again. */
-export interface AttemptEnd {
+/** A run that made its attempt (or dead-lettered or dropped the delivery): the outcome, and the delay when it must be tried again. */
+export interface Concluded {
+  kind: 'concluded';
   finished: FinishedOutcome;
   retryDelayMs: number | undefined;
 }
 
+/** A run held back because its webhook is paused by its vendor: nothing sent until `heldUntilMs` or the enable (see pause-holds.ts). */
+export interface Held {
+  kind: 'held';
+  heldUntilMs: number;
+}
+
 /**
- * The steps every delivery shares, whether it runs in a batch or on its own: admission through the
- * storage gate, the endpoint's breaker and a send slot, sign and send, decide, record (one round
- * trip), disable the webhook when it must be, one log line, metrics.
+ * What one delivery run came to, the one value the single, batch and FIFO processors translate into
+ * BullMQ, a park or a line: an attempt made (or the delivery finished unsent), a hold for a paused
+ * webhook, a deferral admission planned (see endpoints/deferral.ts), or storage failing (nothing
+ * sent; the job runs again).
  */
-export function deliverySteps(deps: DeliveryProcessorDeps) {
-  /**
-   * The one wide line of an attempt (`delivery.attempted`): at info when it delivered, at warn when
-   * it failed, dead-lettered the delivery or disabled the webhook.
-   */
-  function logAttempt(data: DeliverJob, fields: { attempt: number; outcome: string; decision: string } & Record<string, unknown>): void {
-    const line = {
-      event: 'delivery.attempted',
-      eventId: data.eventId,
-      eventType: data.eventType,
-      webhookId: data.webhookId,
-      deliveryId: data.deliveryId,
-      ...fields,
-    };
-    if (fields.decision === 'delivered') deps.logger.info(line, 'delivery.attempted');
-    else deps.logger.warn(line, 'delivery.attempted');
-  }
+export type DeliveryRun = Concluded | Held | Extract<NotAdmitted, { kind: 'deferred' | 'storage' }>;
 
-  function finish(outcome: FinishedOutcome): FinishedOutcome {
-    deps.onOutcome?.(outcome);
-    return outcome;
-  }
+/**
+ * Told when an admitted attempt starts (with whether it holds a suspect slot) and when it has ended:
+ * one per batch, so a batch knows what holds it up without a closure per delivery.
+ */
+export interface SendTracker {
+  started(job: DeliverJob, suspect: boolean): void;
+  ended(job: DeliverJob): void;
+}
 
-  /** Dead-letters a delivery without sending it (its record says why), logs and counts it. */
-  async function deadUnsent(data: DeliverJob, attempt: number, outcome: UnsentOutcome, error: string, why: Record<string, unknown>): Promise<FinishedOutcome> {
-    const atMs = deps.nowMs();
-    await deps.recorder.recordAttempt({ job: data, attempt: { attempt, atMs, outcome, durationMs: 0, error }, status: 'dead' });
-    logAttempt(data, { attempt, outcome, durationMs: 0, decision: 'dead', ...why });
-    return finish({ kind: 'attempted', job: data, attempt, outcome, decision: 'dead', durationMs: 0, startedAtMs: atMs, endedAtMs: deps.nowMs() });
-  }
+/** Admission's options for the run, and who is told when its attempt starts and ends. */
+export interface RunOptions extends AdmitOptions {
+  tracker?: SendTracker;
+}
 
-  /**
-   * The delivery's webhook; or a finished outcome when there is nothing to send; or, while its
-   * webhook is paused by its vendor, when its hold ends (see pause-holds.ts).
-   */
-  async function prepare(data: DeliverJob, attempt: number): Promise<{ webhook: Webhook } | { finished: FinishedOutcome } | { heldUntilMs: number }> {
-    let webhook: Webhook | undefined;
+/**
+ * One delivery run: prepare (find the webhook), admit (endpoints/admission.ts), send (sign, POST,
+ * settle the lease), conclude (decide, record, log). Every delivery, in a batch, a single job or a
+ * FIFO line, takes these steps and nothing else; only what its processor does with the run differs.
+ */
+export async function runDelivery(deps: DeliveryProcessorDeps, data: DeliverJob, attemptNo: number, options: RunOptions): Promise<DeliveryRun> {
+  const prepared = await prepare(deps, data, attemptNo);
+  return 'kind' in prepared ? prepared : admitAndSend(deps, data, prepared, attemptNo, options);
+}
+
+/** The run after prepare: admission, then the attempt (sent, or recorded as `circuit_open`), or why not. */
+export async function admitAndSend(
+  deps: DeliveryProcessorDeps,
+  data: DeliverJob,
+  webhook: Webhook,
+  attemptNo: number,
+  options: RunOptions,
+): Promise<DeliveryRun> {
+  // Awaited only when admission had to wait: most deliveries are admitted synchronously.
+  let admitted = deps.admission.admit(webhook, options);
+  if (admitted instanceof Promise) admitted = await admitted;
+  if (admitted instanceof Lease) {
+    const { tracker } = options;
+    if (tracker === undefined) return send(deps, data, webhook, attemptNo, admitted);
+    tracker.started(data, admitted.slot === 'suspect');
     try {
-      webhook = await deps.webhooks.getById(data.webhookId);
-    } catch (error) {
-      deps.gate.close();
-      throw error;
-    }
-    // A deleted webhook's deliveries are dropped.
-    if (!webhook) {
-      await deps.recorder.recordDropped(data, deps.nowMs());
-      deps.logger.info({ event: 'delivery.dropped', eventId: data.eventId, webhookId: data.webhookId, deliveryId: data.deliveryId }, 'delivery.dropped');
-      return { finished: finish({ kind: 'dropped', job: data }) };
-    }
-    // A paused webhook's deliveries wait, unsent and without spending attempts, to the end of their retry window.
-    if (webhook.disabled?.reason === 'paused') {
-      const heldUntilMs = pauseHoldEndMs(data, deps.retryScheduleMs);
-      if (deps.nowMs() < heldUntilMs) return { heldUntilMs };
-      const error = `not sent: the webhook was paused past the end of the delivery's retry window (${new Date(heldUntilMs).toISOString()})`;
-      return { finished: await deadUnsent(data, attempt, 'paused_expired', error, { pausedAtMs: webhook.disabled.atMs }) };
-    }
-    // A webhook the engine disabled (410 Gone, sustained failure): its deliveries go straight to the
-    // dead letters, replayable once re-enabled.
-    if (webhook.disabled) {
-      const error = `webhook disabled (${webhook.disabled.reason})`;
-      return { finished: await deadUnsent(data, attempt, 'webhook_disabled', error, { disabledReason: webhook.disabled.reason }) };
-    }
-    return { webhook };
-  }
-
-  /**
-   * After the delayed jobs of a hold exist (or a FIFO line's hold is set): reads the webhook again,
-   * past any cached copy, and when it is no longer paused (an enable came meanwhile, or its
-   * deletion), brings the hold back at once (see pause-holds.ts for why this closes the race).
-   */
-  async function recheckHold(webhookId: string, jobs: readonly HeldJob[]): Promise<void> {
-    const webhook = await deps.webhooks.getFresh(webhookId);
-    if (webhook?.disabled?.reason !== 'paused') await deps.holds.release(webhookId, jobs);
-  }
-
-  /** Admission (see endpoints/admission.ts): a lease, or why the attempt may not start. */
-  function admit(webhook: Webhook, options: AdmitOptions) {
-    return deps.admission.admit(webhook, options);
-  }
-
-  /** Signs, sends, decides and records one admitted attempt; always ends its lease. */
-  async function attempt(data: DeliverJob, webhook: Webhook, attemptNo: number, lease: Lease): Promise<AttemptEnd> {
-    try {
-      // One instant for both: the attempt is recorded at startedMs, and signed with its whole seconds,
-      // so the delivery log rebuilds the exact webhook-timestamp from the record.
-      const startedMs = deps.nowMs();
-      const request = buildRequest(data, webhook, attemptNo, startedMs, deps.deliveryTimeoutMs);
-      let result: SendResult;
-      try {
-        result = await deps.sender.send(request);
-      } catch (error) {
-        // send() reports failures as values; an exception is a bug, but must not leave the endpoint waiting.
-        lease.settle(SEND_THREW, deps.nowMs());
-        throw error;
-      }
-      const endedMs = deps.nowMs();
-      const answer = interpret(result, endedMs);
-      lease.settle(answer, endedMs);
-      // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
-      // at most as many attempts as it has slots (sent or answered, but not yet recorded).
-      return await conclude(data, webhook, attemptNo, result, answer, startedMs, endedMs, sentRequest(request, deps.sender.userAgent));
+      return await send(deps, data, webhook, attemptNo, admitted);
     } finally {
-      lease.end();
+      tracker.ended(data);
     }
   }
+  if (admitted.kind === 'circuit_open') return recordCircuitOpen(deps, data, webhook, attemptNo);
+  return admitted;
+}
 
-  /** Records an attempt that came due while the endpoint's circuit was open, without sending it. */
-  function recordCircuitOpen(data: DeliverJob, webhook: Webhook, attemptNo: number): Promise<AttemptEnd> {
-    const nowMs = deps.nowMs();
-    return conclude(data, webhook, attemptNo, CIRCUIT_OPEN, interpret(CIRCUIT_OPEN, nowMs), nowMs, nowMs);
+/** Reports a finished run (metrics, the attempt feed, endpoint stats) and returns it. */
+export function finish(deps: Pick<DeliveryProcessorDeps, 'onOutcome'>, outcome: FinishedOutcome): FinishedOutcome {
+  deps.onOutcome?.(outcome);
+  return outcome;
+}
+
+/**
+ * The one wide line of an attempt (`delivery.attempted`): at info when it delivered, at warn when
+ * it failed, dead-lettered the delivery or disabled the webhook.
+ */
+function logAttempt(logger: Logger, data: DeliverJob, fields: { attempt: number; outcome: string; decision: string } & Record<string, unknown>): void {
+  const line = {
+    event: 'delivery.attempted',
+    eventId: data.eventId,
+    eventType: data.eventType,
+    webhookId: data.webhookId,
+    deliveryId: data.deliveryId,
+    ...fields,
+  };
+  if (fields.decision === 'delivered') logger.info(line, 'delivery.attempted');
+  else logger.warn(line, 'delivery.attempted');
+}
+
+/** Dead-letters a delivery without sending it (its record says why), logs and counts it. */
+async function deadUnsent(
+  deps: DeliveryProcessorDeps,
+  data: DeliverJob,
+  attempt: number,
+  outcome: UnsentOutcome,
+  error: string,
+  why: Record<string, unknown>,
+): Promise<Concluded> {
+  const atMs = deps.nowMs();
+  await deps.recorder.recordAttempt({ job: data, attempt: { attempt, atMs, outcome, durationMs: 0, error }, status: 'dead' });
+  logAttempt(deps.logger, data, { attempt, outcome, durationMs: 0, decision: 'dead', ...why });
+  const finished = finish(deps, {
+    kind: 'attempted',
+    job: data,
+    attempt,
+    outcome,
+    decision: 'dead',
+    durationMs: 0,
+    startedAtMs: atMs,
+    endedAtMs: deps.nowMs(),
+  });
+  return { kind: 'concluded', finished, retryDelayMs: undefined };
+}
+
+/**
+ * The delivery's webhook; or the run's end when there is nothing to send (dropped, dead-lettered);
+ * or, while its webhook is paused by its vendor, when its hold ends (see pause-holds.ts).
+ */
+export async function prepare(deps: DeliveryProcessorDeps, data: DeliverJob, attempt: number): Promise<Webhook | Concluded | Held> {
+  let webhook: Webhook | undefined;
+  try {
+    webhook = await deps.webhooks.getById(data.webhookId);
+  } catch (error) {
+    deps.gate.close();
+    throw error;
   }
+  // A deleted webhook's deliveries are dropped.
+  if (!webhook) {
+    await deps.recorder.recordDropped(data, deps.nowMs());
+    deps.logger.info({ event: 'delivery.dropped', eventId: data.eventId, webhookId: data.webhookId, deliveryId: data.deliveryId }, 'delivery.dropped');
+    return { kind: 'concluded', finished: finish(deps, { kind: 'dropped', job: data }), retryDelayMs: undefined };
+  }
+  // A paused webhook's deliveries wait, unsent and without spending attempts, to the end of their retry window.
+  if (webhook.disabled?.reason === 'paused') {
+    const heldUntilMs = pauseHoldEndMs(data, deps.retryScheduleMs);
+    if (deps.nowMs() < heldUntilMs) return { kind: 'held', heldUntilMs };
+    const error = `not sent: the webhook was paused past the end of the delivery's retry window (${new Date(heldUntilMs).toISOString()})`;
+    return deadUnsent(deps, data, attempt, 'paused_expired', error, { pausedAtMs: webhook.disabled.atMs });
+  }
+  // A webhook the engine disabled (410 Gone, sustained failure): its deliveries go straight to the
+  // dead letters, replayable once re-enabled.
+  if (webhook.disabled) {
+    const error = `webhook disabled (${webhook.disabled.reason})`;
+    return deadUnsent(deps, data, attempt, 'webhook_disabled', error, { disabledReason: webhook.disabled.reason });
+  }
+  return webhook;
+}
 
-  /** Decides what follows an attempt, records it, disables the webhook when it must be, logs and counts. */
-  async function conclude(
-    data: DeliverJob,
-    webhook: Webhook,
-    attemptNo: number,
-    result: SendResult,
-    answer: Interpretation,
-    startedMs: number,
-    endedMs: number,
-    sent?: SentRequest,
-  ): Promise<AttemptEnd> {
-    const decision = decide({ answer, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, random: deps.random });
-    const { outcome } = answer;
-    let failingSinceMs: number | undefined;
+/**
+ * After the delayed jobs of a hold exist (or a FIFO line's hold is set): reads the webhook again,
+ * past any cached copy, and when it is no longer paused (an enable came meanwhile, or its
+ * deletion), brings the hold back at once (see pause-holds.ts for why this closes the race).
+ */
+export async function recheckHold(deps: DeliveryProcessorDeps, webhookId: string, jobs: readonly HeldJob[]): Promise<void> {
+  const webhook = await deps.webhooks.getFresh(webhookId);
+  if (webhook?.disabled?.reason !== 'paused') await deps.holds.release(webhookId, jobs);
+}
+
+/** Signs, sends, decides and records one admitted attempt; always ends its lease. */
+async function send(deps: DeliveryProcessorDeps, data: DeliverJob, webhook: Webhook, attemptNo: number, lease: Lease): Promise<Concluded> {
+  try {
+    // One instant for both: the attempt is recorded at startedMs, and signed with its whole seconds,
+    // so the delivery log rebuilds the exact webhook-timestamp from the record.
+    const startedMs = deps.nowMs();
+    const request = buildRequest(data, webhook, attemptNo, startedMs, deps.deliveryTimeoutMs);
+    let result: SendResult;
     try {
-      ({ failingSinceMs } = await deps.recorder.recordAttempt({
-        job: data,
-        attempt: {
-          attempt: attemptNo,
-          atMs: startedMs,
-          outcome,
-          durationMs: result.durationMs,
-          ...(result.kind === 'response' ? { statusCode: result.status, responseSnippet: result.bodySnippet } : { error: result.message }),
-          ...(sent === undefined ? {} : { sent }),
-        },
-        status: STATUS_OF[decision.action],
-        ...(decision.action === 'retry' ? { nextAttemptAtMs: endedMs + decision.delayMs } : {}),
-      }));
+      result = await deps.sender.send(request);
     } catch (error) {
-      // An attempt that cannot be recorded will be made again: stop sending until storage answers.
-      deps.gate.close();
+      // send() reports failures as values; an exception is a bug, but must not leave the endpoint waiting.
+      lease.settle(SEND_THREW, deps.nowMs());
       throw error;
     }
-    let disabled: 'gone' | 'failing' | undefined;
-    if (decision.action === 'disable') {
-      if (await deps.webhooks.disable(webhook.id, 'gone')) disabled = 'gone';
-    } else if (decision.action !== 'delivered' && failingSinceMs !== undefined && endedMs - failingSinceMs >= deps.sustainedFailureMs) {
-      if (await deps.webhooks.disable(webhook.id, 'failing')) disabled = 'failing';
-    }
-
-    logAttempt(data, {
-      attempt: attemptNo,
-      outcome,
-      status: result.kind === 'response' ? result.status : undefined,
-      durationMs: Math.round(result.durationMs),
-      decision: decision.action,
-      ...(decision.action === 'retry' ? { retryInMs: decision.delayMs } : {}),
-      ...(disabled === undefined ? {} : { webhookDisabled: disabled }),
-    });
-    const finished = finish({
-      kind: 'attempted',
-      job: data,
-      outcome,
-      decision: decision.action,
-      durationMs: result.durationMs,
-      startedAtMs: startedMs,
-      endedAtMs: endedMs,
-      attempt: attemptNo,
-      ...(result.kind === 'response' ? { statusCode: result.status } : {}),
-      ...(disabled === undefined ? {} : { disabled }),
-    });
-    return { finished, retryDelayMs: decision.action === 'retry' ? decision.delayMs : undefined };
+    const endedMs = deps.nowMs();
+    const answer = interpret(result, endedMs);
+    lease.settle(answer, endedMs);
+    // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
+    // at most as many attempts as it has slots (sent or answered, but not yet recorded).
+    return await conclude(deps, data, webhook, attemptNo, result, answer, startedMs, endedMs, sentRequest(request, deps.sender.userAgent));
+  } finally {
+    lease.end();
   }
+}
 
-  return { prepare, recheckHold, admit, attempt, recordCircuitOpen, finish };
+/** Records an attempt that came due while the endpoint's circuit was open, without sending it. */
+function recordCircuitOpen(deps: DeliveryProcessorDeps, data: DeliverJob, webhook: Webhook, attemptNo: number): Promise<Concluded> {
+  const nowMs = deps.nowMs();
+  return conclude(deps, data, webhook, attemptNo, CIRCUIT_OPEN, interpret(CIRCUIT_OPEN, nowMs), nowMs, nowMs);
+}
+
+/** Decides what follows an attempt, records it, disables the webhook when it must be, logs and counts. */
+async function conclude(
+  deps: DeliveryProcessorDeps,
+  data: DeliverJob,
+  webhook: Webhook,
+  attemptNo: number,
+  result: SendResult,
+  answer: Interpretation,
+  startedMs: number,
+  endedMs: number,
+  sent?: SentRequest,
+): Promise<Concluded> {
+  const decision = decide({ answer, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, random: deps.random });
+  const { outcome } = answer;
+  let failingSinceMs: number | undefined;
+  try {
+    ({ failingSinceMs } = await deps.recorder.recordAttempt({
+      job: data,
+      attempt: {
+        attempt: attemptNo,
+        atMs: startedMs,
+        outcome,
+        durationMs: result.durationMs,
+        ...(result.kind === 'response' ? { statusCode: result.status, responseSnippet: result.bodySnippet } : { error: result.message }),
+        ...(sent === undefined ? {} : { sent }),
+      },
+      status: STATUS_OF[decision.action],
+      ...(decision.action === 'retry' ? { nextAttemptAtMs: endedMs + decision.delayMs } : {}),
+    }));
+  } catch (error) {
+    // An attempt that cannot be recorded will be made again: stop sending until storage answers.
+    deps.gate.close();
+    throw error;
+  }
+  const disabled = await disableIfDue(deps, webhook.id, decision, failingSinceMs, endedMs);
+  logAttempt(deps.logger, data, {
+    attempt: attemptNo,
+    outcome,
+    status: result.kind === 'response' ? result.status : undefined,
+    durationMs: Math.round(result.durationMs),
+    decision: decision.action,
+    ...(decision.action === 'retry' ? { retryInMs: decision.delayMs } : {}),
+    ...(disabled === undefined ? {} : { webhookDisabled: disabled }),
+  });
+  const finished = finish(deps, {
+    kind: 'attempted',
+    job: data,
+    outcome,
+    decision: decision.action,
+    durationMs: result.durationMs,
+    startedAtMs: startedMs,
+    endedAtMs: endedMs,
+    attempt: attemptNo,
+    ...(result.kind === 'response' ? { statusCode: result.status } : {}),
+    ...(disabled === undefined ? {} : { disabled }),
+  });
+  return { kind: 'concluded', finished, retryDelayMs: decision.action === 'retry' ? decision.delayMs : undefined };
+}
+
+/** Disables the webhook after a 410 Gone, or once its attempts have all failed for `sustainedFailureMs`; why, when this call did it. */
+async function disableIfDue(
+  deps: DeliveryProcessorDeps,
+  webhookId: string,
+  decision: Decision,
+  failingSinceMs: number | undefined,
+  endedMs: number,
+): Promise<'gone' | 'failing' | undefined> {
+  if (decision.action === 'disable') return (await deps.webhooks.disable(webhookId, 'gone')) ? 'gone' : undefined;
+  if (decision.action === 'delivered' || failingSinceMs === undefined || endedMs - failingSinceMs < deps.sustainedFailureMs) return undefined;
+  return (await deps.webhooks.disable(webhookId, 'failing')) ? 'failing' : undefined;
 }
 
 /** The signed request of one attempt (DESIGN "What a vendor receives"). */

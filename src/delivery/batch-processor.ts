@@ -1,9 +1,9 @@
 import type { Job } from 'bullmq';
 import type { DeferralWrite } from '../store/delivery-log.js';
-import { deliverySteps, type AttemptEnd, type DeliveryProcessorDeps } from './attempt.js';
-import { BatchHolds } from './batch-holds.js';
+import { admitAndSend, finish, prepare, recheckHold, type DeliveryProcessorDeps, type SendTracker } from './attempt.js';
+import { BatchHolds, type BatchHoldRules } from './batch-holds.js';
 import type { DeferredRef } from './endpoints/wakeups.js';
-import { Lease, type GiveUp } from './endpoints/admission.js';
+import type { GiveUp } from './endpoints/admission.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import { JOBS, parkIdOf } from './jobs.js';
 import type { SingleDelivery } from './queue.js';
@@ -43,141 +43,207 @@ const SUSPECT_ONLY_HOLD_MS = 50;
  * was in flight.
  */
 export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) => Promise<BatchSummary> {
-  const steps = deliverySteps(deps);
-  const firstDelayMs = deps.retryScheduleMs[0] ?? 0;
-  const rules = {
+  const rules: BatchHoldRules = {
     batchHoldMs: deps.batchHoldMs,
     suspectHoldMs: deps.suspectHoldMs,
     suspectOnlyHoldMs: SUSPECT_ONLY_HOLD_MS,
     deliveryTimeoutMs: deps.deliveryTimeoutMs,
   };
+  return (job) => new BatchRun(deps, rules, job).run();
+}
 
-  return async (job) => {
-    const { deliveries } = JOBS.deliverBatch.schema.parse(job.data);
-    const epoch = deps.gate.epoch;
-    const singles: SingleDelivery[] = [];
-    const leave = (data: DeliverJob, delayMs: number) => singles.push({ job: data, delayMs: Math.max(0, delayMs) });
-    const deferred: { data: DeliverJob; wakeOn: string | undefined; retryAtMs: number; dueAtMs: number; parkable: boolean }[] = [];
-    /** Deliveries of paused webhooks, by webhook: parked together until enabled, or their hold ends. */
-    const paused = new Map<string, { deliveries: DeliverJob[]; untilMs: number }>();
-    const handOffs: DeferralWrite[] = [];
-    let todo = deliveries;
-    let skipped = 0;
-    /** Deliveries parked (singles are counted by their list). */
-    let left = 0;
+/** A delivery admission deferred, waiting for the end of the batch to leave it. */
+interface BatchDeferral {
+  data: DeliverJob;
+  wakeOn: string | undefined;
+  retryAtMs: number;
+  dueAtMs: number;
+  /** Parked with the others behind its endpoint (false: leaves alone, as behind a concurrency limit). */
+  parkable: boolean;
+}
 
-    // 1. A re-run: skip what is finished; re-queue what waits in a job of its own, a single job (a
-    // retry, a hand-off) or a park (each a no-op if its job is queued); send what was never
-    // attempted, or was parked in this very job.
-    if (job.attemptsStarted > 1 || job.attemptsMade > 0) {
-      const progress = await deps.recorder.progressOf(deliveries);
-      const nowMs = deps.nowMs();
-      const reparked = new Map<string, { deliveries: DeliverJob[]; atMs: number }>();
-      todo = deliveries.filter((data, i) => {
-        const p = progress[i];
-        if (p === undefined) return true;
-        if (p.parkedIn !== undefined) {
-          if (p.parkedIn === job.id) return true;
-          const park = reparked.get(p.parkedIn) ?? { deliveries: [], atMs: p.nextAttemptAtMs ?? nowMs };
-          park.deliveries.push(data);
-          reparked.set(p.parkedIn, park);
-          return false;
-        }
-        if (p.status === 'retrying' || p.status === 'pending') leave(data, (p.nextAttemptAtMs ?? nowMs) - nowMs);
-        else {
-          skipped += 1;
-          steps.finish({ kind: 'skipped', job: data });
-        }
-        return false;
-      });
-      if (reparked.size > 0)
-        await deps.singles.park([...reparked].map(([jobId, park]) => ({ jobId, deliveries: park.deliveries, delayMs: park.atMs - nowMs })));
-      for (const park of reparked.values()) left += park.deliveries.length;
-    }
+/** A delayed batch job holding deliveries that leave together. */
+interface Park {
+  jobId: string;
+  deliveries: DeliverJob[];
+  dueAtMs: number[];
+  untilMs: number;
+}
 
+/** One run of one batch job: what it sent, and what leaves it for jobs of their own. */
+class BatchRun implements SendTracker {
+  private readonly deliveries: DeliverJob[];
+  private readonly epoch: number;
+  private readonly firstDelayMs: number;
+  /** Made once the deliveries to send are known (a re-run reads their records first). */
+  private holds!: BatchHolds<DeliverJob>;
+  private readonly singles: SingleDelivery[] = [];
+  private readonly deferred: BatchDeferral[] = [];
+  /** Deliveries of paused webhooks, by webhook: parked together until enabled, or their hold ends. */
+  private readonly paused = new Map<string, { deliveries: DeliverJob[]; untilMs: number }>();
+  private readonly handOffs: DeferralWrite[] = [];
+  private skipped = 0;
+  /** Deliveries parked (singles are counted by their list). */
+  private parkedCount = 0;
+  private attempted = 0;
+  private giveUp = giveUpRound();
+  /** Woken whenever a delivery settles or starts or stops waiting, to look again at what holds the batch. */
+  private wake: () => void = () => undefined;
+  private readonly onWaiting = (waiting: boolean) => {
+    this.holds.waiting(waiting);
+    this.wake();
+  };
+  private failure: Error | undefined;
+  /** Settled once this batch's single jobs exist (or adding them failed). */
+  private readonly added: Promise<void>;
+  private singlesAdded: () => void = () => undefined;
+
+  constructor(
+    private readonly deps: DeliveryProcessorDeps,
+    private readonly rules: BatchHoldRules,
+    private readonly job: Job,
+  ) {
+    this.deliveries = JOBS.deliverBatch.schema.parse(job.data).deliveries;
+    this.epoch = deps.gate.epoch;
+    this.firstDelayMs = deps.retryScheduleMs[0] ?? 0;
+    this.added = new Promise<void>((resolve) => (this.singlesAdded = resolve));
+  }
+
+  async run(): Promise<BatchSummary> {
+    // 1. A re-run: skip what is finished and re-queue what waits in a job of its own.
+    const todo = this.job.attemptsStarted > 1 || this.job.attemptsMade > 0 ? await this.triage() : this.deliveries;
     // 2. Every delivery concurrently; the batch waits for them, handing off the ones that hold it up.
-    const holds = new BatchHolds<DeliverJob>(rules, deps.nowMs, todo.length);
-    let attempted = 0;
-    let giveUp = giveUpRound();
-    // Woken whenever a delivery settles or starts or stops waiting, to look again at what holds the batch.
-    let wake: () => void = () => undefined;
-    const onWaiting = (waiting: boolean) => {
-      holds.waiting(waiting);
-      wake();
-    };
-
-    let failure: Error | undefined;
-    // Settled once this batch's single jobs exist (or adding them failed).
-    let singlesAdded: () => void = () => undefined;
-    const added = new Promise<void>((resolve) => (singlesAdded = resolve));
-    const run = async (data: DeliverJob) => {
-      const prepared = await steps.prepare(data, 1);
-      if ('finished' in prepared) return;
-      if ('heldUntilMs' in prepared) {
-        const hold = paused.get(data.webhookId) ?? { deliveries: [], untilMs: prepared.heldUntilMs };
-        hold.deliveries.push(data);
-        hold.untilMs = Math.min(hold.untilMs, prepared.heldUntilMs);
-        paused.set(data.webhookId, hold);
-        steps.finish({ kind: 'deferred', job: data, reason: 'webhook_paused' });
-        return;
-      }
-      const dueAtMs = data.acceptedAtMs + firstDelayMs;
-      // Not spread: the wakeups bring a batch's deferrals back when their endpoint answers.
-      const admitted = await steps.admit(prepared.webhook, { dueAtMs, epoch, giveUp, onWaiting, deferJitterMs: 0, roomWaitMs: 0, wokenByWakeups: true });
-      let end: AttemptEnd;
-      if (admitted instanceof Lease) {
-        holds.started(data, admitted.slot === 'suspect');
-        attempted += 1;
-        wake();
-        try {
-          end = await steps.attempt(data, prepared.webhook, 1, admitted);
-        } finally {
-          holds.ended(data);
-        }
-      } else if (admitted.kind === 'circuit_open') {
-        end = await steps.recordCircuitOpen(data, prepared.webhook, 1);
-      } else if (admitted.kind === 'storage') {
-        // Not sent: the re-run of this batch sends it.
-        failure ??= new StorageUnavailableError();
-        return;
-      } else {
-        // Behind a concurrency limit they come back a few at a time, as the endpoint has room: alone.
-        deferred.push({ data, wakeOn: admitted.wakeOn, retryAtMs: admitted.retryAtMs, dueAtMs, parkable: admitted.reason !== 'concurrency' });
-        steps.finish({ kind: 'deferred', job: data, reason: admitted.reason });
-        return;
-      }
-      if (!holds.isHandedOff(data)) {
-        if (end.retryDelayMs !== undefined) leave(data, end.retryDelayMs);
-        return;
-      }
-      // Handed off while in flight: its single job waits until this attempt would have timed out.
-      // The attempt is recorded now, so wake the job: it reads the record and finishes (delivered,
-      // dead) or waits for the retry the record schedules, instead of idling in the queue.
-      void added.then(() => deps.singles.promote([{ webhookId: data.webhookId, jobId: data.deliveryId, parked: false }])).catch(() => undefined);
-    };
-    const settle = (data: DeliverJob) => {
-      holds.settled(data);
-      wake();
-    };
+    this.holds = new BatchHolds<DeliverJob>(this.rules, this.deps.nowMs, todo.length);
     for (const data of todo) {
-      run(data).then(
-        () => settle(data),
+      this.runOne(data).then(
+        () => this.settle(data),
         (error: unknown) => {
-          failure ??= error instanceof Error ? error : new Error('delivery step failed', { cause: error });
-          settle(data);
+          this.failure ??= error instanceof Error ? error : new Error('delivery step failed', { cause: error });
+          this.settle(data);
         },
       );
     }
+    await this.waitForAll();
+    // 3. What did not finish here leaves in jobs of its own.
+    await this.leave();
+    // Storage failed, or an unexpected error: re-run the batch; finished deliveries are skipped.
+    if (this.failure !== undefined) throw this.failure;
+    return { deliveries: this.deliveries.length, attempted: this.attempted, handedOff: this.singles.length + this.parkedCount, skipped: this.skipped };
+  }
 
+  started(data: DeliverJob, suspect: boolean): void {
+    this.holds.started(data, suspect);
+    this.attempted += 1;
+    this.wake();
+  }
+
+  ended(data: DeliverJob): void {
+    this.holds.ended(data);
+  }
+
+  private leaveAsSingle(data: DeliverJob, delayMs: number): void {
+    this.singles.push({ job: data, delayMs: Math.max(0, delayMs) });
+  }
+
+  /**
+   * A re-run: skips what is finished; re-queues what waits in a job of its own, a single job (a
+   * retry, a hand-off) or a park (each a no-op if its job is queued); returns what to send: what was
+   * never attempted, or was parked in this very job.
+   */
+  private async triage(): Promise<DeliverJob[]> {
+    const { deps, job } = this;
+    const progress = await deps.recorder.progressOf(this.deliveries);
+    const nowMs = deps.nowMs();
+    const reparked = new Map<string, { deliveries: DeliverJob[]; atMs: number }>();
+    const todo = this.deliveries.filter((data, i) => {
+      const p = progress[i];
+      if (p === undefined) return true;
+      if (p.parkedIn !== undefined) {
+        if (p.parkedIn === job.id) return true;
+        const park = reparked.get(p.parkedIn) ?? { deliveries: [], atMs: p.nextAttemptAtMs ?? nowMs };
+        park.deliveries.push(data);
+        reparked.set(p.parkedIn, park);
+        return false;
+      }
+      if (p.status === 'retrying' || p.status === 'pending') this.leaveAsSingle(data, (p.nextAttemptAtMs ?? nowMs) - nowMs);
+      else {
+        this.skipped += 1;
+        finish(deps, { kind: 'skipped', job: data });
+      }
+      return false;
+    });
+    if (reparked.size > 0) await deps.singles.park([...reparked].map(([jobId, park]) => ({ jobId, deliveries: park.deliveries, delayMs: park.atMs - nowMs })));
+    for (const park of reparked.values()) this.parkedCount += park.deliveries.length;
+    return todo;
+  }
+
+  /** One delivery's run, and where it goes from the batch. */
+  private async runOne(data: DeliverJob): Promise<void> {
+    const { deps } = this;
+    const dueAtMs = data.acceptedAtMs + this.firstDelayMs;
+    const prepared = await prepare(deps, data, 1);
+    // Options made once prepared: the delivery joins the round of first-contact waits under way when
+    // its admission starts. Not spread: the wakeups bring a batch's deferrals back when their
+    // endpoint answers.
+    const run =
+      'kind' in prepared
+        ? prepared
+        : await admitAndSend(deps, data, prepared, 1, {
+            dueAtMs,
+            epoch: this.epoch,
+            giveUp: this.giveUp,
+            onWaiting: this.onWaiting,
+            deferJitterMs: 0,
+            roomWaitMs: 0,
+            wokenByWakeups: true,
+            tracker: this,
+          });
+    switch (run.kind) {
+      case 'held': {
+        const hold = this.paused.get(data.webhookId) ?? { deliveries: [], untilMs: run.heldUntilMs };
+        hold.deliveries.push(data);
+        hold.untilMs = Math.min(hold.untilMs, run.heldUntilMs);
+        this.paused.set(data.webhookId, hold);
+        finish(deps, { kind: 'deferred', job: data, reason: 'webhook_paused' });
+        return;
+      }
+      case 'storage':
+        // Not sent: the re-run of this batch sends it.
+        this.failure ??= new StorageUnavailableError();
+        return;
+      case 'deferred':
+        // Behind a concurrency limit they come back a few at a time, as the endpoint has room: alone.
+        this.deferred.push({ data, wakeOn: run.wakeOn, retryAtMs: run.retryAtMs, dueAtMs, parkable: run.reason !== 'concurrency' });
+        finish(deps, { kind: 'deferred', job: data, reason: run.reason });
+        return;
+    }
+    if (!this.holds.isHandedOff(data)) {
+      if (run.retryDelayMs !== undefined) this.leaveAsSingle(data, run.retryDelayMs);
+      return;
+    }
+    // Handed off while in flight: its single job waits until this attempt would have timed out.
+    // The attempt is recorded now, so wake the job: it reads the record and finishes (delivered,
+    // dead) or waits for the retry the record schedules, instead of idling in the queue.
+    void this.added.then(() => deps.singles.promote([{ webhookId: data.webhookId, jobId: data.deliveryId, parked: false }])).catch(() => undefined);
+  }
+
+  private settle(data: DeliverJob): void {
+    this.holds.settled(data);
+    this.wake();
+  }
+
+  /** Waits for every delivery of the batch, handing off those that hold it up (see BatchHolds). */
+  private async waitForAll(): Promise<void> {
+    const { deps, holds } = this;
     while (holds.pending > 0) {
       const waitMs = holds.nextCheckInMs();
       let timer: NodeJS.Timeout | undefined;
       const woke = await new Promise<boolean>((resolve) => {
-        wake = () => resolve(true);
+        this.wake = () => resolve(true);
         timer = setTimeout(() => resolve(false), waitMs);
       });
       clearTimeout(timer);
-      wake = () => undefined;
+      this.wake = () => undefined;
       if (holds.pending === 0) break;
       if (woke) {
         holds.changed();
@@ -185,29 +251,33 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       }
       // Once storage has failed since the batch started, it will run again and must stay the only
       // owner of its deliveries: it hands off nothing and waits for its attempts.
-      const check = holds.check(deps.gate.allows(epoch));
+      const check = holds.check(deps.gate.allows(this.epoch));
       if (check.giveUpWaiters) {
-        giveUp.giveUp();
-        giveUp = giveUpRound();
+        this.giveUp.giveUp();
+        this.giveUp = giveUpRound();
       }
       for (const { item, dueAtMs } of check.handOff) {
-        leave(item, dueAtMs - deps.nowMs());
-        handOffs.push({ job: item, nextAttemptAtMs: dueAtMs, dueAtMs: item.acceptedAtMs + firstDelayMs, ifNoRecord: true });
+        this.leaveAsSingle(item, dueAtMs - deps.nowMs());
+        this.handOffs.push({ job: item, nextAttemptAtMs: dueAtMs, dueAtMs: item.acceptedAtMs + this.firstDelayMs, ifNoRecord: true });
       }
     }
+  }
 
-    // 3. Deferrals behind an endpoint that will take them all at once when it does (unproven, slow,
-    // circuit open) are parked together: one delayed batch job per endpoint (the batch is of one
-    // partition), due when the earliest of them is. The others leave as single jobs: behind a
-    // concurrency limit (they come back as it has room), a rate limit (each its place in line) or a
-    // Retry-After pause.
-    const nowMs = deps.nowMs();
-    const parks = new Map<string, { deliveries: DeliverJob[]; dueAtMs: number[]; untilMs: number }>();
-    const marks: DeferralWrite[] = [...handOffs];
+  /**
+   * Deferrals behind an endpoint that will take them all at once when it does (unproven, slow,
+   * circuit open) are parked together: one delayed batch job per endpoint (the batch is of one
+   * partition), due when the earliest of them is. The others leave as single jobs: behind a
+   * concurrency limit (they come back as it has room), a rate limit (each its place in line) or a
+   * Retry-After pause. Returns the parks, the writes that note every deferral, and the single
+   * deferrals to wake, by endpoint.
+   */
+  private planDeferrals(nowMs: number) {
+    const parks = new Map<string, Omit<Park, 'jobId'>>();
+    const marks: DeferralWrite[] = [...this.handOffs];
     const alone = new Map<string, { refs: DeferredRef[]; untilMs: number }>();
-    for (const { data, wakeOn, retryAtMs, dueAtMs, parkable } of deferred) {
+    for (const { data, wakeOn, retryAtMs, dueAtMs, parkable } of this.deferred) {
       if (wakeOn === undefined || !parkable) {
-        leave(data, retryAtMs - nowMs);
+        this.leaveAsSingle(data, retryAtMs - nowMs);
         marks.push({ job: data, nextAttemptAtMs: retryAtMs, dueAtMs });
         if (wakeOn !== undefined) {
           const entry = alone.get(wakeOn) ?? { refs: [], untilMs: 0 };
@@ -223,30 +293,37 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
       park.untilMs = Math.min(park.untilMs, retryAtMs);
       parks.set(wakeOn, park);
     }
-    const parked = [...parks].map(([endpoint, park]) => ({
-      endpoint,
-      jobId: parkIdOf(
-        job.id ?? '',
-        park.deliveries.map((d) => d.deliveryId),
-      ),
-      ...park,
-    }));
-    // A paused webhook's deliveries are parked too, one park per webhook, noted as held (before the
-    // park exists: see pause-holds.ts) so that an enable brings them back; due when the earliest
+    const parked = [...parks].map(([endpoint, park]) => ({ endpoint, jobId: this.parkId(park.deliveries), ...park }));
+    // A paused webhook's deliveries are parked too, one park per webhook, due when the earliest
     // hold ends (the park then holds the rest again).
-    const pausedParks = [...paused].map(([webhookId, hold]) => ({
+    const pausedParks = [...this.paused].map(([webhookId, hold]) => ({
       webhookId,
-      jobId: parkIdOf(
-        job.id ?? '',
-        hold.deliveries.map((d) => d.deliveryId),
-      ),
-      dueAtMs: hold.deliveries.map((d) => d.acceptedAtMs + firstDelayMs),
+      jobId: this.parkId(hold.deliveries),
+      dueAtMs: hold.deliveries.map((d) => d.acceptedAtMs + this.firstDelayMs),
       ...hold,
     }));
+    return { parked, pausedParks, marks, alone };
+  }
+
+  private parkId(deliveries: readonly DeliverJob[]): string {
+    return parkIdOf(
+      this.job.id ?? '',
+      deliveries.map((d) => d.deliveryId),
+    );
+  }
+
+  /** Step 3: records, then queues, what leaves the batch, and only then registers it to be woken. */
+  private async leave(): Promise<void> {
+    const { deps } = this;
+    const nowMs = deps.nowMs();
+    const { parked, pausedParks, marks, alone } = this.planDeferrals(nowMs);
+    // Paused webhooks' parks are noted as held before they exist (see pause-holds.ts), so that an
+    // enable brings them back.
     await Promise.all(pausedParks.map((park) => deps.holds.hold(park.webhookId, [{ jobId: park.jobId, parked: true }], park.untilMs)));
-    for (const park of [...parked, ...pausedParks]) {
+    const allParks: Park[] = [...parked, ...pausedParks];
+    for (const park of allParks) {
       park.deliveries.forEach((data, i) => marks.push({ job: data, nextAttemptAtMs: park.untilMs, dueAtMs: park.dueAtMs[i]!, parkedIn: park.jobId }));
-      left += park.deliveries.length;
+      this.parkedCount += park.deliveries.length;
     }
     // Deferred and handed-off deliveries get a record before their job exists: a re-run of this batch
     // (it failed after this point) then finds them pending in a job of their own and leaves them to
@@ -254,24 +331,19 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     if (marks.length > 0) await deps.recorder.recordDeferred(marks);
     try {
       await Promise.all([
-        deps.singles.addSingles(singles),
-        parked.length + pausedParks.length === 0
+        deps.singles.addSingles(this.singles),
+        allParks.length === 0
           ? undefined
-          : deps.singles.park(
-              [...parked, ...pausedParks].map(({ jobId, deliveries: held, untilMs }) => ({ jobId, deliveries: held, delayMs: untilMs - nowMs })),
-            ),
+          : deps.singles.park(allParks.map(({ jobId, deliveries: held, untilMs }) => ({ jobId, deliveries: held, delayMs: untilMs - nowMs }))),
       ]);
     } finally {
-      singlesAdded();
+      this.singlesAdded();
     }
-    await Promise.all(pausedParks.map(({ webhookId, jobId }) => steps.recheckHold(webhookId, [{ jobId, parked: true }])));
+    await Promise.all(pausedParks.map(({ webhookId, jobId }) => recheckHold(deps, webhookId, [{ jobId, parked: true }])));
     // Only now are the parks and single jobs in the queue to be woken.
     for (const { endpoint, jobId, deliveries: held, untilMs } of parked) {
       deps.wakeups.register(endpoint, [{ webhookId: held[0]!.webhookId, jobId, deliveries: held.length, parked: true }], untilMs);
     }
     for (const [endpoint, { refs, untilMs }] of alone) deps.wakeups.register(endpoint, refs, untilMs);
-    // Storage failed, or an unexpected error: re-run the batch; finished deliveries are skipped.
-    if (failure !== undefined) throw failure;
-    return { deliveries: deliveries.length, attempted, handedOff: singles.length + left, skipped };
-  };
+  }
 }

@@ -3,16 +3,16 @@ import type { DeliverJob } from '../domain/delivery.js';
 import type { DeliveryProgress } from '../store/delivery-log.js';
 import type { FifoLineStore } from '../store/fifo-lines.js';
 import { isRedisUnavailable } from '../store/redis.js';
-import { deliverySteps, FINISHED, type AttemptEnd, type DeliveryProcessorDeps } from './attempt.js';
+import { finish, FINISHED, recheckHold, runDelivery, type DeliveryProcessorDeps } from './attempt.js';
 import { StorageUnavailableError } from './signals.js';
 import { dueAtOf } from './single-processor.js';
-import { GIVE_UP_NOW, Lease } from './endpoints/admission.js';
+import { GIVE_UP_NOW } from './endpoints/admission.js';
 
 /**
  * FIFO webhooks (`ordering: fifo`): their deliveries go out one at a time, in the order ingest
  * accepted them, over all workers. Ingest appends them to the webhook's line (store/fifo-lines.ts)
  * instead of a batch job. Each worker runs one driver: it takes webhooks whose head is due from the
- * ready sets, claims a line's lease, and drives its head through the steps every delivery shares
+ * ready sets, claims a line's lease, and drives its head through the run every delivery takes
  * (attempt.ts). The head leaves the line only once it is delivered, dead-lettered or dropped, by a
  * write fenced with the lease and the head's id; a retry or a deferral leaves it at the head and
  * marks the webhook ready at that time, so whatever is behind it waits.
@@ -90,7 +90,6 @@ type LineEnd = { readyAtMs: number | undefined; held: boolean } | 'lost';
 
 /** The FIFO driver of one worker process (see the top of this file). */
 export class FifoDriver {
-  private readonly steps: ReturnType<typeof deliverySteps>;
   private readonly turns = new Map<string, Promise<void>>();
   private stopped = false;
   private loop: Promise<void> | undefined;
@@ -100,7 +99,6 @@ export class FifoDriver {
   private stop: () => void = () => undefined;
 
   constructor(private readonly options: FifoDriverOptions) {
-    this.steps = deliverySteps(options.deps);
     this.stopping = new Promise((resolve) => (this.stop = resolve));
   }
 
@@ -228,7 +226,7 @@ export class FifoDriver {
       if (end !== 'lost') {
         await lines.release(webhookId, token, end.readyAtMs);
         // An enable that came before the release made the line due, and the release put it back to the hold's end.
-        if (end.held) await this.steps.recheckHold(webhookId, []);
+        if (end.held) await recheckHold(this.options.deps, webhookId, []);
       }
     } catch (error) {
       if (deps.gate.allows(epoch) && !isRedisUnavailable(error as Error)) throw error;
@@ -287,21 +285,11 @@ export class FifoDriver {
     const [progress] = await deps.recorder.progressOf([job]);
     const plan = planHead(job, progress, deps.retryScheduleMs, deps.nowMs());
     if (plan.kind === 'finished') {
-      this.steps.finish({ kind: 'skipped', job });
+      finish(deps, { kind: 'skipped', job });
       return { kind: 'next' };
     }
     if (plan.kind === 'wait') return plan;
-    const prepared = await this.steps.prepare(job, plan.attemptNo);
-    if ('finished' in prepared) return { kind: 'next' };
-    if ('heldUntilMs' in prepared) {
-      // Paused: the head, and the line behind it, waits for the enable (its turn's end wakes it
-      // again if one came meanwhile), or until its hold ends.
-      await deps.recorder.recordDeferred([{ job, nextAttemptAtMs: prepared.heldUntilMs, dueAtMs: plan.dueAtMs }]);
-      this.steps.finish({ kind: 'deferred', job, reason: 'webhook_paused' });
-      onHeadBlocked?.();
-      return { kind: 'wait', untilMs: prepared.heldUntilMs, held: true };
-    }
-    const admitted = await this.steps.admit(prepared.webhook, {
+    const run = await runDelivery(deps, job, plan.attemptNo, {
       dueAtMs: plan.dueAtMs,
       epoch,
       giveUp: GIVE_UP_NOW,
@@ -312,19 +300,20 @@ export class FifoDriver {
       // The line's ready set, not the wakeups, brings its head back.
       wokenByWakeups: false,
     });
-    let end: AttemptEnd;
-    if (admitted instanceof Lease) end = await this.steps.attempt(job, prepared.webhook, plan.attemptNo, admitted);
-    else if (admitted.kind === 'circuit_open') end = await this.steps.recordCircuitOpen(job, prepared.webhook, plan.attemptNo);
-    else if (admitted.kind === 'storage') return { kind: 'storage' };
-    else {
-      // Held back without an attempt (breaker, rate limit): the record says when it will be tried.
-      await deps.recorder.recordDeferred([{ job, nextAttemptAtMs: admitted.retryAtMs, dueAtMs: plan.dueAtMs }]);
-      this.steps.finish({ kind: 'deferred', job, reason: admitted.reason });
+    if (run.kind === 'storage') return { kind: 'storage' };
+    if (run.kind === 'held' || run.kind === 'deferred') {
+      // Paused: the head, and the line behind it, waits for the enable (its turn's end wakes it
+      // again if one came meanwhile), or until its hold ends. Held back without an attempt
+      // (breaker, rate limit): the record says when it will be tried.
+      const untilMs = run.kind === 'held' ? run.heldUntilMs : run.retryAtMs;
+      await deps.recorder.recordDeferred([{ job, nextAttemptAtMs: untilMs, dueAtMs: plan.dueAtMs }]);
+      finish(deps, { kind: 'deferred', job, reason: run.kind === 'held' ? 'webhook_paused' : run.reason });
       onHeadBlocked?.();
-      return { kind: 'wait', untilMs: admitted.retryAtMs };
+      return run.kind === 'held' ? { kind: 'wait', untilMs, held: true } : { kind: 'wait', untilMs };
     }
-    if (end.retryDelayMs === undefined) return { kind: 'next' };
+    const { finished, retryDelayMs } = run;
+    if (retryDelayMs === undefined) return { kind: 'next' };
     onHeadBlocked?.();
-    return { kind: 'wait', untilMs: end.finished.kind === 'attempted' ? end.finished.endedAtMs + end.retryDelayMs : deps.nowMs() + end.retryDelayMs };
+    return { kind: 'wait', untilMs: finished.kind === 'attempted' ? finished.endedAtMs + retryDelayMs : deps.nowMs() + retryDelayMs };
   }
 }

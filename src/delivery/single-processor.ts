@@ -1,7 +1,7 @@
 import { DelayedError, type Job } from 'bullmq';
 import type { DeliveryProgress } from '../store/delivery-log.js';
-import { deliverySteps, FINISHED, type AttemptEnd, type DeliveryProcessorDeps, type FinishedOutcome } from './attempt.js';
-import { GIVE_UP_NOW, Lease } from './endpoints/admission.js';
+import { finish, FINISHED, recheckHold, runDelivery, type DeliveryProcessorDeps, type FinishedOutcome } from './attempt.js';
+import { GIVE_UP_NOW } from './endpoints/admission.js';
 import type { DeferReason } from './endpoints/deferral.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import { JOBS } from './jobs.js';
@@ -24,7 +24,6 @@ export function dueAtOf(data: DeliverJob, progress: DeliveryProgress | undefined
  * an attempt).
  */
 export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, token?: string) => Promise<FinishedOutcome> {
-  const steps = deliverySteps(deps);
   const wait = async (job: Job, untilMs: number, token?: string): Promise<never> => {
     await job.moveToDelayed(Math.round(untilMs), token);
     throw new DelayedError();
@@ -37,7 +36,7 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
     // 1. The record knows the attempts made and when the next is due, and the delivery may be
     // finished already (a batch handed it off while its attempt went on; a crash re-ran it).
     const [progress] = await deps.recorder.progressOf([data]);
-    if (progress && FINISHED.has(progress.status)) return steps.finish({ kind: 'skipped', job: data });
+    if (progress && FINISHED.has(progress.status)) return finish(deps, { kind: 'skipped', job: data });
     const attemptNo = (progress?.attempts ?? 0) + 1;
     const dueAtMs = dueAtOf(data, progress, deps.retryScheduleMs);
     if (dueAtMs > deps.nowMs() + EARLY_TOLERANCE_MS) return wait(job, dueAtMs, token);
@@ -46,22 +45,13 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
     const defer = async (untilMs: number, reason: DeferReason, then: () => Promise<void> | void = () => undefined): Promise<never> => {
       await Promise.all([job.moveToDelayed(untilMs, token), deps.recorder.recordDeferred([{ job: data, nextAttemptAtMs: untilMs, dueAtMs }])]);
       await then();
-      steps.finish({ kind: 'deferred', job: data, reason });
+      finish(deps, { kind: 'deferred', job: data, reason });
       throw new DelayedError();
     };
 
-    // 2. Find the webhook; drop or dead-letter when there is nothing to send to; hold while it is paused.
-    const prepared = await steps.prepare(data, attemptNo);
-    if ('finished' in prepared) return prepared.finished;
-    if ('heldUntilMs' in prepared) {
-      const held = [{ jobId: data.deliveryId, parked: false }];
-      await deps.holds.hold(data.webhookId, held, prepared.heldUntilMs);
-      return defer(prepared.heldUntilMs, 'webhook_paused', () => steps.recheckHold(data.webhookId, held));
-    }
-
-    // 3. Gate, breaker, slot and rate limit: an endpoint that keeps failing or hangs, or a webhook
-    // over its rate limit, waits in the queue, not in a slot.
-    const admitted = await steps.admit(prepared.webhook, {
+    // 2. Find the webhook, then gate, breaker, slot and rate limit (an endpoint that keeps failing
+    // or hangs, or a webhook over its rate limit, waits in the queue, not in a slot), then send.
+    const run = await runDelivery(deps, data, attemptNo, {
       dueAtMs,
       epoch,
       giveUp: GIVE_UP_NOW,
@@ -70,20 +60,25 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
       roomWaitMs: deps.suspectHoldMs,
       wokenByWakeups: true,
     });
-    let end: AttemptEnd;
-    if (admitted instanceof Lease) end = await steps.attempt(data, prepared.webhook, attemptNo, admitted);
-    else if (admitted.kind === 'circuit_open') end = await steps.recordCircuitOpen(data, prepared.webhook, attemptNo);
-    else if (admitted.kind === 'storage') return wait(job, deps.nowMs() + 1_000 + deps.random() * 1_000, token);
-    else {
-      const { retryAtMs, wakeOn } = admitted;
-      return defer(retryAtMs, admitted.reason, () => {
-        if (wakeOn !== undefined)
-          deps.wakeups.register(wakeOn, [{ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false }], retryAtMs);
-      });
-    }
 
-    // 4. Steer the queue.
-    const { finished, retryDelayMs } = end;
+    // 3. Steer the queue.
+    switch (run.kind) {
+      case 'held': {
+        const held = [{ jobId: data.deliveryId, parked: false }];
+        await deps.holds.hold(data.webhookId, held, run.heldUntilMs);
+        return defer(run.heldUntilMs, 'webhook_paused', () => recheckHold(deps, data.webhookId, held));
+      }
+      case 'storage':
+        return wait(job, deps.nowMs() + 1_000 + deps.random() * 1_000, token);
+      case 'deferred': {
+        const { retryAtMs, wakeOn } = run;
+        return defer(retryAtMs, run.reason, () => {
+          if (wakeOn !== undefined)
+            deps.wakeups.register(wakeOn, [{ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false }], retryAtMs);
+        });
+      }
+    }
+    const { finished, retryDelayMs } = run;
     if (retryDelayMs !== undefined) throw new RetryLaterError(retryDelayMs, finished.kind === 'attempted' ? finished.outcome : 'unknown');
     return finished;
   };
