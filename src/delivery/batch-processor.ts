@@ -49,7 +49,8 @@ export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) =>
     suspectOnlyHoldMs: SUSPECT_ONLY_HOLD_MS,
     deliveryTimeoutMs: deps.deliveryTimeoutMs,
   };
-  return (job) => new BatchRun(deps, rules, job).run();
+  // Async, so that a payload that fails to parse rejects the job's promise rather than throwing.
+  return async (job) => new BatchRun(deps, rules, job).run();
 }
 
 /** A delivery admission deferred, waiting for the end of the batch to leave it. */
