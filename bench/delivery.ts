@@ -1,12 +1,14 @@
+import { randomBytes } from 'node:crypto';
 import type { Config } from '../src/config/env.js';
 import type { FinishedOutcome } from '../src/delivery/attempt.js';
 import type { Redis } from '../src/store/redis.js';
 import { bareUndiciLoop, NaiveBaseline, type ThroughputFigures } from './baselines.js';
 import { percentile, sampleProcessMemory, sleep, waitUntil, wallMs } from './measure.js';
 import { BenchEngine, type PostResult } from './engine.js';
+import { LeanPipeline } from './lean.js';
 import type { ReceiverProcess, ReceiverRun } from './receiver-client.js';
-import { redisCommands, redisCpuUs } from './redis-info.js';
-import { batchBodies, deliveredOf, EventFactory, eventsFor, runParallel, type ProducerEvent, type Workload } from './workload.js';
+import { deleteKeys, redisCommands, redisCpuUs } from './redis-info.js';
+import { BENCH_EVENT_TYPE, batchBodies, deliveredOf, EventFactory, eventsFor, runParallel, vendorId, type ProducerEvent, type Workload } from './workload.js';
 
 /** Sizes and shared parts of the delivery scenarios. */
 export interface DeliveryBenchSetup {
@@ -65,15 +67,23 @@ function outcomeCounter() {
   };
 }
 
-/** Posts `events` through the engine's API, `posters` requests in flight; answers when the first one went out. */
-async function postAll(engine: BenchEngine, events: readonly ProducerEvent[], setup: DeliveryBenchSetup): Promise<number> {
-  const bodies = batchBodies(events, setup.batchSize);
+/** Something producers post batches of events to: Hookline's ingest API, or the lean pipeline's. */
+interface Ingest {
+  post(body: string, expected: number): Promise<unknown>;
+}
+
+/** Posts request bodies to `ingest`, `posters` requests in flight; answers when the first one went out. */
+async function postBodies(ingest: Ingest, bodies: readonly { body: string; count: number }[], posters: number): Promise<number> {
   const startedAtMs = wallMs();
-  await runParallel(bodies, setup.posters, async ({ body, count }) => {
-    await engine.post(body, count);
+  await runParallel(bodies, posters, async ({ body, count }) => {
+    await ingest.post(body, count);
   });
   return startedAtMs;
 }
+
+/** Posts `events` to `ingest`, `batchSize` to a request and `posters` requests in flight; answers when the first one went out. */
+const postAll = (ingest: Ingest, events: readonly ProducerEvent[], setup: DeliveryBenchSetup, batchSize = setup.batchSize) =>
+  postBodies(ingest, batchBodies(events, batchSize), setup.posters);
 
 /** Starts counting CPU time of this process and of Redis; `stop` answers the microseconds used since. */
 export async function cpuMeter(redis: Redis): Promise<{ stop(): Promise<{ processUs: number; redisUs: number; redisCommands: number }> }> {
@@ -169,11 +179,13 @@ export async function hooklineThroughput(
 
     const measured = eventsFor(factory, events, setup.vendors, setup.warmup);
     const deliveries = deliveredOf(factory, measured);
+    // The producers' request bodies are made before the CPU meter starts: the platform's services make them.
+    const bodies = batchBodies(measured, setup.batchSize);
     const rssBeforeBytes = process.memoryUsage().rss;
     const sampler = sampleProcessMemory(RSS_SAMPLE_MS);
     await probe?.started();
     const cpu = await cpuMeter(setup.infoRedis);
-    const startedAtMs = await postAll(engine, measured, setup);
+    const startedAtMs = await postBodies(engine, bodies, setup.posters);
     const stats = await run.waitVerified(warmupDeliveries + deliveries, setup.timeoutMs, 'Hookline deliveries');
     const used = await cpu.stop();
     await probe?.finished();
@@ -264,6 +276,42 @@ export async function naiveThroughput(setup: DeliveryBenchSetup): Promise<Throug
   } finally {
     await run.forget();
     await naive.close();
+  }
+}
+
+/** Events per request to the lean pipeline: the batch the issue measured it with. */
+export const LEAN_BATCH_SIZE = 100;
+
+/**
+ * The lean pipeline (bench/lean.ts): same Redis, receiver (Standard Webhooks, as Hookline signs),
+ * events, concurrency and producers as Hookline's e2e, the producers posting 100 events a request.
+ */
+export async function leanThroughput(setup: DeliveryBenchSetup, { probe }: { probe?: RunProbe } = {}): Promise<ThroughputFigures> {
+  const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
+  const lean = await LeanPipeline.start({
+    redisUrl: setup.redisUrl,
+    prefix: `bench-lean-${randomBytes(4).toString('hex')}`,
+    eventType: BENCH_EVENT_TYPE,
+    webhooks: Array.from({ length: setup.vendors }, (_, i) => ({ vendorId: vendorId(i), url: run.url(i), secret: run.secrets[i]! })),
+    inFlight: setup.concurrency,
+    producerConnections: setup.posters,
+  });
+  try {
+    const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
+    await postAll(lean, eventsFor(factory, setup.warmup, setup.vendors), setup, LEAN_BATCH_SIZE);
+    await run.waitVerified(setup.warmup, setup.timeoutMs, 'lean warm-up');
+    const bodies = batchBodies(eventsFor(factory, setup.events, setup.vendors, setup.warmup), LEAN_BATCH_SIZE);
+    await probe?.started();
+    const cpu = await cpuMeter(setup.infoRedis);
+    const startedAtMs = await postBodies(lean, bodies, setup.posters);
+    const stats = await run.waitVerified(setup.warmup + setup.events, setup.timeoutMs, 'lean deliveries');
+    const used = await cpu.stop();
+    await probe?.finished();
+    return figures(setup.events, startedAtMs, stats.lastAtMs, stats.duplicates, used);
+  } finally {
+    await run.forget();
+    await lean.close();
+    await deleteKeys(setup.infoRedis, lean.keyPattern);
   }
 }
 

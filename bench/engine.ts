@@ -14,7 +14,7 @@ import { createLogger, type Logger } from '../src/logger.js';
 import { createMetrics, type Metrics } from '../src/metrics/metrics.js';
 import { connectRedis, type Redis } from '../src/store/redis.js';
 import { freeLoopbackPort } from '../src/embedded/redis-server.js';
-import { wallMs } from './measure.js';
+import { procStatCpuUs, wallMs } from './measure.js';
 import { deleteKeys } from './redis-info.js';
 import { BENCH_EVENT_TYPE, vendorId } from './workload.js';
 
@@ -64,9 +64,6 @@ export interface WorkerProcess {
   /** CPU time it has used so far (user + system), in microseconds, from /proc (Linux). */
   cpuUs(): number;
 }
-
-/** Clock ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux). */
-const USER_HZ = 100;
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -206,12 +203,7 @@ export class BenchEngine {
         const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
         return match ? Number(match[1]) * 1024 : 0;
       },
-      cpuUs() {
-        // Fields after the command name's closing parenthesis start at field 3; utime and stime are 14 and 15.
-        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-        const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-        return ((Number(fields[11]) + Number(fields[12])) / USER_HZ) * 1e6;
-      },
+      cpuUs: () => procStatCpuUs(`/proc/${pid}/stat`),
     };
   }
 

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import v8 from 'node:v8';
 import vm from 'node:vm';
@@ -8,6 +9,20 @@ import vm from 'node:vm';
  */
 export function wallMs(): number {
   return performance.timeOrigin + performance.now();
+}
+
+/** Clock ticks per second of /proc stat times (USER_HZ, 100 on Linux). */
+const USER_HZ = 100;
+
+/**
+ * CPU time (user + system) in microseconds from a Linux /proc stat file: `/proc/<pid>/stat` for a
+ * process, `/proc/<pid>/task/<tid>/stat` for one of its threads. Ten-millisecond resolution.
+ */
+export function procStatCpuUs(statPath: string): number {
+  // Fields after the command name's closing parenthesis start at field 3; utime and stime are 14 and 15.
+  const stat = readFileSync(statPath, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) / USER_HZ) * 1e6;
 }
 
 export const megabytes = (bytes: number) => bytes / (1024 * 1024);

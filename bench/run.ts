@@ -1,16 +1,5 @@
 /**
- * `npm run bench`: runs every scenario against a throwaway redis-server (or BENCH_REDIS_URL) and a
- * receiver in its own process, prints one line per scenario, writes bench/results/latest.{md,json},
- * and exits non-zero when a full-size run misses the machine listing's p99 limit (the throughput
- * and footprint targets are reported as PASS/MISS, not enforced). `--smoke` runs small sizes and
- * never fails on limits; `--only e2e,latency` runs some scenarios and writes no result files
- * (`--only hookline` runs Hookline's e2e part alone, for `node --cpu-prof`; see bench/cpu-profile.ts;
- * `--only e2e-split` with BENCH_WORKER_NODE_ARGS="--cpu-prof --cpu-prof-dir=<dir>" profiles the worker process).
- *
- * Sizes: BENCH_MACHINES (100000), BENCH_QUERIES (2000), BENCH_EVENTS (20000), BENCH_CONCURRENCY (50),
- * BENCH_PAYLOAD_BYTES (1024), BENCH_LATENCY_SECONDS (10), BENCH_INGEST_EVENTS (BENCH_EVENTS),
- * BENCH_FOOTPRINT_EVENTS (10000), BENCH_SOAK_SECONDS (60). HOOKLINE_* variables configure the engine
- * as they configure `hookline start` (HOOKLINE_QUEUE_PARTITIONS, HOOKLINE_LOG_LEVEL, …).
+ * `npm run bench`: the benchmark harness; USAGE below says what it runs and how to size it.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -28,18 +17,22 @@ import {
   hooklineLatency,
   hooklineSplitThroughput,
   hooklineThroughput,
+  LEAN_BATCH_SIZE,
+  leanThroughput,
   naiveThroughput,
   warmReceiver,
   type DeliveryBenchSetup,
   type HooklineThroughput,
 } from './delivery.js';
 import { hooklineOnCluster } from './cluster.js';
+import { ATTRIBUTION_NOTE, costPerDelivery, costTableRows, largestDifferences, profileRun, type ProfiledRun } from './cpu-profile.js';
 import { engineConfig } from './engine.js';
 import { pendingFootprint, soak } from './footprint.js';
 import { ingestFilterCost, ingestThroughput } from './ingest.js';
 import { benchMachineListing } from './machines.js';
 import { megabytes, ratio } from './measure.js';
 import { ReceiverProcess } from './receiver-client.js';
+import { targetCheck, targetsTable, verdictOf, type Check } from './targets.js';
 
 interface BenchContext {
   redisUrl: string;
@@ -53,19 +46,8 @@ interface BenchContext {
   e2e: HooklineThroughput | undefined;
   /** The naive baseline as the e2e scenario measured it. */
   naive: ThroughputFigures | undefined;
-}
-
-/** A target and whether this run met it. */
-interface Check {
-  target: string;
-  value: string;
-  /** `undefined`: not judged in this run (a soak too short for the target), printed as such. */
-  met: boolean | undefined;
-}
-
-function verdictOf(check: Check): string {
-  if (check.met === undefined) return 'NOT JUDGED';
-  return check.met ? 'PASS' : 'MISS';
+  /** The lean pipeline as the e2e scenario measured it. */
+  lean: ThroughputFigures | undefined;
 }
 
 interface ScenarioResult {
@@ -76,6 +58,8 @@ interface ScenarioResult {
   checks: Check[];
   /** Further figures: label → formatted value. */
   notes: Record<string, string>;
+  /** Lines printed after the scenario's line, and in latest.md (e.g. a markdown table). */
+  table?: string[];
   /** Raw figures for latest.json. */
   raw: Record<string, unknown>;
 }
@@ -121,28 +105,40 @@ const SCENARIOS: Scenario[] = [
     name: 'e2e throughput',
     async run(context) {
       const setup = await context.delivery();
+      // One run of each, one after the other, as the ratios are of runs made on the same machine at
+      // nearly the same time.
       const hookline = await hooklineThroughput(setup);
       context.e2e = hookline;
+      const lean = await leanThroughput(setup);
+      context.lean = lean;
       const naive = await naiveThroughput(setup);
       context.naive = naive;
       const bare = await bareThroughput(setup);
       const overNaive = ratio(hookline.perSecond, naive.perSecond);
       const overBare = ratio(hookline.perSecond, bare.perSecond);
+      const cpuOverLean = ratio(hookline.processCpuUsPerDelivery, lean.processCpuUsPerDelivery);
       return {
-        size: `${setup.events} events → ${setup.vendors} webhooks, C=${setup.concurrency}, ${setup.config.queuePartitions} partitions, ${setup.payloadBytes} B payload, ${setup.posters} producers × ${setup.batchSize}/request`,
-        figures: `Hookline ${perSecond(hookline.perSecond)}, naive BullMQ ${perSecond(naive.perSecond)}, bare undici ${perSecond(bare.perSecond)}; Hookline ÷ naive ${times(overNaive)}, ÷ bare ${times(overBare)}`,
+        size: `${setup.events} events → ${setup.vendors} webhooks, C=${setup.concurrency}, ${setup.config.queuePartitions} partitions, ${setup.payloadBytes} B payload, ${setup.posters} producers × ${setup.batchSize}/request (the lean pipeline's × ${LEAN_BATCH_SIZE})`,
+        figures:
+          `Hookline ${perSecond(hookline.perSecond)}, lean pipeline ${perSecond(lean.perSecond)}, naive BullMQ ${perSecond(naive.perSecond)}, bare undici ${perSecond(bare.perSecond)}; ` +
+          `Hookline ÷ naive ${times(overNaive)}, ÷ bare ${times(overBare)}, lean ÷ naive ${times(ratio(lean.perSecond, naive.perSecond))}`,
         checks: [
-          { target: 'Hookline (one process) ÷ naive ≥ 1.50', value: times(overNaive), met: overNaive >= 1.5 },
-          { target: 'floor: ≥ 1.20', value: times(overNaive), met: overNaive >= 1.2 },
+          targetCheck('e2e-over-naive', times(overNaive), overNaive >= 1.5),
+          targetCheck('e2e-floor', times(overNaive), overNaive >= 1.2),
+          targetCheck(
+            'cpu-over-lean',
+            `${Math.round(hookline.processCpuUsPerDelivery)} ÷ ${Math.round(lean.processCpuUsPerDelivery)} µs = ${times(cpuOverLean)}`,
+            cpuOverLean <= 1.5,
+          ),
         ],
         notes: {
-          'CPU per delivery, process + Redis (Hookline/naive/bare)': `${cpuCost(hookline)} / ${cpuCost(naive)} / ${cpuCost(bare)}`,
+          'CPU per delivery, process + Redis (Hookline/lean/naive/bare)': `${cpuCost(hookline)} / ${cpuCost(lean)} / ${cpuCost(naive)} / ${cpuCost(bare)}`,
           'Hookline RSS max': mb(hookline.rssMaxBytes),
           'RSS median': mb(hookline.rssMedianBytes),
           'RSS before the run': mb(hookline.rssBeforeBytes),
           'heap max': mb(hookline.heapUsedMaxBytes),
-          'redeliveries (Hookline/naive/bare)': `${hookline.duplicates}/${naive.duplicates}/${bare.duplicates}`,
-          'Redis commands per delivery, incl. those inside scripts (Hookline/naive)': `${hookline.redisCommandsPerDelivery.toFixed(2)} / ${naive.redisCommandsPerDelivery.toFixed(2)}`,
+          'redeliveries (Hookline/lean/naive/bare)': `${hookline.duplicates}/${lean.duplicates}/${naive.duplicates}/${bare.duplicates}`,
+          'Redis commands per delivery, incl. those inside scripts (Hookline/lean/naive)': `${hookline.redisCommandsPerDelivery.toFixed(2)} / ${lean.redisCommandsPerDelivery.toFixed(2)} / ${naive.redisCommandsPerDelivery.toFixed(2)}`,
           'Hookline delivery runs': Object.entries(hookline.outcomes)
             .map(([kind, n]) => `${kind} ${n}`)
             .join(', '),
@@ -155,11 +151,55 @@ const SCENARIOS: Scenario[] = [
           payloadBytes: setup.payloadBytes,
           warmup: setup.warmup,
           hookline,
+          lean,
           naive,
           bare,
           hooklineOverNaive: overNaive,
           hooklineOverBare: overBare,
+          hooklineCpuOverLean: cpuOverLean,
         },
+      };
+    },
+  },
+  {
+    id: 'cost',
+    name: 'CPU cost per delivery',
+    async run(context) {
+      const setup = await context.delivery();
+      const hookline = context.e2e ?? (await hooklineThroughput(setup));
+      const lean = context.lean ?? (await leanThroughput(setup));
+      const naive = context.naive ?? (await naiveThroughput(setup));
+      // Profiled runs of their own, after the measured ones: sampling costs a few per cent, which
+      // the e2e figures should not carry.
+      const hooklineRun = await profileRun((probe) => hooklineThroughput(setup, setup.events, { probe }));
+      const leanRun = await profileRun((probe) => leanThroughput(setup, { probe }));
+      const hooklineCost = costPerDelivery(hooklineRun.profiled, hooklineRun.result.deliveries, hookline.processCpuUsPerDelivery);
+      const leanCost = costPerDelivery(leanRun.profiled, leanRun.result.deliveries, lean.processCpuUsPerDelivery);
+      const profiledUs = (run: { profiled: ProfiledRun; result: ThroughputFigures }) => Math.round(run.profiled.processUs / run.result.deliveries);
+      return {
+        size: `${setup.events} events each, as e2e; a profiled run of Hookline and of the lean pipeline after the measured ones`,
+        figures:
+          `process CPU per delivery: Hookline ${Math.round(hookline.processCpuUsPerDelivery)} µs, lean ${Math.round(lean.processCpuUsPerDelivery)} µs, naive ${Math.round(naive.processCpuUsPerDelivery)} µs; ` +
+          `Hookline's extra µs over the lean pipeline's go most to ${largestDifferences(hooklineCost, leanCost, 4)}`,
+        checks: [],
+        notes: { 'the profiled runs themselves (Hookline/lean)': `${profiledUs(hooklineRun)} / ${profiledUs(leanRun)} µs per delivery` },
+        table: [
+          ...costTableRows(
+            hooklineCost,
+            leanCost,
+            { processUs: naive.processCpuUsPerDelivery },
+            {
+              hookline: hookline.redisCpuUsPerDelivery,
+              lean: lean.redisCpuUsPerDelivery,
+              naive: naive.redisCpuUsPerDelivery,
+            },
+          ),
+          '',
+          `How the parts are found: V8 samples the main thread every 250 µs through each profiled run. ${ATTRIBUTION_NOTE} ` +
+            'Sample time is scaled to the main thread’s CPU time over the run, the other threads’ CPU is a row of its own, and each column is scaled to the ' +
+            'process CPU per delivery of its unprofiled e2e run (the totals); the naive worker’s is that total alone.',
+        ],
+        raw: { hookline: hooklineCost, lean: leanCost, naiveProcessCpuUsPerDelivery: naive.processCpuUsPerDelivery },
       };
     },
   },
@@ -261,10 +301,7 @@ const SCENARIOS: Scenario[] = [
         figures:
           `accepted (by ingest) → received: p50 ${ms(r.p50Ms)}, p99 ${ms(r.p99Ms)}, max ${ms(r.maxMs)}; ` +
           `batches every 50 ms: p50 ${ms(coarse.p50Ms)}, p99 ${ms(coarse.p99Ms)}, max ${ms(coarse.maxMs)}`,
-        checks: [
-          { target: 'p50 ≤ 5 ms', value: ms(r.p50Ms), met: r.p50Ms <= 5 },
-          { target: 'p99 ≤ 30 ms', value: ms(r.p99Ms), met: r.p99Ms <= 30 },
-        ],
+        checks: [targetCheck('latency-p50', ms(r.p50Ms), r.p50Ms <= 5), targetCheck('latency-p99', ms(r.p99Ms), r.p99Ms <= 30)],
         notes: {
           'POST sent → received p50': ms(r.postedP50Ms),
           p99: ms(r.postedP99Ms),
@@ -287,7 +324,7 @@ const SCENARIOS: Scenario[] = [
       return {
         size: `${setup.events} events, ${r.hangingWebhooks} of ${setup.vendors} webhooks hang (own origins), timeout ${r.deliveryTimeoutMs / 1000} s, C=${setup.concurrency}`,
         figures: `healthy ${perSecond(r.healthyPerSecond)} ÷ all-healthy ${perSecond(allHealthy)} = ${times(share)}`,
-        checks: [{ target: '≥ 0.90', value: times(share), met: share >= 0.9 }],
+        checks: [targetCheck('isolation', times(share), share >= 0.9)],
         notes: { 'attempts that reached a hanging endpoint': String(r.hangingAttempts), timeouts: String(r.timeouts), deferred },
         raw: { allHealthyPerSecond: allHealthy, ratio: share, ...r },
       };
@@ -334,7 +371,7 @@ const SCENARIOS: Scenario[] = [
       return {
         size: `${r.events} events → ${setup.vendors} webhooks on one receiver a fresh engine never contacted (its first answer 500 ms late), no warm-up, C=${setup.concurrency}`,
         figures: `${perSecond(r.perSecond)}${overNaive === undefined ? '' : ` (÷ naive ${times(overNaive)})`}; accepted → received p50 ${ms(r.p50Ms)}, p99 ${ms(r.p99Ms)}, max ${ms(r.maxMs)}; ${r.deferred} deferred behind the first contact`,
-        checks: [{ target: 'no gap of a timeout (longest gap < 1 s)', value: ms(r.longestGapMs), met: r.longestGapMs < 1_000 }],
+        checks: [targetCheck('first-contact', ms(r.longestGapMs), r.longestGapMs < 1_000)],
         notes: { 'longest gap between receptions': ms(r.longestGapMs) },
         raw: { ...r, ...(overNaive === undefined ? {} : { overNaive }) },
       };
@@ -354,8 +391,8 @@ const SCENARIOS: Scenario[] = [
         size: `${r.events} events over ${r.receivers} receivers (own origins) that answer 500 to ${r.failRate * 100} % and never answer ${r.hangRate * 100} % of requests; timeout ${r.deliveryTimeoutMs / 1000} s; schedule ${r.retrySchedule}`,
         figures: `every event delivered after ${r.seconds.toFixed(1)} s; ${r.circuitsOpened} circuits opened, ${r.circuitOpenAttempts} attempts held as circuit_open`,
         checks: [
-          { target: 'every event delivered', value: `${r.delivered}/${r.events}`, met: r.delivered === r.events },
-          { target: 'no circuit opens on a mostly healthy receiver', value: String(r.circuitsOpened), met: r.circuitsOpened === 0 },
+          targetCheck('flaky-delivered', `${r.delivered}/${r.events}`, r.delivered === r.events),
+          targetCheck('flaky-circuits', String(r.circuitsOpened), r.circuitsOpened === 0),
         ],
         notes: { 'attempts timed out': String(r.timeouts), 'answered 500': String(r.refused) },
         raw: { ...r },
@@ -373,7 +410,7 @@ const SCENARIOS: Scenario[] = [
       return {
         size: `${events} events → ${setup.vendors} webhooks, ${r.batchSize}/request, ${setup.posters} in flight, no worker`,
         figures: `Hookline ${perSecond(r.hooklinePerSecond)} accepted, raw addBulk ${perSecond(r.addBulkPerSecond)}; ratio ${times(share)}`,
-        checks: [{ target: '≥ 0.80', value: times(share), met: share >= 0.8 }],
+        checks: [targetCheck('ingest', times(share), share >= 1)],
         notes: {
           'CPU per event, process + Redis (Hookline/addBulk)': `${Math.round(r.hooklineProcessCpuUsPerEvent)} + ${Math.round(r.hooklineRedisCpuUsPerEvent)} µs / ${Math.round(r.addBulkProcessCpuUsPerEvent)} + ${Math.round(r.addBulkRedisCpuUsPerEvent)} µs`,
         },
@@ -496,6 +533,26 @@ const SCENARIOS: Scenario[] = [
   },
 ];
 
+/** What `--help` prints. */
+const usage = () => `usage: npm run bench [-- --smoke] [-- --only <scenario>,<scenario>…]
+
+Runs every scenario against a throwaway redis-server (or BENCH_REDIS_URL) and a receiver in its own
+process, prints one line per scenario, the cost table and the round's targets (met or missed), and
+writes bench/results/latest.{md,json}. It exits non-zero when a full-size run misses the machine
+listing's p99 limit; every other target is reported, not enforced.
+
+  --smoke         small sizes, limits not enforced (what CI runs)
+  --only a,b      only these scenarios, no result files; the scenarios, in the order they run:
+                  ${SCENARIOS.map((scenario) => scenario.id).join(', ')}
+                  (hookline runs only when named: Hookline's e2e part alone, for node --cpu-prof, see bench/cpu-profile.ts;
+                  e2e-split with BENCH_WORKER_NODE_ARGS="--cpu-prof --cpu-prof-dir=<dir>" profiles the worker process)
+  --help          this text
+
+Sizes: BENCH_MACHINES (100000), BENCH_QUERIES (2000), BENCH_EVENTS (20000), BENCH_CONCURRENCY (50),
+BENCH_PAYLOAD_BYTES (1024), BENCH_LATENCY_SECONDS (10), BENCH_INGEST_EVENTS (BENCH_EVENTS),
+BENCH_FOOTPRINT_EVENTS (10000), BENCH_SOAK_SECONDS (60). HOOKLINE_* variables configure the engine
+as they configure \`hookline start\` (HOOKLINE_QUEUE_PARTITIONS, HOOKLINE_LOG_LEVEL, …).`;
+
 interface Outcome {
   scenario: Scenario;
   result: ScenarioResult | undefined;
@@ -503,6 +560,8 @@ interface Outcome {
   /** False only for a missed enforced check in a full run, or an error. */
   passed: boolean;
 }
+
+const checksOf = (outcomes: readonly Outcome[]) => outcomes.map(({ scenario, result, error }) => ({ scenario: scenario.id, checks: result?.checks, error }));
 
 function verdicts(result: ScenarioResult): string {
   return result.checks.map(verdictOf).join(', ') || '—';
@@ -552,7 +611,7 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
     lines.push(`| ${scenario.name} | ${cell(result.size)} | ${cell(result.figures)} | ${cell(targets)} | ${verdicts(result)} | ${cell(notes)} |`);
   }
   const e2e = outcomes.find((o) => o.scenario.id === 'e2e')?.result?.raw as
-    { hookline: ThroughputFigures; naive: ThroughputFigures; bare: ThroughputFigures } | undefined;
+    { hookline: ThroughputFigures; lean: ThroughputFigures; naive: ThroughputFigures; bare: ThroughputFigures } | undefined;
   if (e2e) {
     lines.push(
       '',
@@ -561,6 +620,7 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
     );
     for (const [label, f] of [
       ['Hookline (ingest API → worker → receiver)', e2e.hookline],
+      ['lean pipeline (ingest → Redis stream → sender)', e2e.lean],
       ['naive BullMQ worker', e2e.naive],
       ['bare undici loop', e2e.bare],
     ] as const) {
@@ -569,6 +629,10 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
       );
     }
   }
+  for (const { scenario, result } of outcomes) {
+    if (result?.table) lines.push('', `## ${scenario.name}`, '', ...result.table);
+  }
+  lines.push('', '## Targets', '', ...targetsTable(checksOf(outcomes)));
   lines.push(
     '',
     'How each figure is taken:',
@@ -576,6 +640,8 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
     '- Listing latencies are client-side HTTP requests over loopback to the real admin API (auth, filter parsing, catch-up round trip, matching, page fetch, serialization), first call excluded.',
     '- The receiver is a separate process that verifies every signature (Standard Webhooks for Hookline, the `x-webhook-signature` HMAC for the baselines) and counts distinct delivery ids. A rate is deliveries ÷ (first POST or addBulk → last verified delivery), after a warm-up on a fresh key prefix.',
     '- Hookline runs as `hookline start` does (`createEngine` with role `all`, the admin API on loopback), with metrics and info-level logs (written to the null device). The naive baseline is a plain BullMQ Queue and Worker with a pre-built body, one undici Agent and an HMAC header; the bare loop posts the same body with no Redis.',
+    '- The lean pipeline (bench/lean.ts) is a minimal durable pipeline written for the bench: HTTP ingest of 100 events a request checked by hand, one script per batch that dedupes and appends to a Redis stream, and in the same process a consumer-group reader that signs (Standard Webhooks, cached keys), POSTs with undici at the same concurrency and writes each batch’s outcomes in one MULTI.',
+    '- CPU per delivery is the bench process’s CPU time (every thread) over the measured run ÷ deliveries: the engine or baseline and its producers; Redis’s is INFO used_cpu over the same run. The cost table attributes a profiled run’s samples to parts (see under the table).',
     '- Latency: events posted in batches every 10 ms (and again every 50 ms) at half the measured e2e rate; accepted by ingest → verified at the receiver.',
     '- Isolation: every fifth webhook points at its own receiver port that accepts and never answers; healthy deliveries/s ÷ the all-healthy e2e rate.',
     "- Footprint: INFO used_memory before and after ingesting the pending events with no worker, minus the payload bytes; RSS is the bench process (API, worker and producers) sampled during the e2e run; the soak first fills every webhook's delivery log to its cap, then delivers at half the e2e rate while sampling.",
@@ -612,6 +678,10 @@ function onlyIds(argv: readonly string[]): string[] | undefined {
 }
 
 async function main(): Promise<number> {
+  if (process.argv.includes('--help') || process.argv.includes('-h')) {
+    console.log(usage());
+    return 0;
+  }
   const smoke = process.argv.includes('--smoke');
   const only = onlyIds(process.argv);
   const env = process.env;
@@ -639,6 +709,7 @@ async function main(): Promise<number> {
     env,
     e2e: undefined,
     naive: undefined,
+    lean: undefined,
     async delivery() {
       if (setup) return setup;
       receiver ??= await ReceiverProcess.start();
@@ -691,6 +762,7 @@ async function main(): Promise<number> {
           `${scenario.name}: ${result.size}: ${result.figures}${checks ? ` — ${checks}` : ''}${notes ? ` (${notes})` : ''} [${((Date.now() - startedMs) / 1000).toFixed(0)} s]` +
             `${passed ? '' : ` — FAIL: ${scenario.enforced} is enforced`}`,
         );
+        if (result.table) console.log(result.table.join('\n'));
       } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
         outcomes.push({ scenario, result: undefined, error: message, passed: false });
@@ -703,6 +775,7 @@ async function main(): Promise<number> {
     await stopRedis();
   }
 
+  console.log(['', 'The round’s targets:', ...targetsTable(checksOf(outcomes))].join('\n'));
   if (only) {
     console.log('(--only: results not written)');
   } else {
