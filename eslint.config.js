@@ -28,10 +28,20 @@ const layerZones = Object.entries(LAYERS).map(([layer, allowed]) => ({
   except: [`./${layer}`, ...(layer === 'lib' ? [] : ['./lib']), ...allowed],
   message: `src/${layer}/ may import only ${allowed.length === 0 ? 'itself' : allowed.join(', ')} (README "Layout")`,
 }));
-const belowTheCli = [...Object.keys(LAYERS).map((layer) => `./src/${layer}`), './src/logger.ts', './src/version.ts', './src/producer.ts', './src/verify.ts'];
+const belowTheCli = [
+  ...Object.keys(LAYERS).map((layer) => `./src/${layer}`),
+  './src/logger.ts',
+  './src/version.ts',
+  './src/producer.ts',
+  './src/verify.ts',
+];
 const rootZones = [
   { target: './src', from: './src/cli.ts', message: 'nothing imports the CLI' },
-  { target: [...belowTheCli, './src/engine'], from: './src/cli', message: 'src/cli/ holds the CLI’s own helpers: only the CLI imports them' },
+  {
+    target: [...belowTheCli, './src/engine'],
+    from: './src/cli',
+    message: 'src/cli/ holds the CLI’s own helpers: only the CLI imports them',
+  },
   { target: belowTheCli, from: './src/engine', message: 'only the CLI imports the composition root' },
   {
     target: './src/delivery/endpoints',

@@ -51,8 +51,16 @@ export class NaiveBaseline {
     private readonly run: ReceiverRun,
     private readonly options: { concurrency: number; targets: number; body: string; batchSize: number; adders: number },
   ) {
-    this.connection = connectRedis(redisUrl, { connectionName: `${this.prefix}-queue`, maxRetriesPerRequest: null, autoPipelining: false });
-    this.workerConnection = connectRedis(redisUrl, { connectionName: `${this.prefix}-worker`, maxRetriesPerRequest: null, autoPipelining: false });
+    this.connection = connectRedis(redisUrl, {
+      connectionName: `${this.prefix}-queue`,
+      maxRetriesPerRequest: null,
+      autoPipelining: false,
+    });
+    this.workerConnection = connectRedis(redisUrl, {
+      connectionName: `${this.prefix}-worker`,
+      maxRetriesPerRequest: null,
+      autoPipelining: false,
+    });
     this.queue = new Queue<NaiveJob>('deliveries', { connection: this.connection, prefix: this.prefix });
     this.agent = new Agent({ connections: options.concurrency });
     const secrets = run.secrets;
@@ -64,11 +72,16 @@ export class NaiveBaseline {
         const response = await request(url, {
           dispatcher: this.agent,
           method: 'POST',
-          headers: { 'content-type': 'application/json', 'x-delivery-id': id, 'x-webhook-signature': `sha256=${signature}` },
+          headers: {
+            'content-type': 'application/json',
+            'x-delivery-id': id,
+            'x-webhook-signature': `sha256=${signature}`,
+          },
           body,
         });
         await response.body.dump();
-        if (response.statusCode < 200 || response.statusCode >= 300) throw new Error(`receiver answered ${response.statusCode}`);
+        if (response.statusCode < 200 || response.statusCode >= 300)
+          throw new Error(`receiver answered ${response.statusCode}`);
       },
       { connection: this.workerConnection, prefix: this.prefix, concurrency: options.concurrency },
     );
@@ -88,7 +101,12 @@ export class NaiveBaseline {
         return {
           name: 'deliver',
           data: { id: `naive-${n}`, target, url: this.run.url(target), body },
-          opts: { attempts: 10, backoff: { type: 'exponential', delay: 1_000 }, removeOnComplete: true, removeOnFail: 1_000 },
+          opts: {
+            attempts: 10,
+            backoff: { type: 'exponential', delay: 1_000 },
+            removeOnComplete: true,
+            removeOnFail: 1_000,
+          },
         };
       });
     });
@@ -118,7 +136,9 @@ export async function bareUndiciLoop(
 ): Promise<number> {
   const agent = new Agent({ connections: options.concurrency });
   // The same body every time, so one signature per target serves every request.
-  const signatures = run.secrets.slice(0, options.targets).map((secret) => `sha256=${createHmac('sha256', secret).update(options.body).digest('hex')}`);
+  const signatures = run.secrets
+    .slice(0, options.targets)
+    .map((secret) => `sha256=${createHmac('sha256', secret).update(options.body).digest('hex')}`);
   const urls = Array.from({ length: options.targets }, (_, i) => run.url(i));
   let next = 0;
   const startedAtMs = wallMs();
@@ -129,11 +149,16 @@ export async function bareUndiciLoop(
       const response = await request(urls[target]!, {
         dispatcher: agent,
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-delivery-id': `bare-${n}`, 'x-webhook-signature': signatures[target]! },
+        headers: {
+          'content-type': 'application/json',
+          'x-delivery-id': `bare-${n}`,
+          'x-webhook-signature': signatures[target]!,
+        },
         body: options.body,
       });
       await response.body.dump();
-      if (response.statusCode < 200 || response.statusCode >= 300) throw new Error(`receiver answered ${response.statusCode}`);
+      if (response.statusCode < 200 || response.statusCode >= 300)
+        throw new Error(`receiver answered ${response.statusCode}`);
     }
   };
   try {

@@ -53,20 +53,30 @@ async function ownerOf(node: Redis, ports: readonly number[], slot: number): Pro
  * master runs over the measured run (not the webhooks' registration or the warm-up). Undefined when
  * redis-cli is missing.
  */
-export async function hooklineOnCluster(setup: DeliveryBenchSetup, events: number, queuePartitions: number): Promise<ClusterFigures | undefined> {
+export async function hooklineOnCluster(
+  setup: DeliveryBenchSetup,
+  events: number,
+  queuePartitions: number,
+): Promise<ClusterFigures | undefined> {
   const serverBinary = await findRedisServerBinary();
   const cliBinary = await findRedisServerBinary(undefined, undefined, 'redis-cli');
   if (!serverBinary || !cliBinary) return undefined;
   const dir = mkdtempSync(path.join(os.tmpdir(), 'hookline-bench-cluster-'));
   const cluster = await startRedisCluster({ serverBinary, cliBinary, dir });
   const nodes = cluster.ports.map((port) =>
-    connectRedis(`redis://127.0.0.1:${port}`, { connectionName: 'hookline-bench-cluster-info', maxRetriesPerRequest: 3 }),
+    connectRedis(`redis://127.0.0.1:${port}`, {
+      connectionName: 'hookline-bench-cluster-info',
+      maxRetriesPerRequest: 3,
+    }),
   );
   try {
     const workload = new MixedWorkload();
     let commands: number[] = [];
     let cpuUs: number[] = [];
-    const counters = () => Promise.all(nodes.map(async (node) => ({ calls: sumOf(await commandCalls(node)), cpuUs: await redisCpuUs(node) })));
+    const counters = () =>
+      Promise.all(
+        nodes.map(async (node) => ({ calls: sumOf(await commandCalls(node)), cpuUs: await redisCpuUs(node) })),
+      );
     let before: Awaited<ReturnType<typeof counters>> = [];
     const throughput = await hooklineThroughput(
       { ...setup, redisUrl: cluster.url, infoRedis: nodes[0]!, config: { ...setup.config, queuePartitions } },

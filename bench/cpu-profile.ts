@@ -134,7 +134,12 @@ const DIRECT_RULES: readonly Rule[] = [
   ],
   ['record', sourceIn(/^src\/store\/(delivery-log|attempt-feed)\.ts$/)],
   ['stats', sourceIn(/^src\/(store|delivery)\/[^/]*stats[^/]*\.ts$/)],
-  ['sign', sourceIn(/^src\/delivery\/(sign|request-headers)\.ts$|^src\/domain\/signing-keys\.ts$|^src\/store\/secret-box\.ts$|^packages\/verify\//)],
+  [
+    'sign',
+    sourceIn(
+      /^src\/delivery\/(sign|request-headers)\.ts$|^src\/domain\/signing-keys\.ts$|^src\/store\/secret-box\.ts$|^packages\/verify\//,
+    ),
+  ],
   ['send', sourceIn(/^src\/delivery\/http-sender\.ts$|^src\/domain\/ip-policy\.ts$/)],
   [
     'admission',
@@ -233,7 +238,9 @@ export interface ProfiledRun {
 export function costPerDelivery(run: ProfiledRun, deliveries: number, totalUs?: number): Record<PartId, number> {
   const { busyUs, parts } = attribute(run.profile);
   const perSampleUs = busyUs > 0 ? run.mainThreadUs / busyUs : 0;
-  const cost = Object.fromEntries(PARTS.map(({ id }) => [id, ((parts.get(id) ?? 0) * perSampleUs) / deliveries])) as Record<PartId, number>;
+  const cost = Object.fromEntries(
+    PARTS.map(({ id }) => [id, ((parts.get(id) ?? 0) * perSampleUs) / deliveries]),
+  ) as Record<PartId, number>;
   cost.threads = Math.max(0, run.processUs - run.mainThreadUs) / deliveries;
   const sum = Object.values(cost).reduce((a, b) => a + b, 0);
   if (totalUs === undefined || sum === 0) return cost;
@@ -252,8 +259,10 @@ export function costTableRows(
   redisUs: { hookline: number; lean: number; naive: number },
 ): string[] {
   const us = (value: number) => String(Math.round(value));
-  const row = (label: string, h: number, l: number, n = '') => `| ${label} | ${us(h)} | ${us(l)} | ${h >= l ? '+' : '−'}${us(Math.abs(h - l))} | ${n} |`;
-  const sum = (cost: Record<PartId, number>, parts: readonly { id: PartId }[]) => parts.reduce((total, { id }) => total + cost[id], 0);
+  const row = (label: string, h: number, l: number, n = '') =>
+    `| ${label} | ${us(h)} | ${us(l)} | ${h >= l ? '+' : '−'}${us(Math.abs(h - l))} | ${n} |`;
+  const sum = (cost: Record<PartId, number>, parts: readonly { id: PartId }[]) =>
+    parts.reduce((total, { id }) => total + cost[id], 0);
   const others = PARTS.filter((part) => 'other' in part);
   return [
     '| CPU µs per delivery | Hookline | lean | Hookline − lean | naive |',
@@ -385,7 +394,8 @@ function main(): void {
   const msText = (us: number) => `${(us / 1000).toFixed(0).padStart(7)} ms`;
   const print = (title: string, entries: Map<string, number>, count: number) => {
     console.log(`\n${title}`);
-    for (const [key, us] of [...entries].sort((a, b) => b[1] - a[1]).slice(0, count)) console.log(`${msText(us)} ${pct(us)}  ${key}`);
+    for (const [key, us] of [...entries].sort((a, b) => b[1] - a[1]).slice(0, count))
+      console.log(`${msText(us)} ${pct(us)}  ${key}`);
   };
   console.log(
     `${file}${focus ? ` (focus ${focus.source})` : ''}: ${(totalUs / 1e6).toFixed(1)} s sampled, ${(busyUs / 1e6).toFixed(1)} s busy (percentages are of busy time)`,
@@ -396,7 +406,11 @@ function main(): void {
   print('Self time by package or file', areas, top);
   print('Inclusive time of Hookline functions (src/)', inclusive, top);
   const { parts } = attribute(kept);
-  print('Time by part', new Map([...parts].map(([id, us]) => [PARTS.find((part) => part.id === id)!.label, us])), PARTS.length);
+  print(
+    'Time by part',
+    new Map([...parts].map(([id, us]) => [PARTS.find((part) => part.id === id)!.label, us])),
+    PARTS.length,
+  );
   console.log(`\n${ATTRIBUTION_NOTE}`);
 }
 

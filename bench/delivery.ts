@@ -8,7 +8,17 @@ import { BenchEngine, type PostResult } from './engine.js';
 import { LeanPipeline } from './lean.js';
 import type { ReceiverProcess, ReceiverRun } from './receiver-client.js';
 import { deleteKeys, redisCommands, redisCpuUs } from './redis-info.js';
-import { BENCH_EVENT_TYPE, batchBodies, deliveredOf, EventFactory, eventsFor, runParallel, vendorId, type ProducerEvent, type Workload } from './workload.js';
+import {
+  BENCH_EVENT_TYPE,
+  batchBodies,
+  deliveredOf,
+  EventFactory,
+  eventsFor,
+  runParallel,
+  vendorId,
+  type ProducerEvent,
+  type Workload,
+} from './workload.js';
 
 /** Sizes and shared parts of the delivery scenarios. */
 export interface DeliveryBenchSetup {
@@ -58,7 +68,8 @@ function outcomeCounter() {
   return {
     counts,
     onOutcome(o: FinishedOutcome) {
-      const key = o.kind === 'attempted' ? `attempted:${o.outcome}` : o.kind === 'deferred' ? `deferred:${o.reason}` : o.kind;
+      const key =
+        o.kind === 'attempted' ? `attempted:${o.outcome}` : o.kind === 'deferred' ? `deferred:${o.reason}` : o.kind;
       counts[key] = (counts[key] ?? 0) + 1;
     },
     reset() {
@@ -73,7 +84,11 @@ interface Ingest {
 }
 
 /** Posts request bodies to `ingest`, `posters` requests in flight; answers when the first one went out. */
-async function postBodies(ingest: Ingest, bodies: readonly { body: string; count: number }[], posters: number): Promise<number> {
+async function postBodies(
+  ingest: Ingest,
+  bodies: readonly { body: string; count: number }[],
+  posters: number,
+): Promise<number> {
   const startedAtMs = wallMs();
   await runParallel(bodies, posters, async ({ body, count }) => {
     await ingest.post(body, count);
@@ -82,11 +97,17 @@ async function postBodies(ingest: Ingest, bodies: readonly { body: string; count
 }
 
 /** Posts `events` to `ingest`, `batchSize` to a request and `posters` requests in flight; answers when the first one went out. */
-const postAll = (ingest: Ingest, events: readonly ProducerEvent[], setup: DeliveryBenchSetup, batchSize = setup.batchSize) =>
-  postBodies(ingest, batchBodies(events, batchSize), setup.posters);
+const postAll = (
+  ingest: Ingest,
+  events: readonly ProducerEvent[],
+  setup: DeliveryBenchSetup,
+  batchSize = setup.batchSize,
+) => postBodies(ingest, batchBodies(events, batchSize), setup.posters);
 
 /** Starts counting CPU time of this process and of Redis; `stop` answers the microseconds used since. */
-export async function cpuMeter(redis: Redis): Promise<{ stop(): Promise<{ processUs: number; redisUs: number; redisCommands: number }> }> {
+export async function cpuMeter(
+  redis: Redis,
+): Promise<{ stop(): Promise<{ processUs: number; redisUs: number; redisCommands: number }> }> {
   const process0 = process.cpuUsage();
   const [redis0, commands0] = [await redisCpuUs(redis), await redisCommands(redis)];
   return {
@@ -218,9 +239,16 @@ export interface SplitThroughput extends ThroughputFigures {
  * Hookline as it is deployed: this process runs the ingest API (and the producers), a separate
  * `hookline worker` process delivers. The CPU figure adds both processes.
  */
-export async function hooklineSplitThroughput(setup: DeliveryBenchSetup, events = setup.events): Promise<SplitThroughput> {
+export async function hooklineSplitThroughput(
+  setup: DeliveryBenchSetup,
+  events = setup.events,
+): Promise<SplitThroughput> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
-  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+  const engine = await BenchEngine.start({
+    redisUrl: setup.redisUrl,
+    config: setup.config,
+    apiConnections: setup.posters,
+  });
   try {
     await engine.registerWebhooks(
       Array.from({ length: setup.vendors }, (_, i) => run.url(i)),
@@ -233,16 +261,26 @@ export async function hooklineSplitThroughput(setup: DeliveryBenchSetup, events 
 
     const measured = eventsFor(factory, events, setup.vendors, setup.warmup);
     let workerRssMaxBytes = worker.rssBytes();
-    const rssTimer = setInterval(() => (workerRssMaxBytes = Math.max(workerRssMaxBytes, worker.rssBytes())), RSS_SAMPLE_MS);
+    const rssTimer = setInterval(
+      () => (workerRssMaxBytes = Math.max(workerRssMaxBytes, worker.rssBytes())),
+      RSS_SAMPLE_MS,
+    );
     const worker0 = worker.cpuUs();
     const cpu = await cpuMeter(setup.infoRedis);
     const startedAtMs = await postAll(engine, measured, setup);
-    const stats = await run.waitVerified(setup.warmup + events, setup.timeoutMs, 'Hookline (API + worker process) deliveries');
+    const stats = await run.waitVerified(
+      setup.warmup + events,
+      setup.timeoutMs,
+      'Hookline (API + worker process) deliveries',
+    );
     const used = await cpu.stop();
     const workerUs = worker.cpuUs() - worker0;
     clearInterval(rssTimer);
     return {
-      ...figures(events, startedAtMs, stats.lastAtMs, stats.duplicates, { ...used, processUs: used.processUs + workerUs }),
+      ...figures(events, startedAtMs, stats.lastAtMs, stats.duplicates, {
+        ...used,
+        processUs: used.processUs + workerUs,
+      }),
       apiCpuUsPerDelivery: used.processUs / events,
       workerCpuUsPerDelivery: workerUs / events,
       workerRssMaxBytes,
@@ -286,13 +324,20 @@ export const LEAN_BATCH_SIZE = 100;
  * The lean pipeline (bench/lean.ts): same Redis, receiver (Standard Webhooks, as Hookline signs),
  * events, concurrency and producers as Hookline's e2e, the producers posting 100 events a request.
  */
-export async function leanThroughput(setup: DeliveryBenchSetup, { probe }: { probe?: RunProbe } = {}): Promise<ThroughputFigures> {
+export async function leanThroughput(
+  setup: DeliveryBenchSetup,
+  { probe }: { probe?: RunProbe } = {},
+): Promise<ThroughputFigures> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
   const lean = await LeanPipeline.start({
     redisUrl: setup.redisUrl,
     prefix: `bench-lean-${randomBytes(4).toString('hex')}`,
     eventType: BENCH_EVENT_TYPE,
-    webhooks: Array.from({ length: setup.vendors }, (_, i) => ({ vendorId: vendorId(i), url: run.url(i), secret: run.secrets[i]! })),
+    webhooks: Array.from({ length: setup.vendors }, (_, i) => ({
+      vendorId: vendorId(i),
+      url: run.url(i),
+      secret: run.secrets[i]!,
+    })),
     inFlight: setup.concurrency,
     producerConnections: setup.posters,
   });
@@ -320,7 +365,13 @@ export async function warmReceiver(setup: DeliveryBenchSetup, count: number): Pr
   const run = await setup.receiver.newRun({ scheme: 'legacy', targets: setup.vendors });
   const factory = new EventFactory(setup.payloadBytes);
   try {
-    await bareUndiciLoop(run, { concurrency: setup.concurrency, targets: setup.vendors, body: factory.envelopeOf(factory.event(0, 0)), count, firstId: 0 });
+    await bareUndiciLoop(run, {
+      concurrency: setup.concurrency,
+      targets: setup.vendors,
+      body: factory.envelopeOf(factory.event(0, 0)),
+      count,
+      firstId: 0,
+    });
     await run.waitVerified(count, setup.timeoutMs, 'receiver warm-up');
   } finally {
     await run.forget();
@@ -391,7 +442,14 @@ export interface LatencyFigures {
 }
 
 /** Paced batches of events at `perSecond` for `seconds`: one batch per tick. */
-function pacedBatches(factory: EventFactory, perSecond: number, seconds: number, vendors: number, first: number, tickMs: number) {
+function pacedBatches(
+  factory: EventFactory,
+  perSecond: number,
+  seconds: number,
+  vendors: number,
+  first: number,
+  tickMs: number,
+) {
   const perTick = Math.max(1, Math.round((perSecond * tickMs) / 1000));
   const ticks = Math.max(1, Math.round((seconds * 1000) / tickMs));
   const events = eventsFor(factory, perTick * ticks, vendors, first);
@@ -399,7 +457,12 @@ function pacedBatches(factory: EventFactory, perSecond: number, seconds: number,
 }
 
 /** Accepted → received latency at a fixed offered rate (about half of the measured maximum). */
-export async function hooklineLatency(setup: DeliveryBenchSetup, perSecond: number, seconds: number, tickMs = 50): Promise<LatencyFigures> {
+export async function hooklineLatency(
+  setup: DeliveryBenchSetup,
+  perSecond: number,
+  seconds: number,
+  tickMs = 50,
+): Promise<LatencyFigures> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors, recordTimes: true });
   // The engine's own acceptance time of each event (taken when ingest accepted its batch, before the
   // 202 is sent), as the worker saw it.
@@ -422,7 +485,12 @@ export async function hooklineLatency(setup: DeliveryBenchSetup, perSecond: numb
     const posted = await pacedPosts(engine, batches.length, (k) => batches[k]!, tickMs);
     await run.waitVerified(setup.warmup + events.length, setup.timeoutMs, 'paced deliveries');
     // The receiver has every event; the worker reports an attempt only once it is recorded, a moment later.
-    await waitUntil(async () => events.every((e) => acceptedAt.has(e.event_id)) || undefined, setup.timeoutMs, 'the attempts recorded', 10);
+    await waitUntil(
+      async () => events.every((e) => acceptedAt.has(e.event_id)) || undefined,
+      setup.timeoutMs,
+      'the attempts recorded',
+      10,
+    );
     const { ids, atMs } = await run.times();
     const receivedAt = new Map(ids.map((id, i) => [id, atMs[i]!]));
     const fromAccepted: number[] = [];
@@ -474,14 +542,19 @@ export interface IsolationFigures {
  * vendor host would be) whose requests are accepted and never answered. Events are spread evenly over
  * all vendors; the figure is the healthy deliveries' rate, first POST → last healthy delivery verified.
  */
-export async function hooklineIsolation(setup: DeliveryBenchSetup, deliveryTimeoutMs: number): Promise<IsolationFigures> {
+export async function hooklineIsolation(
+  setup: DeliveryBenchSetup,
+  deliveryTimeoutMs: number,
+): Promise<IsolationFigures> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
   const isHanging = (vendor: number) => vendor % 5 === 4;
   const hangingVendors = Array.from({ length: setup.vendors }, (_, i) => i).filter(isHanging);
   const healthyVendors = Array.from({ length: setup.vendors }, (_, i) => i).filter((i) => !isHanging(i));
   const ports = await setup.receiver.listen(hangingVendors.length);
   await run.hangAll();
-  const urls = Array.from({ length: setup.vendors }, (_, i) => (isHanging(i) ? run.hangingUrl(i, ports[hangingVendors.indexOf(i)]!) : run.url(i)));
+  const urls = Array.from({ length: setup.vendors }, (_, i) =>
+    isHanging(i) ? run.hangingUrl(i, ports[hangingVendors.indexOf(i)]!) : run.url(i),
+  );
   const deferred: Record<string, number> = {};
   let timeouts = 0;
   const onOutcome = (outcome: FinishedOutcome) => {
@@ -505,7 +578,11 @@ export async function hooklineIsolation(setup: DeliveryBenchSetup, deliveryTimeo
     const measured = eventsFor(factory, setup.events, setup.vendors, setup.warmup);
     const healthy = measured.filter((_, i) => !isHanging((setup.warmup + i) % setup.vendors)).length;
     const startedAtMs = await postAll(engine, measured, setup);
-    const stats = await run.waitVerified(setup.warmup + healthy, setup.timeoutMs, 'healthy deliveries beside hanging endpoints');
+    const stats = await run.waitVerified(
+      setup.warmup + healthy,
+      setup.timeoutMs,
+      'healthy deliveries beside hanging endpoints',
+    );
     const seconds = (stats.lastAtMs - startedAtMs) / 1000;
     return {
       healthy,
@@ -548,10 +625,18 @@ export interface FirstContactFigures {
  * 500 ms late. The first attempt goes alone and the rest wait for its answer; the figures show
  * whether they went out as soon as it came.
  */
-export async function hooklineFirstContact(setup: DeliveryBenchSetup, events = setup.events): Promise<FirstContactFigures> {
+export async function hooklineFirstContact(
+  setup: DeliveryBenchSetup,
+  events = setup.events,
+): Promise<FirstContactFigures> {
   // The first answer takes longer than a batch waits for it (250 ms), as it did when the engine was
   // busy ingesting the burst: the rest of the burst is deferred, and must go out when it comes.
-  const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors, recordTimes: true, firstAnswerDelayMs: FIRST_ANSWER_DELAY_MS });
+  const run = await setup.receiver.newRun({
+    scheme: 'standard',
+    targets: setup.vendors,
+    recordTimes: true,
+    firstAnswerDelayMs: FIRST_ANSWER_DELAY_MS,
+  });
   const acceptedAt = new Map<string, number>();
   let deferred = 0;
   const onOutcome = (o: FinishedOutcome) => {
@@ -622,7 +707,11 @@ export async function hooklineFlaky(
 ): Promise<FlakyFigures> {
   const failRate = 0.25;
   const hangRate = 0.02;
-  const run = await setup.receiver.newRun({ scheme: 'standard', targets: options.receivers, faults: { failRate, hangRate } });
+  const run = await setup.receiver.newRun({
+    scheme: 'standard',
+    targets: options.receivers,
+    faults: { failRate, hangRate },
+  });
   const ports = await setup.receiver.listen(options.receivers);
   let circuitOpenAttempts = 0;
   let timeouts = 0;
@@ -633,7 +722,13 @@ export async function hooklineFlaky(
   };
   const config = { ...setup.config, retryScheduleMs: FLAKY_SCHEDULE_MS };
   const urls = Array.from({ length: options.receivers }, (_, i) => run.url(i, ports[i]));
-  const engine = await startEngine(setup, run, urls, { deliveryTimeoutMs: options.deliveryTimeoutMs, onOutcome }, config);
+  const engine = await startEngine(
+    setup,
+    run,
+    urls,
+    { deliveryTimeoutMs: options.deliveryTimeoutMs, onOutcome },
+    config,
+  );
   const opened0 = await BenchEngine.circuitsOpened();
   try {
     const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
@@ -697,16 +792,31 @@ const AIMD_RETRY_SCHEDULE_MS = [0, 1_000, 2_000, 5_000, 10_000];
  * seconds, the limited receiver's throughput against capacity ÷ latency, and the healthy webhooks'
  * throughput beside it.
  */
-export async function hooklineAimd(setup: DeliveryBenchSetup, capacity = 8, latencyMs = 50, warmUpMs = 3_000): Promise<AimdFigures> {
+export async function hooklineAimd(
+  setup: DeliveryBenchSetup,
+  capacity = 8,
+  latencyMs = 50,
+  warmUpMs = 3_000,
+): Promise<AimdFigures> {
   const isLimited = (vendor: number) => vendor % 5 === 4;
   const [port] = await setup.receiver.listen(1);
-  const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors, capacity: { port: port!, inflight: capacity, latencyMs, warmUpMs } });
+  const run = await setup.receiver.newRun({
+    scheme: 'standard',
+    targets: setup.vendors,
+    capacity: { port: port!, inflight: capacity, latencyMs, warmUpMs },
+  });
   const urls = Array.from({ length: setup.vendors }, (_, i) => (isLimited(i) ? run.url(i, port) : run.url(i)));
   const deferred: Record<string, number> = {};
   const onOutcome = (outcome: FinishedOutcome) => {
     if (outcome.kind === 'deferred') deferred[outcome.reason] = (deferred[outcome.reason] ?? 0) + 1;
   };
-  const engine = await startEngine(setup, run, urls, { onOutcome }, { ...setup.config, retryScheduleMs: AIMD_RETRY_SCHEDULE_MS });
+  const engine = await startEngine(
+    setup,
+    run,
+    urls,
+    { onOutcome },
+    { ...setup.config, retryScheduleMs: AIMD_RETRY_SCHEDULE_MS },
+  );
   try {
     const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
     // Warm up on the healthy webhooks only, as the all-healthy rate it is held against was.

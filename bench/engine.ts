@@ -116,7 +116,10 @@ export class BenchEngine {
       ingestRateLimitPerSecond: 0,
       allowPrivateTargets: true,
       ...(options.worker
-        ? { workerConcurrency: options.worker.concurrency, deliveryTimeoutMs: options.worker.deliveryTimeoutMs ?? options.config.deliveryTimeoutMs }
+        ? {
+            workerConcurrency: options.worker.concurrency,
+            deliveryTimeoutMs: options.worker.deliveryTimeoutMs ?? options.config.deliveryTimeoutMs,
+          }
         : {}),
     };
     const engine = await createEngine(config, {
@@ -133,7 +136,11 @@ export class BenchEngine {
   }
 
   /** Registers vendor i's webhook for each of `eventTypes` at `urls[i]` with `secrets[i]`; answers the ids. */
-  async registerWebhooks(urls: readonly string[], secrets: readonly string[], eventTypes: readonly WebhookEventType[] = [BENCH_EVENT_TYPE]): Promise<string[]> {
+  async registerWebhooks(
+    urls: readonly string[],
+    secrets: readonly string[],
+    eventTypes: readonly WebhookEventType[] = [BENCH_EVENT_TYPE],
+  ): Promise<string[]> {
     const ids: string[] = [];
     for (const [i, callbackUrl] of urls.entries()) {
       for (const eventType of eventTypes) {
@@ -155,7 +162,10 @@ export class BenchEngine {
     const built = path.join(ROOT, 'dist', 'cli.js');
     // BENCH_WORKER_NODE_ARGS: extra node flags for the worker, e.g. `--cpu-prof --cpu-prof-dir=<dir>`.
     const nodeArgs = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '');
-    const args = [...nodeArgs, ...(existsSync(built) ? [built, 'worker'] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli.ts'), 'worker'])];
+    const args = [
+      ...nodeArgs,
+      ...(existsSync(built) ? [built, 'worker'] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli.ts'), 'worker']),
+    ];
     // The bench's own HOOKLINE_* settings pass through, as they configure the in-process engine.
     const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => name !== 'REDIS_URL'));
     const child = spawn(process.execPath, args, {
@@ -177,7 +187,10 @@ export class BenchEngine {
     this.workerChild = child;
     let output = '';
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the worker did not start within 30 s: ${output.slice(-500)}`)), 30_000);
+      const timer = setTimeout(
+        () => reject(new Error(`the worker did not start within 30 s: ${output.slice(-500)}`)),
+        30_000,
+      );
       const onData = (chunk: Buffer) => {
         if (output.length < 100_000) output += chunk.toString('utf8');
         if (output.includes('delivery worker running')) {
@@ -226,7 +239,8 @@ export class BenchEngine {
     const text = await response.body.text();
     if (response.statusCode !== 202) throw new Error(`ingest answered ${response.statusCode}: ${text.slice(0, 300)}`);
     const { accepted } = JSON.parse(text) as { accepted: number };
-    if (accepted !== expected) throw new Error(`ingest accepted ${accepted} of ${expected} events: ${text.slice(0, 300)}`);
+    if (accepted !== expected)
+      throw new Error(`ingest accepted ${accepted} of ${expected} events: ${text.slice(0, 300)}`);
     return { accepted, sentAtMs, answeredAtMs };
   }
 
@@ -242,7 +256,10 @@ export class BenchEngine {
     }
     await this.client.close();
     await this.engine.close(graceMs);
-    const redis = connectRedis(this.options.redisUrl, { connectionName: `hookline-bench-${this.prefix}-cleanup`, maxRetriesPerRequest: 3 });
+    const redis = connectRedis(this.options.redisUrl, {
+      connectionName: `hookline-bench-${this.prefix}-cleanup`,
+      maxRetriesPerRequest: 3,
+    });
     await deleteKeys(redis, this.stores.keys.all);
     await redis.quit();
   }

@@ -29,7 +29,11 @@ const SETTLE_MS = 1_500;
  * INFO used_memory is compared before and after.
  */
 export async function pendingFootprint(setup: DeliveryBenchSetup, pending: number): Promise<PendingFootprint> {
-  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+  const engine = await BenchEngine.start({
+    redisUrl: setup.redisUrl,
+    config: setup.config,
+    apiConnections: setup.posters,
+  });
   try {
     const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
     await engine.registerWebhooks(
@@ -66,15 +70,20 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
     // A batch job carries up to 100 deliveries: its hash is shared by them.
     const jobKey = await someKey(engine.redis, `{${prefix}:q*}:deliveries:b-*`);
     if (jobKey === undefined) throw new Error('no batch job found in the queues');
-    const deliveriesInJob = (JSON.parse((await engine.redis.hget(jobKey, 'data')) ?? '{"deliveries":[]}') as { deliveries: unknown[] }).deliveries.length;
+    const deliveriesInJob = (
+      JSON.parse((await engine.redis.hget(jobKey, 'data')) ?? '{"deliveries":[]}') as { deliveries: unknown[] }
+    ).deliveries.length;
     const marked = Math.max(setup.vendors, 200) + pending;
     const perDelivery = (used: number) => used / pending - factory.envelopeBytes;
     return {
       pending,
       payloadBytes: factory.envelopeBytes,
       overheadBytesPerDelivery: perDelivery(after.usedBytes - before.usedBytes),
-      overheadBytesPerDeliveryNoClients: perDelivery(after.usedBytes - after.clientsBytes - (before.usedBytes - before.clientsBytes)),
-      jobHashOverheadBytes: (await keyBytes(engine.redis, jobKey)) / Math.max(1, deliveriesInJob) - factory.envelopeBytes,
+      overheadBytesPerDeliveryNoClients: perDelivery(
+        after.usedBytes - after.clientsBytes - (before.usedBytes - before.clientsBytes),
+      ),
+      jobHashOverheadBytes:
+        (await keyBytes(engine.redis, jobKey)) / Math.max(1, deliveriesInJob) - factory.envelopeBytes,
       dedupeMarkBytes: (await patternBytes(engine.redis, `{${prefix}:dd*`)).bytes / marked,
       waitListBytesPerDelivery: (waitAfter - waitBefore) / pending,
       eventStreamBytesPerDelivery: (eventsAfter - eventsBefore) / pending,
@@ -146,7 +155,10 @@ interface SteadyWindow {
   /** used_memory (client buffers left out) growth ÷ deliveries in the window. */
   redisGrowthBytesPerDelivery: number;
   /** Each category of keys at the window's start and end (count, MEMORY USAGE) and its growth per delivery. */
-  categories: Record<string, { keysFrom: number; keysTo: number; bytesFrom: number; bytesTo: number; bytesPerDelivery: number }>;
+  categories: Record<
+    string,
+    { keysFrom: number; keysTo: number; bytesFrom: number; bytesTo: number; bytesPerDelivery: number }
+  >;
   /** Growth not in any key (Redis's own tables, allocator): used_memory growth − the keys' growth, per delivery. */
   unattributedBytesPerDelivery: number;
 }
@@ -166,7 +178,11 @@ export async function soak(
   options: { seconds: number; perSecond: number; webhooks: number; sampleMs: number; steadyAfterSeconds: number },
 ): Promise<SoakFigures> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: options.webhooks });
-  const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+  const engine = await BenchEngine.start({
+    redisUrl: setup.redisUrl,
+    config: setup.config,
+    apiConnections: setup.posters,
+  });
   try {
     await engine.registerWebhooks(
       Array.from({ length: options.webhooks }, (_, i) => run.url(i)),
@@ -175,16 +191,21 @@ export async function soak(
     const worker = await engine.startWorkerProcess({ concurrency: setup.concurrency });
     const factory = new EventFactory(setup.payloadBytes, 50);
     const prefill = options.webhooks * RECENT_PER_WEBHOOK + setup.warmup;
-    await runParallel(batchBodies(eventsFor(factory, prefill, options.webhooks), setup.batchSize), setup.posters, async ({ body, count }) => {
-      await engine.post(body, count);
-    });
+    await runParallel(
+      batchBodies(eventsFor(factory, prefill, options.webhooks), setup.batchSize),
+      setup.posters,
+      async ({ body, count }) => {
+        await engine.post(body, count);
+      },
+    );
     await run.waitVerified(prefill, setup.timeoutMs, 'soak prefill');
 
     const tickMs = 50;
     const perTick = Math.max(1, Math.round((options.perSecond * tickMs) / 1000));
     const ticks = Math.max(1, Math.round((options.seconds * 1000) / tickMs));
     // Each tick's events are made when it is due: a 30-minute soak holds none of the others.
-    const batchAt = (k: number) => batchBodies(eventsFor(factory, perTick, options.webhooks, prefill + k * perTick), perTick)[0]!;
+    const batchAt = (k: number) =>
+      batchBodies(eventsFor(factory, perTick, options.webhooks, prefill + k * perTick), perTick)[0]!;
     const samples: SoakSample[] = [];
     await sleep(SETTLE_MS);
     const startMs = wallMs();
@@ -204,7 +225,9 @@ export async function soak(
     };
     await sample();
     // The steady window's start: its key breakdown is taken once, with the first sample past it.
-    let steadyFrom: { atSeconds: number; delivered: number; usedBytes: number; keys: Awaited<ReturnType<typeof keyBreakdown>> } | undefined;
+    let steadyFrom:
+      | { atSeconds: number; delivered: number; usedBytes: number; keys: Awaited<ReturnType<typeof keyBreakdown>> }
+      | undefined;
     const markSteady = async () => {
       const atSeconds = (wallMs() - startMs) / 1000;
       const [memory, stats] = await Promise.all([redisMemory(engine.redis), run.stats()]);
@@ -241,7 +264,8 @@ export async function soak(
     const last = samples.at(-1)!;
     const from = steadyFrom!;
     const window = samples.filter((s) => s.atSeconds >= from.atSeconds);
-    const windowSlope = (pick: (s: SoakSample) => number) => slope(window.map((s) => ({ x: s.atSeconds / 60, y: pick(s) })));
+    const windowSlope = (pick: (s: SoakSample) => number) =>
+      slope(window.map((s) => ({ x: s.atSeconds / 60, y: pick(s) })));
     const windowDelivered = Math.max(1, last.delivered - from.delivered);
     const categories: SteadyWindow['categories'] = {};
     let keysGrowth = 0;
@@ -249,7 +273,13 @@ export async function soak(
       const a = from.keys[name] ?? { keys: 0, bytes: 0 };
       const b = endKeys[name] ?? { keys: 0, bytes: 0 };
       keysGrowth += b.bytes - a.bytes;
-      categories[name] = { keysFrom: a.keys, keysTo: b.keys, bytesFrom: a.bytes, bytesTo: b.bytes, bytesPerDelivery: (b.bytes - a.bytes) / windowDelivered };
+      categories[name] = {
+        keysFrom: a.keys,
+        keysTo: b.keys,
+        bytesFrom: a.bytes,
+        bytesTo: b.bytes,
+        bytesPerDelivery: (b.bytes - a.bytes) / windowDelivered,
+      };
     }
     const steady: SteadyWindow = {
       fromSeconds: from.atSeconds,
@@ -261,7 +291,8 @@ export async function soak(
       categories,
       unattributedBytesPerDelivery: (last.redisUsedBytes - from.usedBytes - keysGrowth) / windowDelivered,
     };
-    const perMinute = (pick: (s: SoakSample) => number) => slope(samples.map((s) => ({ x: s.atSeconds / 60, y: pick(s) })));
+    const perMinute = (pick: (s: SoakSample) => number) =>
+      slope(samples.map((s) => ({ x: s.atSeconds / 60, y: pick(s) })));
     const marked = prefill + perTick * ticks;
     return {
       seconds: last.atSeconds,
@@ -273,7 +304,8 @@ export async function soak(
       redisLastBytes: last.redisUsedBytes,
       redisMaxBytes: Math.max(...samples.map((s) => s.redisUsedBytes)),
       redisSlopeBytesPerMinute: perMinute((s) => s.redisUsedBytes),
-      redisGrowthBytesPerDelivery: (last.redisUsedBytes - first.redisUsedBytes) / Math.max(1, last.delivered - first.delivered),
+      redisGrowthBytesPerDelivery:
+        (last.redisUsedBytes - first.redisUsedBytes) / Math.max(1, last.delivered - first.delivered),
       rssFirstBytes: first.rssBytes,
       rssLastBytes: last.rssBytes,
       rssMaxBytes: Math.max(...samples.map((s) => s.rssBytes)),

@@ -34,7 +34,11 @@ const BATCH_SIZE = 1_000;
 export async function ingestThroughput(setup: DeliveryBenchSetup, events: number): Promise<IngestFigures> {
   const factory = new EventFactory(setup.payloadBytes, 50);
   const hookline = await (async () => {
-    const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+    const engine = await BenchEngine.start({
+      redisUrl: setup.redisUrl,
+      config: setup.config,
+      apiConnections: setup.posters,
+    });
     try {
       const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
       await engine.registerWebhooks(
@@ -56,7 +60,11 @@ export async function ingestThroughput(setup: DeliveryBenchSetup, events: number
 
   const addBulk = await (async () => {
     const prefix = `bench-raw-${randomBytes(4).toString('hex')}`;
-    const connection = connectRedis(setup.redisUrl, { connectionName: prefix, maxRetriesPerRequest: null, autoPipelining: false });
+    const connection = connectRedis(setup.redisUrl, {
+      connectionName: prefix,
+      maxRetriesPerRequest: null,
+      autoPipelining: false,
+    });
     const queue = new Queue('deliveries', { connection, prefix });
     const webhookIds = Array.from({ length: setup.vendors }, () => randomUUID());
     const jobs = (count: number, first: number) =>
@@ -85,7 +93,9 @@ export async function ingestThroughput(setup: DeliveryBenchSetup, events: number
         };
       });
     const batches = (list: ReturnType<typeof jobs>) =>
-      Array.from({ length: Math.ceil(list.length / BATCH_SIZE) }, (_, b) => list.slice(b * BATCH_SIZE, (b + 1) * BATCH_SIZE));
+      Array.from({ length: Math.ceil(list.length / BATCH_SIZE) }, (_, b) =>
+        list.slice(b * BATCH_SIZE, (b + 1) * BATCH_SIZE),
+      );
     const add = async (batch: ReturnType<typeof jobs>) => {
       await queue.addBulk(batch);
     };
@@ -147,10 +157,18 @@ const BENCH_FILTER = {
  * The ingest cost of payload filters: `events` events POSTed to `webhooks` webhooks (one per vendor)
  * without filters, then the same with every webhook holding BENCH_FILTER; one engine each, no worker.
  */
-export async function ingestFilterCost(setup: DeliveryBenchSetup, events: number, webhooks: number): Promise<FilterCostFigures> {
+export async function ingestFilterCost(
+  setup: DeliveryBenchSetup,
+  events: number,
+  webhooks: number,
+): Promise<FilterCostFigures> {
   const factory = new EventFactory(setup.payloadBytes, 50);
   const run = async (filter: object | undefined) => {
-    const engine = await BenchEngine.start({ redisUrl: setup.redisUrl, config: setup.config, apiConnections: setup.posters });
+    const engine = await BenchEngine.start({
+      redisUrl: setup.redisUrl,
+      config: setup.config,
+      apiConnections: setup.posters,
+    });
     try {
       for (let i = 0; i < webhooks; i += 1) {
         const created = await engine.stores.webhooks.create(vendorId(i), {

@@ -85,12 +85,18 @@ function checkEvent(value: unknown): LeanEvent | string {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return 'an event is a JSON object';
   const event = value as Record<string, unknown>;
   if (typeof event.event_id !== 'string' || !UUID.test(event.event_id)) return 'event_id must be a UUID';
-  if (typeof event.event_type !== 'string' || event.event_type === '' || event.event_type.length > 100) return 'event_type must be 1 to 100 characters';
-  if (typeof event.vendor_id !== 'string' || event.vendor_id === '' || event.vendor_id.length > 200) return 'vendor_id must be 1 to 200 characters';
-  if (event.timestamp !== undefined && (typeof event.timestamp !== 'string' || Number.isNaN(Date.parse(event.timestamp)))) {
+  if (typeof event.event_type !== 'string' || event.event_type === '' || event.event_type.length > 100)
+    return 'event_type must be 1 to 100 characters';
+  if (typeof event.vendor_id !== 'string' || event.vendor_id === '' || event.vendor_id.length > 200)
+    return 'vendor_id must be 1 to 200 characters';
+  if (
+    event.timestamp !== undefined &&
+    (typeof event.timestamp !== 'string' || Number.isNaN(Date.parse(event.timestamp)))
+  ) {
     return 'timestamp must be an ISO 8601 date';
   }
-  if (typeof event.data !== 'object' || event.data === null || Array.isArray(event.data)) return 'data must be a JSON object';
+  if (typeof event.data !== 'object' || event.data === null || Array.isArray(event.data))
+    return 'data must be a JSON object';
   return event as unknown as LeanEvent;
 }
 
@@ -160,7 +166,9 @@ export class LeanPipeline {
     this.log = `${tag}:log`;
     this.targets = options.webhooks.map(({ url, secret }) => {
       const { origin, pathname, search } = new URL(url);
-      const key = createSecretKey(secret.startsWith('whsec_') ? Buffer.from(secret.slice(6), 'base64') : Buffer.from(secret, 'utf8'));
+      const key = createSecretKey(
+        secret.startsWith('whsec_') ? Buffer.from(secret.slice(6), 'base64') : Buffer.from(secret, 'utf8'),
+      );
       return { pool: pools.get(origin)!, path: `${pathname}${search}`, key };
     });
     this.byVendor = new Map(options.webhooks.map(({ vendorId }, index) => [vendorId, index]));
@@ -170,13 +178,20 @@ export class LeanPipeline {
   /** Connects, creates the consumer group, listens on 127.0.0.1 and starts delivering. */
   static async start(options: LeanOptions): Promise<LeanPipeline> {
     const redis = new Redis(options.redisUrl, { connectionName: `${options.prefix}-app`, enableAutoPipelining: false });
-    const reader = new Redis(options.redisUrl, { connectionName: `${options.prefix}-reader`, maxRetriesPerRequest: null });
+    const reader = new Redis(options.redisUrl, {
+      connectionName: `${options.prefix}-reader`,
+      maxRetriesPerRequest: null,
+    });
     redis.defineCommand('leanAppend', { numberOfKeys: 1, lua: APPEND_LUA });
     const timeoutMs = options.timeoutMs ?? 15_000;
     const pools = new Map<string, Pool>();
     for (const { url } of options.webhooks) {
       const { origin } = new URL(url);
-      if (!pools.has(origin)) pools.set(origin, new Pool(origin, { connections: options.inFlight, headersTimeout: timeoutMs, bodyTimeout: timeoutMs }));
+      if (!pools.has(origin))
+        pools.set(
+          origin,
+          new Pool(origin, { connections: options.inFlight, headersTimeout: timeoutMs, bodyTimeout: timeoutMs }),
+        );
     }
     // Nothing can reach the server before its port is known, which is after the pipeline exists.
     const server = createServer((request, response) => pipeline.handle(request, response));
@@ -209,11 +224,18 @@ export class LeanPipeline {
 
   /** A producer's request: POSTs one `{events: [...]}` body; throws unless all `expected` events were accepted. */
   async post(body: string, expected: number): Promise<void> {
-    const response = await this.producer.request({ method: 'POST', path: '/events', headers: { 'content-type': 'application/json' }, body });
+    const response = await this.producer.request({
+      method: 'POST',
+      path: '/events',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
     const text = await response.body.text();
-    if (response.statusCode !== 202) throw new Error(`lean ingest answered ${response.statusCode}: ${text.slice(0, 300)}`);
+    if (response.statusCode !== 202)
+      throw new Error(`lean ingest answered ${response.statusCode}: ${text.slice(0, 300)}`);
     const { accepted } = JSON.parse(text) as { accepted: number };
-    if (accepted !== expected) throw new Error(`lean ingest accepted ${accepted} of ${expected} events: ${text.slice(0, 300)}`);
+    if (accepted !== expected)
+      throw new Error(`lean ingest accepted ${accepted} of ${expected} events: ${text.slice(0, 300)}`);
   }
 
   private handle(request: IncomingMessage, response: ServerResponse): void {
@@ -266,8 +288,12 @@ export class LeanPipeline {
       }
     });
     const appended = this.redis as unknown as { leanAppend(stream: string, ...argv: string[]): Promise<number[]> };
-    const duplicates = positions.length === 0 ? [] : (await appended.leanAppend(this.stream, ...args)).map((at) => positions[at]!);
-    return { status: 202, body: { accepted: events.length - rejected.length - duplicates.length, duplicates, rejected } };
+    const duplicates =
+      positions.length === 0 ? [] : (await appended.leanAppend(this.stream, ...args)).map((at) => positions[at]!);
+    return {
+      status: 202,
+      body: { accepted: events.length - rejected.length - duplicates.length, duplicates, rejected },
+    };
   }
 
   /** Resolves once fewer deliveries wait than are in flight, so the next read keeps the requests busy without piling up. */
@@ -311,7 +337,15 @@ export class LeanPipeline {
     for (const [entryId, fields] of entries) {
       // Fields are written in the order the append script gives them: e, w, b.
       if (fields === null) batch.done.push(entryId);
-      else this.waiting.push({ entryId, eventId: fields[1]!, target: Number(fields[3]), body: fields[5]!, attempt: 1, batch });
+      else
+        this.waiting.push({
+          entryId,
+          eventId: fields[1]!,
+          target: Number(fields[3]),
+          body: fields[5]!,
+          attempt: 1,
+          batch,
+        });
     }
     batch.remaining = entries.length - batch.done.length;
     if (batch.remaining === 0) void this.recordBatch(batch);

@@ -136,11 +136,26 @@ function syntheticMachine(rnd: () => number, id: string): Machine {
   }));
   return {
     status: rnd() < 0.8 ? 'available' : 'unavailable',
-    metadata: { machine_id: id, geo_location: { country, city }, cuda_version: pick(rnd, ['11.8', '12.1', '12.2', '12.4', '12.6']) },
+    metadata: {
+      machine_id: id,
+      geo_location: { country, city },
+      cuda_version: pick(rnd, ['11.8', '12.1', '12.2', '12.4', '12.6']),
+    },
     hardware_specs: {
-      cpu: { model: cpu.model, cpu_arch: 'x86_64', cores: cpu.cores, threads: cpu.cores * 2, base_clock: cpu.base, boost_clock: cpu.boost },
+      cpu: {
+        model: cpu.model,
+        cpu_arch: 'x86_64',
+        cores: cpu.cores,
+        threads: cpu.cores * 2,
+        base_clock: cpu.base,
+        boost_clock: cpu.boost,
+      },
       memory: { total_memory: pick(rnd, MEMORY_GB), memory_required: 4 },
-      storage: { disk_space_available: 100 + Math.floor(rnd() * 7900), disk_type: pick(rnd, ['NVMe', 'SSD', 'HDD']), disk_name: 'nvme0n1' },
+      storage: {
+        disk_space_available: 100 + Math.floor(rnd() * 7900),
+        disk_type: pick(rnd, ['NVMe', 'SSD', 'HDD']),
+        disk_name: 'nvme0n1',
+      },
       gpus,
     },
     network_info: { bandwidth: pick(rnd, [1000, 2500, 10000, 25000]) },
@@ -163,7 +178,11 @@ function queryMix(someMachineId: string, machines: number): QueryShape[] {
     { filter: 'gpu_name:rtx 4090', page: 1, pageSize: 20 },
     { filter: 'gpu_name:Nvidia%20RTX%203090', page: 1, pageSize: 100 },
     { filter: 'gpu_name:a100,memory_size:256GB', page: 1, pageSize: 100 },
-    { filter: 'gpu_name:h100,status:available,memory_size:64GB,cpu_cores:16,storage_size:500GB', page: 2, pageSize: 20 },
+    {
+      filter: 'gpu_name:h100,status:available,memory_size:64GB,cpu_cores:16,storage_size:500GB',
+      page: 2,
+      pageSize: 20,
+    },
     { filter: 'machine_status:available', page: deep(20, 0.5), pageSize: 20 },
     { filter: 'status:unavailable', page: 10, pageSize: 100 },
     { filter: 'cpu_name:epyc,storage_size:2000GB', page: 1, pageSize: 20 },
@@ -200,7 +219,10 @@ async function deleteKeys(redis: Redis, pattern: string): Promise<void> {
 export async function benchMachineListing(opts: MachineListingBenchOptions): Promise<MachineListingBenchResult> {
   const prefix = `bench${randomBytes(4).toString('hex')}`;
   const keys = redisKeys(prefix);
-  const writerRedis = connectRedis(opts.redisUrl, { connectionName: `hookline-bench-${prefix}-writer`, maxRetriesPerRequest: 3 });
+  const writerRedis = connectRedis(opts.redisUrl, {
+    connectionName: `hookline-bench-${prefix}-writer`,
+    maxRetriesPerRequest: 3,
+  });
   const writer = new RedisMachineStore(writerRedis, keys);
   // The API as it runs in production (role api), reading what the writer stores.
   const engine = await createEngine(
@@ -221,9 +243,14 @@ export async function benchMachineListing(opts: MachineListingBenchOptions): Pro
   const { key } = await apiKeys.create({ name: 'bench', roles: ['machines:read'] });
   const get = async (shape: QueryShape) => {
     const query = `filter=${shape.filter.replaceAll(' ', '%20')}&page=${shape.page}&page_size=${shape.pageSize}`;
-    const res = await http.request({ method: 'GET', path: `/rental/v1/machines?${query}`, headers: { 'x-api-key': key } });
+    const res = await http.request({
+      method: 'GET',
+      path: `/rental/v1/machines?${query}`,
+      headers: { 'x-api-key': key },
+    });
     const body = (await res.body.json()) as { total: number };
-    if (res.statusCode !== 200 && res.statusCode !== 404) throw new Error(`listing answered ${res.statusCode}: ${JSON.stringify(body)}`);
+    if (res.statusCode !== 200 && res.statusCode !== 404)
+      throw new Error(`listing answered ${res.statusCode}: ${JSON.stringify(body)}`);
     return body;
   };
   const rnd = random(0x5eed);
@@ -253,7 +280,8 @@ export async function benchMachineListing(opts: MachineListingBenchOptions): Pro
     const loadStart = performance.now();
     const first = await get({ filter: '', page: 1, pageSize: 20 });
     const firstLoadMs = performance.now() - loadStart;
-    if (first.total !== opts.machines) throw new Error(`seeded ${opts.machines} machines but the listing counts ${first.total}`);
+    if (first.total !== opts.machines)
+      throw new Error(`seeded ${opts.machines} machines but the listing counts ${first.total}`);
 
     // 3. Timed queries, with writes in between (not timed) that the next list() catches up with.
     const mix = queryMix(machineId(Math.floor(opts.machines / 2)), opts.machines);

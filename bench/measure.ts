@@ -57,7 +57,12 @@ export function slope(points: readonly { x: number; y: number }[]): number {
  * Calls `check` every `everyMs` until it returns something other than undefined, or throws after
  * `timeoutMs` naming `what`.
  */
-export async function waitUntil<T>(check: () => Promise<T | undefined>, timeoutMs: number, what: string, everyMs = 50): Promise<T> {
+export async function waitUntil<T>(
+  check: () => Promise<T | undefined>,
+  timeoutMs: number,
+  what: string,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();

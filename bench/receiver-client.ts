@@ -10,7 +10,10 @@ const START_TIMEOUT_MS = 30_000;
 /** The receiver process (bench/receiver.ts) and its IPC: start one per bench run, close it at the end. */
 export class ReceiverProcess {
   private nextId = 0;
-  private readonly pending = new Map<number, { resolve(value: unknown): void; reject(error: Error): void; timer: NodeJS.Timeout }>();
+  private readonly pending = new Map<
+    number,
+    { resolve(value: unknown): void; reject(error: Error): void; timer: NodeJS.Timeout }
+  >();
 
   private constructor(
     private readonly child: ChildProcess,

@@ -76,6 +76,8 @@ export type ReceiverRequest =
   | { type: 'close' };
 
 export type ReceiverReply =
-  { type: 'ready'; port: number } | { type: 'reply'; id: number; ok: true; result: unknown } | { type: 'reply'; id: number; ok: false; error: string };
+  | { type: 'ready'; port: number }
+  | { type: 'reply'; id: number; ok: true; result: unknown }
+  | { type: 'reply'; id: number; ok: false; error: string };
 
 export type ReceiverEnvelope = ReceiverRequest & { id: number };

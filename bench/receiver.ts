@@ -170,7 +170,14 @@ async function close(): Promise<void> {
 async function answer(message: ReceiverEnvelope): Promise<unknown> {
   switch (message.type) {
     case 'run':
-      runs.set(message.run.runId, { config: message.run, stats: emptyStats(), seen: new Set(), times: new Map(), hanging: new Set(), capacityInflight: 0 });
+      runs.set(message.run.runId, {
+        config: message.run,
+        stats: emptyStats(),
+        seen: new Set(),
+        times: new Map(),
+        hanging: new Set(),
+        capacityInflight: 0,
+      });
       return null;
     case 'hang':
       hangPrefixes.push(...message.prefixes);
@@ -204,7 +211,8 @@ process.on('message', (message: ReceiverEnvelope) => {
       send({ type: 'reply', id: message.id, ok: true, result });
       if (message.type === 'close') process.disconnect();
     },
-    (error: unknown) => send({ type: 'reply', id: message.id, ok: false, error: error instanceof Error ? error.message : String(error) }),
+    (error: unknown) =>
+      send({ type: 'reply', id: message.id, ok: false, error: error instanceof Error ? error.message : String(error) }),
   );
 });
 // The parent went away (or closed us): stop listening so the process can end.

@@ -91,7 +91,10 @@ function categoryOf(key: string): string {
  * a status counted apart, as tombstones). SCAN plus pipelined MEMORY USAGE and HLEN, so it takes a
  * few seconds for a few hundred thousand keys.
  */
-export async function keyBreakdown(redis: Redis, prefix: string): Promise<Record<string, { keys: number; bytes: number }>> {
+export async function keyBreakdown(
+  redis: Redis,
+  prefix: string,
+): Promise<Record<string, { keys: number; bytes: number }>> {
   const totals: Record<string, { keys: number; bytes: number }> = {};
   for (const node of await masterNodes(redis)) {
     let cursor = '0';

@@ -25,7 +25,14 @@ import {
   type HooklineThroughput,
 } from './delivery.js';
 import { hooklineOnCluster } from './cluster.js';
-import { ATTRIBUTION_NOTE, costPerDelivery, costTableRows, largestDifferences, profileRun, type ProfiledRun } from './cpu-profile.js';
+import {
+  ATTRIBUTION_NOTE,
+  costPerDelivery,
+  costTableRows,
+  largestDifferences,
+  profileRun,
+  type ProfiledRun,
+} from './cpu-profile.js';
 import { engineConfig } from './engine.js';
 import { pendingFootprint, soak } from './footprint.js';
 import { ingestFilterCost, ingestThroughput } from './ingest.js';
@@ -97,7 +104,8 @@ const deferralList = (deferred: Record<string, number>) =>
 
 const LISTING_P99_LIMIT = 'p99 ≤ 25 ms';
 
-const cpuCost = (f: ThroughputFigures) => `${Math.round(f.processCpuUsPerDelivery)} + ${Math.round(f.redisCpuUsPerDelivery)} µs`;
+const cpuCost = (f: ThroughputFigures) =>
+  `${Math.round(f.processCpuUsPerDelivery)} + ${Math.round(f.redisCpuUsPerDelivery)} µs`;
 
 const SCENARIOS: Scenario[] = [
   {
@@ -173,16 +181,23 @@ const SCENARIOS: Scenario[] = [
       // the e2e figures should not carry.
       const hooklineRun = await profileRun((probe) => hooklineThroughput(setup, setup.events, { probe }));
       const leanRun = await profileRun((probe) => leanThroughput(setup, { probe }));
-      const hooklineCost = costPerDelivery(hooklineRun.profiled, hooklineRun.result.deliveries, hookline.processCpuUsPerDelivery);
+      const hooklineCost = costPerDelivery(
+        hooklineRun.profiled,
+        hooklineRun.result.deliveries,
+        hookline.processCpuUsPerDelivery,
+      );
       const leanCost = costPerDelivery(leanRun.profiled, leanRun.result.deliveries, lean.processCpuUsPerDelivery);
-      const profiledUs = (run: { profiled: ProfiledRun; result: ThroughputFigures }) => Math.round(run.profiled.processUs / run.result.deliveries);
+      const profiledUs = (run: { profiled: ProfiledRun; result: ThroughputFigures }) =>
+        Math.round(run.profiled.processUs / run.result.deliveries);
       return {
         size: `${setup.events} events each, as e2e; a profiled run of Hookline and of the lean pipeline after the measured ones`,
         figures:
           `process CPU per delivery: Hookline ${Math.round(hookline.processCpuUsPerDelivery)} µs, lean ${Math.round(lean.processCpuUsPerDelivery)} µs, naive ${Math.round(naive.processCpuUsPerDelivery)} µs; ` +
           `Hookline's extra µs over the lean pipeline's go most to ${largestDifferences(hooklineCost, leanCost, 4)}`,
         checks: [],
-        notes: { 'the profiled runs themselves (Hookline/lean)': `${profiledUs(hooklineRun)} / ${profiledUs(leanRun)} µs per delivery` },
+        notes: {
+          'the profiled runs themselves (Hookline/lean)': `${profiledUs(hooklineRun)} / ${profiledUs(leanRun)} µs per delivery`,
+        },
         table: [
           ...costTableRows(
             hooklineCost,
@@ -262,7 +277,13 @@ const SCENARIOS: Scenario[] = [
       const webhooks = context.smoke ? setup.vendors : 1_000;
       const r = await hooklineOnCluster({ ...setup, vendors: webhooks }, events, partitions);
       if (r === undefined) {
-        return { size: 'skipped', figures: 'redis-server or redis-cli not installed', checks: [], notes: {}, raw: { skipped: true } };
+        return {
+          size: 'skipped',
+          figures: 'redis-server or redis-cli not installed',
+          checks: [],
+          notes: {},
+          raw: { skipped: true },
+        };
       }
       const third = 1 / r.masters;
       const within = r.shares.every((share) => Math.abs(share - third) <= third * 0.25);
@@ -272,7 +293,13 @@ const SCENARIOS: Scenario[] = [
           `${events} events (${r.mix}; ${r.throughput.deliveries} deliveries) → ${webhooks} vendors × ${r.webhooksPerVendor} webhooks, ` +
           `C=${setup.concurrency}, ${r.masters} masters (contiguous slot ranges), HOOKLINE_QUEUE_PARTITIONS=${partitions}`,
         figures: `Hookline ${perSecond(r.throughput.perSecond)}; commands per master ${r.commands.join(' / ')}: ${r.shares.map(pct).join(' / ')}`,
-        checks: [{ target: 'each master within ±25 % of a third of the commands', value: r.shares.map(pct).join(' / '), met: within }],
+        checks: [
+          {
+            target: 'each master within ±25 % of a third of the commands',
+            value: r.shares.map(pct).join(' / '),
+            met: within,
+          },
+        ],
         notes: {
           'the machine listing’s master': `#${r.listingMaster + 1}`,
           'CPU per master': r.cpuShares.map(pct).join(' / '),
@@ -301,7 +328,10 @@ const SCENARIOS: Scenario[] = [
         figures:
           `accepted (by ingest) → received: p50 ${ms(r.p50Ms)}, p99 ${ms(r.p99Ms)}, max ${ms(r.maxMs)}; ` +
           `batches every 50 ms: p50 ${ms(coarse.p50Ms)}, p99 ${ms(coarse.p99Ms)}, max ${ms(coarse.maxMs)}`,
-        checks: [targetCheck('latency-p50', ms(r.p50Ms), r.p50Ms <= 5), targetCheck('latency-p99', ms(r.p99Ms), r.p99Ms <= 30)],
+        checks: [
+          targetCheck('latency-p50', ms(r.p50Ms), r.p50Ms <= 5),
+          targetCheck('latency-p99', ms(r.p99Ms), r.p99Ms <= 30),
+        ],
         notes: {
           'POST sent → received p50': ms(r.postedP50Ms),
           p99: ms(r.postedP99Ms),
@@ -325,7 +355,11 @@ const SCENARIOS: Scenario[] = [
         size: `${setup.events} events, ${r.hangingWebhooks} of ${setup.vendors} webhooks hang (own origins), timeout ${r.deliveryTimeoutMs / 1000} s, C=${setup.concurrency}`,
         figures: `healthy ${perSecond(r.healthyPerSecond)} ÷ all-healthy ${perSecond(allHealthy)} = ${times(share)}`,
         checks: [targetCheck('isolation', times(share), share >= 0.9)],
-        notes: { 'attempts that reached a hanging endpoint': String(r.hangingAttempts), timeouts: String(r.timeouts), deferred },
+        notes: {
+          'attempts that reached a hanging endpoint': String(r.hangingAttempts),
+          timeouts: String(r.timeouts),
+          deferred,
+        },
         raw: { allHealthyPerSecond: allHealthy, ratio: share, ...r },
       };
     },
@@ -430,7 +464,9 @@ const SCENARIOS: Scenario[] = [
       return {
         size: `${events} events → ${webhooks} webhooks, each holding an 8-node filter that matches every event, against none; ${setup.posters} in flight, no worker`,
         figures: `with filters ${perSecond(r.filteredPerSecond)}, without ${perSecond(r.plainPerSecond)}; ratio ${times(share)}`,
-        checks: [{ target: 'filters cost ≤ 10 % of ingest throughput (≥ 0.90)', value: times(share), met: share >= 0.9 }],
+        checks: [
+          { target: 'filters cost ≤ 10 % of ingest throughput (≥ 0.90)', value: times(share), met: share >= 0.9 },
+        ],
         notes: {
           'CPU per event in the process (with/without filters)': `${Math.round(r.filteredProcessCpuUsPerEvent)} / ${Math.round(r.plainProcessCpuUsPerEvent)} µs`,
         },
@@ -452,7 +488,13 @@ const SCENARIOS: Scenario[] = [
       // have reached their steady count: the steady window starts after that, in a soak long enough.
       const tombstonesSteady = seconds >= 600;
       const steadyAfterSeconds = tombstonesSteady ? 330 : Math.floor(seconds / 2);
-      const s = await soak(setup, { seconds, perSecond: maxRate / 2, webhooks, sampleMs: context.smoke ? 1_000 : 5_000, steadyAfterSeconds });
+      const s = await soak(setup, {
+        seconds,
+        perSecond: maxRate / 2,
+        webhooks,
+        sampleMs: context.smoke ? 1_000 : 5_000,
+        steadyAfterSeconds,
+      });
       const rssAtLoad = s.workerRssMedianBytes;
       // Each delivery leaves its dedupe mark (for the dedupe window, 48 h) and, in a soak too short for
       // the tombstones to be steady, a status tombstone for 5 minutes; everything else must be flat.
@@ -461,7 +503,10 @@ const SCENARIOS: Scenario[] = [
       const w = s.steady;
       const categories = Object.entries(w.categories)
         .sort(([, a], [, b]) => b.bytesTo - a.bytesTo)
-        .map(([name, c]) => `${name} ${c.keysTo} keys ${mb(c.bytesTo)} (${c.bytesPerDelivery >= 0 ? '+' : ''}${c.bytesPerDelivery.toFixed(1)} B/delivery)`)
+        .map(
+          ([name, c]) =>
+            `${name} ${c.keysTo} keys ${mb(c.bytesTo)} (${c.bytesPerDelivery >= 0 ? '+' : ''}${c.bytesPerDelivery.toFixed(1)} B/delivery)`,
+        )
         .join('; ');
       return {
         size: `${pending} pending × ${p.payloadBytes} B; soak ${s.seconds.toFixed(0)} s at ${perSecond(s.perSecond)} to ${webhooks} webhook${webhooks === 1 ? '' : 's'} after filling ${webhooks === 1 ? 'its log' : 'their logs'}`,
@@ -470,10 +515,22 @@ const SCENARIOS: Scenario[] = [
           `soak: Redis ${mb(s.redisFirstBytes)} → ${mb(s.redisLastBytes)} (${bytes(s.redisGrowthBytesPerDelivery)}/delivery), ` +
           `retained heap ${mb(s.retainedHeapFirstBytes)} → ${mb(s.retainedHeapLastBytes)} (${mb(s.retainedHeapSlopeBytesPerMinute)}/min), RSS ${mb(s.rssFirstBytes)} → ${mb(s.rssLastBytes)}`,
         checks: [
-          { target: '≤ 1.5 KB/pending delivery', value: bytes(p.overheadBytesPerDelivery), met: p.overheadBytesPerDelivery <= 1_536 },
+          {
+            target: '≤ 1.5 KB/pending delivery',
+            value: bytes(p.overheadBytesPerDelivery),
+            met: p.overheadBytesPerDelivery <= 1_536,
+          },
           { target: 'dedupe marks ≤ 40 B per event id', value: bytes(s.dedupeMarkBytes), met: s.dedupeMarkBytes <= 40 },
-          { target: 'worker RSS (median at steady load) ≤ 200 MB', value: mb(rssAtLoad), met: rssAtLoad <= 200 * 1024 * 1024 },
-          { target: 'retained heap slope ≤ 1 MB/min', value: mb(s.retainedHeapSlopeBytesPerMinute), met: s.retainedHeapSlopeBytesPerMinute <= heapSlopeLimit },
+          {
+            target: 'worker RSS (median at steady load) ≤ 200 MB',
+            value: mb(rssAtLoad),
+            met: rssAtLoad <= 200 * 1024 * 1024,
+          },
+          {
+            target: 'retained heap slope ≤ 1 MB/min',
+            value: mb(s.retainedHeapSlopeBytesPerMinute),
+            met: s.retainedHeapSlopeBytesPerMinute <= heapSlopeLimit,
+          },
           {
             target: `steady window (from ${w.fromSeconds.toFixed(0)} s): Redis growth ≤ the dedupe mark + ${tombstonesSteady ? '' : 'a tombstone + '}10 B (${bytes(growthLimit)})/delivery${tombstonesSteady ? '' : ' (judged in a soak of ≥ 600 s)'}`,
             value: bytes(w.redisGrowthBytesPerDelivery),
@@ -561,7 +618,8 @@ interface Outcome {
   passed: boolean;
 }
 
-const checksOf = (outcomes: readonly Outcome[]) => outcomes.map(({ scenario, result, error }) => ({ scenario: scenario.id, checks: result?.checks, error }));
+const checksOf = (outcomes: readonly Outcome[]) =>
+  outcomes.map(({ scenario, result, error }) => ({ scenario: scenario.id, checks: result?.checks, error }));
 
 function verdicts(result: ScenarioResult): string {
   return result.checks.map(verdictOf).join(', ') || '—';
@@ -604,14 +662,18 @@ function markdown(outcomes: readonly Outcome[], machine: Record<string, string>,
       lines.push(`| ${scenario.name} | | ERROR: ${cell(error ?? 'unknown')} | | | |`);
       continue;
     }
-    const targets = result.checks.map((c) => `${c.target}${c.target === scenario.enforced ? ' (enforced)' : ''}`).join('; ') || '—';
+    const targets =
+      result.checks.map((c) => `${c.target}${c.target === scenario.enforced ? ' (enforced)' : ''}`).join('; ') || '—';
     const notes = Object.entries(result.notes)
       .map(([label, value]) => `${label} ${value}`)
       .join(', ');
-    lines.push(`| ${scenario.name} | ${cell(result.size)} | ${cell(result.figures)} | ${cell(targets)} | ${verdicts(result)} | ${cell(notes)} |`);
+    lines.push(
+      `| ${scenario.name} | ${cell(result.size)} | ${cell(result.figures)} | ${cell(targets)} | ${verdicts(result)} | ${cell(notes)} |`,
+    );
   }
   const e2e = outcomes.find((o) => o.scenario.id === 'e2e')?.result?.raw as
-    { hookline: ThroughputFigures; lean: ThroughputFigures; naive: ThroughputFigures; bare: ThroughputFigures } | undefined;
+    | { hookline: ThroughputFigures; lean: ThroughputFigures; naive: ThroughputFigures; bare: ThroughputFigures }
+    | undefined;
   if (e2e) {
     lines.push(
       '',
@@ -672,7 +734,9 @@ function onlyIds(argv: readonly string[]): string[] | undefined {
   const known = SCENARIOS.map((s) => s.id);
   const unknown = ids.filter((id) => !known.includes(id));
   if (ids.length === 0 || unknown.length > 0) {
-    throw new Error(`--only takes scenario names separated by commas: ${known.join(', ')}${unknown.length ? ` (unknown: ${unknown.join(', ')})` : ''}`);
+    throw new Error(
+      `--only takes scenario names separated by commas: ${known.join(', ')}${unknown.length ? ` (unknown: ${unknown.join(', ')})` : ''}`,
+    );
   }
   return ids;
 }
@@ -736,7 +800,9 @@ async function main(): Promise<number> {
         if (context.e2e) return context.e2e.perSecond;
         const s = await context.delivery();
         const calibration = await hooklineThroughput(s, smoke ? s.events : Math.min(s.events, 5_000));
-        console.log(`(calibration: Hookline e2e ${perSecond(calibration.perSecond)} over ${calibration.deliveries} events, as e2e did not run)`);
+        console.log(
+          `(calibration: Hookline e2e ${perSecond(calibration.perSecond)} over ${calibration.deliveries} events, as e2e did not run)`,
+        );
         return calibration.perSecond;
       })();
       return rate;

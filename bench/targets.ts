@@ -19,12 +19,24 @@ const TARGETS = [
   { key: 'e2e-floor', scenario: 'e2e', text: 'floor: e2e ÷ naive ≥ 1.20' },
   { key: 'cpu-over-lean', scenario: 'e2e', text: 'Hookline CPU per delivery ≤ 1.5 × the lean pipeline’s' },
   { key: 'ingest', scenario: 'ingest', text: 'ingest ÷ raw addBulk ≥ 1.00' },
-  { key: 'latency-p50', scenario: 'latency', text: 'latency accepted → received at half the measured maximum: p50 ≤ 5 ms' },
-  { key: 'latency-p99', scenario: 'latency', text: 'latency accepted → received at half the measured maximum: p99 ≤ 30 ms' },
+  {
+    key: 'latency-p50',
+    scenario: 'latency',
+    text: 'latency accepted → received at half the measured maximum: p50 ≤ 5 ms',
+  },
+  {
+    key: 'latency-p99',
+    scenario: 'latency',
+    text: 'latency accepted → received at half the measured maximum: p99 ≤ 30 ms',
+  },
   { key: 'isolation', scenario: 'isolation', text: 'isolation (20 % of webhooks hang): healthy ÷ all-healthy ≥ 0.90' },
   { key: 'flaky-delivered', scenario: 'flaky', text: 'flaky receivers: every event delivered' },
   { key: 'flaky-circuits', scenario: 'flaky', text: 'flaky receivers: no circuit opened' },
-  { key: 'first-contact', scenario: 'first-contact', text: 'burst to a first contact: no gap between receptions of 1 s or more' },
+  {
+    key: 'first-contact',
+    scenario: 'first-contact',
+    text: 'burst to a first contact: no gap between receptions of 1 s or more',
+  },
 ] as const;
 
 export type TargetKey = (typeof TARGETS)[number]['key'];

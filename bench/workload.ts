@@ -34,7 +34,13 @@ export interface BenchEvent {
   event_id: string;
   event_type: WebhookEventType;
   vendor_id: string;
-  data: { deployment_id: string; machine_id: string; status: 'STATUS_RUNNING'; fail_reason: string; metadata: Record<string, string> };
+  data: {
+    deployment_id: string;
+    machine_id: string;
+    status: 'STATUS_RUNNING';
+    fail_reason: string;
+    metadata: Record<string, string>;
+  };
 }
 
 /**
@@ -128,7 +134,12 @@ export class MixedWorkload implements Workload {
 
   /** The mix's shares, e.g. "machine 40 %, deployment 40 %, TASK_UPDATED 20 %". */
   static describe(): string {
-    const kindOf = (type: string) => (type.startsWith('EVENT_TYPE_MACHINE') ? 'machine' : type.startsWith('EVENT_TYPE_DEPLOYMENT') ? 'deployment' : type);
+    const kindOf = (type: string) =>
+      type.startsWith('EVENT_TYPE_MACHINE')
+        ? 'machine'
+        : type.startsWith('EVENT_TYPE_DEPLOYMENT')
+          ? 'deployment'
+          : type;
     const counts = new Map<string, number>();
     for (const [type] of MIX_ROUND) counts.set(kindOf(type), (counts.get(kindOf(type)) ?? 0) + 1);
     return [...counts].map(([kind, n]) => `${kind} ${Math.round((100 * n) / MIX_ROUND.length)} %`).join(', ');
@@ -139,9 +150,11 @@ export class MixedWorkload implements Workload {
     const [eventType, status] = MIX_ROUND[n % MIX_ROUND.length]!;
     const machineId = (r: number) => `mix-m-${String(r).padStart(7, '0')}`;
     let data: unknown;
-    if (eventType === 'EVENT_TYPE_MACHINE_REMOVED') data = { metadata: { machine_id: machineId(round - MIX_MACHINE_ROUNDS_LISTED) } };
+    if (eventType === 'EVENT_TYPE_MACHINE_REMOVED')
+      data = { metadata: { machine_id: machineId(round - MIX_MACHINE_ROUNDS_LISTED) } };
     else if (eventType.startsWith('EVENT_TYPE_MACHINE')) data = mixMachine(machineId(round), status);
-    else if (eventType === 'TASK_UPDATED') data = { task_id: `00000000-0000-4000-8000-${String(round).padStart(12, '0')}`, status, fail_reason: null };
+    else if (eventType === 'TASK_UPDATED')
+      data = { task_id: `00000000-0000-4000-8000-${String(round).padStart(12, '0')}`, status, fail_reason: null };
     else {
       data = {
         deployment_id: `mix-d-${String(round % MIX_DEPLOYMENTS).padStart(5, '0')}`,
@@ -151,7 +164,13 @@ export class MixedWorkload implements Workload {
         metadata: { region: 'eu-central', image: 'ghcr.io/example/inference:1.4.2' },
       };
     }
-    return { event_id: randomUUID(), event_type: eventType, vendor_id: vendorId(vendorIndex), timestamp: new Date(this.startMs + n).toISOString(), data };
+    return {
+      event_id: randomUUID(),
+      event_type: eventType,
+      vendor_id: vendorId(vendorIndex),
+      timestamp: new Date(this.startMs + n).toISOString(),
+      data,
+    };
   }
 }
 
@@ -164,7 +183,14 @@ function mixMachine(machineId: string, status: string): Machine {
       cpu: { model: 'AMD EPYC 7763', cpu_arch: 'x86_64', cores: 64, threads: 128, base_clock: 2450, boost_clock: 3500 },
       memory: { total_memory: 512, memory_required: 16 },
       storage: { disk_space_available: 3840, disk_type: 'NVMe', disk_name: 'nvme0n1' },
-      gpus: [0, 1].map((i) => ({ id: `${machineId}-gpu-${i}`, name: 'NVIDIA A100 80GB PCIe', memory: 80, cuda_cores: 6912, tensor_cores: 432, flops: 312 })),
+      gpus: [0, 1].map((i) => ({
+        id: `${machineId}-gpu-${i}`,
+        name: 'NVIDIA A100 80GB PCIe',
+        memory: 80,
+        cuda_cores: 6912,
+        tensor_cores: 432,
+        flops: 312,
+      })),
     },
     network_info: { bandwidth: 10_000 },
     machine_prices: [
@@ -196,7 +222,11 @@ export function batchBodies(events: readonly unknown[], batchSize: number): { bo
 }
 
 /** Runs `work(item)` over `items` with `parallel` workers; each item once, in order of start. */
-export async function runParallel<T>(items: readonly T[], parallel: number, work: (item: T, index: number) => Promise<void>): Promise<void> {
+export async function runParallel<T>(
+  items: readonly T[],
+  parallel: number,
+  work: (item: T, index: number) => Promise<void>,
+): Promise<void> {
   let next = 0;
   const worker = async () => {
     while (next < items.length) {

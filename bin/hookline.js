@@ -8,7 +8,9 @@ import { URL } from 'node:url';
 
 const cli = new URL('../dist/cli.js', import.meta.url);
 if (!existsSync(cli)) {
-  process.stderr.write('hookline: the CLI is not built yet; run `npm run build` (or `npm start`) in the checkout first.\n');
+  process.stderr.write(
+    'hookline: the CLI is not built yet; run `npm run build` (or `npm start`) in the checkout first.\n',
+  );
   process.exit(1);
 }
 await import(cli.href);

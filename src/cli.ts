@@ -16,7 +16,11 @@ import { createEngine, SHUTDOWN_SLACK_MS, type Engine, type EngineRole, type Sto
 import { VERSION } from './version.js';
 
 /** `withStores` for the key commands. */
-function withApiKeys<T>(config: Config, body: (apiKeys: Stores['apiKeys']) => Promise<T>, createData = false): Promise<T> {
+function withApiKeys<T>(
+  config: Config,
+  body: (apiKeys: Stores['apiKeys']) => Promise<T>,
+  createData = false,
+): Promise<T> {
   return withStores(config, (stores) => body(stores.apiKeys), { createData });
 }
 
@@ -56,7 +60,10 @@ async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole,
   // Listening from the first moment: a signal during start-up ends it in order once it is up, rather
   // than killing the process around the embedded Redis it is starting.
   const stop = shutdownSignal();
-  const { config, endpoint } = await settle(base, (line) => logger.info(line), { createData: true, needsSecretKey: true });
+  const { config, endpoint } = await settle(base, (line) => logger.info(line), {
+    createData: true,
+    needsSecretKey: true,
+  });
   let engine: Engine | undefined;
   // Ends the checks that wait for Redis to answer.
   const checks = new AbortController();
@@ -72,17 +79,24 @@ async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole,
     logger[started.level](started.fields, started.msg);
     const joined = joinRunningEngines(engine.stores, engineEntry(role, config, addresses.api), logger, checks.signal);
 
-    const ended = await Promise.race([stop.then((signal) => ({ signal })), keyMismatch.then((mismatch) => ({ mismatch }))]);
+    const ended = await Promise.race([
+      stop.then((signal) => ({ signal })),
+      keyMismatch.then((mismatch) => ({ mismatch })),
+    ]);
     checks.abort();
     await joined.leave();
     // A process whose Redis never answered has taken no job: nothing can be in flight to wait for.
     const graceMs = connected() ? config.shutdownGraceMs : 0;
-    if ('mismatch' in ended) logger.error({ event: 'secret_key.mismatch', graceMs }, `${ended.mismatch}; shutting down`);
+    if ('mismatch' in ended)
+      logger.error({ event: 'secret_key.mismatch', graceMs }, `${ended.mismatch}; shutting down`);
     else logger.info({ signal: ended.signal, graceMs }, 'shutting down');
     // The engine's shutdown is bounded, but a process must end however it is stuck: this is the
     // backstop (the embedded Redis is stopped on the way out, see startRedisServer).
     const deadline = setTimeout(() => {
-      logger.error({ graceMs }, 'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)');
+      logger.error(
+        { graceMs },
+        'shutdown did not finish in time; exiting now (unfinished deliveries return to the queue when their locks expire)',
+      );
       logger.flush();
       process.exit(1);
     }, graceMs + SHUTDOWN_SLACK_MS);
@@ -112,7 +126,8 @@ async function runEngine(base: Config, logger: Logger, role: Exclude<EngineRole,
 const plural = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
 
 function collectRole(value: string, previous: Role[]): Role[] {
-  if (!(ROLES as readonly string[]).includes(value)) throw new UsageError(`unknown role "${value}"; roles: ${ROLES.join(', ')}`);
+  if (!(ROLES as readonly string[]).includes(value))
+    throw new UsageError(`unknown role "${value}"; roles: ${ROLES.join(', ')}`);
   return [...previous, value as Role];
 }
 
@@ -123,7 +138,10 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     // Commander would exit 1 on a usage error itself; main() answers 2 as the README's CLI table promises.
     .exitOverride()
     .showHelpAfterError()
-    .addHelpText('after', '\nConfiguration comes from environment variables; see docs/configuration.md or .env.example.');
+    .addHelpText(
+      'after',
+      '\nConfiguration comes from environment variables; see docs/configuration.md or .env.example.',
+    );
 
   const config = (): Config => loadConfig(env);
   const serverLogger = (c: Config) => createLogger({ level: c.logLevel, format: c.logFormat, fd: 1 });
@@ -136,12 +154,16 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
   };
   program
     .command('start')
-    .description('Run the admin API and the delivery worker in one process; without REDIS_URL, start an embedded local Redis.')
+    .description(
+      'Run the admin API and the delivery worker in one process; without REDIS_URL, start an embedded local Redis.',
+    )
     .action(serve('all'));
   program.command('api').description('Run only the admin API (with event ingest over HTTP).').action(serve('api'));
   program
     .command('worker')
-    .description('Run only the delivery worker (and the ingest stream consumer), with /healthz on HOOKLINE_METRICS_PORT.')
+    .description(
+      'Run only the delivery worker (and the ingest stream consumer), with /healthz on HOOKLINE_METRICS_PORT.',
+    )
     .action(serve('worker'));
 
   const keysCommand = program.command('keys').description('Issue, list and revoke API keys.');
@@ -150,14 +172,17 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     .description('Create an API key; prints only the key on stdout (it is shown once and stored only as a hash).')
     .requiredOption('--name <name>', 'who or what the key is for')
     .option('--vendor <vendorId>', 'the vendor whose webhooks the key manages (required with --role vendor)')
-    .addOption(new Option('--role <role>', `a role, repeatable: ${ROLES.join(', ')}`).argParser(collectRole).default([]))
+    .addOption(
+      new Option('--role <role>', `a role, repeatable: ${ROLES.join(', ')}`).argParser(collectRole).default([]),
+    )
     .action(async (options: { name: string; vendor?: string; role: Role[] }) => {
       if (options.name.trim() === '') throw new UsageError('--name must not be empty');
       if (options.role.length === 0) throw new UsageError(`give at least one --role (${ROLES.join(', ')})`);
       if (options.vendor !== undefined && !EXTERNAL_ID_RE.test(options.vendor)) {
         throw new UsageError('--vendor must be 1-128 characters: letters, digits and . _ : @ -');
       }
-      if (options.role.includes('vendor') && options.vendor === undefined) throw new UsageError('--role vendor needs --vendor <vendorId>');
+      if (options.role.includes('vendor') && options.vendor === undefined)
+        throw new UsageError('--role vendor needs --vendor <vendorId>');
       const c = config();
       await withApiKeys(
         c,
@@ -169,7 +194,14 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
           });
           process.stdout.write(`${key}\n`);
           commandLogger(c).info(
-            { event: 'api_key.created', keyId: record.id, keyName: record.name, vendorId: record.vendorId, roles: record.roles, by: operator() },
+            {
+              event: 'api_key.created',
+              keyId: record.id,
+              keyName: record.name,
+              vendorId: record.vendorId,
+              roles: record.roles,
+              by: operator(),
+            },
             `created ${record.id} "${record.name}" with roles ${record.roles.join(', ')}${record.vendorId ? ` for vendor ${record.vendorId}` : ''}; the key is not shown again`,
           );
         },
@@ -204,7 +236,9 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         );
       });
     });
-  const dlq = program.command('dlq').description('List and replay dead letters (deliveries whose every attempt failed).');
+  const dlq = program
+    .command('dlq')
+    .description('List and replay dead letters (deliveries whose every attempt failed).');
   const knownWebhook = async (stores: Stores, webhookId: string) => {
     const webhook = await stores.webhooks.getById(webhookId);
     if (!webhook) throw new UsageError(`no webhook with id ${webhookId}`);
@@ -233,7 +267,9 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
   addPortalCommands(program, operatorContext);
   dlq
     .command('replay')
-    .description('Replay one dead letter (--delivery) or all of a webhook’s, showing progress; a running worker delivers them.')
+    .description(
+      'Replay one dead letter (--delivery) or all of a webhook’s, showing progress; a running worker delivers them.',
+    )
     .requiredOption('--webhook <webhookId>', 'the webhook')
     .option('--delivery <deliveryId>', 'replay only this dead letter')
     .action(async (options: { webhook: string; delivery?: string }) => {
@@ -241,7 +277,12 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         const webhook = await knownWebhook(stores, options.webhook);
         if (options.delivery !== undefined) {
           const result = await stores.replayer.replayOne(options.webhook, options.delivery);
-          if (!result.ok) throw new UsageError(result.reason === 'not_found' ? `no delivery ${options.delivery}` : `${options.delivery} is not a dead letter`);
+          if (!result.ok)
+            throw new UsageError(
+              result.reason === 'not_found'
+                ? `no delivery ${options.delivery}`
+                : `${options.delivery} is not a dead letter`,
+            );
           process.stdout.write(`${result.deliveryId}\n`);
           return say(`queued ${result.deliveryId} replaying ${options.delivery}`);
         }
@@ -250,11 +291,16 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         // Progress rewrites one line on a terminal; where stderr is a file or a pipe (a log), only the end shows.
         const terminal = process.stderr.isTTY;
         const { replayed, skipped } = await stores.replayer.runReplayAll(taskId, options.webhook, {
-          ...(terminal ? { onProgress: (done: number, total: number) => process.stderr.write(`\rqueued ${done}/${total}`) } : {}),
+          ...(terminal
+            ? { onProgress: (done: number, total: number) => process.stderr.write(`\rqueued ${done}/${total}`) }
+            : {}),
         });
         if (terminal) process.stderr.write('\n');
         process.stdout.write(`${replayed}\n`);
-        const expired = skipped > 0 ? ` (${plural(skipped, 'dead letter')} had expired and ${skipped === 1 ? 'was' : 'were'} dropped)` : '';
+        const expired =
+          skipped > 0
+            ? ` (${plural(skipped, 'dead letter')} had expired and ${skipped === 1 ? 'was' : 'were'} dropped)`
+            : '';
         say(
           `queued ${plural(replayed, 'replay')} for a running worker to deliver${expired}; follow them with: hookline deliveries tail --webhook ${webhook.id}`,
         );

@@ -111,7 +111,10 @@ export function createLogger(options: LoggerOptions): Logger {
       ...base,
       // One line per record, as in JSON: pino-pretty otherwise puts every field on a line of its own
       // (an attempt's line became twelve).
-      transport: { target: 'pino-pretty', options: { destination: options.fd, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true } },
+      transport: {
+        target: 'pino-pretty',
+        options: { destination: options.fd, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true },
+      },
     });
   }
   // Lines are written in chunks of LOG_BUFFER_BYTES, not one write each (a busy worker logs thousands

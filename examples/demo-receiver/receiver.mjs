@@ -25,7 +25,9 @@ const MAX_BODY_BYTES = 1024 * 1024;
 
 /** The HMAC key: the base64-decoded rest of a `whsec_` secret, else the secret's UTF-8 bytes. */
 function signingKey(secret) {
-  return secret.startsWith('whsec_') ? Buffer.from(secret.slice('whsec_'.length), 'base64') : Buffer.from(secret, 'utf8');
+  return secret.startsWith('whsec_')
+    ? Buffer.from(secret.slice('whsec_'.length), 'base64')
+    : Buffer.from(secret, 'utf8');
 }
 
 function sameBytes(a, b) {
@@ -50,7 +52,9 @@ function verifyStandard(headers, body) {
 /** Legacy: `sha256=<hex HMAC-SHA256(secret as UTF-8, body)>`. */
 function verifyLegacy(header, body) {
   if (header === undefined) return 'absent';
-  const expected = Buffer.from(`sha256=${createHmac('sha256', Buffer.from(SECRET, 'utf8')).update(body).digest('hex')}`);
+  const expected = Buffer.from(
+    `sha256=${createHmac('sha256', Buffer.from(SECRET, 'utf8')).update(body).digest('hex')}`,
+  );
   return sameBytes(Buffer.from(header), expected) ? 'yes' : 'no';
 }
 
@@ -65,7 +69,10 @@ function verify(headers, body) {
   const legacy = verifyLegacy(headers['x-webhook-signature'], body);
   const detail = `standard=${standard} legacy=${legacy}`;
   const timestamp = headers['webhook-timestamp'];
-  if (timestamp !== undefined && (!/^\d+$/.test(timestamp) || Math.abs(Date.now() / 1000 - Number(timestamp)) > TOLERANCE_S)) {
+  if (
+    timestamp !== undefined &&
+    (!/^\d+$/.test(timestamp) || Math.abs(Date.now() / 1000 - Number(timestamp)) > TOLERANCE_S)
+  ) {
     return { ok: false, detail: `${detail}, webhook-timestamp more than 5 minutes off` };
   }
   if (standard === 'absent' && legacy === 'absent') return { ok: false, detail: 'no signature header' };
@@ -73,7 +80,8 @@ function verify(headers, body) {
 }
 
 const server = createServer((request, response) => {
-  if (request.method === 'GET' && request.url === '/healthz') return void response.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
+  if (request.method === 'GET' && request.url === '/healthz')
+    return void response.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
   if (request.method !== 'POST') return void response.writeHead(405, { allow: 'POST' }).end();
 
   const chunks = [];
@@ -110,7 +118,9 @@ const server = createServer((request, response) => {
 });
 
 server.listen(PORT, () => {
-  log(`demo receiver listening on :${server.address().port}${SECRET ? '' : ' (WEBHOOK_SECRET unset: signatures are not checked)'}`);
+  log(
+    `demo receiver listening on :${server.address().port}${SECRET ? '' : ' (WEBHOOK_SECRET unset: signatures are not checked)'}`,
+  );
 });
 
 for (const signal of ['SIGINT', 'SIGTERM']) process.once(signal, () => server.close(() => process.exit(0)));

@@ -66,7 +66,10 @@ class AttemptFailure extends Error {
  * The delay before retry number `retry` (1-based): `baseMs · 2^(retry-1)`, capped at `maxMs`, with
  * jitter drawn from [50 %, 100 %]; never shorter than a server's Retry-After (itself capped at `maxMs`).
  */
-export function producerRetryDelayMs(retry: number, options: { baseMs: number; maxMs: number; retryAfterMs?: number; random: () => number }): number {
+export function producerRetryDelayMs(
+  retry: number,
+  options: { baseMs: number; maxMs: number; retryAfterMs?: number; random: () => number },
+): number {
   const ceiling = Math.min(options.maxMs, options.baseMs * 2 ** Math.min(retry - 1, 30));
   const jittered = Math.round(ceiling * (0.5 + options.random() / 2));
   return Math.min(options.maxMs, Math.max(jittered, options.retryAfterMs ?? 0));
@@ -108,9 +111,12 @@ export class HooklineProducer {
     this.timeoutMs = options.timeoutMs ?? 30_000;
     this.fetch = options.fetch ?? globalThis.fetch;
     if (!Number.isInteger(this.batchSize) || this.batchSize < 1 || this.batchSize > PRODUCER_BATCH_SIZE_MAX) {
-      throw new RangeError(`batchSize must be a whole number from 1 to ${PRODUCER_BATCH_SIZE_MAX}, got ${this.batchSize}`);
+      throw new RangeError(
+        `batchSize must be a whole number from 1 to ${PRODUCER_BATCH_SIZE_MAX}, got ${this.batchSize}`,
+      );
     }
-    if (!Number.isInteger(this.maxRetries) || this.maxRetries < 0) throw new RangeError(`maxRetries must be a whole number ≥ 0, got ${this.maxRetries}`);
+    if (!Number.isInteger(this.maxRetries) || this.maxRetries < 0)
+      throw new RangeError(`maxRetries must be a whole number ≥ 0, got ${this.maxRetries}`);
   }
 
   /**
@@ -119,14 +125,18 @@ export class HooklineProducer {
    * treats repeats as duplicates. Throws HooklinePublishError when a batch fails for good.
    */
   async publish(events: readonly ProducerEvent[]): Promise<EventResult[]> {
-    const identified: ProducerEvent[] = events.map((event) => (event.event_id === undefined ? { ...event, event_id: randomUUID() } : event));
+    const identified: ProducerEvent[] = events.map((event) =>
+      event.event_id === undefined ? { ...event, event_id: randomUUID() } : event,
+    );
     const results: EventResult[] = [];
     for (const batch of this.batches(identified)) {
       try {
         results.push(...(await this.send(batch)));
       } catch (error) {
         const failure = error instanceof AttemptFailure ? error : new AttemptFailure(String(error), undefined, false);
-        throw new HooklinePublishError(failure.message, failure.status, failure.retryable, identified, results, { cause: failure.cause ?? error });
+        throw new HooklinePublishError(failure.message, failure.status, failure.retryable, identified, results, {
+          cause: failure.cause ?? error,
+        });
       }
     }
     return results;
@@ -169,7 +179,12 @@ export class HooklineProducer {
         const text = await response.text().catch(() => '');
         const body = jsonOf(text);
         // Every event rejected: a result per event like any batch's, not a failure of the call.
-        if (response.status === 400 && body?.code === 'events_rejected' && Array.isArray(body.results) && body.results.length === batch.count) {
+        if (
+          response.status === 400 &&
+          body?.code === 'events_rejected' &&
+          Array.isArray(body.results) &&
+          body.results.length === batch.count
+        ) {
           return body.results as EventResult[];
         }
         const retryable = response.status === 429 || response.status >= 500;
@@ -178,17 +193,30 @@ export class HooklineProducer {
         retryAfterMs = parseRetryAfterMs(response.headers.get('retry-after'), Date.now());
       } catch (error) {
         if (error instanceof AttemptFailure) throw error;
-        failure = new AttemptFailure(`could not reach Hookline: ${(error as Error).message}`, undefined, true, { cause: error });
+        failure = new AttemptFailure(`could not reach Hookline: ${(error as Error).message}`, undefined, true, {
+          cause: error,
+        });
       }
       if (!failure.retryable || attempt >= this.maxRetries) throw failure;
-      await sleep(producerRetryDelayMs(attempt + 1, { baseMs: this.retryBaseMs, maxMs: this.retryMaxMs, retryAfterMs, random: Math.random }));
+      await sleep(
+        producerRetryDelayMs(attempt + 1, {
+          baseMs: this.retryBaseMs,
+          maxMs: this.retryMaxMs,
+          retryAfterMs,
+          random: Math.random,
+        }),
+      );
     }
   }
 
   private async resultsOf(response: Response, count: number): Promise<EventResult[]> {
     const body = (await response.json()) as { results?: unknown };
     if (!Array.isArray(body.results) || body.results.length !== count) {
-      throw new AttemptFailure(`Hookline answered ${response.status} without a result for each of the ${count} events`, response.status, false);
+      throw new AttemptFailure(
+        `Hookline answered ${response.status} without a result for each of the ${count} events`,
+        response.status,
+        false,
+      );
     }
     return body.results as EventResult[];
   }

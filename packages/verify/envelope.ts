@@ -16,7 +16,9 @@ export interface HooklineEnvelope<T extends WebhookEventType = WebhookEventType,
 }
 
 /** An event's delivery; `event_type` tells which data it carries. */
-export type WebhookEnvelope<T extends WebhookEventType = WebhookEventType> = { [K in T]: HooklineEnvelope<K, WebhookEventData[K]> }[T];
+export type WebhookEnvelope<T extends WebhookEventType = WebhookEventType> = {
+  [K in T]: HooklineEnvelope<K, WebhookEventData[K]>;
+}[T];
 
 /** What a test event (`POST /vendors/v1/webhooks/{id}/test`) carries instead of an event's data. */
 export interface TestEventData {

@@ -9,14 +9,21 @@ const STANDARD_SECRET_PREFIX = 'whsec_';
 
 /** The key of `webhook-signature` for a secret: the base64-decoded rest after `whsec_`, else the secret's UTF-8 bytes. */
 export function secretKeyBytes(secret: string): Buffer {
-  return secret.startsWith(STANDARD_SECRET_PREFIX) ? Buffer.from(secret.slice(STANDARD_SECRET_PREFIX.length), 'base64') : Buffer.from(secret, 'utf8');
+  return secret.startsWith(STANDARD_SECRET_PREFIX)
+    ? Buffer.from(secret.slice(STANDARD_SECRET_PREFIX.length), 'base64')
+    : Buffer.from(secret, 'utf8');
 }
 
 /**
  * Base64 HMAC-SHA256 of `{webhookId}.{timestampSec}.{body}` keyed by `secretKeyBytes(secret)` (or a
  * KeyObject of those bytes): an entry of `webhook-signature` is `v1,` followed by this.
  */
-export function standardSignature(key: Uint8Array | KeyObject, webhookId: string, timestampSec: number | string, body: string | Uint8Array): string {
+export function standardSignature(
+  key: Uint8Array | KeyObject,
+  webhookId: string,
+  timestampSec: number | string,
+  body: string | Uint8Array,
+): string {
   // Hashing the prefix and the body separately keeps raw body bytes exact (no string round trip).
   return createHmac('sha256', key).update(`${webhookId}.${timestampSec}.`, 'utf8').update(body).digest('base64');
 }
@@ -47,7 +54,12 @@ const ED25519_KEY_BYTES = 32;
  * Base64 Ed25519 signature of `{webhookId}.{timestampSec}.{body}` (the content `v1` signs) under a
  * private key: an entry of `webhook-signature` is `v1a,` followed by this.
  */
-export function asymmetricSignature(privateKey: KeyObject, webhookId: string, timestampSec: number | string, body: string | Uint8Array): string {
+export function asymmetricSignature(
+  privateKey: KeyObject,
+  webhookId: string,
+  timestampSec: number | string,
+  body: string | Uint8Array,
+): string {
   return sign(null, signedContent(webhookId, timestampSec, body), privateKey).toString('base64');
 }
 
@@ -60,7 +72,8 @@ export function signedContent(webhookId: string, timestampSec: number | string, 
 /** An Ed25519 public key as Standard Webhooks writes it: `whpk_` and the 32 raw bytes in base64. */
 export function publicKeyText(publicKey: KeyObject): string {
   const jwk = publicKey.export({ format: 'jwk' });
-  if (jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || jwk.x === undefined) throw new TypeError('not an Ed25519 public key');
+  if (jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || jwk.x === undefined)
+    throw new TypeError('not an Ed25519 public key');
   return PUBLIC_KEY_PREFIX + Buffer.from(jwk.x, 'base64url').toString('base64');
 }
 
@@ -76,10 +89,12 @@ export function ed25519PublicKey(key: string | PublicJwk | KeyObject): KeyObject
   let x: string;
   if (typeof key === 'string') {
     const raw = Buffer.from(key.startsWith(PUBLIC_KEY_PREFIX) ? key.slice(PUBLIC_KEY_PREFIX.length) : key, 'base64');
-    if (raw.length !== ED25519_KEY_BYTES) throw new TypeError('an Ed25519 public key is 32 bytes (whpk_ and 44 base64 characters)');
+    if (raw.length !== ED25519_KEY_BYTES)
+      throw new TypeError('an Ed25519 public key is 32 bytes (whpk_ and 44 base64 characters)');
     x = raw.toString('base64url');
   } else {
-    if (key.kty !== 'OKP' || key.crv !== 'Ed25519' || typeof key.x !== 'string') throw new TypeError('not an Ed25519 JWK (kty OKP, crv Ed25519)');
+    if (key.kty !== 'OKP' || key.crv !== 'Ed25519' || typeof key.x !== 'string')
+      throw new TypeError('not an Ed25519 JWK (kty OKP, crv Ed25519)');
     x = key.x;
   }
   return createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x }, format: 'jwk' });

@@ -5,10 +5,18 @@
  * JSON object: any change in whitespace or key order changes the signature.
  */
 import { timingSafeEqual, verify, type KeyObject } from 'node:crypto';
-import { ed25519PublicKey, legacySignature, secretKeyBytes, signedContent, standardSignature, type PublicJwk } from './signature.js';
+import {
+  ed25519PublicKey,
+  legacySignature,
+  secretKeyBytes,
+  signedContent,
+  standardSignature,
+  type PublicJwk,
+} from './signature.js';
 
 /** A `Headers` object (fetch, undici) or a plain record such as Node's `req.headers`. */
-export type HeaderSource = { get(name: string): string | null } | Readonly<Record<string, string | readonly string[] | undefined>>;
+export type HeaderSource =
+  { get(name: string): string | null } | Readonly<Record<string, string | readonly string[] | undefined>>;
 
 export interface StandardWebhookInput {
   /** The webhook's secret exactly as registered (`whsec_…` or any other string). */
@@ -73,10 +81,14 @@ const TIMESTAMP = /^\d{1,15}$/;
 export function verifyStandardWebhook(input: StandardWebhookInput): boolean {
   const signed = signedParts(input, 'v1,', BASE64_SHA256);
   if (signed === undefined) return false;
-  const expected = Buffer.from(standardSignature(secretKeyBytes(input.secret), signed.id, signed.timestamp, input.body), 'base64');
+  const expected = Buffer.from(
+    standardSignature(secretKeyBytes(input.secret), signed.id, signed.timestamp, input.body),
+    'base64',
+  );
   let matched = false;
   // Every candidate is compared, so the time taken does not reveal which one matched.
-  for (const encoded of signed.signatures) if (timingSafeEqual(Buffer.from(encoded, 'base64'), expected)) matched = true;
+  for (const encoded of signed.signatures)
+    if (timingSafeEqual(Buffer.from(encoded, 'base64'), expected)) matched = true;
   return matched;
 }
 

@@ -54,7 +54,14 @@ export interface Machine {
   };
   hardware_specs?: {
     /** Clocks in MHz. */
-    cpu?: { model?: string; cpu_arch?: string; cores?: number; threads?: number; base_clock?: number; boost_clock?: number };
+    cpu?: {
+      model?: string;
+      cpu_arch?: string;
+      cores?: number;
+      threads?: number;
+      base_clock?: number;
+      boost_clock?: number;
+    };
     /** In GB. */
     memory?: { total_memory?: number; memory_required?: number };
     /** Disk space in GB. */
@@ -72,7 +79,8 @@ export interface MachineRef {
 }
 
 /** The agent statuses of a deployment (interface section 3). */
-export type AgentStatus = 'STATUS_UNSPECIFIED' | 'STATUS_PENDING' | 'STATUS_STOPPING' | 'STATUS_STOPPED' | 'STATUS_FAILED' | 'STATUS_RUNNING';
+export type AgentStatus =
+  'STATUS_UNSPECIFIED' | 'STATUS_PENDING' | 'STATUS_STOPPING' | 'STATUS_STOPPED' | 'STATUS_FAILED' | 'STATUS_RUNNING';
 
 /** The agent deployment status: the data of the deployment events. */
 export interface AgentDeploymentStatus {

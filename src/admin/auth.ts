@@ -77,7 +77,10 @@ export function addressGuard(limit: RateLimit | undefined): AddressGuard {
     const n = await limit.counter.hit(request.ip, limit.nowMs());
     if (n <= limit.perSecond) return;
     void reply.header('retry-after', '1');
-    throw new ApiError('rate_limited', `More than ${limit.perSecond} requests per second from this address authenticated nothing; retry after 1 s`);
+    throw new ApiError(
+      'rate_limited',
+      `More than ${limit.perSecond} requests per second from this address authenticated nothing; retry after 1 s`,
+    );
   };
 }
 
@@ -85,7 +88,12 @@ export function addressGuard(limit: RateLimit | undefined): AddressGuard {
  * A request whose credentials were refused (401) counts against its address's budget: guessing keys,
  * cookies or tokens, or hammering with a revoked key, soon answers 429 (the guard throws) instead.
  */
-async function countRefusal(guard: AddressGuard, error: unknown, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+async function countRefusal(
+  guard: AddressGuard,
+  error: unknown,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<void> {
   if (error instanceof ApiError && error.statusCode === 401) await guard(request, reply);
 }
 
@@ -150,14 +158,18 @@ async function authenticatePortal(
 ): Promise<OpenedSession> {
   const cookie = cookieOf(request, PORTAL_COOKIE);
   const opened = cookie === undefined ? undefined : await sessions.authenticate(cookie);
-  if (!opened) throw new ApiError('unauthorized', 'Missing or invalid API key, or the portal session has expired or was revoked');
+  if (!opened)
+    throw new ApiError('unauthorized', 'Missing or invalid API key, or the portal session has expired or was revoked');
   // Every cookie request, the one that answers the CSRF token included, must come from this origin
   // when the browser says where it comes from (Sec-Fetch-Site): a sibling subdomain is same-site, and
   // SameSite=Strict alone would let its requests carry the cookie.
   if (fromAnotherSite(request, ['same-origin'])) throw new ApiError('csrf_failed');
   if (options.csrf && !echoesCsrfToken(request, opened.csrfToken)) throw new ApiError('csrf_failed');
   if (!permits(opened.session.permission, needs)) {
-    throw new ApiError('portal_permission', `This portal session has the ${opened.session.permission} permission; this needs ${needs}`);
+    throw new ApiError(
+      'portal_permission',
+      `This portal session has the ${opened.session.permission} permission; this needs ${needs}`,
+    );
   }
   return opened;
 }
@@ -166,7 +178,11 @@ async function authenticatePortal(
  * The hook of the portal's own session routes: only the session cookie authenticates, and `csrf`
  * says whether the request must echo the CSRF token too. The session lands on `request.portalSession`.
  */
-export function portalSessionHook(sessions: PortalSessionLookup, options: { csrf: boolean }, guard: AddressGuard): onRequestAsyncHookHandler {
+export function portalSessionHook(
+  sessions: PortalSessionLookup,
+  options: { csrf: boolean },
+  guard: AddressGuard,
+): onRequestAsyncHookHandler {
   const hook = async function authorizePortalSession(request: FastifyRequest, reply: FastifyReply): Promise<void> {
     try {
       request.portalSession = await authenticatePortal(request, sessions, 'read', options);
@@ -184,7 +200,12 @@ export function portalSessionHook(sessions: PortalSessionLookup, options: { csrf
  * cookie) and checks a role. It runs on request, before the body is read, so an unauthenticated
  * caller learns nothing from validation errors.
  */
-export function createAuthorizer(apiKeys: ApiKeyLookup, guard: AddressGuard, rateLimit?: RateLimit, portalSessions?: PortalSessionLookup): Authorizer {
+export function createAuthorizer(
+  apiKeys: ApiKeyLookup,
+  guard: AddressGuard,
+  rateLimit?: RateLimit,
+  portalSessions?: PortalSessionLookup,
+): Authorizer {
   return (role, options = {}) => {
     const roles: readonly Role[] = typeof role === 'string' ? [role] : role;
     const limited = rateLimit && rateLimit.perSecond > 0 && options.requestLimited !== false ? rateLimit : undefined;
@@ -194,13 +215,20 @@ export function createAuthorizer(apiKeys: ApiKeyLookup, guard: AddressGuard, rat
       const presented = Array.isArray(header) ? undefined : header?.trim();
       // The credential's lookup and its request count go out together: one round trip. A portal
       // session's requests count against a limit of their own (by its cookie), as a key's do.
-      const count = (credential: string) => (limited ? limited.counter.hit(keyFingerprint(credential), limited.nowMs()) : Promise.resolve(0));
+      const count = (credential: string) =>
+        limited ? limited.counter.hit(keyFingerprint(credential), limited.nowMs()) : Promise.resolve(0);
       const refuseOverLimit = (n: number, whose: string) => {
         if (!limited || n <= limited.perSecond) return;
         void reply.header('retry-after', '1');
-        throw new ApiError('rate_limited', `Rate limit of ${limited.perSecond} requests per second for this ${whose} exceeded; retry after 1 s`);
+        throw new ApiError(
+          'rate_limited',
+          `Rate limit of ${limited.perSecond} requests per second for this ${whose} exceeded; retry after 1 s`,
+        );
       };
-      const cookie = presented || portal === undefined || portalSessions === undefined ? undefined : cookieOf(request, PORTAL_COOKIE);
+      const cookie =
+        presented || portal === undefined || portalSessions === undefined
+          ? undefined
+          : cookieOf(request, PORTAL_COOKIE);
       if (cookie !== undefined) {
         const [opened, n] = await Promise.all([authenticatePortal(request, portalSessions!, portal!), count(cookie)]);
         refuseOverLimit(n, 'session');
@@ -211,7 +239,8 @@ export function createAuthorizer(apiKeys: ApiKeyLookup, guard: AddressGuard, rat
       const [principal, n] = await Promise.all([apiKeys.authenticate(presented), count(presented)]);
       if (!principal) throw new ApiError('unauthorized');
       refuseOverLimit(n, 'API key');
-      if (!roles.some((r) => hasRole(principal, r))) throw new ApiError('forbidden', `This API key does not have the ${roles.join(' or ')} role`);
+      if (!roles.some((r) => hasRole(principal, r)))
+        throw new ApiError('forbidden', `This API key does not have the ${roles.join(' or ')} role`);
       request.principal = principal;
     };
     const hook = async function authorize(request: FastifyRequest, reply: FastifyReply): Promise<void> {

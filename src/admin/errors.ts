@@ -24,12 +24,19 @@ export const ERRORS = {
   machine_not_found: { status: 404, message: 'Machine not found' },
   route_not_found: { status: 404, message: 'Route not found' },
   method_not_allowed: { status: 405, message: 'Method not allowed' },
-  csrf_failed: { status: 403, message: 'A portal session’s request must come from the portal and carry its X-CSRF-Token header' },
+  csrf_failed: {
+    status: 403,
+    message: 'A portal session’s request must come from the portal and carry its X-CSRF-Token header',
+  },
   portal_permission: { status: 403, message: 'This portal session’s permission does not allow this' },
-  portal_token_invalid: { status: 401, message: 'This portal link is invalid, was already used, has expired or was revoked; ask for a new link' },
+  portal_token_invalid: {
+    status: 401,
+    message: 'This portal link is invalid, was already used, has expired or was revoked; ask for a new link',
+  },
   public_url_required: {
     status: 409,
-    message: 'Portal links need HOOKLINE_PUBLIC_URL (where browsers reach this API) when the API does not listen on loopback; ask the operator to set it',
+    message:
+      'Portal links need HOOKLINE_PUBLIC_URL (where browsers reach this API) when the API does not listen on loopback; ask the operator to set it',
   },
   invalid_session_id: { status: 400, message: 'Invalid session_id format' },
   portal_session_not_found: { status: 404, message: 'Portal session not found (revoked, expired or never issued)' },
@@ -67,10 +74,14 @@ export function errorBody(code: ErrorCode, message: string = ERRORS[code].messag
 }
 
 /** A path id that must be a UUID, lower-cased; else 400 with `code`. One check for every route. */
-export function checkedUuid(text: string, code: 'invalid_webhook_id' | 'invalid_delivery_id' | 'invalid_task_id'): string {
+export function checkedUuid(
+  text: string,
+  code: 'invalid_webhook_id' | 'invalid_delivery_id' | 'invalid_task_id',
+): string {
   if (!isUuid(text)) throw new ApiError(code);
   return text.toLowerCase();
 }
 
 /** A Unix-ms time as the API writes times (ISO 8601), or null. */
-export const isoOrNull = (ms: number | undefined): string | null => (ms === undefined ? null : new Date(ms).toISOString());
+export const isoOrNull = (ms: number | undefined): string | null =>
+  ms === undefined ? null : new Date(ms).toISOString();

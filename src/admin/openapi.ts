@@ -66,7 +66,8 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
   },
   'POST /vendors/v1/webhooks': {
     operationId: 'createWebhook',
-    success: 'Registered; the new webhook’s id, and the secret Hookline generated when an hmac webhook was registered without one (answered this once).',
+    success:
+      'Registered; the new webhook’s id, and the secret Hookline generated when an hmac webhook was registered without one (answered this once).',
     errors: [
       {
         code: 'webhook_conflict',
@@ -77,7 +78,11 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     ],
   },
   'GET /vendors/v1/webhooks': { operationId: 'listWebhooks', success: 'The vendor’s webhooks.' },
-  'GET /vendors/v1/webhooks/{webhook_id}': { operationId: 'getWebhook', success: 'The webhook.', errors: webhookLookup },
+  'GET /vendors/v1/webhooks/{webhook_id}': {
+    operationId: 'getWebhook',
+    success: 'The webhook.',
+    errors: webhookLookup,
+  },
   'PATCH /vendors/v1/webhooks/{webhook_id}': {
     operationId: 'updateWebhook',
     success: 'Updated; the whole webhook.',
@@ -136,7 +141,11 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     success: 'The webhook’s stats over the last hour and day, its newest attempt and its circuit.',
     errors: webhookLookup,
   },
-  'POST /vendors/v1/webhooks/{webhook_id}/test': { operationId: 'sendTestEvent', success: 'Queued: the test delivery and its event.', errors: webhookLookup },
+  'POST /vendors/v1/webhooks/{webhook_id}/test': {
+    operationId: 'sendTestEvent',
+    success: 'Queued: the test delivery and its event.',
+    errors: webhookLookup,
+  },
   'POST /vendors/v1/webhooks/{webhook_id}/rotate-secret': {
     operationId: 'rotateWebhookSecret',
     success: 'Rotated: the generated secret (shown here once) and when the previous one stops signing.',
@@ -159,18 +168,33 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
   },
   'GET /.well-known/jwks.json': {
     operationId: 'getKeySet',
-    success: 'The key set: every Ed25519 public key that signs deliveries now or will after a rotation, or one webhook’s.',
+    success:
+      'The key set: every Ed25519 public key that signs deliveries now or will after a rotation, or one webhook’s.',
     errors: ['invalid_webhook_id'],
     others: { 304: 'Not modified: the key set is the one the If-None-Match ETag names.' },
   },
   'GET /rental/v1/tasks/{task_id}': {
     operationId: 'getTask',
     success: 'The task.',
-    errors: ['invalid_task_id', { code: 'task_not_found', when: 'No such task, or (to a vendor key) a task another vendor started.' }],
+    errors: [
+      'invalid_task_id',
+      { code: 'task_not_found', when: 'No such task, or (to a vendor key) a task another vendor started.' },
+    ],
   },
-  'GET /admin/v1/webhooks': { operationId: 'listAllWebhooks', success: 'Every matching webhook with its state, most urgent first.' },
-  'GET /admin/v1/webhooks/{webhook_id}': { operationId: 'getWebhookStatus', success: 'The webhook with its state.', errors: webhookLookup },
-  'GET /admin/v1/dead-letters': { operationId: 'listAllDeadLetters', success: 'Dead letters across webhooks, newest first.', errors: webhookLookup },
+  'GET /admin/v1/webhooks': {
+    operationId: 'listAllWebhooks',
+    success: 'Every matching webhook with its state, most urgent first.',
+  },
+  'GET /admin/v1/webhooks/{webhook_id}': {
+    operationId: 'getWebhookStatus',
+    success: 'The webhook with its state.',
+    errors: webhookLookup,
+  },
+  'GET /admin/v1/dead-letters': {
+    operationId: 'listAllDeadLetters',
+    success: 'Dead letters across webhooks, newest first.',
+    errors: webhookLookup,
+  },
   'POST /admin/v1/webhooks/{webhook_id}/enable': {
     operationId: 'enableWebhook',
     success: 'Enabled; the webhook with its state. Deliveries held while it was paused go out at once.',
@@ -191,19 +215,34 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     success: 'The agent status of the deployment.',
     errors: ['invalid_deployment_id', 'deployment_not_found'],
   },
-  'GET /rental/v1/machines': { operationId: 'listMachines', success: 'One page of matching machines.', errors: ['invalid_filter', 'machine_not_found'] },
+  'GET /rental/v1/machines': {
+    operationId: 'listMachines',
+    success: 'One page of matching machines.',
+    errors: ['invalid_filter', 'machine_not_found'],
+  },
   'POST /admin/v1/portal/sessions': {
     operationId: 'issuePortalLink',
     success: 'Issued: the session and its one-time link.',
-    errors: [{ code: 'public_url_required', when: 'HOOKLINE_PUBLIC_URL is unset and the API listens on an address other than loopback.' }],
+    errors: [
+      {
+        code: 'public_url_required',
+        when: 'HOOKLINE_PUBLIC_URL is unset and the API listens on an address other than loopback.',
+      },
+    ],
   },
-  'GET /admin/v1/portal/sessions': { operationId: 'listPortalSessions', success: 'The vendor’s live sessions, newest first.' },
+  'GET /admin/v1/portal/sessions': {
+    operationId: 'listPortalSessions',
+    success: 'The vendor’s live sessions, newest first.',
+  },
   'DELETE /admin/v1/portal/sessions/{session_id}': {
     operationId: 'revokePortalSession',
     success: 'Revoked.',
     errors: ['invalid_session_id', 'portal_session_not_found'],
   },
-  'DELETE /admin/v1/portal/sessions': { operationId: 'revokeVendorPortalSessions', success: 'Every session of the vendor revoked; how many were live.' },
+  'DELETE /admin/v1/portal/sessions': {
+    operationId: 'revokeVendorPortalSessions',
+    success: 'Every session of the vendor revoked; how many were live.',
+  },
   'POST /portal/v1/session': {
     operationId: 'openPortalSession',
     success: 'Opened: the session cookie is set; the CSRF token to echo.',
@@ -216,8 +255,14 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     ],
   },
   'GET /portal/v1/session': { operationId: 'getPortalSession', success: 'The session and its CSRF token.' },
-  'DELETE /portal/v1/session': { operationId: 'closePortalSession', success: 'Signed out: the session is revoked and its cookie cleared.' },
-  'GET /portal/v1/catalogue': { operationId: 'getEventCatalogue', success: 'The six event types, each with its JSON Schema and a sample body.' },
+  'DELETE /portal/v1/session': {
+    operationId: 'closePortalSession',
+    success: 'Signed out: the session is revoked and its cookie cleared.',
+  },
+  'GET /portal/v1/catalogue': {
+    operationId: 'getEventCatalogue',
+    success: 'The six event types, each with its JSON Schema and a sample body.',
+  },
 };
 
 /** What each status means, before the codes that answer it. */
@@ -243,12 +288,18 @@ const CSRF_DOC: ErrorDoc = {
 };
 
 /** The errors a route answers by its kind, then its handler's own; each code once. */
-function errorsOf(schema: FastifySchema, authorization: Authorization | undefined, own: OperationDoc['errors'] = []): ErrorDoc[] {
+function errorsOf(
+  schema: FastifySchema,
+  authorization: Authorization | undefined,
+  own: OperationDoc['errors'] = [],
+): ErrorDoc[] {
   const docs: ErrorDoc[] = [];
   if (authorization?.sessionOnly) {
     docs.push({ code: 'unauthorized', when: 'No portal session cookie, or its session has expired or was revoked.' });
     docs.push(
-      authorization.sessionOnly.csrf ? CSRF_DOC : { code: 'csrf_failed', when: 'The browser says the request comes from another origin (Sec-Fetch-Site).' },
+      authorization.sessionOnly.csrf
+        ? CSRF_DOC
+        : { code: 'csrf_failed', when: 'The browser says the request comes from another origin (Sec-Fetch-Site).' },
     );
   } else if (authorization) {
     docs.push({ code: 'unauthorized', when: 'The X-API-Key header is missing, or names no valid key.' });
@@ -275,20 +326,32 @@ function errorsOf(schema: FastifySchema, authorization: Authorization | undefine
     docs.push({ code: 'invalid_request', when: 'A parameter or the body is invalid; the message names it.' });
   }
   if (schema.body) {
-    docs.push({ code: 'invalid_json', when: 'The body is not JSON, or not UTF-8.' }, { code: 'body_too_large' }, { code: 'unsupported_media_type' });
+    docs.push(
+      { code: 'invalid_json', when: 'The body is not JSON, or not UTF-8.' },
+      { code: 'body_too_large' },
+      { code: 'unsupported_media_type' },
+    );
   }
   docs.push(...own.map((doc) => (typeof doc === 'string' ? { code: doc } : doc)));
   if (authorization) {
     docs.push(ADDRESS_LIMIT_DOC);
     // Every authenticated request reads the key from storage, whatever the route does next.
-    docs.push({ code: 'storage_unavailable', when: 'Redis is unreachable, or refuses writes (out of memory, failing over).' });
+    docs.push({
+      code: 'storage_unavailable',
+      when: 'Redis is unreachable, or refuses writes (out of memory, failing over).',
+    });
     docs.push({ code: 'internal', when: 'An unexpected error; it is logged with full context.' });
   }
   // A code answered for several reasons is listed once, with every reason.
   const byCode = new Map<ErrorCode, ErrorDoc>();
   for (const doc of docs) {
     const first = byCode.get(doc.code);
-    byCode.set(doc.code, first === undefined || first.when === doc.when ? (first ?? doc) : { ...first, when: `${first.when} Or: ${doc.when}` });
+    byCode.set(
+      doc.code,
+      first === undefined || first.when === doc.when
+        ? (first ?? doc)
+        : { ...first, when: `${first.when} Or: ${doc.when}` },
+    );
   }
   return [...byCode.values()];
 }
@@ -300,7 +363,11 @@ function errorResponse(status: number, docs: readonly ErrorDoc[]): Record<string
   return {
     description: `${STATUS_TEXT[status] ?? `HTTP ${status}`}.\n\n${lines.join('\n')}${retry}`,
     ...(RETRY_AFTER_STATUSES.has(status)
-      ? { headers: { 'Retry-After': { type: 'integer', minimum: 1, description: 'Seconds to wait before trying again.' } } }
+      ? {
+          headers: {
+            'Retry-After': { type: 'integer', minimum: 1, description: 'Seconds to wait before trying again.' },
+          },
+        }
       : {}),
     content: {
       'application/json': {
@@ -342,7 +409,10 @@ const transform: SwaggerTransform = (document) => {
     if (declared[status] === errorSchema) continue;
     const description = Number(status) < 400 ? doc?.success : doc?.others?.[Number(status)];
     // A schema of type null documents an answer without a body (204).
-    responses[status] = json.type === 'null' ? { ...json, description } : { description, content: { 'application/json': { schema: json } } };
+    responses[status] =
+      json.type === 'null'
+        ? { ...json, description }
+        : { description, content: { 'application/json': { schema: json } } };
   }
   const byStatus = new Map<number, ErrorDoc[]>();
   for (const error of errorsOf(route.schema ?? {}, authorization, doc?.errors)) {
@@ -408,7 +478,13 @@ function callbackWebhooks(openapiObject: JsonObject): JsonObject {
           answer.status,
           {
             description: answer.description,
-            ...(answer.honoursRetryAfter ? { headers: { 'Retry-After': { description: 'Delta-seconds or an HTTP date.', schema: { type: 'string' } } } } : {}),
+            ...(answer.honoursRetryAfter
+              ? {
+                  headers: {
+                    'Retry-After': { description: 'Delta-seconds or an HTTP date.', schema: { type: 'string' } },
+                  },
+                }
+              : {}),
           },
         ]),
       );
@@ -434,7 +510,8 @@ function schemaRefs(value: unknown, found: Set<string>): void {
     for (const item of value) schemaRefs(item, found);
   } else if (typeof value === 'object' && value !== null) {
     for (const [key, child] of Object.entries(value)) {
-      if (key === '$ref' && typeof child === 'string' && child.startsWith('#/components/schemas/')) found.add(child.slice('#/components/schemas/'.length));
+      if (key === '$ref' && typeof child === 'string' && child.startsWith('#/components/schemas/'))
+        found.add(child.slice('#/components/schemas/'.length));
       else schemaRefs(child, found);
     }
   }
@@ -499,16 +576,23 @@ export function swaggerOptions(): FastifyDynamicSwaggerOptions {
       tags: [
         { name: 'webhooks', description: 'A vendor’s webhooks (scoped to the key’s vendor)' },
         { name: 'deliveries', description: 'A webhook’s deliveries, attempts, dead letters, replays and test events' },
-        { name: 'stats', description: 'A webhook’s delivery stats: success rate, response times, attempts per minute, circuit' },
+        {
+          name: 'stats',
+          description: 'A webhook’s delivery stats: success rate, response times, attempts per minute, circuit',
+        },
         { name: 'rental', description: 'Tasks, agent status and the machine listing' },
         { name: 'ingest', description: 'Events from the platform’s producer services (role events:write)' },
         { name: 'operator', description: 'The operator’s views and actions across vendors (role admin)' },
         {
           name: 'portal',
-          description: 'The vendor portal: magic-link sessions (role portal:issue), the browser’s session, and the public event catalogue its pages read',
+          description:
+            'The vendor portal: magic-link sessions (role portal:issue), the browser’s session, and the public event catalogue its pages read',
         },
         { name: 'health', description: 'Liveness and readiness' },
-        { name: 'callbacks', description: 'What a webhook’s callback_url receives: one signed POST per event, and how its answer is read' },
+        {
+          name: 'callbacks',
+          description: 'What a webhook’s callback_url receives: one signed POST per event, and how its answer is read',
+        },
       ],
     },
     transform,

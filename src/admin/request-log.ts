@@ -25,7 +25,8 @@ function callbackForLog(text: unknown): string | undefined {
   }
 }
 
-const field = (value: unknown, name: string): unknown => (value !== null && typeof value === 'object' ? (value as Record<string, unknown>)[name] : undefined);
+const field = (value: unknown, name: string): unknown =>
+  value !== null && typeof value === 'object' ? (value as Record<string, unknown>)[name] : undefined;
 const lowered = (value: unknown) => (typeof value === 'string' ? value.toLowerCase() : undefined);
 
 /** Which changes a PATCH made, named for the operator: enabling and pausing first, then a secret rotation. */
@@ -33,7 +34,9 @@ function webhookChangeEvent(body: unknown): string {
   const enabled = field(body, 'enabled');
   if (enabled === true) return 'webhook.enabled';
   if (enabled === false) return 'webhook.paused';
-  return field(body, 'secret') !== undefined && Object.keys(body as object).length === 1 ? 'webhook.secret_rotated' : 'webhook.updated';
+  return field(body, 'secret') !== undefined && Object.keys(body as object).length === 1
+    ? 'webhook.secret_rotated'
+    : 'webhook.updated';
 }
 
 type AuditRule = { status: number; fields: (request: FastifyRequest, response: unknown) => Fields };
@@ -45,7 +48,9 @@ function onPathWebhook(event: string, fromResponse: Record<string, string>): Aud
     fields: (request, response) => ({
       event,
       webhookId: lowered(field(request.params, 'webhook_id')),
-      ...Object.fromEntries(Object.entries(fromResponse).map(([name, responseField]) => [name, field(response, responseField)])),
+      ...Object.fromEntries(
+        Object.entries(fromResponse).map(([name, responseField]) => [name, field(response, responseField)]),
+      ),
     }),
   };
 }
@@ -73,7 +78,9 @@ const AUDITED: Partial<Record<string, AuditRule>> = {
       webhookId: lowered(field(request.params, 'webhook_id')),
       changed: Object.keys((request.body as object | null) ?? {}),
       secretRotated: field(request.body, 'secret') !== undefined,
-      ...(field(request.body, 'callback_url') === undefined ? {} : { callbackUrl: callbackForLog(field(request.body, 'callback_url')) }),
+      ...(field(request.body, 'callback_url') === undefined
+        ? {}
+        : { callbackUrl: callbackForLog(field(request.body, 'callback_url')) }),
     }),
   },
   'DELETE /vendors/v1/webhooks/:webhook_id': {
@@ -84,8 +91,13 @@ const AUDITED: Partial<Record<string, AuditRule>> = {
     deliveryId: 'delivery_id',
     replayOf: 'replay_of',
   }),
-  'POST /vendors/v1/webhooks/:webhook_id/dead-letters/replay': onPathWebhook('dead_letters.replay_started', { taskId: 'task_id' }),
-  'POST /vendors/v1/webhooks/:webhook_id/test': onPathWebhook('webhook.test_sent', { deliveryId: 'delivery_id', eventId: 'event_id' }),
+  'POST /vendors/v1/webhooks/:webhook_id/dead-letters/replay': onPathWebhook('dead_letters.replay_started', {
+    taskId: 'task_id',
+  }),
+  'POST /vendors/v1/webhooks/:webhook_id/test': onPathWebhook('webhook.test_sent', {
+    deliveryId: 'delivery_id',
+    eventId: 'event_id',
+  }),
   // Ingest over HTTP: the request's line is the batch's line (a stream batch writes its own).
   'POST /internal/v1/events': {
     status: 202,
@@ -98,7 +110,9 @@ const AUDITED: Partial<Record<string, AuditRule>> = {
         accepted: field(response, 'accepted'),
         duplicates: field(response, 'duplicates'),
         rejected: field(response, 'rejected'),
-        deliveries: Array.isArray(results) ? results.reduce((sum: number, r) => sum + (Number(field(r, 'deliveries')) || 0), 0) : undefined,
+        deliveries: Array.isArray(results)
+          ? results.reduce((sum: number, r) => sum + (Number(field(r, 'deliveries')) || 0), 0)
+          : undefined,
       };
     },
   },
@@ -118,7 +132,13 @@ function requestFields(request: FastifyRequest, reply: FastifyReply, status: num
     status,
     durationMs: Math.round(reply.elapsedTime * 10) / 10,
     ip: request.ip,
-    ...(principal ? { keyId: principal.keyId, keyName: principal.name, ...(principal.vendorId === undefined ? {} : { vendorId: principal.vendorId }) } : {}),
+    ...(principal
+      ? {
+          keyId: principal.keyId,
+          keyName: principal.name,
+          ...(principal.vendorId === undefined ? {} : { vendorId: principal.vendorId }),
+        }
+      : {}),
     ...(request.loggedErrorCode === null ? {} : { code: request.loggedErrorCode }),
     ...(audit && audit.status === status ? audit.fields(request, request.loggedResponse) : {}),
   };
@@ -160,7 +180,11 @@ export class RequestLogController extends LogController {
 
   /** Fastify's own error handler (the health server has no other): the request's line, at error for a 5xx. */
   override defaultErrorLog(error: Error, request: FastifyRequest, reply: FastifyReply): void {
-    logRequestNow(request, reply, { status: reply.statusCode, level: reply.statusCode >= 500 ? 'error' : 'info', err: error });
+    logRequestNow(request, reply, {
+      status: reply.statusCode,
+      level: reply.statusCode >= 500 ? 'error' : 'info',
+      err: error,
+    });
   }
 }
 

@@ -6,7 +6,10 @@ export const errorSchema = z
   .object({
     error: z.string().describe('Human-readable message.'),
     code: z.enum(Object.keys(ERRORS) as [ErrorCode, ...ErrorCode[]]).describe('Stable machine-readable code.'),
-    webhook_id: z.string().optional().describe('On 409 webhook_conflict at registration: the webhook that already has this event type.'),
+    webhook_id: z
+      .string()
+      .optional()
+      .describe('On 409 webhook_conflict at registration: the webhook that already has this event type.'),
   })
   .meta({ id: 'Error' });
 

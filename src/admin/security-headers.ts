@@ -41,7 +41,8 @@ export function secureEveryAnswer(app: FastifyInstance, options: { publicUrlHttp
     void reply.header('x-content-type-options', 'nosniff');
     if (!reply.hasHeader('cache-control')) void reply.header('cache-control', 'no-store');
     if (options.publicUrlHttps || request.protocol === 'https') void reply.header('strict-transport-security', HSTS);
-    if (PORTAL_PATH.test(request.url)) void reply.header('content-security-policy', PORTAL_CSP).header('referrer-policy', 'no-referrer');
+    if (PORTAL_PATH.test(request.url))
+      void reply.header('content-security-policy', PORTAL_CSP).header('referrer-policy', 'no-referrer');
     return payload;
   });
 }

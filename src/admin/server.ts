@@ -1,8 +1,18 @@
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type RawServerDefault } from 'fastify';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyError,
+  type FastifyInstance,
+  type RawServerDefault,
+} from 'fastify';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { hasZodFastifySchemaValidationErrors, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import {
+  hasZodFastifySchemaValidationErrors,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
 import type { AgentStatus } from '../domain/agent.js';
 import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Ingestor } from '../ingest/ingest.js';
@@ -68,7 +78,12 @@ export interface AdminDeps {
   /** Clock, Unix ms (whether a secret rotation is still in its overlap); default Date.now. */
   nowMs?: () => number;
   /** When given: request metrics, and `GET /metrics` (after `collect` refreshes scrape-time gauges). */
-  metrics?: { registry: Metrics['registry']; httpRequests: Metrics['httpRequests']; httpDuration: Metrics['httpDuration']; collect?: () => Promise<void> };
+  metrics?: {
+    registry: Metrics['registry'];
+    httpRequests: Metrics['httpRequests'];
+    httpDuration: Metrics['httpDuration'];
+    collect?: () => Promise<void>;
+  };
   /** Serve `GET /metrics` here (default true); false when a health server of its own serves it, off the published port. */
   metricsRoute?: boolean;
   /** The vendor portal's built browser app (`dist/portal/`), served under `/portal/`. */
@@ -77,7 +92,13 @@ export interface AdminDeps {
   trustProxy?: readonly string[];
 }
 
-export type AdminServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, ZodTypeProvider>;
+export type AdminServer = FastifyInstance<
+  RawServerDefault,
+  IncomingMessage,
+  ServerResponse,
+  FastifyBaseLogger,
+  ZodTypeProvider
+>;
 
 const FASTIFY_CODES: Partial<Record<string, ErrorCode>> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
@@ -88,7 +109,11 @@ const FASTIFY_CODES: Partial<Record<string, ErrorCode>> = {
 };
 
 /** "body", "querystring", "params" → the words a client understands. */
-const CONTEXT_WORDS: Record<string, string> = { body: 'request body', querystring: 'query parameters', params: 'path parameters' };
+const CONTEXT_WORDS: Record<string, string> = {
+  body: 'request body',
+  querystring: 'query parameters',
+  params: 'path parameters',
+};
 
 function validationMessage(error: FastifyError): string {
   const issues = (error.validation ?? []).map((issue) => {
@@ -115,10 +140,16 @@ export type HealthServer = FastifyInstance;
  * The standalone worker's small server: the admin API's `/healthz` and `/readyz`, and `/metrics`;
  * nothing else. Like the admin API it never listens by itself.
  */
-export async function buildHealthServer(deps: Pick<AdminDeps, 'logger' | 'isReady'> & { metrics: NonNullable<AdminDeps['metrics']> }): Promise<HealthServer> {
+export async function buildHealthServer(
+  deps: Pick<AdminDeps, 'logger' | 'isReady'> & { metrics: NonNullable<AdminDeps['metrics']> },
+): Promise<HealthServer> {
   // Probes and scrapes every few seconds would drown the log: only warnings and errors are logged.
   const loggerInstance: FastifyBaseLogger = deps.logger.child({}, { level: 'warn' });
-  const app = Fastify({ loggerInstance, logController: new RequestLogController(), return503OnClosing: true }).withTypeProvider<ZodTypeProvider>();
+  const app = Fastify({
+    loggerInstance,
+    logController: new RequestLogController(),
+    return503OnClosing: true,
+  }).withTypeProvider<ZodTypeProvider>();
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   keepResponseForLog(app);
@@ -164,8 +195,10 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   keepResponseForLog(app);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    if (error instanceof ApiError) return reply.code(error.statusCode).send({ ...errorBody(error.code, error.message), ...error.details });
-    if (hasZodFastifySchemaValidationErrors(error)) return reply.code(400).send(errorBody('invalid_request', validationMessage(error)));
+    if (error instanceof ApiError)
+      return reply.code(error.statusCode).send({ ...errorBody(error.code, error.message), ...error.details });
+    if (hasZodFastifySchemaValidationErrors(error))
+      return reply.code(400).send(errorBody('invalid_request', validationMessage(error)));
     const mapped = error.code ? FASTIFY_CODES[error.code] : undefined;
     if (mapped) return reply.code(error.statusCode ?? 400).send(errorBody(mapped));
     if (error instanceof SyntaxError || (error.statusCode === 400 && /JSON/i.test(error.message))) {
@@ -190,7 +223,12 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     const observe = requestObserver(metrics);
     app.addHook('onResponse', async (request, reply) => {
       // The route pattern, never the raw URL: ids in paths would make the label unbounded.
-      observe({ route: request.routeOptions.url ?? 'unmatched', method: request.method, status: reply.statusCode, durationMs: reply.elapsedTime });
+      observe({
+        route: request.routeOptions.url ?? 'unmatched',
+        method: request.method,
+        status: reply.statusCode,
+        durationMs: reply.elapsedTime,
+      });
     });
     if (deps.metricsRoute !== false) metricsRoute(app, metrics);
   }
@@ -202,15 +240,36 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   const guardAddress = addressGuard(deps.addressRateLimit);
   const authorize = createAuthorizer(deps.apiKeys, guardAddress, deps.rateLimit, deps.portal.sessions);
   await app.register(healthRoutes({ isReady: deps.isReady }));
-  await app.register(webhookRoutes({ authorize, webhooks: deps.webhooks, allowPrivateTargets: deps.allowPrivateTargets, nowMs: deps.nowMs ?? Date.now }));
+  await app.register(
+    webhookRoutes({
+      authorize,
+      webhooks: deps.webhooks,
+      allowPrivateTargets: deps.allowPrivateTargets,
+      nowMs: deps.nowMs ?? Date.now,
+    }),
+  );
   await app.register(filterTestRoutes({ authorize, webhooks: deps.webhooks, recentEvents: deps.recentEvents }));
   await app.register(signingKeyRoutes({ authorize, webhooks: deps.webhooks, nowMs: deps.nowMs ?? Date.now }));
-  await app.register(eventRoutes({ authorize, ingestor: deps.ingestor, ...(deps.ingestRateLimit ? { ingestRateLimit: deps.ingestRateLimit } : {}) }));
+  await app.register(
+    eventRoutes({
+      authorize,
+      ingestor: deps.ingestor,
+      ...(deps.ingestRateLimit ? { ingestRateLimit: deps.ingestRateLimit } : {}),
+    }),
+  );
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
   await app.register(statsRoutes({ authorize, webhooks: deps.webhooks, nowMs: deps.nowMs ?? Date.now, ...deps.stats }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
   await app.register(operatorRoutes({ authorize, webhooks: deps.webhooks, logger: deps.logger, ...deps.operator }));
-  await app.register(portalSessionRoutes({ authorize, guardAddress, logger: deps.logger, nowMs: deps.nowMs ?? Date.now, ...deps.portal }));
+  await app.register(
+    portalSessionRoutes({
+      authorize,
+      guardAddress,
+      logger: deps.logger,
+      nowMs: deps.nowMs ?? Date.now,
+      ...deps.portal,
+    }),
+  );
   await app.register(agentRoutes({ authorize, agents: deps.agents }));
   await app.register(machineRoutes({ authorize, machines: deps.machines }));
   // The vendor portal's page and its event catalogue.

@@ -54,7 +54,8 @@ export async function checkSecretKeyAtStart(
   const box = new SecretBox(config.secretKey);
   const check = () => checkSecretKey(stores.redis, stores.keys, box);
   // Redis answers, but not as asked (a password it wants, an ACL): the key cannot be checked, and the engine could do nothing either.
-  const unchecked = (error: Error) => `cannot check the secret key against Redis at ${redisUrlForLog(config.redisUrl)} (${redisFailureReason(error)})`;
+  const unchecked = (error: Error) =>
+    `cannot check the secret key against Redis at ${redisUrlForLog(config.redisUrl)} (${redisFailureReason(error)})`;
   const never = new Promise<never>(() => undefined);
   const now = await check().catch((error: Error) => {
     if (isRedisUnavailable(error)) return undefined;
@@ -98,7 +99,8 @@ function sharedSettings(config: Config): Record<string, string> {
     HOOKLINE_WORKER_LOCK_DURATION: formatDurationMs(config.workerLockDurationMs),
     HOOKLINE_INGEST_STREAMS: String(config.ingestStreams),
     // Its origin only: a path may carry a token.
-    HOOKLINE_OPERATIONAL_WEBHOOK_URL: config.operationalWebhook === undefined ? 'unset' : new URL(config.operationalWebhook.url).origin,
+    HOOKLINE_OPERATIONAL_WEBHOOK_URL:
+      config.operationalWebhook === undefined ? 'unset' : new URL(config.operationalWebhook.url).origin,
   };
 }
 
@@ -138,7 +140,9 @@ export function settingsDiffering(ours: EngineEntry, running: readonly EngineEnt
       if (value === undefined || value === here) continue;
       others.set(value, [...(others.get(value) ?? []), describeEngine(engine)]);
     }
-    return others.size === 0 ? [] : [{ variable, here, running: [...others].map(([value, engines]) => ({ value, engines })) }];
+    return others.size === 0
+      ? []
+      : [{ variable, here, running: [...others].map(([value, engines]) => ({ value, engines })) }];
   });
 }
 
@@ -158,7 +162,10 @@ export function joinRunningEngines(
   const joined = whenRedisAnswers(async () => {
     const differing = settingsDiffering(entry, await registry.running());
     if (differing.length > 0) {
-      const said = differing.map((d) => `${d.variable} is ${d.here} here, ${d.running.map((r) => `${r.value} in ${r.engines.join(' and ')}`).join('; ')}`);
+      const said = differing.map(
+        (d) =>
+          `${d.variable} is ${d.here} here, ${d.running.map((r) => `${r.value} in ${r.engines.join(' and ')}`).join('; ')}`,
+      );
       logger.warn(
         { event: 'engine.settings_differ', differences: differing },
         `this engine's settings differ from those of the engines already running on this Redis: ${said.join('; ')}. Deliveries will behave differently depending on which engine takes them: give every engine the same values`,
@@ -185,7 +192,10 @@ export function joinRunningEngines(
  * per folder: a second `start` would depend on the first for its Redis (gone when the first stops)
  * and share its queues whatever its settings; a worker added on purpose is `hookline worker`.
  */
-export async function secondStartRefusal(config: Config, endpoint: Pick<RedisEndpoint, 'url' | 'sharedWithPid'>): Promise<CliError> {
+export async function secondStartRefusal(
+  config: Config,
+  endpoint: Pick<RedisEndpoint, 'url' | 'sharedWithPid'>,
+): Promise<CliError> {
   const redis = connectRedis(endpoint.url, { connectionName: 'hookline-start-check', maxRetriesPerRequest: 1 });
   redis.on('error', () => undefined);
   let engines: EngineEntry[] = [];
@@ -196,7 +206,10 @@ export async function secondStartRefusal(config: Config, endpoint: Pick<RedisEnd
   } finally {
     redis.disconnect();
   }
-  const who = engines.length > 0 ? engines.map(describeEngine).join(', ') : `pid ${endpoint.sharedWithPid} (a hookline command: try again once it has ended)`;
+  const who =
+    engines.length > 0
+      ? engines.map(describeEngine).join(', ')
+      : `pid ${endpoint.sharedWithPid} (a hookline command: try again once it has ended)`;
   return new CliError(
     `another Hookline process runs on ${config.dataDir}: ${who}; stop it before starting another engine there, or add a delivery worker to it with \`hookline worker\``,
   );

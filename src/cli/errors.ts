@@ -39,11 +39,19 @@ export function redisFailureReason(error: Error): string {
  */
 export function listenFailure(error: unknown, config: Pick<Config, 'apiHost' | 'apiPort' | 'metricsPort'>): unknown {
   const { code, address, port } = error as NodeJS.ErrnoException & { address?: string; port?: number };
-  const variable = port === config.metricsPort && port !== config.apiPort ? 'HOOKLINE_METRICS_PORT' : 'HOOKLINE_API_PORT';
+  const variable =
+    port === config.metricsPort && port !== config.apiPort ? 'HOOKLINE_METRICS_PORT' : 'HOOKLINE_API_PORT';
   const where = `${address ?? config.apiHost}:${port ?? config.apiPort}`;
-  if (code === 'EADDRINUSE') return new CliError(`cannot listen on ${where}: another process holds the port; stop it, or set ${variable} to a free port`);
-  if (code === 'EACCES') return new CliError(`cannot listen on ${where}: this user may not open the port; set ${variable} to 1024 or above`);
-  if (code === 'EADDRNOTAVAIL') return new CliError(`cannot listen on ${where}: not an address of this machine; set HOOKLINE_API_HOST to one that is`);
+  if (code === 'EADDRINUSE')
+    return new CliError(
+      `cannot listen on ${where}: another process holds the port; stop it, or set ${variable} to a free port`,
+    );
+  if (code === 'EACCES')
+    return new CliError(`cannot listen on ${where}: this user may not open the port; set ${variable} to 1024 or above`);
+  if (code === 'EADDRNOTAVAIL')
+    return new CliError(
+      `cannot listen on ${where}: not an address of this machine; set HOOKLINE_API_HOST to one that is`,
+    );
   return error;
 }
 

@@ -33,7 +33,8 @@ function parseLimit(text: string, max: number, usageError: OperatorCommandContex
 }
 
 function checkVendor(vendor: string | undefined, usageError: OperatorCommandContext['usageError']): void {
-  if (vendor !== undefined && !EXTERNAL_ID_RE.test(vendor)) throw usageError('--vendor must be 1-128 characters: letters, digits and . _ : @ -');
+  if (vendor !== undefined && !EXTERNAL_ID_RE.test(vendor))
+    throw usageError('--vendor must be 1-128 characters: letters, digits and . _ : @ -');
 }
 
 function checkWebhookId(id: string | undefined, usageError: OperatorCommandContext['usageError']): string | undefined {
@@ -45,13 +46,20 @@ function checkWebhookId(id: string | undefined, usageError: OperatorCommandConte
 /** A table of rows, each column as wide as its widest cell. */
 function table(header: string[], rows: string[][]): void {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  for (const row of [header, ...rows]) out(row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  '));
+  for (const row of [header, ...rows])
+    out(row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  '));
 }
 
 const ago = (iso: string | null, nowMs: number) => {
   if (iso === null) return '-';
   const s = Math.max(0, Math.round((nowMs - Date.parse(iso)) / 1000));
-  return s < 120 ? `${s}s ago` : s < 7_200 ? `${Math.round(s / 60)}m ago` : s < 172_800 ? `${Math.round(s / 3_600)}h ago` : `${Math.round(s / 86_400)}d ago`;
+  return s < 120
+    ? `${s}s ago`
+    : s < 7_200
+      ? `${Math.round(s / 60)}m ago`
+      : s < 172_800
+        ? `${Math.round(s / 3_600)}h ago`
+        : `${Math.round(s / 86_400)}d ago`;
 };
 
 /**
@@ -66,13 +74,17 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
     .command('list')
     .description('List webhooks across vendors, most urgent first: disabled, circuit open, failing, then the rest.')
     .option('--vendor <vendorId>', 'only this vendor’s webhooks')
-    .option('--failing', 'only webhooks that need attention: disabled by the engine, circuit open, failing, or holding dead letters')
+    .option(
+      '--failing',
+      'only webhooks that need attention: disabled by the engine, circuit open, failing, or holding dead letters',
+    )
     .option('--state <states>', `only these states, comma-separated (${WEBHOOK_STATES.join(', ')})`)
     .option('--json', 'print JSON (what GET /admin/v1/webhooks answers)')
     .action(async (options: { vendor?: string; failing?: boolean; state?: string; json?: boolean }) => {
       checkVendor(options.vendor, usageError);
       const states = options.state?.split(',');
-      if (states && !states.every((s) => (WEBHOOK_STATES as readonly string[]).includes(s))) throw usageError(`--state takes ${WEBHOOK_STATES.join(', ')}`);
+      if (states && !states.every((s) => (WEBHOOK_STATES as readonly string[]).includes(s)))
+        throw usageError(`--state takes ${WEBHOOK_STATES.join(', ')}`);
       await ctx.withStores(async (stores) => {
         const found = (
           await stores.operatorViews.webhooks({
@@ -82,14 +94,17 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
           })
         ).map(toWebhookStatus);
         if (options.json) return printJson({ total: found.length, webhooks: found });
-        if (found.length === 0) return say(options.failing || states || options.vendor ? 'no webhooks match' : 'no webhooks');
+        if (found.length === 0)
+          return say(options.failing || states || options.vendor ? 'no webhooks match' : 'no webhooks');
         const nowMs = Date.now();
         table(
           ['STATE', 'DEAD', 'LAST', 'FAILING SINCE', 'VENDOR', 'EVENT TYPE', 'WEBHOOK', 'CALLBACK'],
           found.map((w) => [
             w.state === 'disabled' ? `disabled (${w.disabled_reason})` : w.state,
             String(w.dead_letters),
-            w.last_outcome === null ? '-' : `${w.last_outcome}${w.last_status_code === null ? '' : ` ${w.last_status_code}`} ${ago(w.last_attempt_at, nowMs)}`,
+            w.last_outcome === null
+              ? '-'
+              : `${w.last_outcome}${w.last_status_code === null ? '' : ` ${w.last_status_code}`} ${ago(w.last_attempt_at, nowMs)}`,
             ago(w.failing_since, nowMs),
             w.vendor_id,
             w.event_type,
@@ -101,7 +116,9 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
     });
   webhooks
     .command('enable')
-    .description('Enable any vendor’s webhook (one the engine disabled, or its vendor paused); its failure run starts over.')
+    .description(
+      'Enable any vendor’s webhook (one the engine disabled, or its vendor paused); its failure run starts over.',
+    )
     .argument('<webhookId>', 'the webhook')
     .action(async (id: string) => {
       const webhookId = checkWebhookId(id, usageError)!;
@@ -110,7 +127,11 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
         if (!webhook) throw usageError(`no webhook with id ${webhookId}`);
         const result = await stores.webhooks.update(webhook.vendorId, webhookId, { enabled: true });
         if (!result.ok) throw usageError(`no webhook with id ${webhookId}`);
-        say(webhook.disabled ? `enabled ${webhookId} (was disabled: ${webhook.disabled.reason})` : `${webhookId} was enabled already`);
+        say(
+          webhook.disabled
+            ? `enabled ${webhookId} (was disabled: ${webhook.disabled.reason})`
+            : `${webhookId} was enabled already`,
+        );
       });
     });
 
@@ -125,18 +146,24 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
     .action(async (options: { webhook?: string; vendor?: string; all?: boolean; limit: string; json?: boolean }) => {
       const scopes = [options.webhook, options.vendor, options.all].filter((o) => o !== undefined).length;
       if (scopes !== 1)
-        throw usageError('give exactly one of --webhook <id>, --vendor <vendorId> or --all (find webhook ids with `hookline webhooks list --failing`)');
+        throw usageError(
+          'give exactly one of --webhook <id>, --vendor <vendorId> or --all (find webhook ids with `hookline webhooks list --failing`)',
+        );
       const limit = parseLimit(options.limit, 1_000, usageError);
       const webhookId = checkWebhookId(options.webhook, usageError);
       checkVendor(options.vendor, usageError);
       await ctx.withStores(async (stores) => {
-        if (webhookId !== undefined && !(await stores.webhooks.getById(webhookId))) throw usageError(`no webhook with id ${webhookId}`);
+        if (webhookId !== undefined && !(await stores.webhooks.getById(webhookId)))
+          throw usageError(`no webhook with id ${webhookId}`);
         const dead = await stores.operatorViews.deadLetters({
           limit,
           ...(webhookId === undefined ? {} : { webhookId }),
           ...(options.vendor === undefined ? {} : { vendorId: options.vendor }),
         });
-        if (options.json) return printJson({ dead_letters: dead.map((d) => ({ ...toDelivery(d), webhook_id: d.webhookId, vendor_id: d.vendorId })) });
+        if (options.json)
+          return printJson({
+            dead_letters: dead.map((d) => ({ ...toDelivery(d), webhook_id: d.webhookId, vendor_id: d.vendorId })),
+          });
         if (dead.length === 0) return say('no dead letters');
         table(
           ['DEAD SINCE', 'DELIVERY', 'EVENT TYPE', 'ATTEMPTS', 'LAST', 'VENDOR', 'WEBHOOK'],
@@ -157,7 +184,9 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
     .command('deliveries')
     .description('Watch deliveries as they happen.')
     .command('tail')
-    .description('Print every delivery attempt as it finishes (outcome, status, duration) until Ctrl-C; for watching a fix land.')
+    .description(
+      'Print every delivery attempt as it finishes (outcome, status, duration) until Ctrl-C; for watching a fix land.',
+    )
     .option('--vendor <vendorId>', 'only this vendor’s attempts')
     .option('--webhook <webhookId>', 'only this webhook’s attempts')
     .option('--json', 'print one JSON object per attempt')
@@ -165,7 +194,8 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
       checkVendor(options.vendor, usageError);
       const webhookId = checkWebhookId(options.webhook, usageError);
       const wanted = (e: FeedEntry) =>
-        (options.vendor === undefined || e.vendor_id === options.vendor) && (webhookId === undefined || e.webhook_id === webhookId);
+        (options.vendor === undefined || e.vendor_id === options.vendor) &&
+        (webhookId === undefined || e.webhook_id === webhookId);
       const print = (e: FeedEntry) =>
         options.json
           ? out(JSON.stringify(e))
@@ -176,7 +206,13 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
                 e.status_code === null ? '---' : String(e.status_code),
                 `${e.duration_ms}ms`.padStart(7),
                 `attempt ${e.attempt}`,
-                e.decision === 'retry' ? 'retrying' : e.decision === 'delivered' ? 'done' : e.decision === 'dead' ? 'dead letter' : 'webhook disabled',
+                e.decision === 'retry'
+                  ? 'retrying'
+                  : e.decision === 'delivered'
+                    ? 'done'
+                    : e.decision === 'dead'
+                      ? 'dead letter'
+                      : 'webhook disabled',
                 e.vendor_id,
                 e.webhook_id,
                 e.delivery_id,
@@ -205,11 +241,16 @@ export function addPortalCommands(program: Command, ctx: OperatorCommandContext)
     .command('link')
     .description('Print a one-time link that opens the vendor portal for one vendor (the link is shown once).')
     .requiredOption('--vendor <vendorId>', 'the vendor whose webhooks the portal shows')
-    .option('--permission <permission>', `${PORTAL_PERMISSIONS.join(', ')} (read: view; replay: + replays and test events; manage: + changes)`, 'read')
+    .option(
+      '--permission <permission>',
+      `${PORTAL_PERMISSIONS.join(', ')} (read: view; replay: + replays and test events; manage: + changes)`,
+      'read',
+    )
     .option('--ttl <duration>', 'how long the session lasts, 5m to 7d', '24h')
     .action(async (options: { vendor: string; permission: string; ttl: string }) => {
       checkVendor(options.vendor, usageError);
-      if (!(PORTAL_PERMISSIONS as readonly string[]).includes(options.permission)) throw usageError(`--permission takes ${PORTAL_PERMISSIONS.join(', ')}`);
+      if (!(PORTAL_PERMISSIONS as readonly string[]).includes(options.permission))
+        throw usageError(`--permission takes ${PORTAL_PERMISSIONS.join(', ')}`);
       const problem = ttlProblem(options.ttl);
       if (problem) throw usageError(`--${problem}`);
       // Where the link points is settled before a session exists that no link would open.
@@ -217,7 +258,9 @@ export function addPortalCommands(program: Command, ctx: OperatorCommandContext)
       await ctx.withStores(async (stores) => {
         // Still issued: the vendor may register its first webhook in the portal (with manage).
         if ((await stores.webhooks.list(options.vendor)).length === 0) {
-          say(`note: vendor ${options.vendor} has no webhooks (is the id right?); the portal will show none until it registers one`);
+          say(
+            `note: vendor ${options.vendor} has no webhooks (is the id right?); the portal will show none until it registers one`,
+          );
         }
         const { session, token } = await stores.portalSessions.issue({
           vendorId: options.vendor,
@@ -240,22 +283,32 @@ export function addPortalCommands(program: Command, ctx: OperatorCommandContext)
     });
   portal
     .command('revoke')
-    .description('Revoke one portal session (--session) or every session of a vendor (--vendor); they stop working at once.')
+    .description(
+      'Revoke one portal session (--session) or every session of a vendor (--vendor); they stop working at once.',
+    )
     .option('--session <sessionId>', 'a session id (ps_…)')
     .option('--vendor <vendorId>', 'every session of this vendor')
     .action(async (options: { session?: string; vendor?: string }) => {
-      if ((options.session === undefined) === (options.vendor === undefined)) throw usageError('give either --session or --vendor');
+      if ((options.session === undefined) === (options.vendor === undefined))
+        throw usageError('give either --session or --vendor');
       checkVendor(options.vendor, usageError);
-      if (options.session !== undefined && !isSessionId(options.session)) throw usageError('--session must be a session id: ps_ and 24 hex digits');
+      if (options.session !== undefined && !isSessionId(options.session))
+        throw usageError('--session must be a session id: ps_ and 24 hex digits');
       await ctx.withStores(async (stores) => {
         if (options.session !== undefined) {
           const revoked = await stores.portalSessions.revoke(options.session);
           if (!revoked) throw usageError(`no live portal session ${options.session}`);
-          ctx.audit({ event: 'portal.session_revoked', sessionId: revoked.id, vendorId: revoked.vendorId }, `revoked portal session ${revoked.id}`);
+          ctx.audit(
+            { event: 'portal.session_revoked', sessionId: revoked.id, vendorId: revoked.vendorId },
+            `revoked portal session ${revoked.id}`,
+          );
           return out('1');
         }
         const revoked = await stores.portalSessions.revokeVendor(options.vendor!);
-        ctx.audit({ event: 'portal.sessions_revoked', vendorId: options.vendor, revoked }, `revoked ${revoked} portal sessions of vendor ${options.vendor}`);
+        ctx.audit(
+          { event: 'portal.sessions_revoked', vendorId: options.vendor, revoked },
+          `revoked ${revoked} portal sessions of vendor ${options.vendor}`,
+        );
         out(String(revoked));
       });
     });

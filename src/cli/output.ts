@@ -21,7 +21,13 @@ export function printRows(rows: readonly (readonly (string | number)[])[]): void
 
 /** An API key as `--json` shows it, named as the API names its resources; never the key itself. */
 export function toApiKeyResource(record: ApiKeyRecord) {
-  return { key_id: record.id, name: record.name, vendor_id: record.vendorId ?? null, roles: record.roles, created_at: record.createdAt };
+  return {
+    key_id: record.id,
+    name: record.name,
+    vendor_id: record.vendorId ?? null,
+    roles: record.roles,
+    created_at: record.createdAt,
+  };
 }
 
 /**

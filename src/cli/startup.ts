@@ -27,7 +27,12 @@ export function startupLine(input: {
   const worker = role === 'all' || role === 'worker';
   const embedded = input.redis.origin !== 'configured';
   // Where Prometheus scrapes this process: its health server's port when it has one.
-  const metrics = addresses.health !== undefined ? `${addresses.health}/metrics` : addresses.api !== undefined ? `${addresses.api}/metrics` : undefined;
+  const metrics =
+    addresses.health !== undefined
+      ? `${addresses.health}/metrics`
+      : addresses.api !== undefined
+        ? `${addresses.api}/metrics`
+        : undefined;
   const fields: Record<string, unknown> = {
     event: 'hookline.started',
     role,
@@ -52,9 +57,13 @@ export function startupLine(input: {
       : {}),
   };
   const parts: string[] = [];
-  if (addresses.api !== undefined) parts.push(`Hookline API listening on ${addresses.api} (docs at ${addresses.api}/docs)`);
+  if (addresses.api !== undefined)
+    parts.push(`Hookline API listening on ${addresses.api} (docs at ${addresses.api}/docs)`);
   if (worker) parts.push('delivery worker running');
   if (addresses.health !== undefined) parts.push(`health and metrics on ${addresses.health}`);
-  if (config.allowPrivateTargets) parts.push('SSRF guard OFF (HOOKLINE_ALLOW_PRIVATE_TARGETS=true): callbacks may target private and loopback addresses');
+  if (config.allowPrivateTargets)
+    parts.push(
+      'SSRF guard OFF (HOOKLINE_ALLOW_PRIVATE_TARGETS=true): callbacks may target private and loopback addresses',
+    );
   return { level: config.allowPrivateTargets ? 'warn' : 'info', fields, msg: parts.join('; ') };
 }

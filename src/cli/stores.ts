@@ -80,12 +80,19 @@ function reach(redis: Redis, timeoutMs: number): Promise<void> {
  * An unreachable Redis ends the command with one sentence (`cannot reach Redis at
  * redis://host:6379 (connection refused)`) within seconds.
  */
-export async function withStores<T>(config: Config, body: (stores: Stores) => Promise<T>, options: { createData?: boolean } = {}): Promise<T> {
+export async function withStores<T>(
+  config: Config,
+  body: (stores: Stores) => Promise<T>,
+  options: { createData?: boolean } = {},
+): Promise<T> {
   // Installing redis-server (as root on Debian) is announced on stderr, so stdout stays the result.
   const settled = await settle(config, say, { createData: options.createData ?? false, needsSecretKey: false });
   const url = settled.endpoint.url;
   try {
-    const engine = await createEngine(settled.config, { role: 'tools', logger: createLogger({ level: 'silent', format: 'json', fd: 2 }) });
+    const engine = await createEngine(settled.config, {
+      role: 'tools',
+      logger: createLogger({ level: 'silent', format: 'json', fd: 2 }),
+    });
     // The connection's last error says why a command failed better than the command's own error does.
     let lastError: Error | undefined;
     engine.stores.redis.on('error', (error: Error) => (lastError = error));
@@ -98,7 +105,8 @@ export async function withStores<T>(config: Config, body: (stores: Stores) => Pr
       return await body(engine.stores);
     } catch (error) {
       // Redis went away during the command: say so, rather than ioredis's MaxRetriesPerRequestError.
-      if (!(error instanceof CliError) && error instanceof Error && isRedisUnavailable(error)) throw unreachable(url, lastError ?? error);
+      if (!(error instanceof CliError) && error instanceof Error && isRedisUnavailable(error))
+        throw unreachable(url, lastError ?? error);
       throw error;
     } finally {
       await engine.close(0);

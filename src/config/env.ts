@@ -43,7 +43,8 @@ function publicUrlProblem(text: string): string | undefined {
     return 'expected an absolute http(s) URL such as https://hooks.example.com';
   }
   if (url.protocol !== 'https:' && url.protocol !== 'http:') return 'expected an http or https URL';
-  if (url.search || url.hash || url.username || url.password) return 'expected a URL without query, fragment or credentials';
+  if (url.search || url.hash || url.username || url.password)
+    return 'expected a URL without query, fragment or credentials';
   return undefined;
 }
 
@@ -108,7 +109,10 @@ export const envSchema = z.object({
   HOOKLINE_SECRET_KEY: z
     .string()
     .trim()
-    .refine((v) => Buffer.from(v, 'base64').length === 32, 'expected 32 random bytes written in base64 (openssl rand -base64 32)')
+    .refine(
+      (v) => Buffer.from(v, 'base64').length === 32,
+      'expected 32 random bytes written in base64 (openssl rand -base64 32)',
+    )
     .optional(),
   HOOKLINE_ALLOW_PRIVATE_TARGETS: boolean(false),
   HOOKLINE_WORKER_CONCURRENCY: z.coerce
@@ -146,7 +150,10 @@ export const envSchema = z.object({
   HOOKLINE_SECRET_ROTATION_OVERLAP: duration('24h'),
   HOOKLINE_SUSTAINED_FAILURE_WINDOW: duration('5d'),
   // DESIGN promises a re-sent event id is a no-op for at least 24 h.
-  HOOKLINE_DEDUPE_WINDOW: duration('48h').refine((ms) => ms >= 24 * 3_600_000, 'expected at least 24h (re-sent events are ignored for at least that long)'),
+  HOOKLINE_DEDUPE_WINDOW: duration('48h').refine(
+    (ms) => ms >= 24 * 3_600_000,
+    'expected at least 24h (re-sent events are ignored for at least that long)',
+  ),
   HOOKLINE_SHUTDOWN_GRACE: duration('30s'),
   HOOKLINE_WORKER_LOCK_DURATION: duration('30s'),
   HOOKLINE_INGEST_STREAM: boolean(true),
@@ -215,7 +222,8 @@ function operationalUrlProblem(text: string): string | undefined {
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return 'expected an http or https URL';
   // Credentials in a URL end up in logs and proxies: the signature is how the receiver trusts a request.
-  if (url.username !== '' || url.password !== '') return 'must not contain credentials (the receiver checks the signature instead)';
+  if (url.username !== '' || url.password !== '')
+    return 'must not contain credentials (the receiver checks the signature instead)';
   if (url.hash !== '') return 'must not contain a fragment';
   return undefined;
 }
@@ -229,7 +237,8 @@ function crossFieldProblems(e: z.infer<typeof envSchema>): { variable: string; m
   if (e.HOOKLINE_OPERATIONAL_WEBHOOK_URL !== undefined && e.HOOKLINE_OPERATIONAL_WEBHOOK_SECRET === undefined) {
     problems.push({
       variable: 'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET',
-      message: 'required when HOOKLINE_OPERATIONAL_WEBHOOK_URL is set: operational webhooks are always signed, so their receiver can tell them from forgeries',
+      message:
+        'required when HOOKLINE_OPERATIONAL_WEBHOOK_URL is set: operational webhooks are always signed, so their receiver can tell them from forgeries',
     });
   }
   return problems;
@@ -303,7 +312,8 @@ export function defaultDataDir(env: NodeJS.ProcessEnv, platform: NodeJS.Platform
   const home = env.HOME || homedir();
   if (platform === 'win32') return path.join(env.LOCALAPPDATA || path.join(home, 'AppData', 'Local'), 'hookline');
   // The XDG spec ignores a relative XDG_STATE_HOME.
-  const stateHome = env.XDG_STATE_HOME && path.isAbsolute(env.XDG_STATE_HOME) ? env.XDG_STATE_HOME : path.join(home, '.local', 'state');
+  const stateHome =
+    env.XDG_STATE_HOME && path.isAbsolute(env.XDG_STATE_HOME) ? env.XDG_STATE_HOME : path.join(home, '.local', 'state');
   return path.join(stateHome, 'hookline');
 }
 

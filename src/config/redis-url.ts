@@ -6,7 +6,8 @@ interface ClusterSeed {
 
 /** What `REDIS_URL` names: one Redis server (the URL as ioredis takes it), or a Redis Cluster. */
 type RedisTarget =
-  { kind: 'server'; url: string } | { kind: 'cluster'; seeds: ClusterSeed[]; username: string | undefined; password: string | undefined; tls: boolean };
+  | { kind: 'server'; url: string }
+  | { kind: 'cluster'; seeds: ClusterSeed[]; username: string | undefined; password: string | undefined; tls: boolean };
 
 export type ParsedRedisUrl = ({ ok: true } & RedisTarget) | { ok: false; reason: string };
 
@@ -39,7 +40,8 @@ export function parseRedisUrl(text: string): ParsedRedisUrl {
     for (const part of hostList.split(',')) {
       const seed = SEED_RE.exec(part.trim());
       const port = Number(seed?.[3] ?? DEFAULT_PORT);
-      if (!seed || port < 1 || port > 65535) return { ok: false, reason: `"${part}" is not a host:port seed node; expected ${CLUSTER_FORM}` };
+      if (!seed || port < 1 || port > 65535)
+        return { ok: false, reason: `"${part}" is not a host:port seed node; expected ${CLUSTER_FORM}` };
       seeds.push({ host: seed[1] ?? seed[2] ?? '', port });
     }
     let username: string | undefined;
@@ -48,12 +50,14 @@ export function parseRedisUrl(text: string): ParsedRedisUrl {
       const colon = userInfo.indexOf(':');
       username = decode(colon === -1 ? userInfo : userInfo.slice(0, colon));
       password = colon === -1 ? undefined : decode(userInfo.slice(colon + 1));
-      if (username === undefined || (colon !== -1 && password === undefined)) return { ok: false, reason: 'the credentials are not valid URL encoding' };
+      if (username === undefined || (colon !== -1 && password === undefined))
+        return { ok: false, reason: 'the credentials are not valid URL encoding' };
       if (username === '') username = undefined;
     }
     return { ok: true, kind: 'cluster', seeds, username, password, tls: scheme === 'rediss' };
   }
-  if (/^rediss?\+cluster:/.test(text)) return { ok: false, reason: `expected ${CLUSTER_FORM} (no database number or query)` };
+  if (/^rediss?\+cluster:/.test(text))
+    return { ok: false, reason: `expected ${CLUSTER_FORM} (no database number or query)` };
   if (SERVER_RE.test(text)) return { ok: true, kind: 'server', url: text };
   return { ok: false, reason: `expected a redis:// or rediss:// URL, or ${CLUSTER_FORM} for a Redis Cluster` };
 }

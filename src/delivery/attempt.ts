@@ -153,7 +153,12 @@ export interface RunOptions extends AdmitOptions {
  * settle the lease), conclude (decide, record, log). Every delivery, in a batch, a single job or a
  * FIFO line, takes these steps and nothing else; only what its processor does with the run differs.
  */
-export async function runDelivery(deps: DeliveryProcessorDeps, data: DeliverJob, attemptNo: number, options: RunOptions): Promise<DeliveryRun> {
+export async function runDelivery(
+  deps: DeliveryProcessorDeps,
+  data: DeliverJob,
+  attemptNo: number,
+  options: RunOptions,
+): Promise<DeliveryRun> {
   const prepared = await prepare(deps, data, attemptNo);
   return 'kind' in prepared ? prepared : admitAndSend(deps, data, prepared, attemptNo, options);
 }
@@ -193,7 +198,11 @@ export function finish(deps: Pick<DeliveryProcessorDeps, 'onOutcome'>, outcome: 
  * The one wide line of an attempt (`delivery.attempted`): at info when it delivered, at warn when
  * it failed, dead-lettered the delivery or disabled the webhook.
  */
-function logAttempt(logger: Logger, data: DeliverJob, fields: { attempt: number; outcome: string; decision: string } & Record<string, unknown>): void {
+function logAttempt(
+  logger: Logger,
+  data: DeliverJob,
+  fields: { attempt: number; outcome: string; decision: string } & Record<string, unknown>,
+): void {
   const line = {
     event: 'delivery.attempted',
     eventId: data.eventId,
@@ -216,7 +225,11 @@ async function deadUnsent(
   why: Record<string, unknown>,
 ): Promise<Concluded> {
   const atMs = deps.nowMs();
-  await deps.recorder.recordAttempt({ job: data, attempt: { attempt, atMs, outcome, durationMs: 0, error }, status: 'dead' });
+  await deps.recorder.recordAttempt({
+    job: data,
+    attempt: { attempt, atMs, outcome, durationMs: 0, error },
+    status: 'dead',
+  });
   logAttempt(deps.logger, data, { attempt, outcome, durationMs: 0, decision: 'dead', ...why });
   const finished = finish(deps, {
     kind: 'attempted',
@@ -235,7 +248,11 @@ async function deadUnsent(
  * The delivery's webhook; or the run's end when there is nothing to send (dropped, dead-lettered);
  * or, while its webhook is paused by its vendor, when its hold ends (see pause-holds.ts).
  */
-export async function prepare(deps: DeliveryProcessorDeps, data: DeliverJob, attempt: number): Promise<Webhook | Concluded | Held> {
+export async function prepare(
+  deps: DeliveryProcessorDeps,
+  data: DeliverJob,
+  attempt: number,
+): Promise<Webhook | Concluded | Held> {
   let webhook: Webhook | undefined;
   try {
     webhook = await deps.webhooks.getById(data.webhookId);
@@ -246,7 +263,10 @@ export async function prepare(deps: DeliveryProcessorDeps, data: DeliverJob, att
   // A deleted webhook's deliveries are dropped.
   if (!webhook) {
     await deps.recorder.recordDropped(data, deps.nowMs());
-    deps.logger.info({ event: 'delivery.dropped', eventId: data.eventId, webhookId: data.webhookId, deliveryId: data.deliveryId }, 'delivery.dropped');
+    deps.logger.info(
+      { event: 'delivery.dropped', eventId: data.eventId, webhookId: data.webhookId, deliveryId: data.deliveryId },
+      'delivery.dropped',
+    );
     return { kind: 'concluded', finished: finish(deps, { kind: 'dropped', job: data }), retryDelayMs: undefined };
   }
   // A paused webhook's deliveries wait, unsent and without spending attempts, to the end of their retry window.
@@ -270,13 +290,23 @@ export async function prepare(deps: DeliveryProcessorDeps, data: DeliverJob, att
  * past any cached copy, and when it is no longer paused (an enable came meanwhile, or its
  * deletion), brings the hold back at once (see pause-holds.ts for why this closes the race).
  */
-export async function recheckHold(deps: DeliveryProcessorDeps, webhookId: string, jobs: readonly HeldJob[]): Promise<void> {
+export async function recheckHold(
+  deps: DeliveryProcessorDeps,
+  webhookId: string,
+  jobs: readonly HeldJob[],
+): Promise<void> {
   const webhook = await deps.webhooks.getFresh(webhookId);
   if (webhook?.disabled?.reason !== 'paused') await deps.holds.release(webhookId, jobs);
 }
 
 /** Signs, sends, decides and records one admitted attempt; always ends its lease. */
-async function send(deps: DeliveryProcessorDeps, data: DeliverJob, webhook: Webhook, attemptNo: number, lease: Lease): Promise<Concluded> {
+async function send(
+  deps: DeliveryProcessorDeps,
+  data: DeliverJob,
+  webhook: Webhook,
+  attemptNo: number,
+  lease: Lease,
+): Promise<Concluded> {
   try {
     // One instant for both: the attempt is recorded at startedMs, and signed with its whole seconds,
     // so the delivery log rebuilds the exact webhook-timestamp from the record.
@@ -295,14 +325,29 @@ async function send(deps: DeliveryProcessorDeps, data: DeliverJob, webhook: Webh
     lease.settle(answer, endedMs);
     // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
     // at most as many attempts as it has slots (sent or answered, but not yet recorded).
-    return await conclude(deps, data, webhook, attemptNo, result, answer, startedMs, endedMs, sentRequest(request, deps.sender.userAgent));
+    return await conclude(
+      deps,
+      data,
+      webhook,
+      attemptNo,
+      result,
+      answer,
+      startedMs,
+      endedMs,
+      sentRequest(request, deps.sender.userAgent),
+    );
   } finally {
     lease.end();
   }
 }
 
 /** Records an attempt that came due while the endpoint's circuit was open, without sending it. */
-function recordCircuitOpen(deps: DeliveryProcessorDeps, data: DeliverJob, webhook: Webhook, attemptNo: number): Promise<Concluded> {
+function recordCircuitOpen(
+  deps: DeliveryProcessorDeps,
+  data: DeliverJob,
+  webhook: Webhook,
+  attemptNo: number,
+): Promise<Concluded> {
   const nowMs = deps.nowMs();
   return conclude(deps, data, webhook, attemptNo, CIRCUIT_OPEN, interpret(CIRCUIT_OPEN, nowMs), nowMs, nowMs);
 }
@@ -330,7 +375,9 @@ async function conclude(
         atMs: startedMs,
         outcome,
         durationMs: result.durationMs,
-        ...(result.kind === 'response' ? { statusCode: result.status, responseSnippet: result.bodySnippet } : { error: result.message }),
+        ...(result.kind === 'response'
+          ? { statusCode: result.status, responseSnippet: result.bodySnippet }
+          : { error: result.message }),
         ...(sent === undefined ? {} : { sent }),
       },
       status: STATUS_OF[decision.action],
@@ -375,12 +422,23 @@ async function disableIfDue(
   endedMs: number,
 ): Promise<'gone' | 'failing' | undefined> {
   if (decision.action === 'disable') return (await deps.webhooks.disable(webhookId, 'gone')) ? 'gone' : undefined;
-  if (decision.action === 'delivered' || failingSinceMs === undefined || endedMs - failingSinceMs < deps.sustainedFailureMs) return undefined;
+  if (
+    decision.action === 'delivered' ||
+    failingSinceMs === undefined ||
+    endedMs - failingSinceMs < deps.sustainedFailureMs
+  )
+    return undefined;
   return (await deps.webhooks.disable(webhookId, 'failing')) ? 'failing' : undefined;
 }
 
 /** The signed request of one attempt (DESIGN "What a vendor receives"). */
-function buildRequest(job: DeliverJob, webhook: Webhook, attempt: number, nowMs: number, timeoutMs: number): SendRequest {
+function buildRequest(
+  job: DeliverJob,
+  webhook: Webhook,
+  attempt: number,
+  nowMs: number,
+  timeoutMs: number,
+): SendRequest {
   return {
     url: webhook.callbackUrl,
     body: job.body,

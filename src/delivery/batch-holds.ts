@@ -79,7 +79,9 @@ export class BatchHolds<T> {
   /** How long until the next check, from now. */
   nextCheckInMs(): number {
     this.lastOnlySuspect = this.onlySuspectLeft();
-    const holdMs = this.lastOnlySuspect ? Math.min(this.rules.suspectOnlyHoldMs, this.rules.suspectHoldMs) : this.rules.suspectHoldMs;
+    const holdMs = this.lastOnlySuspect
+      ? Math.min(this.rules.suspectOnlyHoldMs, this.rules.suspectHoldMs)
+      : this.rules.suspectHoldMs;
     return Math.max(0, this.holdStartedMs + holdMs - this.nowMs());
   }
 

@@ -129,7 +129,12 @@ class BatchRun implements SendTracker {
     await this.leave();
     // Storage failed, or an unexpected error: re-run the batch; finished deliveries are skipped.
     if (this.failure !== undefined) throw this.failure;
-    return { deliveries: this.deliveries.length, attempted: this.attempted, handedOff: this.singles.length + this.parkedCount, skipped: this.skipped };
+    return {
+      deliveries: this.deliveries.length,
+      attempted: this.attempted,
+      handedOff: this.singles.length + this.parkedCount,
+      skipped: this.skipped,
+    };
   }
 
   started(data: DeliverJob, suspect: boolean): void {
@@ -166,14 +171,18 @@ class BatchRun implements SendTracker {
         reparked.set(p.parkedIn, park);
         return false;
       }
-      if (p.status === 'retrying' || p.status === 'pending') this.leaveAsSingle(data, (p.nextAttemptAtMs ?? nowMs) - nowMs);
+      if (p.status === 'retrying' || p.status === 'pending')
+        this.leaveAsSingle(data, (p.nextAttemptAtMs ?? nowMs) - nowMs);
       else {
         this.skipped += 1;
         finish(deps, { kind: 'skipped', job: data });
       }
       return false;
     });
-    if (reparked.size > 0) await deps.singles.park([...reparked].map(([jobId, park]) => ({ jobId, deliveries: park.deliveries, delayMs: park.atMs - nowMs })));
+    if (reparked.size > 0)
+      await deps.singles.park(
+        [...reparked].map(([jobId, park]) => ({ jobId, deliveries: park.deliveries, delayMs: park.atMs - nowMs })),
+      );
     for (const park of reparked.values()) this.parkedCount += park.deliveries.length;
     return todo;
   }
@@ -214,7 +223,13 @@ class BatchRun implements SendTracker {
         return;
       case 'deferred':
         // Behind a concurrency limit they come back a few at a time, as the endpoint has room: alone.
-        this.deferred.push({ data, wakeOn: run.wakeOn, retryAtMs: run.retryAtMs, dueAtMs, parkable: run.reason !== 'concurrency' });
+        this.deferred.push({
+          data,
+          wakeOn: run.wakeOn,
+          retryAtMs: run.retryAtMs,
+          dueAtMs,
+          parkable: run.reason !== 'concurrency',
+        });
         finish(deps, { kind: 'deferred', job: data, reason: run.reason });
         return;
     }
@@ -225,7 +240,9 @@ class BatchRun implements SendTracker {
     // Handed off while in flight: its single job waits until this attempt would have timed out.
     // The attempt is recorded now, so wake the job: it reads the record and finishes (delivered,
     // dead) or waits for the retry the record schedules, instead of idling in the queue.
-    void this.added.then(() => deps.singles.promote([{ webhookId: data.webhookId, jobId: data.deliveryId, parked: false }])).catch(() => undefined);
+    void this.added
+      .then(() => deps.singles.promote([{ webhookId: data.webhookId, jobId: data.deliveryId, parked: false }]))
+      .catch(() => undefined);
   }
 
   private settle(data: DeliverJob): void {
@@ -259,7 +276,12 @@ class BatchRun implements SendTracker {
       }
       for (const { item, dueAtMs } of check.handOff) {
         this.leaveAsSingle(item, dueAtMs - deps.nowMs());
-        this.handOffs.push({ job: item, nextAttemptAtMs: dueAtMs, dueAtMs: item.acceptedAtMs + this.firstDelayMs, ifNoRecord: true });
+        this.handOffs.push({
+          job: item,
+          nextAttemptAtMs: dueAtMs,
+          dueAtMs: item.acceptedAtMs + this.firstDelayMs,
+          ifNoRecord: true,
+        });
       }
     }
   }
@@ -320,10 +342,14 @@ class BatchRun implements SendTracker {
     const { parked, pausedParks, marks, alone } = this.planDeferrals(nowMs);
     // Paused webhooks' parks are noted as held before they exist (see pause-holds.ts), so that an
     // enable brings them back.
-    await Promise.all(pausedParks.map((park) => deps.holds.hold(park.webhookId, [{ jobId: park.jobId, parked: true }], park.untilMs)));
+    await Promise.all(
+      pausedParks.map((park) => deps.holds.hold(park.webhookId, [{ jobId: park.jobId, parked: true }], park.untilMs)),
+    );
     const allParks: Park[] = [...parked, ...pausedParks];
     for (const park of allParks) {
-      park.deliveries.forEach((data, i) => marks.push({ job: data, nextAttemptAtMs: park.untilMs, dueAtMs: park.dueAtMs[i]!, parkedIn: park.jobId }));
+      park.deliveries.forEach((data, i) =>
+        marks.push({ job: data, nextAttemptAtMs: park.untilMs, dueAtMs: park.dueAtMs[i]!, parkedIn: park.jobId }),
+      );
       this.parkedCount += park.deliveries.length;
     }
     // Deferred and handed-off deliveries get a record before their job exists: a re-run of this batch
@@ -335,15 +361,27 @@ class BatchRun implements SendTracker {
         deps.singles.addSingles(this.singles),
         allParks.length === 0
           ? undefined
-          : deps.singles.park(allParks.map(({ jobId, deliveries: held, untilMs }) => ({ jobId, deliveries: held, delayMs: untilMs - nowMs }))),
+          : deps.singles.park(
+              allParks.map(({ jobId, deliveries: held, untilMs }) => ({
+                jobId,
+                deliveries: held,
+                delayMs: untilMs - nowMs,
+              })),
+            ),
       ]);
     } finally {
       this.singlesAdded();
     }
-    await Promise.all(pausedParks.map(({ webhookId, jobId }) => recheckHold(deps, webhookId, [{ jobId, parked: true }])));
+    await Promise.all(
+      pausedParks.map(({ webhookId, jobId }) => recheckHold(deps, webhookId, [{ jobId, parked: true }])),
+    );
     // Only now are the parks and single jobs in the queue to be woken.
     for (const { endpoint, jobId, deliveries: held, untilMs } of parked) {
-      deps.wakeups.register(endpoint, [{ webhookId: held[0]!.webhookId, jobId, deliveries: held.length, parked: true }], untilMs);
+      deps.wakeups.register(
+        endpoint,
+        [{ webhookId: held[0]!.webhookId, jobId, deliveries: held.length, parked: true }],
+        untilMs,
+      );
     }
     for (const [endpoint, { refs, untilMs }] of alone) deps.wakeups.register(endpoint, refs, untilMs);
   }

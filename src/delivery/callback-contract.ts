@@ -22,11 +22,15 @@ export function deliveryHeadersSchema(eventType: WebhookEventType) {
     'webhook-id': z
       .string()
       .regex(LOWER_CASE_UUID_RE)
-      .describe('Standard Webhooks: the event id (event_id in the body), the same on every attempt and replay; signed.'),
+      .describe(
+        'Standard Webhooks: the event id (event_id in the body), the same on every attempt and replay; signed.',
+      ),
     'webhook-timestamp': z
       .string()
       .regex(/^\d+$/)
-      .describe('Standard Webhooks: Unix seconds of this attempt; signed. Refuse timestamps far from your clock (replays).'),
+      .describe(
+        'Standard Webhooks: Unix seconds of this attempt; signed. Refuse timestamps far from your clock (replays).',
+      ),
     'webhook-signature': z
       .string()
       .regex(/^v1,[A-Za-z0-9+/]{43}=( v1,[A-Za-z0-9+/]{43}=)*$/)
@@ -81,7 +85,9 @@ export const RECEIVER_ANSWERS: readonly ReceiverAnswer[] = [
     action: 'retry',
     honoursRetryAfter: false,
     description: [
-      ...READINGS.filter((r) => !NAMED_ANSWERS.includes(r.answer) && r.answer !== 'circuit_open').map((r) => `${r.answer}: ${r.description}`),
+      ...READINGS.filter((r) => !NAMED_ANSWERS.includes(r.answer) && r.answer !== 'circuit_open').map(
+        (r) => `${r.answer}: ${r.description}`,
+      ),
       RETRIES,
     ].join(' '),
   },

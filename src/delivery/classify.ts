@@ -1,7 +1,11 @@
 import type { Interpretation } from './interpret.js';
 
 /** What the worker does with a delivery after an attempt. */
-export type Decision = { action: 'delivered' } | { action: 'retry'; delayMs: number } | { action: 'dead' } | { action: 'disable'; reason: 'gone' };
+export type Decision =
+  | { action: 'delivered' }
+  | { action: 'retry'; delayMs: number }
+  | { action: 'dead' }
+  | { action: 'disable'; reason: 'gone' };
 
 export interface DecideInput {
   /** The attempt's answer, as `interpret` read it. */

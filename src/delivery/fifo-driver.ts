@@ -26,7 +26,8 @@ import { GIVE_UP_NOW } from './endpoints/admission.js';
  */
 
 /** What to do with a line's head, from its delivery record. */
-export type HeadPlan = { kind: 'finished' } | { kind: 'wait'; untilMs: number } | { kind: 'attempt'; attemptNo: number; dueAtMs: number };
+export type HeadPlan =
+  { kind: 'finished' } | { kind: 'wait'; untilMs: number } | { kind: 'attempt'; attemptNo: number; dueAtMs: number };
 
 /** A head that comes up more than this before its attempt is due waits (clock skew between workers). */
 const EARLY_TOLERANCE_MS = 100;
@@ -35,7 +36,12 @@ const EARLY_TOLERANCE_MS = 100;
  * The plan for a head: finished already (a worker recorded its end and died before removing it);
  * wait until its next attempt is due; or attempt it now, as the attempt after those recorded.
  */
-export function planHead(job: DeliverJob, progress: DeliveryProgress | undefined, scheduleMs: readonly number[], nowMs: number): HeadPlan {
+export function planHead(
+  job: DeliverJob,
+  progress: DeliveryProgress | undefined,
+  scheduleMs: readonly number[],
+  nowMs: number,
+): HeadPlan {
   if (progress && FINISHED.has(progress.status)) return { kind: 'finished' };
   const dueAtMs = dueAtOf(job, progress, scheduleMs);
   if (dueAtMs > nowMs + EARLY_TOLERANCE_MS) return { kind: 'wait', untilMs: dueAtMs };
@@ -193,7 +199,10 @@ export class FifoDriver {
       .catch((error: Error) => {
         // An outage is logged once by the connection watcher and the storage gate.
         const level = isRedisUnavailable(error) ? 'debug' : 'warn';
-        this.options.deps.logger[level]({ webhookId, err: error.message }, 'fifo turn stopped; the line is taken up again when its lease ends');
+        this.options.deps.logger[level](
+          { webhookId, err: error.message },
+          'fifo turn stopped; the line is taken up again when its lease ends',
+        );
       })
       .finally(() => {
         this.turns.delete(webhookId);
@@ -314,6 +323,9 @@ export class FifoDriver {
     const { finished, retryDelayMs } = run;
     if (retryDelayMs === undefined) return { kind: 'next' };
     onHeadBlocked?.();
-    return { kind: 'wait', untilMs: finished.kind === 'attempted' ? finished.endedAtMs + retryDelayMs : deps.nowMs() + retryDelayMs };
+    return {
+      kind: 'wait',
+      untilMs: finished.kind === 'attempted' ? finished.endedAtMs + retryDelayMs : deps.nowMs() + retryDelayMs,
+    };
   }
 }

@@ -95,7 +95,8 @@ export class HttpSender {
     if (!this.#options.allowPrivateTargets) {
       const literal = parseIpLiteralHost(url.hostname);
       const reason = literal === undefined ? undefined : blockedAddressReason(literal);
-      if (reason !== undefined) return failure(request, started, 'ssrf_blocked', `${url.hostname} is a blocked address (${reason})`);
+      if (reason !== undefined)
+        return failure(request, started, 'ssrf_blocked', `${url.hostname} is a blocked address (${reason})`);
     }
 
     // 2. Send on the dispatcher's handler API: no Readable, no AbortSignal, one timer per attempt.
@@ -166,7 +167,12 @@ class Attempt implements Dispatcher.DispatchHandler {
   #keptBytes = 0;
   #receivedBytes = 0;
 
-  constructor(options: HttpSenderOptions, request: SendRequest, started: number, resolve: (result: SendResult) => void) {
+  constructor(
+    options: HttpSenderOptions,
+    request: SendRequest,
+    started: number,
+    resolve: (result: SendResult) => void,
+  ) {
     this.#request = request;
     this.#started = started;
     this.#resolve = resolve;
@@ -181,7 +187,11 @@ class Attempt implements Dispatcher.DispatchHandler {
     if (this.#timedOut) this.#abortForTimeout();
   }
 
-  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+  onResponseStart(
+    _controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Record<string, string | string[] | undefined>,
+  ): void {
     // 1xx informational answers precede the real one.
     if (statusCode < 200) return;
     this.#status = statusCode;
@@ -202,7 +212,9 @@ class Attempt implements Dispatcher.DispatchHandler {
     // the rest. The abort waits until undici has parsed this read, so a response that ends within it
     // completes (the abort is then a no-op) and its connection stays in the pool.
     this.#settleResponse();
-    queueMicrotask(() => controller.abort(new ResponseCapReachedError(`read ${this.#maxResponseBytes} response bytes`)));
+    queueMicrotask(() =>
+      controller.abort(new ResponseCapReachedError(`read ${this.#maxResponseBytes} response bytes`)),
+    );
   }
 
   onResponseEnd(): void {
@@ -213,7 +225,10 @@ class Attempt implements Dispatcher.DispatchHandler {
     // The status arrived in time, so a body that stalls or breaks leaves a response with a shorter
     // snippet, not a failed attempt.
     if (this.#status !== 0) return this.#settleResponse();
-    if (this.#timedOut) return this.#settle(failure(this.#request, this.#started, 'timeout', `no response within ${this.#request.timeoutMs} ms`));
+    if (this.#timedOut)
+      return this.#settle(
+        failure(this.#request, this.#started, 'timeout', `no response within ${this.#request.timeoutMs} ms`),
+      );
     this.#settle(failure(this.#request, this.#started, attemptErrorClass(error), describe(error)));
   }
 
@@ -255,7 +270,12 @@ function onDeadline(attempt: Attempt): void {
 
 /** A failed attempt as a value, its message redacted. */
 function failure(request: SendRequest, started: number, errorClass: AttemptErrorClass, message: string): SendResult {
-  return { kind: 'error', errorClass, message: redact(message, request.headers), durationMs: Math.round(performance.now() - started) };
+  return {
+    kind: 'error',
+    errorClass,
+    message: redact(message, request.headers),
+    durationMs: Math.round(performance.now() - started),
+  };
 }
 
 /**
@@ -286,7 +306,13 @@ export function guardedLookup(resolve: typeof dns.lookup): LookupFunction {
   };
 }
 
-const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_ABORTED', 'ABORT_ERR', 'ERR_HOOKLINE_ATTEMPT_TIMEOUT']);
+const TIMEOUT_CODES = new Set([
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'UND_ERR_ABORTED',
+  'ABORT_ERR',
+  'ERR_HOOKLINE_ATTEMPT_TIMEOUT',
+]);
 const DNS_CODES = new Set(['ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'EAI_NONAME', 'EAI_NODATA', 'ENODATA']);
 const CONNECT_CODES = new Set([
   'ECONNREFUSED',
@@ -299,7 +325,8 @@ const CONNECT_CODES = new Set([
   'ETIMEDOUT',
   'UND_ERR_CONNECT_TIMEOUT',
 ]);
-const TLS_CODE = /^(ERR_TLS_|ERR_SSL_|ERR_OSSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|HOSTNAME_MISMATCH|EPROTO)/;
+const TLS_CODE =
+  /^(ERR_TLS_|ERR_SSL_|ERR_OSSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|HOSTNAME_MISMATCH|EPROTO)/;
 
 /**
  * The class of a failed attempt's error, judged over the error, its causes and, for an
@@ -341,7 +368,10 @@ function errorChain(error: unknown): object[] {
 function describe(error: unknown): string {
   const [outer, inner] = errorChain(error) as { code?: unknown; message?: unknown }[];
   const one = (e: { code?: unknown; message?: unknown }) =>
-    [typeof e.code === 'string' ? e.code : undefined, typeof e.message === 'string' && e.message !== '' ? e.message : undefined]
+    [
+      typeof e.code === 'string' ? e.code : undefined,
+      typeof e.message === 'string' && e.message !== '' ? e.message : undefined,
+    ]
       .filter((part) => part !== undefined)
       .join(': ');
   const text = [outer, inner]

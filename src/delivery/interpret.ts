@@ -54,7 +54,12 @@ const RETRY_AFTER =
 type Row = Omit<Reading, 'answered' | 'retryAfterMs' | 'honoursRetryAfter'> & { honoursRetryAfter?: true };
 
 /** A row of HTTP answers (`answered`) or of answers that never came. */
-const reading = (answered: boolean, r: Row): Reading => ({ honoursRetryAfter: false, ...r, answered, retryAfterMs: undefined });
+const reading = (answered: boolean, r: Row): Reading => ({
+  honoursRetryAfter: false,
+  ...r,
+  answered,
+  retryAfterMs: undefined,
+});
 const status = (r: Row) => reading(true, r);
 const noAnswer = (r: Row) => reading(false, r);
 
@@ -66,7 +71,8 @@ const STATUS_ROWS = {
     action: 'delivered',
     health: 'healthy',
     flow: 'ok',
-    description: 'Delivered: any 2xx within the attempt timeout (15 s by default). The body is ignored; its first 4 KiB are kept in the attempt log.',
+    description:
+      'Delivered: any 2xx within the attempt timeout (15 s by default). The body is ignored; its first 4 KiB are kept in the attempt log.',
   }),
   gone: status({
     answer: '410',
@@ -74,7 +80,8 @@ const STATUS_ROWS = {
     action: 'disable',
     health: 'healthy',
     flow: 'ok',
-    description: 'Gone: the webhook is disabled at once (disabled_reason gone) and this delivery is not retried. PATCH enabled=true turns it back on.',
+    description:
+      'Gone: the webhook is disabled at once (disabled_reason gone) and this delivery is not retried. PATCH enabled=true turns it back on.',
   }),
   tooMany: status({
     answer: '429',
@@ -128,7 +135,8 @@ const ERROR_ROWS: Record<AttemptErrorClass, Reading> = {
     action: 'retry',
     health: 'timeout',
     flow: 'congested',
-    description: 'No answer within the attempt timeout: a timeout (two in a row open the circuit), and it halves the concurrency limit; retried.',
+    description:
+      'No answer within the attempt timeout: a timeout (two in a row open the circuit), and it halves the concurrency limit; retried.',
   }),
   connect: noAnswer({
     answer: 'connect',
@@ -177,7 +185,8 @@ const ERROR_ROWS: Record<AttemptErrorClass, Reading> = {
     action: 'retry',
     health: 'healthy',
     flow: 'neutral',
-    description: 'Not sent: the attempt came due while the endpoint’s circuit was open; recorded, it counts on the schedule.',
+    description:
+      'Not sent: the attempt came due while the endpoint’s circuit was open; recorded, it counts on the schedule.',
   }),
 };
 
@@ -208,7 +217,8 @@ export function interpret(result: SendResult, nowMs: number): Interpretation {
 
 const SECOND_MS = 1_000;
 const IMF_FIXDATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (\d{2}) ([A-Z][a-z]{2}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) GMT$/;
-const RFC850_DATE = /^(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), (\d{2})-([A-Z][a-z]{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) GMT$/;
+const RFC850_DATE =
+  /^(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), (\d{2})-([A-Z][a-z]{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) GMT$/;
 const ASCTIME_DATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) ([ \d]\d) (\d{2}):(\d{2}):(\d{2}) (\d{4})$/;
 const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
 
@@ -235,7 +245,13 @@ function httpDateMs(text: string, nowMs: number): number | undefined {
   const imf = IMF_FIXDATE.exec(text);
   const rfc850 = imf ? null : RFC850_DATE.exec(text);
   const asctime = imf || rfc850 ? null : ASCTIME_DATE.exec(text);
-  const parts = imf ? pick(imf, 1, 2, 3, 4, 5, 6) : rfc850 ? pick(rfc850, 1, 2, 3, 4, 5, 6) : asctime ? pick(asctime, 2, 1, 6, 3, 4, 5) : undefined;
+  const parts = imf
+    ? pick(imf, 1, 2, 3, 4, 5, 6)
+    : rfc850
+      ? pick(rfc850, 1, 2, 3, 4, 5, 6)
+      : asctime
+        ? pick(asctime, 2, 1, 6, 3, 4, 5)
+        : undefined;
   if (parts === undefined) return undefined;
   const [day, month, yearText, hours, minutes, seconds] = parts;
   let year = Number(yearText);
@@ -249,6 +265,13 @@ function httpDateMs(text: string, nowMs: number): number | undefined {
   const ms = Date.UTC(...fields);
   // Date.UTC rolls 31 Feb over into March and 25:00 into the next day; such a date is malformed.
   const back = new Date(ms);
-  const roundTrip = [back.getUTCFullYear(), back.getUTCMonth(), back.getUTCDate(), back.getUTCHours(), back.getUTCMinutes(), back.getUTCSeconds()];
+  const roundTrip = [
+    back.getUTCFullYear(),
+    back.getUTCMonth(),
+    back.getUTCDate(),
+    back.getUTCHours(),
+    back.getUTCMinutes(),
+    back.getUTCSeconds(),
+  ];
   return roundTrip.every((value, i) => value === fields[i]) ? ms : undefined;
 }

@@ -52,13 +52,23 @@ export function operationalWebhookJob(transition: WebhookTransition): Operationa
   };
   const payload: OperationalWebhookPayload =
     transition.kind === 'disabled'
-      ? { type: 'webhook.disabled', timestamp: iso(transition.atMs), data: { ...common, disabled_at: iso(transition.atMs) } }
+      ? {
+          type: 'webhook.disabled',
+          timestamp: iso(transition.atMs),
+          data: { ...common, disabled_at: iso(transition.atMs) },
+        }
       : {
           type: 'webhook.recovered',
           timestamp: iso(transition.atMs),
           data: { ...common, disabled_at: iso(transition.disabledAtMs), recovered_at: iso(transition.atMs) },
         };
-  return { id: newId(), type: payload.type, webhookId: webhook.id, vendorId: webhook.vendorId, body: JSON.stringify(payload) };
+  return {
+    id: newId(),
+    type: payload.type,
+    webhookId: webhook.id,
+    vendorId: webhook.vendorId,
+    body: JSON.stringify(payload),
+  };
 }
 
 /**
@@ -66,14 +76,24 @@ export function operationalWebhookJob(transition: WebhookTransition): Operationa
  * is logged (`operational_webhook.failed`, stage `queue`) and not thrown: the transition itself is
  * stored, and the request or attempt that made it must not fail for its notice.
  */
-export function operationalWebhookQueuer(queues: Pick<DeliveryQueues, 'addOperationalWebhook'>, logger: Logger): TransitionListener {
+export function operationalWebhookQueuer(
+  queues: Pick<DeliveryQueues, 'addOperationalWebhook'>,
+  logger: Logger,
+): TransitionListener {
   return async (transition) => {
     const job = operationalWebhookJob(transition);
     try {
       await queues.addOperationalWebhook(job);
     } catch (error) {
       logger.error(
-        { event: 'operational_webhook.failed', stage: 'queue', messageId: job.id, type: job.type, webhookId: job.webhookId, err: (error as Error).message },
+        {
+          event: 'operational_webhook.failed',
+          stage: 'queue',
+          messageId: job.id,
+          type: job.type,
+          webhookId: job.webhookId,
+          err: (error as Error).message,
+        },
         'operational_webhook.failed: not queued; the platform is not told of this change',
       );
     }

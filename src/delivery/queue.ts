@@ -5,7 +5,15 @@ import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { DeferredRef } from './endpoints/wakeups.js';
-import { batchesOf, batchIdOf, deliveryIdFor, JOBS, partitionOf, type OperationalWebhookJob, type ReplayDeadLettersJob } from './jobs.js';
+import {
+  batchesOf,
+  batchIdOf,
+  deliveryIdFor,
+  JOBS,
+  partitionOf,
+  type OperationalWebhookJob,
+  type ReplayDeadLettersJob,
+} from './jobs.js';
 
 /** Ingest's batches: first attempts of many deliveries per job. */
 export const BATCH_QUEUE_NAME = 'deliveries';
@@ -87,7 +95,10 @@ export class DeliveryQueues implements DeliveryEnqueuer {
    */
   async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
     const delayMs = this.options.retryScheduleMs[0] ?? 0;
-    const deliveries = requests.map(({ fifo: _fifo, ...r }) => ({ ...r, deliveryId: deliveryIdFor(r.eventId, r.webhookId) }));
+    const deliveries = requests.map(({ fifo: _fifo, ...r }) => ({
+      ...r,
+      deliveryId: deliveryIdFor(r.eventId, r.webhookId),
+    }));
     const lined = deliveries.filter((_, i) => requests[i]!.fifo === true);
     const unordered = deliveries.filter((_, i) => requests[i]!.fifo !== true);
     await Promise.all([
@@ -95,7 +106,11 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       ...[...this.byPartition(unordered, (d) => d)].flatMap(([n, list]) =>
         batchesOf(list).map((batch) =>
           this.partitions[n]!.batches.addBulk([
-            { name: JOBS.deliverBatch.name, data: { deliveries: batch }, opts: this.jobOptions(batchIdOf(batch.map((d) => d.deliveryId)), delayMs) },
+            {
+              name: JOBS.deliverBatch.name,
+              data: { deliveries: batch },
+              opts: this.jobOptions(batchIdOf(batch.map((d) => d.deliveryId)), delayMs),
+            },
           ]),
         ),
       ),
@@ -124,7 +139,11 @@ export class DeliveryQueues implements DeliveryEnqueuer {
     await Promise.all(
       [...this.byPartition(singles, (s) => s.job)].map(([n, list]) =>
         this.partitions[n]!.singles.addBulk(
-          list.map(({ job, delayMs }) => ({ name: JOBS.deliver.name, data: job, opts: this.jobOptions(job.deliveryId, Math.max(0, Math.round(delayMs))) })),
+          list.map(({ job, delayMs }) => ({
+            name: JOBS.deliver.name,
+            data: job,
+            opts: this.jobOptions(job.deliveryId, Math.max(0, Math.round(delayMs))),
+          })),
         ),
       ),
     );
@@ -140,7 +159,13 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       [...this.byPartition(refs, (r) => r)].flatMap(([n, list]) =>
         // A job handle by id alone: promote() needs only the queue and the id, not the job's data.
         list.map((ref) =>
-          new Job(ref.parked ? this.partitions[n]!.batches : this.partitions[n]!.singles, JOBS.deliver.name, {}, {}, ref.jobId)
+          new Job(
+            ref.parked ? this.partitions[n]!.batches : this.partitions[n]!.singles,
+            JOBS.deliver.name,
+            {},
+            {},
+            ref.jobId,
+          )
             .promote()
             .catch(() => undefined),
         ),
@@ -157,7 +182,11 @@ export class DeliveryQueues implements DeliveryEnqueuer {
     await Promise.all(
       parks.map(({ jobId, deliveries, delayMs }) =>
         this.partitions[partitionOf(deliveries[0]!.webhookId, this.partitions.length)]!.batches.addBulk([
-          { name: JOBS.deliverBatch.name, data: { deliveries }, opts: this.jobOptions(jobId, Math.max(0, Math.round(delayMs))) },
+          {
+            name: JOBS.deliverBatch.name,
+            data: { deliveries },
+            opts: this.jobOptions(jobId, Math.max(0, Math.round(delayMs))),
+          },
         ]),
       ),
     );
@@ -175,13 +204,19 @@ export class DeliveryQueues implements DeliveryEnqueuer {
 
   /** Queues an operational webhook; retried on the delivery schedule by its processor's own decisions. */
   async addOperationalWebhook(job: OperationalWebhookJob): Promise<void> {
-    await this.operational.add(JOBS.operationalWebhook.name, job, this.jobOptions(job.id, this.options.retryScheduleMs[0] ?? 0));
+    await this.operational.add(
+      JOBS.operationalWebhook.name,
+      job,
+      this.jobOptions(job.id, this.options.retryScheduleMs[0] ?? 0),
+    );
   }
 
   /** Jobs by state over all partitions (waiting, delayed, active, …); a batch job counts once. */
   async counts(): Promise<Record<string, number>> {
     const queues = this.partitions.flatMap((p) => [p.batches, p.singles]);
-    const all = await Promise.all(queues.map((q) => q.getJobCounts('waiting', 'delayed', 'active', 'prioritized', 'waiting-children', 'failed')));
+    const all = await Promise.all(
+      queues.map((q) => q.getJobCounts('waiting', 'delayed', 'active', 'prioritized', 'waiting-children', 'failed')),
+    );
     const total: Record<string, number> = {};
     for (const counts of all) for (const [state, n] of Object.entries(counts)) total[state] = (total[state] ?? 0) + n;
     return total;

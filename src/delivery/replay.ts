@@ -27,7 +27,8 @@ export class DeadLetterReplayer {
     // Only dead letters keep their body, so the status decides first.
     if (found.delivery.status !== 'dead' || found.body === undefined) return { ok: false, reason: 'not_dead' };
     // Taking it out of the dead-letter set first makes two racing replays queue it once.
-    if (!(await this.deps.history.markReplayed(webhookId, deliveryId, this.deps.nowMs()))) return { ok: false, reason: 'not_dead' };
+    if (!(await this.deps.history.markReplayed(webhookId, deliveryId, this.deps.nowMs())))
+      return { ok: false, reason: 'not_dead' };
     const job: DeliverJob = {
       deliveryId: newId(),
       eventId: found.delivery.eventId,
@@ -74,7 +75,10 @@ export class DeadLetterReplayer {
     const pageSize = options.pageSize ?? 100;
     const report = async (status: Task['status'], done: number, total: number, failReason: string | null = null) => {
       options.onProgress?.(done, total);
-      await this.deps.tasks.put({ task_id: taskId, status, fail_reason: failReason, progress: { total, done, queued: replayed } }, this.deps.nowMs());
+      await this.deps.tasks.put(
+        { task_id: taskId, status, fail_reason: failReason, progress: { total, done, queued: replayed } },
+        this.deps.nowMs(),
+      );
     };
     const total = (await this.deps.history.deadLetterIds(webhookId, 1_000_000)).length;
     let done = 0;

@@ -54,7 +54,8 @@ export function signatureHeaders(input: SignatureInput): Record<string, string> 
     ...secrets.map((secret) => `v1,${standardSignature(keysOf(secret).standard, webhookId, timestampSec, bytes)}`),
     ...signingKeys.map((key) => `v1a,${asymmetricSignature(key, webhookId, timestampSec, bytes)}`),
   ].join(' ');
-  if (legacySecret !== undefined) headers['x-webhook-signature'] = `sha256=${legacySignature(keysOf(legacySecret).legacy, bytes)}`;
+  if (legacySecret !== undefined)
+    headers['x-webhook-signature'] = `sha256=${legacySignature(keysOf(legacySecret).legacy, bytes)}`;
   return headers;
 }
 
@@ -63,7 +64,9 @@ export function signatureHeaders(input: SignatureInput): Record<string, string> 
  * headers, then `x-webhook-event` and `x-webhook-attempt`. The sender adds content-type and
  * user-agent, the HTTP client host, connection and content-length (see attemptRequestHeaders).
  */
-export function deliveryHeaders(input: SignatureInput & { eventType: string; attempt: number }): Record<string, string> {
+export function deliveryHeaders(
+  input: SignatureInput & { eventType: string; attempt: number },
+): Record<string, string> {
   return {
     ...signatureHeaders(input),
     'x-webhook-event': input.eventType,

@@ -1,6 +1,13 @@
 import { DelayedError, type Job } from 'bullmq';
 import type { DeliveryProgress } from '../store/delivery-log.js';
-import { finish, FINISHED, recheckHold, runDelivery, type DeliveryProcessorDeps, type FinishedOutcome } from './attempt.js';
+import {
+  finish,
+  FINISHED,
+  recheckHold,
+  runDelivery,
+  type DeliveryProcessorDeps,
+  type FinishedOutcome,
+} from './attempt.js';
 import { GIVE_UP_NOW } from './endpoints/admission.js';
 import type { DeferReason } from './endpoints/deferral.js';
 import type { DeliverJob } from '../domain/delivery.js';
@@ -11,7 +18,11 @@ import { RetryLaterError } from './signals.js';
 const EARLY_TOLERANCE_MS = 100;
 
 /** When the attempt after `progress` is due by the schedule (a deferral does not move it). */
-export function dueAtOf(data: DeliverJob, progress: DeliveryProgress | undefined, scheduleMs: readonly number[]): number {
+export function dueAtOf(
+  data: DeliverJob,
+  progress: DeliveryProgress | undefined,
+  scheduleMs: readonly number[],
+): number {
   if (progress?.dueAtMs !== undefined) return progress.dueAtMs;
   if (progress?.status === 'retrying' && progress.nextAttemptAtMs !== undefined) return progress.nextAttemptAtMs;
   return data.acceptedAtMs + (scheduleMs[0] ?? 0);
@@ -23,7 +34,9 @@ export function dueAtOf(data: DeliverJob, progress: DeliveryProgress | undefined
  * RetryLaterError (retry after a delay), or DelayedError after moveToDelayed (wait without spending
  * an attempt).
  */
-export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, token?: string) => Promise<FinishedOutcome> {
+export function createSingleProcessor(
+  deps: DeliveryProcessorDeps,
+): (job: Job, token?: string) => Promise<FinishedOutcome> {
   const wait = async (job: Job, untilMs: number, token?: string): Promise<never> => {
     await job.moveToDelayed(Math.round(untilMs), token);
     throw new DelayedError();
@@ -42,8 +55,15 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
     if (dueAtMs > deps.nowMs() + EARLY_TOLERANCE_MS) return wait(job, dueAtMs, token);
 
     /** Waits until `untilMs` without an attempt, the record saying when it will be tried; `then` once the job is delayed. */
-    const defer = async (untilMs: number, reason: DeferReason, then: () => Promise<void> | void = () => undefined): Promise<never> => {
-      await Promise.all([job.moveToDelayed(untilMs, token), deps.recorder.recordDeferred([{ job: data, nextAttemptAtMs: untilMs, dueAtMs }])]);
+    const defer = async (
+      untilMs: number,
+      reason: DeferReason,
+      then: () => Promise<void> | void = () => undefined,
+    ): Promise<never> => {
+      await Promise.all([
+        job.moveToDelayed(untilMs, token),
+        deps.recorder.recordDeferred([{ job: data, nextAttemptAtMs: untilMs, dueAtMs }]),
+      ]);
       await then();
       finish(deps, { kind: 'deferred', job: data, reason });
       throw new DelayedError();
@@ -74,12 +94,17 @@ export function createSingleProcessor(deps: DeliveryProcessorDeps): (job: Job, t
         const { retryAtMs, wakeOn } = run;
         return defer(retryAtMs, run.reason, () => {
           if (wakeOn !== undefined)
-            deps.wakeups.register(wakeOn, [{ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false }], retryAtMs);
+            deps.wakeups.register(
+              wakeOn,
+              [{ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false }],
+              retryAtMs,
+            );
         });
       }
     }
     const { finished, retryDelayMs } = run;
-    if (retryDelayMs !== undefined) throw new RetryLaterError(retryDelayMs, finished.kind === 'attempted' ? finished.outcome : 'unknown');
+    if (retryDelayMs !== undefined)
+      throw new RetryLaterError(retryDelayMs, finished.kind === 'attempted' ? finished.outcome : 'unknown');
     return finished;
   };
 }

@@ -7,7 +7,13 @@ import type { DeliveryQueues } from './queue.js';
 
 /** Sends a webhook a test event of its own type, signed and retried like any other delivery. */
 export class TestEventSender {
-  constructor(private readonly deps: { queues: Pick<DeliveryQueues, 'add'>; log: Pick<DeliveryHistory, 'recordQueued'>; nowMs: () => number }) {}
+  constructor(
+    private readonly deps: {
+      queues: Pick<DeliveryQueues, 'add'>;
+      log: Pick<DeliveryHistory, 'recordQueued'>;
+      nowMs: () => number;
+    },
+  ) {}
 
   async send(webhook: Webhook): Promise<{ deliveryId: string; eventId: string }> {
     const nowMs = this.deps.nowMs();

@@ -72,7 +72,11 @@ export class DeliveryWorkerPool {
     // A few at once: one operator receiver that hangs must not hold back every other message.
     if (options.operationalProcessor) {
       this.workers.push(
-        new Worker(OPERATIONAL_QUEUE_NAME, options.operationalProcessor, { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 4 }),
+        new Worker(OPERATIONAL_QUEUE_NAME, options.operationalProcessor, {
+          ...common,
+          prefix: options.keys.controlQueuePrefix,
+          concurrency: 4,
+        }),
       );
     }
     // Other errors may repeat on every job fetch: log at most one every 10 s.

@@ -1,7 +1,14 @@
 import { z } from 'zod';
 import { externalIdSchema } from './ids.js';
 
-const AGENT_STATUSES = ['STATUS_UNSPECIFIED', 'STATUS_PENDING', 'STATUS_STOPPING', 'STATUS_STOPPED', 'STATUS_FAILED', 'STATUS_RUNNING'] as const;
+const AGENT_STATUSES = [
+  'STATUS_UNSPECIFIED',
+  'STATUS_PENDING',
+  'STATUS_STOPPING',
+  'STATUS_STOPPED',
+  'STATUS_FAILED',
+  'STATUS_RUNNING',
+] as const;
 
 export const agentStatusSchema = z
   .object({

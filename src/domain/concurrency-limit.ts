@@ -37,7 +37,10 @@ export const MAX_CONCURRENCY_MAX = 1_000;
 export const PAUSE_MS_MAX = 5 * 60_000;
 
 /** Whether a delivery to an endpoint may start: `paused` until a time, or `full` at its limit. */
-export type FlowAdmission = { started: true; ticket: number } | { started: false; reason: 'full' } | { started: false; reason: 'paused'; untilMs: number };
+export type FlowAdmission =
+  | { started: true; ticket: number }
+  | { started: false; reason: 'full' }
+  | { started: false; reason: 'paused'; untilMs: number };
 
 /** What an ended attempt did to the limit. */
 export interface FlowChange {
@@ -128,7 +131,11 @@ export class ConcurrencyLimit {
 
   /** The limit, attempts in flight and pause, as this process sees them. */
   view(nowMs: number): FlowView {
-    return { limit: this.limit, inflight: this.inflight.size, pausedUntilMs: nowMs < this.pausedUntilMs ? this.pausedUntilMs : undefined };
+    return {
+      limit: this.limit,
+      inflight: this.inflight.size,
+      pausedUntilMs: nowMs < this.pausedUntilMs ? this.pausedUntilMs : undefined,
+    };
   }
 
   /** Nothing in flight and no pause: forgetting it loses only what the limit learnt. */

@@ -37,7 +37,11 @@ const SAMPLE_DEPLOYMENT = {
 
 /** Each type's `data` in its sample, and the sample's event id (distinct, so samples are told apart). */
 const SAMPLE_DATA: Record<WebhookEventType, { eventId: string; timestamp: string; data: unknown }> = {
-  EVENT_TYPE_MACHINE_CREATED: { eventId: '0b9d7c52-3f1e-4a8b-9c2d-6e5f4a3b2c10', timestamp: '2026-03-02T09:14:05.120Z', data: SAMPLE_MACHINE },
+  EVENT_TYPE_MACHINE_CREATED: {
+    eventId: '0b9d7c52-3f1e-4a8b-9c2d-6e5f4a3b2c10',
+    timestamp: '2026-03-02T09:14:05.120Z',
+    data: SAMPLE_MACHINE,
+  },
   EVENT_TYPE_MACHINE_UPDATED: {
     eventId: '1c0e8d63-4a2f-4b9c-8d3e-7f6a5b4c3d21',
     timestamp: '2026-03-02T11:40:17.503Z',
@@ -61,7 +65,11 @@ const SAMPLE_DATA: Record<WebhookEventType, { eventId: string; timestamp: string
   EVENT_TYPE_DEPLOYMENT_STOPPED: {
     eventId: '5a4c2ba7-8e6d-4f3a-8b7c-1d0e9f8a7b65',
     timestamp: '2026-03-02T18:30:12.006Z',
-    data: { ...SAMPLE_DEPLOYMENT, status: 'STATUS_FAILED', fail_reason: 'container exited with code 137 (out of memory)' },
+    data: {
+      ...SAMPLE_DEPLOYMENT,
+      status: 'STATUS_FAILED',
+      fail_reason: 'container exited with code 137 (out of memory)',
+    },
   },
 };
 

@@ -32,7 +32,9 @@ const DATA_LEVELS_MAX = 64;
 
 /** The problem of a value nested deeper than DATA_LEVELS_MAX, naming where (`data`, `event.data`); undefined when it is not. */
 export function nestingProblem(value: unknown, at: string): string | undefined {
-  return nestsDeeperThan(value, DATA_LEVELS_MAX) ? `${at}: nested more than ${DATA_LEVELS_MAX} levels deep (objects and arrays within one another)` : undefined;
+  return nestsDeeperThan(value, DATA_LEVELS_MAX)
+    ? `${at}: nested more than ${DATA_LEVELS_MAX} levels deep (objects and arrays within one another)`
+    : undefined;
 }
 
 /** Longest reason a rejected event gets, in characters. */
@@ -43,7 +45,9 @@ const REASON_ISSUES_MAX = 3;
 const eventIdSchema = z
   .string()
   .refine(isUuid, 'must be a UUID (8-4-4-4-12 hex digits)')
-  .describe('Idempotency key (UUID); assigned at acceptance when absent. Re-sending the same event_id is a no-op for at least 24 h.');
+  .describe(
+    'Idempotency key (UUID); assigned at acceptance when absent. Re-sending the same event_id is a no-op for at least 24 h.',
+  );
 
 const timestampSchema = z.iso
   .datetime({ offset: true, error: 'must be an ISO 8601 date-time with a UTC offset, e.g. 2024-05-01T12:00:00Z' })
@@ -51,7 +55,9 @@ const timestampSchema = z.iso
     'When the event happened (ISO 8601 with Z or ±hh:mm); defaults to the time of acceptance. Orders read-model updates: an older event never overwrites newer state.',
   );
 
-const vendorIdSchema = externalIdSchema.describe('The vendor the event concerns; its webhook for this event_type receives the event.');
+const vendorIdSchema = externalIdSchema.describe(
+  'The vendor the event concerns; its webhook for this event_type receives the event.',
+);
 
 /** What a machine removal needs: the id of the machine. */
 const machineRefSchema = z
@@ -74,15 +80,27 @@ const WEBHOOK_EVENTS = {
     data: machineRemovedDataSchema,
     description: 'A machine was removed; data needs only metadata.machine_id (a full Machine is accepted too).',
   },
-  EVENT_TYPE_DEPLOYMENT_CREATED: { data: agentStatusSchema, description: 'A deployment was created; data is its agent deployment status.' },
-  EVENT_TYPE_DEPLOYMENT_UPDATED: { data: agentStatusSchema, description: 'A deployment changed; data is its agent deployment status.' },
-  EVENT_TYPE_DEPLOYMENT_STOPPED: { data: agentStatusSchema, description: 'A deployment stopped; data is its agent deployment status.' },
+  EVENT_TYPE_DEPLOYMENT_CREATED: {
+    data: agentStatusSchema,
+    description: 'A deployment was created; data is its agent deployment status.',
+  },
+  EVENT_TYPE_DEPLOYMENT_UPDATED: {
+    data: agentStatusSchema,
+    description: 'A deployment changed; data is its agent deployment status.',
+  },
+  EVENT_TYPE_DEPLOYMENT_STOPPED: {
+    data: agentStatusSchema,
+    description: 'A deployment stopped; data is its agent deployment status.',
+  },
 } as const satisfies Record<WebhookEventType, { data: z.ZodType; description: string }>;
 
 // Envelope fields are strict (an unknown one is a misplaced field, rejected with its name); `data`
 // schemas strip what they do not name, but only from the read models' copy: vendors receive the
 // data as it was sent (see `sentData`).
-function webhookEvent<const T extends WebhookEventType, D extends z.ZodType>(eventType: T, event: { data: D; description: string }) {
+function webhookEvent<const T extends WebhookEventType, D extends z.ZodType>(
+  eventType: T,
+  event: { data: D; description: string },
+) {
   return z
     .strictObject({
       event_id: eventIdSchema.optional(),
@@ -102,7 +120,9 @@ const taskUpdatedEvent = z
     timestamp: timestampSchema.optional(),
     data: taskSchema,
   })
-  .meta({ description: 'A task changed status; updates GET /rental/v1/tasks/{task_id} and is never delivered to webhooks.' });
+  .meta({
+    description: 'A task changed status; updates GET /rental/v1/tasks/{task_id} and is never delivered to webhooks.',
+  });
 
 /**
  * One ingest event, discriminated by `event_type`. An unknown top-level field is an error; unknown
@@ -163,10 +183,19 @@ export function isWebhookEvent(event: AcceptedEvent): event is WebhookEvent {
 /** The outcome of one event of an ingest batch, in input order. */
 export const eventResultSchema = z
   .object({
-    event_id: z.string().optional().describe('The event id (assigned when the event had none); absent for a rejected event without a valid one.'),
-    status: z.enum(['accepted', 'duplicate', 'rejected']).describe('duplicate: this event_id was already ingested; nothing was done again.'),
+    event_id: z
+      .string()
+      .optional()
+      .describe('The event id (assigned when the event had none); absent for a rejected event without a valid one.'),
+    status: z
+      .enum(['accepted', 'duplicate', 'rejected'])
+      .describe('duplicate: this event_id was already ingested; nothing was done again.'),
     reason: z.string().optional().describe('Why the event was rejected, naming the field.'),
-    deliveries: z.int().min(0).optional().describe('Deliveries created for an accepted event (0 when no webhook matches).'),
+    deliveries: z
+      .int()
+      .min(0)
+      .optional()
+      .describe('Deliveries created for an accepted event (0 when no webhook matches).'),
   })
   .meta({ id: 'EventResult' });
 
@@ -192,10 +221,15 @@ const parseError = (issue: z.core.$ZodRawIssue): string | undefined =>
  * is kept as `sentData`, untouched. Never throws.
  */
 export function parseEvent(raw: unknown, defaults: { acceptedAtMs: number; newId: () => string }): EventParse {
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return { ok: false, reason: 'the event must be a JSON object' };
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+    return { ok: false, reason: 'the event must be a JSON object' };
   const rejected = (reason: string): EventParse => {
     const givenId = (raw as { event_id?: unknown }).event_id;
-    return { ok: false, reason, ...(typeof givenId === 'string' && isUuid(givenId) ? { event_id: givenId.toLowerCase() } : {}) };
+    return {
+      ok: false,
+      reason,
+      ...(typeof givenId === 'string' && isUuid(givenId) ? { event_id: givenId.toLowerCase() } : {}),
+    };
   };
   // Before anything else walks the data: the only part of an event that may nest (the envelope
   // fields are scalars, and an unknown one is rejected without being read).
@@ -268,7 +302,13 @@ function flattenIssues(
 function describeEventIssues(error: z.ZodError): string {
   const all = flattenIssues(error.issues);
   const issues = [...all.filter((issue) => issue.unknownField), ...all.filter((issue) => !issue.unknownField)];
-  const parts = [...new Set(issues.slice(0, REASON_ISSUES_MAX).map(({ path, message }) => (path.length === 0 ? message : `${formatPath(path)}: ${message}`)))];
+  const parts = [
+    ...new Set(
+      issues
+        .slice(0, REASON_ISSUES_MAX)
+        .map(({ path, message }) => (path.length === 0 ? message : `${formatPath(path)}: ${message}`)),
+    ),
+  ];
   const more = issues.length - REASON_ISSUES_MAX;
   const reason = parts.join('; ') + (more > 0 ? ` (and ${more} more)` : '');
   return reason.length > REASON_LENGTH_MAX ? `${reason.slice(0, REASON_LENGTH_MAX - 1)}…` : reason;
@@ -294,7 +334,9 @@ export function envelopeSchema(eventType: WebhookEventType) {
       event_id: z
         .string()
         .regex(LOWER_CASE_UUID_RE)
-        .describe('The event id (lower-case UUID), also sent as webhook-id: the same on every attempt and replay, so receivers deduplicate on it.'),
+        .describe(
+          'The event id (lower-case UUID), also sent as webhook-id: the same on every attempt and replay, so receivers deduplicate on it.',
+        ),
       event_type: z.literal(eventType),
       timestamp: z.iso.datetime().describe('When the event happened: ISO 8601 in UTC with milliseconds.'),
       data: z.union([WEBHOOK_EVENTS[eventType].data, testEventDataSchema]),

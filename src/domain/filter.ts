@@ -50,7 +50,16 @@ const COMPARISONS = ['eq', 'ne', 'in', 'gt', 'gte', 'lt', 'lte', 'exists'] as co
 type Comparison = (typeof COMPARISONS)[number];
 const ROOTS = new Set(['event_type', 'event_id', 'timestamp', 'version', 'data']);
 const SEGMENT = /^[A-Za-z0-9_-]+$/;
-const SYMBOL: Record<Comparison, string> = { eq: '==', ne: '!=', in: 'in', gt: '>', gte: '>=', lt: '<', lte: '<=', exists: 'exists' };
+const SYMBOL: Record<Comparison, string> = {
+  eq: '==',
+  ne: '!=',
+  in: 'in',
+  gt: '>',
+  gte: '>=',
+  lt: '<',
+  lte: '<=',
+  exists: 'exists',
+};
 
 export type FilterParse = { ok: true; filter: FilterNode } | { ok: false; problem: string };
 
@@ -67,7 +76,8 @@ export function parseFilter(input: unknown): FilterParse {
   } catch {
     return { ok: false, problem: 'filter: must be JSON' };
   }
-  if (bytes > FILTER_LIMITS.jsonBytes) return { ok: false, problem: `filter: must be at most ${FILTER_LIMITS.jsonBytes} bytes of JSON (it is ${bytes})` };
+  if (bytes > FILTER_LIMITS.jsonBytes)
+    return { ok: false, problem: `filter: must be at most ${FILTER_LIMITS.jsonBytes} bytes of JSON (it is ${bytes})` };
   const counter = { nodes: 0 };
   try {
     return { ok: true, filter: parseNode(input, 'filter', 1, counter) };
@@ -78,17 +88,22 @@ export function parseFilter(input: unknown): FilterParse {
 }
 
 function parseNode(input: unknown, at: string, depth: number, counter: { nodes: number }): FilterNode {
-  if (depth > FILTER_LIMITS.depth) throw new FilterProblem(`${at}: nested too deep (at most ${FILTER_LIMITS.depth} levels)`);
+  if (depth > FILTER_LIMITS.depth)
+    throw new FilterProblem(`${at}: nested too deep (at most ${FILTER_LIMITS.depth} levels)`);
   counter.nodes += 1;
-  if (counter.nodes > FILTER_LIMITS.nodes) throw new FilterProblem(`${at}: too many nodes (at most ${FILTER_LIMITS.nodes} in a filter)`);
+  if (counter.nodes > FILTER_LIMITS.nodes)
+    throw new FilterProblem(`${at}: too many nodes (at most ${FILTER_LIMITS.nodes} in a filter)`);
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
-    throw new FilterProblem(`${at}: must be an object such as {"path": "data.status", "eq": "unavailable"} or {"and": [...]}`);
+    throw new FilterProblem(
+      `${at}: must be an object such as {"path": "data.status", "eq": "unavailable"} or {"and": [...]}`,
+    );
   }
   const record = input as Record<string, unknown>;
   const keys = Object.keys(record);
   for (const logical of ['and', 'or'] as const) {
     if (!(logical in record)) continue;
-    if (keys.length !== 1) throw new FilterProblem(`${at}: "${logical}" stands alone in its object (found ${keys.join(', ')})`);
+    if (keys.length !== 1)
+      throw new FilterProblem(`${at}: "${logical}" stands alone in its object (found ${keys.join(', ')})`);
     const list = record[logical];
     if (!Array.isArray(list) || list.length === 0 || list.length > FILTER_LIMITS.branches) {
       throw new FilterProblem(`${at}.${logical}: must be a list of 1 to ${FILTER_LIMITS.branches} filters`);
@@ -97,15 +112,19 @@ function parseNode(input: unknown, at: string, depth: number, counter: { nodes: 
     return logical === 'and' ? { and: nodes } : { or: nodes };
   }
   if ('not' in record) {
-    if (keys.length !== 1) throw new FilterProblem(`${at}: "not" stands alone in its object (found ${keys.join(', ')})`);
+    if (keys.length !== 1)
+      throw new FilterProblem(`${at}: "not" stands alone in its object (found ${keys.join(', ')})`);
     return { not: parseNode(record.not, `${at}.not`, depth + 1, counter) };
   }
   const path = parsePath(record.path, `${at}.path`);
   const ops = keys.filter((k) => k !== 'path');
   const unknown = ops.filter((k) => !(COMPARISONS as readonly string[]).includes(k));
   if (unknown.length > 0)
-    throw new FilterProblem(`${at}: unknown field ${unknown.map((k) => `"${k}"`).join(', ')} (comparisons: ${COMPARISONS.join(', ')}; or and, or, not)`);
-  if (ops.length !== 1) throw new FilterProblem(`${at}: needs exactly one comparison beside "path" (${COMPARISONS.join(', ')})`);
+    throw new FilterProblem(
+      `${at}: unknown field ${unknown.map((k) => `"${k}"`).join(', ')} (comparisons: ${COMPARISONS.join(', ')}; or and, or, not)`,
+    );
+  if (ops.length !== 1)
+    throw new FilterProblem(`${at}: needs exactly one comparison beside "path" (${COMPARISONS.join(', ')})`);
   const op = ops[0] as Comparison;
   const value = record[op];
   const where = `${at}.${op}`;
@@ -130,15 +149,21 @@ function parseNode(input: unknown, at: string, depth: number, counter: { nodes: 
 }
 
 function parsePath(input: unknown, at: string): string {
-  if (typeof input !== 'string' || input === '') throw new FilterProblem(`${at}: must be a dotted path into the event, such as "data.status"`);
+  if (typeof input !== 'string' || input === '')
+    throw new FilterProblem(`${at}: must be a dotted path into the event, such as "data.status"`);
   const segments = input.split('.');
   if (!ROOTS.has(segments[0]!))
-    throw new FilterProblem(`${at}: must start with data, event_type, event_id, timestamp or version (got "${clip(segments[0]!)}")`);
-  if (segments.length > FILTER_LIMITS.pathSegments) throw new FilterProblem(`${at}: at most ${FILTER_LIMITS.pathSegments} segments`);
+    throw new FilterProblem(
+      `${at}: must start with data, event_type, event_id, timestamp or version (got "${clip(segments[0]!)}")`,
+    );
+  if (segments.length > FILTER_LIMITS.pathSegments)
+    throw new FilterProblem(`${at}: at most ${FILTER_LIMITS.pathSegments} segments`);
   if (segments[0] !== 'data' && segments.length > 1) throw new FilterProblem(`${at}: only data has fields below it`);
   for (const segment of segments) {
     if (segment.length > FILTER_LIMITS.segmentChars || !SEGMENT.test(segment)) {
-      throw new FilterProblem(`${at}: "${clip(segment)}" is not a key (letters, digits, _ and -, at most ${FILTER_LIMITS.segmentChars})`);
+      throw new FilterProblem(
+        `${at}: "${clip(segment)}" is not a key (letters, digits, _ and -, at most ${FILTER_LIMITS.segmentChars})`,
+      );
     }
   }
   return input;
@@ -151,7 +176,8 @@ function parseScalar(input: unknown, at: string): Scalar {
     return input;
   }
   if (typeof input === 'string') {
-    if (input.length > FILTER_LIMITS.stringChars) throw new FilterProblem(`${at}: strings are at most ${FILTER_LIMITS.stringChars} characters`);
+    if (input.length > FILTER_LIMITS.stringChars)
+      throw new FilterProblem(`${at}: strings are at most ${FILTER_LIMITS.stringChars} characters`);
     return input;
   }
   throw new FilterProblem(`${at}: must be a string, number, boolean or null (not a list or object)`);
@@ -199,7 +225,9 @@ export function compileFilter(node: FilterNode): CompiledFilter {
   return (event) => test(resolve(event, segments));
 }
 
-function comparisonOf(node: Exclude<FilterNode, { and: unknown } | { or: unknown } | { not: unknown }>): (value: unknown) => boolean {
+function comparisonOf(
+  node: Exclude<FilterNode, { and: unknown } | { or: unknown } | { not: unknown }>,
+): (value: unknown) => boolean {
   if ('eq' in node) return (value) => value === node.eq;
   if ('ne' in node) return (value) => value !== node.ne;
   if ('in' in node) {

@@ -22,4 +22,6 @@ export function newId(): string {
  */
 export const EXTERNAL_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$/;
 
-export const externalIdSchema = z.string().regex(EXTERNAL_ID_RE, 'must be 1-128 characters: letters, digits and . _ : @ - (starting with a letter or digit)');
+export const externalIdSchema = z
+  .string()
+  .regex(EXTERNAL_ID_RE, 'must be 1-128 characters: letters, digits and . _ : @ - (starting with a letter or digit)');

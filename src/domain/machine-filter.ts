@@ -25,7 +25,15 @@ export interface MachineFilter {
 export type FilterParse = { ok: true; filter: MachineFilter } | { ok: false; error: string };
 
 /** The filter names, in the order the interface lists them (and error messages repeat them). */
-const MACHINE_FILTER_NAMES = ['gpu_name', 'memory_size', 'cpu_name', 'cpu_cores', 'storage_size', 'machine_id', 'machine_status'] as const;
+const MACHINE_FILTER_NAMES = [
+  'gpu_name',
+  'memory_size',
+  'cpu_name',
+  'cpu_cores',
+  'storage_size',
+  'machine_id',
+  'machine_status',
+] as const;
 
 type MachineFilterName = (typeof MACHINE_FILTER_NAMES)[number];
 
@@ -109,7 +117,9 @@ function applyClause(filter: MachineFilter, clause: string, position: number, pa
     return `The value of filter clause ${quote(clause)} is longer than ${MACHINE_FILTER_VALUE_LENGTH_MAX} characters`;
   }
 
-  const name = (MACHINE_FILTER_NAMES as readonly string[]).includes(givenName) ? (givenName as MachineFilterName) : ALIASES[givenName];
+  const name = (MACHINE_FILTER_NAMES as readonly string[]).includes(givenName)
+    ? (givenName as MachineFilterName)
+    : ALIASES[givenName];
   switch (name) {
     case 'gpu_name':
       addOnce(filter.gpuNames, value.toLowerCase());

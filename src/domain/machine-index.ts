@@ -102,7 +102,9 @@ export class MachineIndex {
   /** CPU model as stated → lower-cased. */
   private readonly cpuModels = new Dictionary<string, string>((model) => model.toLowerCase());
   /** A machine's GPU names (keyed by their JSON array) → the lower-cased names. */
-  private readonly gpuSets = new Dictionary<readonly string[], string[]>((names) => names.map((name) => name.toLowerCase()));
+  private readonly gpuSets = new Dictionary<readonly string[], string[]>((names) =>
+    names.map((name) => name.toLowerCase()),
+  );
 
   private constructor() {}
 
@@ -176,19 +178,30 @@ export class MachineIndex {
     const cpuNeedles = filter.cpuNames.map((name) => name.toLowerCase());
     const gpuNeedles = filter.gpuNames.map((name) => name.toLowerCase());
     const cpuOk =
-      cpuNeedles.length === 0 ? undefined : Uint8Array.from(this.cpuModels.values, (model) => (cpuNeedles.every((needle) => model.includes(needle)) ? 1 : 0));
+      cpuNeedles.length === 0
+        ? undefined
+        : Uint8Array.from(this.cpuModels.values, (model) =>
+            cpuNeedles.every((needle) => model.includes(needle)) ? 1 : 0,
+          );
     const gpuOk =
       gpuNeedles.length === 0
         ? undefined
-        : Uint8Array.from(this.gpuSets.values, (names) => (gpuNeedles.every((needle) => names.some((name) => name.includes(needle))) ? 1 : 0));
+        : Uint8Array.from(this.gpuSets.values, (names) =>
+            gpuNeedles.every((needle) => names.some((name) => name.includes(needle))) ? 1 : 0,
+          );
     const memoryMin = filter.memoryMinGb ?? ABSENT;
     const coresMin = filter.cpuCoresMin ?? ABSENT;
     const storageMin = filter.storageMinGb ?? ABSENT;
     const end = offset + limit;
 
-    const unconditional = statusCode === ABSENT && !cpuOk && !gpuOk && memoryMin === ABSENT && coresMin === ABSENT && storageMin === ABSENT;
+    const unconditional =
+      statusCode === ABSENT && !cpuOk && !gpuOk && memoryMin === ABSENT && coresMin === ABSENT && storageMin === ABSENT;
     if (unconditional) {
-      return { total: to - from, pageIds: this.ids.slice(from + offset, Math.min(from + end, to)), unknownMachineId: false };
+      return {
+        total: to - from,
+        pageIds: this.ids.slice(from + offset, Math.min(from + end, to)),
+        unknownMachineId: false,
+      };
     }
 
     // 4. One pass in id order: count every match, keep the page's ids. Absent numbers (-1) fail any minimum.
@@ -198,7 +211,8 @@ export class MachineIndex {
     for (let row = from; row < to; row += 1) {
       const base = row * STRIDE;
       if (statusCode !== ABSENT && rows[base + STATUS] !== statusCode) continue;
-      if (rows[base + MEMORY]! < memoryMin || rows[base + CORES]! < coresMin || rows[base + STORAGE]! < storageMin) continue;
+      if (rows[base + MEMORY]! < memoryMin || rows[base + CORES]! < coresMin || rows[base + STORAGE]! < storageMin)
+        continue;
       if (cpuOk !== undefined && cpuOk[rows[base + CPU]!] === 0) continue;
       if (gpuOk !== undefined && gpuOk[rows[base + GPUS]!] === 0) continue;
       if (total >= offset && total < end) pageIds.push(this.ids[row]!);

@@ -49,7 +49,9 @@ const machinePriceSchema = z
 /** The Machine resource of the interface (section 2); machine events carry it whole. */
 export const machineSchema = z
   .object({
-    status: text('Availability of the machine: "available" marks a machine ready to be deployed; "unavailable" is the other named value.'),
+    status: text(
+      'Availability of the machine: "available" marks a machine ready to be deployed; "unavailable" is the other named value.',
+    ),
     metadata: z
       .object({
         machine_id: externalIdSchema.meta({ description: 'Unique identifier of the machine.' }),
@@ -91,7 +93,11 @@ export const machineSchema = z
           })
           .meta({ description: "The machine's storage." })
           .optional(),
-        gpus: z.array(gpuSchema).max(MACHINE_LIST_LENGTH_MAX).meta({ description: 'GPUs available on the machine.' }).optional(),
+        gpus: z
+          .array(gpuSchema)
+          .max(MACHINE_LIST_LENGTH_MAX)
+          .meta({ description: 'GPUs available on the machine.' })
+          .optional(),
       })
       .meta({ description: 'Hardware specifications of the machine.' })
       .optional(),
@@ -107,6 +113,9 @@ export const machineSchema = z
       .meta({ description: 'Prices the owner accepts for renting the machine; the renter chooses among them.' })
       .optional(),
   })
-  .meta({ id: 'Machine', description: 'A compute machine offered for rent, with its hardware, network information and prices.' });
+  .meta({
+    id: 'Machine',
+    description: 'A compute machine offered for rent, with its hardware, network information and prices.',
+  });
 
 export type Machine = z.infer<typeof machineSchema>;

@@ -15,7 +15,10 @@ export interface ListenAddress {
 }
 
 /** The base URL links start with; undefined when HOOKLINE_PUBLIC_URL must be set first. */
-export function portalLinkBase(publicUrl: string | undefined, listening: ListenAddress | undefined): string | undefined {
+export function portalLinkBase(
+  publicUrl: string | undefined,
+  listening: ListenAddress | undefined,
+): string | undefined {
   if (publicUrl !== undefined) return publicUrl;
   if (listening === undefined) return undefined;
   const { host, port } = listening;

@@ -52,7 +52,12 @@ export function placeUs(ratePerSecond: number): number {
  * Takes one send at `nowUs` for a webhook whose window is in `state` (undefined: never used), or
  * tells when to come back. `random` in [0, 1) spreads the refusals past the horizon.
  */
-export function takeSendToken(state: BucketState | undefined, ratePerSecond: number, nowUs: number, random: number): TokenTake {
+export function takeSendToken(
+  state: BucketState | undefined,
+  ratePerSecond: number,
+  nowUs: number,
+  random: number,
+): TokenTake {
   const slot = Math.floor(nowUs / SLOT_US);
   const oldest = slot - WINDOW_SLOTS;
   const counts = new Map<number, number>();
@@ -79,7 +84,8 @@ export function takeSendToken(state: BucketState | undefined, ratePerSecond: num
   }
   const horizonUs = nowUs + DEFER_HORIZON_US;
   const inLineUs = Math.max(freeAtUs, deferUs);
-  if (inLineUs < horizonUs) return { sent: false, retryInUs: inLineUs - nowUs, state: { counts, deferUs: inLineUs + placeUs(ratePerSecond) } };
+  if (inLineUs < horizonUs)
+    return { sent: false, retryInUs: inLineUs - nowUs, state: { counts, deferUs: inLineUs + placeUs(ratePerSecond) } };
   const spreadUs = Math.floor(DEFER_HORIZON_US / 2 + (random * DEFER_HORIZON_US) / 2);
   return { sent: false, retryInUs: Math.max(freeAtUs - nowUs, spreadUs), state: { counts, deferUs: horizonUs } };
 }

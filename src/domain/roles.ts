@@ -1,5 +1,13 @@
 /** Roles an API key can carry. `admin` passes every role check. */
-export const ROLES = ['vendor', 'machines:read', 'agents:read', 'tasks:read', 'events:write', 'portal:issue', 'admin'] as const;
+export const ROLES = [
+  'vendor',
+  'machines:read',
+  'agents:read',
+  'tasks:read',
+  'events:write',
+  'portal:issue',
+  'admin',
+] as const;
 
 export type Role = (typeof ROLES)[number];
 

@@ -55,7 +55,10 @@ export function keyNumber(kid: string): number {
 }
 
 /** The keys that sign at `nowMs`: the current one first, then a previous one in its overlap; not a rotated key before its time. */
-export function signingKeysAt<K extends Pick<SigningKey, 'fromMs' | 'untilMs'>>(keys: readonly K[], nowMs: number): K[] {
+export function signingKeysAt<K extends Pick<SigningKey, 'fromMs' | 'untilMs'>>(
+  keys: readonly K[],
+  nowMs: number,
+): K[] {
   return publishedKeysAt(keys, nowMs).filter((key) => key.fromMs === undefined || key.fromMs <= nowMs);
 }
 

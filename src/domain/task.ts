@@ -10,11 +10,25 @@ export const taskSchema = z
     progress: z
       .object({
         total: z.number().int().min(0).describe('Dead letters the replay found when it started.'),
-        done: z.number().int().min(0).describe('Of those, how many it has handled: queued again, or dropped because their record had expired.'),
+        done: z
+          .number()
+          .int()
+          .min(0)
+          .describe('Of those, how many it has handled: queued again, or dropped because their record had expired.'),
         queued: z.number().int().min(0).optional().describe('Replays queued (each a new delivery).'),
         delivered: z.number().int().min(0).optional().describe('Replays delivered.'),
-        failed: z.number().int().min(0).optional().describe('Replays that failed again (dead letters once more, or dropped with their webhook).'),
-        pending: z.number().int().min(0).optional().describe('Replays queued and not yet finished (waiting, in flight or retrying).'),
+        failed: z
+          .number()
+          .int()
+          .min(0)
+          .optional()
+          .describe('Replays that failed again (dead letters once more, or dropped with their webhook).'),
+        pending: z
+          .number()
+          .int()
+          .min(0)
+          .optional()
+          .describe('Replays queued and not yet finished (waiting, in flight or retrying).'),
       })
       .optional()
       .describe(

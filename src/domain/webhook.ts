@@ -12,7 +12,8 @@ export const DISABLED_REASONS = ['gone', 'failing', 'paused'] as const;
 export type DisabledReason = (typeof DISABLED_REASONS)[number];
 const SECRET_MAX_CHARS = 512;
 
-const requiredString = (field: string) => z.string({ error: (issue) => (issue.input === undefined ? `${field} is required` : `${field} must be a string`) });
+const requiredString = (field: string) =>
+  z.string({ error: (issue) => (issue.input === undefined ? `${field} is required` : `${field} must be a string`) });
 
 /** Why `text` is not an acceptable callback URL, or undefined when it is. */
 export function callbackUrlProblem(text: string): string | undefined {
@@ -49,7 +50,9 @@ export function callbackTargetProblem(text: string): string | undefined {
   }
   // WHATWG lower-cases names; a trailing dot names the same host.
   const name = hostname.replace(/\.$/, '');
-  return name === 'localhost' || name.endsWith('.localhost') ? refuse(`${hostname} always resolves to loopback`) : undefined;
+  return name === 'localhost' || name.endsWith('.localhost')
+    ? refuse(`${hostname} always resolves to loopback`)
+    : undefined;
 }
 
 /** A Standard Webhooks secret: `whsec_` and 32 random bytes in base64 (registration without a secret, rotation). */
@@ -79,7 +82,10 @@ const withProblem = (schema: z.ZodString, problem: (text: string) => string | un
 
 const eventTypeSchema = z
   .enum(WEBHOOK_EVENT_TYPES, {
-    error: (issue) => (issue.input === undefined ? 'event_type is required' : `event_type must be one of ${WEBHOOK_EVENT_TYPES.join(', ')}`),
+    error: (issue) =>
+      issue.input === undefined
+        ? 'event_type is required'
+        : `event_type must be one of ${WEBHOOK_EVENT_TYPES.join(', ')}`,
   })
   .describe('The event type this webhook receives.');
 
@@ -176,7 +182,12 @@ export const webhookCreateSchema = z.strictObject(
     ordering: orderingSchema.optional(),
     max_concurrency: maxConcurrencySchema.optional(),
   },
-  { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
+  {
+    error: (issue) =>
+      issue.code === 'unrecognized_keys'
+        ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}`
+        : 'the body must be a JSON object',
+  },
 );
 
 export const webhookPatchSchema = z
@@ -203,24 +214,35 @@ export const webhookPatchSchema = z
             'held at the end of its retry window (counted from its acceptance) is dead-lettered as paused_expired, replayable. ' +
             'A webhook the engine disabled dead-letters its deliveries at once (webhook_disabled).',
         ),
-      rate_limit_per_second: rateLimitSchema.nullable().optional().describe('A new limit; null removes it (unlimited).'),
+      rate_limit_per_second: rateLimitSchema
+        .nullable()
+        .optional()
+        .describe('A new limit; null removes it (unlimited).'),
       signature: signatureSchema
         .optional()
         .describe(
           'ed25519 generates the webhook’s key pair (if it has none) and adds v1a; hmac stops v1a and drops the keys, and generates ' +
             'a whsec_ secret (in the answer) when the webhook has none and the request sets none.',
         ),
-      filter: nullableFilterSchema.optional().describe('A new filter; null removes it (every event of the type is delivered).'),
+      filter: nullableFilterSchema
+        .optional()
+        .describe('A new filter; null removes it (every event of the type is delivered).'),
       ordering: orderingSchema
         .optional()
         .describe(
           'fifo or none. Deliveries already queued keep the way they were queued: after a switch to fifo, those queued before ' +
             'it may still go out beside the line; after a switch to none, the line still goes out in order, and new ones concurrently.',
         ),
-      max_concurrency: maxConcurrencySchema.nullable().optional().describe('A new ceiling; null removes it (the worker’s send slots).'),
+      max_concurrency: maxConcurrencySchema
+        .nullable()
+        .optional()
+        .describe('A new ceiling; null removes it (the worker’s send slots).'),
     },
     {
-      error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object'),
+      error: (issue) =>
+        issue.code === 'unrecognized_keys'
+          ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}`
+          : 'the body must be a JSON object',
     },
   )
   .refine(
@@ -257,11 +279,23 @@ export const webhookResourceSchema = z
         'Why the webhook is disabled: gone (the receiver answered 410), failing (every delivery failed for the sustained-failure window) or paused ' +
           '(PATCH enabled=false: deliveries are held until it is enabled, up to the end of their retry window).',
       ),
-    rate_limit_per_second: z.number().int().nullable().describe('Sends per second at most over all workers; null: unlimited.'),
-    signature: z.enum(SIGNATURE_SCHEMES).describe('hmac, or ed25519: deliveries also carry a v1a signature by the webhook’s key pair.'),
+    rate_limit_per_second: z
+      .number()
+      .int()
+      .nullable()
+      .describe('Sends per second at most over all workers; null: unlimited.'),
+    signature: z
+      .enum(SIGNATURE_SCHEMES)
+      .describe('hmac, or ed25519: deliveries also carry a v1a signature by the webhook’s key pair.'),
     filter: filterViewSchema.nullable().describe('The payload filter; null: every event of the type is delivered.'),
-    ordering: z.enum(WEBHOOK_ORDERINGS).describe('fifo: one delivery at a time, in accept order; none: concurrent deliveries.'),
-    max_concurrency: z.number().int().nullable().describe('Attempts in flight to the endpoint at most, per worker; null: the worker’s send slots.'),
+    ordering: z
+      .enum(WEBHOOK_ORDERINGS)
+      .describe('fifo: one delivery at a time, in accept order; none: concurrent deliveries.'),
+    max_concurrency: z
+      .number()
+      .int()
+      .nullable()
+      .describe('Attempts in flight to the endpoint at most, per worker; null: the worker’s send slots.'),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })

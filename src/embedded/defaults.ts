@@ -1,5 +1,15 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import type { Config } from '../config/env.js';
@@ -74,7 +84,11 @@ const loopbackUrl = (port: number, password: string | undefined) =>
  * A port remembered from an earlier run may since belong to any other Redis, another Hookline
  * installation's included, whose data must never be shown or changed.
  */
-async function ownRedisAt(config: Config, state: EmbeddedState, password: string | undefined): Promise<{ url: string; redisPid: number } | undefined> {
+async function ownRedisAt(
+  config: Config,
+  state: EmbeddedState,
+  password: string | undefined,
+): Promise<{ url: string; redisPid: number } | undefined> {
   const probe = new Redis({
     host: '127.0.0.1',
     port: state.port,
@@ -153,7 +167,9 @@ function readPassword(config: Config): string | undefined {
   }
   // It goes into a redis.conf line as it is: nothing that line could read otherwise.
   if (!/^[A-Za-z0-9_-]{16,}$/.test(text))
-    throw new ConfigError(`Invalid configuration:\n  ${passwordFile(config)}: expected 16 or more letters, digits, _ or -`);
+    throw new ConfigError(
+      `Invalid configuration:\n  ${passwordFile(config)}: expected 16 or more letters, digits, _ or -`,
+    );
   return text;
 }
 
@@ -177,7 +193,8 @@ async function shutDown(url: string, redisPid: number): Promise<void> {
   // SHUTDOWN answers nothing: the connection just ends.
   await connection.call('SHUTDOWN').catch(() => undefined);
   connection.disconnect();
-  for (let waited = 0; waited < 10_000 && alive(redisPid); waited += 50) await new Promise((resolve) => setTimeout(resolve, 50));
+  for (let waited = 0; waited < 10_000 && alive(redisPid); waited += 50)
+    await new Promise((resolve) => setTimeout(resolve, 50));
 }
 
 export interface ResolveRedisOptions {
@@ -195,8 +212,13 @@ export interface ResolveRedisOptions {
  * `<HOOKLINE_DATA_DIR>/redis`, on the port it had last time when that is free), and stopped again
  * by release() when this process runs it.
  */
-export async function resolveRedis(config: Config, say: (line: string) => void, options: ResolveRedisOptions): Promise<RedisEndpoint> {
-  if (config.redisUrl !== undefined) return { url: config.redisUrl, origin: 'configured', release: async () => undefined };
+export async function resolveRedis(
+  config: Config,
+  say: (line: string) => void,
+  options: ResolveRedisOptions,
+): Promise<RedisEndpoint> {
+  if (config.redisUrl !== undefined)
+    return { url: config.redisUrl, origin: 'configured', release: async () => undefined };
 
   if (!options.createData && !existsSync(redisDir(config))) {
     throw new NoEngineDataError(
@@ -215,17 +237,27 @@ async function embeddedRedis(config: Config, say: (line: string) => void): Promi
   const running = existing && (await ownRedisAt(config, existing, readPassword(config)));
   if (existing && running) {
     if (existing.pid !== undefined && existing.pid !== process.pid && alive(existing.pid)) {
-      return { url: running.url, origin: 'embedded-shared', sharedWithPid: existing.pid, release: async () => undefined };
+      return {
+        url: running.url,
+        origin: 'embedded-shared',
+        sharedWithPid: existing.pid,
+        release: async () => undefined,
+      };
     }
     writeState(config, { ...existing, url: redisUrlForLog(running.url), pid: process.pid, redisPid: running.redisPid });
-    return { url: running.url, origin: 'embedded-started', release: once(() => stopped(config, existing, shutDown(running.url, running.redisPid))) };
+    return {
+      url: running.url,
+      origin: 'embedded-started',
+      release: once(() => stopped(config, existing, shutDown(running.url, running.redisPid))),
+    };
   }
 
   const password = ensurePassword(config);
   const id = existing?.id ?? randomBytes(16).toString('hex');
   const binary = await ensureRedisServerBinary(say);
   const port = config.embeddedRedisPort !== 0 ? config.embeddedRedisPort : (existing?.port ?? 0);
-  const start = (on: number) => startRedisServer({ binary, port: on, dir: redisDir(config), appendOnly: true, private: { password } });
+  const start = (on: number) =>
+    startRedisServer({ binary, port: on, dir: redisDir(config), appendOnly: true, private: { password } });
   const server = await start(port).catch((error: unknown) => {
     if (!(error instanceof RedisPortTakenError)) throw error;
     if (config.embeddedRedisPort !== 0) {
@@ -285,7 +317,9 @@ async function withStartLock<T>(config: Config, body: () => Promise<T>): Promise
     const stale = Number.isNaN(holder) ? Date.now() - writtenAtMs > 2_000 : !alive(holder);
     if (stale) rmSync(file, { force: true });
     else if (Date.now() > deadline)
-      throw new EmbeddedRedisError(`${file} is held by process ${holder}, which is starting the embedded Redis; try again once it has`);
+      throw new EmbeddedRedisError(
+        `${file} is held by process ${holder}, which is starting the embedded Redis; try again once it has`,
+      );
     else await new Promise((resolve) => setTimeout(resolve, 100));
   }
   try {
@@ -314,7 +348,9 @@ async function stopped(config: Config, state: EmbeddedState, stopping: Promise<v
 export function resolveSecretKey(config: Config): Buffer {
   if (config.secretKey !== undefined) return config.secretKey;
   if (config.redisUrl !== undefined) {
-    throw new ConfigError('Invalid configuration:\n  HOOKLINE_SECRET_KEY: required when REDIS_URL is set (32 random bytes in base64: openssl rand -base64 32)');
+    throw new ConfigError(
+      'Invalid configuration:\n  HOOKLINE_SECRET_KEY: required when REDIS_URL is set (32 random bytes in base64: openssl rand -base64 32)',
+    );
   }
   mkdirSync(config.dataDir, { recursive: true });
   const file = path.join(config.dataDir, 'secret.key');

@@ -92,18 +92,22 @@ export async function ensureRedisServerBinary(
   const find = host.find ?? (() => findRedisServerBinary());
   const found = await find();
   if (found) return found;
-  if (!(host.canInstall ?? isDebianRoot())) throw new RedisServerUnavailableError(`redis-server was not found.\n${WAYS_FORWARD}`);
+  if (!(host.canInstall ?? isDebianRoot()))
+    throw new RedisServerUnavailableError(`redis-server was not found.\n${WAYS_FORWARD}`);
   say("redis-server was not found; installing Debian's redis-server package with apt-get (running as root)…");
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
   for (const args of [['update'], ['install', '-y', '--no-install-recommends', 'redis-server']]) {
     // stdout goes to stderr so that commands printing a result (keys create) keep stdout clean.
     const result = spawnSync('apt-get', args, { env, stdio: ['ignore', 2, 2] });
     if (result.status !== 0) {
-      throw new RedisServerUnavailableError(`apt-get ${args.join(' ')} failed (exit ${result.status ?? 'signal'}).\n${WAYS_FORWARD}`);
+      throw new RedisServerUnavailableError(
+        `apt-get ${args.join(' ')} failed (exit ${result.status ?? 'signal'}).\n${WAYS_FORWARD}`,
+      );
     }
   }
   const installed = await find();
-  if (!installed) throw new RedisServerUnavailableError(`redis-server is still missing after apt-get.\n${WAYS_FORWARD}`);
+  if (!installed)
+    throw new RedisServerUnavailableError(`redis-server is still missing after apt-get.\n${WAYS_FORWARD}`);
   return installed;
 }
 
@@ -115,7 +119,9 @@ export async function freeLoopbackPort(): Promise<number> {
     server.on('error', reject);
     server.listen(0, '127.0.0.1', () => {
       const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
     });
   });
 }
@@ -135,11 +141,23 @@ async function portFree(port: number): Promise<boolean> {
  * count: another Redis on a port ours could not bind answers PING too, and taking it for ours would
  * show (and change) another installation's data. So the answer must come from the child's process id.
  */
-async function waitForOwnServer(port: number, child: ChildProcess, deadline: number, password: string | undefined): Promise<void> {
+async function waitForOwnServer(
+  port: number,
+  child: ChildProcess,
+  deadline: number,
+  password: string | undefined,
+): Promise<void> {
   while (Date.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) throw new Error('redis-server exited during start-up');
     // No ready check: it runs before AUTH, which a server with a password refuses it.
-    const probe = new Redis({ host: '127.0.0.1', port, lazyConnect: true, enableReadyCheck: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const probe = new Redis({
+      host: '127.0.0.1',
+      port,
+      lazyConnect: true,
+      enableReadyCheck: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
     probe.on('error', () => undefined);
     try {
       await probe.connect();

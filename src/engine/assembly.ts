@@ -28,7 +28,14 @@ import { CachedSubscriptions } from '../ingest/subscriptions.js';
 import { Ingestor } from '../ingest/ingest.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';
-import { breakerObserver, deliveryObserver, flowObserver, ingestObserver, sendRateObserver, storageGateObserver } from '../metrics/observers.js';
+import {
+  breakerObserver,
+  deliveryObserver,
+  flowObserver,
+  ingestObserver,
+  sendRateObserver,
+  storageGateObserver,
+} from '../metrics/observers.js';
 import { RedisPortalSessions } from '../store/portal-sessions.js';
 import { RedisApiKeyStore } from '../store/api-keys.js';
 import { RedisAttemptFeed } from '../store/attempt-feed.js';
@@ -90,7 +97,12 @@ export function composeStores(settings: StoreSettings) {
   const nowMs = settings.nowMs ?? Date.now;
   const { redis } = settings;
   const keys = redisKeys(settings.redisPrefix);
-  const fifoLines = new RedisFifoLines(redis, keys, (webhookId) => partitionOf(webhookId, settings.queuePartitions), settings.queuePartitions);
+  const fifoLines = new RedisFifoLines(
+    redis,
+    keys,
+    (webhookId) => partitionOf(webhookId, settings.queuePartitions),
+    settings.queuePartitions,
+  );
   const queues = new DeliveryQueues({
     connection: settings.queueConnection,
     keys,
@@ -141,7 +153,9 @@ export function composeStores(settings: StoreSettings) {
     filters: webhookCopies.add(new IngestFilters(webhooks, webhookCopies.ttlMs, nowMs)),
     recentEvents,
     nowMs,
-    ...(settings.observability ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) } : {}),
+    ...(settings.observability
+      ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) }
+      : {}),
   });
   return {
     redis,
@@ -207,10 +221,26 @@ export function composeStores(settings: StoreSettings) {
         ...rest,
         allowPrivateTargets: allowPrivateTargets ?? false,
         portalAssetsDir: portalAssetsDir ?? PORTAL_ASSETS_DIR,
-        ...(rateLimitPerSecond ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } } : {}),
-        ...(ingestRateLimitPerSecond ? { ingestRateLimit: { budget: new RedisEventBudget(redis, keys), perSecond: ingestRateLimitPerSecond, nowMs } } : {}),
+        ...(rateLimitPerSecond
+          ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } }
+          : {}),
+        ...(ingestRateLimitPerSecond
+          ? {
+              ingestRateLimit: {
+                budget: new RedisEventBudget(redis, keys),
+                perSecond: ingestRateLimitPerSecond,
+                nowMs,
+              },
+            }
+          : {}),
         ...(unauthenticatedRateLimitPerSecond
-          ? { addressRateLimit: { counter: new RedisRequestCounter(redis, keys, keys.addressRateWindow), perSecond: unauthenticatedRateLimitPerSecond, nowMs } }
+          ? {
+              addressRateLimit: {
+                counter: new RedisRequestCounter(redis, keys, keys.addressRateWindow),
+                perSecond: unauthenticatedRateLimitPerSecond,
+                nowMs,
+              },
+            }
           : {}),
         apiKeys: this.apiKeys,
         webhooks,
@@ -250,7 +280,9 @@ export interface DeliverySettings {
 }
 
 /** The delivery sender's options for a worker of these settings. */
-export function senderOptions(settings: Pick<DeliverySettings, 'allowPrivateTargets' | 'deliveryTimeoutMs' | 'concurrency'>) {
+export function senderOptions(
+  settings: Pick<DeliverySettings, 'allowPrivateTargets' | 'deliveryTimeoutMs' | 'concurrency'>,
+) {
   return {
     allowPrivateTargets: settings.allowPrivateTargets,
     connectTimeoutMs: Math.min(5_000, settings.deliveryTimeoutMs),
@@ -265,7 +297,11 @@ export function senderOptions(settings: Pick<DeliverySettings, 'allowPrivateTarg
 export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) {
   const nowMs = settings.nowMs ?? Date.now;
   const sender = new HttpSender(senderOptions(settings));
-  const breakerOptions = { ...DEFAULT_BREAKER_OPTIONS, attemptTimeoutMs: settings.deliveryTimeoutMs, ...settings.breaker };
+  const breakerOptions = {
+    ...DEFAULT_BREAKER_OPTIONS,
+    attemptTimeoutMs: settings.deliveryTimeoutMs,
+    ...settings.breaker,
+  };
   const circuitChanged = circuitObserver(settings.logger, stores.circuits, nowMs);
   const countCircuit = settings.metrics && breakerObserver(settings.metrics);
   const endpoints = new EndpointRegistry(
@@ -285,7 +321,8 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     () => pingRedis(stores.redis, 1_000),
     (open) => {
       countGate?.(open);
-      if (open) settings.logger.info({ event: 'delivery.sends_resumed' }, 'storage answers again: delivery sends resumed');
+      if (open)
+        settings.logger.info({ event: 'delivery.sends_resumed' }, 'storage answers again: delivery sends resumed');
       else
         settings.logger.warn(
           { event: 'delivery.sends_paused' },
@@ -298,7 +335,13 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
   const onReady = () => gate.check();
   stores.redis.on('close', onClose);
   stores.redis.on('ready', onReady);
-  const flow = new EndpointFlow(endpoints, stores.endpointFlow, randomUUID(), nowMs, settings.metrics ? flowObserver(settings.metrics) : undefined);
+  const flow = new EndpointFlow(
+    endpoints,
+    stores.endpointFlow,
+    randomUUID(),
+    nowMs,
+    settings.metrics ? flowObserver(settings.metrics) : undefined,
+  );
   // Pauses other workers set reach this one at once; losing the subscription only delays them to
   // when this worker next meets the endpoint afresh.
   const listening = new AbortController();
@@ -322,7 +365,10 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     flow,
     slots,
     gate,
-    sendRate: observedSendRate(new RedisSendRate(stores.redis, stores.keys), settings.metrics && sendRateObserver(settings.metrics)),
+    sendRate: observedSendRate(
+      new RedisSendRate(stores.redis, stores.keys),
+      settings.metrics && sendRateObserver(settings.metrics),
+    ),
     endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
     suspectHoldMs,
     // A delivery held back behind an endpoint that has not proven itself comes back by itself after

@@ -11,7 +11,14 @@ import { scrapeCollector, seriesAtStart, streamDeadLetterObserver } from '../met
 import { connectRedis, isRedisUnavailable, pingRedis } from '../store/redis.js';
 import { VERSION } from '../version.js';
 import { composeStores, type Stores } from './assembly.js';
-import { outageLog, quietListen, SHUTDOWN_SLACK_MS, SHUTDOWN_STEP_MS, ShutdownSteps, startWhenRedisAnswers } from './lifecycle.js';
+import {
+  outageLog,
+  quietListen,
+  SHUTDOWN_SLACK_MS,
+  SHUTDOWN_STEP_MS,
+  ShutdownSteps,
+  startWhenRedisAnswers,
+} from './lifecycle.js';
 import { composeWorker, type DeliveryWorker, type WorkerSettings } from './worker.js';
 
 export type { DeliveryWorker } from './worker.js';
@@ -91,15 +98,24 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
   const runsWorker = role === 'all' || role === 'worker';
   const tools = role === 'tools';
   const nowMs = options.nowMs ?? Date.now;
-  if (!tools && config.secretKey === undefined) throw new Error(`a ${role} engine needs the secret key of webhook secrets`);
+  if (!tools && config.secretKey === undefined)
+    throw new Error(`a ${role} engine needs the secret key of webhook secrets`);
 
   // 1. Connections: the application's (auto-pipelined, failing fast so requests answer 503), BullMQ's
   // queues' and, in a worker, BullMQ's workers' (both waiting out an outage). The CLI's tools fail fast everywhere.
   const name = `hookline-${role}`;
   const redis = connectRedis(config.redisUrl, { connectionName: name, maxRetriesPerRequest: tools ? 3 : 2 });
-  const queueConnection = connectRedis(config.redisUrl, { connectionName: `${name}-queues`, maxRetriesPerRequest: tools ? 3 : null, autoPipelining: false });
+  const queueConnection = connectRedis(config.redisUrl, {
+    connectionName: `${name}-queues`,
+    maxRetriesPerRequest: tools ? 3 : null,
+    autoPipelining: false,
+  });
   const workerConnection = runsWorker
-    ? connectRedis(config.redisUrl, { connectionName: 'hookline-worker-jobs', maxRetriesPerRequest: null, autoPipelining: false })
+    ? connectRedis(config.redisUrl, {
+        connectionName: 'hookline-worker-jobs',
+        maxRetriesPerRequest: null,
+        autoPipelining: false,
+      })
     : undefined;
   const outages = outageLog(logger, config.redisUrl);
   for (const [label, connection] of [
@@ -195,7 +211,9 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     : undefined;
   // A worker's probes and scrapes have a port of their own, and so do an API's scrapes when they must stay off its port.
   const health =
-    scraped && (role === 'worker' || (runsApi && !config.metricsOnApiPort)) ? await buildHealthServer({ logger, isReady, metrics: scraped }) : undefined;
+    scraped && (role === 'worker' || (runsApi && !config.metricsOnApiPort))
+      ? await buildHealthServer({ logger, isReady, metrics: scraped })
+      : undefined;
 
   let closing = false;
   // The change feed keeps this process's copies of webhooks current (the CLI's tools keep none).
@@ -222,7 +240,8 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         // Load the listing's in-memory index now rather than on the first request (in the background:
         // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
         void stores.machines.refresh().catch((error: Error) => {
-          if (!isRedisUnavailable(error)) logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it');
+          if (!isRedisUnavailable(error))
+            logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it');
         });
         if (options.listen) addresses.api = await quietListen(api, config.apiHost, config.apiPort);
       }
@@ -249,14 +268,23 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       if (worker) {
         await steps.run(Promise.all(streams.map((stream) => stream.stop())));
         ended = await worker.close(graceMs);
-        logger.info({ ended }, ended === 'drained' ? 'in-flight deliveries finished' : 'grace period over; unfinished deliveries return to the queue');
+        logger.info(
+          { ended },
+          ended === 'drained'
+            ? 'in-flight deliveries finished'
+            : 'grace period over; unfinished deliveries return to the queue',
+        );
       }
       // After the worker: the counts of its last attempts are in the buffer.
       await steps.run(stores.endpointStats.close());
       await steps.run(health?.close());
       stores.machines.close();
       await steps.run(stores.queues.close());
-      await Promise.all([redis, queueConnection, ...(workerConnection ? [workerConnection] : [])].map((connection) => steps.closeConnection(connection)));
+      await Promise.all(
+        [redis, queueConnection, ...(workerConnection ? [workerConnection] : [])].map((connection) =>
+          steps.closeConnection(connection),
+        ),
+      );
       return ended;
     },
   };

@@ -56,7 +56,10 @@ export function outageLog(logger: Logger, redisUrl: string) {
         down.add(name);
         if (down.size > 1) return;
         sinceMs = Date.now();
-        logger.warn({ event: 'redis.unreachable', redis, connection: name, err: error.message }, 'Redis connection lost; retrying in the background');
+        logger.warn(
+          { event: 'redis.unreachable', redis, connection: name, err: error.message },
+          'Redis connection lost; retrying in the background',
+        );
       });
       connection.on('ready', () => {
         if (!down.delete(name) || down.size > 0) return;
@@ -81,11 +84,18 @@ export async function quietListen(server: AdminServer | HealthServer, host: stri
 }
 
 /** Runs `start` until it succeeds (Redis may be down at start-up), every 2 s; stops trying once `stopped()`. */
-export function startWhenRedisAnswers(what: string, start: () => Promise<void>, logger: Logger, stopped: () => boolean, attempt = 1): void {
+export function startWhenRedisAnswers(
+  what: string,
+  start: () => Promise<void>,
+  logger: Logger,
+  stopped: () => boolean,
+  attempt = 1,
+): void {
   start().catch((error: Error) => {
     if (stopped()) return;
     // An outage is logged by the connection watcher; anything else (an ACL refusing XGROUP, say) here.
-    if (attempt === 1 && !isRedisUnavailable(error)) logger.warn({ err: error.message }, `${what} cannot start yet; retrying every 2 s`);
+    if (attempt === 1 && !isRedisUnavailable(error))
+      logger.warn({ err: error.message }, `${what} cannot start yet; retrying every 2 s`);
     setTimeout(() => startWhenRedisAnswers(what, start, logger, stopped, attempt + 1), 2_000).unref();
   });
 }

@@ -24,11 +24,19 @@ export function circuitObserver(
     const now = nowMs();
     const view =
       change.state === 'open'
-        ? { state: 'open' as const, reason: change.reason, endpoint: origin, openedAtMs: now, probeAtMs: now + change.openForMs }
+        ? {
+            state: 'open' as const,
+            reason: change.reason,
+            endpoint: origin,
+            openedAtMs: now,
+            probeAtMs: now + change.openForMs,
+          }
         : change.state === 'half_open'
           ? { state: 'half_open' as const, reason: 'probing', endpoint: origin, openedAtMs: now, probeAtMs: now }
           : undefined;
-    circuits.changed(change.webhookIds, view, now).catch((error: Error) => logger.debug({ err: error.message }, 'circuit state not shared'));
+    circuits
+      .changed(change.webhookIds, view, now)
+      .catch((error: Error) => logger.debug({ err: error.message }, 'circuit state not shared'));
   };
   return (endpoint, change) => {
     const { vendorId, origin } = endpointParts(endpoint);
@@ -40,7 +48,10 @@ export function circuitObserver(
         'circuit opened: deliveries to this endpoint are held back, and attempts that come due meanwhile are recorded as circuit_open',
       );
     } else if (change.state === 'closed') {
-      logger.warn({ event: 'circuit.closed', ...fields }, 'circuit closed: a probe was answered; deliveries to this endpoint flow again');
+      logger.warn(
+        { event: 'circuit.closed', ...fields },
+        'circuit closed: a probe was answered; deliveries to this endpoint flow again',
+      );
     } else logger.debug({ event: 'circuit.half_open', ...fields }, 'circuit half-open: probing');
   };
 }

@@ -35,7 +35,11 @@ export function webhookCopyCaches(feed: RedisWebhookChanges, logger: Logger | un
     tell: (change: WebhookChange): void => {
       all.changed(change);
       // Lost, other processes apply the change when their copies expire (WEBHOOK_COPY_TTL_LIVE_MS at most).
-      feed.publish(change).catch((error: Error) => logger?.warn({ err: error.message, webhookId: change.webhookId }, 'webhook change not published'));
+      feed
+        .publish(change)
+        .catch((error: Error) =>
+          logger?.warn({ err: error.message, webhookId: change.webhookId }, 'webhook change not published'),
+        );
     },
     listen(signal: AbortSignal): Promise<void> {
       return feed.listen(all, signal, (up) => (live = up));

@@ -26,7 +26,8 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
   const { operationalWebhook } = settings;
   // The operator set this URL, unlike vendors' callback URLs: it is trusted, and usually on the
   // platform's private network, so the SSRF guard does not apply to it (a sender of its own).
-  const operationalSender = operationalWebhook && new HttpSender({ ...senderOptions(settings), allowPrivateTargets: true, connections: 2 });
+  const operationalSender =
+    operationalWebhook && new HttpSender({ ...senderOptions(settings), allowPrivateTargets: true, connections: 2 });
   const operationalProcessor =
     operationalSender &&
     operationalWebhook &&

@@ -1,5 +1,13 @@
 import type { AgentStatus } from '../domain/agent.js';
-import { envelopeOf, isWebhookEvent, parseEvent, type AcceptedEvent, type EnvelopeSource, type EventResult, type WebhookEvent } from '../domain/event.js';
+import {
+  envelopeOf,
+  isWebhookEvent,
+  parseEvent,
+  type AcceptedEvent,
+  type EnvelopeSource,
+  type EventResult,
+  type WebhookEvent,
+} from '../domain/event.js';
 import type { WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
@@ -113,14 +121,20 @@ export class Ingestor {
     rawEvents.forEach((raw, index) => {
       const parsed = parseEvent(raw, { acceptedAtMs, newId: this.newId });
       if (parsed.ok) valid.push({ index, event: parsed.event });
-      else results[index] = { ...(parsed.event_id === undefined ? {} : { event_id: parsed.event_id }), status: 'rejected', reason: parsed.reason };
+      else
+        results[index] = {
+          ...(parsed.event_id === undefined ? {} : { event_id: parsed.event_id }),
+          status: 'rejected',
+          reason: parsed.reason,
+        };
     });
 
     // 2. Dedupe: the first occurrence of an id within the batch wins; then one lookup of the marks for the batch.
     const firstOfId = new Set<string>();
     const unique: { index: number; event: AcceptedEvent }[] = [];
     for (const candidate of valid) {
-      if (firstOfId.has(candidate.event.event_id)) results[candidate.index] = { event_id: candidate.event.event_id, status: 'duplicate' };
+      if (firstOfId.has(candidate.event.event_id))
+        results[candidate.index] = { event_id: candidate.event.event_id, status: 'duplicate' };
       else {
         firstOfId.add(candidate.event.event_id);
         unique.push(candidate);
@@ -142,13 +156,19 @@ export class Ingestor {
     if (fresh.length > 0) {
       // 3. Match the webhook events to subscriptions, and those to their payload filters (both cached
       // in the process: usually no round trip).
-      const webhookEvents = fresh.flatMap((candidate) => (isWebhookEvent(candidate.event) ? [{ ...candidate, event: candidate.event }] : []));
+      const webhookEvents = fresh.flatMap((candidate) =>
+        isWebhookEvent(candidate.event) ? [{ ...candidate, event: candidate.event }] : [],
+      );
       const subscriptions =
         webhookEvents.length === 0
           ? []
-          : await this.deps.subscriptions.matchMany(webhookEvents.map(({ event }) => ({ vendorId: event.vendor_id, eventType: event.event_type })));
+          : await this.deps.subscriptions.matchMany(
+              webhookEvents.map(({ event }) => ({ vendorId: event.vendor_id, eventType: event.event_type })),
+            );
       const checks = this.deps.filters
-        ? await this.deps.filters.checksOf(subscriptions.flatMap((found) => (found === undefined ? [] : [found.webhookId])))
+        ? await this.deps.filters.checksOf(
+            subscriptions.flatMap((found) => (found === undefined ? [] : [found.webhookId])),
+          )
         : [];
       let checked = 0;
 
@@ -176,7 +196,11 @@ export class Ingestor {
         const body = serialised(envelope);
         if (typeof body !== 'string') {
           unserialisable.add(index);
-          results[index] = { event_id: event.event_id, status: 'rejected', reason: `data: cannot be serialised as JSON (${body.message})` };
+          results[index] = {
+            event_id: event.event_id,
+            status: 'rejected',
+            reason: `data: cannot be serialised as JSON (${body.message})`,
+          };
           return;
         }
         // The envelope the filter saw is the body: serialised once, for the delivery and the dry run.
@@ -251,7 +275,10 @@ export class Ingestor {
           break;
         case 'TASK_UPDATED':
           // The task lookup lower-cases the id it is asked for, so tasks are stored under that form.
-          tasks.push({ doc: { ...event.data, task_id: event.data.task_id.toLowerCase() }, versionMs: event.timestampMs });
+          tasks.push({
+            doc: { ...event.data, task_id: event.data.task_id.toLowerCase() },
+            versionMs: event.timestampMs,
+          });
           break;
       }
     }
@@ -277,7 +304,12 @@ function serialised(envelope: ReturnType<typeof envelopeOf>): string | Error {
 }
 
 /** `body`: the event's envelope as JSON (the envelope of sentEnvelopeSource), the data as the producer sent it. */
-function deliveryRequest(event: WebhookEvent, subscription: Subscription, acceptedAtMs: number, body: string): DeliveryRequest {
+function deliveryRequest(
+  event: WebhookEvent,
+  subscription: Subscription,
+  acceptedAtMs: number,
+  body: string,
+): DeliveryRequest {
   return {
     eventId: event.event_id,
     eventType: event.event_type,

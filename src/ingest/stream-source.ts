@@ -209,7 +209,10 @@ export class StreamIngestSource {
     if (this.loop || this.stopping) throw new Error('the stream ingest source can be started once');
     await this.ensureGroup();
     // A connection of its own: a blocking read would hold up every other command queued behind it.
-    this.reader = duplicateRedis(this.redis, { connectionName: `${connectionNameOf(this.redis) ?? 'hookline'}-ingest-stream`, autoPipelining: false });
+    this.reader = duplicateRedis(this.redis, {
+      connectionName: `${connectionNameOf(this.redis) ?? 'hookline'}-ingest-stream`,
+      autoPipelining: false,
+    });
     if (this.options.watchConnection) this.options.watchConnection(this.reader);
     else this.reader.on('error', () => undefined);
     // A reconnect (on a cluster: a node connection replaced) means a new client id.
@@ -290,7 +293,10 @@ export class StreamIngestSource {
         const delayMs = this.backoffMs(failures);
         // An outage is logged once by the connection watcher, not on every retry.
         if (!isRedisUnavailable(error as Error)) {
-          this.options.logger.error({ err: error, failures, retryInMs: delayMs }, 'ingest stream: batch failed; its entries stay pending and are retried');
+          this.options.logger.error(
+            { err: error, failures, retryInMs: delayMs },
+            'ingest stream: batch failed; its entries stay pending and are retried',
+          );
         }
         await this.pause(delayMs);
       }
@@ -378,7 +384,8 @@ export class StreamIngestSource {
       results.forEach((result, j) => {
         const i = eventAt[j]!;
         const [entryId, fields] = entries[i]!;
-        if (result.status === 'rejected') aside[i] = { entryId, fields, cause: 'rejected', reason: result.reason ?? 'rejected' };
+        if (result.status === 'rejected')
+          aside[i] = { entryId, fields, cause: 'rejected', reason: result.reason ?? 'rejected' };
       });
     }
     await this.acknowledge(
@@ -443,7 +450,10 @@ export class StreamIngestSource {
       const next = reply[0].toString();
       const claimed = toEntries(reply[1]);
       if (claimed.length > 0) {
-        this.options.logger.info({ entries: claimed.length }, 'ingest stream: claimed stale entries of another consumer');
+        this.options.logger.info(
+          { entries: claimed.length },
+          'ingest stream: claimed stale entries of another consumer',
+        );
         await this.process(claimed);
       }
       cursor = next;
@@ -455,7 +465,10 @@ export class StreamIngestSource {
       await this.pruneIdleConsumers();
     } catch (error) {
       if (!isRedisUnavailable(error as Error)) {
-        this.options.logger.warn({ err: error }, 'ingest stream: trimming or pruning failed; retried at the next maintenance');
+        this.options.logger.warn(
+          { err: error },
+          'ingest stream: trimming or pruning failed; retried at the next maintenance',
+        );
       }
     }
   }
@@ -470,8 +483,14 @@ export class StreamIngestSource {
     const ours = groups.map(fieldMap).find((group) => group.get('name') === this.group);
     const lastDelivered = ours?.get('last-delivered-id');
     if (typeof lastDelivered !== 'string' || lastDelivered === '0-0') return;
-    const [pendingCount, oldestPending] = (await this.redis.xpending(this.stream, this.group)) as [number, string | null];
-    const bound = pendingCount > 0 && oldestPending !== null && compareIds(oldestPending, lastDelivered) < 0 ? oldestPending : lastDelivered;
+    const [pendingCount, oldestPending] = (await this.redis.xpending(this.stream, this.group)) as [
+      number,
+      string | null,
+    ];
+    const bound =
+      pendingCount > 0 && oldestPending !== null && compareIds(oldestPending, lastDelivered) < 0
+        ? oldestPending
+        : lastDelivered;
     await this.redis.xtrim(this.stream, 'MINID', '~', bound);
   }
 
@@ -479,9 +498,15 @@ export class StreamIngestSource {
   private async pruneIdleConsumers(): Promise<void> {
     const consumers = ((await this.redis.xinfo('CONSUMERS', this.stream, this.group)) as unknown[]).map(fieldMap);
     const idle = consumers
-      .filter((c) => c.get('name') !== this.consumer && Number(c.get('pending')) === 0 && Number(c.get('idle')) > this.consumerIdleMaxMs)
+      .filter(
+        (c) =>
+          c.get('name') !== this.consumer &&
+          Number(c.get('pending')) === 0 &&
+          Number(c.get('idle')) > this.consumerIdleMaxMs,
+      )
       .slice(0, CONSUMERS_PRUNED_MAX);
-    for (const consumer of idle) await this.redis.xgroup('DELCONSUMER', this.stream, this.group, String(consumer.get('name')));
+    for (const consumer of idle)
+      await this.redis.xgroup('DELCONSUMER', this.stream, this.group, String(consumer.get('name')));
   }
 
   /** On a clean stop, removes this consumer from the group unless it still holds pending entries. */

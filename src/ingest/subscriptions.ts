@@ -25,7 +25,9 @@ export class CachedSubscriptions implements SubscriptionLookup, WebhookChangeLis
     private readonly maxEntries = 100_000,
   ) {}
 
-  async matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<(Subscription | undefined)[]> {
+  async matchMany(
+    pairs: readonly { vendorId: string; eventType: WebhookEventType }[],
+  ): Promise<(Subscription | undefined)[]> {
     const now = this.nowMs();
     const answers = new Array<Subscription | undefined>(pairs.length);
     // Pairs to read, each once however often the batch holds it, with the places its answer goes.

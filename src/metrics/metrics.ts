@@ -4,7 +4,9 @@ import { WEBHOOK_EVENT_TYPES } from '../domain/events.js';
 /** Attempt-duration buckets (seconds), up to the default 15 s delivery timeout. */
 const ATTEMPT_DURATION_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30];
 /** End-to-end lag buckets (seconds): from milliseconds to the one-day retry horizon. */
-const LAG_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1_800, 3_600, 21_600, 86_400, 259_200];
+const LAG_BUCKETS_S = [
+  0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1_800, 3_600, 21_600, 86_400, 259_200,
+];
 /** Admin API latency buckets (seconds). */
 const HTTP_DURATION_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
@@ -19,7 +21,8 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
   if (options.defaultMetrics ?? true) {
     collectDefaultMetrics({ register: registry });
     // Gauges named like counters (promtool flags them); the per-type gauges without `_total` stay.
-    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) registry.removeSingleMetric(name);
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'])
+      registry.removeSingleMetric(name);
   }
   const registers = [registry];
 
@@ -195,7 +198,8 @@ export function initialiseSeries(metrics: Metrics): void {
   for (const eventType of WEBHOOK_EVENT_TYPES) {
     metrics.deadLetters.inc({ event_type: eventType }, 0);
     metrics.deliveryRetries.inc({ event_type: eventType }, 0);
-    for (const outcome of ['delivered', 'dead_lettered', 'dropped']) metrics.deliveriesFinished.inc({ event_type: eventType, outcome }, 0);
+    for (const outcome of ['delivered', 'dead_lettered', 'dropped'])
+      metrics.deliveriesFinished.inc({ event_type: eventType, outcome }, 0);
   }
   for (const reason of ['gone', 'failing']) metrics.webhooksDisabled.inc({ reason }, 0);
   for (const state of ['open', 'half_open', 'closed']) metrics.circuitTransitions.inc({ state }, 0);

@@ -28,7 +28,8 @@ export function requestObserver(
  */
 export function ingestObserver(metrics: Metrics, logger: Logger): (summary: IngestBatchSummary) => void {
   return (summary) => {
-    for (const { eventType, result } of summary.outcomes) metrics.eventsIngested.inc({ event_type: eventType, source: summary.source, result });
+    for (const { eventType, result } of summary.outcomes)
+      metrics.eventsIngested.inc({ event_type: eventType, source: summary.source, result });
     metrics.ingestBatchDuration.observe({ source: summary.source }, summary.durationMs / 1000);
     if (summary.filtered > 0) metrics.deliveriesFiltered.inc(summary.filtered);
     if (summary.source === 'http') return;
@@ -119,7 +120,8 @@ export function scrapeCollector(
     if (!up) return;
     try {
       const counts = await sources.queueCounts();
-      for (const state of ['waiting', 'delayed', 'active', 'prioritized', 'failed']) metrics.queueJobs.set({ state }, counts[state] ?? 0);
+      for (const state of ['waiting', 'delayed', 'active', 'prioritized', 'failed'])
+        metrics.queueJobs.set({ state }, counts[state] ?? 0);
       if (sources.fifoLines) metrics.fifoLines.set(await sources.fifoLines());
     } catch {
       metrics.redisUp.set(0);

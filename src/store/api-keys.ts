@@ -38,7 +38,11 @@ export class RedisApiKeyStore implements ApiKeyLookup {
   ) {}
 
   /** Creates a key; the plaintext is returned once and never stored. */
-  async create(input: { name: string; vendorId?: string; roles: readonly Role[] }): Promise<{ key: string; record: ApiKeyRecord }> {
+  async create(input: {
+    name: string;
+    vendorId?: string;
+    roles: readonly Role[];
+  }): Promise<{ key: string; record: ApiKeyRecord }> {
     const key = KEY_PREFIX + randomBytes(32).toString('base64url');
     const record: ApiKeyRecord = {
       id: `key_${randomBytes(8).toString('hex')}`,
@@ -48,13 +52,19 @@ export class RedisApiKeyStore implements ApiKeyLookup {
       createdAt: this.now().toISOString(),
     };
     const hash = keyFingerprint(key);
-    await this.redis.multi().hset(this.keys.apiKeys.byHash, hash, JSON.stringify(record)).hset(this.keys.apiKeys.hashById, record.id, hash).exec();
+    await this.redis
+      .multi()
+      .hset(this.keys.apiKeys.byHash, hash, JSON.stringify(record))
+      .hset(this.keys.apiKeys.hashById, record.id, hash)
+      .exec();
     return { key, record };
   }
 
   async list(): Promise<ApiKeyRecord[]> {
     const rows = await this.redis.hvals(this.keys.apiKeys.byHash);
-    return rows.map((row) => keyRecordSchema.parse(JSON.parse(row))).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+    return rows
+      .map((row) => keyRecordSchema.parse(JSON.parse(row)))
+      .sort((a, b) => a.createdAt.localeCompare(b.createdAt));
   }
 
   /** Revokes by key id; resolves with the revoked key's record, or undefined when no such key exists. */

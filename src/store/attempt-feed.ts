@@ -97,7 +97,11 @@ export class RedisAttemptFeed {
    * subscribed), and `onEntries` with each batch published. Uses a connection of its own (a
    * subscribed connection can do nothing else).
    */
-  async listen(onEntries: (entries: FeedEntry[]) => void, signal: AbortSignal, onListening: () => void = () => undefined): Promise<void> {
+  async listen(
+    onEntries: (entries: FeedEntry[]) => void,
+    signal: AbortSignal,
+    onListening: () => void = () => undefined,
+  ): Promise<void> {
     const subscriber = this.redis.duplicate();
     const mark = () => this.redis.set(this.keys.attemptFeed.listening, '1', 'PX', LISTENING_TTL_MS);
     const keepMarked = setInterval(() => void mark().catch(() => undefined), LISTENING_TTL_MS / 2);

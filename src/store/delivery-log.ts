@@ -126,7 +126,10 @@ export interface DeliveryHistory {
   page(webhookId: string, query: DeliveryQuery): Promise<DeliveryPage>;
   /** Per webhook: failure run, dead-letter count and last outcome (operator views). */
   health(webhookIds: readonly string[]): Promise<WebhookDeliveryHealth[]>;
-  get(webhookId: string, deliveryId: string): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined>;
+  get(
+    webhookId: string,
+    deliveryId: string,
+  ): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined>;
   deadLetters(webhookId: string, limit: number): Promise<DeliverySummary[]>;
   /** How many dead letters the webhook has: the ones a bulk replay would replay now. */
   deadLetterCount(webhookId: string): Promise<number>;
@@ -391,10 +394,22 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   /** A page of the recent list (see PAGE_LUA). */
   private readonly pageScript: ScriptCall<
     [recentKey: string],
-    [recordKeyPrefix: string, status: string, eventType: string, maxScore: string, minScore: string, afterId: string, limit: number],
+    [
+      recordKeyPrefix: string,
+      status: string,
+      eventType: string,
+      maxScore: string,
+      minScore: string,
+      afterId: string,
+      limit: number,
+    ],
     (string | number)[]
   >;
-  private readonly healthScript: ScriptCall<[failingSince: string, dead: string, recent: string], [recordKeyPrefix: string], (string | number)[]>;
+  private readonly healthScript: ScriptCall<
+    [failingSince: string, dead: string, recent: string],
+    [recordKeyPrefix: string],
+    (string | number)[]
+  >;
   // The script's fixed arguments, as text once rather than on every attempt.
   private readonly retentionMsArg: string;
   private readonly deadLetterRetentionMsArg: string;
@@ -410,8 +425,16 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     private readonly keys: RedisKeys,
     private readonly options: DeliveryLogOptions = DEFAULT_DELIVERY_LOG_OPTIONS,
   ) {
-    this.recordAttemptsScript = defineScript(redis, { name: 'hooklineRecordAttempts', keys: 1, lua: RECORD_ATTEMPTS_LUA });
-    this.recordDeferredScript = defineScript(redis, { name: 'hooklineRecordDeferrals', keys: 1, lua: RECORD_DEFERRED_LUA });
+    this.recordAttemptsScript = defineScript(redis, {
+      name: 'hooklineRecordAttempts',
+      keys: 1,
+      lua: RECORD_ATTEMPTS_LUA,
+    });
+    this.recordDeferredScript = defineScript(redis, {
+      name: 'hooklineRecordDeferrals',
+      keys: 1,
+      lua: RECORD_DEFERRED_LUA,
+    });
     this.recordQueuedScript = defineScript(redis, { name: 'hooklineRecordQueued', keys: 1, lua: RECORD_QUEUED_LUA });
     this.pageScript = defineScript(redis, { name: 'hooklineDeliveryPage', keys: 1, lua: PAGE_LUA });
     this.healthScript = defineScript(redis, { name: 'hooklineWebhookHealth', keys: 3, lua: HEALTH_LUA });
@@ -430,7 +453,10 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     return new Promise((resolve, reject) => {
       this.pending.push({
         write,
-        settle: (since) => (since instanceof Error ? reject(since) : resolve({ failingSinceMs: since === null ? undefined : Number(since) })),
+        settle: (since) =>
+          since instanceof Error
+            ? reject(since)
+            : resolve({ failingSinceMs: since === null ? undefined : Number(since) }),
       });
       if (this.pending.length >= RECORDS_PER_CALL_MAX) this.flush();
       else this.flushTimer ??= setTimeout(() => this.flush(), this.options.recordFlushMs);
@@ -444,7 +470,12 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     const batch = this.pending;
     this.pending = [];
     const k = this.keys.deliveries;
-    for (const entries of slotGroups(this.redis, batch, ({ write }) => k.ofWebhook(write.job.webhookId), RECORDS_PER_CALL_MAX)) {
+    for (const entries of slotGroups(
+      this.redis,
+      batch,
+      ({ write }) => k.ofWebhook(write.job.webhookId),
+      RECORDS_PER_CALL_MAX,
+    )) {
       const webhookIndex = new Map<string, number>();
       const webhookArgs: ScriptArg[] = [];
       const recordArgs: ScriptArg[] = [];
@@ -454,7 +485,12 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
         if (index === undefined) {
           index = webhookIndex.size + 1;
           webhookIndex.set(job.webhookId, index);
-          webhookArgs.push(k.ofWebhook(job.webhookId), k.dead(job.webhookId), k.failingSince(job.webhookId), k.record(job.webhookId, ''));
+          webhookArgs.push(
+            k.ofWebhook(job.webhookId),
+            k.dead(job.webhookId),
+            k.failingSince(job.webhookId),
+            k.record(job.webhookId, ''),
+          );
         }
         // The delivery's identity is written with its first attempt only; later ones send it empty.
         const first = attempt.attempt === 1;
@@ -516,15 +552,19 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
 
   async recordDeferred(deferrals: readonly DeferralWrite[]): Promise<void> {
     const k = this.keys.deliveries;
-    await this.writePerSlot(deferrals, this.recordDeferredScript, ({ job, nextAttemptAtMs, dueAtMs, ifNoRecord, parkedIn }) => [
-      k.record(job.webhookId, job.deliveryId),
-      k.ofWebhook(job.webhookId),
-      Math.round(nextAttemptAtMs),
-      Math.round(dueAtMs),
-      ...identityArgs(job),
-      ifNoRecord ? '1' : '',
-      parkedIn ?? '',
-    ]);
+    await this.writePerSlot(
+      deferrals,
+      this.recordDeferredScript,
+      ({ job, nextAttemptAtMs, dueAtMs, ifNoRecord, parkedIn }) => [
+        k.record(job.webhookId, job.deliveryId),
+        k.ofWebhook(job.webhookId),
+        Math.round(nextAttemptAtMs),
+        Math.round(dueAtMs),
+        ...identityArgs(job),
+        ifNoRecord ? '1' : '',
+        parkedIn ?? '',
+      ],
+    );
   }
 
   async recordQueued(jobs: readonly DeliverJob[]): Promise<void> {
@@ -545,7 +585,12 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     const k = this.keys.deliveries;
     await Promise.all(
       slotGroups(this.redis, writes, ({ job }) => k.ofWebhook(job.webhookId), RECORDS_PER_CALL_MAX).map((chunk) =>
-        script([k.ofWebhook(chunk[0]!.job.webhookId)], this.retentionMsArg, this.deadLetterRetentionMsArg, ...chunk.flatMap(argsOf)),
+        script(
+          [k.ofWebhook(chunk[0]!.job.webhookId)],
+          this.retentionMsArg,
+          this.deadLetterRetentionMsArg,
+          ...chunk.flatMap(argsOf),
+        ),
       ),
     );
   }
@@ -555,11 +600,20 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
    * order. One HMGET per ref, issued together: the connection pipelines them, and on a Redis Cluster
    * each goes to its own webhook's slot.
    */
-  async progressOf(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<(DeliveryProgress | undefined)[]> {
+  async progressOf(
+    refs: readonly { webhookId: string; deliveryId: string }[],
+  ): Promise<(DeliveryProgress | undefined)[]> {
     return Promise.all(
       refs.map(({ webhookId, deliveryId }) =>
         this.redis
-          .hmget(this.keys.deliveries.record(webhookId, deliveryId), 'status', 'attempts', 'nextAttemptAtMs', 'dueAt', 'parkedIn')
+          .hmget(
+            this.keys.deliveries.record(webhookId, deliveryId),
+            'status',
+            'attempts',
+            'nextAttemptAtMs',
+            'dueAt',
+            'parkedIn',
+          )
           .then(([status, attempts, nextAttemptAtMs, dueAt, parkedIn]) => {
             if (status == null) return undefined;
             const made = num(attempts) ?? 0;
@@ -582,7 +636,12 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
 
   async page(webhookId: string, query: DeliveryQuery): Promise<DeliveryPage> {
     const k = this.keys.deliveries;
-    const maxScore = query.after !== undefined ? String(query.after.acceptedAtMs) : query.untilMs !== undefined ? String(query.untilMs) : '+inf';
+    const maxScore =
+      query.after !== undefined
+        ? String(query.after.acceptedAtMs)
+        : query.untilMs !== undefined
+          ? String(query.untilMs)
+          : '+inf';
     const [more, lastScore, ...ids] = await this.pageScript(
       [k.ofWebhook(webhookId)],
       k.record(webhookId, ''),
@@ -597,21 +656,32 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     const lastId = ids.at(-1);
     return {
       deliveries,
-      next: Number(more) === 1 && lastId !== undefined ? { acceptedAtMs: Number(lastScore), deliveryId: String(lastId) } : undefined,
+      next:
+        Number(more) === 1 && lastId !== undefined
+          ? { acceptedAtMs: Number(lastScore), deliveryId: String(lastId) }
+          : undefined,
     };
   }
 
   async health(webhookIds: readonly string[]): Promise<WebhookDeliveryHealth[]> {
     const k = this.keys.deliveries;
-    const rows = await Promise.all(webhookIds.map((id) => this.healthScript([k.failingSince(id), k.dead(id), k.ofWebhook(id)], k.record(id, ''))));
+    const rows = await Promise.all(
+      webhookIds.map((id) => this.healthScript([k.failingSince(id), k.dead(id), k.ofWebhook(id)], k.record(id, ''))),
+    );
     return rows.map(([since, dead, outcome, statusCode, atMs]) => ({
       failingSinceMs: num(since === undefined ? undefined : String(since)),
       deadLetters: Number(dead ?? 0),
-      last: outcome === undefined ? undefined : { outcome: String(outcome), statusCode: num(String(statusCode ?? '')), atMs: num(String(atMs ?? '')) ?? 0 },
+      last:
+        outcome === undefined
+          ? undefined
+          : { outcome: String(outcome), statusCode: num(String(statusCode ?? '')), atMs: num(String(atMs ?? '')) ?? 0 },
     }));
   }
 
-  async get(webhookId: string, deliveryId: string): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined> {
+  async get(
+    webhookId: string,
+    deliveryId: string,
+  ): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined> {
     const fields = await this.redis.hgetall(this.keys.deliveries.record(webhookId, deliveryId));
     const delivery = toSummary(fields);
     if (!delivery) return undefined;
@@ -670,7 +740,13 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     const rows = (await pipeline.exec()) ?? [];
     return rows
       .map(([, values]) =>
-        toSummary(Object.fromEntries(summaryFields.flatMap((name, i) => ((values as (string | null)[])[i] == null ? [] : [[name, (values as string[])[i]!]])))),
+        toSummary(
+          Object.fromEntries(
+            summaryFields.flatMap((name, i) =>
+              (values as (string | null)[])[i] == null ? [] : [[name, (values as string[])[i]!]],
+            ),
+          ),
+        ),
       )
       .filter((s): s is DeliverySummary => s !== undefined);
   }

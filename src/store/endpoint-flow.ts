@@ -84,6 +84,9 @@ export class RedisEndpointFlow {
       this.redis.get(this.keys.endpointFlow.pause(digest)),
       this.redis.hgetall(this.keys.endpointFlow.limits(digest)),
     ]);
-    return { workers: Object.values(limits).map((json) => JSON.parse(json) as WorkerFlow), pausedUntilMs: pause === null ? undefined : Number(pause) };
+    return {
+      workers: Object.values(limits).map((json) => JSON.parse(json) as WorkerFlow),
+      pausedUntilMs: pause === null ? undefined : Number(pause),
+    };
   }
 }

@@ -122,10 +122,16 @@ const quarterOfHour = (hour: number) => Math.floor(hour / QUARTER_HOURS);
 /** When a slot's hash may go: the last read of an hour window that reaches into it is an hour after it ends. */
 export const slotExpiresAtMs = (slot: number) => (slot + 1) * SLOT_MINUTES * MINUTE_MS + HOUR_MS + CLOCK_SKEW_MS;
 /** When a quarter-day's hash may go: the last day window that holds its last hour ends a day after that hour. */
-export const quarterExpiresAtMs = (quarter: number) => (quarter + 1) * QUARTER_HOURS * HOUR_MS + 24 * HOUR_MS + CLOCK_SKEW_MS;
+export const quarterExpiresAtMs = (quarter: number) =>
+  (quarter + 1) * QUARTER_HOURS * HOUR_MS + 24 * HOUR_MS + CLOCK_SKEW_MS;
 
 /** The Unix minutes, 10-minute slots, hours and quarter-days a read at `nowMs` covers, oldest first. */
-export function statsLayout(nowMs: number): { minutes: number[]; slots: number[]; hours: number[]; quarters: number[] } {
+export function statsLayout(nowMs: number): {
+  minutes: number[];
+  slots: number[];
+  hours: number[];
+  quarters: number[];
+} {
   const now = minuteOf(nowMs);
   const minutes = Array.from({ length: HOUR_MINUTES }, (_, i) => now - HOUR_MINUTES + 1 + i);
   const firstSlot = slotOfMinute(minutes[0]!);
@@ -232,7 +238,8 @@ function increment(fields: Map<string, number>, field: string): void {
 }
 
 /** The stored form of the newest attempt: `<startedAtMs>|<outcome>|<status>|<durationMs>`. */
-const lastText = (s: AttemptSample) => `${s.startedAtMs}|${s.outcome}|${s.statusCode ?? ''}|${Math.round(s.durationMs)}`;
+const lastText = (s: AttemptSample) =>
+  `${s.startedAtMs}|${s.outcome}|${s.statusCode ?? ''}|${Math.round(s.durationMs)}`;
 
 const emptyBuckets = () => new Array<number>(LATENCY_BOUNDS_MS.length + 1).fill(0);
 
@@ -388,5 +395,10 @@ export class RedisEndpointStats implements EndpointStatsRecorder, EndpointStatsR
 function parseLast(text: string | null): EndpointStats['last'] {
   if (text === null) return undefined;
   const [atMs = '', outcome = '', status = '', durationMs = ''] = text.split('|');
-  return { atMs: Number(atMs), outcome, statusCode: status === '' ? undefined : Number(status), durationMs: Number(durationMs) };
+  return {
+    atMs: Number(atMs),
+    outcome,
+    statusCode: status === '' ? undefined : Number(status),
+    durationMs: Number(durationMs),
+  };
 }

@@ -201,7 +201,9 @@ export class RedisEventDedupe implements EventDedupe {
     const ttlMs = (bucket + 1) * this.bucketMs + this.options.windowMs + CLOCK_SLACK_MS - nowMs;
     const metaTtlMs = this.options.windowMs + 2 * this.bucketMs + CLOCK_SLACK_MS;
     await Promise.all(
-      this.calls(eventIds).map(({ keys, argv }) => this.markScript(keys, bucket, ttlMs, this.setTarget, metaTtlMs, BUCKETS_PER_WINDOW, ...argv)),
+      this.calls(eventIds).map(({ keys, argv }) =>
+        this.markScript(keys, bucket, ttlMs, this.setTarget, metaTtlMs, BUCKETS_PER_WINDOW, ...argv),
+      ),
     );
   }
 

@@ -32,7 +32,11 @@ export interface FifoLineStore {
    * Removes the head `deliveryId`, only while `token` holds the lease and it is still the head, and
    * answers the next head (undefined: the line is empty); `removed: false` otherwise.
    */
-  advance(webhookId: string, token: string, deliveryId: string): Promise<{ removed: false } | { removed: true; next: LineHead | undefined }>;
+  advance(
+    webhookId: string,
+    token: string,
+    deliveryId: string,
+  ): Promise<{ removed: false } | { removed: true; next: LineHead | undefined }>;
   /**
    * Ends a turn while `token` holds the lease: the webhook is ready again at `atMs` (undefined: the
    * line is empty, unless a delivery came meanwhile), and the lease is given back.
@@ -129,15 +133,27 @@ type LeaseKeys = [lease: string, ready: string];
 
 /** The FIFO lines in Redis; `partitionOf` maps a webhook to its queue partition (jobs.ts). */
 export class RedisFifoLines implements FifoLineStore {
-  private readonly appendScript: ScriptCall<[seq: string, line: string, jobs: string, ready: string], (string | number)[], number>;
+  private readonly appendScript: ScriptCall<
+    [seq: string, line: string, jobs: string, ready: string],
+    (string | number)[],
+    number
+  >;
   private readonly headScript: ScriptCall<LineKeys, [], [string, string] | null>;
-  private readonly advanceScript: ScriptCall<FencedKeys, [token: string, deliveryId: string], [number, string?, string?]>;
+  private readonly advanceScript: ScriptCall<
+    FencedKeys,
+    [token: string, deliveryId: string],
+    [number, string?, string?]
+  >;
   private readonly leaseScript: ScriptCall<
     LeaseKeys,
     [token: string, leaseMs: number, hiddenUntilMs: number, mode: 'claim' | 'renew', webhookId: string],
     number
   >;
-  private readonly releaseScript: ScriptCall<[lease: string, ready: string, line: string], [token: string, atMs: number | '', webhookId: string], number>;
+  private readonly releaseScript: ScriptCall<
+    [lease: string, ready: string, line: string],
+    [token: string, atMs: number | '', webhookId: string],
+    number
+  >;
   private readonly summaryScript: ScriptCall<LineKeys, [], [number, string | null]>;
 
   constructor(
@@ -184,7 +200,11 @@ export class RedisFifoLines implements FifoLineStore {
     return found.map((n) => n === 1);
   }
 
-  async due(partition: number, nowMs: number, limit: number): Promise<{ webhookIds: string[]; nextAtMs: number | undefined }> {
+  async due(
+    partition: number,
+    nowMs: number,
+    limit: number,
+  ): Promise<{ webhookIds: string[]; nextAtMs: number | undefined }> {
     const ready = this.keys.fifo.ready(partition);
     const [webhookIds, next] = await Promise.all([
       limit > 0 ? this.redis.zrangebyscore(ready, '-inf', nowMs, 'LIMIT', 0, limit) : Promise.resolve([]),
@@ -194,11 +214,15 @@ export class RedisFifoLines implements FifoLineStore {
   }
 
   async claim(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean> {
-    return (await this.leaseScript(this.leaseKeys(webhookId), token, leaseMs, nowMs + leaseMs, 'claim', webhookId)) === 1;
+    return (
+      (await this.leaseScript(this.leaseKeys(webhookId), token, leaseMs, nowMs + leaseMs, 'claim', webhookId)) === 1
+    );
   }
 
   async renew(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean> {
-    return (await this.leaseScript(this.leaseKeys(webhookId), token, leaseMs, nowMs + leaseMs, 'renew', webhookId)) === 1;
+    return (
+      (await this.leaseScript(this.leaseKeys(webhookId), token, leaseMs, nowMs + leaseMs, 'renew', webhookId)) === 1
+    );
   }
 
   async head(webhookId: string): Promise<LineHead | undefined> {
@@ -207,10 +231,18 @@ export class RedisFifoLines implements FifoLineStore {
     return found === null ? undefined : { job: deliverySchema.parse(JSON.parse(found[1])) };
   }
 
-  async advance(webhookId: string, token: string, deliveryId: string): Promise<{ removed: false } | { removed: true; next: LineHead | undefined }> {
+  async advance(
+    webhookId: string,
+    token: string,
+    deliveryId: string,
+  ): Promise<{ removed: false } | { removed: true; next: LineHead | undefined }> {
     const { fifo } = this.keys;
     const n = this.partitionOf(webhookId);
-    const [removed, , job] = await this.advanceScript([fifo.lease(n, webhookId), fifo.line(n, webhookId), fifo.jobs(n, webhookId)], token, deliveryId);
+    const [removed, , job] = await this.advanceScript(
+      [fifo.lease(n, webhookId), fifo.line(n, webhookId), fifo.jobs(n, webhookId)],
+      token,
+      deliveryId,
+    );
     if (removed !== 1) return { removed: false };
     return { removed: true, next: job === undefined ? undefined : { job: deliverySchema.parse(JSON.parse(job)) } };
   }
@@ -218,7 +250,12 @@ export class RedisFifoLines implements FifoLineStore {
   async release(webhookId: string, token: string, atMs: number | undefined): Promise<void> {
     const { fifo } = this.keys;
     const n = this.partitionOf(webhookId);
-    await this.releaseScript([fifo.lease(n, webhookId), fifo.ready(n), fifo.line(n, webhookId)], token, atMs ?? '', webhookId);
+    await this.releaseScript(
+      [fifo.lease(n, webhookId), fifo.ready(n), fifo.line(n, webhookId)],
+      token,
+      atMs ?? '',
+      webhookId,
+    );
   }
 
   /**
@@ -238,14 +275,19 @@ export class RedisFifoLines implements FifoLineStore {
   /** The length of a webhook's line and when its head was accepted (the stats endpoint). */
   async summary(webhookId: string): Promise<LineSummary> {
     const n = this.partitionOf(webhookId);
-    const [length, head] = await this.summaryScript([this.keys.fifo.line(n, webhookId), this.keys.fifo.jobs(n, webhookId)]);
+    const [length, head] = await this.summaryScript([
+      this.keys.fifo.line(n, webhookId),
+      this.keys.fifo.jobs(n, webhookId),
+    ]);
     const job = head === null ? undefined : deliverySchema.safeParse(JSON.parse(head));
     return { length, headAcceptedAtMs: job?.success ? job.data.acceptedAtMs : undefined };
   }
 
   /** FIFO webhooks with deliveries in their line, over all partitions (a gauge read at scrape time). */
   async linesWaiting(): Promise<number> {
-    const counts = await Promise.all(Array.from({ length: this.partitions }, (_, n) => this.redis.zcard(this.keys.fifo.ready(n))));
+    const counts = await Promise.all(
+      Array.from({ length: this.partitions }, (_, n) => this.redis.zcard(this.keys.fifo.ready(n))),
+    );
     return counts.reduce((sum, n) => sum + n, 0);
   }
 }

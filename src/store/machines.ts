@@ -10,7 +10,8 @@ import { defineScript, type ScriptCall } from './scripts.js';
  * as a tombstone so older writes cannot bring it back). Either applies unless a newer version
  * (create, update or removal) is already recorded.
  */
-export type MachineChange = { kind: 'upsert'; machine: Machine; versionMs: number } | { kind: 'remove'; machineId: string; versionMs: number };
+export type MachineChange =
+  { kind: 'upsert'; machine: Machine; versionMs: number } | { kind: 'remove'; machineId: string; versionMs: number };
 
 /** What applying a change did: `missing` is a removal of a machine that was not there (its version is kept all the same). */
 export type MachineChangeResult = 'applied' | 'stale' | 'missing';
@@ -283,7 +284,8 @@ function decodeIndexRecord(json: string): MachineIndexRecord | undefined {
 }
 
 function assertVersion(versionMs: number): void {
-  if (!Number.isFinite(versionMs)) throw new TypeError(`machine version must be a finite number of ms, got ${versionMs}`);
+  if (!Number.isFinite(versionMs))
+    throw new TypeError(`machine version must be a finite number of ms, got ${versionMs}`);
 }
 
 /**
@@ -324,12 +326,22 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
   async apply(changes: readonly MachineChange[]): Promise<MachineChangeResult[]> {
     const results: MachineChangeResult[] = [];
     for (let start = 0; start < changes.length; start += CHANGES_PER_CALL_MAX) {
-      const argv: (string | number)[] = [MACHINE_CHANGES_MAXLEN, String(this.nowMs() - this.tombstoneTtlMs), TOMBSTONES_PRUNED_PER_WRITE];
+      const argv: (string | number)[] = [
+        MACHINE_CHANGES_MAXLEN,
+        String(this.nowMs() - this.tombstoneTtlMs),
+        TOMBSTONES_PRUNED_PER_WRITE,
+      ];
       for (const change of changes.slice(start, start + CHANGES_PER_CALL_MAX)) {
         assertVersion(change.versionMs);
         if (change.kind === 'upsert') {
           const { machine } = change;
-          argv.push('u', machine.metadata.machine_id, String(change.versionMs), JSON.stringify(machine), encodeIndexRecord(machine));
+          argv.push(
+            'u',
+            machine.metadata.machine_id,
+            String(change.versionMs),
+            JSON.stringify(machine),
+            encodeIndexRecord(machine),
+          );
         } else argv.push('r', change.machineId, String(change.versionMs));
       }
       for (const reply of await this.applyScript(this.writeKeys, ...argv)) {
@@ -429,7 +441,13 @@ export class RedisMachineStore implements MachineWriter, MachineListing {
     let lastEntryId = this.lastEntryId;
     if (!index) ({ index, lastEntryId } = await reload());
     for (;;) {
-      const reply = await this.changesScript([this.keys.changes, this.keys.index], lastEntryId, CATCH_UP_ENTRIES_MAX, MACHINE_CHANGES_MAXLEN, CATCH_UP_IDS_MAX);
+      const reply = await this.changesScript(
+        [this.keys.changes, this.keys.index],
+        lastEntryId,
+        CATCH_UP_ENTRIES_MAX,
+        MACHINE_CHANGES_MAXLEN,
+        CATCH_UP_IDS_MAX,
+      );
       if (reply[0] === 'reload') {
         ({ index, lastEntryId } = await reload());
         continue;

@@ -35,7 +35,8 @@ function stateOf(webhook: Webhook, health: WebhookDeliveryHealth, circuit: Circu
 
 /** Most urgent first: by state, then more dead letters, then the longer failure run, then age. */
 function urgency(a: WebhookStatus, b: WebhookStatus): number {
-  const rank = (s: WebhookStatus) => (s.state === 'healthy' && s.deadLetters > 0 ? 2.5 : WEBHOOK_STATES.indexOf(s.state));
+  const rank = (s: WebhookStatus) =>
+    s.state === 'healthy' && s.deadLetters > 0 ? 2.5 : WEBHOOK_STATES.indexOf(s.state);
   return (
     rank(a) - rank(b) ||
     b.deadLetters - a.deadLetters ||
@@ -60,10 +61,17 @@ export class OperatorViews {
   ) {}
 
   async webhooks(filter: WebhookFilter = {}): Promise<WebhookStatus[]> {
-    const webhooks = filter.vendorId === undefined ? await this.deps.webhooks.listAll() : await this.deps.webhooks.list(filter.vendorId);
+    const webhooks =
+      filter.vendorId === undefined
+        ? await this.deps.webhooks.listAll()
+        : await this.deps.webhooks.list(filter.vendorId);
     const statuses = await this.statusesOf(webhooks);
     return statuses
-      .filter((s) => (filter.states === undefined || filter.states.includes(s.state)) && (filter.needsAttention !== true || s.needsAttention))
+      .filter(
+        (s) =>
+          (filter.states === undefined || filter.states.includes(s.state)) &&
+          (filter.needsAttention !== true || s.needsAttention),
+      )
       .sort(urgency);
   }
 
@@ -78,7 +86,10 @@ export class OperatorViews {
     let ids: string[];
     if (filter.webhookId !== undefined) ids = [filter.webhookId];
     else {
-      const webhooks = filter.vendorId === undefined ? await this.deps.webhooks.listAll() : await this.deps.webhooks.list(filter.vendorId);
+      const webhooks =
+        filter.vendorId === undefined
+          ? await this.deps.webhooks.listAll()
+          : await this.deps.webhooks.list(filter.vendorId);
       const health = await this.deps.history.health(webhooks.map((w) => w.id));
       ids = webhooks.filter((_, i) => (health[i]?.deadLetters ?? 0) > 0).map((w) => w.id);
     }
@@ -96,7 +107,13 @@ export class OperatorViews {
       const h = health[i] ?? { failingSinceMs: undefined, deadLetters: 0, last: undefined };
       const circuit = circuits[i];
       const state = stateOf(webhook, h, circuit);
-      return { webhook, ...h, circuit, state, needsAttention: (state !== 'healthy' && state !== 'paused') || h.deadLetters > 0 };
+      return {
+        webhook,
+        ...h,
+        circuit,
+        state,
+        needsAttention: (state !== 'healthy' && state !== 'paused') || h.deadLetters > 0,
+      };
     });
   }
 }

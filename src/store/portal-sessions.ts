@@ -81,7 +81,11 @@ redis.call('HSET', KEYS[1], 'cookieHash', ARGV[2], 'csrf', ARGV[3], 'openedAtMs'
 return redis.call('HGETALL', KEYS[1])
 `;
 
-type ExchangeCall = ScriptCall<[session: string], [tokenHash: string, cookieHash: string, csrf: string, nowMs: number], string[] | null>;
+type ExchangeCall = ScriptCall<
+  [session: string],
+  [tokenHash: string, cookieHash: string, csrf: string, nowMs: number],
+  string[] | null
+>;
 
 function toSession(id: string, fields: Record<string, string>): PortalSession | undefined {
   const { vendorId, permission, createdAtMs, expiresAtMs, issuedBy } = fields;
@@ -121,7 +125,12 @@ export class RedisPortalSessions implements PortalSessionLookup {
   }
 
   /** Mints a session and its one-time link token; the token is returned once and never stored. */
-  async issue(input: { vendorId: string; permission: PortalPermission; ttlMs: number; issuedBy: string }): Promise<{ session: PortalSession; token: string }> {
+  async issue(input: {
+    vendorId: string;
+    permission: PortalPermission;
+    ttlMs: number;
+    issuedBy: string;
+  }): Promise<{ session: PortalSession; token: string }> {
     const now = this.nowMs();
     const session: PortalSession = {
       id: `ps_${randomBytes(12).toString('hex')}`,
@@ -167,7 +176,13 @@ export class RedisPortalSessions implements PortalSessionLookup {
     if (!parts) return undefined;
     const cookieSecret = randomBytes(32).toString('base64url');
     const csrfToken = randomBytes(32).toString('base64url');
-    const reply = await this.exchangeScript([this.keys.portal.session(parts.id)], sha256(parts.secret), sha256(cookieSecret), csrfToken, this.nowMs());
+    const reply = await this.exchangeScript(
+      [this.keys.portal.session(parts.id)],
+      sha256(parts.secret),
+      sha256(cookieSecret),
+      csrfToken,
+      this.nowMs(),
+    );
     const session = reply ? toSession(parts.id, pairs(reply)) : undefined;
     return session ? { session, csrfToken, cookieValue: `${parts.id}.${cookieSecret}` } : undefined;
   }
@@ -193,7 +208,9 @@ export class RedisPortalSessions implements PortalSessionLookup {
   async list(vendorId: string): Promise<PortalSession[]> {
     const ids = await this.redis.zrangebyscore(this.keys.portal.ofVendor(vendorId), this.nowMs(), '+inf');
     const sessions = await Promise.all(ids.map((id) => this.get(id)));
-    return sessions.filter((s): s is PortalSession => s !== undefined && s.vendorId === vendorId).sort((a, b) => b.createdAtMs - a.createdAtMs);
+    return sessions
+      .filter((s): s is PortalSession => s !== undefined && s.vendorId === vendorId)
+      .sort((a, b) => b.createdAtMs - a.createdAtMs);
   }
 
   /** Revokes one session: its link and cookie stop working at once. Resolves with it, or undefined when there was none. */

@@ -62,6 +62,8 @@ export class RedisEventBudget implements EventBudget {
   }
 
   async take(subject: string, count: number, limit: number, nowMs: number): Promise<boolean> {
-    return (await this.takeEventsScript([this.keys.ingestRateWindow(subject, Math.floor(nowMs / 1000))], count, limit)) === 1;
+    return (
+      (await this.takeEventsScript([this.keys.ingestRateWindow(subject, Math.floor(nowMs / 1000))], count, limit)) === 1
+    );
   }
 }

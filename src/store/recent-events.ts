@@ -39,10 +39,18 @@ export class RedisRecentEvents {
 
   /** Keeps `body` as the newest of each webhook's recent events. */
   async remember(entries: ReadonlyMap<string, string>): Promise<void> {
-    const lists = [...entries].map(([webhookId, body]) => ({ key: this.keys.deliveries.recentEvents(webhookId), body }));
+    const lists = [...entries].map(([webhookId, body]) => ({
+      key: this.keys.deliveries.recentEvents(webhookId),
+      body,
+    }));
     await Promise.all(
       slotGroups(this.redis, lists, (list) => list.key, LISTS_PER_CALL_MAX).map((group) =>
-        this.rememberScript([group[0]!.key], RECENT_EVENTS_MAX, RECENT_EVENTS_TTL_MS, ...group.flatMap(({ key, body }) => [key, body])),
+        this.rememberScript(
+          [group[0]!.key],
+          RECENT_EVENTS_MAX,
+          RECENT_EVENTS_TTL_MS,
+          ...group.flatMap(({ key, body }) => [key, body]),
+        ),
       ),
     );
   }

@@ -105,7 +105,11 @@ const RedisErrorBase = Object.getPrototypeOf(ReplyError) as new () => Error;
  * of the command that met it.
  */
 export function isRedisError(error: Error): boolean {
-  return isRedisUnavailable(error) || /^(Cluster is disconnect|Node is disconnected|Command timed out)/.test(error.message) || error instanceof RedisErrorBase;
+  return (
+    isRedisUnavailable(error) ||
+    /^(Cluster is disconnect|Node is disconnected|Command timed out)/.test(error.message) ||
+    error instanceof RedisErrorBase
+  );
 }
 
 /** The connection name `redis` was opened with. */
@@ -149,7 +153,8 @@ export function keySlot(key: string): number {
     if (close > open + 1) hashed = key.slice(open + 1, close);
   }
   let crc = 0;
-  for (const byte of Buffer.from(hashed, 'utf8')) crc = ((crc << 8) & 0xffff) ^ CRC16_TABLE[((crc >> 8) ^ byte) & 0xff]!;
+  for (const byte of Buffer.from(hashed, 'utf8'))
+    crc = ((crc << 8) & 0xffff) ^ CRC16_TABLE[((crc >> 8) ^ byte) & 0xff]!;
   return crc % SLOTS;
 }
 
@@ -174,7 +179,9 @@ export function slotGroups<T>(redis: Redis, items: readonly T[], keyOf: (item: T
     bySlot = [...groups.values()];
   }
   if (max === Infinity) return bySlot;
-  return bySlot.flatMap((group) => Array.from({ length: Math.ceil(group.length / max) }, (_, n) => group.slice(n * max, (n + 1) * max)));
+  return bySlot.flatMap((group) =>
+    Array.from({ length: Math.ceil(group.length / max) }, (_, n) => group.slice(n * max, (n + 1) * max)),
+  );
 }
 
 /**
@@ -234,7 +241,10 @@ async function masterForSlot(cluster: Cluster, slot: number): Promise<RedisServe
   await refreshSlots(cluster);
   const nodeKey = cluster.slots[slot]?.[0];
   const master = clusterNode(cluster, nodeKey);
-  if (!master) throw new Error(`${CLUSTER_RECONFIGURING}: no connection to a master serving slot ${slot} (the map names ${nodeKey ?? 'none'})`);
+  if (!master)
+    throw new Error(
+      `${CLUSTER_RECONFIGURING}: no connection to a master serving slot ${slot} (the map names ${nodeKey ?? 'none'})`,
+    );
   return master;
 }
 
@@ -276,7 +286,10 @@ export async function serverClientFor(redis: Redis, key: string): Promise<Server
  */
 export async function unblockClient(redis: Redis, client: ServerClient): Promise<void> {
   const server = redis instanceof Cluster ? clusterNode(redis, client.node) : redis;
-  if (!server) throw new Error(`${CLUSTER_RECONFIGURING}: no connection to the Redis Cluster master ${client.node ?? '(unknown)'}`);
+  if (!server)
+    throw new Error(
+      `${CLUSTER_RECONFIGURING}: no connection to the Redis Cluster master ${client.node ?? '(unknown)'}`,
+    );
   await server.client('UNBLOCK', client.id);
 }
 

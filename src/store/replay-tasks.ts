@@ -6,7 +6,12 @@ import type { TaskStore } from './read-models.js';
 import { defineScript, type ScriptCall } from './scripts.js';
 
 /** A replay's outcome once its delivery has one: delivered, or failed (dead again, or dropped with its webhook). */
-const OUTCOME_OF: Partial<Record<DeliveryStatus, 'delivered' | 'failed'>> = { delivered: 'delivered', dead: 'failed', dropped: 'failed', replayed: 'failed' };
+const OUTCOME_OF: Partial<Record<DeliveryStatus, 'delivered' | 'failed'>> = {
+  delivered: 'delivered',
+  dead: 'failed',
+  dropped: 'failed',
+  replayed: 'failed',
+};
 
 /** How long a replay task's bookkeeping lives (as long as a finished task document). */
 const BOOKKEEPING_TTL_MS = 30 * 24 * 3_600_000;
@@ -41,7 +46,9 @@ export class RedisReplayTasks {
     private readonly redis: Redis,
     private readonly keys: Pick<RedisKeys, 'replayTask'>,
     private readonly tasks: TaskStore,
-    private readonly progressOf: (refs: readonly { webhookId: string; deliveryId: string }[]) => Promise<({ status: DeliveryStatus } | undefined)[]>,
+    private readonly progressOf: (
+      refs: readonly { webhookId: string; deliveryId: string }[],
+    ) => Promise<({ status: DeliveryStatus } | undefined)[]>,
     private readonly nowMs: () => number,
   ) {
     this.settleScript = defineScript(redis, { name: 'hooklineReplayTaskSettle', keys: 2, lua: SETTLE_LUA });
@@ -50,7 +57,11 @@ export class RedisReplayTasks {
   /** Notes who started a replay task, before anything is queued. */
   async begin(taskId: string, vendorId: string, webhookId: string): Promise<void> {
     const state = this.keys.replayTask.state(taskId);
-    await this.redis.multi().hset(state, { vendorId, webhookId, delivered: 0, failed: 0 }).pexpire(state, BOOKKEEPING_TTL_MS).exec();
+    await this.redis
+      .multi()
+      .hset(state, { vendorId, webhookId, delivered: 0, failed: 0 })
+      .pexpire(state, BOOKKEEPING_TTL_MS)
+      .exec();
   }
 
   /** Notes replays just queued (their new delivery ids). */
@@ -91,12 +102,23 @@ export class RedisReplayTasks {
       });
       if (settled.length > 0) await this.settleScript([openKey(taskId), stateKey(taskId)], ...settled);
     }
-    const [counts, stillOpen] = await Promise.all([this.redis.hmget(stateKey(taskId), 'delivered', 'failed', 'queuedAll'), this.redis.scard(openKey(taskId))]);
+    const [counts, stillOpen] = await Promise.all([
+      this.redis.hmget(stateKey(taskId), 'delivered', 'failed', 'queuedAll'),
+      this.redis.scard(openKey(taskId)),
+    ]);
     const delivered = Number(counts[0] ?? 0);
     const failed = Number(counts[1] ?? 0);
     // The open set may be ahead of the document (a page is noted before its progress is written).
     const queued = Math.max(task.progress?.queued ?? 0, delivered + failed + stillOpen);
-    const progress = { ...task.progress, total: task.progress?.total ?? queued, done: task.progress?.done ?? 0, queued, delivered, failed, pending: stillOpen };
+    const progress = {
+      ...task.progress,
+      total: task.progress?.total ?? queued,
+      done: task.progress?.done ?? 0,
+      queued,
+      delivered,
+      failed,
+      pending: stillOpen,
+    };
     if (counts[2] !== '1' || stillOpen > 0) return { task: { ...task, progress }, vendorId: state.vendorId };
 
     const finished: Task =

@@ -16,7 +16,10 @@ export interface LuaScript<Keys extends readonly string[]> {
 }
 
 /** Runs the script with these KEYS, then the rest as ARGV; resolves to its reply as ioredis decodes it. */
-export type ScriptCall<Keys extends readonly string[], Argv extends readonly ScriptArg[], Reply> = (keys: Keys, ...argv: Argv) => Promise<Reply>;
+export type ScriptCall<Keys extends readonly string[], Argv extends readonly ScriptArg[], Reply> = (
+  keys: Keys,
+  ...argv: Argv
+) => Promise<Reply>;
 
 /** What each connection has registered through defineScript: name → the script's text and key count. */
 const registered = new WeakMap<Redis, Map<string, { lua: string; keys: number }>>();

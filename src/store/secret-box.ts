@@ -33,7 +33,12 @@ export class SecretBox {
     const cipher = createCipheriv('aes-256-gcm', this.#needKey(), iv, { authTagLength: TAG_BYTES });
     cipher.setAAD(Buffer.from(associatedData, 'utf8'));
     const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
-    return [VERSION, iv.toString('base64url'), cipher.getAuthTag().toString('base64url'), body.toString('base64url')].join('.');
+    return [
+      VERSION,
+      iv.toString('base64url'),
+      cipher.getAuthTag().toString('base64url'),
+      body.toString('base64url'),
+    ].join('.');
   }
 
   /**
@@ -56,7 +61,9 @@ export class SecretBox {
     if (version !== VERSION || iv === undefined || tag === undefined || body === undefined) {
       throw new Error('sealed secret has an unknown format');
     }
-    const decipher = createDecipheriv('aes-256-gcm', this.#needKey(), Buffer.from(iv, 'base64url'), { authTagLength: TAG_BYTES });
+    const decipher = createDecipheriv('aes-256-gcm', this.#needKey(), Buffer.from(iv, 'base64url'), {
+      authTagLength: TAG_BYTES,
+    });
     decipher.setAAD(Buffer.from(associatedData, 'utf8'));
     decipher.setAuthTag(Buffer.from(tag, 'base64url'));
     return Buffer.concat([decipher.update(Buffer.from(body, 'base64url')), decipher.final()]).toString('utf8');

@@ -31,13 +31,20 @@ function opens(box: SecretBox, sealed: string, associatedData: string): boolean 
 }
 
 /** One sealed value of the stored webhooks (a secret or a private signing key) and what it is bound to, if any is stored. */
-async function sealedWebhookValue(redis: Redis, keys: Pick<RedisKeys, 'webhooks'>): Promise<{ sealed: string; associatedData: string } | undefined> {
+async function sealedWebhookValue(
+  redis: Redis,
+  keys: Pick<RedisKeys, 'webhooks'>,
+): Promise<{ sealed: string; associatedData: string } | undefined> {
   let cursor = '0';
   do {
     const [next, flat] = await redis.hscan(keys.webhooks.byId, cursor, 'COUNT', SCAN_COUNT);
     for (let i = 1; i < flat.length; i += 2) {
       // The record's own schema lives with the registry; these fields are all the check needs.
-      const record = JSON.parse(flat[i]!) as { id: string; secretSealed?: string; signingKeys?: { privateSealed: string }[] };
+      const record = JSON.parse(flat[i]!) as {
+        id: string;
+        secretSealed?: string;
+        signingKeys?: { privateSealed: string }[];
+      };
       const sealed = record.secretSealed ?? record.signingKeys?.[0]?.privateSealed;
       if (sealed !== undefined) return { sealed, associatedData: record.id };
     }
@@ -47,7 +54,11 @@ async function sealedWebhookValue(redis: Redis, keys: Pick<RedisKeys, 'webhooks'
 }
 
 /** Checks `box`'s key against the installation's probe, recording the probe when it has none yet (see above). */
-export async function checkSecretKey(redis: Redis, keys: Pick<RedisKeys, 'secretProbe' | 'webhooks'>, box: SecretBox): Promise<SecretKeyCheck> {
+export async function checkSecretKey(
+  redis: Redis,
+  keys: Pick<RedisKeys, 'secretProbe' | 'webhooks'>,
+  box: SecretBox,
+): Promise<SecretKeyCheck> {
   const fits = (probe: string) => (opens(box, probe, PROBE_DATA) ? 'matches' : 'mismatch');
   const probe = await redis.get(keys.secretProbe);
   if (probe !== null) return fits(probe);

@@ -72,7 +72,12 @@ export class RedisVersionedDocStore<S extends z.ZodType> implements DocLookup<z.
 
   async putMany(entries: readonly { doc: z.output<S>; versionMs: number }[]): Promise<('applied' | 'stale')[]> {
     const results = new Array<'applied' | 'stale'>(entries.length);
-    const writes = entries.map(({ doc, versionMs }, index) => ({ index, key: this.options.key(this.options.idOf(doc)), doc, versionMs }));
+    const writes = entries.map(({ doc, versionMs }, index) => ({
+      index,
+      key: this.options.key(this.options.idOf(doc)),
+      doc,
+      versionMs,
+    }));
     await Promise.all(
       slotGroups(this.redis, writes, (write) => write.key, DOCS_PER_CALL_MAX).map((group) => {
         const argv = group.flatMap(({ key, doc, versionMs }) => [

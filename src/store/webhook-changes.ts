@@ -37,7 +37,11 @@ export class RedisWebhookChanges {
    * subscription is confirmed, first and after each reconnect; `onLive(false)` with a reset when the
    * connection drops, as changes published meanwhile will be missed.
    */
-  async listen(listener: WebhookChangeListener, signal: AbortSignal, onLive: (live: boolean) => void = () => undefined): Promise<void> {
+  async listen(
+    listener: WebhookChangeListener,
+    signal: AbortSignal,
+    onLive: (live: boolean) => void = () => undefined,
+  ): Promise<void> {
     const subscriber = this.redis.duplicate();
     const channel = this.keys.webhooks.changes;
     subscriber.on('error', () => undefined);

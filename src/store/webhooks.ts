@@ -12,7 +12,13 @@ import {
   type SigningKey,
 } from '../domain/signing-keys.js';
 import type { FilterNode } from '../domain/filter.js';
-import { DISABLED_REASONS, newWebhookSecret, type DisabledReason, type Webhook, type WebhookOrdering } from '../domain/webhook.js';
+import {
+  DISABLED_REASONS,
+  newWebhookSecret,
+  type DisabledReason,
+  type Webhook,
+  type WebhookOrdering,
+} from '../domain/webhook.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import { defineScript, type ScriptCall } from './scripts.js';
@@ -71,7 +77,8 @@ export type TransitionListener = (transition: WebhookTransition) => Promise<void
 
 export type CreateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'conflict'; existingId: string };
 /** `unsigned`: the change would leave a webhook that signs with hmac without a secret (see applyChanges). */
-export type UpdateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'not_found' | 'conflict' | 'unsigned' };
+export type UpdateResult =
+  { ok: true; webhook: Webhook } | { ok: false; reason: 'not_found' | 'conflict' | 'unsigned' };
 
 export interface WebhookChanges {
   eventType?: WebhookEventType;
@@ -196,7 +203,11 @@ const CAS_ATTEMPTS = 8;
  */
 export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   /** The id holding the (vendor, event type) already, or null once created. */
-  private readonly createScript: ScriptCall<VendorKeys, [id: string, field: string, json: string, ordering: WebhookOrdering], string | null>;
+  private readonly createScript: ScriptCall<
+    VendorKeys,
+    [id: string, field: string, json: string, ordering: WebhookOrdering],
+    string | null
+  >;
   /** 'ok', 'not_found', 'changed' (the record moved since it was read) or 'conflict'. */
   private readonly updateScript: ScriptCall<
     UpdateKeys,
@@ -245,7 +256,9 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       ...(secret === undefined ? {} : { secretSealed: this.box.seal(secret, id) }),
       ...(input.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: input.rateLimitPerSecond }),
       ...(input.filter === undefined ? {} : { filter: input.filter }),
-      ...(input.signature === 'ed25519' ? { signature: 'ed25519' as const, signingKeys: [this.sealKey(newSigningKey(id, 1, Date.parse(at)), id)] } : {}),
+      ...(input.signature === 'ed25519'
+        ? { signature: 'ed25519' as const, signingKeys: [this.sealKey(newSigningKey(id, 1, Date.parse(at)), id)] }
+        : {}),
       ...(input.ordering === 'fifo' ? { ordering: 'fifo' as const } : {}),
       ...(input.maxConcurrency === undefined ? {} : { maxConcurrency: input.maxConcurrency }),
       createdAt: at,
@@ -339,7 +352,13 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         // no other writer can also see itself ending it.
         const ended = record.disabledReason;
         if (ended !== undefined && ended !== 'paused' && next.disabledReason === undefined) {
-          await this.onTransition?.({ kind: 'recovered', webhook, reason: ended, disabledAtMs: record.disabledAtMs ?? 0, atMs: Date.parse(next.updatedAt) });
+          await this.onTransition?.({
+            kind: 'recovered',
+            webhook,
+            reason: ended,
+            disabledAtMs: record.disabledAtMs ?? 0,
+            atMs: Date.parse(next.updatedAt),
+          });
         }
         // Last: the deliveries it brings back must meet the failure run started over.
         if (changes.enabled === true) await this.releaseHeld?.(webhookId);
@@ -351,9 +370,14 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     throw new Error(`webhook ${webhookId} kept changing during update`);
   }
 
-  async matchMany(pairs: readonly { vendorId: string; eventType: WebhookEventType }[]): Promise<({ webhookId: string; fifo: boolean } | undefined)[]> {
+  async matchMany(
+    pairs: readonly { vendorId: string; eventType: WebhookEventType }[],
+  ): Promise<({ webhookId: string; fifo: boolean } | undefined)[]> {
     if (pairs.length === 0) return [];
-    const found = await this.matchScript([this.keys.webhooks.byVendorType, this.keys.webhooks.fifo], ...pairs.map((p) => indexField(p.vendorId, p.eventType)));
+    const found = await this.matchScript(
+      [this.keys.webhooks.byVendorType, this.keys.webhooks.fifo],
+      ...pairs.map((p) => indexField(p.vendorId, p.eventType)),
+    );
     return found.map((match) => (match === null ? undefined : { webhookId: match[0], fifo: match[1] === 1 }));
   }
 
@@ -377,9 +401,22 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       const record = recordSchema.parse(JSON.parse(raw));
       if (record.disabledReason !== undefined) return false;
       const now = this.now();
-      const next: WebhookRecord = { ...record, disabledReason: reason, disabledAtMs: now.getTime(), updatedAt: now.toISOString() };
+      const next: WebhookRecord = {
+        ...record,
+        disabledReason: reason,
+        disabledAtMs: now.getTime(),
+        updatedAt: now.toISOString(),
+      };
       const field = indexField(record.vendorId, record.eventType);
-      const outcome = await this.updateScript(this.updateKeys(), webhookId, raw, JSON.stringify(next), field, field, next.ordering ?? 'none');
+      const outcome = await this.updateScript(
+        this.updateKeys(),
+        webhookId,
+        raw,
+        JSON.stringify(next),
+        field,
+        field,
+        next.ordering ?? 'none',
+      );
       if (outcome === 'ok') {
         this.onChange?.({ webhookId, vendorId: record.vendorId });
         await this.onTransition?.({ kind: 'disabled', webhook: this.toWebhook(next), reason, atMs: now.getTime() });
@@ -392,7 +429,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
 
   async delete(vendorId: string, webhookId: string): Promise<boolean> {
     const { byId, byVendorType, ofVendor, fifo } = this.keys.webhooks;
-    const deleted = (await this.deleteScript([byId, byVendorType, ofVendor(vendorId), fifo], webhookId, vendorId)) === 1;
+    const deleted =
+      (await this.deleteScript([byId, byVendorType, ofVendor(vendorId), fifo], webhookId, vendorId)) === 1;
     if (deleted) {
       this.onChange?.({ webhookId, vendorId });
       // Dropped now rather than when their holds end.
@@ -405,7 +443,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     return [this.keys.webhooks.byId, this.keys.webhooks.byVendorType, this.keys.webhooks.fifo];
   }
 
-  private async readRecord(vendorId: string, webhookId: string): Promise<{ record: WebhookRecord; raw: string } | undefined> {
+  private async readRecord(
+    vendorId: string,
+    webhookId: string,
+  ): Promise<{ record: WebhookRecord; raw: string } | undefined> {
     const raw = await this.redis.hget(this.keys.webhooks.byId, webhookId);
     if (raw === null) return undefined;
     const record = recordSchema.parse(JSON.parse(raw));
@@ -453,10 +494,14 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     if (changes.signature === 'hmac') {
       delete next.signature;
       delete next.signingKeys;
-    } else if (changes.signature === 'ed25519' || (changes.rotateSigningKey === true && record.signature === 'ed25519')) {
+    } else if (
+      changes.signature === 'ed25519' ||
+      (changes.rotateSigningKey === true && record.signature === 'ed25519')
+    ) {
       next.signature = 'ed25519';
       const newest = record.signingKeys?.[0];
-      if (newest === undefined) next.signingKeys = [this.sealKey(newSigningKey(record.id, 1, now.getTime()), record.id)];
+      if (newest === undefined)
+        next.signingKeys = [this.sealKey(newSigningKey(record.id, 1, now.getTime()), record.id)];
       else if (changes.rotateSigningKey === true) {
         // The new key is published now and signs only KEY_PUBLISH_LEAD_MS later, so receivers that
         // refetch the key set as its cache allows hold it first; the key that signs now goes on until
@@ -464,7 +509,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         // already being replaced) is dropped.
         const signing = signingKeysAt(record.signingKeys ?? [], now.getTime())[0] ?? newest;
         const fromMs = now.getTime() + KEY_PUBLISH_LEAD_MS;
-        const fresh = this.sealKey({ ...newSigningKey(record.id, keyNumber(newest.kid) + 1, now.getTime()), fromMs }, record.id);
+        const fresh = this.sealKey(
+          { ...newSigningKey(record.id, keyNumber(newest.kid) + 1, now.getTime()), fromMs },
+          record.id,
+        );
         next.signingKeys = [fresh, { ...signing, untilMs: fromMs + this.rotationOverlapMs }];
       }
     }
@@ -484,7 +532,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
 
   /** The webhook of a record; without a key (the CLI's commands) it comes without its secrets and private keys. */
   private toWebhook(record: WebhookRecord): Webhook {
-    const open = (sealed: string | undefined) => (sealed === undefined || !this.box.hasKey ? undefined : this.box.open(sealed, record.id));
+    const open = (sealed: string | undefined) =>
+      sealed === undefined || !this.box.hasKey ? undefined : this.box.open(sealed, record.id);
     const previous = open(record.previousSecretSealed);
     return {
       id: record.id,
@@ -493,8 +542,13 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       callbackUrl: record.callbackUrl,
       secret: open(record.secretSealed),
       previousSecret:
-        previous === undefined || record.previousSecretUntilMs === undefined ? undefined : { secret: previous, untilMs: record.previousSecretUntilMs },
-      disabled: record.disabledReason === undefined ? undefined : { reason: record.disabledReason, atMs: record.disabledAtMs ?? 0 },
+        previous === undefined || record.previousSecretUntilMs === undefined
+          ? undefined
+          : { secret: previous, untilMs: record.previousSecretUntilMs },
+      disabled:
+        record.disabledReason === undefined
+          ? undefined
+          : { reason: record.disabledReason, atMs: record.disabledAtMs ?? 0 },
       rateLimitPerSecond: record.rateLimitPerSecond,
       signature: record.signature ?? 'hmac',
       filter: record.filter,

@@ -31,7 +31,8 @@ describe.skipIf(skip !== undefined)('the API docs (/docs) in Chromium, under the
       });
       page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
       page.on('request', (request) => {
-        if (!request.url().startsWith(`${baseUrl}/`) && !request.url().startsWith('data:')) problems.push(`request to another origin: ${request.url()}`);
+        if (!request.url().startsWith(`${baseUrl}/`) && !request.url().startsWith('data:'))
+          problems.push(`request to another origin: ${request.url()}`);
       });
       const answer = await page.goto(`${baseUrl}/docs/`);
       expect(answer?.headers()['content-security-policy']).toBe(DOCS_CSP);

@@ -81,7 +81,12 @@ export async function portalWorld(): Promise<PortalWorld> {
         : agent(`dep-${id}`, 'STATUS_FAILED', 'container exited with code 137');
       return { event_type: eventType, vendor_id: vendor, data };
     });
-    const res = await t.app.inject({ method: 'POST', url: '/internal/v1/events', headers: { 'x-api-key': eventsKey }, payload: { events } });
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/internal/v1/events',
+      headers: { 'x-api-key': eventsKey },
+      payload: { events },
+    });
     expect(res.statusCode, res.body).toBe(202);
     await queuesDrained(t.queues);
     await statsSettled();
@@ -96,7 +101,10 @@ export async function portalWorld(): Promise<PortalWorld> {
       async () => {
         for (const webhookId of [webhooks.machineCreated, webhooks.deploymentStopped, webhooks.machineRemoved]) {
           const deliveries = await t.deliveryLog.recent(webhookId, 1_000);
-          const attempted = deliveries.reduce((sum, d) => sum + (d.lastOutcome === 'webhook_disabled' ? 0 : d.attempts), 0);
+          const attempted = deliveries.reduce(
+            (sum, d) => sum + (d.lastOutcome === 'webhook_disabled' ? 0 : d.attempts),
+            0,
+          );
           if ((await t.endpointStats.read(webhookId, Date.now())).hour.attempts !== attempted) return false;
         }
         return true;
@@ -107,7 +115,11 @@ export async function portalWorld(): Promise<PortalWorld> {
 
   // The 410 disables its webhook at once; the other vendor's event must not show up anywhere.
   await ingest('EVENT_TYPE_MACHINE_REMOVED');
-  await waitFor(async () => (await t.webhooks.get(VENDOR, webhooks.machineRemoved))?.disabled !== undefined, 10_000, 'the 410 to disable its webhook');
+  await waitFor(
+    async () => (await t.webhooks.get(VENDOR, webhooks.machineRemoved))?.disabled !== undefined,
+    10_000,
+    'the 410 to disable its webhook',
+  );
   await ingest('EVENT_TYPE_MACHINE_CREATED', 1, OTHER_VENDOR);
 
   return {

@@ -57,7 +57,11 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
   }
 
   /** Opens `url` in a fresh browser (no cookies), watching for problems; `clock`: the page's clock is Playwright's, to move on at will. */
-  async function open(url: string, viewport = { width: 1280, height: 900 }, options: { clock?: boolean } = {}): Promise<Portal> {
+  async function open(
+    url: string,
+    viewport = { width: 1280, height: 900 },
+    options: { clock?: boolean } = {},
+  ): Promise<Portal> {
     const context = await browser.newContext({ viewport });
     contexts.push(context);
     context.setDefaultTimeout(15_000);
@@ -66,7 +70,8 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     const problems: string[] = [];
     page.on('console', (message) => {
       // The browser reports each 4xx/5xx answer (a 401 after revocation, say) as a console error: expected.
-      if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) problems.push(`console: ${message.text()}`);
+      if (message.type() === 'error' && !message.text().startsWith('Failed to load resource'))
+        problems.push(`console: ${message.text()}`);
     });
     page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
     page.on('dialog', (dialog) => {
@@ -74,17 +79,20 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       void dialog.dismiss();
     });
     page.on('request', (request) => {
-      if (!request.url().startsWith(`${w.baseUrl}/`) && !request.url().startsWith('data:')) problems.push(`request to another origin: ${request.url()}`);
+      if (!request.url().startsWith(`${w.baseUrl}/`) && !request.url().startsWith('data:'))
+        problems.push(`request to another origin: ${request.url()}`);
     });
     await page.goto(url);
     return { page, context, problems };
   }
 
   /** A tab of the portal's navigation. */
-  const tab = (page: Page, name: string): Locator => page.getByRole('navigation', { name: 'Portal' }).getByRole('link', { name });
+  const tab = (page: Page, name: string): Locator =>
+    page.getByRole('navigation', { name: 'Portal' }).getByRole('link', { name });
 
   /** The card of one webhook on the endpoints page. */
-  const card = (page: Page, name: string): Locator => page.locator('article.card', { has: page.getByRole('heading', { name }) });
+  const card = (page: Page, name: string): Locator =>
+    page.locator('article.card', { has: page.getByRole('heading', { name }) });
 
   /** Makes the failing receiver fail the next event (500 and HOSTILE_BODY), ingests one, and answers its dead letter's id. */
   async function deadLetter(): Promise<string> {
@@ -118,7 +126,8 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     const count = await deadLetterCount();
     const bulkReplays: string[] = [];
     page.on('request', (request) => {
-      if (request.method() === 'POST' && request.url().endsWith('/dead-letters/replay')) bulkReplays.push(request.url());
+      if (request.method() === 'POST' && request.url().endsWith('/dead-letters/replay'))
+        bulkReplays.push(request.url());
     });
     const letters = count === 1 ? '1 dead letter' : `${count} dead letters`;
     const asked = page.getByRole('group', { name: `Replay ${letters}` });
@@ -187,8 +196,12 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     await attempt.getByText(/^Request headers sent/).click();
     const headers = attempt.locator('table.headers');
     await headers.getByRole('rowheader', { name: 'webhook-id' }).waitFor();
-    expect(await headers.getByRole('row', { name: /^webhook-signature/ }).textContent()).toBe('webhook-signaturev1,••••');
-    expect(await headers.getByRole('row', { name: /x-webhook-signature/ }).textContent()).toBe('x-webhook-signaturesha256=••••');
+    expect(await headers.getByRole('row', { name: /^webhook-signature/ }).textContent()).toBe(
+      'webhook-signaturev1,••••',
+    );
+    expect(await headers.getByRole('row', { name: /x-webhook-signature/ }).textContent()).toBe(
+      'x-webhook-signaturesha256=••••',
+    );
     expect(await attempt.textContent()).not.toMatch(/v1,[A-Za-z0-9+/]{20}/);
 
     // Replayed once the receiver answers again, and seen delivered.
@@ -201,12 +214,17 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     // A test event, watched until it arrives.
     await page.getByRole('button', { name: 'Send test event' }).click();
     await page.locator('.watch', { hasText: 'Test event:' }).getByText('Delivered · HTTP 200').waitFor();
-    await waitFor(() => w.bad.at('/deployments').some((r) => (JSON.parse(r.body) as { data: { test?: boolean } }).data.test === true));
+    await waitFor(() =>
+      w.bad.at('/deployments').some((r) => (JSON.parse(r.body) as { data: { test?: boolean } }).data.test === true),
+    );
 
     // Rotating a secret shows the new one once; the webhook now signs with it.
     await tab(page, 'Endpoints').click();
     await machineCreated.getByRole('button', { name: 'Rotate secret' }).click();
-    await machineCreated.getByRole('group', { name: 'Rotate secret' }).getByRole('button', { name: 'Rotate secret' }).click();
+    await machineCreated
+      .getByRole('group', { name: 'Rotate secret' })
+      .getByRole('button', { name: 'Rotate secret' })
+      .click();
     const shown = (await machineCreated.locator('.secret-new').textContent()) ?? '';
     expect(shown).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
     expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.secret).toBe(shown);
@@ -215,7 +233,10 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect(await page.content()).not.toContain(shown);
 
     // Revoked: the next call answers 401 and the page says so.
-    const revoked = await fetch(`${w.baseUrl}/admin/v1/portal/sessions/${link.session_id}`, { method: 'DELETE', headers: { 'x-api-key': w.adminKey } });
+    const revoked = await fetch(`${w.baseUrl}/admin/v1/portal/sessions/${link.session_id}`, {
+      method: 'DELETE',
+      headers: { 'x-api-key': w.adminKey },
+    });
     expect(revoked.status).toBe(204);
     await goTo(page, '#/notices');
     await page.getByText(EXPIRED_TEXT).waitFor();
@@ -236,7 +257,9 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}/${failed}`);
     await page.getByRole('article', { name: 'Attempt 1' }).waitFor();
     expect(await page.locator('.detail').getByText('Dead letter').count()).toBe(1);
-    expect(await page.getByRole('button', { name: /^(Replay|Send test event|Replay all dead letters)$/ }).count()).toBe(0);
+    expect(await page.getByRole('button', { name: /^(Replay|Send test event|Replay all dead letters)$/ }).count()).toBe(
+      0,
+    );
 
     const path = `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}/dead-letters/${failed}/replay`;
     const refused = await page.evaluate(async (replayPath) => {
@@ -254,7 +277,9 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     w.bad.script('/deployments', { status: 200 });
     const { page, problems } = await open((await mint('replay')).url);
     await page.getByRole('heading', { name: 'Machine created' }).waitFor();
-    expect(await page.getByRole('button', { name: /^(Add a webhook|Edit|Delete|Rotate secret|Pause|Enable)$/ }).count()).toBe(0);
+    expect(
+      await page.getByRole('button', { name: /^(Add a webhook|Edit|Delete|Rotate secret|Pause|Enable)$/ }).count(),
+    ).toBe(0);
     expect(await page.content()).not.toContain('whsec_');
 
     await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}`);
@@ -303,7 +328,8 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
   });
 
   it('an expired link fails, and a session that expires while open loses access', async () => {
-    const expire = (sessionId: string) => w.t.redis.hset(w.t.keys.portal.session(sessionId), 'expiresAtMs', String(Date.now() - 1_000));
+    const expire = (sessionId: string) =>
+      w.t.redis.hset(w.t.keys.portal.session(sessionId), 'expiresAtMs', String(Date.now() - 1_000));
     const unopened = await mint('read');
     await expire(unopened.session_id);
     const late = await open(unopened.url);
@@ -412,17 +438,23 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     await form.getByLabel('Event type').selectOption('EVENT_TYPE_DEPLOYMENT_CREATED');
     await form.getByLabel('Callback URL').fill(`${w.good.base}/created`);
     await form.getByLabel('Concurrent requests at most, per worker (empty: as many as the endpoint takes)').fill('3');
-    await form.getByLabel('Payload filter (JSON; empty: every event of the type)').fill('{"path": "data.status", "eq": "STATUS_RUNNING"}');
+    await form
+      .getByLabel('Payload filter (JSON; empty: every event of the type)')
+      .fill('{"path": "data.status", "eq": "STATUS_RUNNING"}');
     await form.getByRole('button', { name: 'Add webhook' }).click();
     const added = card(page, 'Deployment created');
     try {
       await added.getByText('{"path":"data.status","eq":"STATUS_RUNNING"}').waitFor();
       await added.getByText('No rate limit; up to 3 at once per worker; signed with the secret (HMAC)').waitFor();
-      const stored = (await w.t.webhooks.list(VENDOR)).find((webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED');
+      const stored = (await w.t.webhooks.list(VENDOR)).find(
+        (webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED',
+      );
       expect(stored).toMatchObject({ filter: { path: 'data.status', eq: 'STATUS_RUNNING' }, maxConcurrency: 3 });
       expect(problems).toEqual([]);
     } finally {
-      const stored = (await w.t.webhooks.list(VENDOR)).find((webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED');
+      const stored = (await w.t.webhooks.list(VENDOR)).find(
+        (webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED',
+      );
       if (stored) await w.t.webhooks.delete(VENDOR, stored.id);
     }
   });
@@ -449,10 +481,15 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
   });
 
   it('a visit without a link (a bookmark) says how to get one, not that access ended', async () => {
-    for (const address of [`${w.baseUrl}/portal/`, `${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}`]) {
+    for (const address of [
+      `${w.baseUrl}/portal/`,
+      `${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}`,
+    ]) {
       const { page, problems } = await open(address);
       await page.getByRole('heading', { name: 'Open the portal with a link' }).waitFor();
-      await page.getByText('Ask the platform (or the operator who runs Hookline for it) for a new link to your portal.').waitFor();
+      await page
+        .getByText('Ask the platform (or the operator who runs Hookline for it) for a new link to your portal.')
+        .waitFor();
       expect(await page.getByText('Access ended').count()).toBe(0);
       expect(await page.getByText(EXPIRED_TEXT).count()).toBe(0);
       expect(problems).toEqual([]);
@@ -507,11 +544,14 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     await form.getByLabel('Concurrent requests at most, per worker (empty: as many as the endpoint takes)').fill('4');
     await form.getByLabel('Order').selectOption('fifo');
     await form.getByRole('button', { name: 'Save' }).click();
-    await machineCreated.getByText('At most 5 requests a second; one at a time, in order (FIFO); signed with Ed25519 (v1a)').waitFor();
+    await machineCreated
+      .getByText('At most 5 requests a second; one at a time, in order (FIFO); signed with Ed25519 (v1a)')
+      .waitFor();
     const stored = await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated);
     expect(stored).toMatchObject({ rateLimitPerSecond: 5, signature: 'ed25519', ordering: 'fifo', maxConcurrency: 4 });
     // The public key the API answers is on the card, with its key id.
-    const shownKey = (await machineCreated.locator('dd', { hasText: 'Key id' }).locator('code').first().textContent()) ?? '';
+    const shownKey =
+      (await machineCreated.locator('dd', { hasText: 'Key id' }).locator('code').first().textContent()) ?? '';
     expect(shownKey).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/);
     expect(shownKey).toBe(stored!.signingKeys[0]!.publicKey);
     await machineCreated.getByText('Send rate').waitFor();
@@ -519,7 +559,10 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
 
     // Rotating shows the new key and the previous one with when it stops signing.
     await machineCreated.getByRole('button', { name: 'Rotate signing key' }).click();
-    await machineCreated.getByRole('group', { name: 'Rotate signing key' }).getByRole('button', { name: 'Rotate signing key' }).click();
+    await machineCreated
+      .getByRole('group', { name: 'Rotate signing key' })
+      .getByRole('button', { name: 'Rotate signing key' })
+      .click();
     await machineCreated.getByText('Previous public key').waitFor();
     expect(await machineCreated.getByText(shownKey).count()).toBe(1);
     // Two keys, the new one first, each under an opaque kid that names no webhook.
@@ -539,7 +582,10 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     await form.getByText('(found "available")').waitFor();
     await form.getByRole('button', { name: 'Save' }).click();
     await machineCreated.getByText('{"path":"data.status","eq":"unavailable"}').waitFor();
-    expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.filter).toEqual({ path: 'data.status', eq: 'unavailable' });
+    expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.filter).toEqual({
+      path: 'data.status',
+      eq: 'unavailable',
+    });
     // With a filter, the newest events are kept for the dry run: one ingested now is tried and explained.
     await w.ingest('EVENT_TYPE_MACHINE_CREATED', 1);
     await machineCreated.getByRole('button', { name: 'Edit' }).click();
@@ -551,7 +597,9 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     await machineCreated.getByRole('button', { name: 'Edit' }).click();
     await form.getByLabel('Rate limit: requests per second at most (empty: unlimited)').fill('');
     await form.getByRole('button', { name: 'Save' }).click();
-    await machineCreated.getByText('No rate limit; one at a time, in order (FIFO); signed with Ed25519 (v1a)').waitFor();
+    await machineCreated
+      .getByText('No rate limit; one at a time, in order (FIFO); signed with Ed25519 (v1a)')
+      .waitFor();
     expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.rateLimitPerSecond).toBeUndefined();
     expect(problems).toEqual([]);
   });
@@ -566,7 +614,9 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     await form.getByRole('button', { name: 'Add webhook' }).click();
     const shown = (await page.locator('.secret-new').textContent()) ?? '';
     expect(shown).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
-    const stored = (await w.t.webhooks.list(VENDOR)).find((webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED');
+    const stored = (await w.t.webhooks.list(VENDOR)).find(
+      (webhook) => webhook.eventType === 'EVENT_TYPE_DEPLOYMENT_CREATED',
+    );
     expect(stored?.secret).toBe(shown);
     const created = card(page, 'Deployment created');
     await created.getByText('No rate limit; concurrent; signed with the secret (HMAC)').waitFor();
@@ -575,11 +625,17 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
 
     // Paused and enabled from the card, which says what happens to deliveries meanwhile.
     await created.getByRole('button', { name: 'Pause' }).click();
-    await page.getByText('Paused the Deployment created webhook: its deliveries wait, unsent, until you enable it.').waitFor();
-    await created.getByText(/deliveries wait, unsent and using none of their attempts, and go out as soon as it is enabled/).waitFor();
+    await page
+      .getByText('Paused the Deployment created webhook: its deliveries wait, unsent, until you enable it.')
+      .waitFor();
+    await created
+      .getByText(/deliveries wait, unsent and using none of their attempts, and go out as soon as it is enabled/)
+      .waitFor();
     expect((await w.t.webhooks.getById(stored!.id))?.disabled?.reason).toBe('paused');
     await created.getByRole('button', { name: 'Enable' }).click();
-    await page.getByText('Enabled the Deployment created webhook: the deliveries held while it was paused go out now.').waitFor();
+    await page
+      .getByText('Enabled the Deployment created webhook: the deliveries held while it was paused go out now.')
+      .waitFor();
     expect((await w.t.webhooks.getById(stored!.id))?.disabled).toBeUndefined();
     expect(problems).toEqual([]);
   });

@@ -30,7 +30,11 @@ describe.skipIf(skip !== undefined)('portal screenshots', () => {
     // A receiver having a bad moment: a plausible error body rather than the tests' hostile one.
     w.bad.script('/deployments', { status: 200 });
     await w.ingest('EVENT_TYPE_DEPLOYMENT_STOPPED', 2);
-    w.bad.script('/deployments', { status: 503, headers: { 'content-type': 'application/json' }, body: '{"error":"database connection pool exhausted"}' });
+    w.bad.script('/deployments', {
+      status: 503,
+      headers: { 'content-type': 'application/json' },
+      body: '{"error":"database connection pool exhausted"}',
+    });
     await w.ingest('EVENT_TYPE_DEPLOYMENT_STOPPED', 3);
   });
   afterAll(async () => w?.close());

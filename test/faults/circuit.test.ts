@@ -76,9 +76,14 @@ describe('an open circuit never stretches a delivery past its schedule (worker p
     });
     expect(created.statusCode).toBe(201);
     const webhookId = created.json<{ webhook_id: string }>().webhook_id;
-    const worker = await startCli(['worker'], await workerProcessEnv(t, { HOOKLINE_RETRY_SCHEDULE: SCHEDULE }), /delivery worker running/);
+    const worker = await startCli(
+      ['worker'],
+      await workerProcessEnv(t, { HOOKLINE_RETRY_SCHEDULE: SCHEDULE }),
+      /delivery worker running/,
+    );
     children.push(worker);
-    const api = async <T>(url: string) => (await t!.app.inject({ method: 'GET', url, headers: { 'x-api-key': vendorKey } })).json<T>();
+    const api = async <T>(url: string) =>
+      (await t!.app.inject({ method: 'GET', url, headers: { 'x-api-key': vendorKey } })).json<T>();
 
     const ingestedMs = Date.now();
     await t.ingestor.ingest(
@@ -87,15 +92,26 @@ describe('an open circuit never stretches a delivery past its schedule (worker p
     );
 
     // The circuit opens on the first burst of 500s, logged at warn with the webhook behind it.
-    const opened = await waitFor(() => logLines(worker.output()).find((l) => l.event === 'circuit.opened'), 15_000, 'circuit.opened');
+    const opened = await waitFor(
+      () => logLines(worker.output()).find((l) => l.event === 'circuit.opened'),
+      15_000,
+      'circuit.opened',
+    );
     expect(opened).toMatchObject({ level: 40, webhookIds: [webhookId] });
 
     // A delivery held back by the open circuit says when it will really be tried: near the end of
     // the open period, not at its scheduled 2 s.
     const held = await waitFor(
       async () => {
-        const { deliveries } = await api<{ deliveries: Delivery[] }>(`/vendors/v1/webhooks/${webhookId}/deliveries?limit=100`);
-        return deliveries.find((d) => d.status === 'retrying' && d.next_attempt_at !== null && Date.parse(d.next_attempt_at) - Date.now() > 10_000);
+        const { deliveries } = await api<{ deliveries: Delivery[] }>(
+          `/vendors/v1/webhooks/${webhookId}/deliveries?limit=100`,
+        );
+        return deliveries.find(
+          (d) =>
+            d.status === 'retrying' &&
+            d.next_attempt_at !== null &&
+            Date.parse(d.next_attempt_at) - Date.now() > 10_000,
+        );
       },
       20_000,
       'a delivery held back by the circuit',
@@ -104,17 +120,27 @@ describe('an open circuit never stretches a delivery past its schedule (worker p
 
     // Every delivery dead-lettered within its schedule plus one open period (and the jitter).
     const deadline = SCHEDULE_MS.reduce((a, b) => a + b, 0) * 1.2 + OPEN_MS + 8_000;
-    await waitFor(async () => (await t!.redis.zcard(t!.keys.deliveries.dead(webhookId))) === EVENTS, deadline, 'every delivery dead-lettered');
+    await waitFor(
+      async () => (await t!.redis.zcard(t!.keys.deliveries.dead(webhookId))) === EVENTS,
+      deadline,
+      'every delivery dead-lettered',
+    );
     const deadAfterMs = Date.now() - ingestedMs;
 
-    const { attempts } = await api<{ attempts: Attempt[] }>(`/vendors/v1/webhooks/${webhookId}/deliveries/${held.delivery_id}`);
+    const { attempts } = await api<{ attempts: Attempt[] }>(
+      `/vendors/v1/webhooks/${webhookId}/deliveries/${held.delivery_id}`,
+    );
     const next = attempts.find((a) => a.attempt === held.attempts + 1);
     expect(next, 'the held delivery’s next attempt').toBeDefined();
     const offByMs = Date.parse(next!.attempted_at) - shownMs;
     const circuitOpenAttempts = (
       await Promise.all(
-        (await api<{ dead_letters: Delivery[] }>(`/vendors/v1/webhooks/${webhookId}/dead-letters?limit=100`)).dead_letters.map(
-          async (d) => (await api<{ attempts: Attempt[] }>(`/vendors/v1/webhooks/${webhookId}/deliveries/${d.delivery_id}`)).attempts,
+        (
+          await api<{ dead_letters: Delivery[] }>(`/vendors/v1/webhooks/${webhookId}/dead-letters?limit=100`)
+        ).dead_letters.map(
+          async (d) =>
+            (await api<{ attempts: Attempt[] }>(`/vendors/v1/webhooks/${webhookId}/deliveries/${d.delivery_id}`))
+              .attempts,
         ),
       )
     )
@@ -130,7 +156,8 @@ describe('an open circuit never stretches a delivery past its schedule (worker p
 
     // Fixed: a replay the vendor asks for probes the still-open circuit at once, and closes it.
     receiver.script('/hook', { status: 200 });
-    const [dead] = (await api<{ dead_letters: Delivery[] }>(`/vendors/v1/webhooks/${webhookId}/dead-letters?limit=1`)).dead_letters;
+    const [dead] = (await api<{ dead_letters: Delivery[] }>(`/vendors/v1/webhooks/${webhookId}/dead-letters?limit=1`))
+      .dead_letters;
     const replayedMs = Date.now();
     const replay = await t.app.inject({
       method: 'POST',
@@ -145,7 +172,11 @@ describe('an open circuit never stretches a delivery past its schedule (worker p
     );
     console.log(`circuit: replay arrived ${arrived.atMs - replayedMs} ms after it was asked for`);
     expect(arrived.atMs - replayedMs).toBeLessThan(5_000);
-    const closed = await waitFor(() => logLines(worker.output()).find((l) => l.event === 'circuit.closed'), 10_000, 'circuit.closed');
+    const closed = await waitFor(
+      () => logLines(worker.output()).find((l) => l.event === 'circuit.closed'),
+      10_000,
+      'circuit.closed',
+    );
     expect(closed).toMatchObject({ level: 40, webhookIds: [webhookId] });
   }, 120_000);
 });

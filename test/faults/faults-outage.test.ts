@@ -3,7 +3,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
+import {
+  ensureRedisServerBinary,
+  freeLoopbackPort,
+  startRedisServer,
+  type RedisServerHandle,
+} from '../../src/embedded/redis-server.js';
 import { startCli } from '../helpers/cli.js';
 import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
 import { cleanEnv, issueKeys } from '../helpers/processes.js';
@@ -46,7 +51,13 @@ describe('a Redis outage under load, two worker processes (real processes, loopb
       const redisPort = await freeLoopbackPort();
       let redis: RedisServerHandle | undefined;
       const startRedis = async () => {
-        redis = await startRedisServer({ binary, port: redisPort, dir, appendOnly: true, extraArgs: ['--appendfsync', 'always'] });
+        redis = await startRedisServer({
+          binary,
+          port: redisPort,
+          dir,
+          appendOnly: true,
+          extraArgs: ['--appendfsync', 'always'],
+        });
       };
       const receiver = new TestReceiver();
       const engines: Engine[] = [];
@@ -80,12 +91,17 @@ describe('a Redis outage under load, two worker processes (real processes, loopb
         HOOKLINE_LOG_FORMAT: 'json',
       });
       engines.push(await startCli(['api'], await env(), /Hookline API listening/));
-      for (let n = 0; n < WORKERS; n++) engines.push(await startCli(['worker'], await env(), /delivery worker running/));
+      for (let n = 0; n < WORKERS; n++)
+        engines.push(await startCli(['worker'], await env(), /delivery worker running/));
 
       const registered = await fetch(`${base}/vendors/v1/webhooks`, {
         method: 'POST',
         headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' },
-        body: JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: `${receiver.base}/hook`, secret: 'outage' }),
+        body: JSON.stringify({
+          event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+          callback_url: `${receiver.base}/hook`,
+          secret: 'outage',
+        }),
       });
       expect(registered.status).toBe(201);
 
@@ -124,7 +140,11 @@ describe('a Redis outage under load, two worker processes (real processes, loopb
       await new Promise((r) => setTimeout(r, outageMs));
       const restartedAtMs = Date.now();
       await startRedis();
-      await waitFor(async () => (await fetch(`${base}/readyz`).catch(() => undefined))?.status === 200, 20_000, 'readiness after the restart');
+      await waitFor(
+        async () => (await fetch(`${base}/readyz`).catch(() => undefined))?.status === 200,
+        20_000,
+        'readiness after the restart',
+      );
       await postUntil(EVENTS);
 
       const receivedIds = () => receiver.requests.map((r) => String(r.headers['webhook-id']));
@@ -135,7 +155,9 @@ describe('a Redis outage under load, two worker processes (real processes, loopb
       const tally = tallyDeliveries(accepted, receivedIds());
       // Attempts in flight when Redis died end within the receiver's 20 ms (plus the connection's
       // own time); anything reaching the receiver later in the outage was started during it.
-      const sentDuringOutage = receiver.requests.filter((r) => r.atMs > killedAtMs + 1_000 && r.atMs < restartedAtMs).length;
+      const sentDuringOutage = receiver.requests.filter(
+        (r) => r.atMs > killedAtMs + 1_000 && r.atMs < restartedAtMs,
+      ).length;
       // A repeat of an attempt in flight when Redis died was first received around the kill; any
       // other repeat would be one the outage caused beyond that bound.
       const firstReceivedMs = new Map<string, number>();
@@ -145,7 +167,9 @@ describe('a Redis outage under load, two worker processes (real processes, loopb
         if (firstReceivedMs.has(id)) repeated.add(id);
         else firstReceivedMs.set(id, r.atMs);
       }
-      const repeatsNotInFlight = [...repeated].filter((id) => Math.abs(firstReceivedMs.get(id)! - killedAtMs) > 2_000).length;
+      const repeatsNotInFlight = [...repeated].filter(
+        (id) => Math.abs(firstReceivedMs.get(id)! - killedAtMs) > 2_000,
+      ).length;
       reportFault(`redis-outage-${outageMs / 1000}s`, tally, startedMs, {
         sent,
         sent_during_outage: sentDuringOutage,
@@ -155,7 +179,9 @@ describe('a Redis outage under load, two worker processes (real processes, loopb
       expect(tally.lost, 'accepted events never delivered').toBe(0);
       expect(sentDuringOutage, 'requests started while Redis was down').toBe(0);
       expect(repeatsNotInFlight, 'repeats of attempts that were not in flight when Redis died').toBe(0);
-      expect(tally.duplicated, 'repeats beyond the attempts in flight at the outage').toBeLessThanOrEqual(WORKERS * SLOTS_PER_WORKER);
+      expect(tally.duplicated, 'repeats beyond the attempts in flight at the outage').toBeLessThanOrEqual(
+        WORKERS * SLOTS_PER_WORKER,
+      );
     }, 240_000);
   }
 });

@@ -26,7 +26,11 @@ const LONG_SCHEDULE_MS = [0, 2_000, 4_000, 8_000, 16_000, 30_000];
 /** How long a worker trusts its cached copy of a webhook (docs/delivery-semantics.md, "How changes reach every process"). */
 const WEBHOOK_CACHE_MS = 2_000;
 /** A breaker that never opens: every attempt reaches the (down) receiver. */
-const BREAKER_SET_ASIDE = { failureThreshold: Number.MAX_SAFE_INTEGER, timeoutThreshold: Number.MAX_SAFE_INTEGER, minAttempts: Number.MAX_SAFE_INTEGER };
+const BREAKER_SET_ASIDE = {
+  failureThreshold: Number.MAX_SAFE_INTEGER,
+  timeoutThreshold: Number.MAX_SAFE_INTEGER,
+  minAttempts: Number.MAX_SAFE_INTEGER,
+};
 /** Attempts in flight in one `hookline worker` process. */
 const PROCESS_CONCURRENCY = 10;
 
@@ -61,7 +65,10 @@ const seconds = (ms: number) => Number((ms / 1000).toFixed(1));
 
 /** The sum of a metric's series in a Prometheus text exposition. */
 function metricSum(text: string, name: string): number {
-  return [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'gm'))].reduce((sum, m) => sum + Number(m[1]), 0);
+  return [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'gm'))].reduce(
+    (sum, m) => sum + Number(m[1]),
+    0,
+  );
 }
 
 describe('fault injection: a receiver fully down, then back (loopback only)', () => {
@@ -126,7 +133,10 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
     });
     const child = await startCli(['worker'], env, /delivery worker running/);
     children.push(child);
-    return { ...child, metrics: async () => (await fetch(`http://127.0.0.1:${env.HOOKLINE_METRICS_PORT}/metrics`)).text() };
+    return {
+      ...child,
+      metrics: async () => (await fetch(`http://127.0.0.1:${env.HOOKLINE_METRICS_PORT}/metrics`)).text(),
+    };
   }
 
   /** Ingests `n` events spread over the vendors, in batches; every one must be accepted. */
@@ -134,7 +144,8 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
     const accepted = new Set<string>();
     for (let i = 0; i < n; i += 500) {
       const batch = Array.from({ length: Math.min(500, n - i) }, (_, j) => event(VENDORS[(i + j) % VENDORS.length]!));
-      for (const r of await app.ingestor.ingest(batch, 'http')) if (r.status === 'accepted' && r.event_id !== undefined) accepted.add(r.event_id);
+      for (const r of await app.ingestor.ingest(batch, 'http'))
+        if (r.status === 'accepted' && r.event_id !== undefined) accepted.add(r.event_id);
     }
     expect(accepted.size).toBe(n);
     return accepted;
@@ -196,7 +207,13 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
       tasks.push(
         await waitFor(
           async () => {
-            const task = (await app.app.inject({ method: 'GET', url: `/rental/v1/tasks/${taskId}`, headers: { 'x-api-key': taskKey } })).json<Task>();
+            const task = (
+              await app.app.inject({
+                method: 'GET',
+                url: `/rental/v1/tasks/${taskId}`,
+                headers: { 'x-api-key': taskKey },
+              })
+            ).json<Task>();
             return (task.status === 'success' || task.status === 'failed') && task;
           },
           LONG ? 240_000 : 90_000,
@@ -211,7 +228,11 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
   async function webhookStates(app: TestApp): Promise<string[]> {
     const states: string[] = [];
     for (const hook of hooks) {
-      const res = await app.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': hook.vendorKey } });
+      const res = await app.app.inject({
+        method: 'GET',
+        url: '/vendors/v1/webhooks',
+        headers: { 'x-api-key': hook.vendorKey },
+      });
       const found = res
         .json<{ webhooks: { webhook_id: string; enabled: boolean; disabled_reason?: string }[] }>()
         .webhooks.find((w) => w.webhook_id === hook.webhookId);
@@ -220,7 +241,8 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
     return states;
   }
 
-  const firstAttemptReceptions = () => hooks.flatMap((h) => h.receiver.requests).filter((r) => r.headers['x-webhook-attempt'] === '1').length;
+  const firstAttemptReceptions = () =>
+    hooks.flatMap((h) => h.receiver.requests).filter((r) => r.headers['x-webhook-attempt'] === '1').length;
 
   it(
     'receiver down until every attempt is spent: dead letters; back on the same port, a bulk replay through the admin API delivers every event',
@@ -229,7 +251,11 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
       const app = await setup(SHORT_SCHEDULE_MS);
       // The in-process engine, so the breaker can be set aside: with it (see the tests below) a
       // receiver that is down gets one probe per open period, and a schedule is not spent in seconds.
-      worker = await startTestWorker(app, { workerConcurrency: 20, deliveryTimeoutMs: 1_000, breaker: BREAKER_SET_ASIDE });
+      worker = await startTestWorker(app, {
+        workerConcurrency: 20,
+        deliveryTimeoutMs: 1_000,
+        breaker: BREAKER_SET_ASIDE,
+      });
       const accepted = await ingest(app, TOTAL);
 
       const allDead = await settles(async () => (await deadLetters(app)) === accepted.size, LONG ? 120_000 : 45_000);
@@ -254,13 +280,19 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
       const { eventIds, unverified } = receptions();
       const tally = tallyDeliveries(accepted, eventIds);
       const replayed = tasks.reduce((n, task) => n + (task.progress?.done ?? 0), 0);
-      reportFault('receiver-down-dead-lettered-replayed', tally, startedMs, { dead_lettered: deadLettered, replayed, refused_attempts: refused, unverified });
+      reportFault('receiver-down-dead-lettered-replayed', tally, startedMs, {
+        dead_lettered: deadLettered,
+        replayed,
+        refused_attempts: refused,
+        unverified,
+      });
 
       expect(allDead, 'every accepted event dead-lettered while the receiver was down').toBe(true);
       // Each delivery spent the whole schedule on refused connections before it was dead-lettered.
       expect(refused).toBe(accepted.size * SHORT_SCHEDULE_MS.length);
       expect(sample.flat()).toHaveLength(100 * hooks.length);
-      for (const d of sample.flat()) expect(d).toMatchObject({ status: 'dead', attempts: SHORT_SCHEDULE_MS.length, last_outcome: 'connect' });
+      for (const d of sample.flat())
+        expect(d).toMatchObject({ status: 'dead', attempts: SHORT_SCHEDULE_MS.length, last_outcome: 'connect' });
       for (const task of tasks) expect(task).toMatchObject({ status: 'success', fail_reason: null });
       expect(replayed).toBe(accepted.size);
       expect(tally).toEqual({ accepted: TOTAL, delivered: TOTAL, duplicated: 0, lost: 0 });
@@ -277,13 +309,21 @@ describe('fault injection: a receiver fully down, then back (loopback only)', ()
     async () => {
       const startedMs = Date.now();
       const app = await setup(LONG_SCHEDULE_MS);
-      worker = await startTestWorker(app, { workerConcurrency: 20, deliveryTimeoutMs: 1_000, breaker: BREAKER_SET_ASIDE });
+      worker = await startTestWorker(app, {
+        workerConcurrency: 20,
+        deliveryTimeoutMs: 1_000,
+        breaker: BREAKER_SET_ASIDE,
+      });
       const ingestMs = Date.now();
       const accepted = await ingest(app, TOTAL);
 
       // Down until every delivery has been refused at least once.
       const refusedDeliveries = () =>
-        new Set(worker!.outcomes.flatMap((o) => (o.kind === 'attempted' && o.outcome === 'connect' ? [o.job.deliveryId] : []))).size;
+        new Set(
+          worker!.outcomes.flatMap((o) =>
+            o.kind === 'attempted' && o.outcome === 'connect' ? [o.job.deliveryId] : [],
+          ),
+        ).size;
       const allRefused = await settles(() => refusedDeliveries() === accepted.size, LONG ? 60_000 : 20_000);
       const refused = worker.outcomes.filter((o) => o.kind === 'attempted' && o.outcome === 'connect').length;
       const downMs = Date.now() - ingestMs;

@@ -3,7 +3,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
+import {
+  ensureRedisServerBinary,
+  freeLoopbackPort,
+  startRedisServer,
+  type RedisServerHandle,
+} from '../../src/embedded/redis-server.js';
 import { startCli } from '../helpers/cli.js';
 import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
 import { cleanEnv, issueKeys } from '../helpers/processes.js';
@@ -25,7 +30,10 @@ interface Harness {
   eventsKey: string;
 }
 
-async function harness(appendFsync: 'always' | 'everysec', options: { redisFirst: boolean } = { redisFirst: true }): Promise<Harness> {
+async function harness(
+  appendFsync: 'always' | 'everysec',
+  options: { redisFirst: boolean } = { redisFirst: true },
+): Promise<Harness> {
   const binary = await ensureRedisServerBinary(() => undefined);
   const dir = mkdtempSync(path.join(tmpdir(), 'hookline-faults-'));
   const redisPort = await freeLoopbackPort();
@@ -35,7 +43,13 @@ async function harness(appendFsync: 'always' | 'everysec', options: { redisFirst
     dir,
     redis: undefined as RedisServerHandle | undefined,
     async startRedis() {
-      h.redis = await startRedisServer({ binary, port: redisPort, dir, appendOnly: true, extraArgs: ['--appendfsync', appendFsync] });
+      h.redis = await startRedisServer({
+        binary,
+        port: redisPort,
+        dir,
+        appendOnly: true,
+        extraArgs: ['--appendfsync', appendFsync],
+      });
     },
   };
   const receiver = new TestReceiver();
@@ -72,7 +86,11 @@ async function harness(appendFsync: 'always' | 'everysec', options: { redisFirst
   const registered = await fetch(`${base}/vendors/v1/webhooks`, {
     method: 'POST',
     headers: { 'x-api-key': vendorKey, 'content-type': 'application/json' },
-    body: JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: `${receiver.base}/hook`, secret: 'faults' }),
+    body: JSON.stringify({
+      event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+      callback_url: `${receiver.base}/hook`,
+      secret: 'faults',
+    }),
   });
   expect(registered.status).toBe(201);
   return Object.assign(h, { receiver, base, engine, eventsKey });
@@ -181,7 +199,10 @@ describe('fault injection (real processes, loopback only)', () => {
       body: JSON.stringify(event()),
     });
     expect(refused.status).toBe(503);
-    expect(await refused.json()).toEqual({ error: 'Storage is unreachable; try again shortly', code: 'storage_unavailable' });
+    expect(await refused.json()).toEqual({
+      error: 'Storage is unreachable; try again shortly',
+      code: 'storage_unavailable',
+    });
     expect(h.engine.output()).toContain('Redis connection lost; retrying in the background');
 
     await h.startRedis();

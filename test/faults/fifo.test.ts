@@ -4,7 +4,12 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
+import {
+  ensureRedisServerBinary,
+  freeLoopbackPort,
+  startRedisServer,
+  type RedisServerHandle,
+} from '../../src/embedded/redis-server.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
 import { machineEvent } from '../helpers/events.js';
@@ -88,7 +93,8 @@ function ownsLocalPort(pid: number, port: number): boolean {
     for (const line of readFileSync(table, 'utf8').split('\n').slice(1)) {
       const columns = line.trim().split(/\s+/);
       const localPort = columns[1]?.split(':')[1];
-      if (localPort !== undefined && parseInt(localPort, 16) === port && columns[9] !== undefined) inodes.add(columns[9]);
+      if (localPort !== undefined && parseInt(localPort, 16) === port && columns[9] !== undefined)
+        inodes.add(columns[9]);
     }
   }
   return readdirSync(`/proc/${pid}/fd`).some((fd) => {
@@ -120,15 +126,35 @@ describe('FIFO webhook across worker processes', () => {
    * environment) and `total` events ingested 100 a call, one call after another; answers the
    * workers and the event ids in accept order.
    */
-  async function startLine(options: { flaky: FlakyReceiver; retryScheduleMs: number[]; workerEnv: Record<string, string>; total: number; redisUrl?: string }) {
+  async function startLine(options: {
+    flaky: FlakyReceiver;
+    retryScheduleMs: number[];
+    workerEnv: Record<string, string>;
+    total: number;
+    redisUrl?: string;
+  }) {
     const { retryScheduleMs, total } = options;
-    t = await testApp({ retryScheduleMs, queuePartitions: 2, ...(options.redisUrl === undefined ? {} : { redisUrl: options.redisUrl }) });
+    t = await testApp({
+      retryScheduleMs,
+      queuePartitions: 2,
+      ...(options.redisUrl === undefined ? {} : { redisUrl: options.redisUrl }),
+    });
     receiver = options.flaky;
     const base = await receiver.start();
-    expect((await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${base}/in`, ordering: 'fifo' })).ok).toBe(true);
+    expect(
+      (
+        await t.webhooks.create('v', {
+          eventType: 'EVENT_TYPE_MACHINE_CREATED',
+          callbackUrl: `${base}/in`,
+          ordering: 'fifo',
+        })
+      ).ok,
+    ).toBe(true);
     const schedule = retryScheduleMs.map((ms) => (ms === 0 ? '0s' : `${ms}ms`)).join(',');
     const env = async () => workerProcessEnv(t, { HOOKLINE_RETRY_SCHEDULE: schedule, ...options.workerEnv });
-    const workers = await Promise.all([1, 2].map(async () => startCli(['worker'], await env(), /delivery worker running/)));
+    const workers = await Promise.all(
+      [1, 2].map(async () => startCli(['worker'], await env(), /delivery worker running/)),
+    );
     children.push(...workers.map((w) => w.child));
     const acceptOrder: string[] = [];
     for (let i = 0; i < total; i += 100) {
@@ -194,7 +220,14 @@ describe('FIFO webhook across worker processes', () => {
     const port = await freeLoopbackPort();
     let redis: RedisServerHandle | undefined;
     // Every write reaches the disk before it is answered: the restart comes back to all that was acknowledged.
-    const startRedis = async () => void (redis = await startRedisServer({ binary, port, dir, appendOnly: true, extraArgs: ['--appendfsync', 'always'] }));
+    const startRedis = async () =>
+      void (redis = await startRedisServer({
+        binary,
+        port,
+        dir,
+        appendOnly: true,
+        extraArgs: ['--appendfsync', 'always'],
+      }));
     afterAll = async () => {
       await redis?.stop();
       rmSync(dir, { recursive: true, force: true });
@@ -220,7 +253,9 @@ describe('FIFO webhook across worker processes', () => {
 
     await settles(() => new Set(receiver.succeeded).size >= TOTAL, 60_000);
     const tally = tallyDeliveries(new Set(acceptOrder), receiver.succeeded);
-    const sentDuringOutage = receiver.arrivedAtMs.filter((atMs) => atMs > killedAtMs + 1_000 && atMs < restartedAtMs).length;
+    const sentDuringOutage = receiver.arrivedAtMs.filter(
+      (atMs) => atMs > killedAtMs + 1_000 && atMs < restartedAtMs,
+    ).length;
     const outOfOrder = firsts(receiver.succeeded).filter((id, i) => id !== acceptOrder[i]).length;
     const resumedInMs = (receiver.arrivedAtMs.find((atMs) => atMs >= restartedAtMs) ?? Infinity) - restartedAtMs;
     reportFault('fifo-redis-outage-5s', tally, startedMs, {

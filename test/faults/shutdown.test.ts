@@ -3,7 +3,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
+import {
+  ensureRedisServerBinary,
+  freeLoopbackPort,
+  startRedisServer,
+  type RedisServerHandle,
+} from '../../src/embedded/redis-server.js';
 import { startCli } from '../helpers/cli.js';
 import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
 import { redisKeys } from '../../src/store/keys.js';
@@ -22,10 +27,16 @@ const GRACE_S = 2;
 const SHUTDOWN_SLACK_MS = 5_000;
 
 /** Sends SIGTERM (or `signal`) and resolves with how long the process took to exit, and its exit code. */
-async function terminate(engine: Engine, signal: NodeJS.Signals = 'SIGTERM'): Promise<{ ms: number; code: number | null }> {
+async function terminate(
+  engine: Engine,
+  signal: NodeJS.Signals = 'SIGTERM',
+): Promise<{ ms: number; code: number | null }> {
   const startedMs = Date.now();
   engine.child.kill(signal);
-  const code = await Promise.race([engine.exited, new Promise<'running'>((r) => setTimeout(() => r('running'), 60_000))]);
+  const code = await Promise.race([
+    engine.exited,
+    new Promise<'running'>((r) => setTimeout(() => r('running'), 60_000)),
+  ]);
   if (code === 'running') {
     console.log(`still running 60 s after ${signal}; its output ends with:\n${engine.output().slice(-3_000)}`);
     engine.child.kill('SIGKILL');
@@ -44,7 +55,11 @@ describe('shutdown while Redis is unreachable (real processes, loopback only)', 
     for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
   });
 
-  async function redisServer(): Promise<{ port: number; handle: () => RedisServerHandle | undefined; start(): Promise<void> }> {
+  async function redisServer(): Promise<{
+    port: number;
+    handle: () => RedisServerHandle | undefined;
+    start(): Promise<void>;
+  }> {
     const binary = await ensureRedisServerBinary(() => undefined);
     const dir = mkdtempSync(path.join(tmpdir(), 'hookline-shutdown-'));
     const port = await freeLoopbackPort();
@@ -57,7 +72,13 @@ describe('shutdown while Redis is unreachable (real processes, loopback only)', 
       port,
       handle: () => handle,
       async start() {
-        handle = await startRedisServer({ binary, port, dir, appendOnly: true, extraArgs: ['--appendfsync', 'always'] });
+        handle = await startRedisServer({
+          binary,
+          port,
+          dir,
+          appendOnly: true,
+          extraArgs: ['--appendfsync', 'always'],
+        });
       },
     };
   }
@@ -131,7 +152,10 @@ describe('shutdown while Redis is unreachable (real processes, loopback only)', 
       /Hookline API listening/,
     );
     await redis.start();
-    const code = await Promise.race([api.exited, new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), 20_000))]);
+    const code = await Promise.race([
+      api.exited,
+      new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), 20_000)),
+    ]);
     console.log(`fault late-secret-key-check: exit ${code}; output ends with:\n${api.output().slice(-600)}`);
     expect(code).toBe(1);
     expect(api.output()).toContain(
@@ -159,7 +183,11 @@ describe('shutdown while Redis is unreachable (real processes, loopback only)', 
       fetch(`${base}/internal/v1/events`, {
         method: 'POST',
         headers: { 'x-api-key': eventsKey, 'content-type': 'application/json' },
-        body: JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v', data: { status: 'available', metadata: { machine_id: 'm-1' } } }),
+        body: JSON.stringify({
+          event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+          vendor_id: 'v',
+          data: { status: 'available', metadata: { machine_id: 'm-1' } },
+        }),
       });
     expect((await post()).status).toBe(202);
     await redis.handle()?.kill();

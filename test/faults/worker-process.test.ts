@@ -79,7 +79,8 @@ describe('standalone hookline worker processes', () => {
     // 30 ingest calls of 10: 30 batch jobs, of which the worker runs a few at a time.
     const TOTAL = 300;
     const accepted = new Set<string>();
-    for (let i = 0; i < TOTAL / 10; i++) for (const id of acceptedIds(await t.ingestor.ingest(events(10), 'http'))) accepted.add(id);
+    for (let i = 0; i < TOTAL / 10; i++)
+      for (const id of acceptedIds(await t.ingestor.ingest(events(10), 'http'))) accepted.add(id);
     expect(accepted.size).toBe(TOTAL);
     await waitFor(() => receiver.requests.length >= 20, 20_000, 'some deliveries');
     worker.child.kill('SIGTERM');
@@ -94,7 +95,10 @@ describe('standalone hookline worker processes', () => {
     children.push(next.child);
     await settles(() => distinctEvents() === TOTAL, 30_000);
     const tally = tallyDeliveries(accepted, receivedIds());
-    reportFault('worker-sigterm', tally, startedMs, { active_after_exit: counts.active ?? 0, delivered_before_stop: deliveredBeforeStop });
+    reportFault('worker-sigterm', tally, startedMs, {
+      active_after_exit: counts.active ?? 0,
+      delivered_before_stop: deliveredBeforeStop,
+    });
     expect(tally.delivered, 'the rest delivered by the next worker').toBe(TOTAL);
     expect(receiver.requests.length).toBe(TOTAL);
   }, 90_000);
@@ -103,12 +107,15 @@ describe('standalone hookline worker processes', () => {
     const startedMs = Date.now();
     await setup();
     receiver.script('/slow', { status: 200, delayMs: 20 });
-    const workers = await Promise.all([1, 2, 3].map(async () => startCli(['worker'], await workerProcessEnv(t), /delivery worker running/)));
+    const workers = await Promise.all(
+      [1, 2, 3].map(async () => startCli(['worker'], await workerProcessEnv(t), /delivery worker running/)),
+    );
     children.push(...workers.map((w) => w.child));
     // Ingested 10 at a time, so there are many batch jobs to share.
     const FIRST = 300;
     const accepted = new Set<string>();
-    for (let i = 0; i < FIRST / 10; i++) for (const id of acceptedIds(await t.ingestor.ingest(events(10), 'http'))) accepted.add(id);
+    for (let i = 0; i < FIRST / 10; i++)
+      for (const id of acceptedIds(await t.ingestor.ingest(events(10), 'http'))) accepted.add(id);
     await waitFor(() => distinctEvents() === FIRST, 30_000, 'first batch delivered');
     await queuesDrained(t.queues);
     // Normal operation: no event delivered twice.
@@ -127,7 +134,8 @@ describe('standalone hookline worker processes', () => {
 
     receiver.script('/slow', { status: 200, delayMs: 150 });
     const SECOND = 200;
-    for (let i = 0; i < SECOND / 10; i++) for (const id of acceptedIds(await t.ingestor.ingest(events(10), 'http'))) accepted.add(id);
+    for (let i = 0; i < SECOND / 10; i++)
+      for (const id of acceptedIds(await t.ingestor.ingest(events(10), 'http'))) accepted.add(id);
     expect(accepted.size).toBe(FIRST + SECOND);
     await waitFor(() => distinctEvents() >= FIRST + 30, 20_000, 'second batch under way');
     workers[0]!.child.kill('SIGKILL');

@@ -4,7 +4,13 @@ import { inject } from 'vitest';
 import type { AdminServer } from '../../src/admin/server.js';
 import { loadConfig } from '../../src/config/env.js';
 import type { Role } from '../../src/domain/roles.js';
-import { createEngine, type Engine, type EngineConfig, type EngineOptions, type Stores } from '../../src/engine/index.js';
+import {
+  createEngine,
+  type Engine,
+  type EngineConfig,
+  type EngineOptions,
+  type Stores,
+} from '../../src/engine/index.js';
 import type { Redis } from '../../src/store/redis.js';
 import { testRedis } from './redis.js';
 
@@ -72,7 +78,11 @@ export function testConfig(overrides: Partial<ServingConfig> & Pick<EngineConfig
 }
 
 /** An engine of `config` with a silent logger, not listening (tests inject requests). */
-export function testEngine(config: EngineConfig, options: Omit<EngineOptions, 'logger'>, logger: pino.Logger = pino({ level: 'silent' })): Promise<Engine> {
+export function testEngine(
+  config: EngineConfig,
+  options: Omit<EngineOptions, 'logger'>,
+  logger: pino.Logger = pino({ level: 'silent' }),
+): Promise<Engine> {
   return createEngine(config, { logger, ...options });
 }
 
@@ -87,8 +97,12 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     secretRotationOverlapMs: options.secretRotationOverlapMs ?? 24 * 3_600_000,
     ...(options.bodyLimitBytes === undefined ? {} : { apiBodyLimitBytes: options.bodyLimitBytes }),
     ...(options.rateLimitPerSecond === undefined ? {} : { rateLimitPerSecond: options.rateLimitPerSecond }),
-    ...(options.ingestRateLimitPerSecond === undefined ? {} : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
-    ...(options.unauthenticatedRateLimitPerSecond === undefined ? {} : { unauthenticatedRateLimitPerSecond: options.unauthenticatedRateLimitPerSecond }),
+    ...(options.ingestRateLimitPerSecond === undefined
+      ? {}
+      : { ingestRateLimitPerSecond: options.ingestRateLimitPerSecond }),
+    ...(options.unauthenticatedRateLimitPerSecond === undefined
+      ? {}
+      : { unauthenticatedRateLimitPerSecond: options.unauthenticatedRateLimitPerSecond }),
     ...(options.allowPrivateTargets === undefined ? {} : { allowPrivateTargets: options.allowPrivateTargets }),
     ...(options.operationalWebhook === undefined ? {} : { operationalWebhook: options.operationalWebhook }),
   });
@@ -106,7 +120,11 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     secretKey: config.secretKey,
     config,
     async keyFor(roles: Role[], vendorId?: string) {
-      const { key } = await stores.apiKeys.create({ name: `test ${roles.join('+')}`, roles, ...(vendorId === undefined ? {} : { vendorId }) });
+      const { key } = await stores.apiKeys.create({
+        name: `test ${roles.join('+')}`,
+        roles,
+        ...(vendorId === undefined ? {} : { vendorId }),
+      });
       return key;
     },
     async register(vendorId: string, callbackUrl: string, extra: object = {}) {

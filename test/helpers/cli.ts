@@ -5,7 +5,11 @@ import { pathToFileURL } from 'node:url';
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
 /** tsx resolved here, not in the working folder, so that the CLI runs from any folder. */
-const CLI = ['--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href, path.join(REPO_ROOT, 'src/cli.ts')];
+const CLI = [
+  '--import',
+  pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href,
+  path.join(REPO_ROOT, 'src/cli.ts'),
+];
 
 export interface CliResult {
   code: number | null;
@@ -20,11 +24,20 @@ export interface CliOptions {
 
 /** Starts `hookline <args>` from source with piped stdout and stderr, and leaves the rest to the caller. */
 export function spawnCli(args: string[], env: NodeJS.ProcessEnv, options: CliOptions = {}): ChildProcess {
-  return spawn(process.execPath, [...CLI, ...args], { cwd: options.cwd ?? REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  return spawn(process.execPath, [...CLI, ...args], {
+    cwd: options.cwd ?? REPO_ROOT,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
 }
 
 /** Runs `hookline <args>` from source to completion (bounded by `timeoutMs`). */
-export function runCli(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 30_000, options: CliOptions = {}): Promise<CliResult> {
+export function runCli(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  timeoutMs = 30_000,
+  options: CliOptions = {},
+): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const child = spawnCli(args, env, options);
     let stdout = '';

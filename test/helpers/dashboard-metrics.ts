@@ -99,7 +99,11 @@ export function dashboardExpressions(dashboard: unknown): string[] {
   visit(root.panels);
   visit(root.templating);
   // `label_values(metric, label)` and friends: keep the metric, drop the label argument.
-  return found.map((expr) => expr.replace(/\blabel_values\s*\(\s*([^,)]+)(?:,[^)]*)?\)/g, 'label_values($1)').replace(/\bquery_result\s*\(/g, '('));
+  return found.map((expr) =>
+    expr
+      .replace(/\blabel_values\s*\(\s*([^,)]+)(?:,[^)]*)?\)/g, 'label_values($1)')
+      .replace(/\bquery_result\s*\(/g, '('),
+  );
 }
 
 /** Every `expr` of the alerting and recording rules in a Prometheus rules file. */

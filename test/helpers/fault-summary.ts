@@ -14,7 +14,12 @@ export interface FaultTally {
 export function tallyDeliveries(accepted: ReadonlySet<string>, receivedEventIds: readonly string[]): FaultTally {
   const received = new Set(receivedEventIds);
   const delivered = [...accepted].filter((id) => received.has(id)).length;
-  return { accepted: accepted.size, delivered, duplicated: receivedEventIds.length - received.size, lost: accepted.size - delivered };
+  return {
+    accepted: accepted.size,
+    delivered,
+    duplicated: receivedEventIds.length - received.size,
+    lost: accepted.size - delivered,
+  };
 }
 
 /**
@@ -22,7 +27,12 @@ export function tallyDeliveries(accepted: ReadonlySet<string>, receivedEventIds:
  * `fault <name>: accepted=N delivered=N duplicated=N lost=N [key=value …] (<seconds> s)`.
  * Tests print it before asserting, so a failed run still says what was lost.
  */
-export function reportFault(name: string, tally: FaultTally, startedMs: number, extra: Record<string, number | string> = {}): string {
+export function reportFault(
+  name: string,
+  tally: FaultTally,
+  startedMs: number,
+  extra: Record<string, number | string> = {},
+): string {
   const fields = Object.entries({ ...tally, ...extra }).map(([key, value]) => `${key}=${value}`);
   const line = `fault ${name}: ${fields.join(' ')} (${((Date.now() - startedMs) / 1000).toFixed(1)} s)`;
   console.log(line);

@@ -2,7 +2,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { TestProject } from 'vitest/node';
-import { ensureRedisServerBinary, RedisServerUnavailableError, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
+import {
+  ensureRedisServerBinary,
+  RedisServerUnavailableError,
+  startRedisServer,
+  type RedisServerHandle,
+} from '../../src/embedded/redis-server.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -31,7 +36,11 @@ async function fromContainer(): Promise<RunningRedis | undefined> {
     if (!answered) return undefined;
     const { RedisContainer } = await import('@testcontainers/redis');
     const container = await new RedisContainer('redis:7-alpine').start();
-    return { url: container.getConnectionUrl(), how: 'testcontainers redis:7-alpine', stop: async () => void (await container.stop()) };
+    return {
+      url: container.getConnectionUrl(),
+      how: 'testcontainers redis:7-alpine',
+      stop: async () => void (await container.stop()),
+    };
   } catch {
     return undefined;
   }

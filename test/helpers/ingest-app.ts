@@ -93,7 +93,10 @@ export function ingestFixture(): IngestFixture {
     clock,
     ingest: (events) => ingestor.ingest(events, 'http'),
     async subscribe(vendorId, eventType) {
-      const created = await webhooks.create(vendorId, { eventType, callbackUrl: `https://receiver.example/${vendorId}/${eventType}` });
+      const created = await webhooks.create(vendorId, {
+        eventType,
+        callbackUrl: `https://receiver.example/${vendorId}/${eventType}`,
+      });
       if (!created.ok) throw new Error(`webhook for ${vendorId} ${eventType} already exists`);
       return created.webhook.id;
     },
@@ -119,7 +122,13 @@ export function machine(id: string, status = 'available'): Machine {
 }
 
 export function agent(deploymentId: string, status: AgentStatus['status'], failReason = ''): AgentStatus {
-  return { deployment_id: deploymentId, machine_id: 'm-1', status, fail_reason: failReason, metadata: { region: 'eu-central' } };
+  return {
+    deployment_id: deploymentId,
+    machine_id: 'm-1',
+    status,
+    fail_reason: failReason,
+    metadata: { region: 'eu-central' },
+  };
 }
 
 export function task(taskId: string, status: Task['status'], failReason: string | null = null): Task {
@@ -127,7 +136,11 @@ export function task(taskId: string, status: Task['status'], failReason: string 
 }
 
 /** A valid ingest event of `eventType` for `vendorId` with fitting data. */
-export function sampleEvent(eventType: WebhookEventType, vendorId: string, extra: Partial<IngestEventInput> = {}): IngestEventInput {
+export function sampleEvent(
+  eventType: WebhookEventType,
+  vendorId: string,
+  extra: Partial<IngestEventInput> = {},
+): IngestEventInput {
   const data = eventType.startsWith('EVENT_TYPE_MACHINE')
     ? eventType === 'EVENT_TYPE_MACHINE_REMOVED'
       ? { metadata: { machine_id: 'm-1' } }

@@ -14,7 +14,8 @@ export function capturedLogs(): { lines: Record<string, unknown>[]; logger: () =
         { level: 'info' },
         new Writable({
           write(chunk: Buffer, _encoding, done) {
-            for (const line of chunk.toString('utf8').split('\n').filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
+            for (const line of chunk.toString('utf8').split('\n').filter(Boolean))
+              lines.push(JSON.parse(line) as Record<string, unknown>);
             done();
           },
         }),

@@ -76,7 +76,9 @@ export function servedRoutes(app: AdminServer): ServedRoute[] {
     siblings.length = depth + 1;
     const mine = (siblings[depth] ??= []);
     const folders = segment === '*' ? mine.map((name) => name.slice(0, name.lastIndexOf('/') + 1)) : [];
-    const candidates = [segment, ...folders.map((folder) => `${folder}${segment}`)].map((rest) => `${parent}${rest}`.replace(/(?<!^)\/\//g, '/'));
+    const candidates = [segment, ...folders.map((folder) => `${folder}${segment}`)].map((rest) =>
+      `${parent}${rest}`.replace(/(?<!^)\/\//g, '/'),
+    );
     const methods = match[3]!.split(', ').filter((method) => method !== 'HEAD');
     const url = candidates.find((candidate) => methods.every((method) => app.hasRoute({ method, url: candidate })));
     if (url === undefined) throw new Error(`printRoutes names ${candidates[0]}, which the server does not have`);

@@ -19,7 +19,10 @@ const ROOT = path.resolve(import.meta.dirname, '../..');
  */
 export default function setup(project: TestProject): () => void {
   const dir = mkdtempSync(path.join(tmpdir(), 'hookline-portal-'));
-  execFileSync(process.execPath, [path.join(ROOT, 'web/portal/build.mjs'), dir], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+  execFileSync(process.execPath, [path.join(ROOT, 'web/portal/build.mjs'), dir], {
+    cwd: ROOT,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   project.provide('portalDir', dir);
   return () => rmSync(dir, { recursive: true, force: true });
 }

@@ -24,7 +24,12 @@ export class TestReceiver {
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
       const path = request.url ?? '/';
-      this.requests.push({ path, headers: request.headers, body: Buffer.concat(chunks).toString('utf8'), atMs: Date.now() });
+      this.requests.push({
+        path,
+        headers: request.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+        atMs: Date.now(),
+      });
       const queue = this.scripts.get(path) ?? [];
       const script = (queue.length > 1 ? queue.shift() : queue[0]) ?? { status: 200 };
       if (script === 'hang') {

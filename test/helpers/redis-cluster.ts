@@ -119,7 +119,13 @@ function parseClusterNodes(text: string): NodeView[] {
 
 /** A short-lived connection to one node that never retries, for probes. */
 function probeNode(port: number): Redis {
-  const probe = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  const probe = new Redis({
+    host: '127.0.0.1',
+    port,
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
   probe.on('error', () => undefined);
   return probe;
 }
@@ -140,11 +146,15 @@ async function waitForClusterOk(ports: readonly number[], deadline: number, know
   await withProbes(ports, async (probes) => {
     const ok = await settles(
       async () => {
-        const infos = await Promise.all(probes.map((probe) => probe.cluster('INFO').then(String, (error: Error) => `error: ${error.message}`)));
+        const infos = await Promise.all(
+          probes.map((probe) => probe.cluster('INFO').then(String, (error: Error) => `error: ${error.message}`)),
+        );
         const notReady = infos.findIndex((info) => {
           const fields = clusterInfoFields(info);
           return (
-            fields.get('cluster_state') !== 'ok' || fields.get('cluster_slots_assigned') !== '16384' || fields.get('cluster_known_nodes') !== String(knownNodes)
+            fields.get('cluster_state') !== 'ok' ||
+            fields.get('cluster_slots_assigned') !== '16384' ||
+            fields.get('cluster_known_nodes') !== String(knownNodes)
           );
         });
         if (notReady === -1) return true;
@@ -180,14 +190,18 @@ async function waitForMaster(ports: readonly number[], port: number, timeoutMs: 
   await withProbes(ports, async (probes) => {
     const settled = await settles(async () => {
       const views = await Promise.all(
-        probes.map(async (probe) => ({ nodes: parseClusterNodes(String(await probe.cluster('NODES'))), info: String(await probe.cluster('INFO')) })),
+        probes.map(async (probe) => ({
+          nodes: parseClusterNodes(String(await probe.cluster('NODES'))),
+          info: String(await probe.cluster('INFO')),
+        })),
       ).catch((error: Error) => {
         last = error.message;
         return undefined;
       });
       if (!views) return false;
       const lagging = views.findIndex(
-        ({ nodes, info }) => !nodes.some((node) => node.port === port && node.master && !node.failed) || !/cluster_state:ok/.test(info),
+        ({ nodes, info }) =>
+          !nodes.some((node) => node.port === port && node.master && !node.failed) || !/cluster_state:ok/.test(info),
       );
       if (lagging === -1) return true;
       last = `node 127.0.0.1:${ports[lagging]} does not see 127.0.0.1:${port} as a serving master yet`;
@@ -206,8 +220,10 @@ async function waitForMaster(ports: readonly number[], port: number, timeoutMs: 
 export async function startRedisCluster(options: StartRedisClusterOptions): Promise<RedisClusterHandle> {
   const masters = options.masters ?? 3;
   const replicas = options.replicas ?? 0;
-  if (!Number.isInteger(masters) || masters < 3) throw new RangeError(`a Redis Cluster needs at least 3 masters, got ${masters}`);
-  if (!Number.isInteger(replicas) || replicas < 0) throw new RangeError(`replicas must be a whole number ≥ 0, got ${replicas}`);
+  if (!Number.isInteger(masters) || masters < 3)
+    throw new RangeError(`a Redis Cluster needs at least 3 masters, got ${masters}`);
+  if (!Number.isInteger(replicas) || replicas < 0)
+    throw new RangeError(`replicas must be a whole number ≥ 0, got ${replicas}`);
   const deadline = Date.now() + (options.startTimeoutMs ?? 30_000);
   mkdirSync(options.dir, { recursive: true });
   const nodes: RedisServerHandle[] = [];
@@ -218,13 +234,19 @@ export async function startRedisCluster(options: StartRedisClusterOptions): Prom
     for (let i = 0; i < masters * (1 + replicas); i += 1) nodes.push(await startNode(options, deadline));
     const addresses = nodes.map((node) => `127.0.0.1:${node.port}`);
     try {
-      await execFileAsync(options.cliBinary, ['--cluster', 'create', ...addresses, '--cluster-replicas', String(replicas), '--cluster-yes'], {
-        timeout: Math.max(1_000, deadline - Date.now()),
-        killSignal: 'SIGKILL',
-      });
+      await execFileAsync(
+        options.cliBinary,
+        ['--cluster', 'create', ...addresses, '--cluster-replicas', String(replicas), '--cluster-yes'],
+        {
+          timeout: Math.max(1_000, deadline - Date.now()),
+          killSignal: 'SIGKILL',
+        },
+      );
     } catch (error) {
       const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
-      throw new Error(`redis-cli --cluster create failed: ${(error as Error).message}\n${String(stdout).slice(-2_000)}${String(stderr).slice(-2_000)}`);
+      throw new Error(
+        `redis-cli --cluster create failed: ${(error as Error).message}\n${String(stdout).slice(-2_000)}${String(stderr).slice(-2_000)}`,
+      );
     }
     await waitForClusterOk(
       nodes.map((node) => node.port),
@@ -252,7 +274,9 @@ export async function startRedisCluster(options: StartRedisClusterOptions): Prom
   const replicaOf = async (masterPort: number): Promise<number> => {
     const nodes = await view();
     const master = nodes.find((node) => node.port === masterPort && node.master);
-    const replica = nodes.find((node) => master !== undefined && node.masterId === master.id && !node.failed && alive.has(node.port));
+    const replica = nodes.find(
+      (node) => master !== undefined && node.masterId === master.id && !node.failed && alive.has(node.port),
+    );
     if (!replica) throw new Error(`127.0.0.1:${masterPort} is not a master with a live replica`);
     return replica.port;
   };

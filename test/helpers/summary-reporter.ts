@@ -15,6 +15,8 @@ export default class SummaryReporter implements Reporter {
       const failedTests = [...testModule.children.allTests()].filter((test) => test.result().state === 'failed').length;
       if (testModule.state() === 'failed' && failedTests === 0) counts.failed += 1;
     }
-    process.stdout.write(`\nTests: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped (Node ${process.version})\n`);
+    process.stdout.write(
+      `\nTests: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped (Node ${process.version})\n`,
+    );
   }
 }

@@ -20,7 +20,12 @@ async function poll<T>(check: () => T | Promise<T>, timeoutMs: number, everyMs: 
 }
 
 /** Waits until `check` holds (answers a value other than undefined, null or false) and answers it; throws after the timeout. */
-export async function waitFor<T>(check: () => T | Promise<T>, timeoutMs = 10_000, what = 'condition', everyMs = 25): Promise<Found<T>> {
+export async function waitFor<T>(
+  check: () => T | Promise<T>,
+  timeoutMs = 10_000,
+  what = 'condition',
+  everyMs = 25,
+): Promise<Found<T>> {
   const value = await poll(check, timeoutMs, everyMs);
   if (value === undefined) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
   return value;
@@ -35,7 +40,12 @@ export async function settles(check: () => boolean | Promise<boolean>, timeoutMs
  * Waits until `read()` has kept the same value for `holdMs` (nothing more happened for a hold
  * period) and answers that value; throws when it is still changing after `timeoutMs`.
  */
-export async function quiescent<T>(read: () => T | Promise<T>, holdMs: number, timeoutMs = 10_000, what = 'quiet'): Promise<T> {
+export async function quiescent<T>(
+  read: () => T | Promise<T>,
+  holdMs: number,
+  timeoutMs = 10_000,
+  what = 'quiet',
+): Promise<T> {
   let last = await read();
   let sinceMs = Date.now();
   const stable = await poll(
@@ -59,9 +69,13 @@ export async function quiescent<T>(read: () => T | Promise<T>, holdMs: number, t
  * Waits until the queues (the engine's `queues.counts()`) hold no job waiting, delayed or running;
  * on timeout the error names what was left, so a failure says which jobs stayed.
  */
-export async function queuesDrained(queues: { counts(): Promise<Record<string, number>> }, timeoutMs = 10_000): Promise<void> {
+export async function queuesDrained(
+  queues: { counts(): Promise<Record<string, number>> },
+  timeoutMs = 10_000,
+): Promise<void> {
   let last: Record<string, number> = {};
-  const left = (counts: Record<string, number>) => (counts.waiting ?? 0) + (counts.delayed ?? 0) + (counts.active ?? 0) + (counts.prioritized ?? 0);
+  const left = (counts: Record<string, number>) =>
+    (counts.waiting ?? 0) + (counts.delayed ?? 0) + (counts.active ?? 0) + (counts.prioritized ?? 0);
   const drained = await poll(
     async () => {
       last = await queues.counts();
@@ -70,5 +84,8 @@ export async function queuesDrained(queues: { counts(): Promise<Record<string, n
     timeoutMs,
     25,
   );
-  if (drained === undefined) throw new Error(`timed out after ${timeoutMs} ms waiting for the delivery queues to drain; left: ${JSON.stringify(last)}`);
+  if (drained === undefined)
+    throw new Error(
+      `timed out after ${timeoutMs} ms waiting for the delivery queues to drain; left: ${JSON.stringify(last)}`,
+    );
 }

@@ -18,7 +18,13 @@ export interface TestWorker {
 export type TestWorkerSettings = Partial<
   Pick<
     EngineConfig,
-    'workerConcurrency' | 'deliveryTimeoutMs' | 'allowPrivateTargets' | 'sustainedFailureWindowMs' | 'workerLockDurationMs' | 'ingestStream' | 'ingestStreams'
+    | 'workerConcurrency'
+    | 'deliveryTimeoutMs'
+    | 'allowPrivateTargets'
+    | 'sustainedFailureWindowMs'
+    | 'workerLockDurationMs'
+    | 'ingestStream'
+    | 'ingestStreams'
   >
 > &
   NonNullable<EngineOptions['worker']> & {

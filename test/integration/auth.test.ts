@@ -44,7 +44,12 @@ const PROTECTED: ProtectedRoute[] = [
   },
   { method: 'GET', route: '/vendors/v1/webhooks', role: 'vendor' },
   { method: 'GET', route: '/vendors/v1/webhooks/:webhook_id', role: 'vendor' },
-  { method: 'PATCH', route: '/vendors/v1/webhooks/:webhook_id', role: 'vendor', payload: { callback_url: 'https://b.example.com/' } },
+  {
+    method: 'PATCH',
+    route: '/vendors/v1/webhooks/:webhook_id',
+    role: 'vendor',
+    payload: { callback_url: 'https://b.example.com/' },
+  },
   { method: 'DELETE', route: '/vendors/v1/webhooks/:webhook_id', role: 'vendor' },
   { method: 'GET', route: '/vendors/v1/webhooks/:webhook_id/deliveries', role: 'vendor' },
   { method: 'GET', route: '/vendors/v1/webhooks/:webhook_id/deliveries/:delivery_id', role: 'vendor' },
@@ -119,7 +124,12 @@ describe('authentication and roles', () => {
 
   describe.each(ROUTES)('$method $url (role $role)', (route) => {
     const call = (headers: Record<string, string>) =>
-      t.app.inject({ method: route.method, url: route.url, headers, ...(route.payload ? { payload: route.payload } : {}) });
+      t.app.inject({
+        method: route.method,
+        url: route.url,
+        headers,
+        ...(route.payload ? { payload: route.payload } : {}),
+      });
 
     it('answers 401 without a key', async () => {
       const res = await call({});
@@ -135,7 +145,12 @@ describe('authentication and roles', () => {
 
     it('answers 401 before looking at a malformed body', async () => {
       if (!route.payload) return;
-      const res = await t.app.inject({ method: route.method, url: route.url, headers: { 'content-type': 'application/json' }, payload: '{oops' });
+      const res = await t.app.inject({
+        method: route.method,
+        url: route.url,
+        headers: { 'content-type': 'application/json' },
+        payload: '{oops',
+      });
       expect(res.statusCode).toBe(401);
     });
 
@@ -160,7 +175,12 @@ describe('authentication and roles', () => {
     const key = await t.keyFor(['admin'], 'vendor-1');
     for (const route of ROUTES) {
       const url = withParameter(route.url, 'foo=1');
-      const res = await t.app.inject({ method: route.method, url, headers: { 'x-api-key': key }, ...(route.payload ? { payload: route.payload } : {}) });
+      const res = await t.app.inject({
+        method: route.method,
+        url,
+        headers: { 'x-api-key': key },
+        ...(route.payload ? { payload: route.payload } : {}),
+      });
       expect([route.method, url, res.statusCode]).toEqual([route.method, url, 400]);
       expect(res.json<{ error: string; code: string }>()).toMatchObject({
         code: 'invalid_request',
@@ -209,7 +229,9 @@ describe('authentication and roles', () => {
 
   it('stores only a hash of each key', async () => {
     const key = await t.keyFor(['tasks:read']);
-    const dump = JSON.stringify(await t.redis.hgetall(t.keys.apiKeys.byHash)) + JSON.stringify(await t.redis.hgetall(t.keys.apiKeys.hashById));
+    const dump =
+      JSON.stringify(await t.redis.hgetall(t.keys.apiKeys.byHash)) +
+      JSON.stringify(await t.redis.hgetall(t.keys.apiKeys.hashById));
     expect(dump).not.toContain(key);
     expect(dump).not.toContain(key.slice(3));
   });
@@ -224,12 +246,17 @@ describe('per-key rate limit', () => {
       const url = '/rental/v1/tasks/3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f';
       // Start at the beginning of a second so the burst stays in one window.
       await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 5));
-      const codes = await Promise.all(Array.from({ length: 8 }, () => t.app.inject({ method: 'GET', url, headers: { 'x-api-key': a } })));
+      const codes = await Promise.all(
+        Array.from({ length: 8 }, () => t.app.inject({ method: 'GET', url, headers: { 'x-api-key': a } })),
+      );
       expect(codes.filter((r) => r.statusCode === 404)).toHaveLength(5);
       const limited = codes.filter((r) => r.statusCode === 429);
       expect(limited).toHaveLength(3);
       expect(limited[0]?.headers['retry-after']).toBe('1');
-      expect(limited[0]?.json()).toEqual({ error: 'Rate limit of 5 requests per second for this API key exceeded; retry after 1 s', code: 'rate_limited' });
+      expect(limited[0]?.json()).toEqual({
+        error: 'Rate limit of 5 requests per second for this API key exceeded; retry after 1 s',
+        code: 'rate_limited',
+      });
       // Another key has its own budget.
       expect((await t.app.inject({ method: 'GET', url, headers: { 'x-api-key': b } })).statusCode).toBe(404);
       await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 5));
@@ -249,7 +276,10 @@ describe('per-address limit on requests that authenticate nothing', () => {
     const t = await testApp({ unauthenticatedRateLimitPerSecond: 5 });
     try {
       const valid = await t.keyFor(['tasks:read']);
-      const from = (remoteAddress: string, options: { method?: 'GET' | 'POST'; url?: string; headers?: Record<string, string>; payload?: object } = {}) =>
+      const from = (
+        remoteAddress: string,
+        options: { method?: 'GET' | 'POST'; url?: string; headers?: Record<string, string>; payload?: object } = {},
+      ) =>
         t.app.inject({
           method: options.method ?? 'GET',
           url: options.url ?? TASK,
@@ -264,7 +294,12 @@ describe('per-address limit on requests that authenticate nothing', () => {
         from(attacker, { url: '/vendors/v1/webhooks', headers: { cookie: 'hookline_portal=ps_guess.guess' } }),
         from(attacker, { url: '/portal/v1/session', headers: { cookie: 'hookline_portal=ps_guess.guess' } }),
         from(attacker, { method: 'POST', url: '/portal/v1/session', payload: { token: 'ps_guess.guess' } }),
-        from(attacker, { method: 'POST', url: '/internal/v1/events', headers: { 'x-api-key': 'hk_guess' }, payload: {} }),
+        from(attacker, {
+          method: 'POST',
+          url: '/internal/v1/events',
+          headers: { 'x-api-key': 'hk_guess' },
+          payload: {},
+        }),
       ];
       await nextSecond();
       const [bad, good, other] = await Promise.all([
@@ -316,7 +351,9 @@ describe('per-address limit on requests that authenticate nothing', () => {
           await nextSecond();
           // Eight requests, each claiming another client: behind a trusted proxy, eight clients.
           const answers = await Promise.all(
-            Array.from({ length: 8 }, (_, i) => server.inject({ method: 'GET', url: TASK, headers: { 'x-forwarded-for': `203.0.113.${i + 1}` } })),
+            Array.from({ length: 8 }, (_, i) =>
+              server.inject({ method: 'GET', url: TASK, headers: { 'x-forwarded-for': `203.0.113.${i + 1}` } }),
+            ),
           );
           const limited = answers.filter((res) => res.statusCode === 429).length;
           expect(limited > 0, `trustProxy ${JSON.stringify(trustProxy)}: ${limited} limited`).toBe(!escapes);
@@ -334,7 +371,11 @@ describe('another vendor’s resources', () => {
   it('answers every vendor route on someone else’s webhook exactly as on one that does not exist: 404, so ids leak nothing', async () => {
     const t = await testApp();
     try {
-      const created = await t.webhooks.create('owner', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h', signature: 'ed25519' });
+      const created = await t.webhooks.create('owner', {
+        eventType: 'EVENT_TYPE_MACHINE_CREATED',
+        callbackUrl: 'https://example.com/h',
+        signature: 'ed25519',
+      });
       if (!created.ok) throw new Error('setup');
       const id = created.webhook.id;
       const intruder = await t.keyFor(['vendor'], 'intruder');
@@ -346,17 +387,25 @@ describe('another vendor’s resources', () => {
           method: row.method,
           url: concreteUrl(row.route.replace(':webhook_id', webhookId), row.query),
           headers: { 'x-api-key': intruder },
-          ...(row.payload ? { payload: row.method === 'PATCH' ? { callback_url: 'https://evil.example.com/' } : row.payload } : {}),
+          ...(row.payload
+            ? { payload: row.method === 'PATCH' ? { callback_url: 'https://evil.example.com/' } : row.payload }
+            : {}),
         });
       for (const row of routes) {
         const [theirs, nobodys] = [await ask(row, id), await ask(row, '0b6a1f2e-7c3d-4e5f-8a9b-0c1d2e3f4a5b')];
         const name = `${row.method} ${row.route}`;
-        expect([name, theirs.statusCode, theirs.json<{ code: string }>().code]).toEqual([name, 404, 'webhook_not_found']);
+        expect([name, theirs.statusCode, theirs.json<{ code: string }>().code]).toEqual([
+          name,
+          404,
+          'webhook_not_found',
+        ]);
         expect([name, theirs.body]).toEqual([name, nobodys.body]);
       }
       // Untouched, and not listed for the intruder.
       expect((await t.webhooks.getById(id))?.callbackUrl).toBe('https://example.com/h');
-      expect((await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': intruder } })).json()).toEqual({ webhooks: [] });
+      expect(
+        (await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': intruder } })).json(),
+      ).toEqual({ webhooks: [] });
     } finally {
       await t.close();
     }

@@ -8,14 +8,24 @@ import { testRedis, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 
 const EVENT_TYPE = 'EVENT_TYPE_DEPLOYMENT_UPDATED';
-const secretOf = (i: number) => `whsec_${Buffer.from(`lean-bench-secret-number-${i}-of-32-bytes`.slice(0, 32)).toString('base64')}`;
+const secretOf = (i: number) =>
+  `whsec_${Buffer.from(`lean-bench-secret-number-${i}-of-32-bytes`.slice(0, 32)).toString('base64')}`;
 
 function event(vendor: number, id = randomUUID()) {
-  return { event_id: id, event_type: EVENT_TYPE, vendor_id: `vendor-${vendor}`, data: { deployment_id: `dep-${vendor}`, status: 'STATUS_RUNNING' } };
+  return {
+    event_id: id,
+    event_type: EVENT_TYPE,
+    vendor_id: `vendor-${vendor}`,
+    data: { deployment_id: `dep-${vendor}`, status: 'STATUS_RUNNING' },
+  };
 }
 
 async function postRaw(lean: LeanPipeline, body: string, method: 'POST' | 'GET' = 'POST') {
-  const response = await request(`${lean.origin}/events`, { method, headers: { 'content-type': 'application/json' }, ...(method === 'POST' ? { body } : {}) });
+  const response = await request(`${lean.origin}/events`, {
+    method,
+    headers: { 'content-type': 'application/json' },
+    ...(method === 'POST' ? { body } : {}),
+  });
   return { status: response.statusCode, body: (await response.body.json()) as Record<string, unknown> };
 }
 
@@ -59,15 +69,27 @@ describe('the bench’s lean pipeline (real Redis, real receiver)', () => {
       await lean.post(JSON.stringify({ events: batch }), batch.length);
     }
     await waitFor(() => receiver.requests.length >= events.length, 10_000, 'every event received');
-    await waitFor(async () => (await lean.pending()) === 0 && (await streamLength()) === 0, 5_000, 'every entry acknowledged and deleted');
+    await waitFor(
+      async () => (await lean.pending()) === 0 && (await streamLength()) === 0,
+      5_000,
+      'every entry acknowledged and deleted',
+    );
 
     expect(receiver.requests).toHaveLength(events.length);
     for (const received of receiver.requests) {
       const vendor = Number(received.path.slice(2));
-      const verified = new StandardWebhook(secretOf(vendor)).verify(received.body, received.headers as Record<string, string>) as Record<string, unknown>;
+      const verified = new StandardWebhook(secretOf(vendor)).verify(
+        received.body,
+        received.headers as Record<string, string>,
+      ) as Record<string, unknown>;
       const sent = events.find((e) => e.event_id === received.headers['webhook-id'])!;
       expect(sent.vendor_id).toBe(`vendor-${vendor}`);
-      expect(verified).toMatchObject({ version: '1.0', event_id: sent.event_id, event_type: EVENT_TYPE, data: sent.data });
+      expect(verified).toMatchObject({
+        version: '1.0',
+        event_id: sent.event_id,
+        event_type: EVENT_TYPE,
+        data: sent.data,
+      });
     }
     expect(new Set(receiver.requests.map((q) => q.headers['webhook-id'])).size).toBe(events.length);
     expect(await r.redis.llen(`{${r.prefix}:lean}:log`)).toBe(events.length);
@@ -82,7 +104,11 @@ describe('the bench’s lean pipeline (real Redis, real receiver)', () => {
     expect(again).toEqual({ status: 202, body: { accepted: 1, duplicates: [0, 2], rejected: [] } });
     await waitFor(() => receiver.at('/v1').length === 1, 5_000, 'the new event received');
     // Nothing is left to send once the stream is empty: a duplicate never entered it.
-    await waitFor(async () => (await streamLength()) === 0 && (await lean.pending()) === 0, 5_000, 'the stream drained');
+    await waitFor(
+      async () => (await streamLength()) === 0 && (await lean.pending()) === 0,
+      5_000,
+      'the stream drained',
+    );
     expect(receiver.at('/v0')).toHaveLength(1);
     expect(receiver.at('/v1')).toHaveLength(1);
   });
@@ -92,16 +118,29 @@ describe('the bench’s lean pipeline (real Redis, real receiver)', () => {
     expect(await postRaw(lean, 'not json')).toEqual({ status: 400, body: { error: 'the body is not JSON' } });
     expect((await postRaw(lean, '{"events":[]}')).status).toBe(400);
     expect((await postRaw(lean, 'null')).status).toBe(400);
-    expect((await postRaw(lean, JSON.stringify({ events: Array.from({ length: 1_001 }, () => event(0)) }))).status).toBe(400);
+    expect(
+      (await postRaw(lean, JSON.stringify({ events: Array.from({ length: 1_001 }, () => event(0)) }))).status,
+    ).toBe(400);
     expect((await postRaw(lean, '', 'GET')).status).toBe(404);
-    const huge = await postRaw(lean, JSON.stringify({ events: [{ ...event(0), data: { pad: 'x'.repeat(5 * 1024 * 1024) } }] }));
+    const huge = await postRaw(
+      lean,
+      JSON.stringify({ events: [{ ...event(0), data: { pad: 'x'.repeat(5 * 1024 * 1024) } }] }),
+    );
     expect(huge.status).toBe(413);
 
     const good = event(2);
-    const mixed = await postRaw(lean, JSON.stringify({ events: [good, { ...event(0), event_id: 'not-a-uuid' }, { ...event(0), data: [] }, 7] }));
+    const mixed = await postRaw(
+      lean,
+      JSON.stringify({ events: [good, { ...event(0), event_id: 'not-a-uuid' }, { ...event(0), data: [] }, 7] }),
+    );
     expect(mixed.status).toBe(202);
     expect(mixed.body).toMatchObject({ accepted: 1, duplicates: [] });
-    expect((mixed.body.rejected as { index: number; reason: string }[]).map(({ index, reason }) => [index, reason.split(' ')[0]])).toEqual([
+    expect(
+      (mixed.body.rejected as { index: number; reason: string }[]).map(({ index, reason }) => [
+        index,
+        reason.split(' ')[0],
+      ]),
+    ).toEqual([
       [1, 'event_id'],
       [2, 'data'],
       [3, 'an'],

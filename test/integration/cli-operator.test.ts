@@ -27,10 +27,19 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     const healthy = await receivers.start();
     const failing = await receivers.start();
     failing.script('/bad', { status: 503 });
-    const ok = await t.webhooks.create('vendor-ok', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${healthy.base}/ok` });
-    const bad = await t.webhooks.create('vendor-bad', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${failing.base}/bad` });
+    const ok = await t.webhooks.create('vendor-ok', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: `${healthy.base}/ok`,
+    });
+    const bad = await t.webhooks.create('vendor-bad', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: `${failing.base}/bad`,
+    });
     if (!ok.ok || !bad.ok) throw new Error('webhooks not created');
-    worker = await startTestWorker(t, { sustainedFailureWindowMs: 24 * 3_600_000, breaker: { failureThreshold: 1_000, failureRate: 1, minAttempts: 1_000 } });
+    worker = await startTestWorker(t, {
+      sustainedFailureWindowMs: 24 * 3_600_000,
+      breaker: { failureThreshold: 1_000, failureRate: 1, minAttempts: 1_000 },
+    });
     const env = {
       ...cleanEnv(),
       REDIS_URL: t.url,
@@ -43,7 +52,10 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
 
   it('finds the failing webhook across vendors, lists its dead letters by vendor, and enables it again', async () => {
     const { env, okId, badId } = await setup();
-    await t!.ingestor.ingest([machineEvent('vendor-ok'), machineEvent('vendor-bad'), machineEvent('vendor-bad')], 'http');
+    await t!.ingestor.ingest(
+      [machineEvent('vendor-ok'), machineEvent('vendor-bad'), machineEvent('vendor-bad')],
+      'http',
+    );
     await waitFor(async () => (await t!.deliveryLog.health([badId]))[0]?.deadLetters === 2, 15_000, 'two dead letters');
 
     const listed = await runCli(['webhooks', 'list'], env);
@@ -51,20 +63,32 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     const lines = listed.stdout.trim().split('\n');
     expect(lines[0]).toMatch(/^STATE\s+DEAD\s+LAST\s+FAILING SINCE\s+VENDOR\s+EVENT TYPE\s+WEBHOOK\s+CALLBACK$/);
     // Failing first, with its dead letters and last outcome.
-    expect(lines[1]).toMatch(new RegExp(`^failing\\s+2\\s+http_5xx 503 \\d+s ago\\s+\\d+s ago\\s+vendor-bad\\s+EVENT_TYPE_MACHINE_CREATED\\s+${badId}`));
+    expect(lines[1]).toMatch(
+      new RegExp(
+        `^failing\\s+2\\s+http_5xx 503 \\d+s ago\\s+\\d+s ago\\s+vendor-bad\\s+EVENT_TYPE_MACHINE_CREATED\\s+${badId}`,
+      ),
+    );
     expect(lines[2]).toMatch(new RegExp(`^healthy\\s+0\\s+delivered 200 .*vendor-ok.*${okId}`));
 
     const failingOnly = await runCli(['webhooks', 'list', '--failing', '--json'], env);
-    const parsed = (JSON.parse(failingOnly.stdout) as { webhooks: { webhook_id: string; state: string; dead_letters: number; failing_since: string }[] })
-      .webhooks;
+    const parsed = (
+      JSON.parse(failingOnly.stdout) as {
+        webhooks: { webhook_id: string; state: string; dead_letters: number; failing_since: string }[];
+      }
+    ).webhooks;
     expect(parsed.map((w) => [w.webhook_id, w.state, w.dead_letters])).toEqual([[badId, 'failing', 2]]);
     expect(Number.isFinite(Date.parse(parsed[0]!.failing_since))).toBe(true);
-    expect((await runCli(['webhooks', 'list', '--vendor', 'vendor-ok', '--failing'], env)).stderr).toContain('no webhooks match');
+    expect((await runCli(['webhooks', 'list', '--vendor', 'vendor-ok', '--failing'], env)).stderr).toContain(
+      'no webhooks match',
+    );
 
     const byVendor = await runCli(['dlq', 'list', '--vendor', 'vendor-bad', '--json'], env);
     expect(byVendor.code).toBe(0);
-    const dead = (JSON.parse(byVendor.stdout) as { dead_letters: { webhook_id: string; vendor_id: string; status: string; last_status_code: number }[] })
-      .dead_letters;
+    const dead = (
+      JSON.parse(byVendor.stdout) as {
+        dead_letters: { webhook_id: string; vendor_id: string; status: string; last_status_code: number }[];
+      }
+    ).dead_letters;
     expect(dead.map((d) => [d.webhook_id, d.vendor_id, d.status, d.last_status_code])).toEqual([
       [badId, 'vendor-bad', 'dead', 503],
       [badId, 'vendor-bad', 'dead', 503],
@@ -85,27 +109,49 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
 
   it('deliveries tail streams attempts as they finish, only the vendor asked for, until interrupted', async () => {
     const { env, badId, failing } = await setup();
-    const tail = await startCli(['deliveries', 'tail', '--vendor', 'vendor-bad', '--json'], env, /watching delivery attempts/);
+    const tail = await startCli(
+      ['deliveries', 'tail', '--vendor', 'vendor-bad', '--json'],
+      env,
+      /watching delivery attempts/,
+    );
     children.push(tail.child);
     const entries = () =>
       tail
         .output()
         .split('\n')
         .filter((line) => line.startsWith('{'))
-        .map((line) => JSON.parse(line) as { vendor_id: string; webhook_id: string; outcome: string; status_code: number; attempt: number; decision: string });
+        .map(
+          (line) =>
+            JSON.parse(line) as {
+              vendor_id: string;
+              webhook_id: string;
+              outcome: string;
+              status_code: number;
+              attempt: number;
+              decision: string;
+            },
+        );
     // Workers notice a new listener within a second: keep events coming until attempts show (bounded).
     await waitFor(
       async () => {
         await t!.ingestor.ingest([machineEvent('vendor-ok'), machineEvent('vendor-bad')], 'http');
         // A first attempt that is retried and a last one that dead-letters (the first events may
         // have had their first attempt before the workers saw the listener).
-        return entries().some((e) => e.decision === 'dead') && entries().some((e) => e.attempt === 1 && e.decision === 'retry');
+        return (
+          entries().some((e) => e.decision === 'dead') &&
+          entries().some((e) => e.attempt === 1 && e.decision === 'retry')
+        );
       },
       15_000,
       'a retried first attempt and a dead letter in the tail',
       300,
     );
-    expect(entries().every((e) => e.vendor_id === 'vendor-bad' && e.webhook_id === badId && e.outcome === 'http_5xx' && e.status_code === 503)).toBe(true);
+    expect(
+      entries().every(
+        (e) =>
+          e.vendor_id === 'vendor-bad' && e.webhook_id === badId && e.outcome === 'http_5xx' && e.status_code === 503,
+      ),
+    ).toBe(true);
     // The fix lands: the tail shows it.
     failing.script('/bad', { status: 200 });
     await waitFor(
@@ -123,7 +169,11 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
 
   it('deliveries tail shows the first attempt that finishes right after it says it is watching', async () => {
     const { env, badId } = await setup();
-    const tail = await startCli(['deliveries', 'tail', '--webhook', badId, '--json'], env, /watching delivery attempts/);
+    const tail = await startCli(
+      ['deliveries', 'tail', '--webhook', badId, '--json'],
+      env,
+      /watching delivery attempts/,
+    );
     children.push(tail.child);
     // The worker has sent nothing yet: this attempt is the one that makes it look whether anyone listens.
     const event = machineEvent('vendor-bad');
@@ -142,17 +192,38 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
 
   it('runs without HOOKLINE_SECRET_KEY, since no command opens a webhook secret, and ignores a wrong one', async () => {
     t = await testApp();
-    const created = await t.webhooks.create('vendor-a', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h', secret: 'shh' });
-    const signed = await t.webhooks.create('vendor-a', { eventType: 'EVENT_TYPE_MACHINE_UPDATED', callbackUrl: 'https://example.com/h', signature: 'ed25519' });
+    const created = await t.webhooks.create('vendor-a', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: 'https://example.com/h',
+      secret: 'shh',
+    });
+    const signed = await t.webhooks.create('vendor-a', {
+      eventType: 'EVENT_TYPE_MACHINE_UPDATED',
+      callbackUrl: 'https://example.com/h',
+      signature: 'ed25519',
+    });
     if (!created.ok || !signed.ok) throw new Error('webhooks not created');
     const webhookId = created.webhook.id;
     const deliveryId = randomUUID();
     await t.deliveryLog.recordAttempt({
-      job: { deliveryId, eventId: 'e1', eventType: 'EVENT_TYPE_MACHINE_CREATED', vendorId: 'vendor-a', webhookId, body: '{}', acceptedAtMs: 1_000 },
+      job: {
+        deliveryId,
+        eventId: 'e1',
+        eventType: 'EVENT_TYPE_MACHINE_CREATED',
+        vendorId: 'vendor-a',
+        webhookId,
+        body: '{}',
+        acceptedAtMs: 1_000,
+      },
       attempt: { attempt: 1, atMs: 2_000, outcome: 'http_5xx', statusCode: 500, durationMs: 3 },
       status: 'dead',
     });
-    const env = { ...cleanEnv(), REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix, HOOKLINE_QUEUE_PARTITIONS: String(t.config.queuePartitions) };
+    const env = {
+      ...cleanEnv(),
+      REDIS_URL: t.url,
+      HOOKLINE_REDIS_PREFIX: t.prefix,
+      HOOKLINE_QUEUE_PARTITIONS: String(t.config.queuePartitions),
+    };
     const wrongKey = { ...env, HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64') };
 
     for (const [args, commandEnv] of [
@@ -183,10 +254,15 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
       HOOKLINE_SECRET_KEY: t.secretKey.toString('base64'),
       HOOKLINE_API_PORT: '18080',
     };
-    const linked = await runCli(['portal', 'link', '--vendor', 'vendor-a', '--permission', 'replay', '--ttl', '2h'], env);
+    const linked = await runCli(
+      ['portal', 'link', '--vendor', 'vendor-a', '--permission', 'replay', '--ttl', '2h'],
+      env,
+    );
     expect(linked.code, linked.stderr).toBe(0);
     // Issued all the same (a vendor may register its first webhook in the portal), with a word of warning.
-    expect(linked.stderr).toContain('note: vendor vendor-a has no webhooks (is the id right?); the portal will show none until it registers one');
+    expect(linked.stderr).toContain(
+      'note: vendor vendor-a has no webhooks (is the id right?); the portal will show none until it registers one',
+    );
     const url = linked.stdout.trim();
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:18080\/portal\/#token=ps_[0-9a-f]{24}\.[A-Za-z0-9_-]{43}$/);
     // The audit line names the session, never the token.
@@ -196,8 +272,14 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     expect(opened?.session).toMatchObject({ vendorId: 'vendor-a', permission: 'replay', issuedBy: 'cli' });
     expect(opened!.session.expiresAtMs - opened!.session.createdAtMs).toBe(2 * 3_600_000);
 
-    await t.webhooks.create('vendor-a', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h' });
-    const publicUrl = await runCli(['portal', 'link', '--vendor', 'vendor-a'], { ...env, HOOKLINE_PUBLIC_URL: 'https://hooks.example.com/' });
+    await t.webhooks.create('vendor-a', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: 'https://example.com/h',
+    });
+    const publicUrl = await runCli(['portal', 'link', '--vendor', 'vendor-a'], {
+      ...env,
+      HOOKLINE_PUBLIC_URL: 'https://hooks.example.com/',
+    });
     expect(publicUrl.stdout.trim()).toMatch(/^https:\/\/hooks\.example\.com\/portal\/#token=ps_/);
     expect(publicUrl.stderr).not.toContain('has no webhooks');
 

@@ -1,6 +1,18 @@
 import { execFile, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -19,7 +31,8 @@ import { runCli, spawnCli, startCli } from '../helpers/cli.js';
 import { deletePrefix, testRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 
-const readState = (dataDir: string) => JSON.parse(readFileSync(path.join(dataDir, 'redis.json'), 'utf8')) as EmbeddedState;
+const readState = (dataDir: string) =>
+  JSON.parse(readFileSync(path.join(dataDir, 'redis.json'), 'utf8')) as EmbeddedState;
 
 /** Whether process `pid` runs. */
 function alive(pid: number): boolean {
@@ -38,7 +51,10 @@ function redisServersOf(dataDir: string): number[] {
     .filter((name) => /^\d+$/.test(name))
     .filter((pid) => {
       try {
-        return readlinkSync(`/proc/${pid}/cwd`) === folder && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('redis-server');
+        return (
+          readlinkSync(`/proc/${pid}/cwd`) === folder &&
+          readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('redis-server')
+        );
       } catch {
         return false;
       }
@@ -66,7 +82,9 @@ async function stopEngine(engine: { child: ChildProcess; exited: Promise<number 
 
 /** A clean environment: none of the developer's HOOKLINE_* or REDIS_URL leaks in. */
 function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL'));
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL'),
+  );
   return { ...env, HOOKLINE_LOG_FORMAT: 'json', ...extra };
 }
 
@@ -76,14 +94,23 @@ describe('hookline keys (against REDIS_URL)', () => {
 
   it('creates a key printing only the key on stdout, lists it without the key, and revokes it', async () => {
     const env = cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix });
-    const created = await runCli(['keys', 'create', '--name', 'acme prod', '--vendor', 'acme', '--role', 'vendor', '--role', 'machines:read'], env);
+    const created = await runCli(
+      ['keys', 'create', '--name', 'acme prod', '--vendor', 'acme', '--role', 'vendor', '--role', 'machines:read'],
+      env,
+    );
     expect(created.code).toBe(0);
     expect(created.stdout).toMatch(/^hk_[A-Za-z0-9_-]{43}\n$/);
     const key = created.stdout.trim();
     expect(created.stderr).toContain('roles vendor, machines:read for vendor acme');
     // The change is logged (a JSON line: stderr is no terminal here), with who made it and never the key.
     const createdLine = JSON.parse(created.stderr) as Record<string, unknown>;
-    expect(createdLine).toMatchObject({ level: 30, event: 'api_key.created', keyName: 'acme prod', vendorId: 'acme', by: expect.any(String) as unknown });
+    expect(createdLine).toMatchObject({
+      level: 30,
+      event: 'api_key.created',
+      keyName: 'acme prod',
+      vendorId: 'acme',
+      by: expect.any(String) as unknown,
+    });
     expect(created.stderr).not.toContain(key);
 
     // The API's names and ISO-8601 times, in the API's envelope.
@@ -91,14 +118,24 @@ describe('hookline keys (against REDIS_URL)', () => {
     expect(listed.code).toBe(0);
     const records = (JSON.parse(listed.stdout) as { api_keys: Record<string, unknown>[] }).api_keys;
     expect(records).toEqual([
-      { key_id: createdLine.keyId, name: 'acme prod', vendor_id: 'acme', roles: ['vendor', 'machines:read'], created_at: expect.any(String) as unknown },
+      {
+        key_id: createdLine.keyId,
+        name: 'acme prod',
+        vendor_id: 'acme',
+        roles: ['vendor', 'machines:read'],
+        created_at: expect.any(String) as unknown,
+      },
     ]);
     expect(new Date(String(records[0]?.created_at)).toISOString()).toBe(records[0]?.created_at);
     expect(listed.stdout).not.toContain(key);
 
     const revoked = await runCli(['keys', 'revoke', String(createdLine.keyId)], env);
     expect(revoked.code).toBe(0);
-    expect(JSON.parse(revoked.stderr)).toMatchObject({ event: 'api_key.revoked', keyId: createdLine.keyId, keyName: 'acme prod' });
+    expect(JSON.parse(revoked.stderr)).toMatchObject({
+      event: 'api_key.revoked',
+      keyId: createdLine.keyId,
+      keyName: 'acme prod',
+    });
     expect(JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout)).toEqual({ api_keys: [] });
     const again = await runCli(['keys', 'revoke', String(createdLine.keyId)], env);
     expect(again.code).toBe(2);
@@ -112,7 +149,10 @@ describe('hookline keys (against REDIS_URL)', () => {
       const startedMs = Date.now();
       const result = await runCli(
         args,
-        cleanEnv({ REDIS_URL: `redis://hook:pa55word@127.0.0.1:${port}`, HOOKLINE_SECRET_KEY: Buffer.alloc(32, 1).toString('base64') }),
+        cleanEnv({
+          REDIS_URL: `redis://hook:pa55word@127.0.0.1:${port}`,
+          HOOKLINE_SECRET_KEY: Buffer.alloc(32, 1).toString('base64'),
+        }),
       );
       const elapsedMs = Date.now() - startedMs;
       console.log(`hookline ${args.join(' ')} against a closed port: exit ${result.code} after ${elapsedMs} ms`);
@@ -189,7 +229,12 @@ describe('hookline keys (against REDIS_URL)', () => {
     expect(created.ok).toBe(true);
     const port = await freeLoopbackPort();
     const env = (key: Buffer) =>
-      cleanEnv({ REDIS_URL: t.url, HOOKLINE_REDIS_PREFIX: t.prefix, HOOKLINE_SECRET_KEY: key.toString('base64'), HOOKLINE_API_PORT: String(port) });
+      cleanEnv({
+        REDIS_URL: t.url,
+        HOOKLINE_REDIS_PREFIX: t.prefix,
+        HOOKLINE_SECRET_KEY: key.toString('base64'),
+        HOOKLINE_API_PORT: String(port),
+      });
     const refusal = `hookline: HOOKLINE_SECRET_KEY does not open the webhook secrets stored in ${t.url} (prefix ${t.prefix}): they were sealed with another key; start with that one as HOOKLINE_SECRET_KEY\n`;
 
     const wrong = await runCli(['api'], env(other), 60_000);
@@ -201,7 +246,11 @@ describe('hookline keys (against REDIS_URL)', () => {
     expect(await right.exited).toBe(0);
     expect(await t.redis.exists(redisKeys(t.prefix).secretProbe)).toBe(1);
     await t.redis.del(redisKeys(t.prefix).webhooks.byId);
-    const probed = await runCli(['worker'], { ...env(other), HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()) }, 60_000);
+    const probed = await runCli(
+      ['worker'],
+      { ...env(other), HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()) },
+      60_000,
+    );
     expect(probed.stderr).toBe(refusal);
     expect(probed.code).toBe(1);
   }, 120_000);
@@ -218,10 +267,16 @@ describe('hookline keys (against REDIS_URL)', () => {
     try {
       const result = await runCli(
         ['api'],
-        cleanEnv({ REDIS_URL: server.url, HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64'), HOOKLINE_API_PORT: String(await freeLoopbackPort()) }),
+        cleanEnv({
+          REDIS_URL: server.url,
+          HOOKLINE_SECRET_KEY: randomBytes(32).toString('base64'),
+          HOOKLINE_API_PORT: String(await freeLoopbackPort()),
+        }),
         60_000,
       );
-      expect(result.stderr).toBe(`hookline: cannot check the secret key against Redis at ${server.url} (authentication failed)\n`);
+      expect(result.stderr).toBe(
+        `hookline: cannot check the secret key against Redis at ${server.url} (authentication failed)\n`,
+      );
       expect(result.code).toBe(1);
     } finally {
       await server.stop();
@@ -266,7 +321,11 @@ describe('hookline start with the embedded default', () => {
     const registered = await fetch(`${base}/vendors/v1/webhooks`, {
       method: 'POST',
       headers: { 'x-api-key': key, 'content-type': 'application/json' },
-      body: JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://example.com/h', secret: 'shh' }),
+      body: JSON.stringify({
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        callback_url: 'https://example.com/h',
+        secret: 'shh',
+      }),
     });
     expect(registered.status).toBe(201);
     expect((await fetch(`${base}/readyz`)).status).toBe(200);
@@ -297,24 +356,35 @@ describe('hookline start with the embedded default', () => {
 
   it('finds the running engine’s data from any working folder (the per-user state folder), and says so when there is none', async () => {
     dataDir = mkdtempSync(path.join(tmpdir(), 'hookline-state-'));
-    const [engineCwd, otherCwd, stateHome] = ['engine-cwd', 'elsewhere', 'state'].map((name) => path.join(dataDir ?? '', name));
+    const [engineCwd, otherCwd, stateHome] = ['engine-cwd', 'elsewhere', 'state'].map((name) =>
+      path.join(dataDir ?? '', name),
+    );
     for (const dir of [engineCwd, otherCwd]) mkdirSync(dir ?? '');
     const port = await freeLoopbackPort();
     // No HOOKLINE_DATA_DIR: where the data goes is the state folder under XDG_STATE_HOME, whatever the folder.
     const env = cleanEnv({ XDG_STATE_HOME: stateHome ?? '', HOOKLINE_API_PORT: String(port) });
 
     const none = await runCli(['keys', 'list'], env, 30_000, { cwd: otherCwd });
-    expect(none.stderr).toContain(`hookline: no Hookline engine data found in ${path.join(stateHome ?? '', 'hookline')}`);
+    expect(none.stderr).toContain(
+      `hookline: no Hookline engine data found in ${path.join(stateHome ?? '', 'hookline')}`,
+    );
     expect(none.stderr).toMatch(/REDIS_URL=.*HOOKLINE_DATA_DIR=/);
     expect(none.code).toBe(1);
     expect(existsSync(path.join(stateHome ?? '', 'hookline'))).toBe(false);
 
     const engine = await startCli(['start'], env, /Hookline API listening/, 60_000, { cwd: engineCwd });
     try {
-      const created = await runCli(['keys', 'create', '--name', 'from elsewhere', '--vendor', 'v1', '--role', 'vendor'], env, 30_000, { cwd: otherCwd });
+      const created = await runCli(
+        ['keys', 'create', '--name', 'from elsewhere', '--vendor', 'v1', '--role', 'vendor'],
+        env,
+        30_000,
+        { cwd: otherCwd },
+      );
       expect(created.code).toBe(0);
       // The engine knows the key made from another folder, and the listing from there shows it.
-      const answered = await fetch(`http://127.0.0.1:${port}/vendors/v1/webhooks`, { headers: { 'x-api-key': created.stdout.trim() } });
+      const answered = await fetch(`http://127.0.0.1:${port}/vendors/v1/webhooks`, {
+        headers: { 'x-api-key': created.stdout.trim() },
+      });
       expect(answered.status).toBe(200);
       const listed = await runCli(['keys', 'list'], env, 30_000, { cwd: otherCwd });
       expect(listed.stdout).toContain('from elsewhere');
@@ -340,7 +410,12 @@ describe('the embedded Redis is the data folder’s own', () => {
 
   /** A plain redis-server (no password) in `dir`, as another installation (or an earlier Hookline) runs one. */
   async function plainRedis(dir: string, port = 0) {
-    const server = await startRedisServer({ binary: await ensureRedisServerBinary(() => undefined), port, dir, appendOnly: true });
+    const server = await startRedisServer({
+      binary: await ensureRedisServerBinary(() => undefined),
+      port,
+      dir,
+      appendOnly: true,
+    });
     cleanups.push(() => server.stop());
     return server;
   }
@@ -362,7 +437,8 @@ describe('the embedded Redis is the data folder’s own', () => {
     await issueKey(legacy.url, 'from before');
     await legacy.stop();
     writeFileSync(path.join(dataDir, 'redis.json'), `${JSON.stringify({ port: legacy.port })}\n`);
-    for (const file of [dataDir, path.join(dataDir, 'redis'), path.join(dataDir, 'redis.json')]) chmodSync(file, file.endsWith('.json') ? 0o644 : 0o755);
+    for (const file of [dataDir, path.join(dataDir, 'redis'), path.join(dataDir, 'redis.json')])
+      chmodSync(file, file.endsWith('.json') ? 0o644 : 0o755);
 
     const env = cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) });
     const engine = await startCli(['start'], env, /Hookline API listening/);
@@ -373,7 +449,13 @@ describe('the embedded Redis is the data folder’s own', () => {
     expect(openToOthers(dataDir)).toEqual([]);
     // `ps` shows every user a process's command line.
     expect(readFileSync(`/proc/${redisPid}/cmdline`, 'utf8')).not.toContain(password);
-    const stranger = new Redis({ port, lazyConnect: true, enableReadyCheck: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const stranger = new Redis({
+      port,
+      lazyConnect: true,
+      enableReadyCheck: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
     stranger.on('error', () => undefined);
     await stranger.connect();
     await expect(stranger.get('{hl:keys}:by-hash')).rejects.toThrow(/NOAUTH/);
@@ -415,7 +497,10 @@ describe('the embedded Redis is the data folder’s own', () => {
     const remembered = newDataDir();
     const rememberedEnv = cleanEnv({ HOOKLINE_DATA_DIR: remembered });
     expect((await runCli(['keys', 'create', '--name', 'mine', '--role', 'admin'], rememberedEnv)).code).toBe(0);
-    writeFileSync(path.join(remembered, 'redis.json'), `${JSON.stringify({ ...readState(remembered), port: foreign.port, pid: process.pid })}\n`);
+    writeFileSync(
+      path.join(remembered, 'redis.json'),
+      `${JSON.stringify({ ...readState(remembered), port: foreign.port, pid: process.pid })}\n`,
+    );
     const own = await runCli(['keys', 'list'], rememberedEnv);
     expect(own.code, own.stderr).toBe(0);
     expect(own.stdout).toContain('mine');
@@ -429,7 +514,11 @@ describe('the embedded Redis is the data folder’s own', () => {
     cleanups.push(() => new Promise<void>((resolve) => holder.close(() => resolve())));
     const port = (holder.address() as { port: number }).port;
     const dataDir = newDataDir();
-    const result = await runCli(['start'], cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(port) }), 60_000);
+    const result = await runCli(
+      ['start'],
+      cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(port) }),
+      60_000,
+    );
     expect(result.stderr).toBe(
       `hookline: cannot listen on 127.0.0.1:${port}: another process holds the port; stop it, or set HOOKLINE_API_PORT to a free port\n`,
     );
@@ -493,13 +582,28 @@ describe('engines sharing one Redis', () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'hookline-second-'));
     cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
     const apiPort = await freeLoopbackPort();
-    const first = await started(['start'], cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(apiPort) }), /Hookline API listening/);
+    const first = await started(
+      ['start'],
+      cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(apiPort) }),
+      /Hookline API listening/,
+    );
     // It records itself among the running engines just after its start-up line.
-    const embedded = new Redis({ port: readState(dataDir).port, password: readFileSync(path.join(dataDir, 'redis.password'), 'utf8').trim() });
+    const embedded = new Redis({
+      port: readState(dataDir).port,
+      password: readFileSync(path.join(dataDir, 'redis.password'), 'utf8').trim(),
+    });
     cleanups.push(() => void embedded.disconnect());
-    await waitFor(async () => (await embedded.hlen(redisKeys('hl').engines)) === 1, 10_000, 'the engine recorded as running');
+    await waitFor(
+      async () => (await embedded.hlen(redisKeys('hl').engines)) === 1,
+      10_000,
+      'the engine recorded as running',
+    );
 
-    const second = await runCli(['start'], cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) }), 60_000);
+    const second = await runCli(
+      ['start'],
+      cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(await freeLoopbackPort()) }),
+      60_000,
+    );
     expect(second.stderr).toBe(
       `hookline: another Hookline process runs on ${dataDir}: pid ${first.child.pid} (hookline start, API http://127.0.0.1:${apiPort}); ` +
         'stop it before starting another engine there, or add a delivery worker to it with `hookline worker`\n',
@@ -509,7 +613,11 @@ describe('engines sharing one Redis', () => {
 
     const worker = await started(
       ['worker'],
-      cleanEnv({ HOOKLINE_DATA_DIR: dataDir, HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()), HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true' }),
+      cleanEnv({
+        HOOKLINE_DATA_DIR: dataDir,
+        HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
+        HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true',
+      }),
       /engine\.settings_differ/,
     );
     const warning = worker
@@ -522,7 +630,9 @@ describe('engines sharing one Redis', () => {
         {
           variable: 'HOOKLINE_ALLOW_PRIVATE_TARGETS',
           here: 'true',
-          running: [{ value: 'false', engines: [`pid ${first.child.pid} (hookline start, API http://127.0.0.1:${apiPort})`] }],
+          running: [
+            { value: 'false', engines: [`pid ${first.child.pid} (hookline start, API http://127.0.0.1:${apiPort})`] },
+          ],
         },
       ],
     });
@@ -546,7 +656,11 @@ describe('engines sharing one Redis', () => {
     await waitFor(registered(2), 10_000, 'the second worker registered');
     expect(same.output()).not.toContain('settings_differ');
 
-    const other = await started(['worker'], await env({ HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true' }), /engine\.settings_differ/);
+    const other = await started(
+      ['worker'],
+      await env({ HOOKLINE_ALLOW_PRIVATE_TARGETS: 'true' }),
+      /engine\.settings_differ/,
+    );
     await waitFor(registered(3), 10_000, 'the third worker registered');
     const line = JSON.parse(
       other
@@ -557,7 +671,11 @@ describe('engines sharing one Redis', () => {
     const both = [`pid ${a.child.pid} (hookline worker)`, `pid ${same.child.pid} (hookline worker)`];
     expect(line.differences).toEqual([
       { variable: 'HOOKLINE_ALLOW_PRIVATE_TARGETS', here: 'true', running: [{ value: 'false', engines: both }] },
-      { variable: 'HOOKLINE_RETRY_SCHEDULE', here: '0s,5s,5m,30m,2h,5h,10h,14h,20h,1d', running: [{ value: '0s,1m', engines: both }] },
+      {
+        variable: 'HOOKLINE_RETRY_SCHEDULE',
+        here: '0s,5s,5m,30m,2h,5h,10h,14h,20h,1d',
+        running: [{ value: '0s,1m', engines: both }],
+      },
     ]);
     expect(line.msg).toContain('HOOKLINE_ALLOW_PRIVATE_TARGETS is true here, false in');
     // A stopped engine takes its record with it.
@@ -572,13 +690,28 @@ describe('hookline dlq', () => {
     const { testApp } = await import('../helpers/app.js');
     const t = await testApp({ queuePartitions: 2 });
     try {
-      const created = await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h' });
+      const created = await t.webhooks.create('v', {
+        eventType: 'EVENT_TYPE_MACHINE_CREATED',
+        callbackUrl: 'https://example.com/h',
+      });
       if (!created.ok) throw new Error('setup');
       const webhookId = created.webhook.id;
-      const ids = ['11111111-1111-4111-8111-111111111111', '22222222-2222-4222-8222-222222222222', '33333333-3333-4333-8333-333333333333'];
+      const ids = [
+        '11111111-1111-4111-8111-111111111111',
+        '22222222-2222-4222-8222-222222222222',
+        '33333333-3333-4333-8333-333333333333',
+      ];
       for (const [i, deliveryId] of ids.entries()) {
         await t.deliveryLog.recordAttempt({
-          job: { deliveryId, eventId: `e${i}`, eventType: 'EVENT_TYPE_MACHINE_CREATED', vendorId: 'v', webhookId, body: '{}', acceptedAtMs: 1_000 + i },
+          job: {
+            deliveryId,
+            eventId: `e${i}`,
+            eventType: 'EVENT_TYPE_MACHINE_CREATED',
+            vendorId: 'v',
+            webhookId,
+            body: '{}',
+            acceptedAtMs: 1_000 + i,
+          },
           attempt: { attempt: 1, atMs: 2_000 + i, outcome: 'http_5xx', statusCode: 500, durationMs: 3 },
           status: 'dead',
         });
@@ -591,7 +724,11 @@ describe('hookline dlq', () => {
       });
       const listed = await runCli(['dlq', 'list', '--webhook', webhookId, '--json'], env);
       expect(listed.code).toBe(0);
-      expect((JSON.parse(listed.stdout) as { dead_letters: { delivery_id: string }[] }).dead_letters.map((d) => d.delivery_id)).toEqual([...ids].reverse());
+      expect(
+        (JSON.parse(listed.stdout) as { dead_letters: { delivery_id: string }[] }).dead_letters.map(
+          (d) => d.delivery_id,
+        ),
+      ).toEqual([...ids].reverse());
       // --json: what the API's cross-webhook dead-letter route (GET /admin/v1/dead-letters) answers for the same records.
       const json = await runCli(['dlq', 'list', '--webhook', webhookId, '--limit', '1', '--json'], env);
       expect(JSON.parse(json.stdout)).toEqual({
@@ -626,17 +763,29 @@ describe('hookline dlq', () => {
       expect(all.stdout).toBe('2\n');
       // Queued, not yet delivered; and stderr is no terminal here (a log, say): no progress line rewritten with \r.
       expect(all.stderr).toMatch(/^task [0-9a-f-]{36}\n/);
-      expect(all.stderr).toContain(`queued 2 replays for a running worker to deliver; follow them with: hookline deliveries tail --webhook ${webhookId}\n`);
+      expect(all.stderr).toContain(
+        `queued 2 replays for a running worker to deliver; follow them with: hookline deliveries tail --webhook ${webhookId}\n`,
+      );
       expect(all.stderr).not.toMatch(/\r|replayed/);
       const counts = await t.queues.counts();
       expect((counts.waiting ?? 0) + (counts.delayed ?? 0) + (counts.prioritized ?? 0)).toBe(3);
       expect(await t.deliveryLog.deadLetters(webhookId, 10)).toEqual([]);
       await t.deliveryLog.recordAttempt({
-        job: { deliveryId: randomUUID(), eventId: 'e3', eventType: 'EVENT_TYPE_MACHINE_CREATED', vendorId: 'v', webhookId, body: '{}', acceptedAtMs: 1_003 },
+        job: {
+          deliveryId: randomUUID(),
+          eventId: 'e3',
+          eventType: 'EVENT_TYPE_MACHINE_CREATED',
+          vendorId: 'v',
+          webhookId,
+          body: '{}',
+          acceptedAtMs: 1_003,
+        },
         attempt: { attempt: 1, atMs: 2_003, outcome: 'http_5xx', statusCode: 500, durationMs: 3 },
         status: 'dead',
       });
-      expect((await runCli(['dlq', 'replay', '--webhook', webhookId], env)).stderr).toContain('queued 1 replay for a running worker');
+      expect((await runCli(['dlq', 'replay', '--webhook', webhookId], env)).stderr).toContain(
+        'queued 1 replay for a running worker',
+      );
 
       const malformed = await runCli(['dlq', 'list', '--webhook', 'nope'], env);
       expect(malformed.code).toBe(2);
@@ -659,17 +808,22 @@ describe('npm start', () => {
       .map((entry) => path.join(entry.parentPath, entry.name))
       .map((file) => [path.relative(root, file), statSync(file).mtimeMs] as [string, number])
       .sort(([a], [b]) => a.localeCompare(b));
-  const outputs = () => ['dist', 'packages/verify/dist', 'packages/producer/dist'].flatMap((dir) => mtimes(path.join(root, dir)));
+  const outputs = () =>
+    ['dist', 'packages/verify/dist', 'packages/producer/dist'].flatMap((dir) => mtimes(path.join(root, dir)));
 
   it('builds nothing when nothing changed: its build step writes no file again', async () => {
-    const script = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+    const script = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } })
+      .scripts.start;
     const build = script.replace(/\s*&&\s*node dist\/cli\.js start$/, '');
     expect(build, 'npm start ends by running the built CLI').not.toBe(script);
     // As npm runs a script: in the package's folder, with its binaries on PATH.
     const run = () =>
       promisify(execFile)('sh', ['-c', build], {
         cwd: root,
-        env: { ...process.env, PATH: `${path.join(root, 'node_modules/.bin')}${path.delimiter}${process.env.PATH ?? ''}` },
+        env: {
+          ...process.env,
+          PATH: `${path.join(root, 'node_modules/.bin')}${path.delimiter}${process.env.PATH ?? ''}`,
+        },
       });
     // Another test's `npm start` may build at the same time; builds take turns.
     await withBuildLock(async () => {

@@ -30,7 +30,10 @@ const SECRET = `whsec_${Buffer.from('client packages test secret 32b!').toString
  * `switch` on the event type would then stop compiling.
  */
 const MODES = {
-  node: { compilerOptions: { module: 'commonjs', moduleResolution: 'node', ignoreDeprecations: '6.0', skipLibCheck: false }, type: 'commonjs' },
+  node: {
+    compilerOptions: { module: 'commonjs', moduleResolution: 'node', ignoreDeprecations: '6.0', skipLibCheck: false },
+    type: 'commonjs',
+  },
   node16: { compilerOptions: { module: 'node16', moduleResolution: 'node16', skipLibCheck: true }, type: 'module' },
   bundler: { compilerOptions: { module: 'esnext', moduleResolution: 'bundler', skipLibCheck: true }, type: 'module' },
 } as const;
@@ -48,7 +51,10 @@ function npmEnv(): NodeJS.ProcessEnv {
 
 /** `npm pack` of a workspace package (its prepack script builds it first) into `destination`. */
 async function pack(name: (typeof PACKAGES)[number], destination: string): Promise<Packed> {
-  const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', destination], { cwd: path.join(ROOT, 'packages', name), env: npmEnv() });
+  const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', destination], {
+    cwd: path.join(ROOT, 'packages', name),
+    env: npmEnv(),
+  });
   const [packed] = JSON.parse(stdout) as Packed[];
   if (packed === undefined) throw new Error(`npm pack of ${name} reported nothing`);
   return packed;
@@ -92,11 +98,22 @@ describe('the client packages, packed and installed in a project of their own', 
   beforeAll(async () => {
     scratch = mkdtempSync(path.join(tmpdir(), 'hookline-clients-'));
     const project = async () => {
-      for (const [name, result] of await Promise.all(PACKAGES.map(async (name) => [name, await pack(name, scratch)] as const))) packed.set(name, result);
-      writeFileSync(path.join(scratch, 'package.json'), JSON.stringify({ name: 'client-packages-consumer', private: true }));
+      for (const [name, result] of await Promise.all(
+        PACKAGES.map(async (name) => [name, await pack(name, scratch)] as const),
+      ))
+        packed.set(name, result);
+      writeFileSync(
+        path.join(scratch, 'package.json'),
+        JSON.stringify({ name: 'client-packages-consumer', private: true }),
+      );
       const tarballs = [...packed.values()].map((p) => path.join(scratch, p.filename));
-      await run('npm', ['install', '--offline', '--no-audit', '--no-fund', ...tarballs], { cwd: scratch, env: npmEnv() });
-      for (const [mode, output] of await Promise.all((Object.keys(MODES) as Mode[]).map(async (mode) => [mode, await compile(scratch, mode)] as const))) {
+      await run('npm', ['install', '--offline', '--no-audit', '--no-fund', ...tarballs], {
+        cwd: scratch,
+        env: npmEnv(),
+      });
+      for (const [mode, output] of await Promise.all(
+        (Object.keys(MODES) as Mode[]).map(async (mode) => [mode, await compile(scratch, mode)] as const),
+      )) {
         compiled.set(mode, output);
       }
     };
@@ -109,12 +126,20 @@ describe('the client packages, packed and installed in a project of their own', 
       eventsKey = await t.keyFor(['events:write']);
       const webhookIds: string[] = [];
       for (const eventType of WEBHOOK_EVENT_TYPES) {
-        const created = await t.webhooks.create(VENDOR, { eventType, callbackUrl: `${receiver.base}/hooks`, secret: SECRET });
+        const created = await t.webhooks.create(VENDOR, {
+          eventType,
+          callbackUrl: `${receiver.base}/hooks`,
+          secret: SECRET,
+        });
         if (!created.ok) throw new Error(`could not register ${eventType}`);
         webhookIds.push(created.webhook.id);
       }
       const vendorKey = await t.keyFor(['vendor'], VENDOR);
-      const answer = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${webhookIds[0]}/test`, headers: { 'x-api-key': vendorKey } });
+      const answer = await t.app.inject({
+        method: 'POST',
+        url: `/vendors/v1/webhooks/${webhookIds[0]}/test`,
+        headers: { 'x-api-key': vendorKey },
+      });
       testEventId = answer.json<{ event_id: string }>().event_id;
     };
     await Promise.all([project(), engine()]);
@@ -127,17 +152,32 @@ describe('the client packages, packed and installed in a project of their own', 
     rmSync(scratch, { recursive: true, force: true });
   });
 
-  it.each(PACKAGES)('@hookline/%s packs its built code, declarations and README, and no runtime dependencies', (name) => {
-    const files = packed.get(name)!.files.map((f) => f.path);
-    expect(files.filter((file) => !/^(package\.json|README\.md|dist\/[\w/-]+\.(js|d\.ts))$/.test(file))).toEqual([]);
-    expect(files).toEqual(expect.arrayContaining([`dist/${name}/index.js`, `dist/${name}/index.d.ts`, 'dist/wire/events.d.ts']));
-    const manifest = JSON.parse(readFileSync(path.join(scratch, 'node_modules/@hookline', name, 'package.json'), 'utf8')) as Record<string, unknown>;
-    expect(manifest).toMatchObject({ name: `@hookline/${name}`, type: 'module', license: 'Apache-2.0', engines: { node: '>=20.19' } });
-    for (const field of ['dependencies', 'peerDependencies', 'optionalDependencies', 'bundleDependencies']) expect(manifest[field], field).toBeUndefined();
-  });
+  it.each(PACKAGES)(
+    '@hookline/%s packs its built code, declarations and README, and no runtime dependencies',
+    (name) => {
+      const files = packed.get(name)!.files.map((f) => f.path);
+      expect(files.filter((file) => !/^(package\.json|README\.md|dist\/[\w/-]+\.(js|d\.ts))$/.test(file))).toEqual([]);
+      expect(files).toEqual(
+        expect.arrayContaining([`dist/${name}/index.js`, `dist/${name}/index.d.ts`, 'dist/wire/events.d.ts']),
+      );
+      const manifest = JSON.parse(
+        readFileSync(path.join(scratch, 'node_modules/@hookline', name, 'package.json'), 'utf8'),
+      ) as Record<string, unknown>;
+      expect(manifest).toMatchObject({
+        name: `@hookline/${name}`,
+        type: 'module',
+        license: 'Apache-2.0',
+        engines: { node: '>=20.19' },
+      });
+      for (const field of ['dependencies', 'peerDependencies', 'optionalDependencies', 'bundleDependencies'])
+        expect(manifest[field], field).toBeUndefined();
+    },
+  );
 
   it('installs nothing besides the two packages', () => {
-    expect(readdirSync(path.join(scratch, 'node_modules')).filter((entry) => !entry.startsWith('.'))).toEqual(['@hookline']);
+    expect(readdirSync(path.join(scratch, 'node_modules')).filter((entry) => !entry.startsWith('.'))).toEqual([
+      '@hookline',
+    ]);
     expect(readdirSync(path.join(scratch, 'node_modules/@hookline')).sort()).toEqual(['producer', 'verify']);
   });
 
@@ -152,7 +192,11 @@ describe('the client packages, packed and installed in a project of their own', 
           env: { ...cleanEnv(), HOOKLINE_URL: engineUrl, HOOKLINE_KEY: eventsKey, WEBHOOK_SECRET: SECRET },
         });
 
-      const published = JSON.parse((await consumer('publish', VENDOR, mode)).stdout) as { event_id: string; status: string; deliveries: number }[];
+      const published = JSON.parse((await consumer('publish', VENDOR, mode)).stdout) as {
+        event_id: string;
+        status: string;
+        deliveries: number;
+      }[];
       expect(published.map(({ status, deliveries }) => ({ status, deliveries }))).toEqual(
         WEBHOOK_EVENT_TYPES.map(() => ({ status: 'accepted', deliveries: 1 })),
       );
@@ -173,7 +217,13 @@ describe('the client packages, packed and installed in a project of their own', 
         .trim()
         .split('\n')
         .map((line) => JSON.parse(line) as unknown);
-      const checked = (subject: string, index: number) => ({ event_id: ids[index], standard: true, legacy: true, tampered: false, subject });
+      const checked = (subject: string, index: number) => ({
+        event_id: ids[index],
+        standard: true,
+        legacy: true,
+        tampered: false,
+        subject,
+      });
       expect(verified).toEqual(
         [
           `machine m-${mode} available`,

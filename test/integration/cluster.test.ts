@@ -21,11 +21,16 @@ import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 const serverBinary = await findRedisServerBinary();
 const cliBinary = await findRedisServerBinary(undefined, undefined, 'redis-cli');
-const missing = [serverBinary ? undefined : 'redis-server', cliBinary ? undefined : 'redis-cli'].filter((name) => name !== undefined);
+const missing = [serverBinary ? undefined : 'redis-server', cliBinary ? undefined : 'redis-cli'].filter(
+  (name) => name !== undefined,
+);
 if (missing.length > 0) {
   // CI installs Debian's redis-server, which brings redis-cli (redis-tools): missing there is a defect.
-  if (process.env.CI) throw new Error(`the Redis Cluster tests need ${missing.join(' and ')} in CI (apt-get install redis-server)`);
-  console.warn(`skipping the Redis Cluster tests: ${missing.join(' and ')} not installed (Debian: apt-get install redis-server)`);
+  if (process.env.CI)
+    throw new Error(`the Redis Cluster tests need ${missing.join(' and ')} in CI (apt-get install redis-server)`);
+  console.warn(
+    `skipping the Redis Cluster tests: ${missing.join(' and ')} not installed (Debian: apt-get install redis-server)`,
+  );
 }
 
 const WHSEC = `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString('base64')}`;
@@ -33,10 +38,18 @@ const WHSEC = `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString(
 const machineOf = (id: string, gpu: string, status = 'available'): Machine => ({
   status,
   metadata: { machine_id: id },
-  hardware_specs: { cpu: { model: 'AMD EPYC 7763', cores: 32 }, memory: { total_memory: 128 }, gpus: [{ id: `${id}-g0`, name: gpu }] },
+  hardware_specs: {
+    cpu: { model: 'AMD EPYC 7763', cores: 32 },
+    memory: { total_memory: 128 },
+    gpus: [{ id: `${id}-g0`, name: gpu }],
+  },
 });
 
-const eventOf = (eventType: WebhookEventType, vendorId: string, data: object = machineOf(`m-${randomUUID().slice(0, 8)}`, 'NVIDIA H100')) => ({
+const eventOf = (
+  eventType: WebhookEventType,
+  vendorId: string,
+  data: object = machineOf(`m-${randomUUID().slice(0, 8)}`, 'NVIDIA H100'),
+) => ({
   event_id: randomUUID(),
   event_type: eventType,
   vendor_id: vendorId,
@@ -105,7 +118,10 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       const prefix = t.prefix;
       await t.close();
       // Clean-up scanned every master: nothing of the test's prefix is left anywhere.
-      const probe = connectRedis(cluster.url, { connectionName: 'hookline-test-cluster-probe', maxRetriesPerRequest: 3 });
+      const probe = connectRedis(cluster.url, {
+        connectionName: 'hookline-test-cluster-probe',
+        maxRetriesPerRequest: 3,
+      });
       const left = [...(await keysByNode(probe, prefix)).values()].flat();
       await probe.quit();
       expect(left).toEqual([]);
@@ -117,7 +133,12 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
   const api = (method: 'GET' | 'POST' | 'PATCH' | 'DELETE', url: string, payload?: object, key = vendorKey) =>
     t!.app.inject({ method, url, headers: { 'x-api-key': key }, ...(payload === undefined ? {} : { payload }) });
 
-  async function register(eventType: WebhookEventType, urlPath: string, secret?: string, key = vendorKey): Promise<string> {
+  async function register(
+    eventType: WebhookEventType,
+    urlPath: string,
+    secret?: string,
+    key = vendorKey,
+  ): Promise<string> {
     const res = await api(
       'POST',
       '/vendors/v1/webhooks',
@@ -131,13 +152,20 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
   async function post(...events: object[]) {
     const res = await api('POST', '/internal/v1/events', { events }, eventsKey);
     expect(res.statusCode).toBe(202);
-    return res.json<{ results: { event_id: string; status: string; deliveries?: number }[]; accepted: number; duplicates: number }>();
+    return res.json<{
+      results: { event_id: string; status: string; deliveries?: number }[];
+      accepted: number;
+      duplicates: number;
+    }>();
   }
 
   it('ingests over the HTTP API and delivers signed events to a real receiver, each once', async () => {
     const app = await engine();
     const webhookId = await register('EVENT_TYPE_MACHINE_CREATED', '/hooks', WHSEC);
-    const events = [eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a'), eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a')];
+    const events = [
+      eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a'),
+      eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a'),
+    ];
     const answer = await post(...events);
     expect(answer.results).toEqual(events.map((e) => ({ event_id: e.event_id, status: 'accepted', deliveries: 1 })));
     expect((await post(events[0]!)).duplicates).toBe(1);
@@ -156,7 +184,9 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     expect(received.sort()).toEqual(events.map((e) => e.event_id).sort());
     const deliveries = await waitFor(
       async () => {
-        const list = (await api('GET', `/vendors/v1/webhooks/${webhookId}/deliveries`)).json<{ deliveries: { status: string }[] }>().deliveries;
+        const list = (await api('GET', `/vendors/v1/webhooks/${webhookId}/deliveries`)).json<{
+          deliveries: { status: string }[];
+        }>().deliveries;
         return list.length === 2 && list.every((d) => d.status === 'delivered') && list;
       },
       10_000,
@@ -182,16 +212,27 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     for (let i = 0; i < events.length; i += 4) await post(...events.slice(i, i + 4));
     await waitFor(() => receiver.at('/fifo').length >= events.length + 1, 15_000, 'every delivery and one retry');
     const ids = events.map((e) => e.event_id);
-    expect(receiver.at('/fifo').map((r) => (JSON.parse(r.body) as { event_id: string }).event_id)).toEqual([ids[0], ...ids]);
+    expect(receiver.at('/fifo').map((r) => (JSON.parse(r.body) as { event_id: string }).event_id)).toEqual([
+      ids[0],
+      ...ids,
+    ]);
     // The line and its lease live in the slot of the webhook's queue partition, beside the ready set and its BullMQ jobs.
     const n = partitionOf(webhookId, 4);
     const slot = keySlot(`${app.keys.deliveryQueuePrefix(n)}:x`);
-    for (const key of [app.keys.fifo.line(n, webhookId), app.keys.fifo.jobs(n, webhookId), app.keys.fifo.lease(n, webhookId), app.keys.fifo.ready(n)]) {
+    for (const key of [
+      app.keys.fifo.line(n, webhookId),
+      app.keys.fifo.jobs(n, webhookId),
+      app.keys.fifo.lease(n, webhookId),
+      app.keys.fifo.ready(n),
+    ]) {
       expect(keySlot(key)).toBe(slot);
     }
     const stats = await waitFor(
       async () => {
-        const body = (await api('GET', `/vendors/v1/webhooks/${webhookId}/stats`)).json<{ ordering: string; fifo_line: { length: number } | null }>();
+        const body = (await api('GET', `/vendors/v1/webhooks/${webhookId}/stats`)).json<{
+          ordering: string;
+          fifo_line: { length: number } | null;
+        }>();
         return body.fifo_line?.length === 0 && body;
       },
       5_000,
@@ -210,19 +251,27 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     });
     expect(res.statusCode).toBe(201);
     const lined = res.json<{ webhook_id: string }>().webhook_id;
-    for (const id of [batched, lined]) expect((await api('PATCH', `/vendors/v1/webhooks/${id}`, { enabled: false })).statusCode).toBe(200);
+    for (const id of [batched, lined])
+      expect((await api('PATCH', `/vendors/v1/webhooks/${id}`, { enabled: false })).statusCode).toBe(200);
     const created = Array.from({ length: 4 }, () => eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a'));
     const updated = Array.from({ length: 4 }, () => eventOf('EVENT_TYPE_MACHINE_UPDATED', 'vendor-a'));
     await post(...created, ...updated);
     const pending = async (id: string) =>
-      (await api('GET', `/vendors/v1/webhooks/${id}/deliveries?status=pending`)).json<{ deliveries: unknown[] }>().deliveries.length;
+      (await api('GET', `/vendors/v1/webhooks/${id}/deliveries?status=pending`)).json<{ deliveries: unknown[] }>()
+        .deliveries.length;
     // Every batch delivery held, and the line's head.
-    await waitFor(async () => (await pending(batched)) === 4 && (await pending(lined)) === 1, 15_000, 'held deliveries');
+    await waitFor(
+      async () => (await pending(batched)) === 4 && (await pending(lined)) === 1,
+      15_000,
+      'held deliveries',
+    );
     expect(receiver.requests).toHaveLength(0);
 
-    for (const id of [batched, lined]) expect((await api('PATCH', `/vendors/v1/webhooks/${id}`, { enabled: true })).statusCode).toBe(200);
+    for (const id of [batched, lined])
+      expect((await api('PATCH', `/vendors/v1/webhooks/${id}`, { enabled: true })).statusCode).toBe(200);
     await waitFor(() => receiver.requests.length === 8, 15_000, 'every held delivery after enable');
-    const idsAt = (urlPath: string) => receiver.at(urlPath).map((r) => (JSON.parse(r.body) as { event_id: string }).event_id);
+    const idsAt = (urlPath: string) =>
+      receiver.at(urlPath).map((r) => (JSON.parse(r.body) as { event_id: string }).event_id);
     expect(idsAt('/paused').sort()).toEqual(created.map((e) => e.event_id).sort());
     expect(idsAt('/paused-fifo')).toEqual(updated.map((e) => e.event_id));
   });
@@ -230,14 +279,22 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
   it('registers, lists, updates and deletes webhooks, answering 409 on a second webhook for a type', async () => {
     await engine();
     const first = await register('EVENT_TYPE_MACHINE_CREATED', '/a');
-    const conflict = await api('POST', '/vendors/v1/webhooks', { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: `${receiver.base}/b` });
+    const conflict = await api('POST', '/vendors/v1/webhooks', {
+      event_type: 'EVENT_TYPE_MACHINE_CREATED',
+      callback_url: `${receiver.base}/b`,
+    });
     expect(conflict.statusCode).toBe(409);
     const second = await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/b', 'plain-secret');
     const listed = (await api('GET', '/vendors/v1/webhooks')).json<{ webhooks: { webhook_id: string }[] }>().webhooks;
     expect(listed.map((w) => w.webhook_id).sort()).toEqual([first, second].sort());
 
-    expect((await api('PATCH', `/vendors/v1/webhooks/${second}`, { event_type: 'EVENT_TYPE_MACHINE_CREATED' })).statusCode).toBe(409);
-    const patched = await api('PATCH', `/vendors/v1/webhooks/${first}`, { callback_url: `${receiver.base}/a2`, secret: 'rotated' });
+    expect(
+      (await api('PATCH', `/vendors/v1/webhooks/${second}`, { event_type: 'EVENT_TYPE_MACHINE_CREATED' })).statusCode,
+    ).toBe(409);
+    const patched = await api('PATCH', `/vendors/v1/webhooks/${first}`, {
+      callback_url: `${receiver.base}/a2`,
+      secret: 'rotated',
+    });
     expect(patched.statusCode).toBe(200);
     expect(patched.json()).toMatchObject({ webhook_id: first, callback_url: `${receiver.base}/a2`, secret: 'rotated' });
 
@@ -252,7 +309,13 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     await engine();
     receiver.script('/down', { status: 503 });
     const id = await register('EVENT_TYPE_DEPLOYMENT_UPDATED', '/down');
-    const deployment = () => ({ deployment_id: `d-${randomUUID().slice(0, 8)}`, machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} });
+    const deployment = () => ({
+      deployment_id: `d-${randomUUID().slice(0, 8)}`,
+      machine_id: 'm-1',
+      status: 'STATUS_RUNNING',
+      fail_reason: '',
+      metadata: {},
+    });
     const deployments = [1, 2, 3].map(() => deployment());
     await post(...deployments.map((d) => eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED', 'vendor-a', d)));
     // The batch's three agent statuses, each on its own slot, were written by one script per slot.
@@ -264,8 +327,9 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     }
     const dead = await waitFor(
       async () => {
-        const list = (await api('GET', `/vendors/v1/webhooks/${id}/dead-letters`)).json<{ dead_letters: { delivery_id: string; attempts: number }[] }>()
-          .dead_letters;
+        const list = (await api('GET', `/vendors/v1/webhooks/${id}/dead-letters`)).json<{
+          dead_letters: { delivery_id: string; attempts: number }[];
+        }>().dead_letters;
         return list.length === 3 && list;
       },
       20_000,
@@ -277,11 +341,15 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     receiver.script('/down', { status: 204 });
     const one = await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`);
     expect(one.statusCode).toBe(202);
-    expect((await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`)).statusCode).toBe(409);
+    expect(
+      (await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/${dead[0]!.delivery_id}/replay`)).statusCode,
+    ).toBe(409);
     await waitFor(() => receiver.at('/down').length === 10, 10_000, 'the replayed delivery');
     const replayed = await waitFor(
       async () => {
-        const detail = (await api('GET', `/vendors/v1/webhooks/${id}/deliveries/${one.json<{ delivery_id: string }>().delivery_id}`)).json<{
+        const detail = (
+          await api('GET', `/vendors/v1/webhooks/${id}/deliveries/${one.json<{ delivery_id: string }>().delivery_id}`)
+        ).json<{
           delivery?: { status: string; replay_of?: string };
         }>();
         return detail.delivery?.status === 'delivered' && detail.delivery;
@@ -296,7 +364,9 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     const taskKey = await t!.keyFor(['tasks:read']);
     const task = await waitFor(
       async () => {
-        const res = (await api('GET', `/rental/v1/tasks/${bulk.json<{ task_id: string }>().task_id}`, undefined, taskKey)).json<{ status: string }>();
+        const res = (
+          await api('GET', `/rental/v1/tasks/${bulk.json<{ task_id: string }>().task_id}`, undefined, taskKey)
+        ).json<{ status: string }>();
         return res.status === 'success' && res;
       },
       15_000,
@@ -305,25 +375,37 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     expect(task).toMatchObject({ status: 'success', fail_reason: null, progress: { total: 2, done: 2 } });
     await waitFor(() => receiver.at('/down').length === 12, 10_000, 'the bulk-replayed deliveries');
     expect(new Set(receiver.at('/down').map((r) => r.headers['webhook-id'])).size).toBe(3);
-    expect((await api('GET', `/vendors/v1/webhooks/${id}/dead-letters`)).json<{ dead_letters: unknown[] }>().dead_letters).toHaveLength(0);
+    expect(
+      (await api('GET', `/vendors/v1/webhooks/${id}/dead-letters`)).json<{ dead_letters: unknown[] }>().dead_letters,
+    ).toHaveLength(0);
   });
 
   it('serves the machine listing from machines ingested as events, with filters and pagination', async () => {
     await engine();
     const machinesKey = await t!.keyFor(['machines:read']);
     const fleet = Array.from({ length: 25 }, (_, i) =>
-      machineOf(`m-${String(i).padStart(2, '0')}`, i % 2 === 0 ? 'NVIDIA GeForce RTX 4090' : 'NVIDIA A100', i % 5 === 0 ? 'unavailable' : 'available'),
+      machineOf(
+        `m-${String(i).padStart(2, '0')}`,
+        i % 2 === 0 ? 'NVIDIA GeForce RTX 4090' : 'NVIDIA A100',
+        i % 5 === 0 ? 'unavailable' : 'available',
+      ),
     );
     expect((await post(...fleet.map((m) => eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a', m)))).accepted).toBe(25);
     const later = new Date(Date.now() + 1_000).toISOString();
     await post(
-      { ...eventOf('EVENT_TYPE_MACHINE_UPDATED', 'vendor-a', machineOf('m-01', 'NVIDIA GeForce RTX 4090')), timestamp: later },
+      {
+        ...eventOf('EVENT_TYPE_MACHINE_UPDATED', 'vendor-a', machineOf('m-01', 'NVIDIA GeForce RTX 4090')),
+        timestamp: later,
+      },
       { ...eventOf('EVENT_TYPE_MACHINE_REMOVED', 'vendor-a', { metadata: { machine_id: 'm-02' } }), timestamp: later },
     );
 
     const list = async (query: string) => {
       const res = await api('GET', `/rental/v1/machines${query}`, undefined, machinesKey);
-      return { status: res.statusCode, body: res.json<{ total: number; current_page: number; page_size: number; machines: Machine[] }>() };
+      return {
+        status: res.statusCode,
+        body: res.json<{ total: number; current_page: number; page_size: number; machines: Machine[] }>(),
+      };
     };
     const ids = (machines: Machine[]) => machines.map((m) => m.metadata.machine_id);
     const all = await list('');
@@ -424,7 +506,12 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       ['vendor-b', otherKey],
     ] as const) {
       for (const type of ['EVENT_TYPE_MACHINE_CREATED', 'EVENT_TYPE_MACHINE_UPDATED'] as const) {
-        const res = await api('POST', '/vendors/v1/webhooks', { event_type: type, callback_url: `${receiver.base}/filtered`, filter }, key);
+        const res = await api(
+          'POST',
+          '/vendors/v1/webhooks',
+          { event_type: type, callback_url: `${receiver.base}/filtered`, filter },
+          key,
+        );
         expect(res.statusCode, res.body).toBe(201);
         webhooks.push({ id: res.json<{ webhook_id: string }>().webhook_id, key, vendor, type });
       }
@@ -473,10 +560,15 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     try {
       const event = eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a');
       await app.redis.xadd(app.keys.events.stream, '*', 'event', JSON.stringify(event));
-      const [request] = await waitFor(() => receiver.at('/stream').length > 0 && receiver.at('/stream'), 15_000, 'the stream event delivered');
+      const [request] = await waitFor(
+        () => receiver.at('/stream').length > 0 && receiver.at('/stream'),
+        15_000,
+        'the stream event delivered',
+      );
       expect(request!.headers['webhook-id']).toBe(event.event_id);
       await waitFor(
-        async () => Number(((await app.redis.xpending(app.keys.events.stream, 'hookline-ingest')) as [number])[0]) === 0,
+        async () =>
+          Number(((await app.redis.xpending(app.keys.events.stream, 'hookline-ingest')) as [number])[0]) === 0,
         5_000,
         'the entry acknowledged',
       );
@@ -491,12 +583,25 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
         5_000,
         'the entry set aside',
       );
-      expect(kept).toEqual(['reason', 'the "event" field is not valid JSON', 'failed_at', expect.any(String), 'entry_id', unreadable, 'event', 'not json']);
+      expect(kept).toEqual([
+        'reason',
+        'the "event" field is not valid JSON',
+        'failed_at',
+        expect.any(String),
+        'entry_id',
+        unreadable,
+        'event',
+        'not json',
+      ]);
       // Once the reader blocks again, stop: CLIENT UNBLOCK must reach the master serving the stream.
       await waitFor(
         async () => {
-          const lists = await Promise.all((app.redis as Cluster).nodes('master').map((node) => node.client('LIST') as Promise<string>));
-          return lists.some((list) => list.split('\n').some((client) => client.includes('cmd=xreadgroup') && / flags=\S*b/.test(client)));
+          const lists = await Promise.all(
+            (app.redis as Cluster).nodes('master').map((node) => node.client('LIST') as Promise<string>),
+          );
+          return lists.some((list) =>
+            list.split('\n').some((client) => client.includes('cmd=xreadgroup') && / flags=\S*b/.test(client)),
+          );
         },
         5_000,
         'the stream reader blocked again',
@@ -514,7 +619,9 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     worker = undefined;
     await register('EVENT_TYPE_MACHINE_CREATED', '/cli');
     const env = {
-      ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL')),
+      ...Object.fromEntries(
+        Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL'),
+      ),
       REDIS_URL: cluster.url,
       HOOKLINE_REDIS_PREFIX: app.prefix,
       HOOKLINE_SECRET_KEY: app.secretKey.toString('base64'),
@@ -534,16 +641,21 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       await app.redis.xadd(app.keys.events.stream, '*', 'event', JSON.stringify(streamed));
       const posted = eventOf('EVENT_TYPE_MACHINE_CREATED', 'vendor-a');
       await post(posted);
-      const requests = await waitFor(() => receiver.at('/cli').length >= 2 && receiver.at('/cli'), 20_000, 'deliveries by the worker process').catch(
-        (error: Error) => {
-          throw new Error(`${error.message}; the worker's output:\n${cli.output()}`);
-        },
-      );
+      const requests = await waitFor(
+        () => receiver.at('/cli').length >= 2 && receiver.at('/cli'),
+        20_000,
+        'deliveries by the worker process',
+      ).catch((error: Error) => {
+        throw new Error(`${error.message}; the worker's output:\n${cli.output()}`);
+      });
       expect(requests.map((r) => r.headers['webhook-id']).sort()).toEqual([streamed.event_id, posted.event_id].sort());
     } finally {
       cli.child.kill('SIGTERM');
     }
-    const exit = await Promise.race([cli.exited, new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 15_000))]);
+    const exit = await Promise.race([
+      cli.exited,
+      new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 15_000)),
+    ]);
     if (exit === 'hung') cli.child.kill('SIGKILL');
     expect(exit, cli.output()).toBe(0);
   });

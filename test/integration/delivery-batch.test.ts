@@ -26,7 +26,8 @@ function delivery(webhookId: string, vendorId: string): DeliverJob {
 }
 
 /** What BullMQ hands the processor: the batch and how often it was started. */
-const batchJob = (deliveries: DeliverJob[], attemptsStarted: number) => ({ data: { deliveries }, attemptsStarted, attemptsMade: 0 }) as unknown as Job;
+const batchJob = (deliveries: DeliverJob[], attemptsStarted: number) =>
+  ({ data: { deliveries }, attemptsStarted, attemptsMade: 0 }) as unknown as Job;
 
 describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => {
   let t: TestApp | undefined;
@@ -47,7 +48,11 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
   /** A worker engine for the app that is never started: the test runs its batch processor on jobs of its own. */
   async function idleWorker(app: TestApp, overrides: { slowAfterMs?: number; deliveryTimeoutMs?: number } = {}) {
     const engine = await testEngine(
-      testWorkerConfig(app, { workerConcurrency: 10, deliveryTimeoutMs: overrides.deliveryTimeoutMs ?? 1_000, sustainedFailureWindowMs: 24 * 3_600_000 }),
+      testWorkerConfig(app, {
+        workerConcurrency: 10,
+        deliveryTimeoutMs: overrides.deliveryTimeoutMs ?? 1_000,
+        sustainedFailureWindowMs: 24 * 3_600_000,
+      }),
       {
         role: 'worker',
         worker: { webhookCacheTtlMs: 0, breaker: { slowAfterMs: overrides.slowAfterMs ?? 2_000 } },
@@ -88,7 +93,11 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     const r = await receiver();
     const created = await t.webhooks.create('v-rerun', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/in` });
     if (!created.ok) throw new Error('webhook not created');
-    const [done, waiting, fresh] = [0, 1, 2].map(() => delivery(created.webhook.id, 'v-rerun')) as [DeliverJob, DeliverJob, DeliverJob];
+    const [done, waiting, fresh] = [0, 1, 2].map(() => delivery(created.webhook.id, 'v-rerun')) as [
+      DeliverJob,
+      DeliverJob,
+      DeliverJob,
+    ];
     const nowMs = Date.now();
     await t.deliveryLog.recordAttempt({
       job: done,
@@ -106,7 +115,9 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     const summary = await processBatch(batchJob([done, waiting, fresh], 2));
     expect(summary).toEqual({ deliveries: 3, attempted: 1, handedOff: 1, skipped: 1 });
     expect(r.requests.map((q) => q.headers['webhook-id'])).toEqual([fresh.eventId]);
-    const single = await t.queues.partitions[partitionOf(created.webhook.id, t.queues.partitions.length)]!.singles.getJob(waiting.deliveryId);
+    const single = await t.queues.partitions[
+      partitionOf(created.webhook.id, t.queues.partitions.length)
+    ]!.singles.getJob(waiting.deliveryId);
     expect(single?.data).toMatchObject({ deliveryId: waiting.deliveryId });
     expect(await single?.getState()).toBe('delayed');
     expect(single!.opts.delay).toBeGreaterThan(55_000);
@@ -139,11 +150,15 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     // one delayed batch job holding them, which the endpoint's wakeup brings back as one.
     const partition = t.queues.partitions[partitionOf(slow.webhook.id, t.queues.partitions.length)]!;
     const [contact, ...behind] = toHanging;
-    expect(((await partition.singles.getJob(contact!.deliveryId))?.data as DeliverJob | undefined)?.deliveryId).toBe(contact!.deliveryId);
+    expect(((await partition.singles.getJob(contact!.deliveryId))?.data as DeliverJob | undefined)?.deliveryId).toBe(
+      contact!.deliveryId,
+    );
     for (const d of behind) expect(await partition.singles.getJob(d.deliveryId)).toBeUndefined();
     const parks = (await partition.batches.getDelayed()).filter((job) => job.id?.startsWith('p-'));
     expect(parks).toHaveLength(1);
-    expect((parks[0]!.data as { deliveries: DeliverJob[] }).deliveries.map((d) => d.deliveryId)).toEqual(behind.map((d) => d.deliveryId));
+    expect((parks[0]!.data as { deliveries: DeliverJob[] }).deliveries.map((d) => d.deliveryId)).toEqual(
+      behind.map((d) => d.deliveryId),
+    );
     // The handed-off and deferred deliveries have records before their jobs, naming the park that
     // holds each: a re-run of this batch (had it failed after the hand-off) leaves them to those
     // jobs instead of sending them beside them, and skips what was delivered.
@@ -154,11 +169,14 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     expect(rerun).toMatchObject({ deliveries: 25, attempted: 0, handedOff: 5, skipped: 20 });
     expect(hanging.requests).toHaveLength(1);
     // Re-parking adds nothing: the park is there, with the same id.
-    expect((await partition.batches.getDelayed()).filter((job) => job.id?.startsWith('p-')).map((job) => job.id)).toEqual([parks[0]!.id]);
+    expect(
+      (await partition.batches.getDelayed()).filter((job) => job.id?.startsWith('p-')).map((job) => job.id),
+    ).toEqual([parks[0]!.id]);
     expect(healthy.requests).toHaveLength(20);
     // The handed-off attempt goes on and records its timeout; its single job then reads the record.
     await waitFor(
-      async () => (await t!.deliveryLog.progressOf(toHanging)).some((p) => p?.status === 'retrying' && p.attempts === 1),
+      async () =>
+        (await t!.deliveryLog.progressOf(toHanging)).some((p) => p?.status === 'retrying' && p.attempts === 1),
       5_000,
       'timeout recorded',
     );
@@ -183,12 +201,22 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     expect(parked.map((d) => d.deliveryId)).toEqual(held.slice(1).map((d) => d.deliveryId));
 
     // The park runs (its wakeup would promote it): the endpoint answers the next contact, the rest follow.
-    const parkJob = (id: string, deliveries: DeliverJob[], attemptsStarted: number) => ({ ...batchJob(deliveries, attemptsStarted), id }) as unknown as Job;
-    expect(await processBatch(parkJob(park!.id!, parked, 1))).toMatchObject({ deliveries: 3, attempted: 3, handedOff: 0, skipped: 0 });
+    const parkJob = (id: string, deliveries: DeliverJob[], attemptsStarted: number) =>
+      ({ ...batchJob(deliveries, attemptsStarted), id }) as unknown as Job;
+    expect(await processBatch(parkJob(park!.id!, parked, 1))).toMatchObject({
+      deliveries: 3,
+      attempted: 3,
+      handedOff: 0,
+      skipped: 0,
+    });
     const sent = (id: string) => r.requests.filter((q) => q.headers['webhook-id'] === id).length;
     expect(parked.map((d) => sent(d.eventId))).toEqual([1, 1, 1]);
     // Run again (a crash before it completed): everything it held is finished, nothing is sent.
-    expect(await processBatch(parkJob(park!.id!, parked, 2))).toMatchObject({ deliveries: 3, attempted: 0, skipped: 3 });
+    expect(await processBatch(parkJob(park!.id!, parked, 2))).toMatchObject({
+      deliveries: 3,
+      attempted: 0,
+      skipped: 3,
+    });
     expect(parked.map((d) => sent(d.eventId))).toEqual([1, 1, 1]);
 
     // A park's re-run whose members moved on meanwhile: one still its own (sent now), one parked
@@ -199,11 +227,18 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
       { job: own, nextAttemptAtMs: nowMs, dueAtMs: nowMs, parkedIn: 'p-own' },
       { job: elsewhere, nextAttemptAtMs: nowMs + 60_000, dueAtMs: nowMs, parkedIn: 'p-elsewhere' },
     ]);
-    expect(await processBatch(parkJob('p-own', [own, elsewhere], 2))).toMatchObject({ deliveries: 2, attempted: 1, handedOff: 1, skipped: 0 });
+    expect(await processBatch(parkJob('p-own', [own, elsewhere], 2))).toMatchObject({
+      deliveries: 2,
+      attempted: 1,
+      handedOff: 1,
+      skipped: 0,
+    });
     expect([sent(own.eventId), sent(elsewhere.eventId)]).toEqual([1, 0]);
     const reparked = await partition.batches.getJob('p-elsewhere');
     expect(await reparked?.getState()).toBe('delayed');
-    expect((reparked!.data as { deliveries: DeliverJob[] }).deliveries.map((d) => d.deliveryId)).toEqual([elsewhere.deliveryId]);
+    expect((reparked!.data as { deliveries: DeliverJob[] }).deliveries.map((d) => d.deliveryId)).toEqual([
+      elsewhere.deliveryId,
+    ]);
   });
 
   it('a handed-off delivery whose slow attempt then succeeds leaves no delayed job behind: the queues drain at once', async () => {
@@ -215,7 +250,11 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     if (!created.ok) throw new Error('webhook not created');
     await t.ingestor.ingest([machineEvent('v-slow')], 'http');
     worker = await startTestWorker(t, { deliveryTimeoutMs: 20_000, breaker: { slowAfterMs: 200 } });
-    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.outcome === 'delivered'), 10_000, 'delivered');
+    await waitFor(
+      () => worker!.outcomes.some((o) => o.kind === 'attempted' && o.outcome === 'delivered'),
+      10_000,
+      'delivered',
+    );
     // Its single job, due at the attempt's start + timeout + 1 s, is woken once the attempt is
     // recorded, finds the delivery finished and completes: nothing waits 21 s in the queue.
     await queuesDrained(t.queues, 5_000);
@@ -236,7 +275,11 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     });
     await t.queues.addSingles([{ job: d, delayMs: 0 }]);
     worker = await startTestWorker(t);
-    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'skipped' && o.job.deliveryId === d.deliveryId), 10_000, 'skipped');
+    await waitFor(
+      () => worker!.outcomes.some((o) => o.kind === 'skipped' && o.job.deliveryId === d.deliveryId),
+      10_000,
+      'skipped',
+    );
     expect(r.requests).toHaveLength(0);
   });
 });

@@ -68,92 +68,112 @@ describe('adaptive concurrency per endpoint (AIMD) and Retry-After pauses', () =
     t = undefined;
   });
 
-  it('two workers against a receiver that answers 429 above 8 in flight: the 429s fall under 5 %, nothing is lost', { timeout: 45_000 }, async () => {
-    // Retries come quickly, so a 429'd delivery is tried again within the run.
-    t = await testApp({ retryScheduleMs: [0, 200, 500, 1_000, 2_000, 5_000] });
-    const CAPACITY = 8;
-    const LATENCY_MS = 50;
-    const EVENTS = 800;
-    const receiver = await capacityReceiver(CAPACITY, LATENCY_MS);
-    closers.push(receiver.close);
-    const webhook = await t.register('busy', `${receiver.base}/in`);
-    // A timeout long enough that a loaded machine does not time out 50 ms answers (a timeout halves the limit too).
-    const settings = { workerConcurrency: 20, deliveryTimeoutMs: 5_000 };
-    workers.push(await startTestWorker(t, settings), await startTestWorker(t, settings));
+  it(
+    'two workers against a receiver that answers 429 above 8 in flight: the 429s fall under 5 %, nothing is lost',
+    { timeout: 45_000 },
+    async () => {
+      // Retries come quickly, so a 429'd delivery is tried again within the run.
+      t = await testApp({ retryScheduleMs: [0, 200, 500, 1_000, 2_000, 5_000] });
+      const CAPACITY = 8;
+      const LATENCY_MS = 50;
+      const EVENTS = 800;
+      const receiver = await capacityReceiver(CAPACITY, LATENCY_MS);
+      closers.push(receiver.close);
+      const webhook = await t.register('busy', `${receiver.base}/in`);
+      // A timeout long enough that a loaded machine does not time out 50 ms answers (a timeout halves the limit too).
+      const settings = { workerConcurrency: 20, deliveryTimeoutMs: 5_000 };
+      workers.push(await startTestWorker(t, settings), await startTestWorker(t, settings));
 
-    const startMs = Date.now();
-    // In several ingests, as traffic comes, so both workers get batches.
-    for (let i = 0; i < 8; i += 1)
-      await t.ingestor.ingest(
-        Array.from({ length: EVENTS / 8 }, () => machineEvent('busy')),
-        'http',
+      const startMs = Date.now();
+      // In several ingests, as traffic comes, so both workers get batches.
+      for (let i = 0; i < 8; i += 1)
+        await t.ingestor.ingest(
+          Array.from({ length: EVENTS / 8 }, () => machineEvent('busy')),
+          'http',
+        );
+      const delivered = () => new Set(receiver.arrivals.filter((a) => a.status === 200).map((a) => a.eventId)).size;
+      await waitFor(() => delivered() >= EVENTS, 25_000, 'every delivery answered 200').catch(
+        async (error: unknown) => {
+          const statuses = new Map<string, number>();
+          for (const d of await t!.deliveryLog.recent(webhook.id, 1_000))
+            statuses.set(d.status, (statuses.get(d.status) ?? 0) + 1);
+          console.log(`aimd stuck: ${delivered()} delivered; records ${JSON.stringify(Object.fromEntries(statuses))}`);
+          throw error;
+        },
       );
-    const delivered = () => new Set(receiver.arrivals.filter((a) => a.status === 200).map((a) => a.eventId)).size;
-    await waitFor(() => delivered() >= EVENTS, 25_000, 'every delivery answered 200').catch(async (error: unknown) => {
-      const statuses = new Map<string, number>();
-      for (const d of await t!.deliveryLog.recent(webhook.id, 1_000)) statuses.set(d.status, (statuses.get(d.status) ?? 0) + 1);
-      console.log(`aimd stuck: ${delivered()} delivered; records ${JSON.stringify(Object.fromEntries(statuses))}`);
-      throw error;
-    });
-    const doneMs = Date.now() - startMs;
-    const WARM_UP_MS = 2_000;
-    const late = receiver.arrivals.filter((a) => a.atMs - startMs >= WARM_UP_MS);
-    const late429 = late.filter((a) => a.status === 429).length;
-    const tally = new Map<string, number>();
-    for (const o of workers.flatMap((w) => w.outcomes)) {
-      const name = o.kind === 'deferred' ? `deferred:${o.reason}` : o.kind === 'attempted' ? `attempted:${o.outcome}` : o.kind;
-      tally.set(name, (tally.get(name) ?? 0) + 1);
-    }
-    const deferrals = JSON.stringify(Object.fromEntries(tally));
-    const all429 = receiver.arrivals.filter((a) => a.status === 429).length;
-    const throughput = EVENTS / (doneMs / 1_000);
-    const ideal = CAPACITY / (LATENCY_MS / 1_000);
-    // The steady state: deliveries answered 200 from the warm-up to the 90th percentile of the run
-    // (the tail waits on the retries of the 429'd deliveries, at their schedule).
-    const ok = receiver.arrivals.filter((a) => a.status === 200).map((a) => a.atMs - startMs);
-    const p90Ms = ok[Math.floor(ok.length * 0.9)]!;
-    const steady = ok.filter((atMs) => atMs >= WARM_UP_MS && atMs < p90Ms).length / ((p90Ms - WARM_UP_MS) / 1_000);
-    const limits = workers.map((w) => w.flow.view(endpointKey('busy', receiver.base))?.limit);
-    console.log(
-      `aimd: ${EVENTS} deliveries in ${doneMs} ms (${throughput.toFixed(0)}/s, ideal ${ideal}/s: ${(throughput / ideal).toFixed(2)}; ` +
-        `steady ${steady.toFixed(0)}/s: ${(steady / ideal).toFixed(2)}); ` +
-        `429s ${all429} of ${receiver.arrivals.length} attempts, after ${WARM_UP_MS} ms ${late429} of ${late.length}; ` +
-        `most in flight ${receiver.mostInflight()}; limits now ${limits.join(', ')}; outcomes ${deferrals}`,
-    );
+      const doneMs = Date.now() - startMs;
+      const WARM_UP_MS = 2_000;
+      const late = receiver.arrivals.filter((a) => a.atMs - startMs >= WARM_UP_MS);
+      const late429 = late.filter((a) => a.status === 429).length;
+      const tally = new Map<string, number>();
+      for (const o of workers.flatMap((w) => w.outcomes)) {
+        const name =
+          o.kind === 'deferred' ? `deferred:${o.reason}` : o.kind === 'attempted' ? `attempted:${o.outcome}` : o.kind;
+        tally.set(name, (tally.get(name) ?? 0) + 1);
+      }
+      const deferrals = JSON.stringify(Object.fromEntries(tally));
+      const all429 = receiver.arrivals.filter((a) => a.status === 429).length;
+      const throughput = EVENTS / (doneMs / 1_000);
+      const ideal = CAPACITY / (LATENCY_MS / 1_000);
+      // The steady state: deliveries answered 200 from the warm-up to the 90th percentile of the run
+      // (the tail waits on the retries of the 429'd deliveries, at their schedule).
+      const ok = receiver.arrivals.filter((a) => a.status === 200).map((a) => a.atMs - startMs);
+      const p90Ms = ok[Math.floor(ok.length * 0.9)]!;
+      const steady = ok.filter((atMs) => atMs >= WARM_UP_MS && atMs < p90Ms).length / ((p90Ms - WARM_UP_MS) / 1_000);
+      const limits = workers.map((w) => w.flow.view(endpointKey('busy', receiver.base))?.limit);
+      console.log(
+        `aimd: ${EVENTS} deliveries in ${doneMs} ms (${throughput.toFixed(0)}/s, ideal ${ideal}/s: ${(throughput / ideal).toFixed(2)}; ` +
+          `steady ${steady.toFixed(0)}/s: ${(steady / ideal).toFixed(2)}); ` +
+          `429s ${all429} of ${receiver.arrivals.length} attempts, after ${WARM_UP_MS} ms ${late429} of ${late.length}; ` +
+          `most in flight ${receiver.mostInflight()}; limits now ${limits.join(', ')}; outcomes ${deferrals}`,
+      );
 
-    // Nothing lost, nothing delivered twice, nothing dead-lettered.
-    await waitFor(async () => (await t!.deliveryLog.recent(webhook.id, 1_000)).every((d) => d.status === 'delivered'), 10_000, 'all recorded delivered');
-    const answered = receiver.arrivals.filter((a) => a.status === 200);
-    expect(new Set(answered.map((a) => a.eventId)).size).toBe(EVENTS);
-    // At least once: a delivery answered only after its attempt timed out is sent again.
-    const timedOut = workers.flatMap((w) => w.outcomes).filter((o) => o.kind === 'attempted' && o.outcome === 'timeout').length;
-    expect(answered.length - EVENTS).toBeLessThanOrEqual(timedOut);
-    expect(await t.deliveryLog.deadLetters(webhook.id, 10)).toEqual([]);
-    // After the first seconds, under 5 % of the attempts are pushed back.
-    expect(late.length).toBeGreaterThan(0);
-    expect(late429 / late.length).toBeLessThan(0.05);
-    // And the receiver's capacity is used, not given away: two workers whose limits collapsed to 1
-    // each would use a quarter of it. (0.57 to 0.78 here beside other tests' load; the bench
-    // measures it on a quiet machine.)
-    expect(steady / ideal).toBeGreaterThan(0.4);
-    // The limits came down from the 20 slots each, to about the receiver's capacity between them.
-    for (const limit of limits) expect(limit).toBeLessThanOrEqual(CAPACITY);
-    // Decreases are no deferrals of their own: deliveries held back for the limit are `concurrency` deferrals, no attempts.
-    const attempts = workers.flatMap((w) => w.outcomes).filter((o) => o.kind === 'attempted');
-    expect(attempts).toHaveLength(receiver.arrivals.length);
-    // A busy receiver is no receiver that is down: its 429s never open the circuit.
-    expect(attempts.filter((o) => o.kind === 'attempted' && o.outcome === 'circuit_open')).toEqual([]);
+      // Nothing lost, nothing delivered twice, nothing dead-lettered.
+      await waitFor(
+        async () => (await t!.deliveryLog.recent(webhook.id, 1_000)).every((d) => d.status === 'delivered'),
+        10_000,
+        'all recorded delivered',
+      );
+      const answered = receiver.arrivals.filter((a) => a.status === 200);
+      expect(new Set(answered.map((a) => a.eventId)).size).toBe(EVENTS);
+      // At least once: a delivery answered only after its attempt timed out is sent again.
+      const timedOut = workers
+        .flatMap((w) => w.outcomes)
+        .filter((o) => o.kind === 'attempted' && o.outcome === 'timeout').length;
+      expect(answered.length - EVENTS).toBeLessThanOrEqual(timedOut);
+      expect(await t.deliveryLog.deadLetters(webhook.id, 10)).toEqual([]);
+      // After the first seconds, under 5 % of the attempts are pushed back.
+      expect(late.length).toBeGreaterThan(0);
+      expect(late429 / late.length).toBeLessThan(0.05);
+      // And the receiver's capacity is used, not given away: two workers whose limits collapsed to 1
+      // each would use a quarter of it. (0.57 to 0.78 here beside other tests' load; the bench
+      // measures it on a quiet machine.)
+      expect(steady / ideal).toBeGreaterThan(0.4);
+      // The limits came down from the 20 slots each, to about the receiver's capacity between them.
+      for (const limit of limits) expect(limit).toBeLessThanOrEqual(CAPACITY);
+      // Decreases are no deferrals of their own: deliveries held back for the limit are `concurrency` deferrals, no attempts.
+      const attempts = workers.flatMap((w) => w.outcomes).filter((o) => o.kind === 'attempted');
+      expect(attempts).toHaveLength(receiver.arrivals.length);
+      // A busy receiver is no receiver that is down: its 429s never open the circuit.
+      expect(attempts.filter((o) => o.kind === 'attempted' && o.outcome === 'circuit_open')).toEqual([]);
 
-    // The stats show the endpoint's limits (each worker reports its own, once a second).
-    const stats = await waitFor(async () => {
-      const res = await t!.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhook.id}/stats`, headers: { 'x-api-key': webhook.key } });
-      const body = res.json<{ concurrency: { limit: number | null; workers: number; in_flight: number; paused_until: string | null } }>();
-      return body.concurrency.workers === 2 ? body : undefined;
-    }, 5_000);
-    expect(stats.concurrency.limit).toBeGreaterThanOrEqual(2);
-    expect(stats.concurrency.limit).toBeLessThanOrEqual(2 * CAPACITY);
-    expect(stats.concurrency.paused_until).toBeNull();
-  });
+      // The stats show the endpoint's limits (each worker reports its own, once a second).
+      const stats = await waitFor(async () => {
+        const res = await t!.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${webhook.id}/stats`,
+          headers: { 'x-api-key': webhook.key },
+        });
+        const body = res.json<{
+          concurrency: { limit: number | null; workers: number; in_flight: number; paused_until: string | null };
+        }>();
+        return body.concurrency.workers === 2 ? body : undefined;
+      }, 5_000);
+      expect(stats.concurrency.limit).toBeGreaterThanOrEqual(2);
+      expect(stats.concurrency.limit).toBeLessThanOrEqual(2 * CAPACITY);
+      expect(stats.concurrency.paused_until).toBeNull();
+    },
+  );
 
   it('a Retry-After pauses the endpoint for both workers, and for a worker that meets it later; held deliveries are no attempts', async () => {
     t = await testApp({ retryScheduleMs: [0, 500, 500] });
@@ -167,7 +187,11 @@ describe('adaptive concurrency per endpoint (AIMD) and Retry-After pauses', () =
     await waitFor(() => receiver.requests.length >= 1, 5_000, 'the 429');
     const pausedAtMs = receiver.requests[0]!.atMs;
     // Both workers hold the endpoint back: the one that got the 429, and the other, told at once.
-    await waitFor(() => workers.every((w) => w.flow.view(endpoint)?.pausedUntilMs !== undefined), 2_000, 'both workers paused');
+    await waitFor(
+      () => workers.every((w) => w.flow.view(endpoint)?.pausedUntilMs !== undefined),
+      2_000,
+      'both workers paused',
+    );
     // A worker started now reads the pause when it first meets the endpoint.
     const late = await startTestWorker(t);
     workers.push(late);
@@ -180,16 +204,26 @@ describe('adaptive concurrency per endpoint (AIMD) and Retry-After pauses', () =
         Array.from({ length: EVENTS / 3 }, () => machineEvent('pausing')),
         'http',
       );
-    await waitFor(() => receiver.requests.length >= EVENTS + 2, 15_000, 'the deliveries after the pause, and the 429’d one');
+    await waitFor(
+      () => receiver.requests.length >= EVENTS + 2,
+      15_000,
+      'the deliveries after the pause, and the 429’d one',
+    );
     const afterPause = receiver.requests.slice(1);
     const firstAfterMs = Math.min(...afterPause.map((r) => r.atMs));
-    console.log(`retry-after 3 s: first request after the 429 came ${firstAfterMs - pausedAtMs} ms later; ${afterPause.length} requests then`);
+    console.log(
+      `retry-after 3 s: first request after the 429 came ${firstAfterMs - pausedAtMs} ms later; ${afterPause.length} requests then`,
+    );
     // Nothing reached the receiver during the pause (100 ms slack for the seconds' rounding of clocks).
     expect(firstAfterMs - pausedAtMs).toBeGreaterThanOrEqual(2_900);
     const paused = workers.flatMap((w) => w.outcomes).filter((o) => o.kind === 'deferred' && o.reason === 'paused');
     expect(paused.length).toBeGreaterThanOrEqual(EVENTS);
     // Deferrals are not attempts: every new delivery was delivered at its first attempt.
-    await waitFor(async () => (await t!.deliveryLog.recent(webhook.id, 100)).filter((d) => d.status === 'delivered').length === EVENTS + 1, 5_000);
+    await waitFor(
+      async () =>
+        (await t!.deliveryLog.recent(webhook.id, 100)).filter((d) => d.status === 'delivered').length === EVENTS + 1,
+      5_000,
+    );
     const deliveries = await t.deliveryLog.recent(webhook.id, 100);
     expect(deliveries.filter((d) => d.attempts === 1)).toHaveLength(EVENTS);
   });
@@ -214,7 +248,8 @@ describe('adaptive concurrency per endpoint (AIMD) and Retry-After pauses', () =
   it('validates max_concurrency on POST and PATCH, naming the field; GET, list and stats show it', async () => {
     t = await testApp();
     const key = await t.keyFor(['vendor'], 'v-cc');
-    const post = (body: object) => t!.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key }, payload: body });
+    const post = (body: object) =>
+      t!.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key }, payload: body });
     const patch = (id: string, body: object, headers: Record<string, string> = { 'x-api-key': key }) =>
       t!.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers, payload: body });
     const base = { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://vendor.example.com/in' };
@@ -222,25 +257,41 @@ describe('adaptive concurrency per endpoint (AIMD) and Retry-After pauses', () =
     expect(created.statusCode).toBe(201);
     const id = created.json<{ webhook_id: string }>().webhook_id;
     const listed = async () =>
-      (await t!.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })).json<{ webhooks: { max_concurrency: unknown }[] }>()
-        .webhooks[0]!.max_concurrency;
+      (await t!.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })).json<{
+        webhooks: { max_concurrency: unknown }[];
+      }>().webhooks[0]!.max_concurrency;
     expect(await listed()).toBe(8);
 
     const problem = 'Invalid request body: max_concurrency must be an integer from 1 to 1000';
     for (const bad of [0, -1, 2.5, '8', 1_001, null]) {
       const onPost = await post({ ...base, event_type: 'EVENT_TYPE_MACHINE_UPDATED', max_concurrency: bad });
-      expect({ bad, status: onPost.statusCode, error: onPost.json<{ error: string }>().error }).toEqual({ bad, status: 400, error: problem });
+      expect({ bad, status: onPost.statusCode, error: onPost.json<{ error: string }>().error }).toEqual({
+        bad,
+        status: 400,
+        error: problem,
+      });
       if (bad === null) continue;
       const onPatch = await patch(id, { max_concurrency: bad });
-      expect({ bad, status: onPatch.statusCode, error: onPatch.json<{ error: string }>().error }).toEqual({ bad, status: 400, error: problem });
+      expect({ bad, status: onPatch.statusCode, error: onPatch.json<{ error: string }>().error }).toEqual({
+        bad,
+        status: 400,
+        error: problem,
+      });
     }
     expect(await listed()).toBe(8);
 
     expect((await patch(id, { max_concurrency: 1_000 })).json()).toMatchObject({ max_concurrency: 1_000 });
     expect((await patch(id, { enabled: true })).json()).toMatchObject({ max_concurrency: 1_000 });
-    const stats = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/stats`, headers: { 'x-api-key': key } });
+    const stats = await t.app.inject({
+      method: 'GET',
+      url: `/vendors/v1/webhooks/${id}/stats`,
+      headers: { 'x-api-key': key },
+    });
     expect(stats.statusCode).toBe(200);
-    expect(stats.json()).toMatchObject({ max_concurrency: 1_000, concurrency: { limit: null, in_flight: 0, workers: 0, paused_until: null } });
+    expect(stats.json()).toMatchObject({
+      max_concurrency: 1_000,
+      concurrency: { limit: null, in_flight: 0, workers: 0, paused_until: null },
+    });
     expect((await patch(id, { max_concurrency: null })).json()).toMatchObject({ max_concurrency: null });
     expect(await listed()).toBeNull();
     // Auth and not-found stay as for any PATCH.

@@ -38,10 +38,19 @@ describe('FIFO ordering per webhook', () => {
 
   /** PATCHes a webhook through the API, as its vendor. */
   const patchAs = (app: TestApp, webhook: { id: string; key: string }, body: object) =>
-    app.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${webhook.id}`, headers: { 'x-api-key': webhook.key }, payload: body });
+    app.app.inject({
+      method: 'PATCH',
+      url: `/vendors/v1/webhooks/${webhook.id}`,
+      headers: { 'x-api-key': webhook.key },
+      payload: body,
+    });
 
   async function stats(app: TestApp, webhook: { id: string; key: string }) {
-    const res = await app.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhook.id}/stats`, headers: { 'x-api-key': webhook.key } });
+    const res = await app.app.inject({
+      method: 'GET',
+      url: `/vendors/v1/webhooks/${webhook.id}/stats`,
+      headers: { 'x-api-key': webhook.key },
+    });
     expect(res.statusCode).toBe(200);
     return res.json<{ ordering: string; fifo_line: { length: number; oldest_waiting_ms: number | null } | null }>();
   }
@@ -154,12 +163,18 @@ describe('FIFO ordering per webhook', () => {
       headers: { 'x-api-key': webhook.key },
     });
     expect(replay.statusCode).toBe(202);
-    const test = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${webhook.id}/test`, headers: { 'x-api-key': webhook.key } });
+    const test = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${webhook.id}/test`,
+      headers: { 'x-api-key': webhook.key },
+    });
     expect(test.statusCode).toBe(202);
     const testEventId = test.json<{ event_id: string }>().event_id;
     await waitFor(() => arrivals(receiver).filter((id) => id === ids[0]).length >= 3, 10_000, 'the replay');
     const later = arrivals(receiver).slice(6);
-    console.log(`fifo replay: ${later.map((id) => (id === next ? 'next' : id === ids[0] ? 'replay' : id === testEventId ? 'test' : id)).join(',')}`);
+    console.log(
+      `fifo replay: ${later.map((id) => (id === next ? 'next' : id === ids[0] ? 'replay' : id === testEventId ? 'test' : id)).join(',')}`,
+    );
     // The test event went while the head waited for its retry; the replay only after the head was delivered.
     expect(later).toEqual([next, testEventId, next, ids[0]]);
   });
@@ -172,7 +187,10 @@ describe('FIFO ordering per webhook', () => {
     freeReceiver.script('/in', { status: 200, delayMs: 30 });
     await t.register('fifo', `${fifoReceiver.base}/in`, { ordering: 'fifo' });
     await t.register('free', `${freeReceiver.base}/in`);
-    workers.push(await startTestWorker(t, { workerConcurrency: 20 }), await startTestWorker(t, { workerConcurrency: 20 }));
+    workers.push(
+      await startTestWorker(t, { workerConcurrency: 20 }),
+      await startTestWorker(t, { workerConcurrency: 20 }),
+    );
     const EVENTS = 60;
     const events = Array.from({ length: EVENTS }, () => [machineEvent('fifo'), machineEvent('free')]).flat();
     const startMs = Date.now();
@@ -184,7 +202,9 @@ describe('FIFO ordering per webhook', () => {
     const fifoAtFreeDone = fifoReceiver.requests.length;
     await waitFor(() => fifoReceiver.requests.length >= EVENTS, 20_000, 'the FIFO webhook’s deliveries');
     const fifoDoneMs = Date.now() - startMs;
-    console.log(`fifo beside unordered, ${EVENTS} each at 30 ms: unordered done in ${freeDoneMs} ms (fifo had ${fifoAtFreeDone}), fifo in ${fifoDoneMs} ms`);
+    console.log(
+      `fifo beside unordered, ${EVENTS} each at 30 ms: unordered done in ${freeDoneMs} ms (fifo had ${fifoAtFreeDone}), fifo in ${fifoDoneMs} ms`,
+    );
     expect(arrivals(fifoReceiver)).toEqual(fifoIds);
     // One in flight: each request arrives after the previous one's 30 ms answer.
     const gaps = fifoReceiver.requests.slice(1).map((r, i) => r.atMs - fifoReceiver.requests[i]!.atMs);
@@ -230,7 +250,8 @@ describe('FIFO ordering per webhook', () => {
     expect((await patch({ enabled: false })).statusCode).toBe(200);
     // The head's retry comes due on a paused webhook: it waits unsent, and the line behind it.
     await waitFor(
-      () => worker.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'webhook_paused' && o.job.eventId === ids[0]),
+      () =>
+        worker.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'webhook_paused' && o.job.eventId === ids[0]),
       10_000,
       'the head held',
     );
@@ -257,7 +278,11 @@ describe('FIFO ordering per webhook', () => {
     const patch = (body: object) => patchAs(t!, webhook, body);
     expect((await patch({ enabled: false })).statusCode).toBe(200);
     // Held to the end of their window (600 ms after acceptance), then dead-lettered one after the other, unsent.
-    await waitFor(async () => (await t!.deliveryLog.deadLetters(webhook.id, 10)).length === 5, 10_000, 'five dead letters');
+    await waitFor(
+      async () => (await t!.deliveryLog.deadLetters(webhook.id, 10)).length === 5,
+      10_000,
+      'five dead letters',
+    );
     const letters = await t.deliveryLog.deadLetters(webhook.id, 10);
     expect(new Set(letters.map((d) => d.lastOutcome))).toEqual(new Set(['paused_expired']));
     expect(arrivals(receiver)).toEqual([ids[0]]);
@@ -265,7 +290,11 @@ describe('FIFO ordering per webhook', () => {
 
     receiver.script('/in', { status: 200 });
     expect((await patch({ enabled: true })).statusCode).toBe(200);
-    const replay = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${webhook.id}/dead-letters/replay`, headers: { 'x-api-key': webhook.key } });
+    const replay = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${webhook.id}/dead-letters/replay`,
+      headers: { 'x-api-key': webhook.key },
+    });
     expect(replay.statusCode).toBe(202);
     await waitFor(() => receiver.requests.length >= 6, 10_000, 'five replays');
     // Replays follow dead-letter order, which is accept order here up to letters dead in the same millisecond.
@@ -280,35 +309,46 @@ describe('FIFO ordering per webhook', () => {
     workers.push(await startTestWorker(t));
     await ingestInOrder(t, 'deleted', 5, 5);
     await waitFor(() => receiver.requests.length >= 1, 5_000, 'the head’s first attempt');
-    const deleted = await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${webhook.id}`, headers: { 'x-api-key': webhook.key } });
+    const deleted = await t.app.inject({
+      method: 'DELETE',
+      url: `/vendors/v1/webhooks/${webhook.id}`,
+      headers: { 'x-api-key': webhook.key },
+    });
     expect(deleted.statusCode).toBe(204);
-    const dropped = () => workers[0]!.outcomes.filter((o) => o.kind === 'dropped' && o.job.webhookId === webhook.id).length;
+    const dropped = () =>
+      workers[0]!.outcomes.filter((o) => o.kind === 'dropped' && o.job.webhookId === webhook.id).length;
     await waitFor(() => dropped() === 5, 10_000, 'five dropped');
     expect(receiver.requests).toHaveLength(1);
     await waitFor(async () => (await t!.fifoLines.summary(webhook.id)).length === 0, 5_000, 'an empty line');
     expect(await t.fifoLines.linesWaiting()).toBe(0);
   });
 
-  it.each([5, 20])('measures FIFO throughput against a receiver latency of %i ms (bounded by one in flight)', async (LATENCY_MS) => {
-    t = await testApp({ retryScheduleMs: [0, 1_000] });
-    const receiver = await receivers.start();
-    receiver.script('/in', { status: 200, delayMs: LATENCY_MS });
-    await t.register('fifo', `${receiver.base}/in`, { ordering: 'fifo' });
-    // The production webhook cache (2 s), so a head costs what it costs in a worker process.
-    workers.push(await startTestWorker(t, { webhookCacheTtlMs: 2_000 }), await startTestWorker(t, { webhookCacheTtlMs: 2_000 }));
-    const EVENTS = 200;
-    const ids = await ingestInOrder(t, 'fifo', EVENTS, 100);
-    await waitFor(() => receiver.requests.length >= EVENTS, 30_000, 'every delivery');
-    const times = receiver.requests.map((r) => r.atMs);
-    const spanS = (Math.max(...times) - Math.min(...times)) / 1_000;
-    const perSecond = (EVENTS - 1) / spanS;
-    console.log(
-      `fifo throughput: ${EVENTS} deliveries, receiver latency ${LATENCY_MS} ms, 2 workers: ${perSecond.toFixed(1)}/s ` +
-        `(bound 1/latency = ${(1_000 / LATENCY_MS).toFixed(0)}/s; ${((1_000 * spanS) / (EVENTS - 1)).toFixed(1)} ms per delivery)`,
-    );
-    expect(arrivals(receiver)).toEqual(ids);
-    expect(perSecond).toBeLessThanOrEqual(1_000 / LATENCY_MS);
-  });
+  it.each([5, 20])(
+    'measures FIFO throughput against a receiver latency of %i ms (bounded by one in flight)',
+    async (LATENCY_MS) => {
+      t = await testApp({ retryScheduleMs: [0, 1_000] });
+      const receiver = await receivers.start();
+      receiver.script('/in', { status: 200, delayMs: LATENCY_MS });
+      await t.register('fifo', `${receiver.base}/in`, { ordering: 'fifo' });
+      // The production webhook cache (2 s), so a head costs what it costs in a worker process.
+      workers.push(
+        await startTestWorker(t, { webhookCacheTtlMs: 2_000 }),
+        await startTestWorker(t, { webhookCacheTtlMs: 2_000 }),
+      );
+      const EVENTS = 200;
+      const ids = await ingestInOrder(t, 'fifo', EVENTS, 100);
+      await waitFor(() => receiver.requests.length >= EVENTS, 30_000, 'every delivery');
+      const times = receiver.requests.map((r) => r.atMs);
+      const spanS = (Math.max(...times) - Math.min(...times)) / 1_000;
+      const perSecond = (EVENTS - 1) / spanS;
+      console.log(
+        `fifo throughput: ${EVENTS} deliveries, receiver latency ${LATENCY_MS} ms, 2 workers: ${perSecond.toFixed(1)}/s ` +
+          `(bound 1/latency = ${(1_000 / LATENCY_MS).toFixed(0)}/s; ${((1_000 * spanS) / (EVENTS - 1)).toFixed(1)} ms per delivery)`,
+      );
+      expect(arrivals(receiver)).toEqual(ids);
+      expect(perSecond).toBeLessThanOrEqual(1_000 / LATENCY_MS);
+    },
+  );
 
   it('ordering on the API: validated on POST and PATCH naming the field, returned on GET and list; auth and not-found', async () => {
     t = await testApp();
@@ -323,7 +363,9 @@ describe('FIFO ordering per webhook', () => {
     const id = created.json<{ webhook_id: string }>().webhook_id;
     const plain = await post({ ...base, event_type: 'EVENT_TYPE_MACHINE_UPDATED' });
     expect(plain.statusCode).toBe(201);
-    const listed = (await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })).json<{
+    const listed = (
+      await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })
+    ).json<{
       webhooks: { webhook_id: string; ordering: string }[];
     }>().webhooks;
     expect(Object.fromEntries(listed.map((w) => [w.webhook_id, w.ordering]))).toEqual({
@@ -352,10 +394,14 @@ describe('FIFO ordering per webhook', () => {
     const toNone = await patch(id, { ordering: 'none' });
     expect(toNone.statusCode).toBe(200);
     expect(toNone.json()).toMatchObject({ ordering: 'none' });
-    expect(await t.webhooks.matchMany([{ vendorId: 'v-api', eventType: 'EVENT_TYPE_MACHINE_CREATED' }])).toEqual([{ webhookId: id, fifo: false }]);
+    expect(await t.webhooks.matchMany([{ vendorId: 'v-api', eventType: 'EVENT_TYPE_MACHINE_CREATED' }])).toEqual([
+      { webhookId: id, fifo: false },
+    ]);
     const back = await patch(id, { ordering: 'fifo' });
     expect(back.json()).toMatchObject({ ordering: 'fifo' });
-    expect(await t.webhooks.matchMany([{ vendorId: 'v-api', eventType: 'EVENT_TYPE_MACHINE_CREATED' }])).toEqual([{ webhookId: id, fifo: true }]);
+    expect(await t.webhooks.matchMany([{ vendorId: 'v-api', eventType: 'EVENT_TYPE_MACHINE_CREATED' }])).toEqual([
+      { webhookId: id, fifo: true },
+    ]);
 
     // Auth: no key, and a key without the vendor role.
     expect((await post({ ...base, ordering: 'fifo' }, {})).statusCode).toBe(401);
@@ -366,10 +412,17 @@ describe('FIFO ordering per webhook', () => {
     expect((await patch('6f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f', { ordering: 'fifo' })).statusCode).toBe(404);
     const other = await t.keyFor(['vendor'], 'v-other');
     expect((await patch(id, { ordering: 'none' }, { 'x-api-key': other })).statusCode).toBe(404);
-    const otherStats = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/stats`, headers: { 'x-api-key': other } });
+    const otherStats = await t.app.inject({
+      method: 'GET',
+      url: `/vendors/v1/webhooks/${id}/stats`,
+      headers: { 'x-api-key': other },
+    });
     expect(otherStats.statusCode).toBe(404);
     // A deleted webhook leaves the FIFO set: its events match nothing.
-    expect((await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key } })).statusCode).toBe(204);
+    expect(
+      (await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key } }))
+        .statusCode,
+    ).toBe(204);
     expect(await t.redis.sismember(t.keys.webhooks.fifo, id)).toBe(0);
   });
 });

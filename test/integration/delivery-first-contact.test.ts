@@ -80,7 +80,9 @@ describe('first contact with a healthy receiver (real Redis, receiver on 127.0.0
     await waitFor(() => receiver.requests.length >= EVENTS + 1, TIMEOUT_MS + 10_000, 'every delivery');
     const lastMs = Math.max(...receiver.requests.map((r) => r.atMs)) - startedMs;
     const deferred = restarted.outcomes.filter((o) => o.kind === 'deferred').length;
-    console.log(`known endpoint after a restart: ${EVENTS} delivered, the last ${lastMs} ms after ingest; ${deferred} deferred`);
+    console.log(
+      `known endpoint after a restart: ${EVENTS} delivered, the last ${lastMs} ms after ingest; ${deferred} deferred`,
+    );
     expect(deferred).toBe(0);
     expect(lastMs).toBeLessThan(FIRST_ANSWER_MS + 3_000);
   });

@@ -13,7 +13,13 @@ const event = (eventType: WebhookEventType, vendorId: string) => ({
   vendor_id: vendorId,
   data: eventType.includes('MACHINE')
     ? { status: 'available', metadata: { machine_id: `m-${randomUUID().slice(0, 8)}` } }
-    : { deployment_id: `d-${randomUUID().slice(0, 8)}`, machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} },
+    : {
+        deployment_id: `d-${randomUUID().slice(0, 8)}`,
+        machine_id: 'm-1',
+        status: 'STATUS_RUNNING',
+        fail_reason: '',
+        metadata: {},
+      },
 });
 
 describe('delivery isolation, SSRF guard and sustained failures', () => {
@@ -34,8 +40,14 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     const hanging = await receiver();
     const healthy = await receiver();
     hanging.script('/h', 'hang');
-    await t.webhooks.create('slow-vendor', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${hanging.base}/h` });
-    await t.webhooks.create('good-vendor', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${healthy.base}/ok` });
+    await t.webhooks.create('slow-vendor', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: `${hanging.base}/h`,
+    });
+    await t.webhooks.create('good-vendor', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: `${healthy.base}/ok`,
+    });
     // 10 slots; each hanging attempt holds one for the 2 s timeout.
     worker = await startTestWorker(t, { workerConcurrency: 10, deliveryTimeoutMs: 2_000 });
 
@@ -76,15 +88,27 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     const flaky = await receiver();
     flaky.script('/f', { status: 500 });
     await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${flaky.base}/f` });
-    worker = await startTestWorker(t, { workerConcurrency: 5, breaker: { failureThreshold: 3, openMs: 1_000, openMsMax: 1_000 } });
+    worker = await startTestWorker(t, {
+      workerConcurrency: 5,
+      breaker: { failureThreshold: 3, openMs: 1_000, openMsMax: 1_000 },
+    });
     await t.ingestor.ingest(
       Array.from({ length: 5 }, () => event('EVENT_TYPE_MACHINE_CREATED', 'v')),
       'http',
     );
-    await waitFor(() => worker!.breakers.openEndpoints(Date.now()).includes(endpointKey('v', flaky.base)), 5_000, 'open circuit');
+    await waitFor(
+      () => worker!.breakers.openEndpoints(Date.now()).includes(endpointKey('v', flaky.base)),
+      5_000,
+      'open circuit',
+    );
     const hitsWhenOpened = flaky.requests.length;
     // While open, deliveries wait in the queue instead of reaching the receiver: it goes quiet.
-    const hitsWhileOpen = await quiescent(() => flaky.requests.length, 500, 2_000, 'the receiver while the circuit is open');
+    const hitsWhileOpen = await quiescent(
+      () => flaky.requests.length,
+      500,
+      2_000,
+      'the receiver while the circuit is open',
+    );
     expect(hitsWhileOpen).toBeLessThanOrEqual(hitsWhenOpened + 1);
     flaky.script('/f', { status: 200 });
     await waitFor(
@@ -114,12 +138,23 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
       const shared = await receiver();
       shared.script(`/${badPath}`, bad);
       shared.script('/ok', { status: 204 });
-      const a = await t.webhooks.create('vendor-a', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${shared.base}/${badPath}` });
-      const b = await t.webhooks.create('vendor-b', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${shared.base}/ok` });
+      const a = await t.webhooks.create('vendor-a', {
+        eventType: 'EVENT_TYPE_MACHINE_CREATED',
+        callbackUrl: `${shared.base}/${badPath}`,
+      });
+      const b = await t.webhooks.create('vendor-b', {
+        eventType: 'EVENT_TYPE_MACHINE_CREATED',
+        callbackUrl: `${shared.base}/ok`,
+      });
       if (!a.ok || !b.ok) throw new Error('webhooks not created');
       worker = await startTestWorker(t, { workerConcurrency: 10 });
-      const keys = { a: await t.keyFor(['vendor'], 'vendor-a'), b: await t.keyFor(['vendor'], 'vendor-b'), admin: await t.keyFor(['admin']) };
-      const get = async <T>(url: string, key: string) => (await t!.app.inject({ method: 'GET', url, headers: { 'x-api-key': key } })).json<T>();
+      const keys = {
+        a: await t.keyFor(['vendor'], 'vendor-a'),
+        b: await t.keyFor(['vendor'], 'vendor-b'),
+        admin: await t.keyFor(['admin']),
+      };
+      const get = async <T>(url: string, key: string) =>
+        (await t!.app.inject({ method: 'GET', url, headers: { 'x-api-key': key } })).json<T>();
       return { shared, aId: a.webhook.id, bId: b.webhook.id, keys, get };
     }
 
@@ -143,11 +178,19 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
         Array.from({ length: 10 }, () => event('EVENT_TYPE_MACHINE_CREATED', 'vendor-a')),
         'http',
       );
-      await waitFor(async () => (await get<Stats>(`/vendors/v1/webhooks/${aId}/stats`, keys.a)).circuit === 'open', 10_000, 'vendor A’s circuit to open');
+      await waitFor(
+        async () => (await get<Stats>(`/vendors/v1/webhooks/${aId}/stats`, keys.a)).circuit === 'open',
+        10_000,
+        'vendor A’s circuit to open',
+      );
 
       // A's test event probes A's open circuit at once; the probe fails, so A's circuit opens again, for twice as long.
       const probedMs = Date.now();
-      const test = await t!.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${aId}/test`, headers: { 'x-api-key': keys.a } });
+      const test = await t!.app.inject({
+        method: 'POST',
+        url: `/vendors/v1/webhooks/${aId}/test`,
+        headers: { 'x-api-key': keys.a },
+      });
       expect(test.statusCode).toBe(202);
       const { event_id: testEventId } = test.json<{ event_id: string }>();
       await waitFor(
@@ -155,7 +198,11 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
         5_000,
         'vendor A’s test event as a probe',
       );
-      await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.job.eventId === testEventId), 5_000, 'the probe’s outcome');
+      await waitFor(
+        () => worker!.outcomes.some((o) => o.kind === 'attempted' && o.job.eventId === testEventId),
+        5_000,
+        'the probe’s outcome',
+      );
 
       const b = await deliverB(shared, bId);
       const badRequests = shared.at('/bad').length;
@@ -180,19 +227,32 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
       const adminB = await get<AdminStatus>(`/admin/v1/webhooks/${bId}`, keys.admin);
       expect(adminB).toMatchObject({ vendor_id: 'vendor-b', state: 'healthy', circuit: null });
       const adminA = await get<AdminStatus>(`/admin/v1/webhooks/${aId}`, keys.admin);
-      expect(adminA).toMatchObject({ vendor_id: 'vendor-a', state: 'circuit_open', circuit: { state: 'open', endpoint: shared.base } });
+      expect(adminA).toMatchObject({
+        vendor_id: 'vendor-a',
+        state: 'circuit_open',
+        circuit: { state: 'open', endpoint: shared.base },
+      });
     });
 
     it('one vendor’s Retry-After pauses and halves only its own flow on the shared origin', async () => {
-      const { shared, aId, bId, keys, get } = await sharedOrigin('busy', { status: 429, headers: { 'retry-after': '60' } });
+      const { shared, aId, bId, keys, get } = await sharedOrigin('busy', {
+        status: 429,
+        headers: { 'retry-after': '60' },
+      });
       await t!.ingestor.ingest(
         Array.from({ length: 3 }, () => event('EVENT_TYPE_MACHINE_CREATED', 'vendor-a')),
         'http',
       );
-      await waitFor(() => worker!.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'paused'), 10_000, 'vendor A’s deliveries paused');
+      await waitFor(
+        () => worker!.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'paused'),
+        10_000,
+        'vendor A’s deliveries paused',
+      );
 
       const b = await deliverB(shared, bId);
-      console.log(`isolation: vendor A's path got ${shared.at('/busy').length} requests (429, Retry-After 60); vendor B: ${JSON.stringify(b)}`);
+      console.log(
+        `isolation: vendor A's path got ${shared.at('/busy').length} requests (429, Retry-After 60); vendor B: ${JSON.stringify(b)}`,
+      );
       expect(b.attempts).toEqual(Array.from({ length: 5 }, () => ({ attempt: 1, outcome: 'delivered' })));
       expect(b.deferred.filter((reason) => reason === 'paused' || reason === 'concurrency')).toEqual([]);
 
@@ -253,16 +313,27 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     t = await testApp({ retryScheduleMs: [0, 300, 300, 300, 300] });
     const down = await receiver();
     down.script('/x', { status: 500 });
-    const created = await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${down.base}/x` });
+    const created = await t.webhooks.create('v', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: `${down.base}/x`,
+    });
     if (!created.ok) throw new Error('setup');
     worker = await startTestWorker(t, { sustainedFailureWindowMs: 700, breaker: { failureThreshold: 1_000 } });
     await t.ingestor.ingest([event('EVENT_TYPE_MACHINE_CREATED', 'v')], 'http');
-    await waitFor(async () => (await t!.webhooks.getById(created.webhook.id))?.disabled?.reason === 'failing', 10_000, 'disabled for failing');
+    await waitFor(
+      async () => (await t!.webhooks.getById(created.webhook.id))?.disabled?.reason === 'failing',
+      10_000,
+      'disabled for failing',
+    );
     // A success clears the failure run: re-enable, recover, and the webhook stays enabled.
     down.script('/x', { status: 200 });
     await t.webhooks.update('v', created.webhook.id, { enabled: true });
     await t.ingestor.ingest([event('EVENT_TYPE_MACHINE_CREATED', 'v')], 'http');
-    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.decision === 'delivered'), 10_000, 'delivered after re-enable');
+    await waitFor(
+      () => worker!.outcomes.some((o) => o.kind === 'attempted' && o.decision === 'delivered'),
+      10_000,
+      'delivered after re-enable',
+    );
     expect((await t.webhooks.getById(created.webhook.id))?.disabled).toBeUndefined();
     expect(await t.redis.exists(t.keys.deliveries.failingSince(created.webhook.id))).toBe(0);
   });
@@ -271,14 +342,21 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     t = await testApp({ retryScheduleMs: [0, 200, 200, 200, 200, 200, 200, 200] });
     const down = await receiver();
     down.script('/x', { status: 503 });
-    const created = await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${down.base}/x` });
+    const created = await t.webhooks.create('v', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: `${down.base}/x`,
+    });
     if (!created.ok) throw new Error('setup');
     const id = created.webhook.id;
     await t.webhooks.update('v', id, { enabled: false });
     worker = await startTestWorker(t, { sustainedFailureWindowMs: 700, breaker: { failureThreshold: 1_000 } });
     // Paused: its delivery is held without being sent, and that starts no failure run.
     await t.ingestor.ingest([event('EVENT_TYPE_MACHINE_CREATED', 'v')], 'http');
-    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'webhook_paused'), 10_000, 'held while paused');
+    await waitFor(
+      () => worker!.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'webhook_paused'),
+      10_000,
+      'held while paused',
+    );
     expect(await t.redis.exists(t.keys.deliveries.failingSince(id))).toBe(0);
     expect(down.requests).toHaveLength(0);
 
@@ -291,9 +369,17 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     expect(since === null || Number(since) >= enabledAtMs).toBe(true);
     await t.ingestor.ingest([event('EVENT_TYPE_MACHINE_CREATED', 'v')], 'http');
     await waitFor(() => down.requests.length >= 1, 10_000, 'first attempt after re-enable');
-    await waitFor(() => worker!.outcomes.some((o) => o.kind === 'attempted' && o.outcome === 'http_5xx'), 10_000, 'attempt recorded');
+    await waitFor(
+      () => worker!.outcomes.some((o) => o.kind === 'attempted' && o.outcome === 'http_5xx'),
+      10_000,
+      'attempt recorded',
+    );
     // One 503 right after re-enabling does not disable it again; only a failure run of 700 ms does.
     expect((await t.webhooks.getById(id))?.disabled).toBeUndefined();
-    await waitFor(async () => (await t!.webhooks.getById(id))?.disabled?.reason === 'failing', 10_000, 'disabled after the window');
+    await waitFor(
+      async () => (await t!.webhooks.getById(id))?.disabled?.reason === 'failing',
+      10_000,
+      'disabled after the window',
+    );
   });
 });

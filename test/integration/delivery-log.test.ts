@@ -54,7 +54,14 @@ function write(
   const outcome = status === 'delivered' ? 'delivered' : 'http_5xx';
   return {
     job: target,
-    attempt: { attempt, atMs: target.acceptedAtMs + attempt * 1_000, outcome, statusCode: status === 'delivered' ? 200 : 503, durationMs: 12, ...record },
+    attempt: {
+      attempt,
+      atMs: target.acceptedAtMs + attempt * 1_000,
+      outcome,
+      statusCode: status === 'delivered' ? 200 : 503,
+      durationMs: 12,
+      ...record,
+    },
     status,
     ...(nextAttemptAtMs === undefined ? {} : { nextAttemptAtMs }),
   };
@@ -100,11 +107,20 @@ describe('RedisDeliveryLog.recordAttempt', () => {
     const d = job('d-1');
     const failingSinceKey = keys.deliveries.failingSince('wh-1');
 
-    expect(await log.recordAttempt(write(d, 1, 'retrying', { nextAttemptAtMs: T0 + 5_000 }))).toEqual({ failingSinceMs: T0 + 1_000 });
-    expect(await log.recordAttempt(write(d, 2, 'retrying', { nextAttemptAtMs: T0 + 9_000 }))).toEqual({ failingSinceMs: T0 + 1_000 });
+    expect(await log.recordAttempt(write(d, 1, 'retrying', { nextAttemptAtMs: T0 + 5_000 }))).toEqual({
+      failingSinceMs: T0 + 1_000,
+    });
+    expect(await log.recordAttempt(write(d, 2, 'retrying', { nextAttemptAtMs: T0 + 9_000 }))).toEqual({
+      failingSinceMs: T0 + 1_000,
+    });
     expect(await t.redis.get(failingSinceKey)).toBe(String(T0 + 1_000));
     const retrying = await log.get('wh-1', 'd-1');
-    expect(retrying?.delivery).toMatchObject({ status: 'retrying', attempts: 2, lastStatusCode: 503, nextAttemptAtMs: T0 + 9_000 });
+    expect(retrying?.delivery).toMatchObject({
+      status: 'retrying',
+      attempts: 2,
+      lastStatusCode: 503,
+      nextAttemptAtMs: T0 + 9_000,
+    });
 
     expect(await log.recordAttempt(write(d, 3, 'delivered'))).toEqual({ failingSinceMs: undefined });
     expect(await t.redis.exists(failingSinceKey)).toBe(0);
@@ -136,7 +152,11 @@ describe('RedisDeliveryLog.recordAttempt', () => {
     expect(await t.redis.hlen(keys.deliveries.record('wh-1', 'd-1'))).toBe(16);
 
     // A later failure starts a new run.
-    expect(await log.recordAttempt(write(job('d-2', { acceptedAtMs: T0 + 60_000 }), 1, 'retrying', { nextAttemptAtMs: T0 + 70_000 }))).toEqual({
+    expect(
+      await log.recordAttempt(
+        write(job('d-2', { acceptedAtMs: T0 + 60_000 }), 1, 'retrying', { nextAttemptAtMs: T0 + 70_000 }),
+      ),
+    ).toEqual({
       failingSinceMs: T0 + 61_000,
     });
   });
@@ -148,7 +168,10 @@ describe('RedisDeliveryLog.recordAttempt', () => {
 
     const recordKey = keys.deliveries.record('wh-1', 'd-1');
     await expectTtl(recordKey, OPTIONS.deadLetterRetentionMs);
-    expect(await t.redis.zrange(keys.deliveries.dead('wh-1'), 0, -1, 'WITHSCORES')).toEqual(['d-1', String(T0 + 2_000)]);
+    expect(await t.redis.zrange(keys.deliveries.dead('wh-1'), 0, -1, 'WITHSCORES')).toEqual([
+      'd-1',
+      String(T0 + 2_000),
+    ]);
     await expectTtl(keys.deliveries.dead('wh-1'), OPTIONS.deadLetterRetentionMs);
 
     const found = await log.get('wh-1', 'd-1');
@@ -171,10 +194,13 @@ describe('RedisDeliveryLog.recordAttempt', () => {
     const cap = OPTIONS.recentPerWebhook;
     const total = cap + 50;
     const id = (i: number) => `d-${String(i).padStart(3, '0')}`;
-    const statusOf = (i: number): AttemptWrite['status'] => (i === 3 || i === 7 ? 'dead' : i === 5 ? 'retrying' : 'delivered');
+    const statusOf = (i: number): AttemptWrite['status'] =>
+      i === 3 || i === 7 ? 'dead' : i === 5 ? 'retrying' : 'delivered';
     for (let i = 0; i < total; i += 1) {
       const d = job(id(i), { acceptedAtMs: T0 + i });
-      await log.recordAttempt(write(d, 1, statusOf(i), statusOf(i) === 'retrying' ? { nextAttemptAtMs: T0 + 60_000 } : {}));
+      await log.recordAttempt(
+        write(d, 1, statusOf(i), statusOf(i) === 'retrying' ? { nextAttemptAtMs: T0 + 60_000 } : {}),
+      );
       // d-007's replay is queued while it is still on the list: a replayed record goes like a delivered one.
       if (i === 10) expect(await log.markReplayed('wh-1', id(7), T0 + 100)).toBe(true);
     }
@@ -185,7 +211,9 @@ describe('RedisDeliveryLog.recordAttempt', () => {
     expect(recent.map((s) => s.deliveryId)).toEqual(Array.from({ length: cap }, (_, i) => id(total - 1 - i)));
 
     await graceOver();
-    const kept = await t.redis.exists(...Array.from({ length: total - cap }, (_, i) => keys.deliveries.record('wh-1', id(i))));
+    const kept = await t.redis.exists(
+      ...Array.from({ length: total - cap }, (_, i) => keys.deliveries.record('wh-1', id(i))),
+    );
     expect(kept).toBe(2);
     expect((await log.get('wh-1', id(3)))?.body).toBe(job(id(3)).body);
     expect((await log.get('wh-1', id(5)))?.delivery.status).toBe('retrying');
@@ -268,13 +296,16 @@ describe('RedisDeliveryLog on a shared connection', () => {
     const writes = Array.from({ length: 300 }, (_, i) => {
       const webhookId = ['wh-a', 'wh-b', 'wh-c'][i % 3]!;
       const target = job(`${webhookId}-d${i}`, { webhookId, acceptedAtMs: T0 + i });
-      const status: AttemptWrite['status'] = webhookId === 'wh-a' || (webhookId === 'wh-c' && i >= 150) ? 'delivered' : 'retrying';
+      const status: AttemptWrite['status'] =
+        webhookId === 'wh-a' || (webhookId === 'wh-c' && i >= 150) ? 'delivered' : 'retrying';
       return write(target, 1, status, status === 'retrying' ? { nextAttemptAtMs: T0 + 60_000 } : {});
     });
     const results = await Promise.all(writes.map((w) => batched.recordAttempt(w)));
     // A failing attempt reports when its webhook's run of failures began: the first failure's time.
     const firstFailureOf = (webhookId: string) =>
-      Math.min(...writes.filter((w) => w.job.webhookId === webhookId && w.status === 'retrying').map((w) => w.attempt.atMs));
+      Math.min(
+        ...writes.filter((w) => w.job.webhookId === webhookId && w.status === 'retrying').map((w) => w.attempt.atMs),
+      );
     results.forEach((result, i) => {
       const w = writes[i]!;
       expect(result.failingSinceMs).toBe(w.status === 'delivered' ? undefined : firstFailureOf(w.job.webhookId));
@@ -318,7 +349,9 @@ describe('RedisDeliveryLog on a shared connection', () => {
     expect(ttl).toBeGreaterThan(50_000);
     expect(ttl).toBeLessThanOrEqual(60_000);
     expect(await t.redis.hgetall(keys.deliveries.record('wh-1', 'd-1'))).toEqual({ status: 'delivered' });
-    expect((await graced.progressOf([{ webhookId: 'wh-1', deliveryId: 'd-1' }]))[0]).toMatchObject({ status: 'delivered' });
+    expect((await graced.progressOf([{ webhookId: 'wh-1', deliveryId: 'd-1' }]))[0]).toMatchObject({
+      status: 'delivered',
+    });
     // Off the list it is no longer a delivery the API shows.
     expect(await graced.get('wh-1', 'd-1')).toBeUndefined();
   });
@@ -328,7 +361,12 @@ describe('RedisDeliveryLog.recordDeferred', () => {
   it('makes a held-back first attempt a pending delivery that says when it will be tried, keeping when it was due', async () => {
     const d = job('d-held');
     await log.recordDeferred([{ job: d, nextAttemptAtMs: T0 + 30_000, dueAtMs: T0 }]);
-    expect((await log.progressOf([d]))[0]).toEqual({ status: 'pending', attempts: 0, nextAttemptAtMs: T0 + 30_000, dueAtMs: T0 });
+    expect((await log.progressOf([d]))[0]).toEqual({
+      status: 'pending',
+      attempts: 0,
+      nextAttemptAtMs: T0 + 30_000,
+      dueAtMs: T0,
+    });
     expect(await log.recent('wh-1', 10)).toEqual([
       expect.objectContaining({ deliveryId: 'd-held', status: 'pending', attempts: 0, nextAttemptAtMs: T0 + 30_000 }),
     ]);
@@ -343,10 +381,24 @@ describe('RedisDeliveryLog.recordDeferred', () => {
     const d = job('d-retry');
     await log.recordAttempt(write(d, 1, 'retrying', { nextAttemptAtMs: T0 + 5_000 }));
     await log.recordDeferred([{ job: d, nextAttemptAtMs: T0 + 35_000, dueAtMs: T0 + 5_000 }]);
-    expect((await log.progressOf([d]))[0]).toEqual({ status: 'retrying', attempts: 1, nextAttemptAtMs: T0 + 35_000, dueAtMs: T0 + 5_000 });
+    expect((await log.progressOf([d]))[0]).toEqual({
+      status: 'retrying',
+      attempts: 1,
+      nextAttemptAtMs: T0 + 35_000,
+      dueAtMs: T0 + 5_000,
+    });
     await log.recordAttempt(write(d, 2, 'retrying', { nextAttemptAtMs: T0 + 300_000 }));
-    expect((await log.progressOf([d]))[0]).toEqual({ status: 'retrying', attempts: 2, nextAttemptAtMs: T0 + 300_000, dueAtMs: undefined });
+    expect((await log.progressOf([d]))[0]).toEqual({
+      status: 'retrying',
+      attempts: 2,
+      nextAttemptAtMs: T0 + 300_000,
+      dueAtMs: undefined,
+    });
     await log.recordDeferred([{ job: d, nextAttemptAtMs: T0 + 330_000, dueAtMs: T0 + 300_000 }]);
-    expect((await log.progressOf([d]))[0]).toMatchObject({ attempts: 2, nextAttemptAtMs: T0 + 330_000, dueAtMs: T0 + 300_000 });
+    expect((await log.progressOf([d]))[0]).toMatchObject({
+      attempts: 2,
+      nextAttemptAtMs: T0 + 330_000,
+      dueAtMs: T0 + 300_000,
+    });
   });
 });

@@ -14,7 +14,8 @@ const VENDOR = 'vendor-pause';
 const HOLD_PERIOD_MS = 1_500;
 
 const eventIdOf = (request: ReceivedRequest) => (JSON.parse(request.body) as { event_id: string }).event_id;
-const heldBy = (worker: TestWorker) => worker.outcomes.filter((o) => o.kind === 'deferred' && o.reason === 'webhook_paused');
+const heldBy = (worker: TestWorker) =>
+  worker.outcomes.filter((o) => o.kind === 'deferred' && o.reason === 'webhook_paused');
 const heldIds = (workers: TestWorker[]) => new Set(workers.flatMap(heldBy).map((o: FinishedOutcome) => o.job.eventId));
 
 describe('a vendor’s pause holds deliveries until it enables the webhook (real Redis, real receivers)', () => {
@@ -33,7 +34,12 @@ describe('a vendor’s pause holds deliveries until it enables the webhook (real
   async function registered(app: TestApp, url: string, extra: object = {}) {
     const webhook = await app.register(VENDOR, url, { secret: WHSEC, ...extra });
     const patch = async (body: object) => {
-      const res = await app.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${webhook.id}`, headers: { 'x-api-key': webhook.key }, payload: body });
+      const res = await app.app.inject({
+        method: 'PATCH',
+        url: `/vendors/v1/webhooks/${webhook.id}`,
+        headers: { 'x-api-key': webhook.key },
+        payload: body,
+      });
       expect(res.statusCode, res.body).toBe(200);
     };
     return { ...webhook, patch };
@@ -107,15 +113,23 @@ describe('a vendor’s pause holds deliveries until it enables the webhook (real
     await waitFor(() => receiver.requests.length === 5, 10_000, 'the held deliveries after enable');
     const released = receiver.requests.slice(1);
     const releaseMs = Math.max(...released.map((r) => r.atMs)) - enabledAtMs;
-    console.log(`pause: 4 held deliveries reached the receiver ${releaseMs} ms after the enable (their holds end in about 60 s)`);
+    console.log(
+      `pause: 4 held deliveries reached the receiver ${releaseMs} ms after the enable (their holds end in about 60 s)`,
+    );
     expect(releaseMs).toBeLessThan(5_000);
     expect(new Set(released.map(eventIdOf))).toEqual(new Set([retried, ...accepted]));
     for (const request of released) {
       expect(new StandardWebhook(WHSEC).verify(request.body, request.headers as Record<string, string>)).toBeTruthy();
       expect(request.headers['x-webhook-attempt']).toBe(eventIdOf(request) === retried ? '2' : '1');
     }
-    await waitFor(async () => (await t!.deliveryLog.recent(webhook.id, 10)).every((d) => d.status === 'delivered'), 10_000, 'all recorded delivered');
-    const attempts = Object.fromEntries((await t.deliveryLog.recent(webhook.id, 10)).map((d) => [d.eventId, d.attempts]));
+    await waitFor(
+      async () => (await t!.deliveryLog.recent(webhook.id, 10)).every((d) => d.status === 'delivered'),
+      10_000,
+      'all recorded delivered',
+    );
+    const attempts = Object.fromEntries(
+      (await t.deliveryLog.recent(webhook.id, 10)).map((d) => [d.eventId, d.attempts]),
+    );
     expect(attempts).toEqual({ [retried!]: 2, [accepted[0]!]: 1, [accepted[1]!]: 1, [accepted[2]!]: 1 });
     expect(await t.deliveryLog.deadLetters(webhook.id, 10)).toEqual([]);
   });
@@ -133,7 +147,14 @@ describe('a vendor’s pause holds deliveries until it enables the webhook (real
     await first.close();
 
     workers.push(await startTestWorker(t));
-    expect(await quiescent(() => receiver.requests.length, HOLD_PERIOD_MS, 10_000, 'nothing sent by the new worker while paused')).toBe(0);
+    expect(
+      await quiescent(
+        () => receiver.requests.length,
+        HOLD_PERIOD_MS,
+        10_000,
+        'nothing sent by the new worker while paused',
+      ),
+    ).toBe(0);
     // `hookline webhooks enable` runs the registry's update in a process of its own.
     const tools = await testEngine(t.config, { role: 'tools' });
     const enabledAtMs = Date.now();
@@ -201,7 +222,9 @@ describe('a vendor’s pause holds deliveries until it enables the webhook (real
       ...enabled
     } = JSON.parse((await t.redis.hget(t.keys.webhooks.byId, webhook.id))!) as Record<string, unknown>;
     await t.redis.hset(t.keys.webhooks.byId, webhook.id, JSON.stringify(enabled));
-    expect(await quiescent(() => receiver.requests.length, HOLD_PERIOD_MS, 10_000, 'nothing released by the bare write')).toBe(0);
+    expect(
+      await quiescent(() => receiver.requests.length, HOLD_PERIOD_MS, 10_000, 'nothing released by the bare write'),
+    ).toBe(0);
 
     const [second] = await ingest(t, 1);
     await waitFor(() => receiver.requests.length === 2, 10_000, 'both deliveries');
@@ -217,7 +240,11 @@ describe('a vendor’s pause holds deliveries until it enables the webhook (real
     workers.push(worker);
     await ingest(t, 2);
     await waitFor(() => heldBy(worker).length === 2, 10_000, 'two deliveries held');
-    const deleted = await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${webhook.id}`, headers: { 'x-api-key': webhook.key } });
+    const deleted = await t.app.inject({
+      method: 'DELETE',
+      url: `/vendors/v1/webhooks/${webhook.id}`,
+      headers: { 'x-api-key': webhook.key },
+    });
     expect(deleted.statusCode).toBe(204);
     await waitFor(() => worker.outcomes.filter((o) => o.kind === 'dropped').length === 2, 10_000, 'two dropped');
     expect(receiver.requests).toHaveLength(0);
@@ -231,7 +258,11 @@ describe('a vendor’s pause holds deliveries until it enables the webhook (real
     const worker = await startTestWorker(t);
     workers.push(worker);
     await ingest(t, 1);
-    await waitFor(async () => (await t!.webhooks.getById(webhook.id))?.disabled?.reason === 'gone', 10_000, 'disabled by the 410');
+    await waitFor(
+      async () => (await t!.webhooks.getById(webhook.id))?.disabled?.reason === 'gone',
+      10_000,
+      'disabled by the 410',
+    );
     await ingest(t, 2);
     await waitFor(
       () => worker.outcomes.filter((o) => o.kind === 'attempted' && o.outcome === 'webhook_disabled').length === 2,

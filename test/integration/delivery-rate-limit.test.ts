@@ -74,7 +74,10 @@ describe('per-webhook rate limit', () => {
     const freeReceiver = await receivers.start();
     const limited = await t.register('limited', `${limitedReceiver.base}/in`, { rate_limit_per_second: LIMIT });
     await t.register('free', `${freeReceiver.base}/in`);
-    workers.push(await startTestWorker(t, { workerConcurrency: 20 }), await startTestWorker(t, { workerConcurrency: 20 }));
+    workers.push(
+      await startTestWorker(t, { workerConcurrency: 20 }),
+      await startTestWorker(t, { workerConcurrency: 20 }),
+    );
 
     const startMs = Date.now();
     // Interleaved, so both webhooks' deliveries share every batch.
@@ -85,13 +88,16 @@ describe('per-webhook rate limit', () => {
     const limitedAtFreeDone = limitedReceiver.requests.length;
     await waitFor(() => limitedReceiver.requests.length >= EVENTS, 30_000, 'the limited webhook’s deliveries');
     // Recorded too (the receiver may see a request a moment before its worker records the answer).
-    const attemptsOf = () => workers.flatMap((w) => w.outcomes).filter((o) => o.kind === 'attempted' && o.job.webhookId === limited.id);
+    const attemptsOf = () =>
+      workers.flatMap((w) => w.outcomes).filter((o) => o.kind === 'attempted' && o.job.webhookId === limited.id);
     await waitFor(() => attemptsOf().length >= EVENTS, 5_000, 'the limited webhook’s attempts recorded');
     const arrivals = limitedReceiver.requests.map((r) => r.atMs);
     const firstMs = Math.min(...arrivals);
     const spanMs = Math.max(...arrivals) - firstMs;
     const busiest = busiestWindow(arrivals, 1_000);
-    const deferred = workers.flatMap((w) => w.outcomes).filter((o) => o.kind === 'deferred' && o.reason === 'rate_limited');
+    const deferred = workers
+      .flatMap((w) => w.outcomes)
+      .filter((o) => o.kind === 'deferred' && o.reason === 'rate_limited');
     const attempted = attemptsOf();
     console.log(
       `rate limit ${LIMIT}/s, ${EVENTS} events, 2 workers: delivered over ${spanMs} ms; busiest 1 s window ${busiest}; ` +
@@ -121,9 +127,16 @@ describe('per-webhook rate limit', () => {
     expect(limitedAtFreeDone).toBeLessThan(EVENTS / 2);
 
     // The stats show the limit.
-    const stats = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${limited.id}/stats`, headers: { 'x-api-key': limited.key } });
+    const stats = await t.app.inject({
+      method: 'GET',
+      url: `/vendors/v1/webhooks/${limited.id}/stats`,
+      headers: { 'x-api-key': limited.key },
+    });
     expect(stats.statusCode).toBe(200);
-    expect(stats.json()).toMatchObject({ rate_limit_per_second: LIMIT, send_rate_per_second: expect.any(Number) as number });
+    expect(stats.json()).toMatchObject({
+      rate_limit_per_second: LIMIT,
+      send_rate_per_second: expect.any(Number) as number,
+    });
   });
 
   it('PATCH rate_limit_per_second null lifts the limit for the deliveries already waiting', async () => {
@@ -163,7 +176,9 @@ describe('per-webhook rate limit', () => {
       5_000,
       'every delivery recorded',
     );
-    expect(deliveries.filter((d) => !(d.status === 'delivered' && d.attempts === 1)).map((d) => `${d.status}/${d.attempts}`)).toEqual([]);
+    expect(
+      deliveries.filter((d) => !(d.status === 'delivered' && d.attempts === 1)).map((d) => `${d.status}/${d.attempts}`),
+    ).toEqual([]);
   });
 
   it('test events obey the limit too', async () => {
@@ -172,7 +187,11 @@ describe('per-webhook rate limit', () => {
     const webhook = await t.register('tests', `${receiver.base}/in`, { rate_limit_per_second: 1 });
     workers.push(await startTestWorker(t));
     for (let i = 0; i < 3; i += 1) {
-      const res = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${webhook.id}/test`, headers: { 'x-api-key': webhook.key } });
+      const res = await t.app.inject({
+        method: 'POST',
+        url: `/vendors/v1/webhooks/${webhook.id}/test`,
+        headers: { 'x-api-key': webhook.key },
+      });
       expect(res.statusCode).toBe(202);
     }
     await waitFor(() => receiver.requests.length >= 3, 10_000, 'three test events');
@@ -193,7 +212,11 @@ describe('per-webhook rate limit', () => {
       Array.from({ length: 3 }, () => machineEvent('replays')),
       'http',
     );
-    await waitFor(async () => (await t!.deliveryLog.deadLetters(webhook.id, 10)).length === 3, 10_000, 'three dead letters');
+    await waitFor(
+      async () => (await t!.deliveryLog.deadLetters(webhook.id, 10)).length === 3,
+      10_000,
+      'three dead letters',
+    );
     const replayed = await t.app.inject({
       method: 'POST',
       url: `/vendors/v1/webhooks/${webhook.id}/dead-letters/replay`,
@@ -210,7 +233,8 @@ describe('per-webhook rate limit', () => {
   it('validates rate_limit_per_second on POST and PATCH, naming the field', async () => {
     t = await testApp();
     const key = await t.keyFor(['vendor'], 'v-api');
-    const post = (body: object) => t!.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key }, payload: body });
+    const post = (body: object) =>
+      t!.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key }, payload: body });
     const patch = (id: string, body: object, headers: Record<string, string> = { 'x-api-key': key }) =>
       t!.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers, payload: body });
     const base = { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://vendor.example.com/in' };

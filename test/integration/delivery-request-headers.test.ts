@@ -43,7 +43,9 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
     receiver = new TestReceiver();
     await receiver.start();
     key = await t.keyFor(['vendor'], VENDOR);
-    worker = await startTestWorker(t, { breaker: { failureThreshold: 1_000, failureRate: 1, minAttempts: 1_000, openMs: 200, openMsMax: 200 } });
+    worker = await startTestWorker(t, {
+      breaker: { failureThreshold: 1_000, failureRate: 1, minAttempts: 1_000, openMs: 200, openMsMax: 200 },
+    });
   });
   afterEach(async () => {
     await worker.close();
@@ -56,7 +58,11 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
       method: 'POST',
       url: '/vendors/v1/webhooks',
       headers: { 'x-api-key': key },
-      payload: { event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', callback_url: `${receiver.base}${path}`, ...(secret === undefined ? {} : { secret }) },
+      payload: {
+        event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
+        callback_url: `${receiver.base}${path}`,
+        ...(secret === undefined ? {} : { secret }),
+      },
     });
     expect(res.statusCode).toBe(201);
     return res.json<{ webhook_id: string }>().webhook_id;
@@ -71,20 +77,36 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
           event_id: eventId,
           event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
           vendor_id: VENDOR,
-          data: { deployment_id: `d-${eventId.slice(0, 8)}`, machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: { note: 'déjà vu ✓' } },
+          data: {
+            deployment_id: `d-${eventId.slice(0, 8)}`,
+            machine_id: 'm-1',
+            status: 'STATUS_RUNNING',
+            fail_reason: '',
+            metadata: { note: 'déjà vu ✓' },
+          },
         },
       ],
       'http',
     );
     const listed = await waitFor(async () => {
-      const res = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries?status=delivered`, headers: { 'x-api-key': key } });
-      return res.json<{ deliveries: { delivery_id: string; event_id: string }[] }>().deliveries.find((d) => d.event_id === eventId);
+      const res = await t.app.inject({
+        method: 'GET',
+        url: `/vendors/v1/webhooks/${webhookId}/deliveries?status=delivered`,
+        headers: { 'x-api-key': key },
+      });
+      return res
+        .json<{ deliveries: { delivery_id: string; event_id: string }[] }>()
+        .deliveries.find((d) => d.event_id === eventId);
     });
     return listed.delivery_id;
   }
 
   async function attemptsOf(webhookId: string, deliveryId: string): Promise<Attempt[]> {
-    const res = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries/${deliveryId}`, headers: { 'x-api-key': key } });
+    const res = await t.app.inject({
+      method: 'GET',
+      url: `/vendors/v1/webhooks/${webhookId}/deliveries/${deliveryId}`,
+      headers: { 'x-api-key': key },
+    });
     expect(res.statusCode).toBe(200);
     return res.json<{ attempts: Attempt[] }>().attempts;
   }
@@ -96,7 +118,8 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
     const received = receiver.at('/signed');
     expect(received).toHaveLength(2);
     // The requests really carried verifiable signatures; the log shows none of them.
-    for (const request of received) new StandardWebhook(WHSEC).verify(request.body, request.headers as Record<string, string>);
+    for (const request of received)
+      new StandardWebhook(WHSEC).verify(request.body, request.headers as Record<string, string>);
 
     const attempts = await attemptsOf(id, deliveryId);
     expect(attempts.map((a) => a.outcome)).toEqual(['http_5xx', 'delivered']);
@@ -104,7 +127,11 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
       expect(Object.entries(attempt.request_headers ?? {})).toEqual(maskedAsReceived(received[i]!));
     }
     const [first, second] = attempts.map((a) => a.request_headers!);
-    expect(first).toMatchObject({ 'webhook-signature': 'v1,••••', 'x-webhook-signature': 'sha256=••••', 'x-webhook-attempt': '1' });
+    expect(first).toMatchObject({
+      'webhook-signature': 'v1,••••',
+      'x-webhook-signature': 'sha256=••••',
+      'x-webhook-attempt': '1',
+    });
     expect(second!['x-webhook-attempt']).toBe('2');
     expect(JSON.stringify(attempts)).not.toContain(String(received[0]!.headers['webhook-signature']).slice(3));
   });
@@ -120,7 +147,10 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
     expect(rotated.statusCode).toBe(200);
     const rotatingDelivery = await deliverOne(rotating);
     const [duringRotation] = await attemptsOf(rotating, rotatingDelivery);
-    expect(duringRotation!.request_headers).toMatchObject({ 'webhook-signature': 'v1,•••• v1,••••', 'x-webhook-signature': 'sha256=••••' });
+    expect(duringRotation!.request_headers).toMatchObject({
+      'webhook-signature': 'v1,•••• v1,••••',
+      'x-webhook-signature': 'sha256=••••',
+    });
     expect(Object.entries(duringRotation!.request_headers!)).toEqual(maskedAsReceived(receiver.at('/rotating')[0]!));
 
     // The second webhook type for this vendor, stored before registration generated secrets: no
@@ -132,16 +162,28 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
       payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: `${receiver.base}/plain` },
     });
     const plain = res.json<{ webhook_id: string }>().webhook_id;
-    const { secretSealed: _sealed, ...unsigned } = JSON.parse((await t.redis.hget(t.keys.webhooks.byId, plain))!) as Record<string, unknown>;
+    const { secretSealed: _sealed, ...unsigned } = JSON.parse(
+      (await t.redis.hget(t.keys.webhooks.byId, plain))!,
+    ) as Record<string, unknown>;
     await t.redis.hset(t.keys.webhooks.byId, plain, JSON.stringify(unsigned));
     await t.ingestor.ingest(
-      [{ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: VENDOR, data: { status: 'available', metadata: { machine_id: 'm-plain' } } }],
+      [
+        {
+          event_type: 'EVENT_TYPE_MACHINE_CREATED',
+          vendor_id: VENDOR,
+          data: { status: 'available', metadata: { machine_id: 'm-plain' } },
+        },
+      ],
       'http',
     );
     await waitFor(() => receiver.at('/plain').length === 1, 10_000, 'the unsigned delivery');
     const [plainDelivery] = await waitFor(async () => {
       const list = (
-        await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${plain}/deliveries?status=delivered`, headers: { 'x-api-key': key } })
+        await t.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${plain}/deliveries?status=delivered`,
+          headers: { 'x-api-key': key },
+        })
       ).json<{ deliveries: { delivery_id: string }[] }>().deliveries;
       return list.length === 1 && list;
     });
@@ -156,13 +198,25 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
         {
           event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
           vendor_id: VENDOR,
-          data: { deployment_id: 'd-disabled', machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} },
+          data: {
+            deployment_id: 'd-disabled',
+            machine_id: 'm-1',
+            status: 'STATUS_RUNNING',
+            fail_reason: '',
+            metadata: {},
+          },
         },
       ],
       'http',
     );
     const [dead] = await waitFor(async () => {
-      const list = (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${rotating}/dead-letters`, headers: { 'x-api-key': key } })).json<{
+      const list = (
+        await t.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${rotating}/dead-letters`,
+          headers: { 'x-api-key': key },
+        })
+      ).json<{
         dead_letters: { delivery_id: string }[];
       }>().dead_letters;
       return list.length === 1 && list;
@@ -175,7 +229,11 @@ describe('per-attempt request headers in the delivery log (real Redis, real rece
     const id = await register('/private', WHSEC);
     const deliveryId = await deliverOne(id);
     const other = await t.keyFor(['vendor'], 'vendor-other');
-    const res = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries/${deliveryId}`, headers: { 'x-api-key': other } });
+    const res = await t.app.inject({
+      method: 'GET',
+      url: `/vendors/v1/webhooks/${id}/deliveries/${deliveryId}`,
+      headers: { 'x-api-key': other },
+    });
     expect(res.statusCode).toBe(404);
     expect(res.body).not.toContain('request_headers');
   });

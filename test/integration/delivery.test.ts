@@ -10,18 +10,41 @@ import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 const WHSEC = `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString('base64')}`;
 const VENDOR = 'vendor-a';
 
-const machine = (id: string) => ({ status: 'available', metadata: { machine_id: id }, hardware_specs: { gpus: [{ id: 'g0', name: 'NVIDIA H100' }] } });
-const agent = (id: string, status = 'STATUS_RUNNING') => ({ deployment_id: id, machine_id: 'm-1', status, fail_reason: '', metadata: { k: 'v' } });
+const machine = (id: string) => ({
+  status: 'available',
+  metadata: { machine_id: id },
+  hardware_specs: { gpus: [{ id: 'g0', name: 'NVIDIA H100' }] },
+});
+const agent = (id: string, status = 'STATUS_RUNNING') => ({
+  deployment_id: id,
+  machine_id: 'm-1',
+  status,
+  fail_reason: '',
+  metadata: { k: 'v' },
+});
 
 function eventOf(eventType: WebhookEventType, extra: object = {}) {
-  const data = eventType.includes('MACHINE') ? machine(`m-${randomUUID().slice(0, 8)}`) : agent(`d-${randomUUID().slice(0, 8)}`);
-  return { event_id: randomUUID(), event_type: eventType, vendor_id: VENDOR, timestamp: new Date().toISOString(), data, ...extra };
+  const data = eventType.includes('MACHINE')
+    ? machine(`m-${randomUUID().slice(0, 8)}`)
+    : agent(`d-${randomUUID().slice(0, 8)}`);
+  return {
+    event_id: randomUUID(),
+    event_type: eventType,
+    vendor_id: VENDOR,
+    timestamp: new Date().toISOString(),
+    data,
+    ...extra,
+  };
 }
 
 /** The Standard Webhooks headers of a received request, as the verifier takes them. */
 function standardHeaders(request: { headers: Record<string, unknown> }): Record<string, string> {
   const h = request.headers;
-  return { 'webhook-id': String(h['webhook-id']), 'webhook-timestamp': String(h['webhook-timestamp']), 'webhook-signature': String(h['webhook-signature']) };
+  return {
+    'webhook-id': String(h['webhook-id']),
+    'webhook-timestamp': String(h['webhook-timestamp']),
+    'webhook-signature': String(h['webhook-signature']),
+  };
 }
 
 /** The legacy check a receiver writes by hand. */
@@ -68,12 +91,24 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
   };
 
   const deliveries = async (webhookId: string) =>
-    (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries`, headers: { 'x-api-key': key } })).json<{
+    (
+      await t.app.inject({
+        method: 'GET',
+        url: `/vendors/v1/webhooks/${webhookId}/deliveries`,
+        headers: { 'x-api-key': key },
+      })
+    ).json<{
       deliveries: { delivery_id: string; status: string; attempts: number; last_outcome: string }[];
     }>().deliveries;
 
   const attemptsOf = async (webhookId: string, deliveryId: string) =>
-    (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries/${deliveryId}`, headers: { 'x-api-key': key } })).json<{
+    (
+      await t.app.inject({
+        method: 'GET',
+        url: `/vendors/v1/webhooks/${webhookId}/deliveries/${deliveryId}`,
+        headers: { 'x-api-key': key },
+      })
+    ).json<{
       delivery: { status: string; event_id: string; replay_of: string | null };
       attempts: { attempt: number; outcome: string; status_code: number | null }[];
     }>();
@@ -95,7 +130,9 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
         timestamp: event.timestamp,
         data: event.data,
       });
-      expect(body.startsWith(`{"version":"1.0","event_id":"${event.event_id}","event_type":"${event.event_type}"`)).toBe(true);
+      expect(
+        body.startsWith(`{"version":"1.0","event_id":"${event.event_id}","event_type":"${event.event_type}"`),
+      ).toBe(true);
       const h = request!.headers;
       expect(h['content-type']).toBe('application/json');
       expect(h['user-agent']).toMatch(/^Hookline\//);
@@ -125,10 +162,19 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const oldSecret = WHSEC;
     const newSecret = `whsec_${Buffer.from('fedcba9876543210fedcba9876543210').toString('base64')}`;
     const id = await register('EVENT_TYPE_MACHINE_UPDATED', '/rot', oldSecret);
-    const patched = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { secret: newSecret } });
+    const patched = await t.app.inject({
+      method: 'PATCH',
+      url: `/vendors/v1/webhooks/${id}`,
+      headers: { 'x-api-key': key },
+      payload: { secret: newSecret },
+    });
     expect(patched.json()).toMatchObject({ secret: newSecret });
     await ingest(eventOf('EVENT_TYPE_MACHINE_UPDATED'));
-    const [request] = await waitFor(() => receiver.at('/rot').length > 0 && receiver.at('/rot'), 10_000, 'rotated delivery');
+    const [request] = await waitFor(
+      () => receiver.at('/rot').length > 0 && receiver.at('/rot'),
+      10_000,
+      'rotated delivery',
+    );
     const h = request!.headers;
     expect(String(h['webhook-signature']).split(' ')).toHaveLength(2);
     expect(new StandardWebhook(newSecret).verify(request!.body, standardHeaders(request!))).toBeTruthy();
@@ -140,7 +186,8 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
 
   it('rotates to a secret Hookline generates, returned once, that signs beside the old one', async () => {
     const id = await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/generated', WHSEC);
-    const rotate = () => t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/rotate-secret`, headers: { 'x-api-key': key } });
+    const rotate = () =>
+      t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/rotate-secret`, headers: { 'x-api-key': key } });
     const res = await rotate();
     expect(res.statusCode).toBe(200);
     const {
@@ -157,12 +204,32 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const generated = await rotate();
     const latest = generated.json<{ secret: string }>().secret;
     await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_CREATED'));
-    const [request] = await waitFor(() => receiver.at('/generated').length > 0 && receiver.at('/generated'), 10_000, 'delivery after the rotation');
+    const [request] = await waitFor(
+      () => receiver.at('/generated').length > 0 && receiver.at('/generated'),
+      10_000,
+      'delivery after the rotation',
+    );
     expect(new StandardWebhook(latest).verify(request!.body, standardHeaders(request!))).toBeTruthy();
     // Another vendor's webhook, or none, is not found.
     const other = await t.keyFor(['vendor'], 'someone-else');
-    expect((await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/rotate-secret`, headers: { 'x-api-key': other } })).statusCode).toBe(404);
-    expect((await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks/nope/rotate-secret', headers: { 'x-api-key': key } })).statusCode).toBe(400);
+    expect(
+      (
+        await t.app.inject({
+          method: 'POST',
+          url: `/vendors/v1/webhooks/${id}/rotate-secret`,
+          headers: { 'x-api-key': other },
+        })
+      ).statusCode,
+    ).toBe(404);
+    expect(
+      (
+        await t.app.inject({
+          method: 'POST',
+          url: '/vendors/v1/webhooks/nope/rotate-secret',
+          headers: { 'x-api-key': key },
+        })
+      ).statusCode,
+    ).toBe(400);
   });
 
   it('keeps a receiver that holds only the old secret verifying both headers through a rotation', async () => {
@@ -172,7 +239,10 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const receiverHolding = (secret: string, request: { body: string; headers: Record<string, unknown> }) => ({
       standard: (() => {
         try {
-          new StandardWebhook(Buffer.from(secret, 'utf8'), { format: 'raw' }).verify(request.body, standardHeaders(request));
+          new StandardWebhook(Buffer.from(secret, 'utf8'), { format: 'raw' }).verify(
+            request.body,
+            standardHeaders(request),
+          );
           return true;
         } catch {
           return false;
@@ -182,11 +252,20 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     });
     const id = await register('EVENT_TYPE_DEPLOYMENT_UPDATED', '/legacy-rot', secretA);
     await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'));
-    const [before] = await waitFor(() => receiver.at('/legacy-rot').length === 1 && receiver.at('/legacy-rot'), 10_000, 'delivery before the rotation');
+    const [before] = await waitFor(
+      () => receiver.at('/legacy-rot').length === 1 && receiver.at('/legacy-rot'),
+      10_000,
+      'delivery before the rotation',
+    );
     expect(receiverHolding(secretA, before!)).toEqual({ standard: true, legacy: true });
 
     const patchedAtMs = Date.now();
-    const patched = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { secret: secretB } });
+    const patched = await t.app.inject({
+      method: 'PATCH',
+      url: `/vendors/v1/webhooks/${id}`,
+      headers: { 'x-api-key': key },
+      payload: { secret: secretB },
+    });
     expect(patched.statusCode).toBe(200);
     const expiresAt = patched.json<{ previous_secret_expires_at?: string }>().previous_secret_expires_at;
     expect(expiresAt).toBeDefined();
@@ -194,7 +273,11 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     expect(Math.abs(Date.parse(expiresAt!) - (patchedAtMs + 24 * 3_600_000))).toBeLessThan(60_000);
 
     await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'));
-    const [, during] = await waitFor(() => receiver.at('/legacy-rot').length === 2 && receiver.at('/legacy-rot'), 10_000, 'delivery during the overlap');
+    const [, during] = await waitFor(
+      () => receiver.at('/legacy-rot').length === 2 && receiver.at('/legacy-rot'),
+      10_000,
+      'delivery during the overlap',
+    );
     // Not yet updated: the old receiver still verifies both headers.
     expect(receiverHolding(secretA, during!)).toEqual({ standard: true, legacy: true });
     // Already updated: the standard header verifies with the new secret; the legacy one still has the old.
@@ -210,12 +293,21 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const secretA = 'secret-A before the rotation';
     const secretB = 'secret-B after the rotation';
     const id = await register('EVENT_TYPE_MACHINE_CREATED', '/after-overlap', secretA);
-    const patched = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { secret: secretB } });
+    const patched = await t.app.inject({
+      method: 'PATCH',
+      url: `/vendors/v1/webhooks/${id}`,
+      headers: { 'x-api-key': key },
+      payload: { secret: secretB },
+    });
     expect(patched.json()).toHaveProperty('previous_secret_expires_at');
     // The overlap is over once the resource stops naming its end.
     await waitFor(
       async () => {
-        const listed = await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } });
+        const listed = await t.app.inject({
+          method: 'GET',
+          url: '/vendors/v1/webhooks',
+          headers: { 'x-api-key': key },
+        });
         const [webhook] = listed.json<{ webhooks: Record<string, unknown>[] }>().webhooks;
         return webhook !== undefined && !('previous_secret_expires_at' in webhook);
       },
@@ -223,11 +315,20 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
       'the end of the overlap',
     );
     await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
-    const [request] = await waitFor(() => receiver.at('/after-overlap').length > 0 && receiver.at('/after-overlap'), 10_000, 'delivery after the overlap');
+    const [request] = await waitFor(
+      () => receiver.at('/after-overlap').length > 0 && receiver.at('/after-overlap'),
+      10_000,
+      'delivery after the overlap',
+    );
     expect(legacyValid(secretB, request!.body, request!.headers['x-webhook-signature'] as string)).toBe(true);
     expect(legacyValid(secretA, request!.body, request!.headers['x-webhook-signature'] as string)).toBe(false);
     expect(String(request!.headers['webhook-signature']).split(' ')).toHaveLength(1);
-    expect(new StandardWebhook(Buffer.from(secretB, 'utf8'), { format: 'raw' }).verify(request!.body, standardHeaders(request!))).toBeTruthy();
+    expect(
+      new StandardWebhook(Buffer.from(secretB, 'utf8'), { format: 'raw' }).verify(
+        request!.body,
+        standardHeaders(request!),
+      ),
+    ).toBeTruthy();
   });
 
   it('signs the deliveries of a webhook registered without a secret with the secret generated for it', async () => {
@@ -282,7 +383,10 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     receiver.script(`/ra${status}`, { status, headers: { 'retry-after': '1' } }, { status: 200 });
     await register('EVENT_TYPE_MACHINE_CREATED', `/ra${status}`);
     await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
-    const requests = await waitFor(() => receiver.at(`/ra${status}`).length >= 2 && receiver.at(`/ra${status}`), 10_000);
+    const requests = await waitFor(
+      () => receiver.at(`/ra${status}`).length >= 2 && receiver.at(`/ra${status}`),
+      10_000,
+    );
     const gapMs = requests[1]!.atMs - requests[0]!.atMs;
     // Retry-After 1 s, not the scheduled 3 s ± 20 %.
     expect(gapMs).toBeGreaterThanOrEqual(900);
@@ -316,10 +420,17 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const id = await register('EVENT_TYPE_MACHINE_CREATED', '/gone');
     await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
     await waitFor(async () => (await t.webhooks.getById(id))?.disabled?.reason === 'gone', 10_000, 'disabled');
-    const listed = (await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })).json<{ webhooks: object[] }>();
+    const listed = (
+      await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })
+    ).json<{ webhooks: object[] }>();
     expect(listed.webhooks[0]).toMatchObject({ webhook_id: id, enabled: false, disabled_reason: 'gone' });
     expect(receiver.at('/gone')).toHaveLength(1);
-    const reenabled = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { enabled: true } });
+    const reenabled = await t.app.inject({
+      method: 'PATCH',
+      url: `/vendors/v1/webhooks/${id}`,
+      headers: { 'x-api-key': key },
+      payload: { enabled: true },
+    });
     expect(reenabled.json()).toMatchObject({ enabled: true });
     expect(reenabled.json()).not.toHaveProperty('disabled_reason');
   });
@@ -327,11 +438,20 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
   it('dead-letters after the last attempt with every attempt, replays one, and bulk-replays as a task', async () => {
     receiver.script('/down', { status: 503 });
     const id = await register('EVENT_TYPE_DEPLOYMENT_UPDATED', '/down');
-    await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'), eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'), eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'));
+    await ingest(
+      eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'),
+      eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'),
+      eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'),
+    );
     const dead = await waitFor(
       async () => {
-        const res = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters`, headers: { 'x-api-key': key } });
-        const list = res.json<{ dead_letters: { delivery_id: string; attempts: number; status: string }[] }>().dead_letters;
+        const res = await t.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${id}/dead-letters`,
+          headers: { 'x-api-key': key },
+        });
+        const list = res.json<{ dead_letters: { delivery_id: string; attempts: number; status: string }[] }>()
+          .dead_letters;
         return list.length === 3 && list;
       },
       15_000,
@@ -359,13 +479,19 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     expect(again.statusCode).toBe(409);
     await waitFor(() => receiver.at('/down').length === 13, 10_000, 'replayed delivery');
 
-    const bulk = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/dead-letters/replay`, headers: { 'x-api-key': key } });
+    const bulk = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${id}/dead-letters/replay`,
+      headers: { 'x-api-key': key },
+    });
     expect(bulk.statusCode).toBe(202);
     const { task_id: taskId } = bulk.json<{ task_id: string }>();
     const taskKey = await t.keyFor(['tasks:read']);
     const task = await waitFor(
       async () => {
-        const res = (await t.app.inject({ method: 'GET', url: `/rental/v1/tasks/${taskId}`, headers: { 'x-api-key': taskKey } })).json<{
+        const res = (
+          await t.app.inject({ method: 'GET', url: `/rental/v1/tasks/${taskId}`, headers: { 'x-api-key': taskKey } })
+        ).json<{
           status: string;
           progress?: { total: number; done: number };
         }>();
@@ -384,7 +510,13 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     await waitFor(() => receiver.at('/down').length === 15, 10_000, 'bulk replayed deliveries');
     const eventIds = new Set(receiver.at('/down').map((r) => r.headers['webhook-id']));
     expect(eventIds.size).toBe(3);
-    const remaining = (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters`, headers: { 'x-api-key': key } })).json<{
+    const remaining = (
+      await t.app.inject({
+        method: 'GET',
+        url: `/vendors/v1/webhooks/${id}/dead-letters`,
+        headers: { 'x-api-key': key },
+      })
+    ).json<{
       dead_letters: unknown[];
     }>();
     expect(remaining.dead_letters).toHaveLength(0);
@@ -396,18 +528,28 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     await ingest(eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'), eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED'));
     const dead = await waitFor(
       async () => {
-        const res = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters`, headers: { 'x-api-key': key } });
+        const res = await t.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${id}/dead-letters`,
+          headers: { 'x-api-key': key },
+        });
         const list = res.json<{ dead_letters: { delivery_id: string }[] }>().dead_letters;
         return list.length === 2 && list;
       },
       15_000,
       'two dead letters',
     );
-    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/dead-letters?limit=1`, headers: { 'x-api-key': key } })).json()).toMatchObject(
-      {
-        total: 2,
-      },
-    );
+    expect(
+      (
+        await t.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${id}/dead-letters?limit=1`,
+          headers: { 'x-api-key': key },
+        })
+      ).json(),
+    ).toMatchObject({
+      total: 2,
+    });
     // No worker from here on: whatever the API answers now was written before its 202.
     await worker.close();
     receiver.script('/later', { status: 204 });
@@ -419,10 +561,18 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const replayed = await api('GET', `/vendors/v1/webhooks/${id}/deliveries/${replayId}`);
     expect(replayed.statusCode, replayed.body).toBe(200);
     expect(replayed.json()).toMatchObject({
-      delivery: { delivery_id: replayId, status: 'pending', attempts: 0, replay_of: dead[0]!.delivery_id, event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED' },
+      delivery: {
+        delivery_id: replayId,
+        status: 'pending',
+        attempts: 0,
+        replay_of: dead[0]!.delivery_id,
+        event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
+      },
       attempts: [],
     });
-    expect((await attemptsOf(id, replayId)).delivery.event_id).toBe((await attemptsOf(id, dead[0]!.delivery_id)).delivery.event_id);
+    expect((await attemptsOf(id, replayId)).delivery.event_id).toBe(
+      (await attemptsOf(id, dead[0]!.delivery_id)).delivery.event_id,
+    );
     expect((await deliveries(id)).map((d) => d.delivery_id)).toContain(replayId);
     // The count a bulk replay would take on: the one dead letter left.
     expect((await api('GET', `/vendors/v1/webhooks/${id}/dead-letters?limit=1`)).json()).toMatchObject({
@@ -435,7 +585,9 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const testId = test.json<{ delivery_id: string }>().delivery_id;
     const tested = await api('GET', `/vendors/v1/webhooks/${id}/deliveries/${testId}`);
     expect(tested.statusCode, tested.body).toBe(200);
-    expect(tested.json()).toMatchObject({ delivery: { delivery_id: testId, status: 'pending', attempts: 0, replay_of: null } });
+    expect(tested.json()).toMatchObject({
+      delivery: { delivery_id: testId, status: 'pending', attempts: 0, replay_of: null },
+    });
 
     const bulk = await api('POST', `/vendors/v1/webhooks/${id}/dead-letters/replay`);
     expect(bulk.statusCode).toBe(202);
@@ -479,7 +631,11 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     const id = await register('EVENT_TYPE_MACHINE_CREATED', '/deleted');
     await ingest(eventOf('EVENT_TYPE_MACHINE_CREATED'));
     await waitFor(() => receiver.at('/deleted').length === 1);
-    const del = await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key } });
+    const del = await t.app.inject({
+      method: 'DELETE',
+      url: `/vendors/v1/webhooks/${id}`,
+      headers: { 'x-api-key': key },
+    });
     expect(del.statusCode).toBe(204);
     await waitFor(() => worker.outcomes.some((o) => o.kind === 'dropped'), 10_000, 'drop');
     await queuesDrained(t.queues);
@@ -488,10 +644,18 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
 
   it('sends a test event on request', async () => {
     const id = await register('EVENT_TYPE_DEPLOYMENT_STOPPED', '/test', WHSEC);
-    const res = await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/test`, headers: { 'x-api-key': key } });
+    const res = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${id}/test`,
+      headers: { 'x-api-key': key },
+    });
     expect(res.statusCode).toBe(202);
     const [request] = await waitFor(() => receiver.at('/test').length > 0 && receiver.at('/test'));
-    expect(JSON.parse(request!.body)).toMatchObject({ version: '1.0', event_type: 'EVENT_TYPE_DEPLOYMENT_STOPPED', data: { test: true } });
+    expect(JSON.parse(request!.body)).toMatchObject({
+      version: '1.0',
+      event_type: 'EVENT_TYPE_DEPLOYMENT_STOPPED',
+      data: { test: true },
+    });
     expect(request!.headers['webhook-id']).toBe(res.json<{ event_id: string }>().event_id);
   });
 
@@ -508,7 +672,11 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
       acceptedAtMs: nowMs + i,
     }));
     for (const [i, job] of dead.entries()) {
-      await t.deliveryLog.recordAttempt({ job, attempt: { attempt: 1, atMs: nowMs + i, outcome: 'http_5xx', statusCode: 500, durationMs: 1 }, status: 'dead' });
+      await t.deliveryLog.recordAttempt({
+        job,
+        attempt: { attempt: 1, atMs: nowMs + i, outcome: 'http_5xx', statusCode: 500, durationMs: 1 },
+        status: 'dead',
+      });
     }
     // The three oldest records expired (their ids stay in the set until something removes them).
     for (const job of dead.slice(0, 3)) await t.redis.del(t.keys.deliveries.record(id, job.deliveryId));
@@ -531,7 +699,12 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
     );
     expect(finished).toEqual({
       vendorId: VENDOR,
-      task: { task_id: taskId, status: 'success', fail_reason: null, progress: { total: 5, done: 5, queued: 2, delivered: 2, failed: 0, pending: 0 } },
+      task: {
+        task_id: taskId,
+        status: 'success',
+        fail_reason: null,
+        progress: { total: 5, done: 5, queued: 2, delivered: 2, failed: 0, pending: 0 },
+      },
     });
     expect(
       receiver
@@ -544,14 +717,39 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
   it('answers 404 for another vendor’s deliveries and 400 for malformed ids', async () => {
     const id = await register('EVENT_TYPE_MACHINE_CREATED', '/x');
     const other = await t.keyFor(['vendor'], 'vendor-b');
-    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries`, headers: { 'x-api-key': other } })).statusCode).toBe(404);
-    expect((await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/test`, headers: { 'x-api-key': other } })).statusCode).toBe(404);
-    expect((await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries/nope`, headers: { 'x-api-key': key } })).json()).toEqual({
+    expect(
+      (
+        await t.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${id}/deliveries`,
+          headers: { 'x-api-key': other },
+        })
+      ).statusCode,
+    ).toBe(404);
+    expect(
+      (await t.app.inject({ method: 'POST', url: `/vendors/v1/webhooks/${id}/test`, headers: { 'x-api-key': other } }))
+        .statusCode,
+    ).toBe(404);
+    expect(
+      (
+        await t.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${id}/deliveries/nope`,
+          headers: { 'x-api-key': key },
+        })
+      ).json(),
+    ).toEqual({
       error: 'Invalid delivery_id format',
       code: 'invalid_delivery_id',
     });
     expect(
-      (await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/deliveries/${randomUUID()}`, headers: { 'x-api-key': key } })).statusCode,
+      (
+        await t.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${id}/deliveries/${randomUUID()}`,
+          headers: { 'x-api-key': key },
+        })
+      ).statusCode,
     ).toBe(404);
   });
 });

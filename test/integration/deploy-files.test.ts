@@ -9,14 +9,21 @@ import { parse } from 'yaml';
 import { loadConfig } from '../../src/config/env.js';
 import { signatureHeaders } from '../../src/delivery/sign.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
-import { dashboardExpressions, dashboardFiles, metricNamesInExpression, metricNamesUsedInDashboards, ruleExpressions } from '../helpers/dashboard-metrics.js';
+import {
+  dashboardExpressions,
+  dashboardFiles,
+  metricNamesInExpression,
+  metricNamesUsedInDashboards,
+  ruleExpressions,
+} from '../helpers/dashboard-metrics.js';
 import { runCli } from '../helpers/cli.js';
 import { waitFor } from '../helpers/wait.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 /** The configuration's defaults: the ports the images and compose file must agree with. */
 const DEFAULTS = loadConfig({});
-const ENGINES = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { engines: { node: string } }).engines.node;
+const ENGINES = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { engines: { node: string } })
+  .engines.node;
 /** A `node:<major>…` image whose Node the package supports (its `engines`) and that is a long-term-support line (even major). */
 const supportedNodeImage = (image: string): boolean => {
   const major = Number(/^node:(\d+)/.exec(image)?.[1]);
@@ -87,7 +94,10 @@ const healthTest = (s: Service) => [s.healthcheck?.test ?? []].flat().join(' ');
 /** A service's environment as compose passes it from a shell that sets none of the variables it interpolates (`${X:-default}`). */
 const composeEnvironment = (s: Service): Record<string, string> =>
   Object.fromEntries(
-    Object.entries(s.environment ?? {}).map(([key, value]) => [key, String(value).replace(/\$\{\w+:-([^}]*)\}/g, (_match, fallback: string) => fallback)]),
+    Object.entries(s.environment ?? {}).map(([key, value]) => [
+      key,
+      String(value).replace(/\$\{\w+:-([^}]*)\}/g, (_match, fallback: string) => fallback),
+    ]),
   );
 const commandOf = (s: Service): string[] => [s.command ?? []].flat();
 
@@ -104,7 +114,11 @@ function bindMounts(s: Service): [string, string][] {
 function dockerCompose(): { ok: true } | { ok: false; why: string } {
   const version = spawnSync('docker', ['compose', 'version'], { encoding: 'utf8', timeout: 20_000 });
   if (version.error) return { ok: false, why: `docker CLI not found (${version.error.message})` };
-  if (version.status !== 0) return { ok: false, why: `docker compose plugin not available: ${`${version.stderr}${version.stdout}`.trim().split('\n')[0]}` };
+  if (version.status !== 0)
+    return {
+      ok: false,
+      why: `docker compose plugin not available: ${`${version.stderr}${version.stdout}`.trim().split('\n')[0]}`,
+    };
   return { ok: true };
 }
 
@@ -118,7 +132,11 @@ function promtool(ctx: TestContext): string {
   return ctx.skip(why);
 }
 
-function run(command: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}) {
+function run(
+  command: string,
+  args: string[],
+  options: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+) {
   const result = spawnSync(command, args, {
     cwd: options.cwd ?? ROOT,
     env: options.env ?? process.env,
@@ -186,10 +204,14 @@ describe('docker-compose.yml', () => {
   it('leaves the refusal to the engine: the API’s configuration without HOOKLINE_SECRET_KEY stops with the reason', async () => {
     const environment = composeEnvironment(service('api'));
     expect(environment.HOOKLINE_SECRET_KEY).toBe('');
-    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL'));
+    const env = Object.fromEntries(
+      Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL'),
+    );
     const result = await runCli(commandOf(service('api')), { ...env, ...environment });
     expect(result.code).toBe(1);
-    expect(result.stderr).toContain('HOOKLINE_SECRET_KEY: required when REDIS_URL is set (32 random bytes in base64: openssl rand -base64 32)');
+    expect(result.stderr).toContain(
+      'HOOKLINE_SECRET_KEY: required when REDIS_URL is set (32 random bytes in base64: openssl rand -base64 32)',
+    );
   }, 60_000);
 
   it('runs scalable workers: same image, no host port, metrics port reachable, private targets for the demo only', () => {
@@ -214,9 +236,13 @@ describe('docker-compose.yml', () => {
     for (const [name, s] of Object.entries(compose.services)) {
       if (s.build !== undefined) {
         const build = typeof s.build === 'string' ? { context: s.build } : s.build;
-        expect(existsSync(path.join(ROOT, build.context, build.dockerfile ?? 'Dockerfile')), `${name}: Dockerfile`).toBe(true);
+        expect(
+          existsSync(path.join(ROOT, build.context, build.dockerfile ?? 'Dockerfile')),
+          `${name}: Dockerfile`,
+        ).toBe(true);
       }
-      for (const [source] of bindMounts(s)) expect(existsSync(path.join(ROOT, source)), `${name} mounts ${source}`).toBe(true);
+      for (const [source] of bindMounts(s))
+        expect(existsSync(path.join(ROOT, source)), `${name} mounts ${source}`).toBe(true);
     }
   });
 
@@ -231,8 +257,12 @@ describe('docker-compose.yml', () => {
     const dashboardTarget = mounts.get('dashboards/grafana/hookline-overview.json');
     expect(dashboardTarget).toBeDefined();
     // The file provider reads the folder the dashboard is mounted into; the home dashboard is that file.
-    const provider = readYaml<{ providers: { type: string; options: { path: string } }[] }>('dashboards/grafana/provisioning/dashboards/hookline.yml');
-    expect(provider.providers.map((p) => [p.type, p.options.path])).toEqual([['file', path.posix.dirname(dashboardTarget ?? '')]]);
+    const provider = readYaml<{ providers: { type: string; options: { path: string } }[] }>(
+      'dashboards/grafana/provisioning/dashboards/hookline.yml',
+    );
+    expect(provider.providers.map((p) => [p.type, p.options.path])).toEqual([
+      ['file', path.posix.dirname(dashboardTarget ?? '')],
+    ]);
     expect(grafana.environment).toMatchObject({
       GF_AUTH_ANONYMOUS_ENABLED: 'true',
       GF_AUTH_ANONYMOUS_ORG_ROLE: 'Viewer',
@@ -278,7 +308,8 @@ describe('Dockerfile', () => {
   })();
   const build = stages[0];
   const runtime = stages.at(-1);
-  const all = (stage: typeof runtime, keyword: string) => (stage?.instructions ?? []).filter(([k]) => k === keyword).map(([, rest]) => rest);
+  const all = (stage: typeof runtime, keyword: string) =>
+    (stage?.instructions ?? []).filter(([k]) => k === keyword).map(([, rest]) => rest);
 
   it('builds on a Node the package supports: npm ci, build, prune dev dependencies', () => {
     expect(stages).toHaveLength(2);
@@ -314,7 +345,9 @@ describe('Dockerfile', () => {
     expect(users.at(-1)).not.toMatch(/^(root|0)(:|$)/);
     expect(all(runtime, 'ENV').join(' ')).toMatch(/\bNODE_ENV=production\b/);
     // The ports the API and a worker's health server listen on by default.
-    expect(all(runtime, 'EXPOSE').join(' ').split(/\s+/).sort()).toEqual([String(DEFAULTS.apiPort), String(DEFAULTS.metricsPort)].sort());
+    expect(all(runtime, 'EXPOSE').join(' ').split(/\s+/).sort()).toEqual(
+      [String(DEFAULTS.apiPort), String(DEFAULTS.metricsPort)].sort(),
+    );
     const [healthcheck] = all(runtime, 'HEALTHCHECK');
     expect(healthcheck).toMatch(/CMD \["node", "-e", ".*fetch\(.*\/healthz/);
     // The package's own CLI, started as `hookline start` unless the container is given another command.
@@ -372,9 +405,15 @@ describe('Grafana dashboard and provisioning', () => {
     expect(dashboard.schemaVersion).toBeGreaterThanOrEqual(38);
     const variable = dashboard.templating.list.find((v) => v.name === 'datasource');
     expect(variable).toMatchObject({ type: 'datasource', query: 'prometheus' });
-    const datasources = readYaml<{ datasources: { uid: string; type: string; url: string }[] }>('dashboards/grafana/provisioning/datasources/prometheus.yml');
-    expect(datasources.datasources).toEqual([expect.objectContaining({ uid: 'prometheus', type: 'prometheus', url: 'http://prometheus:9090' })]);
-    expect(dashboardFiles().map((file) => path.relative(ROOT, file))).toEqual([path.join('dashboards', 'grafana', 'hookline-overview.json')]);
+    const datasources = readYaml<{ datasources: { uid: string; type: string; url: string }[] }>(
+      'dashboards/grafana/provisioning/datasources/prometheus.yml',
+    );
+    expect(datasources.datasources).toEqual([
+      expect.objectContaining({ uid: 'prometheus', type: 'prometheus', url: 'http://prometheus:9090' }),
+    ]);
+    expect(dashboardFiles().map((file) => path.relative(ROOT, file))).toEqual([
+      path.join('dashboards', 'grafana', 'hookline-overview.json'),
+    ]);
   });
 
   it('gives every panel a title and at least one query, on the templated data source, inside the grid', () => {
@@ -420,7 +459,11 @@ describe('Grafana dashboard and provisioning', () => {
     // Quantiles come from histogram buckets; the queue gauge is the same in every process: max(), not sum().
     const exprs = dashboardExpressions(dashboard);
     expect(exprs.filter((e) => e.includes('histogram_quantile')).every((e) => /_bucket\{/.test(e))).toBe(true);
-    expect(exprs.filter((e) => e.includes('hookline_queue_jobs')).every((e) => /max by \(state\) \(hookline_queue_jobs/.test(e))).toBe(true);
+    expect(
+      exprs
+        .filter((e) => e.includes('hookline_queue_jobs'))
+        .every((e) => /max by \(state\) \(hookline_queue_jobs/.test(e)),
+    ).toBe(true);
   });
 
   it('queries only metrics the engine registers, and shows every hookline_* metric', () => {
@@ -440,20 +483,31 @@ describe('Grafana dashboard and provisioning', () => {
         'histogram_quantile(0.99, sum by (le, route) (rate(hookline_http_request_duration_seconds_bucket{job=~"$job", route!="/metrics"}[$__rate_interval])))',
       ),
     ).toEqual(['hookline_http_request_duration_seconds']);
-    expect(metricNamesInExpression('sum(rate(a_total{x="y"}[5m] offset 1h)) / on (job) group_left(version) b_info * 1e3 > bool 5')).toEqual([
-      'a_total',
-      'b_info',
+    expect(
+      metricNamesInExpression(
+        'sum(rate(a_total{x="y"}[5m] offset 1h)) / on (job) group_left(version) b_info * 1e3 > bool 5',
+      ),
+    ).toEqual(['a_total', 'b_info']);
+    expect(metricNamesInExpression('deriv(sum(max by (state) (q{state=~"a|b"}))[15m:1m]) > 0 and up == 1')).toEqual([
+      'q',
     ]);
-    expect(metricNamesInExpression('deriv(sum(max by (state) (q{state=~"a|b"}))[15m:1m]) > 0 and up == 1')).toEqual(['q']);
-    expect(metricNamesInExpression('label_replace(rate(h_total[1m]), "class", "${1}xx", "status", "([0-9]).."), nan, Inf, 0x1F')).toEqual(['h_total']);
-    expect(metricNamesInExpression('sum(x_seconds_sum) / sum(x_seconds_count) or absent(up{job="w"})')).toEqual(['x_seconds']);
+    expect(
+      metricNamesInExpression(
+        'label_replace(rate(h_total[1m]), "class", "${1}xx", "status", "([0-9]).."), nan, Inf, 0x1F',
+      ),
+    ).toEqual(['h_total']);
+    expect(metricNamesInExpression('sum(x_seconds_sum) / sum(x_seconds_count) or absent(up{job="w"})')).toEqual([
+      'x_seconds',
+    ]);
     expect(ruleExpressions('groups: [{name: g, rules: [{alert: A, expr: "m > 1"}]}]')).toEqual(['m > 1']);
   });
 });
 
 describe('Prometheus scrape config and alert rules', () => {
   const config = readYaml<PrometheusConfig>('dashboards/prometheus/prometheus.yml');
-  const rules = readYaml<{ groups: { rules: AlertRule[] }[] }>('dashboards/prometheus/alerts.yml').groups.flatMap((g) => g.rules);
+  const rules = readYaml<{ groups: { rules: AlertRule[] }[] }>('dashboards/prometheus/alerts.yml').groups.flatMap(
+    (g) => g.rules,
+  );
 
   it('scrapes the API and the DNS-discovered workers every 15s and loads the alert rules', () => {
     expect(config.global.scrape_interval).toBe('15s');
@@ -461,7 +515,9 @@ describe('Prometheus scrape config and alert rules', () => {
     const jobs = new Map(config.scrape_configs.map((job) => [job.job_name, job]));
     expect([...jobs.keys()].sort()).toEqual(['hookline-api', 'hookline-worker']);
     expect(jobs.get('hookline-api')?.static_configs).toEqual([{ targets: [`api:${DEFAULTS.metricsPort}`] }]);
-    expect(jobs.get('hookline-worker')?.dns_sd_configs).toEqual([expect.objectContaining({ names: ['worker'], type: 'A', port: 9464 })]);
+    expect(jobs.get('hookline-worker')?.dns_sd_configs).toEqual([
+      expect.objectContaining({ names: ['worker'], type: 'A', port: 9464 }),
+    ]);
   });
 
   it('gives every alert a hold time, a severity, a summary and a runbook-style description', () => {
@@ -484,9 +540,10 @@ describe('Prometheus scrape config and alert rules', () => {
   });
 
   it('has a unit test that fires each alert and one where it stays silent', () => {
-    const tests = readYaml<{ rule_files: string[]; tests: { alert_rule_test: { alertname: string; exp_alerts?: unknown[] }[] }[] }>(
-      'dashboards/prometheus/alerts.test.yml',
-    );
+    const tests = readYaml<{
+      rule_files: string[];
+      tests: { alert_rule_test: { alertname: string; exp_alerts?: unknown[] }[] }[];
+    }>('dashboards/prometheus/alerts.test.yml');
     expect(tests.rule_files).toEqual(['alerts.yml']);
     const checks = tests.tests.flatMap((t) => t.alert_rule_test);
     for (const rule of rules.filter((r) => r.alert !== undefined)) {
@@ -524,7 +581,9 @@ describe('Prometheus scrape config and alert rules', () => {
     const dashboard = JSON.parse(read('dashboards/grafana/hookline-overview.json')) as Dashboard;
     const exprs = dashboardExpressions(dashboard).filter((e) => !e.startsWith('label_values('));
     expect(exprs.length).toBeGreaterThan(20);
-    const promql = exprs.map((e) => e.replace(/\$__(rate_interval|interval|range)\b/g, '1m').replace(/\$\{?job\}?/g, 'hookline-api|hookline-worker'));
+    const promql = exprs.map((e) =>
+      e.replace(/\$__(rate_interval|interval|range)\b/g, '1m').replace(/\$\{?job\}?/g, 'hookline-api|hookline-worker'),
+    );
     const dir = mkdtempSync(path.join(tmpdir(), 'hookline-dashboard-promql-'));
     try {
       const file = path.join(dir, 'dashboard-queries.yml');
@@ -577,7 +636,11 @@ describe('demo receiver', () => {
 
   /** Posts an event signed by the engine's own signer, optionally tampered with after signing. */
   async function deliver(
-    options: { secrets?: string[]; ageSec?: number; tamper?: (headers: Record<string, string>, body: string) => [Record<string, string>, string] } = {},
+    options: {
+      secrets?: string[];
+      ageSec?: number;
+      tamper?: (headers: Record<string, string>, body: string) => [Record<string, string>, string];
+    } = {},
   ) {
     const eventId = randomUUID();
     const body = JSON.stringify({
@@ -593,17 +656,28 @@ describe('demo receiver', () => {
       body,
       secrets: options.secrets ?? [SECRET],
     });
-    const baseHeaders = { ...signed, 'content-type': 'application/json', 'x-webhook-event': 'EVENT_TYPE_MACHINE_CREATED', 'x-webhook-attempt': '3' };
+    const baseHeaders = {
+      ...signed,
+      'content-type': 'application/json',
+      'x-webhook-event': 'EVENT_TYPE_MACHINE_CREATED',
+      'x-webhook-attempt': '3',
+    };
     const [headers, sent] = options.tamper ? options.tamper(baseHeaders, body) : [baseHeaders, body];
     const response = await fetch(`${base}/hooks`, { method: 'POST', headers, body: sent });
-    const line = await waitFor(() => output.split('\n').find((l) => l.includes(`event=${eventId}`)), 2_000, 'the demo receiver’s line').catch(() => undefined);
+    const line = await waitFor(
+      () => output.split('\n').find((l) => l.includes(`event=${eventId}`)),
+      2_000,
+      'the demo receiver’s line',
+    ).catch(() => undefined);
     return { status: response.status, line };
   }
 
   it('answers 204 to a correctly signed request and logs id, type, attempt and verified=yes', async () => {
     const { status, line } = await deliver();
     expect(status).toBe(204);
-    expect(line).toMatch(/event=\S+ type=EVENT_TYPE_MACHINE_CREATED attempt=3 verified=yes \(standard=yes legacy=yes\) status=204/);
+    expect(line).toMatch(
+      /event=\S+ type=EVENT_TYPE_MACHINE_CREATED attempt=3 verified=yes \(standard=yes legacy=yes\) status=204/,
+    );
   });
 
   it('accepts a secret rotation whichever of the two secrets the receiver holds', async () => {
@@ -626,14 +700,19 @@ describe('demo receiver', () => {
     expect((await deliver({ ageSec: 6 * 60 })).status).toBe(401);
     expect((await deliver({ ageSec: -6 * 60 })).status).toBe(401);
     expect((await deliver({ ageSec: 4 * 60 })).status).toBe(204);
-    const unsigned = await deliver({ tamper: (h, body) => [Object.fromEntries(Object.entries(h).filter(([k]) => !k.endsWith('signature'))), body] });
+    const unsigned = await deliver({
+      tamper: (h, body) => [Object.fromEntries(Object.entries(h).filter(([k]) => !k.endsWith('signature'))), body],
+    });
     expect(unsigned.status).toBe(401);
   });
 
   it('judges a request with only the legacy header by that header', async () => {
-    const withoutStandard = (h: Record<string, string>) => Object.fromEntries(Object.entries(h).filter(([k]) => k !== 'webhook-signature'));
+    const withoutStandard = (h: Record<string, string>) =>
+      Object.fromEntries(Object.entries(h).filter(([k]) => k !== 'webhook-signature'));
     expect((await deliver({ tamper: (h, body) => [withoutStandard(h), body] })).status).toBe(204);
-    const wrong = await deliver({ tamper: (h, body) => [{ ...withoutStandard(h), 'x-webhook-signature': `sha256=${'0'.repeat(64)}` }, body] });
+    const wrong = await deliver({
+      tamper: (h, body) => [{ ...withoutStandard(h), 'x-webhook-signature': `sha256=${'0'.repeat(64)}` }, body],
+    });
     expect(wrong.status).toBe(401);
     expect(wrong.line).toMatch(/verified=no \(standard=absent legacy=no\)/);
   });
@@ -655,11 +734,15 @@ describe('demo receiver', () => {
       });
       const eventId = randomUUID();
       const body = '{"event_id":"x"}';
-      const post = (headers: Record<string, string>) => fetch(`${otherBase}/hooks`, { method: 'POST', headers, body }).then((r) => r.status);
-      const signed = (secret: string) => signatureHeaders({ webhookId: eventId, timestampSec: Math.floor(Date.now() / 1000), body, secrets: [secret] });
+      const post = (headers: Record<string, string>) =>
+        fetch(`${otherBase}/hooks`, { method: 'POST', headers, body }).then((r) => r.status);
+      const signed = (secret: string) =>
+        signatureHeaders({ webhookId: eventId, timestampSec: Math.floor(Date.now() / 1000), body, secrets: [secret] });
       // Keyed with the decoded bytes: a receiver keying with the whole string would answer 401.
       expect(await post(signed(whsec))).toBe(204);
-      expect(await post(signed(`whsec_${Buffer.from('another key, 32 bytes long......').toString('base64')}`))).toBe(401);
+      expect(await post(signed(`whsec_${Buffer.from('another key, 32 bytes long......').toString('base64')}`))).toBe(
+        401,
+      );
       // The legacy header is keyed with the whole secret as UTF-8, whsec_ prefix included.
       const { 'webhook-signature': _standard, ...legacyOnly } = signed(whsec);
       expect(await post(legacyOnly)).toBe(204);

@@ -1,7 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { FinishedOutcome } from '../../src/delivery/attempt.js';
-import { LATENCY_BOUNDS_MS, latencyBucket, RedisEndpointStats, type AttemptSample } from '../../src/store/endpoint-stats.js';
+import {
+  LATENCY_BOUNDS_MS,
+  latencyBucket,
+  RedisEndpointStats,
+  type AttemptSample,
+} from '../../src/store/endpoint-stats.js';
 import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
@@ -63,7 +68,13 @@ describe('endpoint stats store (real Redis)', () => {
   };
 
   /** An attempt that ended at `endedAtMs`. */
-  const sample = (webhookId: string, outcome: string, endedAtMs: number, durationMs: number, statusCode?: number): AttemptSample => ({
+  const sample = (
+    webhookId: string,
+    outcome: string,
+    endedAtMs: number,
+    durationMs: number,
+    statusCode?: number,
+  ): AttemptSample => ({
     webhookId,
     outcome,
     statusCode,
@@ -123,7 +134,14 @@ describe('endpoint stats store (real Redis)', () => {
 
     // A webhook nobody attempted.
     const none = await stats.read(randomUUID(), now);
-    expect(none.hour).toEqual({ attempts: 0, delivered: 0, failed: 0, successRate: undefined, p50Ms: undefined, p95Ms: undefined });
+    expect(none.hour).toEqual({
+      attempts: 0,
+      delivered: 0,
+      failed: 0,
+      successRate: undefined,
+      p50Ms: undefined,
+      p95Ms: undefined,
+    });
     expect(none.day.attempts).toBe(0);
     expect(none.last).toBeUndefined();
     expect(none.minutes.every((m) => m.delivered === 0 && m.failed === 0)).toBe(true);
@@ -165,7 +183,9 @@ describe('endpoint stats store (real Redis)', () => {
     const bytesOf = async (id: string) => {
       const found = await statsKeys(id);
       const sizes = await Promise.all(found.map((key) => t.redis.memory('USAGE', key, 'SAMPLES', 0)));
-      const encodings = await Promise.all(found.filter((key) => !key.endsWith(':last')).map((key) => t.redis.object('ENCODING', key)));
+      const encodings = await Promise.all(
+        found.filter((key) => !key.endsWith(':last')).map((key) => t.redis.object('ENCODING', key)),
+      );
       const kinds = (kind: string) => found.filter((key) => key.includes(`:stats:${kind}:`)).length;
       return {
         keys: found.length,
@@ -221,11 +241,19 @@ describe('GET /vendors/v1/webhooks/{webhook_id}/stats (real worker, real receive
     // Every third answers 500, the others 200, half of those after 300 ms (the order requests arrive in).
     mixed.script(
       '/mixed',
-      ...Array.from({ length: 30 }, (_, i) => (i % 3 === 0 ? { status: 500 } : i % 3 === 1 ? { status: 200 } : { status: 200, delayMs: 300 })),
+      ...Array.from({ length: 30 }, (_, i) =>
+        i % 3 === 0 ? { status: 500 } : i % 3 === 1 ? { status: 200 } : { status: 200, delayMs: 300 },
+      ),
     );
     down.script('/down', { status: 500 });
-    const a = await t.webhooks.create('v-stats', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${mixed.base}/mixed` });
-    const b = await t.webhooks.create('v-stats', { eventType: 'EVENT_TYPE_MACHINE_UPDATED', callbackUrl: `${down.base}/down` });
+    const a = await t.webhooks.create('v-stats', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: `${mixed.base}/mixed`,
+    });
+    const b = await t.webhooks.create('v-stats', {
+      eventType: 'EVENT_TYPE_MACHINE_UPDATED',
+      callbackUrl: `${down.base}/down`,
+    });
     if (!a.ok || !b.ok) throw new Error('webhooks not created');
     const [mixedId, downId] = [a.webhook.id, b.webhook.id];
     const key = { 'x-api-key': await t.keyFor(['vendor'], 'v-stats') };
@@ -239,7 +267,10 @@ describe('GET /vendors/v1/webhooks/{webhook_id}/stats (real worker, real receive
       'http',
     );
     const attemptsOf = (webhookId: string) =>
-      worker!.outcomes.filter((o): o is Extract<FinishedOutcome, { kind: 'attempted' }> => o.kind === 'attempted' && o.job.webhookId === webhookId);
+      worker!.outcomes.filter(
+        (o): o is Extract<FinishedOutcome, { kind: 'attempted' }> =>
+          o.kind === 'attempted' && o.job.webhookId === webhookId,
+      );
     await waitFor(() => attemptsOf(mixedId).length === 30, 20_000, 'every delivery to the mixed receiver attempted');
     // Workers write their counts once a second.
     const stats = await waitFor(
@@ -278,7 +309,13 @@ describe('GET /vendors/v1/webhooks/{webhook_id}/stats (real worker, real receive
     const newestStart = Math.max(...attemptsOf(mixedId).map((o) => o.startedAtMs));
     const newest = attemptsOf(mixedId).filter((o) => o.startedAtMs === newestStart);
     expect(body.last_attempt?.attempted_at).toBe(new Date(newestStart).toISOString());
-    expect(newest.map((o) => ({ outcome: o.outcome, status_code: o.statusCode ?? null, duration_ms: Math.round(o.durationMs) }))).toContainEqual({
+    expect(
+      newest.map((o) => ({
+        outcome: o.outcome,
+        status_code: o.statusCode ?? null,
+        duration_ms: Math.round(o.durationMs),
+      })),
+    ).toContainEqual({
       outcome: body.last_attempt?.outcome,
       status_code: body.last_attempt?.status_code,
       duration_ms: body.last_attempt?.duration_ms,
@@ -286,7 +323,11 @@ describe('GET /vendors/v1/webhooks/{webhook_id}/stats (real worker, real receive
     expect(body.circuit).toBe('closed');
 
     // The receiver that answers 500 only: its circuit opens after five failures in a row.
-    await waitFor(async () => (await getStats(downId, key)).body.circuit === 'open', 10_000, 'the failing endpoint’s circuit to open');
+    await waitFor(
+      async () => (await getStats(downId, key)).body.circuit === 'open',
+      10_000,
+      'the failing endpoint’s circuit to open',
+    );
     const sent = await quiescent(() => down.requests.length, 1_000, 10_000, 'requests to the failing receiver');
     const failing = await waitFor(
       async () => {
@@ -309,7 +350,10 @@ describe('GET /vendors/v1/webhooks/{webhook_id}/stats (real worker, real receive
 
   it('answers zeros for a webhook without attempts; 400 for a bad id or parameter, 401 without a valid key, 403 without the role, 404 for an unknown id', async () => {
     t = await testApp();
-    const created = await t.webhooks.create('v-stats', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'http://127.0.0.1:9/quiet' });
+    const created = await t.webhooks.create('v-stats', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: 'http://127.0.0.1:9/quiet',
+    });
     if (!created.ok) throw new Error('webhook not created');
     const id = created.webhook.id;
     const key = { 'x-api-key': await t.keyFor(['vendor'], 'v-stats') };
@@ -331,7 +375,11 @@ describe('GET /vendors/v1/webhooks/{webhook_id}/stats (real worker, real receive
     const bad = await getStats('not-a-uuid', key);
     expect(bad.status).toBe(400);
     expect(bad.body.code).toBe('invalid_webhook_id');
-    const unknownParameter = await t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}/stats?window=week`, headers: key });
+    const unknownParameter = await t.app.inject({
+      method: 'GET',
+      url: `/vendors/v1/webhooks/${id}/stats?window=week`,
+      headers: key,
+    });
     expect(unknownParameter.statusCode).toBe(400);
     expect(unknownParameter.json<{ error: string }>().error).toContain('unknown parameter "window"');
     const unknown = await getStats(randomUUID(), key);

@@ -11,7 +11,9 @@ const T0 = Math.ceil(Date.now() / (WINDOW_MS / 2)) * (WINDOW_MS / 2);
 const ids = (count: number) => Array.from({ length: count }, () => randomUUID());
 
 /** Every key of the prefix's dedupe partitions and the bytes Redis reports for them (MEMORY USAGE). */
-async function dedupeFootprint(t: TestRedis): Promise<{ keys: number; bytes: number; encodings: Record<string, number> }> {
+async function dedupeFootprint(
+  t: TestRedis,
+): Promise<{ keys: number; bytes: number; encodings: Record<string, number> }> {
   let cursor = '0';
   let keys = 0;
   let bytes = 0;
@@ -61,7 +63,9 @@ describe('compact event-id dedupe marks', () => {
     expect(await dedupe.seen(early, T0 + WINDOW_MS - 1)).toEqual(early.map(() => true));
     expect(await dedupe.seen(late, T0 + bucketMs - 1 + WINDOW_MS)).toEqual(late.map(() => true));
     // Gone once the window has passed the end of their bucket.
-    expect(await dedupe.seen([...early, ...late], T0 + bucketMs + WINDOW_MS)).toEqual([...early, ...late].map(() => false));
+    expect(await dedupe.seen([...early, ...late], T0 + bucketMs + WINDOW_MS)).toEqual(
+      [...early, ...late].map(() => false),
+    );
     // The sets expire on their own at that time (plus a minute's slack for clocks): Redis reclaims them.
     // Their TTL is counted from the mark (the early marks' sets were written at T0).
     let cursor = '0';
@@ -86,7 +90,9 @@ describe('compact event-id dedupe marks', () => {
     const others = ids(3_000);
     expect((await dedupe.seen(marked, T0 + 1)).every(Boolean)).toBe(true);
     expect((await dedupe.seen(others, T0 + 1)).some(Boolean)).toBe(false);
-    const metas = await Promise.all(Array.from({ length: 16 }, (_, p) => p).map(async (p) => t!.redis.hgetall(await metaKey(t!, p))));
+    const metas = await Promise.all(
+      Array.from({ length: 16 }, (_, p) => p).map(async (p) => t!.redis.hgetall(await metaKey(t!, p))),
+    );
     const bucket = T0 / (WINDOW_MS / 2);
     const generations = metas.map((m) => Number(m[`g${bucket}`] ?? 0));
     console.log(`dedupe generations per partition after 3,000 marks at 4 per set: ${generations.join(' ')}`);
@@ -94,7 +100,9 @@ describe('compact event-id dedupe marks', () => {
     for (const g of generations) expect(g).toBeGreaterThanOrEqual(4);
     // The next bucket starts with enough sets for as many marks (a quarter more), in one generation.
     await dedupe.mark(ids(16), T0 + WINDOW_MS / 2);
-    const next = await Promise.all(Array.from({ length: 16 }, (_, p) => p).map(async (p) => t!.redis.hgetall(await metaKey(t!, p))));
+    const next = await Promise.all(
+      Array.from({ length: 16 }, (_, p) => p).map(async (p) => t!.redis.hgetall(await metaKey(t!, p))),
+    );
     for (const [p, meta] of next.entries()) {
       const previous = Number(metas[p]![`n${bucket}`] ?? 0);
       const first = Number(meta[`s${bucket + 1}`] ?? 0);
@@ -113,9 +121,11 @@ describe('compact event-id dedupe marks', () => {
     const MARKS = 200_000;
     // In two buckets, as a steady rate would leave them: the second sized from the first.
     const marked = ids(MARKS);
-    for (let i = 0; i < MARKS; i += 1_000) await dedupe.mark(marked.slice(i, i + 1_000), i < MARKS / 2 ? T0 : T0 + WINDOW_MS / 2);
+    for (let i = 0; i < MARKS; i += 1_000)
+      await dedupe.mark(marked.slice(i, i + 1_000), i < MARKS / 2 ? T0 : T0 + WINDOW_MS / 2);
     let falseDuplicates = 0;
-    for (let i = 0; i < MARKS; i += 1_000) falseDuplicates += (await dedupe.seen(ids(1_000), T0 + WINDOW_MS / 2 + 1)).filter(Boolean).length;
+    for (let i = 0; i < MARKS; i += 1_000)
+      falseDuplicates += (await dedupe.seen(ids(1_000), T0 + WINDOW_MS / 2 + 1)).filter(Boolean).length;
     const missed = (await dedupe.seen(marked, T0 + WINDOW_MS / 2 + 1)).filter((seen) => !seen).length;
     const footprint = await dedupeFootprint(t);
     const perMark = footprint.bytes / MARKS;

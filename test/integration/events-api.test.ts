@@ -28,14 +28,19 @@ afterEach(async () => {
 
 /** Registers a webhook of `vendorId` for `eventType` and returns its id. */
 async function subscribe(vendorId: string, eventType: WebhookEventType): Promise<string> {
-  const created = await t.webhooks.create(vendorId, { eventType, callbackUrl: `https://receiver.example/${vendorId}/${eventType}` });
+  const created = await t.webhooks.create(vendorId, {
+    eventType,
+    callbackUrl: `https://receiver.example/${vendorId}/${eventType}`,
+  });
   if (!created.ok) throw new Error(`webhook for ${vendorId} ${eventType} already exists`);
   return created.webhook.id;
 }
 
 /** Every delivery ingest queued (no worker runs: they wait in their batch jobs). */
 async function queued(): Promise<DeliverJob[]> {
-  const jobs = await Promise.all(t.queues.partitions.map((p) => p.batches.getJobs(['waiting', 'delayed', 'prioritized'])));
+  const jobs = await Promise.all(
+    t.queues.partitions.map((p) => p.batches.getJobs(['waiting', 'delayed', 'prioritized'])),
+  );
   return jobs.flat().flatMap((job) => (job.data as { deliveries: DeliverJob[] }).deliveries);
 }
 
@@ -53,7 +58,12 @@ describe('POST /internal/v1/events', () => {
     const webhookId = await subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
     const res = await post(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) }));
     expect(res.statusCode).toBe(202);
-    expect(res.json()).toEqual({ results: [{ event_id: id(1), status: 'accepted', deliveries: 1 }], accepted: 1, duplicates: 0, rejected: 0 });
+    expect(res.json()).toEqual({
+      results: [{ event_id: id(1), status: 'accepted', deliveries: 1 }],
+      accepted: 1,
+      duplicates: 0,
+      rejected: 0,
+    });
     expect((await queued()).map((r) => r.webhookId)).toEqual([webhookId]);
   });
 
@@ -63,7 +73,11 @@ describe('POST /internal/v1/events', () => {
     const res = await post({
       events: [
         valid,
-        { event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: { deployment_id: 'd-1', status: 'STATUS_RUNNING' } },
+        {
+          event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
+          vendor_id: 'v-1',
+          data: { deployment_id: 'd-1', status: 'STATUS_RUNNING' },
+        },
         42,
         valid,
         { event_type: 'TASK_UPDATED', event_id: id(5), data: { task_id: id(9), status: 'pending', fail_reason: null } },
@@ -89,7 +103,11 @@ describe('POST /internal/v1/events', () => {
   });
 
   it('answers 400 events_rejected, with every result, when no event of the request was taken', async () => {
-    const single = await post({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor: 'v-1', data: { status: 'available', metadata: { machine_id: 'm-1' } } });
+    const single = await post({
+      event_type: 'EVENT_TYPE_MACHINE_CREATED',
+      vendor: 'v-1',
+      data: { status: 'available', metadata: { machine_id: 'm-1' } },
+    });
     expect(single.statusCode).toBe(400);
     expect(single.json()).toEqual({
       error: 'The event was rejected: unknown field "vendor"; vendor_id: required',
@@ -100,7 +118,14 @@ describe('POST /internal/v1/events', () => {
       rejected: 1,
     });
     const batch = await post({
-      events: [{ event_type: 'TASK_UPDATED', event_id: id(7), data: { task_id: 'nope', status: 'pending', fail_reason: null } }, 42],
+      events: [
+        {
+          event_type: 'TASK_UPDATED',
+          event_id: id(7),
+          data: { task_id: 'nope', status: 'pending', fail_reason: null },
+        },
+        42,
+      ],
     });
     expect(batch.statusCode).toBe(400);
     expect(batch.json()).toMatchObject({
@@ -136,7 +161,11 @@ describe('POST /internal/v1/events', () => {
     expect(res.json<Answer>()).toEqual({
       results: [
         { event_id: id(1), status: 'accepted', deliveries: 1 },
-        { event_id: id(2), status: 'rejected', reason: 'data: nested more than 64 levels deep (objects and arrays within one another)' },
+        {
+          event_id: id(2),
+          status: 'rejected',
+          reason: 'data: nested more than 64 levels deep (objects and arrays within one another)',
+        },
       ],
       accepted: 1,
       duplicates: 0,
@@ -160,10 +189,15 @@ describe('POST /internal/v1/events', () => {
   });
 
   it('answers 400 naming the limit for more than 1000 events, and ingests none of them', async () => {
-    const events = Array.from({ length: 1001 }, (_, i) => sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(i + 1) }));
+    const events = Array.from({ length: 1001 }, (_, i) =>
+      sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(i + 1) }),
+    );
     const res = await post({ events });
     expect(res.statusCode).toBe(400);
-    expect(res.json()).toEqual({ error: 'Invalid request body: events: a batch holds at most 1000 events, got 1001; split it', code: 'invalid_request' });
+    expect(res.json()).toEqual({
+      error: 'Invalid request body: events: a batch holds at most 1000 events, got 1001; split it',
+      code: 'invalid_request',
+    });
     expect(await t.dedupe.seen([id(1)], Date.now())).toEqual([false]);
 
     const full = await post({ events: events.slice(0, 1000) });
@@ -175,7 +209,10 @@ describe('POST /internal/v1/events', () => {
     const event = sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) });
     const res = await post({ vendor_id: 'v-1', events: [event] });
     expect(res.statusCode).toBe(400);
-    expect(res.json()).toEqual({ error: 'Invalid request body: unknown field "vendor_id" (a batch is { "events": [ … ] } alone)', code: 'invalid_request' });
+    expect(res.json()).toEqual({
+      error: 'Invalid request body: unknown field "vendor_id" (a batch is { "events": [ … ] } alone)',
+      code: 'invalid_request',
+    });
     expect(await t.dedupe.seen([id(1)], Date.now())).toEqual([false]);
   });
 

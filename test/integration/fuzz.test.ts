@@ -24,7 +24,24 @@ const oddStrings = fc.oneof(
   fc.string(),
   fc.string({ unit: 'grapheme' }),
   fc.string({ unit: 'binary' }),
-  fc.constantFrom('', ' ', '\u0000', '\u202e', '%', '%%', '%ZZ', '..', '../..', '%2e%2e%2f', '\r\n', 'null', '{}', '[]', '𝔘𝔫𝔦', 'a'.repeat(5000)),
+  fc.constantFrom(
+    '',
+    ' ',
+    '\u0000',
+    '\u202e',
+    '%',
+    '%%',
+    '%ZZ',
+    '..',
+    '../..',
+    '%2e%2e%2f',
+    '\r\n',
+    'null',
+    '{}',
+    '[]',
+    '𝔘𝔫𝔦',
+    'a'.repeat(5000),
+  ),
 );
 const oddUrls = fc.oneof(
   fc.webUrl(),
@@ -51,13 +68,21 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
     t = await testApp();
     vendorKey = await t.keyFor(['vendor'], 'fuzz-vendor');
     adminKey = await t.keyFor(['admin'], 'fuzz-vendor');
-    const created = await t.webhooks.create('fuzz-vendor', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/fuzz' });
+    const created = await t.webhooks.create('fuzz-vendor', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: 'https://example.com/fuzz',
+    });
     if (!created.ok) throw new Error('setup');
     webhookId = created.webhook.id;
   });
   /** A portal session of the fuzzed vendor, opened as the page would open it. */
   async function portalCookie(): Promise<{ cookie: string; csrf: string }> {
-    const { token } = await t.portalSessions.issue({ vendorId: 'fuzz-vendor', permission: 'manage', ttlMs: 3_600_000, issuedBy: 'fuzz' });
+    const { token } = await t.portalSessions.issue({
+      vendorId: 'fuzz-vendor',
+      permission: 'manage',
+      ttlMs: 3_600_000,
+      issuedBy: 'fuzz',
+    });
     const opened = await t.portalSessions.exchange(token);
     if (!opened) throw new Error('setup: the portal session did not open');
     return { cookie: `hookline_portal=${opened.cookieValue}`, csrf: opened.csrfToken };
@@ -91,14 +116,21 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
           payload: JSON.stringify(payload) ?? 'null',
         });
         expectClearAnswer(res);
-        if (res.statusCode === 201) await t.webhooks.delete('fuzz-vendor', res.json<{ webhook_id: string }>().webhook_id);
+        if (res.statusCode === 201)
+          await t.webhooks.delete('fuzz-vendor', res.json<{ webhook_id: string }>().webhook_id);
       }),
       { numRuns: runs(600, 4000) },
     );
     // The registry is intact: the fixture webhook still exists and is listed.
-    const listed = await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': vendorKey } });
+    const listed = await t.app.inject({
+      method: 'GET',
+      url: '/vendors/v1/webhooks',
+      headers: { 'x-api-key': vendorKey },
+    });
     expect(listed.statusCode).toBe(200);
-    expect(listed.json<{ webhooks: { webhook_id: string }[] }>().webhooks.map((w) => w.webhook_id)).toContain(webhookId);
+    expect(listed.json<{ webhooks: { webhook_id: string }[] }>().webhooks.map((w) => w.webhook_id)).toContain(
+      webhookId,
+    );
   });
 
   it('raw bodies: malformed JSON, deep nesting, huge and odd content types → 4xx, never 5xx', async () => {
@@ -108,12 +140,24 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
       fc.string({ unit: 'binary' }),
       fc.integer({ min: 1, max: 20_000 }).map(deep),
       fc.integer({ min: 1, max: 5_000 }).map((n) => `{"a":${'{"a":'.repeat(n)}1${'}'.repeat(n)}}`),
-      fc.constantFrom('{', '{"event_type":', '\u0000', '\ufeff{}', '{"__proto__":{"admin":true}}', '{"constructor":{"prototype":{"x":1}}}'),
+      fc.constantFrom(
+        '{',
+        '{"event_type":',
+        '\u0000',
+        '\ufeff{}',
+        '{"__proto__":{"admin":true}}',
+        '{"constructor":{"prototype":{"x":1}}}',
+      ),
     );
     await fc.assert(
       fc.asyncProperty(
         raw,
-        fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1'),
+        fc.constantFrom(
+          'application/json',
+          'text/plain',
+          'application/x-www-form-urlencoded',
+          'application/json; charset=latin1',
+        ),
         async (payload, contentType) => {
           casesRun += 1;
           const res = await t.app.inject({
@@ -169,7 +213,19 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
       fc
         .array(
           fc.tuple(
-            fc.oneof(fc.constantFrom('gpu_name', 'cpu_name', 'memory_size', 'storage_size', 'cpu_cores', 'machine_id', 'machine_status', 'status'), oddStrings),
+            fc.oneof(
+              fc.constantFrom(
+                'gpu_name',
+                'cpu_name',
+                'memory_size',
+                'storage_size',
+                'cpu_cores',
+                'machine_id',
+                'machine_status',
+                'status',
+              ),
+              oddStrings,
+            ),
             oddStrings,
           ),
           { maxLength: 25 },
@@ -177,12 +233,21 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
         .map((clauses) => clauses.map(([n, v]) => `${n}:${v}`).join(',')),
     );
     await fc.assert(
-      fc.asyncProperty(filters, fc.oneof(fc.integer(), oddStrings), fc.oneof(fc.integer(), oddStrings), async (filter, page, pageSize) => {
-        casesRun += 1;
-        const qs = `filter=${encodeURIComponent(filter)}&page=${encodeURIComponent(String(page))}&page_size=${encodeURIComponent(String(pageSize))}`;
-        const res = await t.app.inject({ method: 'GET', url: `/rental/v1/machines?${qs}`, headers: { 'x-api-key': adminKey } });
-        expectClearAnswer(res);
-      }),
+      fc.asyncProperty(
+        filters,
+        fc.oneof(fc.integer(), oddStrings),
+        fc.oneof(fc.integer(), oddStrings),
+        async (filter, page, pageSize) => {
+          casesRun += 1;
+          const qs = `filter=${encodeURIComponent(filter)}&page=${encodeURIComponent(String(page))}&page_size=${encodeURIComponent(String(pageSize))}`;
+          const res = await t.app.inject({
+            method: 'GET',
+            url: `/rental/v1/machines?${qs}`,
+            headers: { 'x-api-key': adminKey },
+          });
+          expectClearAnswer(res);
+        },
+      ),
       { numRuns: runs(500, 2000) },
     );
   });
@@ -199,13 +264,24 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
       { cookie: cookie.cookie, 'x-csrf-token': cookie.csrf, 'sec-fetch-site': 'same-origin' },
       { cookie: 'hookline_portal=ps_guess.guess', 'x-csrf-token': 'x' },
     );
-    const parameter = fc.oneof(fc.constantFrom(webhookId, 'dep-1', `ps_${'0'.repeat(24)}`), fc.uuid(), oddStrings).map((value) => encodeURIComponent(value));
+    const parameter = fc
+      .oneof(fc.constantFrom(webhookId, 'dep-1', `ps_${'0'.repeat(24)}`), fc.uuid(), oddStrings)
+      .map((value) => encodeURIComponent(value));
     const query = fc.oneof(
       fc.constant(''),
       fc
-        .array(fc.tuple(fc.oneof(fc.constantFrom('limit', 'status', 'cursor', 'vendor_id', 'webhook_id', 'filter', 'page'), oddStrings), oddStrings), {
-          maxLength: 4,
-        })
+        .array(
+          fc.tuple(
+            fc.oneof(
+              fc.constantFrom('limit', 'status', 'cursor', 'vendor_id', 'webhook_id', 'filter', 'page'),
+              oddStrings,
+            ),
+            oddStrings,
+          ),
+          {
+            maxLength: 4,
+          },
+        )
         .map((pairs) => `?${pairs.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&')}`),
     );
     const body = fc.oneof(
@@ -274,7 +350,11 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
       { numRuns: runs(400, 2500) },
     );
     // A valid machine event among garbage still reaches the read model.
-    const valid = { event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'fuzz-vendor', data: { status: 'available', metadata: { machine_id: 'fuzz-m-1' } } };
+    const valid = {
+      event_type: 'EVENT_TYPE_MACHINE_CREATED',
+      vendor_id: 'fuzz-vendor',
+      data: { status: 'available', metadata: { machine_id: 'fuzz-m-1' } },
+    };
     const res = await t.app.inject({
       method: 'POST',
       url: '/internal/v1/events',

@@ -2,7 +2,14 @@ import type { LookupAddress, LookupOptions, lookup as dnsLookup } from 'node:dns
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { attemptErrorClass, guardedLookup, HttpSender, SsrfBlockedError, type HttpSenderOptions, type SendResult } from '../../src/delivery/http-sender.js';
+import {
+  attemptErrorClass,
+  guardedLookup,
+  HttpSender,
+  SsrfBlockedError,
+  type HttpSenderOptions,
+  type SendResult,
+} from '../../src/delivery/http-sender.js';
 
 const SIGNATURE = 'v1,c2lnbmF0dXJlLXRoYXQtbXVzdC1uZXZlci1iZS1sb2dnZWQ=';
 const BODY = '{"version":"1.0","event_id":"e-1","event_type":"EVENT_TYPE_MACHINE_CREATED","data":{}}';
@@ -47,7 +54,13 @@ async function receiver(handle: Handler = (_, res) => res.end('ok'), host = '127
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
-      seen.push({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), remotePort: req.socket.remotePort });
+      seen.push({
+        method: req.method,
+        url: req.url,
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+        remotePort: req.socket.remotePort,
+      });
       handle(req, res);
     });
   });
@@ -71,7 +84,12 @@ function sender(overrides: Partial<HttpSenderOptions> = {}): HttpSender {
 }
 
 function send(target: HttpSender, url: string, timeoutMs = 5_000): Promise<SendResult> {
-  return target.send({ url, headers: { 'webhook-id': 'e-1', 'webhook-signature': SIGNATURE, 'x-webhook-attempt': '1' }, body: BODY, timeoutMs });
+  return target.send({
+    url,
+    headers: { 'webhook-id': 'e-1', 'webhook-signature': SIGNATURE, 'x-webhook-attempt': '1' },
+    body: BODY,
+    timeoutMs,
+  });
 }
 
 function expectError(result: SendResult, errorClass: string): Extract<SendResult, { kind: 'error' }> {
@@ -164,7 +182,11 @@ describe('HttpSender: responses', () => {
 
   it('returns a 500 with its body as the snippet', async () => {
     const target = await receiver((_, res) => res.writeHead(500).end('database down'));
-    expect(await send(sender(), `${target.origin}/`)).toMatchObject({ kind: 'response', status: 500, bodySnippet: 'database down' });
+    expect(await send(sender(), `${target.origin}/`)).toMatchObject({
+      kind: 'response',
+      status: 500,
+      bodySnippet: 'database down',
+    });
   });
 
   it('exposes Retry-After on 429 and 503', async () => {
@@ -173,7 +195,12 @@ describe('HttpSender: responses', () => {
         ? res.writeHead(429, { 'retry-after': '120' }).end('slow down')
         : res.writeHead(503, { 'retry-after': 'Thu, 02 Jan 2025 03:05:35 GMT' }).end(),
     );
-    expect(await send(sender(), `${target.origin}/busy`)).toMatchObject({ kind: 'response', status: 429, retryAfter: '120', bodySnippet: 'slow down' });
+    expect(await send(sender(), `${target.origin}/busy`)).toMatchObject({
+      kind: 'response',
+      status: 429,
+      retryAfter: '120',
+      bodySnippet: 'slow down',
+    });
     expect(await send(sender(), `${target.origin}/down`)).toMatchObject({
       kind: 'response',
       status: 503,
@@ -206,7 +233,12 @@ describe('HttpSender: responses', () => {
     const started = Date.now();
     const result = await send(sender({ maxResponseBytes: 25 }), `${target.origin}/`, 3_000);
     expect(Date.now() - started).toBeLessThan(1_000);
-    expect(result).toMatchObject({ kind: 'response', status: 500, retryAfter: '30', bodySnippet: '0123456789012345678901234' });
+    expect(result).toMatchObject({
+      kind: 'response',
+      status: 500,
+      retryAfter: '30',
+      bodySnippet: '0123456789012345678901234',
+    });
   });
 
   it('keeps the connection when a response longer than maxResponseBytes ends within the same read', async () => {
@@ -250,9 +282,17 @@ describe('HttpSender: responses', () => {
   it('skips informational 1xx answers: only a final status makes a response', async () => {
     const target = await receiver((req, res) => {
       res.writeEarlyHints({ link: '</style.css>; rel=preload' });
-      setTimeout(() => (req.url === '/broken' ? res.destroy() : res.writeHead(202, { 'retry-after': '5' }).end('accepted')), 20);
+      setTimeout(
+        () => (req.url === '/broken' ? res.destroy() : res.writeHead(202, { 'retry-after': '5' }).end('accepted')),
+        20,
+      );
     });
-    expect(await send(sender(), `${target.origin}/final`)).toMatchObject({ kind: 'response', status: 202, retryAfter: '5', bodySnippet: 'accepted' });
+    expect(await send(sender(), `${target.origin}/final`)).toMatchObject({
+      kind: 'response',
+      status: 202,
+      retryAfter: '5',
+      bodySnippet: 'accepted',
+    });
     expectError(await send(sender(), `${target.origin}/broken`), 'network');
   });
 
@@ -281,7 +321,10 @@ describe('HttpSender: errors', () => {
   it('never sends an attempt whose deadline passed while it waited for a pooled connection', async () => {
     const target = await receiver((_, res) => setTimeout(() => res.end('slow'), 600));
     const oneConnection = sender({ connections: 1 });
-    const [first, queued] = await Promise.all([send(oneConnection, `${target.origin}/`, 5_000), send(oneConnection, `${target.origin}/`, 200)]);
+    const [first, queued] = await Promise.all([
+      send(oneConnection, `${target.origin}/`, 5_000),
+      send(oneConnection, `${target.origin}/`, 200),
+    ]);
     expect(first).toMatchObject({ kind: 'response', status: 200, bodySnippet: 'slow' });
     expect(expectError(queued, 'timeout').message).toBe('no response within 200 ms');
     expect(target.seen).toHaveLength(1);
@@ -341,18 +384,27 @@ describe('HttpSender: SSRF guard', () => {
 
   it('names the reason, metadata included', async () => {
     const guarded = sender({ allowPrivateTargets: false });
-    expect(expectError(await send(guarded, 'http://169.254.169.254/'), 'ssrf_blocked').message).toContain('link-local (metadata)');
+    expect(expectError(await send(guarded, 'http://169.254.169.254/'), 'ssrf_blocked').message).toContain(
+      'link-local (metadata)',
+    );
     expect(expectError(await send(guarded, 'http://10.0.0.1/'), 'ssrf_blocked').message).toContain('(private)');
   });
 
   it('checks what a name resolves to, once, and never connects to a blocked answer', async () => {
     const target = await receiver();
     const asked: string[] = [];
-    const lookup = ((hostname: string, _options: LookupOptions, callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => {
+    const lookup = ((
+      hostname: string,
+      _options: LookupOptions,
+      callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void,
+    ) => {
       asked.push(hostname);
       callback(null, [{ address: '127.0.0.1', family: 4 }]);
     }) as typeof dnsLookup;
-    const result = expectError(await send(sender({ allowPrivateTargets: false, lookup }), `http://evil.example:${target.port}/`), 'ssrf_blocked');
+    const result = expectError(
+      await send(sender({ allowPrivateTargets: false, lookup }), `http://evil.example:${target.port}/`),
+      'ssrf_blocked',
+    );
     // The rule that blocked it, not the address: the attempt log is shown to vendors.
     expect(result.message).toBe('ERR_HOOKLINE_SSRF_BLOCKED: evil.example resolves to a blocked address (loopback)');
     expect(asked).toEqual(['evil.example']);
@@ -363,7 +415,12 @@ describe('HttpSender: SSRF guard', () => {
     const v4 = await receiver();
     const v6 = await receiver(undefined, '::1');
     const open = sender({ allowPrivateTargets: true });
-    for (const url of [`http://127.0.0.1:${v4.port}/`, `http://0x7f000001:${v4.port}/`, `http://localhost:${v4.port}/`, `http://[::1]:${v6.port}/`]) {
+    for (const url of [
+      `http://127.0.0.1:${v4.port}/`,
+      `http://0x7f000001:${v4.port}/`,
+      `http://localhost:${v4.port}/`,
+      `http://[::1]:${v6.port}/`,
+    ]) {
       expect(await send(open, url), url).toMatchObject({ kind: 'response', status: 200 });
     }
     expect(v4.seen).toHaveLength(3);
@@ -376,7 +433,9 @@ describe('HttpSender: SSRF guard', () => {
       if (options.all === true) callback(null, [{ address: '127.0.0.1', family: 4 }]);
       else callback(null, '127.0.0.1', 4);
     }) as unknown as typeof dnsLookup;
-    expect(await send(sender({ allowPrivateTargets: true, lookup }), `http://hooks.test:${target.port}/x`)).toMatchObject({ status: 200 });
+    expect(
+      await send(sender({ allowPrivateTargets: true, lookup }), `http://hooks.test:${target.port}/x`),
+    ).toMatchObject({ status: 200 });
     expect(target.seen[0]?.headers.host).toBe(`hooks.test:${target.port}`);
   });
 });
@@ -385,7 +444,11 @@ describe('guardedLookup', () => {
   type Answer = { error: NodeJS.ErrnoException | null; address?: string | LookupAddress[]; family?: number };
 
   function resolveWith(answer: LookupAddress[] | NodeJS.ErrnoException) {
-    return ((_hostname: string, options: LookupOptions, callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => {
+    return ((
+      _hostname: string,
+      options: LookupOptions,
+      callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void,
+    ) => {
       expect(options.all).toBe(true);
       if (answer instanceof Error) callback(answer, []);
       else callback(null, answer);
@@ -393,7 +456,11 @@ describe('guardedLookup', () => {
   }
 
   function run(answer: LookupAddress[] | NodeJS.ErrnoException, all: boolean): Promise<Answer> {
-    return new Promise((resolve) => guardedLookup(resolveWith(answer))('hooks.test', { all }, (error, address, family) => resolve({ error, address, family })));
+    return new Promise((resolve) =>
+      guardedLookup(resolveWith(answer))('hooks.test', { all }, (error, address, family) =>
+        resolve({ error, address, family }),
+      ),
+    );
   }
 
   it('blocks when ANY resolved address is blocked, even if another is public', async () => {

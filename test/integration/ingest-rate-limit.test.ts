@@ -35,11 +35,19 @@ describe('ingest rate limit (events per second per key, not requests)', () => {
   });
 
   const post = (app: TestApp, key: string, payload: object) =>
-    app.app.inject({ method: 'POST', url: URL, headers: { 'x-api-key': key, 'content-type': 'application/json' }, payload: JSON.stringify(payload) });
+    app.app.inject({
+      method: 'POST',
+      url: URL,
+      headers: { 'x-api-key': key, 'content-type': 'application/json' },
+      payload: JSON.stringify(payload),
+    });
 
   it('accepts 300 events posted one per request as fast as one client can, with the default limits, and delivers them all', async () => {
     const defaults = loadConfig({});
-    t = await testApp({ rateLimitPerSecond: defaults.rateLimitPerSecond, ingestRateLimitPerSecond: defaults.ingestRateLimitPerSecond });
+    t = await testApp({
+      rateLimitPerSecond: defaults.rateLimitPerSecond,
+      ingestRateLimitPerSecond: defaults.ingestRateLimitPerSecond,
+    });
     receiver = new TestReceiver();
     await receiver.start();
     const vendorKey = await t.keyFor(['vendor'], VENDOR);
@@ -60,7 +68,9 @@ describe('ingest rate limit (events per second per key, not requests)', () => {
       statuses.push(res.statusCode);
       seconds.push(Math.floor(Date.now() / 1000));
     }
-    const perSecond = [...seconds.reduce((counts, s) => counts.set(s, (counts.get(s) ?? 0) + 1), new Map<number, number>()).values()];
+    const perSecond = [
+      ...seconds.reduce((counts, s) => counts.set(s, (counts.get(s) ?? 0) + 1), new Map<number, number>()).values(),
+    ];
     console.log(`ingest one by one: 300 requests, at most ${Math.max(...perSecond)} in one second`);
     expect(statuses.filter((s) => s !== 202)).toEqual([]);
     // The run really went past the per-key request limit, or this test would prove nothing.
@@ -68,8 +78,14 @@ describe('ingest rate limit (events per second per key, not requests)', () => {
 
     // The worker starts afterwards, so the producer has the process's CPU to itself while it posts.
     worker = await startTestWorker(t);
-    await waitFor(() => new Set(receiver!.at('/one-by-one').map((r) => r.headers['webhook-id'])).size === 300, 30_000, '300 deliveries');
-    expect(new Set(receiver.at('/one-by-one').map((r) => String(r.headers['webhook-id'])))).toEqual(new Set(events.map((e) => e.event_id)));
+    await waitFor(
+      () => new Set(receiver!.at('/one-by-one').map((r) => r.headers['webhook-id'])).size === 300,
+      30_000,
+      '300 deliveries',
+    );
+    expect(new Set(receiver.at('/one-by-one').map((r) => String(r.headers['webhook-id'])))).toEqual(
+      new Set(events.map((e) => e.event_id)),
+    );
   });
 
   it('does not count ingest requests against the per-key request limit', async () => {
@@ -84,12 +100,16 @@ describe('ingest rate limit (events per second per key, not requests)', () => {
     t = await testApp({ ingestRateLimitPerSecond: 50 });
     const producerKey = await t.keyFor(['events:write']);
     const otherKey = await t.keyFor(['events:write']);
-    const batch = (from: number, count: number) => ({ events: Array.from({ length: count }, (_, i) => deploymentEvent(from + i)) });
+    const batch = (from: number, count: number) => ({
+      events: Array.from({ length: count }, (_, i) => deploymentEvent(from + i)),
+    });
     const ingested = async (payload: { events: { event_id: string; data: { deployment_id: string } }[] }) =>
       (
         await Promise.all(
           payload.events.map(
-            async (e) => ((await t!.dedupe.seen([e.event_id], Date.now()))[0] ? 1 : 0) + ((await t!.agents.get(e.data.deployment_id)) ? 1 : 0),
+            async (e) =>
+              ((await t!.dedupe.seen([e.event_id], Date.now()))[0] ? 1 : 0) +
+              ((await t!.agents.get(e.data.deployment_id)) ? 1 : 0),
           ),
         )
       ).reduce((a, b) => a + b, 0);
@@ -101,7 +121,10 @@ describe('ingest rate limit (events per second per key, not requests)', () => {
     const refused = await post(t, producerKey, over);
     expect(refused.statusCode).toBe(429);
     expect(refused.headers['retry-after']).toBe('1');
-    expect(refused.json()).toEqual({ error: 'Ingest rate limit of 50 events per second for this API key exceeded; retry after 1 s', code: 'rate_limited' });
+    expect(refused.json()).toEqual({
+      error: 'Ingest rate limit of 50 events per second for this API key exceeded; retry after 1 s',
+      code: 'rate_limited',
+    });
     // Refused events are not counted: 20 more still fit this second, then one more does not.
     const fits = batch(200, 20);
     expect((await post(t, producerKey, fits)).statusCode).toBe(202);

@@ -1,7 +1,16 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { WEBHOOK_EVENT_TYPES } from '../../src/domain/events.js';
 import { isUuid } from '../../src/domain/ids.js';
-import { agent, DEDUPE_WINDOW_MS, ingestFixture, machine, NOW_MS, sampleEvent, task, type IngestFixture } from '../helpers/ingest-app.js';
+import {
+  agent,
+  DEDUPE_WINDOW_MS,
+  ingestFixture,
+  machine,
+  NOW_MS,
+  sampleEvent,
+  task,
+  type IngestFixture,
+} from '../helpers/ingest-app.js';
 import { commandsNaming } from '../helpers/redis.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
@@ -20,10 +29,14 @@ describe('Ingestor: matching and the envelope', () => {
     // Another vendor's webhook for the same type must not receive v-1's event.
     await f.subscribe('v-2', 'EVENT_TYPE_MACHINE_CREATED');
 
-    const events = WEBHOOK_EVENT_TYPES.map((eventType, i) => sampleEvent(eventType, 'v-1', { event_id: id(i + 1), timestamp: `2024-05-01T1${i}:00:00+02:00` }));
+    const events = WEBHOOK_EVENT_TYPES.map((eventType, i) =>
+      sampleEvent(eventType, 'v-1', { event_id: id(i + 1), timestamp: `2024-05-01T1${i}:00:00+02:00` }),
+    );
     const results = await f.ingest(events);
 
-    expect(results).toEqual(WEBHOOK_EVENT_TYPES.map((_, i) => ({ event_id: id(i + 1), status: 'accepted', deliveries: 1 })));
+    expect(results).toEqual(
+      WEBHOOK_EVENT_TYPES.map((_, i) => ({ event_id: id(i + 1), status: 'accepted', deliveries: 1 })),
+    );
     expect(f.enqueuer.calls).toHaveLength(1);
     const requests = f.enqueuer.requests;
     expect(requests.map((r) => [r.eventType, r.webhookId, r.vendorId, r.eventId])).toEqual(
@@ -54,12 +67,27 @@ describe('Ingestor: matching and the envelope', () => {
     const machineData = {
       ...machine('m-7'),
       owner_note: 'rack 4',
-      hardware_specs: { cpu: { model: 'EPYC', cores: 8, microcode: '0xa0011d1' }, gpus: [{ name: 'H100', nvlink: true }] },
+      hardware_specs: {
+        cpu: { model: 'EPYC', cores: 8, microcode: '0xa0011d1' },
+        gpus: [{ name: 'H100', nvlink: true }],
+      },
     };
     const agentData = { status: 'STATUS_RUNNING', machine_id: 'm-7', deployment_id: 'dep-7', image: 'vllm:0.6' };
     const results = await f.ingest([
-      { event_id: id(1), event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v-1', timestamp: '2024-05-01T12:00:00Z', data: machineData },
-      { event_id: id(2), event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', timestamp: '2024-05-01T12:00:00Z', data: agentData },
+      {
+        event_id: id(1),
+        event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+        vendor_id: 'v-1',
+        timestamp: '2024-05-01T12:00:00Z',
+        data: machineData,
+      },
+      {
+        event_id: id(2),
+        event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
+        vendor_id: 'v-1',
+        timestamp: '2024-05-01T12:00:00Z',
+        data: agentData,
+      },
     ]);
     expect(results.map((r) => r.status)).toEqual(['accepted', 'accepted']);
     const [machineBody, agentBody] = f.enqueuer.requests.map((r) => r.body);
@@ -70,15 +98,33 @@ describe('Ingestor: matching and the envelope', () => {
       `{"version":"1.0","event_id":"${id(2)}","event_type":"EVENT_TYPE_DEPLOYMENT_UPDATED","timestamp":"2024-05-01T12:00:00.000Z","data":${JSON.stringify(agentData)}}`,
     );
     // The read models keep their validated form.
-    expect(await f.agents.get('dep-7')).toEqual({ deployment_id: 'dep-7', machine_id: 'm-7', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} });
+    expect(await f.agents.get('dep-7')).toEqual({
+      deployment_id: 'dep-7',
+      machine_id: 'm-7',
+      status: 'STATUS_RUNNING',
+      fail_reason: '',
+      metadata: {},
+    });
     expect(await f.machines.get('m-7')).not.toHaveProperty('owner_note');
   });
 
   it('rejects an event with an unknown top-level field alone, naming the field', async () => {
     await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
     const results = await f.ingest([
-      { event_id: id(1), event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor: 'v-1', vendor_id: 'v-1', data: machine('m-1') },
-      { event_id: id(2), event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: machine('m-2'), status: 'available' },
+      {
+        event_id: id(1),
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        vendor: 'v-1',
+        vendor_id: 'v-1',
+        data: machine('m-1'),
+      },
+      {
+        event_id: id(2),
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        vendor_id: 'v-1',
+        data: machine('m-2'),
+        status: 'available',
+      },
       sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(3) }),
     ]);
     expect(results).toEqual([
@@ -95,11 +141,20 @@ describe('Ingestor: matching and the envelope', () => {
     // Only an event handed over as an object can hold what JSON cannot write; validation strips the
     // unnamed field from the read models' copy, the envelope keeps it as sent.
     const results = await f.ingest([
-      { event_id: id(1), event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { ...machine('m-1'), size: 10n } },
+      {
+        event_id: id(1),
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        vendor_id: 'v-1',
+        data: { ...machine('m-1'), size: 10n },
+      },
       sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2), data: machine('m-2') }),
     ]);
     expect(results).toEqual([
-      { event_id: id(1), status: 'rejected', reason: 'data: cannot be serialised as JSON (Do not know how to serialize a BigInt)' },
+      {
+        event_id: id(1),
+        status: 'rejected',
+        reason: 'data: cannot be serialised as JSON (Do not know how to serialize a BigInt)',
+      },
       { event_id: id(2), status: 'accepted', deliveries: 1 },
     ]);
     expect(f.enqueuer.requests.map((r) => r.eventId)).toEqual([id(2)]);
@@ -134,7 +189,14 @@ describe('Ingestor: matching and the envelope', () => {
 
   it('applies TASK_UPDATED to the task store and never delivers it', async () => {
     for (const eventType of WEBHOOK_EVENT_TYPES) await f.subscribe('v-1', eventType);
-    const results = await f.ingest([{ event_id: id(1), event_type: 'TASK_UPDATED', vendor_id: 'v-1', data: task(TASK_ID.toUpperCase(), 'in_progress') }]);
+    const results = await f.ingest([
+      {
+        event_id: id(1),
+        event_type: 'TASK_UPDATED',
+        vendor_id: 'v-1',
+        data: task(TASK_ID.toUpperCase(), 'in_progress'),
+      },
+    ]);
     expect(results).toEqual([{ event_id: id(1), status: 'accepted', deliveries: 0 }]);
     expect(f.enqueuer.calls).toEqual([]);
     // Stored under the lower-case id, which is what the task lookup asks for.
@@ -149,7 +211,9 @@ describe('Ingestor: idempotency', () => {
     expect(await f.ingest([event])).toEqual([{ event_id: id(7), status: 'accepted', deliveries: 1 }]);
     expect(await f.ingest([event])).toEqual([{ event_id: id(7), status: 'duplicate' }]);
     // The same UUID in upper case is the same event.
-    expect(await f.ingest([{ ...event, event_id: id(7).toUpperCase() }])).toEqual([{ event_id: id(7), status: 'duplicate' }]);
+    expect(await f.ingest([{ ...event, event_id: id(7).toUpperCase() }])).toEqual([
+      { event_id: id(7), status: 'duplicate' },
+    ]);
     expect(f.enqueuer.requests).toHaveLength(1);
 
     // Still a duplicate at the end of the window; accepted again (as a new event) once it is long past.
@@ -233,20 +297,44 @@ describe('Ingestor: read models', () => {
 
   it('keeps the newer machine when an older event arrives later, and still delivers the older event', async () => {
     await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_UPDATED');
-    await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(1), timestamp: at(10), data: machine('m-1', 'unavailable') })]);
+    await f.ingest([
+      sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', {
+        event_id: id(1),
+        timestamp: at(10),
+        data: machine('m-1', 'unavailable'),
+      }),
+    ]);
     const [older] = await f.ingest([
-      sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(2), timestamp: at(9), data: machine('m-1', 'available') }),
+      sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', {
+        event_id: id(2),
+        timestamp: at(9),
+        data: machine('m-1', 'available'),
+      }),
     ]);
     expect(older).toEqual({ event_id: id(2), status: 'accepted', deliveries: 1 });
     expect((await f.machines.get('m-1'))?.status).toBe('unavailable');
-    await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(3), timestamp: at(11), data: machine('m-1', 'available') })]);
+    await f.ingest([
+      sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', {
+        event_id: id(3),
+        timestamp: at(11),
+        data: machine('m-1', 'available'),
+      }),
+    ]);
     expect((await f.machines.get('m-1'))?.status).toBe('available');
   });
 
   it('orders events of one batch by their timestamps, not by their position', async () => {
     await f.ingest([
-      sampleEvent('EVENT_TYPE_DEPLOYMENT_STOPPED', 'v-1', { event_id: id(1), timestamp: at(12), data: agent('dep-1', 'STATUS_STOPPED') }),
-      sampleEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', 'v-1', { event_id: id(2), timestamp: at(11), data: agent('dep-1', 'STATUS_RUNNING') }),
+      sampleEvent('EVENT_TYPE_DEPLOYMENT_STOPPED', 'v-1', {
+        event_id: id(1),
+        timestamp: at(12),
+        data: agent('dep-1', 'STATUS_STOPPED'),
+      }),
+      sampleEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', 'v-1', {
+        event_id: id(2),
+        timestamp: at(11),
+        data: agent('dep-1', 'STATUS_RUNNING'),
+      }),
       { event_id: id(3), event_type: 'TASK_UPDATED', timestamp: at(12), data: task(TASK_ID, 'failed', 'disk full') },
       { event_id: id(4), event_type: 'TASK_UPDATED', timestamp: at(11), data: task(TASK_ID, 'in_progress') },
     ]);
@@ -256,11 +344,19 @@ describe('Ingestor: read models', () => {
 
   it('keeps the newer agent status and task against older events in later batches', async () => {
     await f.ingest([
-      sampleEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', 'v-1', { event_id: id(1), timestamp: at(10), data: agent('dep-1', 'STATUS_FAILED', 'image pull failed') }),
+      sampleEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', 'v-1', {
+        event_id: id(1),
+        timestamp: at(10),
+        data: agent('dep-1', 'STATUS_FAILED', 'image pull failed'),
+      }),
       { event_id: id(2), event_type: 'TASK_UPDATED', timestamp: at(10), data: task(TASK_ID, 'success') },
     ]);
     await f.ingest([
-      sampleEvent('EVENT_TYPE_DEPLOYMENT_CREATED', 'v-1', { event_id: id(3), timestamp: at(9), data: agent('dep-1', 'STATUS_PENDING') }),
+      sampleEvent('EVENT_TYPE_DEPLOYMENT_CREATED', 'v-1', {
+        event_id: id(3),
+        timestamp: at(9),
+        data: agent('dep-1', 'STATUS_PENDING'),
+      }),
       { event_id: id(4), event_type: 'TASK_UPDATED', timestamp: at(9), data: task(TASK_ID, 'pending') },
     ]);
     expect(await f.agents.get('dep-1')).toEqual(agent('dep-1', 'STATUS_FAILED', 'image pull failed'));
@@ -268,10 +364,17 @@ describe('Ingestor: read models', () => {
   });
 
   it('writes a batch’s machine events with one script call on the listing’s slot, not commands per event', async () => {
-    await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1), timestamp: at(8), data: machine('m-000') })]);
+    await f.ingest([
+      sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1), timestamp: at(8), data: machine('m-000') }),
+    ]);
     // 180 machine events of every kind (each machine created, updated and removed in some order)
     // among deployment and task events, as a busy producer sends them.
-    const kinds = ['EVENT_TYPE_MACHINE_CREATED', 'EVENT_TYPE_MACHINE_UPDATED', 'EVENT_TYPE_MACHINE_REMOVED', 'EVENT_TYPE_DEPLOYMENT_UPDATED'] as const;
+    const kinds = [
+      'EVENT_TYPE_MACHINE_CREATED',
+      'EVENT_TYPE_MACHINE_UPDATED',
+      'EVENT_TYPE_MACHINE_REMOVED',
+      'EVENT_TYPE_DEPLOYMENT_UPDATED',
+    ] as const;
     const events: unknown[] = Array.from({ length: 240 }, (_, i) => {
       const kind = kinds[i % kinds.length]!;
       const machineId = `m-${String(i % 61).padStart(3, '0')}`;
@@ -284,10 +387,17 @@ describe('Ingestor: read models', () => {
       return { event_id: id(100 + i), event_type: kind, vendor_id: 'v-1', timestamp: at(9 + Math.floor(i / 60)), data };
     });
     events.push(
-      ...Array.from({ length: 20 }, (_, i) => ({ event_id: id(400 + i), event_type: 'TASK_UPDATED', timestamp: at(9), data: task(id(900 + i), 'success') })),
+      ...Array.from({ length: 20 }, (_, i) => ({
+        event_id: id(400 + i),
+        event_type: 'TASK_UPDATED',
+        timestamp: at(9),
+        data: task(id(900 + i), 'success'),
+      })),
     );
     const commands = await commandsNaming(f.redis, `{${f.t.prefix}:machines}`, () => f.ingest(events));
-    console.log(`machine read model commands for one ingest batch of 180 machine events: ${commands.length} (${commands.join(' ')})`);
+    console.log(
+      `machine read model commands for one ingest batch of 180 machine events: ${commands.length} (${commands.join(' ')})`,
+    );
     expect(commands[0]).toBe('evalsha');
     expect(commands.filter((name) => name === 'evalsha')).toHaveLength(1);
     expect(commands.length).toBeLessThanOrEqual(14);
@@ -296,13 +406,21 @@ describe('Ingestor: read models', () => {
   });
 
   it('removes a machine on EVENT_TYPE_MACHINE_REMOVED; an older create does not bring it back', async () => {
-    await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1), timestamp: at(8), data: machine('m-1') })]);
+    await f.ingest([
+      sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1), timestamp: at(8), data: machine('m-1') }),
+    ]);
     expect(await f.machines.get('m-1')).toEqual(machine('m-1'));
     await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_REMOVED', 'v-1', { event_id: id(2), timestamp: at(10) })]);
     expect(await f.machines.get('m-1')).toBeUndefined();
-    await f.ingest([sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(3), timestamp: at(9), data: machine('m-1') })]);
+    await f.ingest([
+      sampleEvent('EVENT_TYPE_MACHINE_UPDATED', 'v-1', { event_id: id(3), timestamp: at(9), data: machine('m-1') }),
+    ]);
     expect(await f.machines.get('m-1')).toBeUndefined();
-    const page = await f.machines.list({ filter: { gpuNames: [], cpuNames: [], machineIds: [], statuses: [] }, page: 1, pageSize: 10 });
+    const page = await f.machines.list({
+      filter: { gpuNames: [], cpuNames: [], machineIds: [], statuses: [] },
+      page: 1,
+      pageSize: 10,
+    });
     expect(page.total).toBe(0);
   });
 });

@@ -25,13 +25,30 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
   });
   afterEach(async () => t.close());
 
-  const send = (method: 'POST' | 'PATCH', url: string, key: string, payload: Buffer | string, contentType = 'application/json') =>
-    t.app.inject({ method, url, headers: { 'x-api-key': key, 'content-type': contentType }, payload });
+  const send = (
+    method: 'POST' | 'PATCH',
+    url: string,
+    key: string,
+    payload: Buffer | string,
+    contentType = 'application/json',
+  ) => t.app.inject({ method, url, headers: { 'x-api-key': key, 'content-type': contentType }, payload });
 
   it('answers 400 invalid_json to a webhook registration with invalid UTF-8 in secret or callback_url, and stores nothing', async () => {
-    const inSecret = withBytes('{"event_type":"EVENT_TYPE_MACHINE_CREATED","callback_url":"https://a.example/h","secret":"s-@@"}', '@@', INVALID_UTF8);
-    const inUrl = withBytes('{"event_type":"EVENT_TYPE_MACHINE_CREATED","callback_url":"https://a.example/@@"}', '@@', INVALID_UTF8);
-    const lone = withBytes('{"event_type":"EVENT_TYPE_MACHINE_CREATED","callback_url":"https://a.example/h","secret":"@@"}', '@@', Buffer.from([0xff]));
+    const inSecret = withBytes(
+      '{"event_type":"EVENT_TYPE_MACHINE_CREATED","callback_url":"https://a.example/h","secret":"s-@@"}',
+      '@@',
+      INVALID_UTF8,
+    );
+    const inUrl = withBytes(
+      '{"event_type":"EVENT_TYPE_MACHINE_CREATED","callback_url":"https://a.example/@@"}',
+      '@@',
+      INVALID_UTF8,
+    );
+    const lone = withBytes(
+      '{"event_type":"EVENT_TYPE_MACHINE_CREATED","callback_url":"https://a.example/h","secret":"@@"}',
+      '@@',
+      Buffer.from([0xff]),
+    );
     for (const payload of [inSecret, inUrl, lone]) {
       const res = await send('POST', '/vendors/v1/webhooks', vendorKey, payload);
       expect(res.statusCode).toBe(400);
@@ -52,10 +69,19 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
       JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/h', secret: 'keep' }),
     );
     const id = created.json<{ webhook_id: string }>().webhook_id;
-    const res = await send('PATCH', `/vendors/v1/webhooks/${id}`, vendorKey, withBytes('{"secret":"new-@@"}', '@@', INVALID_UTF8));
+    const res = await send(
+      'PATCH',
+      `/vendors/v1/webhooks/${id}`,
+      vendorKey,
+      withBytes('{"secret":"new-@@"}', '@@', INVALID_UTF8),
+    );
     expect(res.statusCode).toBe(400);
     expect(res.json()).toEqual(NOT_UTF8);
-    expect(await t.webhooks.getById(id)).toMatchObject({ secret: 'keep', callbackUrl: 'https://a.example/h', previousSecret: undefined });
+    expect(await t.webhooks.getById(id)).toMatchObject({
+      secret: 'keep',
+      callbackUrl: 'https://a.example/h',
+      previousSecret: undefined,
+    });
   });
 
   it('answers 400 invalid_json to an ingest request (one event or a batch) with invalid UTF-8, and ingests none of it', async () => {
@@ -68,7 +94,10 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
       vendor_id: 'v-utf8',
       data: { status: 'available', metadata: { machine_id: 'm-fine' } },
     });
-    for (const payload of [withBytes(event, '@@', INVALID_UTF8), withBytes(`{"events":[${valid},${event}]}`, '@@', INVALID_UTF8)]) {
+    for (const payload of [
+      withBytes(event, '@@', INVALID_UTF8),
+      withBytes(`{"events":[${valid},${event}]}`, '@@', INVALID_UTF8),
+    ]) {
       const res = await send('POST', '/internal/v1/events', producerKey, payload);
       expect(res.statusCode).toBe(400);
       expect(res.json()).toEqual(NOT_UTF8);
@@ -84,10 +113,17 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
       'POST',
       '/vendors/v1/webhooks',
       vendorKey,
-      Buffer.from(JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/h', secret }), 'utf8'),
+      Buffer.from(
+        JSON.stringify({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/h', secret }),
+        'utf8',
+      ),
     );
     expect(created.statusCode).toBe(201);
-    const listed = await t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': vendorKey } });
+    const listed = await t.app.inject({
+      method: 'GET',
+      url: '/vendors/v1/webhooks',
+      headers: { 'x-api-key': vendorKey },
+    });
     expect(listed.json<{ webhooks: { secret: string }[] }>().webhooks[0]?.secret).toBe(secret);
 
     const gpu = 'NVIDIA GeForce RTX 4090 — édition 🚀 显卡';
@@ -99,7 +135,11 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
         JSON.stringify({
           event_type: 'EVENT_TYPE_MACHINE_CREATED',
           vendor_id: 'v-utf8',
-          data: { status: 'available', metadata: { machine_id: 'm-utf8-ok' }, hardware_specs: { gpus: [{ name: gpu }] } },
+          data: {
+            status: 'available',
+            metadata: { machine_id: 'm-utf8-ok' },
+            hardware_specs: { gpus: [{ name: gpu }] },
+          },
         }),
         'utf8',
       ),
@@ -117,7 +157,12 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
     const text = await send('POST', '/vendors/v1/webhooks', vendorKey, '{}', 'text/plain');
     expect(text.statusCode).toBe(415);
     // The server-wide 1 MiB limit, and the ingest route's own 5 MiB.
-    const big = await send('POST', '/vendors/v1/webhooks', vendorKey, JSON.stringify({ secret: 'x'.repeat(1024 * 1024) }));
+    const big = await send(
+      'POST',
+      '/vendors/v1/webhooks',
+      vendorKey,
+      JSON.stringify({ secret: 'x'.repeat(1024 * 1024) }),
+    );
     expect(big.statusCode).toBe(413);
     const events = Array.from({ length: 1000 }, (_, i) => ({
       event_type: 'TASK_UPDATED',

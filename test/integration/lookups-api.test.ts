@@ -11,7 +11,8 @@ describe('GET /rental/v1/tasks/{task_id}', () => {
     key = await t.keyFor(['tasks:read']);
   });
   afterEach(async () => t.close());
-  const get = (id: string) => t.app.inject({ method: 'GET', url: `/rental/v1/tasks/${id}`, headers: { 'x-api-key': key } });
+  const get = (id: string) =>
+    t.app.inject({ method: 'GET', url: `/rental/v1/tasks/${id}`, headers: { 'x-api-key': key } });
 
   it('answers a task in each status, with fail_reason only for failed', async () => {
     await t.tasks.put({ task_id: TASK_ID, status: 'success', fail_reason: null }, 1);
@@ -53,7 +54,8 @@ describe('GET /rental/v1/machines/agents/{deployment_id}', () => {
     key = await t.keyFor(['agents:read']);
   });
   afterEach(async () => t.close());
-  const get = (id: string) => t.app.inject({ method: 'GET', url: `/rental/v1/machines/agents/${id}`, headers: { 'x-api-key': key } });
+  const get = (id: string) =>
+    t.app.inject({ method: 'GET', url: `/rental/v1/machines/agents/${id}`, headers: { 'x-api-key': key } });
 
   it('answers the agent deployment status', async () => {
     const agent = {
@@ -70,8 +72,16 @@ describe('GET /rental/v1/machines/agents/{deployment_id}', () => {
   });
 
   it('ignores an older status arriving after a newer one', async () => {
-    await t.agents.put({ deployment_id: 'dep-1', machine_id: 'm-1', status: 'STATUS_STOPPED', fail_reason: '', metadata: {} }, 200);
-    expect(await t.agents.put({ deployment_id: 'dep-1', machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} }, 100)).toBe('stale');
+    await t.agents.put(
+      { deployment_id: 'dep-1', machine_id: 'm-1', status: 'STATUS_STOPPED', fail_reason: '', metadata: {} },
+      200,
+    );
+    expect(
+      await t.agents.put(
+        { deployment_id: 'dep-1', machine_id: 'm-1', status: 'STATUS_RUNNING', fail_reason: '', metadata: {} },
+        100,
+      ),
+    ).toBe('stale');
     expect((await get('dep-1')).json<{ status: string }>().status).toBe('STATUS_STOPPED');
   });
 

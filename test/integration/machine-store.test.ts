@@ -17,7 +17,8 @@ interface Shape {
 }
 
 function machine(id: string, shape: Shape = {}): Machine {
-  const bare = shape.memory === undefined && shape.cores === undefined && shape.cpu === undefined && shape.gpus === undefined;
+  const bare =
+    shape.memory === undefined && shape.cores === undefined && shape.cpu === undefined && shape.gpus === undefined;
   return {
     status: shape.status ?? 'available',
     metadata: { machine_id: id, geo_location: { country: 'Germany', city: 'Berlin' }, cuda_version: '12.4' },
@@ -25,7 +26,12 @@ function machine(id: string, shape: Shape = {}): Machine {
       ? {}
       : {
           hardware_specs: {
-            cpu: { model: shape.cpu ?? 'Generic CPU', cpu_arch: 'x86_64', cores: shape.cores ?? 1, threads: (shape.cores ?? 1) * 2 },
+            cpu: {
+              model: shape.cpu ?? 'Generic CPU',
+              cpu_arch: 'x86_64',
+              cores: shape.cores ?? 1,
+              threads: (shape.cores ?? 1) * 2,
+            },
             memory: { total_memory: shape.memory ?? 1, memory_required: 1 },
             storage: { disk_space_available: shape.storage ?? 10, disk_type: 'NVMe', disk_name: 'nvme0n1' },
             gpus: (shape.gpus ?? []).map((name, i) => ({ id: `${id}-gpu-${i}`, name, memory: 24 })),
@@ -38,8 +44,20 @@ function machine(id: string, shape: Shape = {}): Machine {
 
 /** A small fleet covering every filter; inserted out of order on purpose. */
 const FLEET: Machine[] = [
-  machine('m-04', { memory: 16, cores: 4, storage: 250, cpu: 'Intel Core i9-13900K', gpus: ['NVIDIA GeForce RTX 4090', 'NVIDIA GeForce RTX 3090'] }),
-  machine('m-01', { memory: 32, cores: 8, storage: 500, cpu: 'Intel Xeon Gold 6338', gpus: ['NVIDIA GeForce RTX 3090'] }),
+  machine('m-04', {
+    memory: 16,
+    cores: 4,
+    storage: 250,
+    cpu: 'Intel Core i9-13900K',
+    gpus: ['NVIDIA GeForce RTX 4090', 'NVIDIA GeForce RTX 3090'],
+  }),
+  machine('m-01', {
+    memory: 32,
+    cores: 8,
+    storage: 500,
+    cpu: 'Intel Xeon Gold 6338',
+    gpus: ['NVIDIA GeForce RTX 3090'],
+  }),
   machine('m-07', {
     status: 'unavailable',
     memory: 256,
@@ -48,9 +66,22 @@ const FLEET: Machine[] = [
     cpu: 'Intel Xeon Platinum 8480+',
     gpus: ['NVIDIA H100', 'NVIDIA A100 40GB'],
   }),
-  machine('m-02', { memory: 64, cores: 16, storage: 1000, cpu: 'AMD EPYC 7763', gpus: ['NVIDIA A100 80GB PCIe', 'NVIDIA A100 80GB PCIe'] }),
+  machine('m-02', {
+    memory: 64,
+    cores: 16,
+    storage: 1000,
+    cpu: 'AMD EPYC 7763',
+    gpus: ['NVIDIA A100 80GB PCIe', 'NVIDIA A100 80GB PCIe'],
+  }),
   machine('m-06'),
-  machine('m-03', { status: 'unavailable', memory: 128, cores: 32, storage: 2000, cpu: 'AMD EPYC 9654', gpus: ['NVIDIA H100'] }),
+  machine('m-03', {
+    status: 'unavailable',
+    memory: 128,
+    cores: 32,
+    storage: 2000,
+    cpu: 'AMD EPYC 9654',
+    gpus: ['NVIDIA H100'],
+  }),
   machine('m-05', { memory: 24, cores: 12, storage: 100, cpu: 'AMD Ryzen 9 7950X', gpus: [] }),
 ];
 
@@ -221,7 +252,9 @@ describe('RedisMachineStore writes', () => {
     // Stored before counting: 60 machines, 20 tombstones that will have expired, and the script loaded.
     const fleet = Array.from({ length: 60 }, (_, i) => machine(`c-${String(i).padStart(3, '0')}`, { memory: i }));
     await aging.apply(fleet.map((m) => ({ kind: 'upsert', machine: m, versionMs: 1_000 })));
-    await aging.apply(Array.from({ length: 20 }, (_, i) => ({ kind: 'remove', machineId: `gone-${i}`, versionMs: 2_000 })));
+    await aging.apply(
+      Array.from({ length: 20 }, (_, i) => ({ kind: 'remove', machineId: `gone-${i}`, versionMs: 2_000 })),
+    );
     now = 2_000_000;
 
     // Every kind of change: updates, stale updates, removals that apply or find nothing, in the
@@ -243,7 +276,9 @@ describe('RedisMachineStore writes', () => {
     const tag = `{${t.prefix}:machines}`;
     const small = await commandsNaming(t.redis, tag, () => aging.apply(batch(10, 3_000)));
     const large = await commandsNaming(t.redis, tag, () => aging.apply(batch(240, 4_000)));
-    console.log(`machine read model commands per call: ${small.length} for 10 changes, ${large.length} for 240 (${large.join(' ')})`);
+    console.log(
+      `machine read model commands per call: ${small.length} for 10 changes, ${large.length} for 240 (${large.join(' ')})`,
+    );
     // One EVALSHA, and inside it at most one command per key and kind of access.
     expect(small.length).toBeLessThanOrEqual(MACHINE_APPLY_COMMANDS_MAX);
     expect(large.length).toBeLessThanOrEqual(MACHINE_APPLY_COMMANDS_MAX);
@@ -284,17 +319,28 @@ describe('RedisMachineStore writes', () => {
         const versionMs = 1_000 + Math.floor(random() * 8) * 100;
         return random() < 0.35
           ? { kind: 'remove', machineId: id, versionMs }
-          : { kind: 'upsert', machine: machine(id, { memory: round * 100 + i, status: pick(['available', 'unavailable']) }), versionMs };
+          : {
+              kind: 'upsert',
+              machine: machine(id, { memory: round * 100 + i, status: pick(['available', 'unavailable']) }),
+              versionMs,
+            };
       });
       expect(await writer.apply(changes)).toEqual(changes.map(applyOne));
       const storedDocs = Object.entries(await t.redis.hgetall(keys.machines.docs));
       expect(new Map(storedDocs.map(([id, json]) => [id, JSON.parse(json) as Machine]))).toEqual(docs);
       expect(Object.keys(await t.redis.hgetall(keys.machines.index)).sort()).toEqual([...docs.keys()].sort());
-      expect(new Map(Object.entries(await t.redis.hgetall(keys.machines.versions)).map(([id, v]) => [id, Number(v)]))).toEqual(versions);
+      expect(
+        new Map(Object.entries(await t.redis.hgetall(keys.machines.versions)).map(([id, v]) => [id, Number(v)])),
+      ).toEqual(versions);
       const storedTombstones = await t.redis.zrange(keys.machines.tombstones, 0, -1, 'WITHSCORES');
-      expect(new Map(Array.from({ length: storedTombstones.length / 2 }, (_, i) => [storedTombstones[2 * i]!, Number(storedTombstones[2 * i + 1])]))).toEqual(
-        tombstones,
-      );
+      expect(
+        new Map(
+          Array.from({ length: storedTombstones.length / 2 }, (_, i) => [
+            storedTombstones[2 * i]!,
+            Number(storedTombstones[2 * i + 1]),
+          ]),
+        ),
+      ).toEqual(tombstones);
       // The listing, kept up from the change stream, shows the same machines.
       const listed = await writer.list({ filter: filter(), page: 1, pageSize: 100 });
       expect(listed.machines).toEqual([...docs.keys()].sort().map((id) => docs.get(id)));
@@ -370,7 +416,13 @@ describe('RedisMachineStore listing', () => {
     const pages = [];
     for (const page of [1, 2, 3, 4, 50]) pages.push(await store.list({ filter: filter(), page, pageSize: 3 }));
     expect(pages.map((p) => p.total)).toEqual([7, 7, 7, 7, 7]);
-    expect(pages.map((p) => ids(p.machines))).toEqual([['m-01', 'm-02', 'm-03'], ['m-04', 'm-05', 'm-06'], ['m-07'], [], []]);
+    expect(pages.map((p) => ids(p.machines))).toEqual([
+      ['m-01', 'm-02', 'm-03'],
+      ['m-04', 'm-05', 'm-06'],
+      ['m-07'],
+      [],
+      [],
+    ]);
 
     const filtered = await store.list({ filter: filter('gpu_name:nvidia'), page: 2, pageSize: 2 });
     expect(filtered.total).toBe(5);
@@ -385,7 +437,9 @@ describe('RedisMachineStore listing', () => {
       machines: [],
       unknownMachineId: true,
     });
-    expect((await store.list({ filter: filter('machine_id:m-01,machine_id:m-99'), page: 1, pageSize: 20 })).unknownMachineId).toBe(true);
+    expect(
+      (await store.list({ filter: filter('machine_id:m-01,machine_id:m-99'), page: 1, pageSize: 20 })).unknownMachineId,
+    ).toBe(true);
     const bothKnown = await store.list({ filter: filter('machine_id:m-01,machine_id:m-02'), page: 1, pageSize: 20 });
     expect(bothKnown).toEqual({ total: 0, machines: [], unknownMachineId: false });
     const mismatch = await store.list({ filter: filter('machine_id:m-03,status:available'), page: 1, pageSize: 20 });
@@ -394,7 +448,9 @@ describe('RedisMachineStore listing', () => {
     expect(nothingMatches.unknownMachineId).toBe(false);
 
     await store.remove('m-01', 2_000);
-    expect((await store.list({ filter: filter('machine_id:m-01'), page: 1, pageSize: 20 })).unknownMachineId).toBe(true);
+    expect((await store.list({ filter: filter('machine_id:m-01'), page: 1, pageSize: 20 })).unknownMachineId).toBe(
+      true,
+    );
   });
 
   it('sees its own writes on the next list', async () => {
@@ -417,7 +473,9 @@ describe('RedisMachineStore listing', () => {
     const fresh = new RedisMachineStore(connection, keys);
     const scans = vi.spyOn(connection, 'hscan');
     const pages = await Promise.all(
-      Array.from({ length: 8 }, (_, i) => fresh.list({ filter: filter(i % 2 ? 'status:available' : ''), page: 1, pageSize: 20 })),
+      Array.from({ length: 8 }, (_, i) =>
+        fresh.list({ filter: filter(i % 2 ? 'status:available' : ''), page: 1, pageSize: 20 }),
+      ),
     );
     expect(pages.map((p) => p.total)).toEqual([7, 5, 7, 5, 7, 5, 7, 5]);
     expect(scans).toHaveBeenCalledTimes(1);
@@ -476,16 +534,23 @@ describe('RedisMachineStore across instances', () => {
     expect(await allIds(reader, 'status:unavailable')).toEqual(['m-01', 'm-03', 'm-07']);
     expect(await allIds(reader, 'gpu_name:h100,memory_size:200GB')).toEqual(['m-07', 'm-08']);
     expect(await allIds(reader, 'gpu_name:h100,memory_size:300GB')).toEqual(['m-08']);
-    expect((await reader.list({ filter: filter('machine_id:m-05'), page: 1, pageSize: 20 })).unknownMachineId).toBe(true);
+    expect((await reader.list({ filter: filter('machine_id:m-05'), page: 1, pageSize: 20 })).unknownMachineId).toBe(
+      true,
+    );
   });
 
   it('merges a large batch of changes in one catch-up', async () => {
-    const batch = Array.from({ length: 40 }, (_, i) => machine(`n-${String(i).padStart(3, '0')}`, { memory: i, gpus: ['NVIDIA L4'] }));
+    const batch = Array.from({ length: 40 }, (_, i) =>
+      machine(`n-${String(i).padStart(3, '0')}`, { memory: i, gpus: ['NVIDIA L4'] }),
+    );
     await seed(writer, batch, 2_000);
     for (let i = 0; i < 40; i += 2) await writer.remove(`n-${String(i).padStart(3, '0')}`, 3_000);
     await writer.remove('m-02', 3_000);
     await writer.upsert(machine('a-first', { memory: 1 }), 3_000);
-    await writer.upsert(machine('m-03', { status: 'available', memory: 128, cores: 32, storage: 2000, cpu: 'AMD EPYC 9654' }), 3_000);
+    await writer.upsert(
+      machine('m-03', { status: 'available', memory: 128, cores: 32, storage: 2000, cpu: 'AMD EPYC 9654' }),
+      3_000,
+    );
 
     const odd = Array.from({ length: 20 }, (_, i) => `n-${String(i * 2 + 1).padStart(3, '0')}`);
     expect(await allIds(reader)).toEqual(['a-first', 'm-01', 'm-03', 'm-04', 'm-05', 'm-06', 'm-07', ...odd]);
@@ -508,7 +573,9 @@ describe('RedisMachineStore across instances', () => {
     // 12,000 ids in all (more than Lua can unpack in one call, more than one round trip reads).
     const many = Array.from({ length: 12_000 }, (_, i) => machine(`y-${String(i).padStart(5, '0')}`, { memory: 4 }));
     for (let i = 0; i < many.length; i += 1_000)
-      await writer.apply(many.slice(i, i + 1_000).map((m) => ({ kind: 'upsert' as const, machine: m, versionMs: 2_000 })));
+      await writer.apply(
+        many.slice(i, i + 1_000).map((m) => ({ kind: 'upsert' as const, machine: m, versionMs: 2_000 })),
+      );
     expect(await t.redis.xlen(keys.machines.changes)).toBeGreaterThanOrEqual(48);
     const page = await reader.list({ filter: filter('memory_size:4'), page: 1, pageSize: 20 });
     expect(page.total).toBe(12_006);

@@ -2,7 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Machine } from '../../src/domain/machine.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 
-function machine(id: string, spec: { status?: string; gpus?: string[]; cpu?: string; cores?: number; memory?: number; disk?: number }): Machine {
+function machine(
+  id: string,
+  spec: { status?: string; gpus?: string[]; cpu?: string; cores?: number; memory?: number; disk?: number },
+): Machine {
   return {
     status: spec.status ?? 'available',
     metadata: { machine_id: id, geo_location: { country: 'DE', city: 'Berlin' }, cuda_version: '12.4' },
@@ -17,7 +20,14 @@ function machine(id: string, spec: { status?: string; gpus?: string[]; cpu?: str
       },
       memory: { total_memory: spec.memory ?? 64, memory_required: 8 },
       storage: { disk_space_available: spec.disk ?? 500, disk_type: 'nvme', disk_name: 'nvme0n1' },
-      gpus: (spec.gpus ?? []).map((name, i) => ({ id: `${id}-gpu${i}`, name, memory: 24, cuda_cores: 16384, tensor_cores: 512, flops: 82 })),
+      gpus: (spec.gpus ?? []).map((name, i) => ({
+        id: `${id}-gpu${i}`,
+        name,
+        memory: 24,
+        cuda_cores: 16384,
+        tensor_cores: 512,
+        flops: 82,
+      })),
     },
     network_info: { bandwidth: 1000 },
     machine_prices: [
@@ -30,10 +40,24 @@ function machine(id: string, spec: { status?: string; gpus?: string[]; cpu?: str
 const FLEET: Machine[] = [
   machine('m-01', { gpus: ['Nvidia RTX 3090'], memory: 32, cores: 8, disk: 250 }),
   machine('m-02', { gpus: ['NVIDIA GeForce RTX 4090', 'NVIDIA GeForce RTX 4090'], memory: 128, cores: 32, disk: 2000 }),
-  machine('m-03', { gpus: ['NVIDIA A100 80GB PCIe'], memory: 512, cores: 64, disk: 4000, cpu: 'Intel Xeon Platinum 8380' }),
-  machine('m-04', { gpus: ['NVIDIA H100', 'Nvidia RTX 3090'], memory: 24, cores: 16, disk: 1000, status: 'unavailable' }),
+  machine('m-03', {
+    gpus: ['NVIDIA A100 80GB PCIe'],
+    memory: 512,
+    cores: 64,
+    disk: 4000,
+    cpu: 'Intel Xeon Platinum 8380',
+  }),
+  machine('m-04', {
+    gpus: ['NVIDIA H100', 'Nvidia RTX 3090'],
+    memory: 24,
+    cores: 16,
+    disk: 1000,
+    status: 'unavailable',
+  }),
   machine('m-05', { gpus: [], memory: 16, cores: 4, disk: 100, cpu: 'Intel Core i9-13900K' }),
-  ...Array.from({ length: 45 }, (_, i) => machine(`m-${String(i + 10).padStart(2, '0')}`, { gpus: ['NVIDIA GeForce RTX 4090'], memory: 64 })),
+  ...Array.from({ length: 45 }, (_, i) =>
+    machine(`m-${String(i + 10).padStart(2, '0')}`, { gpus: ['NVIDIA GeForce RTX 4090'], memory: 64 }),
+  ),
 ];
 
 describe('GET /rental/v1/machines', () => {
@@ -48,10 +72,21 @@ describe('GET /rental/v1/machines', () => {
   afterAll(async () => t.close());
 
   const list = async (query: string) => {
-    const res = await t.app.inject({ method: 'GET', url: `/rental/v1/machines${query}`, headers: { 'x-api-key': key } });
+    const res = await t.app.inject({
+      method: 'GET',
+      url: `/rental/v1/machines${query}`,
+      headers: { 'x-api-key': key },
+    });
     return {
       status: res.statusCode,
-      body: res.json<{ total: number; current_page: number; page_size: number; machines: Machine[]; error?: string; code?: string }>(),
+      body: res.json<{
+        total: number;
+        current_page: number;
+        page_size: number;
+        machines: Machine[];
+        error?: string;
+        code?: string;
+      }>(),
     };
   };
   const ids = (machines: Machine[]) => machines.map((m) => m.metadata.machine_id);
@@ -114,7 +149,18 @@ describe('GET /rental/v1/machines', () => {
   it('counts total over all pages of a filtered query', async () => {
     const { body } = await list('?filter=gpu_name:4090&page=2&page_size=10');
     expect(body.total).toBe(46);
-    expect(ids(body.machines)).toEqual(['m-19', 'm-20', 'm-21', 'm-22', 'm-23', 'm-24', 'm-25', 'm-26', 'm-27', 'm-28']);
+    expect(ids(body.machines)).toEqual([
+      'm-19',
+      'm-20',
+      'm-21',
+      'm-22',
+      'm-23',
+      'm-24',
+      'm-25',
+      'm-26',
+      'm-27',
+      'm-28',
+    ]);
   });
 
   it.each([

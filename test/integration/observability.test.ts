@@ -6,7 +6,12 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.js';
-import { freeLoopbackPort, findRedisServerBinary, startRedisServer, type RedisServerHandle } from '../../src/embedded/redis-server.js';
+import {
+  freeLoopbackPort,
+  findRedisServerBinary,
+  startRedisServer,
+  type RedisServerHandle,
+} from '../../src/embedded/redis-server.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
 import { cleanEnv } from '../helpers/processes.js';
@@ -58,7 +63,10 @@ function startOn(t: TestApp, args: string[], extra: Record<string, string>, read
 }
 
 /** Ends a started process and what the test set up around it. */
-async function stopAll(started: Started | undefined, ...others: ({ close(): Promise<void> } | undefined)[]): Promise<void> {
+async function stopAll(
+  started: Started | undefined,
+  ...others: ({ close(): Promise<void> } | undefined)[]
+): Promise<void> {
   started?.child.kill('SIGKILL');
   await started?.exited;
   for (const other of others) await other?.close();
@@ -87,7 +95,9 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     const apiPort = await freeLoopbackPort();
     const metricsPort = await freeLoopbackPort();
     const env = {
-      ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL')),
+      ...Object.fromEntries(
+        Object.entries(process.env).filter(([k]) => !k.startsWith('HOOKLINE_') && k !== 'REDIS_URL'),
+      ),
       // Redis's default user has no password, so it accepts any: the log must still never show it.
       REDIS_URL: t.url.replace('redis://', `redis://default:${REDIS_PASSWORD}@`),
       HOOKLINE_REDIS_PREFIX: t.prefix,
@@ -144,7 +154,11 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
       body: JSON.stringify({ events }),
     });
     expect(posted.status).toBe(202);
-    await waitFor(() => receiver.at('/ok').length === 1 && receiver.at('/flaky').length === 2 && receiver.at('/gone').length === 1, 15_000, 'deliveries');
+    await waitFor(
+      () => receiver.at('/ok').length === 1 && receiver.at('/flaky').length === 2 && receiver.at('/gone').length === 1,
+      15_000,
+      'deliveries',
+    );
     await fetch(`${base}/rental/v1/machines`, { headers: { 'x-api-key': vendorKey } });
     // Let the last attempts be counted before scraping.
     metricsText = await waitFor(
@@ -153,7 +167,9 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
         // Labelled counters start at 0, so wait for the values, not the series.
         return (
           /^hookline_webhooks_disabled_total\{reason="gone",role="all"\} 1$/m.test(text) &&
-          /^hookline_deliveries_finished_total\{event_type="EVENT_TYPE_MACHINE_UPDATED",outcome="delivered",role="all"\} 1$/m.test(text) &&
+          /^hookline_deliveries_finished_total\{event_type="EVENT_TYPE_MACHINE_UPDATED",outcome="delivered",role="all"\} 1$/m.test(
+            text,
+          ) &&
           text
         );
       },
@@ -174,23 +190,43 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
   });
 
   const sample = (name: string, labels: Record<string, string>) => {
-    const line = metricsText.split('\n').find((l) => l.startsWith(`${name}{`) && Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)));
+    const line = metricsText
+      .split('\n')
+      .find((l) => l.startsWith(`${name}{`) && Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)));
     return line === undefined ? undefined : Number(line.split(' ').at(-1));
   };
 
   it('counts ingest, attempts, retries, outcomes, lag, disables and API requests with their labels', () => {
-    expect(sample('hookline_events_ingested_total', { event_type: 'EVENT_TYPE_MACHINE_CREATED', source: 'http', result: 'accepted' })).toBe(1);
-    expect(sample('hookline_events_ingested_total', { event_type: 'invalid', source: 'http', result: 'rejected' })).toBe(1);
-    expect(sample('hookline_delivery_attempts_total', { event_type: 'EVENT_TYPE_MACHINE_UPDATED', outcome: 'http_5xx' })).toBe(1);
+    expect(
+      sample('hookline_events_ingested_total', {
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        source: 'http',
+        result: 'accepted',
+      }),
+    ).toBe(1);
+    expect(
+      sample('hookline_events_ingested_total', { event_type: 'invalid', source: 'http', result: 'rejected' }),
+    ).toBe(1);
+    expect(
+      sample('hookline_delivery_attempts_total', { event_type: 'EVENT_TYPE_MACHINE_UPDATED', outcome: 'http_5xx' }),
+    ).toBe(1);
     expect(sample('hookline_delivery_retries_total', { event_type: 'EVENT_TYPE_MACHINE_UPDATED' })).toBe(1);
-    expect(sample('hookline_deliveries_finished_total', { event_type: 'EVENT_TYPE_MACHINE_CREATED', outcome: 'delivered' })).toBe(1);
+    expect(
+      sample('hookline_deliveries_finished_total', { event_type: 'EVENT_TYPE_MACHINE_CREATED', outcome: 'delivered' }),
+    ).toBe(1);
     expect(sample('hookline_webhooks_disabled_total', { reason: 'gone' })).toBe(1);
     expect(sample('hookline_webhooks_disabled_total', { reason: 'failing' })).toBe(0);
     expect(sample('hookline_dead_letters_total', { event_type: 'EVENT_TYPE_MACHINE_REMOVED' })).toBe(0);
     expect(sample('hookline_delivery_lag_seconds_count', { event_type: 'EVENT_TYPE_MACHINE_CREATED' })).toBe(1);
-    expect(sample('hookline_delivery_attempt_duration_seconds_count', { outcome: 'delivered' })).toBeGreaterThanOrEqual(2);
-    expect(sample('hookline_http_requests_total', { route: '/internal/v1/events', method: 'POST', status: '202' })).toBe(1);
-    expect(sample('hookline_http_requests_total', { route: '/rental/v1/machines', method: 'GET', status: '403' })).toBe(1);
+    expect(sample('hookline_delivery_attempt_duration_seconds_count', { outcome: 'delivered' })).toBeGreaterThanOrEqual(
+      2,
+    );
+    expect(
+      sample('hookline_http_requests_total', { route: '/internal/v1/events', method: 'POST', status: '202' }),
+    ).toBe(1);
+    expect(sample('hookline_http_requests_total', { route: '/rental/v1/machines', method: 'GET', status: '403' })).toBe(
+      1,
+    );
     expect(metricsText).toMatch(/^hookline_queue_jobs\{state="waiting",role="all"\} \d+$/m);
     expect(metricsText).toMatch(/^hookline_redis_up\{role="all"\} 1$/m);
     expect(metricsText).toMatch(/^hookline_deliveries_filtered_total\{role="all"\} 0$/m);
@@ -201,7 +237,8 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
   });
 
   it('never puts an id, URL, key or secret in a label', () => {
-    for (const forbidden of [SECRET, eventsKey, vendorKey, receiver.base, 'v-obs', 'm-obs-1']) expect(metricsText).not.toContain(forbidden);
+    for (const forbidden of [SECRET, eventsKey, vendorKey, receiver.base, 'v-obs', 'm-obs-1'])
+      expect(metricsText).not.toContain(forbidden);
   });
 
   it('serves the standalone worker’s metrics on its own port', async () => {
@@ -225,7 +262,9 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
   it('names in dashboards and alert rules all exist in the live /metrics', async () => {
     const helper = path.resolve(import.meta.dirname, '../helpers/dashboard-metrics.ts');
     expect(existsSync(helper)).toBe(true);
-    const { metricNamesUsedInDashboards } = (await import('../helpers/dashboard-metrics.js')) as { metricNamesUsedInDashboards: () => string[] };
+    const { metricNamesUsedInDashboards } = (await import('../helpers/dashboard-metrics.js')) as {
+      metricNamesUsedInDashboards: () => string[];
+    };
     const exported = new Set([...metricsText.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]));
     const names = metricNamesUsedInDashboards();
     expect(names.length).toBeGreaterThan(10);
@@ -237,21 +276,34 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     const attempts = lines.filter((l) => l.msg === 'delivery.attempted');
     expect(attempts.length).toBeGreaterThanOrEqual(4);
     for (const line of attempts) {
-      expect([typeof line.eventId, typeof line.webhookId, typeof line.deliveryId, typeof line.attempt, typeof line.outcome, typeof line.durationMs]).toEqual([
-        'string',
-        'string',
-        'string',
-        'number',
-        'string',
-        'number',
-      ]);
+      expect([
+        typeof line.eventId,
+        typeof line.webhookId,
+        typeof line.deliveryId,
+        typeof line.attempt,
+        typeof line.outcome,
+        typeof line.durationMs,
+      ]).toEqual(['string', 'string', 'string', 'number', 'string', 'number']);
     }
     expect(attempts.some((l) => l.outcome === 'http_5xx' && l.status === 500)).toBe(true);
     const batches = lines.filter((l) => l.msg === 'ingest.batch');
-    expect(batches).toEqual([expect.objectContaining({ source: 'http', events: 4, accepted: 3, rejected: 1, deliveries: 3 })]);
+    expect(batches).toEqual([
+      expect.objectContaining({ source: 'http', events: 4, accepted: 3, rejected: 1, deliveries: 3 }),
+    ]);
     const all = `${engine.output()}${worker.output()}`;
-    const signatures = receiver.requests.flatMap((r) => [String(r.headers['webhook-signature']), String(r.headers['x-webhook-signature'])]);
-    for (const forbidden of [SECRET, eventsKey, vendorKey, t.secretKey.toString('base64'), REDIS_PASSWORD, ...signatures]) expect(all).not.toContain(forbidden);
+    const signatures = receiver.requests.flatMap((r) => [
+      String(r.headers['webhook-signature']),
+      String(r.headers['x-webhook-signature']),
+    ]);
+    for (const forbidden of [
+      SECRET,
+      eventsKey,
+      vendorKey,
+      t.secretKey.toString('base64'),
+      REDIS_PASSWORD,
+      ...signatures,
+    ])
+      expect(all).not.toContain(forbidden);
   });
 
   it('writes exactly one line per attempt (at info when delivered, at warn when it failed) and one per request', () => {
@@ -259,7 +311,9 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     const attempts = lines.filter((l) => l.event === 'delivery.attempted');
     // Every line naming a delivery is one of its attempts: nothing else is logged per attempt.
     for (const attempt of attempts)
-      expect(lines.filter((l) => l.deliveryId === attempt.deliveryId).length).toBe(attempts.filter((a) => a.deliveryId === attempt.deliveryId).length);
+      expect(lines.filter((l) => l.deliveryId === attempt.deliveryId).length).toBe(
+        attempts.filter((a) => a.deliveryId === attempt.deliveryId).length,
+      );
     const delivered = attempts.filter((l) => l.outcome === 'delivered');
     const failed = attempts.filter((l) => l.outcome !== 'delivered');
     console.log(
@@ -275,12 +329,20 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
       ]),
     );
     expect(failed.every((l) => l.level === 40)).toBe(true);
-    expect(failed.find((l) => l.outcome === 'http_4xx')).toMatchObject({ webhookDisabled: 'gone', decision: 'disable' });
+    expect(failed.find((l) => l.outcome === 'http_4xx')).toMatchObject({
+      webhookDisabled: 'gone',
+      decision: 'disable',
+    });
     // One line per request: each request id appears once.
     const requestIds = lines.filter((l) => l.reqId !== undefined).map((l) => l.reqId);
     expect(new Set(requestIds).size).toBe(requestIds.length);
     expect(lines.filter((l) => l.url === '/internal/v1/events')).toEqual([
-      expect.objectContaining({ event: 'ingest.batch', status: 202, keyId: expect.stringMatching(/^key_/) as unknown, keyName: 'test events:write' }),
+      expect.objectContaining({
+        event: 'ingest.batch',
+        status: 202,
+        keyId: expect.stringMatching(/^key_/) as unknown,
+        keyName: 'test events:write',
+      }),
     ]);
   });
 
@@ -303,7 +365,12 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     });
     expect(first?.msg).toContain('SSRF guard OFF');
     const [workerFirst] = jsonLines(worker.output());
-    expect(workerFirst).toMatchObject({ event: 'hookline.started', role: 'worker', health: workerMetricsUrl.replace(/\/metrics$/, ''), ssrfGuard: 'off' });
+    expect(workerFirst).toMatchObject({
+      event: 'hookline.started',
+      role: 'worker',
+      health: workerMetricsUrl.replace(/\/metrics$/, ''),
+      ssrfGuard: 'off',
+    });
     expect(workerFirst).not.toHaveProperty('api');
   });
 
@@ -319,10 +386,19 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     await patch(webhookIds.ok, { secret: ROTATED_SECRET });
     await patch(webhookIds.gone, { enabled: true });
     await patch(webhookIds.flaky, { callback_url: `${receiver.base}/flaky?token=callback-token-1` });
-    expect((await fetch(`${base}/vendors/v1/webhooks/${webhookIds.gone}`, { method: 'DELETE', headers: { 'x-api-key': vendorKey } })).status).toBe(204);
+    expect(
+      (
+        await fetch(`${base}/vendors/v1/webhooks/${webhookIds.gone}`, {
+          method: 'DELETE',
+          headers: { 'x-api-key': vendorKey },
+        })
+      ).status,
+    ).toBe(204);
     const audited = await waitFor(
       () => {
-        const found = jsonLines(engine.output()).filter((l) => typeof l.event === 'string' && l.event.startsWith('webhook.'));
+        const found = jsonLines(engine.output()).filter(
+          (l) => typeof l.event === 'string' && l.event.startsWith('webhook.'),
+        );
         return found.length >= 7 && found;
       },
       10_000,
@@ -339,11 +415,19 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
       ['webhook.deleted', webhookIds.gone],
     ]);
     for (const line of audited) expect(line).toMatchObject({ level: 30, ...by });
-    expect(audited[0]).toMatchObject({ eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${receiver.base}/ok`, secretSet: true });
+    expect(audited[0]).toMatchObject({
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: `${receiver.base}/ok`,
+      secretSet: true,
+    });
     expect(audited[3]).toMatchObject({ changed: ['secret'], secretRotated: true });
-    expect(audited[5]).toMatchObject({ changed: ['callback_url'], callbackUrl: `${receiver.base}/flaky?token=[redacted]` });
+    expect(audited[5]).toMatchObject({
+      changed: ['callback_url'],
+      callbackUrl: `${receiver.base}/flaky?token=[redacted]`,
+    });
     const output = engine.output();
-    for (const forbidden of [SECRET, ROTATED_SECRET, 'callback-token-1', vendorKey]) expect(output).not.toContain(forbidden);
+    for (const forbidden of [SECRET, ROTATED_SECRET, 'callback-token-1', vendorKey])
+      expect(output).not.toContain(forbidden);
   });
 });
 
@@ -378,7 +462,9 @@ describe('request URLs in a live engine’s logs', () => {
     // Every request logged its one line.
     const logged = await waitFor(
       () => {
-        const ours = lines().filter((l) => /^\/(vendors\/v1\/webhooks|rental\/v1\/machines|no\/such\/route)\?/.test(urlOf(l) ?? ''));
+        const ours = lines().filter((l) =>
+          /^\/(vendors\/v1\/webhooks|rental\/v1\/machines|no\/such\/route)\?/.test(urlOf(l) ?? ''),
+        );
         return ours.length >= 4 && ours;
       },
       10_000,
@@ -386,7 +472,8 @@ describe('request URLs in a live engine’s logs', () => {
     );
     const output = engine.output();
     console.log(`request urls logged: ${logged.map(urlOf).join(' ')}`);
-    for (const secret of [keyInUrl, keyInUrl.slice(3), encodeURIComponent(keyInUrl), 'secret-value']) expect(output).not.toContain(secret);
+    for (const secret of [keyInUrl, keyInUrl.slice(3), encodeURIComponent(keyInUrl), 'secret-value'])
+      expect(output).not.toContain(secret);
     expect(logged.map(urlOf)).toEqual([
       '/vendors/v1/webhooks?api_key=[redacted]',
       '/rental/v1/machines?api_key=[redacted]&page=[redacted]',
@@ -404,7 +491,9 @@ describe('request URLs in a live engine’s logs', () => {
     // A request after the probes: once its line is in the log, the probes' lines would be too.
     await fetch(`${base}/rental/v1/machines?probe-marker=1`);
     await waitFor(() => engine.output().includes('probe-marker='), 10_000, 'the request after the probes logged');
-    const probeLines = jsonLines(engine.output()).filter((l) => l.url === '/healthz' || l.url === '/readyz' || l.url === '/metrics');
+    const probeLines = jsonLines(engine.output()).filter(
+      (l) => l.url === '/healthz' || l.url === '/readyz' || l.url === '/metrics',
+    );
     expect(probeLines).toEqual([]);
   });
 });
@@ -440,7 +529,12 @@ describe('a live engine’s pretty log (what a terminal shows)', () => {
     });
     const { webhook_id: webhookId } = (await registered.json()) as { webhook_id: string };
     expect(
-      (await fetch(`http://127.0.0.1:${apiPort}/vendors/v1/webhooks/${webhookId}/test`, { method: 'POST', headers: { 'x-api-key': vendorKey } })).status,
+      (
+        await fetch(`http://127.0.0.1:${apiPort}/vendors/v1/webhooks/${webhookId}/test`, {
+          method: 'POST',
+          headers: { 'x-api-key': vendorKey },
+        })
+      ).status,
     ).toBe(202);
     await waitFor(() => running.output().includes('delivery.attempted'), 10_000, 'the attempt logged');
     running.child.kill('SIGTERM');
@@ -472,7 +566,11 @@ describe('an API with HOOKLINE_METRICS_ON_API_PORT=false', () => {
     api = await startOn(
       t,
       ['api'],
-      { HOOKLINE_API_PORT: String(apiPort), HOOKLINE_METRICS_PORT: String(metricsPort), HOOKLINE_METRICS_ON_API_PORT: 'false' },
+      {
+        HOOKLINE_API_PORT: String(apiPort),
+        HOOKLINE_METRICS_PORT: String(metricsPort),
+        HOOKLINE_METRICS_ON_API_PORT: 'false',
+      },
       /Hookline API listening/,
     );
     const apiBase = `http://127.0.0.1:${apiPort}`;
@@ -481,7 +579,9 @@ describe('an API with HOOKLINE_METRICS_ON_API_PORT=false', () => {
     expect((await fetch(`${apiBase}/healthz`)).status).toBe(200);
     const scraped = await fetch(`${metricsBase}/metrics`);
     expect(scraped.status).toBe(200);
-    expect(await scraped.text()).toMatch(/^hookline_http_requests_total\{route="\/healthz",method="GET",status="200",role="api"\} 1$/m);
+    expect(await scraped.text()).toMatch(
+      /^hookline_http_requests_total\{route="\/healthz",method="GET",status="200",role="api"\} 1$/m,
+    );
     expect((await fetch(`${metricsBase}/readyz`)).status).toBe(200);
     expect(jsonLines(api.output())[0]).toMatchObject({
       event: 'hookline.started',
@@ -531,7 +631,11 @@ describe('a live engine’s log through a Redis outage', () => {
     await waitFor(() => logged('redis.unreachable').length > 0, 10_000, 'the outage logged');
     // Every connection retries several times meanwhile: each /readyz waits up to a second for a PING.
     let refused = 0;
-    await waitFor(async () => (await fetch(`http://127.0.0.1:${apiPort}/readyz`)).status === 503 && ++refused >= 4, 20_000, 'four refused readiness probes');
+    await waitFor(
+      async () => (await fetch(`http://127.0.0.1:${apiPort}/readyz`)).status === 503 && ++refused >= 4,
+      20_000,
+      'four refused readiness probes',
+    );
     redis = await startRedisServer({ binary, port, dir, appendOnly: true });
     await waitFor(() => logged('redis.restored').length > 0, 15_000, 'the recovery logged');
     running.child.kill('SIGTERM');
@@ -566,7 +670,8 @@ describe('log redaction', () => {
       'hello',
     );
     const out = chunks.join('');
-    for (const leak of ['hk_leak1', 'leak2', 'leak3', 'leak4', 'leak5', 'leak6', 'leak7']) expect(out).not.toContain(leak);
+    for (const leak of ['hk_leak1', 'leak2', 'leak3', 'leak4', 'leak5', 'leak6', 'leak7'])
+      expect(out).not.toContain(leak);
     expect(out).toContain('[redacted]');
   });
 });

@@ -8,7 +8,10 @@ import { waitFor } from '../helpers/wait.js';
 /** Every operation of the document, the webhooks section's too, by a readable name. */
 function allOperations(doc: OpenApiDocument): [string, OpenApiOperation][] {
   const webhooks = Object.entries(doc.webhooks ?? {}).flatMap(([name, item]) =>
-    Object.entries(item).map(([method, op]): [string, OpenApiOperation] => [`webhook ${name} ${method.toUpperCase()}`, op]),
+    Object.entries(item).map(([method, op]): [string, OpenApiOperation] => [
+      `webhook ${name} ${method.toUpperCase()}`,
+      op,
+    ]),
   );
   return [...operationsOf(doc), ...webhooks];
 }
@@ -31,7 +34,10 @@ describe('OpenAPI, docs and health', () => {
     expect(res.statusCode).toBe(200);
     const doc = res.json<{
       openapi: string;
-      paths: Record<string, Record<string, { parameters?: { name: string }[]; requestBody?: unknown; responses: Record<string, unknown> }>>;
+      paths: Record<
+        string,
+        Record<string, { parameters?: { name: string }[]; requestBody?: unknown; responses: Record<string, unknown> }>
+      >;
       components: { schemas: Record<string, unknown>; securitySchemes: Record<string, unknown> };
     }>();
     expect(doc.openapi).toMatch(/^3\./);
@@ -70,11 +76,23 @@ describe('OpenAPI, docs and health', () => {
       ].sort(),
     );
     expect(Object.keys(doc.paths['/vendors/v1/webhooks'] ?? {}).sort()).toEqual(['get', 'post']);
-    expect(Object.keys(doc.paths['/vendors/v1/webhooks/{webhook_id}'] ?? {}).sort()).toEqual(['delete', 'get', 'patch']);
-    expect(Object.keys(doc.paths['/vendors/v1/webhooks']?.post?.responses ?? {})).toEqual(expect.arrayContaining(['201', '400', '401', '409']));
+    expect(Object.keys(doc.paths['/vendors/v1/webhooks/{webhook_id}'] ?? {}).sort()).toEqual([
+      'delete',
+      'get',
+      'patch',
+    ]);
+    expect(Object.keys(doc.paths['/vendors/v1/webhooks']?.post?.responses ?? {})).toEqual(
+      expect.arrayContaining(['201', '400', '401', '409']),
+    );
     expect(doc.paths['/vendors/v1/webhooks']?.post?.requestBody).toBeDefined();
-    expect(doc.paths['/rental/v1/machines']?.get?.parameters?.map((p) => p.name).sort()).toEqual(['filter', 'page', 'page_size']);
-    expect(Object.keys(doc.paths['/rental/v1/tasks/{task_id}']?.get?.responses ?? {})).toEqual(expect.arrayContaining(['200', '400', '404']));
+    expect(doc.paths['/rental/v1/machines']?.get?.parameters?.map((p) => p.name).sort()).toEqual([
+      'filter',
+      'page',
+      'page_size',
+    ]);
+    expect(Object.keys(doc.paths['/rental/v1/tasks/{task_id}']?.get?.responses ?? {})).toEqual(
+      expect.arrayContaining(['200', '400', '404']),
+    );
     expect(doc.components.securitySchemes).toHaveProperty('apiKey');
     expect(Object.keys(doc.components.schemas)).toEqual(
       expect.arrayContaining([
@@ -133,7 +151,8 @@ describe('OpenAPI, docs and health', () => {
     const problems: string[] = [];
     for (const [name, op] of allOperations(doc)) {
       for (const [status, response] of Object.entries(op.responses)) {
-        if (!response.description || response.description === 'Default Response') problems.push(`${name} ${status}: no description`);
+        if (!response.description || response.description === 'Default Response')
+          problems.push(`${name} ${status}: no description`);
         if (!/^[45]\d\d$/.test(status) || name.startsWith('webhook ') || name === 'GET /readyz') continue;
         const codes = exampleCodes(op, status);
         if (codes.length === 0) problems.push(`${name} ${status}: no example`);
@@ -147,10 +166,17 @@ describe('OpenAPI, docs and health', () => {
     expect(problems).toEqual([]);
     // The handlers' own errors are there, with the example a client will really see.
     expect(exampleCodes(doc.paths['/vendors/v1/webhooks']?.post, '409')).toEqual(['webhook_conflict']);
-    expect(exampleCodes(doc.paths['/vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay']?.post, '409')).toEqual(['not_dead_letter']);
+    expect(
+      exampleCodes(doc.paths['/vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay']?.post, '409'),
+    ).toEqual(['not_dead_letter']);
     expect(exampleCodes(doc.paths['/rental/v1/tasks/{task_id}']?.get, '404')).toEqual(['task_not_found']);
     // A vendor route the portal's session cookie opens also answers the portal's 403s.
-    expect(exampleCodes(doc.paths['/vendors/v1/webhooks']?.get, '403').sort()).toEqual(['csrf_failed', 'forbidden', 'no_vendor', 'portal_permission']);
+    expect(exampleCodes(doc.paths['/vendors/v1/webhooks']?.get, '403').sort()).toEqual([
+      'csrf_failed',
+      'forbidden',
+      'no_vendor',
+      'portal_permission',
+    ]);
     expect(exampleCodes(doc.paths['/admin/v1/webhooks']?.get, '403').sort()).toEqual(['forbidden']);
   });
 
@@ -165,7 +191,8 @@ describe('OpenAPI, docs and health', () => {
       if (op.security !== undefined && op.security.length === 0) {
         open.push(name);
         // Opening a portal session needs no key: the link's token in the body is the credential, and a bad one answers 401.
-        if (op.responses['401'] && name !== 'POST /portal/v1/session') problems.push(`${name}: needs no key, documents 401`);
+        if (op.responses['401'] && name !== 'POST /portal/v1/session')
+          problems.push(`${name}: needs no key, documents 401`);
         continue;
       }
       if (op.security !== undefined) {
@@ -176,16 +203,26 @@ describe('OpenAPI, docs and health', () => {
           continue;
         }
       }
-      for (const status of ['401', '403', '429', '500', '503']) if (!op.responses[status]) problems.push(`${name}: no ${status}`);
-      for (const status of ['429', '503']) if (!op.responses[status]?.headers?.['Retry-After']) problems.push(`${name} ${status}: no Retry-After`);
+      for (const status of ['401', '403', '429', '500', '503'])
+        if (!op.responses[status]) problems.push(`${name}: no ${status}`);
+      for (const status of ['429', '503'])
+        if (!op.responses[status]?.headers?.['Retry-After']) problems.push(`${name} ${status}: no Retry-After`);
     }
     expect(problems).toEqual([]);
-    expect(open.sort()).toEqual(['GET /.well-known/jwks.json', 'GET /healthz', 'GET /portal/v1/catalogue', 'GET /readyz', 'POST /portal/v1/session']);
+    expect(open.sort()).toEqual([
+      'GET /.well-known/jwks.json',
+      'GET /healthz',
+      'GET /portal/v1/catalogue',
+      'GET /readyz',
+      'POST /portal/v1/session',
+    ]);
     // Every vendor route takes the portal's cookie too, and nothing else does.
     expect(portal.filter((name) => !/ \/vendors\/v1\/| \/rental\/v1\/tasks\//.test(name))).toEqual([]);
     expect(portal.length).toBe(operationsOf(doc).filter(([name]) => name.includes(' /vendors/v1/')).length + 1);
     // Ingest is exempt from the per-key request limit; its 429 is its own events-per-second limit.
-    expect(doc.paths['/internal/v1/events']?.post?.responses['429']?.description).toContain('HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND');
+    expect(doc.paths['/internal/v1/events']?.post?.responses['429']?.description).toContain(
+      'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND',
+    );
     expect(exampleCodes(doc.paths['/rental/v1/machines']?.get, '503')).toEqual(['storage_unavailable']);
   });
 
@@ -225,18 +262,26 @@ describe('OpenAPI, docs and health', () => {
 describe('readiness when Redis is unreachable', () => {
   it('answers /readyz 503 and a protected route 503 instead of hanging or crashing', async () => {
     const deadPort = await freeLoopbackPort();
-    const engine = await testEngine(testConfig({ redisUrl: `redis://127.0.0.1:${deadPort}`, redisPrefix: 'dead' }), { role: 'api' });
+    const engine = await testEngine(testConfig({ redisUrl: `redis://127.0.0.1:${deadPort}`, redisPrefix: 'dead' }), {
+      role: 'api',
+    });
     const app = engine.api!;
     try {
       const ready = await app.inject({ method: 'GET', url: '/readyz' });
       expect(ready.statusCode).toBe(503);
       expect(ready.json()).toEqual({ status: 'unavailable', error: 'Redis is unreachable' });
-      const res = await app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': 'hk_whatever' } });
+      const res = await app.inject({
+        method: 'GET',
+        url: '/vendors/v1/webhooks',
+        headers: { 'x-api-key': 'hk_whatever' },
+      });
       expect(res.statusCode).toBe(503);
       expect(res.json()).toEqual({ error: 'Storage is unreachable; try again shortly', code: 'storage_unavailable' });
       // As the document says: the code among the 503's examples, and a Retry-After.
       expect(res.headers['retry-after']).toBe('1');
-      expect(exampleCodes((await servedDocument(app)).paths['/vendors/v1/webhooks']?.get, '503')).toContain('storage_unavailable');
+      expect(exampleCodes((await servedDocument(app)).paths['/vendors/v1/webhooks']?.get, '503')).toContain(
+        'storage_unavailable',
+      );
     } finally {
       await engine.close(0);
     }
@@ -258,7 +303,13 @@ describe('a full Redis (maxmemory with noeviction)', () => {
       extraArgs: ['--maxmemory', '2mb'],
     });
     const engine = await testEngine(
-      testConfig({ redisUrl: server.url, redisPrefix: 'oom', retryScheduleMs: [0], queuePartitions: 1, secretRotationOverlapMs: 0 }),
+      testConfig({
+        redisUrl: server.url,
+        redisPrefix: 'oom',
+        retryScheduleMs: [0],
+        queuePartitions: 1,
+        secretRotationOverlapMs: 0,
+      }),
       { role: 'api' },
     );
     const { stores } = engine;
@@ -275,11 +326,17 @@ describe('a full Redis (maxmemory with noeviction)', () => {
         method: 'POST',
         url: '/vendors/v1/webhooks',
         headers: { 'x-api-key': key },
-        payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://example.com/h', secret: 'x'.repeat(400) },
+        payload: {
+          event_type: 'EVENT_TYPE_MACHINE_CREATED',
+          callback_url: 'https://example.com/h',
+          secret: 'x'.repeat(400),
+        },
       });
       expect(res.statusCode).toBe(503);
       expect(res.json()).toEqual({ error: 'Storage is unreachable; try again shortly', code: 'storage_unavailable' });
-      expect((await app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })).statusCode).toBe(200);
+      expect(
+        (await app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': key } })).statusCode,
+      ).toBe(200);
     } finally {
       await engine.close(0);
       await server.stop();
@@ -306,8 +363,8 @@ describe('a rate-limited key', () => {
       expect(limited.headers['retry-after']).toBe('1');
       const body = limited.json<{ error: string; code: string }>();
       const doc = await servedDocument(t.app);
-      const documented = doc.paths['/vendors/v1/webhooks']?.get?.responses['429']?.content?.['application/json']?.examples?.[body.code]?.value as
-        { error: string; code: string } | undefined;
+      const documented = doc.paths['/vendors/v1/webhooks']?.get?.responses['429']?.content?.['application/json']
+        ?.examples?.[body.code]?.value as { error: string; code: string } | undefined;
       expect(documented?.code).toBe(body.code);
       // The same message but for the configured limit.
       expect(documented?.error.replace(/\d+/, 'N')).toBe(body.error.replace(/\d+/, 'N'));

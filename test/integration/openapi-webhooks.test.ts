@@ -13,7 +13,14 @@ import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 const VENDOR = 'vendor-openapi';
 const SECRET = `whsec_${Buffer.from('openapi-webhooks-test-secret-32b').toString('base64')}`;
 /** What the connection itself carries, not the engine's documented headers. */
-const TRANSPORT_HEADERS = new Set(['host', 'connection', 'content-length', 'content-type', 'transfer-encoding', 'keep-alive']);
+const TRANSPORT_HEADERS = new Set([
+  'host',
+  'connection',
+  'content-length',
+  'content-type',
+  'transfer-encoding',
+  'keep-alive',
+]);
 
 /** A JSON Schema validator over the document's schemas: `#/components/schemas/X` refs point into `$defs`. */
 function documentValidator(doc: OpenApiDocument) {
@@ -21,21 +28,30 @@ function documentValidator(doc: OpenApiDocument) {
   const ajv = new Ajv2020({ allErrors: true, strict: false });
   // ajv-formats is CommonJS: its plugin is the default export's `default`.
   addFormats.default(ajv);
-  const rewrite = (value: unknown): unknown => JSON.parse(JSON.stringify(value).replaceAll('"#/components/schemas/', '"#/$defs/'));
+  const rewrite = (value: unknown): unknown =>
+    JSON.parse(JSON.stringify(value).replaceAll('"#/components/schemas/', '"#/$defs/'));
   const defs = rewrite(doc.components.schemas) as Record<string, object>;
   return (schema: object, value: unknown): string[] => {
     const validate = ajv.compile({ ...(rewrite(schema) as object), $defs: defs });
-    return validate(value) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath || '/'} ${e.message ?? 'is invalid'}`);
+    return validate(value)
+      ? []
+      : (validate.errors ?? []).map((e) => `${e.instancePath || '/'} ${e.message ?? 'is invalid'}`);
   };
 }
 
 /** What is wrong with a received request, measured against a documented webhook operation; empty when it conforms. */
-function problems(check: ReturnType<typeof documentValidator>, operation: OpenApiOperation, request: ReceivedRequest): string[] {
+function problems(
+  check: ReturnType<typeof documentValidator>,
+  operation: OpenApiOperation,
+  request: ReceivedRequest,
+): string[] {
   const found: string[] = [];
   const bodySchema = operation.requestBody?.content['application/json']?.schema;
   if (!bodySchema) return ['no application/json request body documented'];
   found.push(...check(bodySchema, JSON.parse(request.body)).map((p) => `body ${p}`));
-  const documented = new Map((operation.parameters ?? []).filter((p) => p.in === 'header').map((p) => [p.name.toLowerCase(), p]));
+  const documented = new Map(
+    (operation.parameters ?? []).filter((p) => p.in === 'header').map((p) => [p.name.toLowerCase(), p]),
+  );
   for (const [name, parameter] of documented) {
     const value = request.headers[name];
     if (value === undefined) {
@@ -88,10 +104,21 @@ describe('the webhooks section of the OpenAPI document (real deliveries to a rea
       const operation = doc.webhooks?.[eventType]?.post;
       expect(operation?.requestBody?.content['application/json']?.schema, eventType).toBeDefined();
       expect(operation?.parameters?.map((p) => p.name).sort(), eventType).toEqual(
-        ['user-agent', 'webhook-id', 'webhook-signature', 'webhook-timestamp', 'x-webhook-attempt', 'x-webhook-event', 'x-webhook-signature'].sort(),
+        [
+          'user-agent',
+          'webhook-id',
+          'webhook-signature',
+          'webhook-timestamp',
+          'x-webhook-attempt',
+          'x-webhook-event',
+          'x-webhook-signature',
+        ].sort(),
       );
-      expect(Object.keys(operation?.responses ?? {}).sort(), eventType).toEqual(['2XX', '410', '429', '503', 'default'].sort());
-      for (const status of ['429', '503']) expect(operation?.responses[status]?.headers, `${eventType} ${status}`).toHaveProperty('Retry-After');
+      expect(Object.keys(operation?.responses ?? {}).sort(), eventType).toEqual(
+        ['2XX', '410', '429', '503', 'default'].sort(),
+      );
+      for (const status of ['429', '503'])
+        expect(operation?.responses[status]?.headers, `${eventType} ${status}`).toHaveProperty('Retry-After');
     }
   });
 
@@ -99,8 +126,14 @@ describe('the webhooks section of the OpenAPI document (real deliveries to a rea
     const events: object[] = WEBHOOK_EVENT_TYPES.map((eventType) => sampleEvent(eventType, VENDOR));
     // Data as producers may send it: a field the schema does not name (delivered as sent), and a
     // deployment without the fields ingest fills in with defaults.
-    events.push({ ...sampleEvent('EVENT_TYPE_MACHINE_UPDATED', VENDOR), data: { ...sampleEvent('EVENT_TYPE_MACHINE_UPDATED', VENDOR).data, rack: 'r12' } });
-    events.push({ ...sampleEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', VENDOR), data: { deployment_id: 'dep-2', machine_id: 'm-2', status: 'STATUS_PENDING' } });
+    events.push({
+      ...sampleEvent('EVENT_TYPE_MACHINE_UPDATED', VENDOR),
+      data: { ...sampleEvent('EVENT_TYPE_MACHINE_UPDATED', VENDOR).data, rack: 'r12' },
+    });
+    events.push({
+      ...sampleEvent('EVENT_TYPE_DEPLOYMENT_UPDATED', VENDOR),
+      data: { deployment_id: 'dep-2', machine_id: 'm-2', status: 'STATUS_PENDING' },
+    });
     const results = await t.ingestor.ingest(events, 'http');
     expect(results.map((r) => r.status)).toEqual(events.map(() => 'accepted'));
     const test = await t.app.inject({
@@ -116,20 +149,34 @@ describe('the webhooks section of the OpenAPI document (real deliveries to a rea
     const found = receiver.requests.map((request) => {
       const eventType = request.path.slice(1) as WebhookEventType;
       const operation = doc.webhooks?.[eventType]?.post;
-      return { eventType, problems: operation ? problems(check, operation, request) : ['no webhook documented for this path'] };
+      return {
+        eventType,
+        problems: operation ? problems(check, operation, request) : ['no webhook documented for this path'],
+      };
     });
     expect(found.filter((f) => f.problems.length > 0)).toEqual([]);
     expect(found.map((f) => f.eventType).sort()).toEqual(
-      [...WEBHOOK_EVENT_TYPES, 'EVENT_TYPE_MACHINE_UPDATED', 'EVENT_TYPE_DEPLOYMENT_UPDATED', 'EVENT_TYPE_DEPLOYMENT_STOPPED'].sort(),
+      [
+        ...WEBHOOK_EVENT_TYPES,
+        'EVENT_TYPE_MACHINE_UPDATED',
+        'EVENT_TYPE_DEPLOYMENT_UPDATED',
+        'EVENT_TYPE_DEPLOYMENT_STOPPED',
+      ].sort(),
     );
     // The test event really was among them.
-    expect(receiver.requests.some((r) => (JSON.parse(r.body) as { data: { test?: boolean } }).data.test === true)).toBe(true);
+    expect(receiver.requests.some((r) => (JSON.parse(r.body) as { data: { test?: boolean } }).data.test === true)).toBe(
+      true,
+    );
   });
 
   it('refuses what a delivery of another type or shape would carry', async () => {
     const eventId = randomUUID();
     await t.ingestor.ingest([sampleEvent('EVENT_TYPE_MACHINE_CREATED', VENDOR, { event_id: eventId })], 'http');
-    const request = await waitFor(() => receiver.requests.find((r) => r.body.includes(eventId)), 15_000, 'the machine delivery');
+    const request = await waitFor(
+      () => receiver.requests.find((r) => r.body.includes(eventId)),
+      15_000,
+      'the machine delivery',
+    );
     const check = documentValidator(doc);
     const machineCreated = doc.webhooks!.EVENT_TYPE_MACHINE_CREATED!.post!;
     const deploymentCreated = doc.webhooks!.EVENT_TYPE_DEPLOYMENT_CREATED!.post!;
@@ -138,10 +185,17 @@ describe('the webhooks section of the OpenAPI document (real deliveries to a rea
     expect(problems(check, deploymentCreated, request).join('\n')).toMatch(/event_type[\s\S]*x-webhook-event/);
     // A machine event whose data is a deployment's, and an envelope with a field it never has.
     const body = JSON.parse(request.body) as Record<string, unknown>;
-    expect(problems(check, machineCreated, { ...request, body: JSON.stringify({ ...body, data: agent('dep-9', 'STATUS_RUNNING') }) })).not.toEqual([]);
-    expect(problems(check, machineCreated, { ...request, body: JSON.stringify({ ...body, extra: 1 }) })).not.toEqual([]);
-    expect(problems(check, machineCreated, { ...request, headers: { ...request.headers, 'x-unlisted': '1' } })).toEqual([
-      'header x-unlisted sent but not documented',
-    ]);
+    expect(
+      problems(check, machineCreated, {
+        ...request,
+        body: JSON.stringify({ ...body, data: agent('dep-9', 'STATUS_RUNNING') }),
+      }),
+    ).not.toEqual([]);
+    expect(problems(check, machineCreated, { ...request, body: JSON.stringify({ ...body, extra: 1 }) })).not.toEqual(
+      [],
+    );
+    expect(problems(check, machineCreated, { ...request, headers: { ...request.headers, 'x-unlisted': '1' } })).toEqual(
+      ['header x-unlisted sent but not documented'],
+    );
   });
 });

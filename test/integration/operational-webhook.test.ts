@@ -88,7 +88,11 @@ describe('operational webhooks (real Redis, real receivers)', () => {
     const id = await register(app, key, `${vendor.base}/gone`);
     await app.ingestor.ingest([machineEvent(), machineEvent(), machineEvent()], 'http');
 
-    const [disabledRequest] = await waitFor(() => ops.at(opsPath).length > 0 && ops.at(opsPath), 10_000, 'webhook.disabled');
+    const [disabledRequest] = await waitFor(
+      () => ops.at(opsPath).length > 0 && ops.at(opsPath),
+      10_000,
+      'webhook.disabled',
+    );
     const disabled = verified(disabledRequest!);
     const webhook = await app.webhooks.getById(id);
     expect(webhook?.disabled?.reason).toBe('gone');
@@ -116,19 +120,35 @@ describe('operational webhooks (real Redis, real receivers)', () => {
     expect(await quiescent(() => ops.at(opsPath).length, 500)).toBe(1);
 
     // The vendor re-enables it (the portal's re-enable is the same PATCH).
-    const enabled = await app.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { enabled: true } });
+    const enabled = await app.app.inject({
+      method: 'PATCH',
+      url: `/vendors/v1/webhooks/${id}`,
+      headers: { 'x-api-key': key },
+      payload: { enabled: true },
+    });
     expect(enabled.statusCode).toBe(200);
     const recovered = verified(await waitFor(() => ops.at(opsPath)[1], 10_000, 'webhook.recovered'));
     expect(recovered).toMatchObject({
       type: 'webhook.recovered',
-      data: { webhook_id: id, vendor_id: VENDOR, reason: 'gone', disabled_at: disabled.data.disabled_at, recovered_at: recovered.timestamp },
+      data: {
+        webhook_id: id,
+        vendor_id: VENDOR,
+        reason: 'gone',
+        disabled_at: disabled.data.disabled_at,
+        recovered_at: recovered.timestamp,
+      },
     });
     expect(Date.parse(recovered.timestamp)).toBeGreaterThanOrEqual(Date.parse(disabled.timestamp));
     expect(ops.at(opsPath)[1]!.headers['webhook-id']).not.toBe(disabledRequest!.headers['webhook-id']);
 
     // Enabling what is enabled, and a vendor's own pause and resume, tell the platform nothing.
     for (const enabledNow of [true, false, true]) {
-      const res = await app.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key }, payload: { enabled: enabledNow } });
+      const res = await app.app.inject({
+        method: 'PATCH',
+        url: `/vendors/v1/webhooks/${id}`,
+        headers: { 'x-api-key': key },
+        payload: { enabled: enabledNow },
+      });
       expect(res.statusCode).toBe(200);
     }
     expect(await quiescent(() => ops.at(opsPath).length, 500)).toBe(2);
@@ -137,7 +157,11 @@ describe('operational webhooks (real Redis, real receivers)', () => {
     await app.ingestor.ingest([machineEvent()], 'http');
     await waitFor(() => ops.at(opsPath).length === 3, 10_000, 'the second webhook.disabled');
     const admin = await app.keyFor(['admin']);
-    const operatorEnabled = await app.app.inject({ method: 'POST', url: `/admin/v1/webhooks/${id}/enable`, headers: { 'x-api-key': admin } });
+    const operatorEnabled = await app.app.inject({
+      method: 'POST',
+      url: `/admin/v1/webhooks/${id}/enable`,
+      headers: { 'x-api-key': admin },
+    });
     expect(operatorEnabled.statusCode).toBe(200);
     await waitFor(() => ops.at(opsPath).length === 4, 10_000, 'the second webhook.recovered');
     expect(typesAt(ops)).toEqual(['webhook.disabled', 'webhook.recovered', 'webhook.disabled', 'webhook.recovered']);
@@ -148,10 +172,22 @@ describe('operational webhooks (real Redis, real receivers)', () => {
       return found.length >= 4 && found;
     });
     expect(sent).toHaveLength(4);
-    expect(sent[0]).toMatchObject({ type: 'webhook.disabled', webhookId: id, vendorId: VENDOR, attempt: 1, status: 200, target: ops.base });
+    expect(sent[0]).toMatchObject({
+      type: 'webhook.disabled',
+      webhookId: id,
+      vendorId: VENDOR,
+      attempt: 1,
+      status: 200,
+      target: ops.base,
+    });
     // Neither secret, nor a signature, nor the receiver's query reaches the logs.
     const logged = JSON.stringify(logLines);
-    for (const secret of [OPS_SECRET, VENDOR_SECRET, 'channel=vendors', String(disabledRequest!.headers['webhook-signature'])])
+    for (const secret of [
+      OPS_SECRET,
+      VENDOR_SECRET,
+      'channel=vendors',
+      String(disabledRequest!.headers['webhook-signature']),
+    ])
       expect(logged).not.toContain(secret);
   });
 
@@ -190,7 +226,9 @@ describe('operational webhooks (real Redis, real receivers)', () => {
     );
     await waitFor(() => ops.at(opsPath).length > 0, 10_000, 'webhook.disabled');
     const count = await quiescent(() => ops.at(opsPath).length, 700);
-    const gone = [first, second].map((w) => w.outcomes.filter((o) => o.kind === 'attempted' && o.decision === 'disable').length);
+    const gone = [first, second].map(
+      (w) => w.outcomes.filter((o) => o.kind === 'attempted' && o.decision === 'disable').length,
+    );
     console.log(`operational race: 410 answers per worker ${gone.join(' and ')}; webhook.disabled messages ${count}`);
     expect(gone[0]! + gone[1]!).toBeGreaterThan(1);
     expect(count).toBe(1);
@@ -203,7 +241,9 @@ describe('operational webhooks (real Redis, real receivers)', () => {
     const other = await testEngine(testWorkerConfig(app), { role: 'api' });
     try {
       const flipped = await Promise.all(
-        Array.from({ length: 10 }, (_, i) => (i % 2 === 0 ? app.webhooks : other.stores.webhooks).disable(id, i % 4 === 0 ? 'gone' : 'failing')),
+        Array.from({ length: 10 }, (_, i) =>
+          (i % 2 === 0 ? app.webhooks : other.stores.webhooks).disable(id, i % 4 === 0 ? 'gone' : 'failing'),
+        ),
       );
       expect(flipped.filter(Boolean)).toHaveLength(1);
     } finally {

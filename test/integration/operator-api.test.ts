@@ -51,14 +51,26 @@ describe('the operator API: webhooks across vendors, dead letters, actions (real
     const healthy = await receivers.start();
     const receiver: TestReceiver = await receivers.start();
     receiver.script('/bad', { status: 500 });
-    const ok = await t.webhooks.create('vendor-ok', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${healthy.base}/ok` });
-    const bad = await t.webhooks.create('vendor-bad', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: `${receiver.base}/bad` });
+    const ok = await t.webhooks.create('vendor-ok', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: `${healthy.base}/ok`,
+    });
+    const bad = await t.webhooks.create('vendor-bad', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: `${receiver.base}/bad`,
+    });
     if (!ok.ok || !bad.ok) throw new Error('webhooks not created');
     // Unless a test wants one, no circuit opens: the failing webhook stays "failing".
     const breaker = options.breaker ?? { failureThreshold: 1_000, openMs: 1_000 };
-    worker = await startTestWorker(t, { sustainedFailureWindowMs: 24 * 3_600_000, breaker: { ...breaker, failureRate: 1, minAttempts: 1_000 } });
+    worker = await startTestWorker(t, {
+      sustainedFailureWindowMs: 24 * 3_600_000,
+      breaker: { ...breaker, failureRate: 1, minAttempts: 1_000 },
+    });
     await t.ingestor.ingest(
-      [...Array.from({ length: 3 }, () => machineEvent('vendor-ok')), ...Array.from({ length: 4 }, () => machineEvent('vendor-bad'))],
+      [
+        ...Array.from({ length: 3 }, () => machineEvent('vendor-ok')),
+        ...Array.from({ length: 4 }, () => machineEvent('vendor-bad')),
+      ],
       'http',
     );
     const admin = await t.keyFor(['admin']);
@@ -76,7 +88,11 @@ describe('the operator API: webhooks across vendors, dead letters, actions (real
 
   it('lists every vendor’s webhooks with their state, failing first, filtered by vendor, state and attention', async () => {
     const { okId, badId, admin } = await twoVendors();
-    await waitFor(async () => (await t!.deliveryLog.health([badId]))[0]?.deadLetters === 4, 15_000, 'four dead letters');
+    await waitFor(
+      async () => (await t!.deliveryLog.health([badId]))[0]?.deadLetters === 4,
+      15_000,
+      'four dead letters',
+    );
     await queuesDrained(t!.queues);
 
     const all = await get<{ total: number; webhooks: WebhookStatusBody[] }>('/admin/v1/webhooks', admin);
@@ -106,27 +122,38 @@ describe('the operator API: webhooks across vendors, dead letters, actions (real
 
     const failing = await get<{ webhooks: WebhookStatusBody[] }>('/admin/v1/webhooks?needs_attention=true', admin);
     expect(failing.body.webhooks.map((w) => w.webhook_id)).toEqual([badId]);
-    expect((await get<{ webhooks: WebhookStatusBody[] }>('/admin/v1/webhooks?vendor_id=vendor-ok', admin)).body.webhooks.map((w) => w.webhook_id)).toEqual([
-      okId,
-    ]);
-    expect((await get<{ webhooks: WebhookStatusBody[] }>('/admin/v1/webhooks?state=healthy,paused', admin)).body.webhooks.map((w) => w.webhook_id)).toEqual([
-      okId,
-    ]);
+    expect(
+      (await get<{ webhooks: WebhookStatusBody[] }>('/admin/v1/webhooks?vendor_id=vendor-ok', admin)).body.webhooks.map(
+        (w) => w.webhook_id,
+      ),
+    ).toEqual([okId]);
+    expect(
+      (
+        await get<{ webhooks: WebhookStatusBody[] }>('/admin/v1/webhooks?state=healthy,paused', admin)
+      ).body.webhooks.map((w) => w.webhook_id),
+    ).toEqual([okId]);
     const badState = await get<{ error: string }>('/admin/v1/webhooks?state=broken', admin);
     expect(badState.status).toBe(400);
     expect(badState.body.error).toContain('state must be one or more');
 
     // Dead letters across webhooks: whose each is, newest first.
-    const dead = await get<{ dead_letters: { webhook_id: string; vendor_id: string; status: string; last_status_code: number }[] }>(
-      '/admin/v1/dead-letters',
-      admin,
-    );
+    const dead = await get<{
+      dead_letters: { webhook_id: string; vendor_id: string; status: string; last_status_code: number }[];
+    }>('/admin/v1/dead-letters', admin);
     expect(dead.body.dead_letters).toHaveLength(4);
     expect(
-      dead.body.dead_letters.every((d) => d.webhook_id === badId && d.vendor_id === 'vendor-bad' && d.status === 'dead' && d.last_status_code === 500),
+      dead.body.dead_letters.every(
+        (d) =>
+          d.webhook_id === badId && d.vendor_id === 'vendor-bad' && d.status === 'dead' && d.last_status_code === 500,
+      ),
     ).toBe(true);
-    expect((await get<{ dead_letters: unknown[] }>('/admin/v1/dead-letters?vendor_id=vendor-ok', admin)).body.dead_letters).toEqual([]);
-    expect((await get<{ dead_letters: unknown[] }>(`/admin/v1/dead-letters?webhook_id=${badId}&limit=2`, admin)).body.dead_letters).toHaveLength(2);
+    expect(
+      (await get<{ dead_letters: unknown[] }>('/admin/v1/dead-letters?vendor_id=vendor-ok', admin)).body.dead_letters,
+    ).toEqual([]);
+    expect(
+      (await get<{ dead_letters: unknown[] }>(`/admin/v1/dead-letters?webhook_id=${badId}&limit=2`, admin)).body
+        .dead_letters,
+    ).toHaveLength(2);
     expect((await get(`/admin/v1/dead-letters?webhook_id=${randomUUID()}`, admin)).status).toBe(404);
     expect((await get('/admin/v1/dead-letters?webhook_id=nope', admin)).status).toBe(400);
 
@@ -137,14 +164,23 @@ describe('the operator API: webhooks across vendors, dead letters, actions (real
 
   it('enables a disabled webhook of any vendor and replays its dead letters; both logged with the key; the task ends on outcomes', async () => {
     const { receiver, badId, admin } = await twoVendors();
-    await waitFor(async () => (await t!.deliveryLog.health([badId]))[0]?.deadLetters === 4, 15_000, 'four dead letters');
+    await waitFor(
+      async () => (await t!.deliveryLog.health([badId]))[0]?.deadLetters === 4,
+      15_000,
+      'four dead letters',
+    );
     await t!.webhooks.disable(badId, 'failing');
     const disabled = await get<WebhookStatusBody>(`/admin/v1/webhooks/${badId}`, admin);
     expect(disabled.body).toMatchObject({ state: 'disabled', disabled_reason: 'failing', needs_attention: true });
 
     const enabled = await post<WebhookStatusBody>(`/admin/v1/webhooks/${badId}/enable`, admin);
     expect(enabled.status).toBe(200);
-    expect(enabled.body).toMatchObject({ state: 'healthy', disabled_reason: null, failing_since: null, dead_letters: 4 });
+    expect(enabled.body).toMatchObject({
+      state: 'healthy',
+      disabled_reason: null,
+      failing_since: null,
+      dead_letters: 4,
+    });
 
     // The receiver is fixed; the operator replays everything.
     receiver.script('/bad', { status: 200 });
@@ -169,26 +205,53 @@ describe('the operator API: webhooks across vendors, dead letters, actions (real
       fail_reason: null,
       progress: { total: 4, done: 4, queued: 4, delivered: 4, failed: 0, pending: 0 },
     });
-    expect(receiver.at('/bad').filter((r) => r.headers['x-webhook-attempt'] !== undefined).length).toBeGreaterThanOrEqual(4 * 2 + 4);
+    expect(
+      receiver.at('/bad').filter((r) => r.headers['x-webhook-attempt'] !== undefined).length,
+    ).toBeGreaterThanOrEqual(4 * 2 + 4);
 
     const actions = logLines.filter((l) => String(l.event).startsWith('operator.'));
     expect(actions.map((l) => l.event)).toEqual(['operator.webhook_enabled', 'operator.dead_letters_replayed']);
-    expect(actions[0]).toMatchObject({ webhookId: badId, vendorId: 'vendor-bad', wasDisabled: 'failing', keyName: 'test admin' });
+    expect(actions[0]).toMatchObject({
+      webhookId: badId,
+      vendorId: 'vendor-bad',
+      wasDisabled: 'failing',
+      keyName: 'test admin',
+    });
     expect(actions[1]).toMatchObject({ webhookId: badId, taskId });
     expect(JSON.stringify(actions)).not.toContain(admin);
   });
 
   it('a replay task whose deliveries fail again ends failed, saying how many; one dead letter replays on its own', async () => {
     const { badId, admin } = await twoVendors();
-    await waitFor(async () => (await t!.deliveryLog.health([badId]))[0]?.deadLetters === 4, 15_000, 'four dead letters');
-    const [first] = (await get<{ dead_letters: { delivery_id: string }[] }>(`/admin/v1/dead-letters?webhook_id=${badId}&limit=1`, admin)).body.dead_letters;
-    const one = await post<{ delivery_id: string; replay_of: string }>(`/admin/v1/webhooks/${badId}/dead-letters/${first!.delivery_id}/replay`, admin);
+    await waitFor(
+      async () => (await t!.deliveryLog.health([badId]))[0]?.deadLetters === 4,
+      15_000,
+      'four dead letters',
+    );
+    const [first] = (
+      await get<{ dead_letters: { delivery_id: string }[] }>(
+        `/admin/v1/dead-letters?webhook_id=${badId}&limit=1`,
+        admin,
+      )
+    ).body.dead_letters;
+    const one = await post<{ delivery_id: string; replay_of: string }>(
+      `/admin/v1/webhooks/${badId}/dead-letters/${first!.delivery_id}/replay`,
+      admin,
+    );
     expect(one.status).toBe(202);
     expect(one.body.replay_of).toBe(first!.delivery_id);
-    expect((await post(`/admin/v1/webhooks/${badId}/dead-letters/${first!.delivery_id}/replay`, admin)).status).toBe(409);
-    await waitFor(async () => (await t!.deliveryLog.health([badId]))[0]?.deadLetters === 4, 15_000, 'the replay dead again');
+    expect((await post(`/admin/v1/webhooks/${badId}/dead-letters/${first!.delivery_id}/replay`, admin)).status).toBe(
+      409,
+    );
+    await waitFor(
+      async () => (await t!.deliveryLog.health([badId]))[0]?.deadLetters === 4,
+      15_000,
+      'the replay dead again',
+    );
 
-    const { task_id: taskId } = (await post<{ task_id: string }>(`/admin/v1/webhooks/${badId}/dead-letters/replay`, admin)).body;
+    const { task_id: taskId } = (
+      await post<{ task_id: string }>(`/admin/v1/webhooks/${badId}/dead-letters/replay`, admin)
+    ).body;
     const tasksKey = await t!.keyFor(['tasks:read']);
     const ended = await waitFor(
       async () => {
@@ -199,7 +262,9 @@ describe('the operator API: webhooks across vendors, dead letters, actions (real
       'the replay task to fail',
     );
     expect(ended.progress).toEqual({ total: 4, done: 4, queued: 4, delivered: 0, failed: 4, pending: 0 });
-    expect(ended.fail_reason).toBe("4 of 4 replayed deliveries failed again (see the webhook's dead letters); 0 delivered");
+    expect(ended.fail_reason).toBe(
+      "4 of 4 replayed deliveries failed again (see the webhook's dead letters); 0 delivered",
+    );
   });
 
   it('shows an open circuit, with its endpoint and reason, while a worker holds deliveries back', async () => {
@@ -226,7 +291,10 @@ describe('replay task progress before any attempt', () => {
 
   it('counts replays that wait for their first attempt as pending, not failed, and keeps the task in progress', async () => {
     t = await testApp();
-    const created = await t.webhooks.create('v-wait', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h' });
+    const created = await t.webhooks.create('v-wait', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: 'https://example.com/h',
+    });
     if (!created.ok) throw new Error('webhook not created');
     const webhookId = created.webhook.id;
     for (let i = 0; i < 3; i += 1) {
@@ -251,7 +319,12 @@ describe('replay task progress before any attempt', () => {
     for (let read = 0; read < 2; read += 1) {
       expect(await t.replayTasks.view(taskId)).toEqual({
         vendorId: 'v-wait',
-        task: { task_id: taskId, status: 'in_progress', fail_reason: null, progress: { total: 3, done: 3, queued: 3, delivered: 0, failed: 0, pending: 3 } },
+        task: {
+          task_id: taskId,
+          status: 'in_progress',
+          fail_reason: null,
+          progress: { total: 3, done: 3, queued: 3, delivered: 0, failed: 0, pending: 3 },
+        },
       });
     }
   });
@@ -266,7 +339,10 @@ describe('the deliveries list: filters, time range and cursor', () => {
 
   it('pages through a webhook’s deliveries newest first with status, event_type and time filters', async () => {
     t = await testApp();
-    const created = await t.webhooks.create('v-list', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h' });
+    const created = await t.webhooks.create('v-list', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: 'https://example.com/h',
+    });
     if (!created.ok) throw new Error('webhook not created');
     const webhookId = created.webhook.id;
     const baseMs = Date.parse('2026-11-01T00:00:00Z');
@@ -274,7 +350,9 @@ describe('the deliveries list: filters, time range and cursor', () => {
     const jobs = Array.from({ length: 30 }, (_, i) => ({
       deliveryId: randomUUID(),
       eventId: randomUUID(),
-      eventType: (i % 2 === 0 ? 'EVENT_TYPE_MACHINE_CREATED' : 'EVENT_TYPE_MACHINE_UPDATED') as 'EVENT_TYPE_MACHINE_CREATED',
+      eventType: (i % 2 === 0
+        ? 'EVENT_TYPE_MACHINE_CREATED'
+        : 'EVENT_TYPE_MACHINE_UPDATED') as 'EVENT_TYPE_MACHINE_CREATED',
       vendorId: 'v-list',
       webhookId,
       body: '{}',
@@ -284,16 +362,29 @@ describe('the deliveries list: filters, time range and cursor', () => {
       const dead = i % 3 === 0;
       await t.deliveryLog.recordAttempt({
         job,
-        attempt: { attempt: 1, atMs: job.acceptedAtMs, outcome: dead ? 'http_5xx' : 'delivered', statusCode: dead ? 500 : 200, durationMs: 1 },
+        attempt: {
+          attempt: 1,
+          atMs: job.acceptedAtMs,
+          outcome: dead ? 'http_5xx' : 'delivered',
+          statusCode: dead ? 500 : 200,
+          durationMs: 1,
+        },
         status: dead ? 'dead' : 'delivered',
       });
     }
     const key = await t.keyFor(['vendor'], 'v-list');
     const list = async (query: string) => {
-      const res = await t!.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${webhookId}/deliveries?${query}`, headers: { 'x-api-key': key } });
+      const res = await t!.app.inject({
+        method: 'GET',
+        url: `/vendors/v1/webhooks/${webhookId}/deliveries?${query}`,
+        headers: { 'x-api-key': key },
+      });
       return {
         status: res.statusCode,
-        body: res.json<{ deliveries: { delivery_id: string; status: string; event_type: string }[]; next_cursor: string | null }>(),
+        body: res.json<{
+          deliveries: { delivery_id: string; status: string; event_type: string }[];
+          next_cursor: string | null;
+        }>(),
       };
     };
 
@@ -319,12 +410,18 @@ describe('the deliveries list: filters, time range and cursor', () => {
     expect(dead.body.next_cursor).toBeNull();
     const deadCreated = await list('status=dead&event_type=EVENT_TYPE_MACHINE_CREATED&limit=2');
     expect(deadCreated.body.deliveries.map((d) => d.delivery_id)).toEqual([jobs[24]!.deliveryId, jobs[18]!.deliveryId]);
-    const more = await list(`status=dead&event_type=EVENT_TYPE_MACHINE_CREATED&limit=2&cursor=${deadCreated.body.next_cursor}`);
+    const more = await list(
+      `status=dead&event_type=EVENT_TYPE_MACHINE_CREATED&limit=2&cursor=${deadCreated.body.next_cursor}`,
+    );
     expect(more.body.deliveries.map((d) => d.delivery_id)).toEqual([jobs[12]!.deliveryId, jobs[6]!.deliveryId]);
 
     // Accepted between minute 10 and minute 12, both ends included.
     const window = await list(`since=2026-11-01T00:10:00Z&until=2026-11-01T00:12:00.000Z`);
-    expect(window.body.deliveries.map((d) => d.delivery_id)).toEqual([jobs[12]!.deliveryId, jobs[11]!.deliveryId, jobs[10]!.deliveryId]);
+    expect(window.body.deliveries.map((d) => d.delivery_id)).toEqual([
+      jobs[12]!.deliveryId,
+      jobs[11]!.deliveryId,
+      jobs[10]!.deliveryId,
+    ]);
 
     for (const [query, message] of [
       ['since=yesterday', 'since must be an ISO 8601 time'],

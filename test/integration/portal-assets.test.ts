@@ -9,7 +9,8 @@ import { servedDocument } from '../helpers/openapi.js';
 
 const SCRIPT = 'export const portal = 1;\n';
 const STYLES = 'body { color: black; }\n';
-const INDEX = '<!doctype html><html><head><script type="module" src="assets/app-ABCD1234.js"></script></head><body></body></html>\n';
+const INDEX =
+  '<!doctype html><html><head><script type="module" src="assets/app-ABCD1234.js"></script></head><body></body></html>\n';
 
 /** A build as web/portal/build.mjs writes one, plus files the server must not serve. */
 function fakeBuild(): string {
@@ -77,7 +78,15 @@ describe('the portal’s page and assets, served from a build', () => {
   });
 
   it('answers 404 with the error body for anything but a served asset: unknown names, other types, paths out of assets/', async () => {
-    for (const file of ['missing.js', 'notes.txt', '..%2Fsecret.json', '..%2Findex.html', '%2e%2e%2fsecret.json', '__proto__', 'constructor']) {
+    for (const file of [
+      'missing.js',
+      'notes.txt',
+      '..%2Fsecret.json',
+      '..%2Findex.html',
+      '%2e%2e%2fsecret.json',
+      '__proto__',
+      'constructor',
+    ]) {
       const res = await t.app.inject({ method: 'GET', url: `/portal/assets/${file}` });
       expect(res.statusCode, file).toBe(404);
       expect(res.json(), file).toEqual({ error: 'Route not found', code: 'route_not_found' });
@@ -127,7 +136,14 @@ describe('GET /portal/v1/catalogue', () => {
   it('answers the six event types with schema and sample, to anyone: no key needed', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/portal/v1/catalogue' });
     expect(res.statusCode).toBe(200);
-    const body = res.json<{ event_types: { event_type: string; description: string; schema: { $schema: string }; sample: { event_type: string } }[] }>();
+    const body = res.json<{
+      event_types: {
+        event_type: string;
+        description: string;
+        schema: { $schema: string };
+        sample: { event_type: string };
+      }[];
+    }>();
     expect(body.event_types.map((e) => e.event_type)).toEqual([...WEBHOOK_EVENT_TYPES]);
     for (const entry of body.event_types) {
       expect(entry.schema.$schema).toBe('https://json-schema.org/draft/2020-12/schema');
@@ -146,7 +162,9 @@ describe('GET /portal/v1/catalogue', () => {
 
   it('has no other methods and no sub-resources', async () => {
     expect((await t.app.inject({ method: 'POST', url: '/portal/v1/catalogue' })).statusCode).toBe(404);
-    expect((await t.app.inject({ method: 'GET', url: '/portal/v1/catalogue/EVENT_TYPE_MACHINE_CREATED' })).statusCode).toBe(404);
+    expect(
+      (await t.app.inject({ method: 'GET', url: '/portal/v1/catalogue/EVENT_TYPE_MACHINE_CREATED' })).statusCode,
+    ).toBe(404);
   });
 
   it('is in the OpenAPI document under the portal tag, with its answer’s schema', async () => {

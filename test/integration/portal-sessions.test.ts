@@ -44,7 +44,12 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
 
   // A Host header of the caller's choosing: links must never take their address from it.
   const issue = async (app: TestApp, key: string, body: Record<string, unknown>) =>
-    app.app.inject({ method: 'POST', url: '/admin/v1/portal/sessions', headers: { 'x-api-key': key, host: 'evil.example' }, payload: body });
+    app.app.inject({
+      method: 'POST',
+      url: '/admin/v1/portal/sessions',
+      headers: { 'x-api-key': key, host: 'evil.example' },
+      payload: body,
+    });
 
   const tokenOf = (url: string) => {
     const match = /#token=(.+)$/.exec(url);
@@ -53,7 +58,12 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
   };
 
   const open = async (app: TestApp, token: string): Promise<Browser> => {
-    const res = await app.app.inject({ method: 'POST', url: '/portal/v1/session', headers: { 'sec-fetch-site': 'same-origin' }, payload: { token } });
+    const res = await app.app.inject({
+      method: 'POST',
+      url: '/portal/v1/session',
+      headers: { 'sec-fetch-site': 'same-origin' },
+      payload: { token },
+    });
     expect(res.statusCode, res.body).toBe(200);
     const setCookie = String(res.headers['set-cookie']);
     const cookie = /^hookline_portal=([^;]+)/.exec(setCookie)?.[1];
@@ -63,7 +73,13 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
   };
 
   /** A request as the portal's page makes it: the cookie, the CSRF header, same-origin. */
-  const asPortal = (app: TestApp, b: Browser, method: 'GET' | 'POST' | 'PATCH' | 'DELETE', url: string, payload?: unknown) =>
+  const asPortal = (
+    app: TestApp,
+    b: Browser,
+    method: 'GET' | 'POST' | 'PATCH' | 'DELETE',
+    url: string,
+    payload?: unknown,
+  ) =>
     app.app.inject({
       method,
       url,
@@ -75,7 +91,15 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     const admin = await app.keyFor(['portal:issue']);
     const res = await issue(app, admin, { vendor_id: vendorId, permission, ttl });
     expect(res.statusCode, res.body).toBe(201);
-    return res.json<{ session_id: string; url: string; expires_at: string; vendor_id: string; permission: string; opened: boolean; issued_by: string }>();
+    return res.json<{
+      session_id: string;
+      url: string;
+      expires_at: string;
+      vendor_id: string;
+      permission: string;
+      opened: boolean;
+      issued_by: string;
+    }>();
   };
 
   it('issues a link with the token in the fragment, opens it once into an HttpOnly SameSite=Strict cookie, and never logs the token', async () => {
@@ -161,7 +185,11 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       // Defaults: read, 24 h.
       expect(body.permission).toBe('read');
       expect(Date.parse(body.expires_at) - Date.now()).toBeGreaterThan(23.9 * 3_600_000);
-      const opened = await server.inject({ method: 'POST', url: '/portal/v1/session', payload: { token: tokenOf(body.url) } });
+      const opened = await server.inject({
+        method: 'POST',
+        url: '/portal/v1/session',
+        payload: { token: tokenOf(body.url) },
+      });
       expect(String(opened.headers['set-cookie'])).toContain('; Secure');
     } finally {
       await server.close();
@@ -169,18 +197,38 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
   });
 
   /** An admin API over the test app's stores, configured with `extra` (the test app's own is not). */
-  const serverWith = async (app: TestApp, extra: { listenAddress?: { host: string; port: number }; trustProxy?: string[] }) => {
+  const serverWith = async (
+    app: TestApp,
+    extra: { listenAddress?: { host: string; port: number }; trustProxy?: string[] },
+  ) => {
     const { buildAdminServer } = await import('../../src/admin/server.js');
-    return buildAdminServer(app.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1 << 20, isReady: async () => true, ...extra }));
+    return buildAdminServer(
+      app.adminDeps({
+        logger: pino({ level: 'silent' }),
+        bodyLimitBytes: 1 << 20,
+        isReady: async () => true,
+        ...extra,
+      }),
+    );
   };
 
   it('without HOOKLINE_PUBLIC_URL, links point at the loopback listen address, never at the Host header; another address needs the setting', async () => {
     const app = await start();
     const admin = await app.keyFor(['admin']);
     // Every header a caller could use to steer the link elsewhere.
-    const headers = { 'x-api-key': admin, host: 'evil.example', 'x-forwarded-host': 'evil.example', 'x-forwarded-proto': 'https' };
+    const headers = {
+      'x-api-key': admin,
+      host: 'evil.example',
+      'x-forwarded-host': 'evil.example',
+      'x-forwarded-proto': 'https',
+    };
     const mint = (server: Awaited<ReturnType<typeof serverWith>>) =>
-      server.inject({ method: 'POST', url: '/admin/v1/portal/sessions', headers, payload: { vendor_id: 'vendor-links' } });
+      server.inject({
+        method: 'POST',
+        url: '/admin/v1/portal/sessions',
+        headers,
+        payload: { vendor_id: 'vendor-links' },
+      });
     const cases: [{ host: string; port: number }, string][] = [
       [{ host: '127.0.0.1', port: 8080 }, 'http://127.0.0.1:8080'],
       [{ host: '::1', port: 9000 }, 'http://[::1]:9000'],
@@ -243,7 +291,10 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     const app = await start();
     const vendorKey = await app.keyFor(['vendor'], 'vendor-a');
     expect((await issue(app, vendorKey, { vendor_id: 'vendor-a' })).statusCode).toBe(403);
-    expect((await app.app.inject({ method: 'POST', url: '/admin/v1/portal/sessions', payload: { vendor_id: 'v' } })).statusCode).toBe(401);
+    expect(
+      (await app.app.inject({ method: 'POST', url: '/admin/v1/portal/sessions', payload: { vendor_id: 'v' } }))
+        .statusCode,
+    ).toBe(401);
     const issuer = await app.keyFor(['portal:issue']);
     const cases: [Record<string, unknown>, RegExp][] = [
       [{}, /vendor_id/],
@@ -259,9 +310,17 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       expect(res.statusCode, JSON.stringify(body)).toBe(400);
       expect(res.json<{ error: string }>().error).toMatch(message);
     }
-    const bad = await app.app.inject({ method: 'DELETE', url: '/admin/v1/portal/sessions/not-a-session', headers: { 'x-api-key': issuer } });
+    const bad = await app.app.inject({
+      method: 'DELETE',
+      url: '/admin/v1/portal/sessions/not-a-session',
+      headers: { 'x-api-key': issuer },
+    });
     expect(bad.json()).toMatchObject({ code: 'invalid_session_id' });
-    const missing = await app.app.inject({ method: 'DELETE', url: `/admin/v1/portal/sessions/ps_${'0'.repeat(24)}`, headers: { 'x-api-key': issuer } });
+    const missing = await app.app.inject({
+      method: 'DELETE',
+      url: `/admin/v1/portal/sessions/ps_${'0'.repeat(24)}`,
+      headers: { 'x-api-key': issuer },
+    });
     expect(missing.statusCode).toBe(404);
     expect(missing.json()).toMatchObject({ code: 'portal_session_not_found' });
   });
@@ -274,7 +333,11 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       method: 'POST',
       url: '/vendors/v1/webhooks',
       headers: { 'x-api-key': keyA },
-      payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'http://127.0.0.1:9/a', secret: 'a-secret-of-vendor-a' },
+      payload: {
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        callback_url: 'http://127.0.0.1:9/a',
+        secret: 'a-secret-of-vendor-a',
+      },
     });
     const otherB = await app.app.inject({
       method: 'POST',
@@ -341,14 +404,22 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     const app = await start();
     const b = await open(app, tokenOf((await linkFor(app, 'vendor-a', 'read')).url));
     for (const site of ['cross-site', 'same-site', 'none']) {
-      const res = await app.app.inject({ method: 'GET', url: '/portal/v1/session', headers: { cookie: b.cookie, 'sec-fetch-site': site } });
+      const res = await app.app.inject({
+        method: 'GET',
+        url: '/portal/v1/session',
+        headers: { cookie: b.cookie, 'sec-fetch-site': site },
+      });
       expect(res.statusCode, site).toBe(403);
       expect(res.json(), site).toMatchObject({ code: 'csrf_failed' });
       expect(res.body, site).not.toContain(b.csrf);
     }
     // The portal's own fetch, and a client that is not a browser (no Sec-Fetch-Site), read it.
     for (const headers of [{ 'sec-fetch-site': 'same-origin' }, {}]) {
-      const res = await app.app.inject({ method: 'GET', url: '/portal/v1/session', headers: { cookie: b.cookie, ...headers } });
+      const res = await app.app.inject({
+        method: 'GET',
+        url: '/portal/v1/session',
+        headers: { cookie: b.cookie, ...headers },
+      });
       expect(res.statusCode, JSON.stringify(headers)).toBe(200);
       expect(res.json<Opened>().csrf_token).toBe(b.csrf);
     }
@@ -357,7 +428,11 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
   /** The operations the portal's cookie opens, as the OpenAPI document (generated from the routes' authorizers) names them. */
   const cookieOperations = async (app: TestApp) =>
     operationsOf(await servedDocument(app.app))
-      .filter(([, op]) => op.security?.some((scheme) => typeof scheme === 'object' && scheme !== null && 'portalSession' in scheme) === true)
+      .filter(
+        ([, op]) =>
+          op.security?.some((scheme) => typeof scheme === 'object' && scheme !== null && 'portalSession' in scheme) ===
+          true,
+      )
       .map(([name]) => name);
 
   /** `METHOD /path/{param}` as a request: the webhook's id where it goes, a fresh UUID for any other id. */
@@ -373,7 +448,11 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       method: 'POST',
       url: '/vendors/v1/webhooks',
       headers: { 'x-api-key': keyA },
-      payload: { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'http://127.0.0.1:9/a', secret: 'a-secret-of-vendor-a' },
+      payload: {
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        callback_url: 'http://127.0.0.1:9/a',
+        secret: 'a-secret-of-vendor-a',
+      },
     });
     const webhookId = created.json<{ webhook_id: string }>().webhook_id;
     const sessions = {
@@ -397,12 +476,21 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       { operation: 'PATCH /vendors/v1/webhooks/{webhook_id}', needs: 'manage', body: { enabled: true } },
       { operation: 'POST /vendors/v1/webhooks/{webhook_id}/rotate-secret', needs: 'manage' },
       { operation: 'POST /vendors/v1/webhooks/{webhook_id}/rotate-signing-key', needs: 'manage' },
-      { operation: 'POST /vendors/v1/webhooks', needs: 'manage', body: { event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: 'http://127.0.0.1:9/u' } },
+      {
+        operation: 'POST /vendors/v1/webhooks',
+        needs: 'manage',
+        body: { event_type: 'EVENT_TYPE_MACHINE_UPDATED', callback_url: 'http://127.0.0.1:9/u' },
+      },
     ];
     // Deleting ends the webhook the others use: it is checked last, below.
     const DELETE_WEBHOOK = 'DELETE /vendors/v1/webhooks/{webhook_id}';
     // Every route the cookie opens has a row (the portal's own session routes need no permission).
-    const covered = [...calls.map((call) => call.operation), DELETE_WEBHOOK, 'GET /portal/v1/session', 'DELETE /portal/v1/session'];
+    const covered = [
+      ...calls.map((call) => call.operation),
+      DELETE_WEBHOOK,
+      'GET /portal/v1/session',
+      'DELETE /portal/v1/session',
+    ];
     expect((await cookieOperations(app)).sort()).toEqual(covered.sort());
 
     const order = ['read', 'replay', 'manage'] as const;
@@ -411,7 +499,8 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       for (const held of order) {
         const res = await asPortal(app, sessions[held], method, url, call.body);
         const allowed = order.indexOf(held) >= order.indexOf(call.needs);
-        if (allowed) expect([200, 201, 202, 404, 409], `${call.operation} as ${held}: ${res.body}`).toContain(res.statusCode);
+        if (allowed)
+          expect([200, 201, 202, 404, 409], `${call.operation} as ${held}: ${res.body}`).toContain(res.statusCode);
         else {
           expect(res.statusCode, `${call.operation} as ${held}`).toBe(403);
           expect(res.json(), `${call.operation} as ${held}`).toMatchObject({ code: 'portal_permission' });
@@ -420,9 +509,18 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     }
     // Only manage sees the secret (the rotation above replaced it).
     const managed = await asPortal(app, sessions.manage, 'GET', '/vendors/v1/webhooks');
-    expect(managed.json<{ webhooks: { webhook_id: string; secret?: string }[] }>().webhooks.find((w) => w.webhook_id === webhookId)?.secret).toMatch(/^whsec_/);
-    expect((await asPortal(app, sessions.manage, 'GET', `/vendors/v1/webhooks/${webhookId}`)).json<{ secret?: string }>().secret).toMatch(/^whsec_/);
-    expect((await asPortal(app, sessions.replay, 'GET', `/vendors/v1/webhooks/${webhookId}`)).json()).not.toHaveProperty('secret');
+    expect(
+      managed
+        .json<{ webhooks: { webhook_id: string; secret?: string }[] }>()
+        .webhooks.find((w) => w.webhook_id === webhookId)?.secret,
+    ).toMatch(/^whsec_/);
+    expect(
+      (await asPortal(app, sessions.manage, 'GET', `/vendors/v1/webhooks/${webhookId}`)).json<{ secret?: string }>()
+        .secret,
+    ).toMatch(/^whsec_/);
+    expect(
+      (await asPortal(app, sessions.replay, 'GET', `/vendors/v1/webhooks/${webhookId}`)).json(),
+    ).not.toHaveProperty('secret');
     for (const held of ['read', 'replay'] as const) {
       const del = await asPortal(app, sessions[held], 'DELETE', `/vendors/v1/webhooks/${webhookId}`);
       expect(del.statusCode, held).toBe(403);
@@ -448,13 +546,21 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
         continue;
       }
       const crossSite = await send({ cookie: b.cookie, 'x-csrf-token': b.csrf, 'sec-fetch-site': 'same-site' });
-      expect([operation, crossSite.statusCode, crossSite.json<{ code: string }>().code]).toEqual([operation, 403, 'csrf_failed']);
+      expect([operation, crossSite.statusCode, crossSite.json<{ code: string }>().code]).toEqual([
+        operation,
+        403,
+        'csrf_failed',
+      ]);
       const noToken = await send({ cookie: b.cookie, 'sec-fetch-site': 'same-origin' });
       // The one exception: a reloaded page learns its token here.
       const expected = operation === 'GET /portal/v1/session' ? 200 : 403;
       expect([operation, noToken.statusCode]).toEqual([operation, expected]);
     }
-    expect(checked).toBe(operationsOf(await servedDocument(app.app)).filter(([, op]) => op.security === undefined || op.security.length > 0).length);
+    expect(checked).toBe(
+      operationsOf(await servedDocument(app.app)).filter(
+        ([, op]) => op.security === undefined || op.security.length > 0,
+      ).length,
+    );
     expect(takesCookie.size).toBeGreaterThanOrEqual(18);
   });
 
@@ -464,23 +570,40 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     const one = await linkFor(app, 'vendor-a', 'read');
     const b1 = await open(app, tokenOf(one.url));
     expect((await asPortal(app, b1, 'GET', '/vendors/v1/webhooks')).statusCode).toBe(200);
-    const revoked = await app.app.inject({ method: 'DELETE', url: `/admin/v1/portal/sessions/${one.session_id}`, headers: { 'x-api-key': issuer } });
+    const revoked = await app.app.inject({
+      method: 'DELETE',
+      url: `/admin/v1/portal/sessions/${one.session_id}`,
+      headers: { 'x-api-key': issuer },
+    });
     expect(revoked.statusCode).toBe(204);
     expect((await asPortal(app, b1, 'GET', '/vendors/v1/webhooks')).statusCode).toBe(401);
-    expect((await app.app.inject({ method: 'GET', url: '/portal/v1/session', headers: { cookie: b1.cookie } })).statusCode).toBe(401);
+    expect(
+      (await app.app.inject({ method: 'GET', url: '/portal/v1/session', headers: { cookie: b1.cookie } })).statusCode,
+    ).toBe(401);
 
     // Every session of vendor-a: an opened one and a link not yet opened; vendor-b's survives.
     const opened = await open(app, tokenOf((await linkFor(app, 'vendor-a', 'manage')).url));
     const unopened = await linkFor(app, 'vendor-a', 'read');
     const other = await open(app, tokenOf((await linkFor(app, 'vendor-b', 'read')).url));
-    const all = await app.app.inject({ method: 'DELETE', url: '/admin/v1/portal/sessions?vendor_id=vendor-a', headers: { 'x-api-key': issuer } });
+    const all = await app.app.inject({
+      method: 'DELETE',
+      url: '/admin/v1/portal/sessions?vendor_id=vendor-a',
+      headers: { 'x-api-key': issuer },
+    });
     expect(all.json()).toEqual({ revoked: 2 });
     expect((await asPortal(app, opened, 'GET', '/vendors/v1/webhooks')).statusCode).toBe(401);
-    expect((await app.app.inject({ method: 'POST', url: '/portal/v1/session', payload: { token: tokenOf(unopened.url) } })).statusCode).toBe(401);
+    expect(
+      (await app.app.inject({ method: 'POST', url: '/portal/v1/session', payload: { token: tokenOf(unopened.url) } }))
+        .statusCode,
+    ).toBe(401);
     expect((await asPortal(app, other, 'GET', '/vendors/v1/webhooks')).statusCode).toBe(200);
 
     // Signing out needs the CSRF token, then revokes the session and clears the cookie.
-    const noCsrf = await app.app.inject({ method: 'DELETE', url: '/portal/v1/session', headers: { cookie: other.cookie } });
+    const noCsrf = await app.app.inject({
+      method: 'DELETE',
+      url: '/portal/v1/session',
+      headers: { cookie: other.cookie },
+    });
     expect(noCsrf.statusCode).toBe(403);
     const out = await asPortal(app, other, 'DELETE', '/portal/v1/session');
     expect(out.statusCode).toBe(204);
@@ -493,8 +616,18 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     const app = await start();
     const { RedisPortalSessions } = await import('../../src/store/portal-sessions.js');
     const clocked = new RedisPortalSessions(app.redis, app.keys, () => now);
-    const issued = await clocked.issue({ vendorId: 'vendor-a', permission: 'read', ttlMs: 5 * 60_000, issuedBy: 'test' });
-    const unopened = await clocked.issue({ vendorId: 'vendor-a', permission: 'read', ttlMs: 5 * 60_000, issuedBy: 'test' });
+    const issued = await clocked.issue({
+      vendorId: 'vendor-a',
+      permission: 'read',
+      ttlMs: 5 * 60_000,
+      issuedBy: 'test',
+    });
+    const unopened = await clocked.issue({
+      vendorId: 'vendor-a',
+      permission: 'read',
+      ttlMs: 5 * 60_000,
+      issuedBy: 'test',
+    });
     const opened = await clocked.exchange(issued.token);
     expect(opened).toBeDefined();
     expect(await clocked.authenticate(opened!.cookieValue)).toBeDefined();
@@ -511,7 +644,11 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     const app = await start();
     const link = await linkFor(app, 'vendor-a', 'read');
     const token = tokenOf(link.url);
-    const answers = await Promise.all(Array.from({ length: 8 }, () => app.app.inject({ method: 'POST', url: '/portal/v1/session', payload: { token } })));
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        app.app.inject({ method: 'POST', url: '/portal/v1/session', payload: { token } }),
+      ),
+    );
     expect(answers.map((a) => a.statusCode).sort()).toEqual([200, 401, 401, 401, 401, 401, 401, 401]);
   });
 
@@ -519,7 +656,9 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     const app = await start({ rateLimitPerSecond: 3 });
     const busy = await open(app, tokenOf((await linkFor(app, 'vendor-a', 'read')).url));
     const quiet = await open(app, tokenOf((await linkFor(app, 'vendor-a', 'read')).url));
-    const answers = await Promise.all(Array.from({ length: 8 }, () => asPortal(app, busy, 'GET', '/vendors/v1/webhooks')));
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, () => asPortal(app, busy, 'GET', '/vendors/v1/webhooks')),
+    );
     const limited = answers.filter((a) => a.statusCode === 429);
     // Eight at once, three a second: whichever second boundary they straddle, most are refused.
     expect(limited.length).toBeGreaterThanOrEqual(2);

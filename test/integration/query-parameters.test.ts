@@ -14,7 +14,10 @@ describe('query parameters', () => {
   beforeEach(async () => {
     t = await testApp();
     key = await t.keyFor(['vendor', 'machines:read'], 'v-q');
-    const created = await t.webhooks.create('v-q', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/q' });
+    const created = await t.webhooks.create('v-q', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: 'https://example.com/q',
+    });
     if (!created.ok) throw new Error('setup');
     webhookId = created.webhook.id;
   });
@@ -33,13 +36,25 @@ describe('query parameters', () => {
       body: '{}',
       acceptedAtMs: T0 + n * 1_000,
     };
-    const attempt = { attempt: 1, atMs: job.acceptedAtMs + 500, outcome: status === 'delivered' ? 'delivered' : 'http_5xx', durationMs: 5 };
-    await t.deliveryLog.recordAttempt({ job, attempt, status, ...(status === 'retrying' ? { nextAttemptAtMs: T0 + 3_600_000 } : {}) });
+    const attempt = {
+      attempt: 1,
+      atMs: job.acceptedAtMs + 500,
+      outcome: status === 'delivered' ? 'delivered' : 'http_5xx',
+      durationMs: 5,
+    };
+    await t.deliveryLog.recordAttempt({
+      job,
+      attempt,
+      status,
+      ...(status === 'retrying' ? { nextAttemptAtMs: T0 + 3_600_000 } : {}),
+    });
     return job.deliveryId;
   }
 
   const ids = (res: { json: <T>() => T }) =>
-    res.json<{ deliveries: { delivery_id: string; status: string }[] }>().deliveries.map((d) => [d.delivery_id, d.status]);
+    res
+      .json<{ deliveries: { delivery_id: string; status: string }[] }>()
+      .deliveries.map((d) => [d.delivery_id, d.status]);
 
   it('filters a webhook’s deliveries by status, newest first, scanning past non-matching ones until limit match', async () => {
     const oldestDead = await record(1, 'dead');
@@ -55,8 +70,12 @@ describe('query parameters', () => {
       [dead, 'dead'],
       [oldestDead, 'dead'],
     ]);
-    expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries?status=dead&limit=1`))).toEqual([[dead, 'dead']]);
-    expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries?status=retrying`))).toEqual([[retrying, 'retrying']]);
+    expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries?status=dead&limit=1`))).toEqual([
+      [dead, 'dead'],
+    ]);
+    expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries?status=retrying`))).toEqual([
+      [retrying, 'retrying'],
+    ]);
     expect(ids(await get(`/vendors/v1/webhooks/${webhookId}/deliveries?status=delivered&limit=3`))).toEqual(
       delivered
         .slice(-3)
@@ -79,17 +98,25 @@ describe('query parameters', () => {
 
   it('answers 400 naming an unknown query parameter on the routes that take a query string', async () => {
     for (const [url, takes] of [
-      [`/vendors/v1/webhooks/${webhookId}/deliveries?limit=5&state=dead`, 'limit, status, event_type, since, until, cursor'],
+      [
+        `/vendors/v1/webhooks/${webhookId}/deliveries?limit=5&state=dead`,
+        'limit, status, event_type, since, until, cursor',
+      ],
       [`/vendors/v1/webhooks/${webhookId}/dead-letters?status=dead`, 'limit'],
       ['/rental/v1/machines?filter=gpu_name:h100&pagesize=5', 'filter, page, page_size'],
     ] as const) {
       const res = await get(url);
       expect([url, res.statusCode]).toEqual([url, 400]);
       const unknown = url.includes('state=') ? 'state' : url.includes('pagesize') ? 'pagesize' : 'status';
-      expect(res.json()).toEqual({ error: `Invalid query parameters: unknown parameter "${unknown}" (this route takes ${takes})`, code: 'invalid_request' });
+      expect(res.json()).toEqual({
+        error: `Invalid query parameters: unknown parameter "${unknown}" (this route takes ${takes})`,
+        code: 'invalid_request',
+      });
     }
     // Their own parameters still work, a repeated filter included.
     expect((await get(`/vendors/v1/webhooks/${webhookId}/dead-letters?limit=5`)).statusCode).toBe(200);
-    expect((await get('/rental/v1/machines?filter=gpu_name:h100&filter=memory_size:8&page=1&page_size=5')).statusCode).toBe(200);
+    expect(
+      (await get('/rental/v1/machines?filter=gpu_name:h100&filter=memory_size:8&page=1&page_size=5')).statusCode,
+    ).toBe(200);
   });
 });

@@ -19,7 +19,10 @@ import { waitFor } from '../helpers/wait.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
-const quickStart = readme.slice(readme.indexOf('## Quick start'), readme.indexOf('\n## ', readme.indexOf('## Quick start') + 1));
+const quickStart = readme.slice(
+  readme.indexOf('## Quick start'),
+  readme.indexOf('\n## ', readme.indexOf('## Quick start') + 1),
+);
 /** The quick start's shell blocks, in order, continuation lines joined and comments dropped. */
 const blocks = [...quickStart.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) =>
   (m[1] ?? '')
@@ -57,7 +60,12 @@ class Shell {
     const marker = `__quick_start_${++this.count}__`;
     const from = this.output.length;
     this.child.stdin?.write(`${line}\necho; echo "${marker} $?"\n`);
-    const done = await waitFor(() => new RegExp(`${marker} (\\d+)`).exec(this.output.slice(from)), timeoutMs, `\`${line}\``, 50);
+    const done = await waitFor(
+      () => new RegExp(`${marker} (\\d+)`).exec(this.output.slice(from)),
+      timeoutMs,
+      `\`${line}\``,
+      50,
+    );
     const output = this.output.slice(from, from + done.index).trimEnd();
     return { status: Number(done[1]), output };
   }
@@ -123,8 +131,16 @@ describe('the README quick start', () => {
   it('runs as written: a verified test event, a producer’s event, a dead letter replayed, a portal link', async () => {
     const apiPort = await freePort();
     const receiverPort = await freePort();
-    const env = { ...cleanEnv(), HOOKLINE_DATA_DIR: dataDir, HOOKLINE_API_PORT: String(apiPort), PORT: String(receiverPort) };
-    const ours = (text: string) => text.replaceAll('127.0.0.1:8080', `127.0.0.1:${apiPort}`).replaceAll('127.0.0.1:9000', `127.0.0.1:${receiverPort}`);
+    const env = {
+      ...cleanEnv(),
+      HOOKLINE_DATA_DIR: dataDir,
+      HOOKLINE_API_PORT: String(apiPort),
+      PORT: String(receiverPort),
+    };
+    const ours = (text: string) =>
+      text
+        .replaceAll('127.0.0.1:8080', `127.0.0.1:${apiPort}`)
+        .replaceAll('127.0.0.1:9000', `127.0.0.1:${receiverPort}`);
     shell = new Shell(env);
     const verified = () => [...receiver.log.matchAll(/verified=yes .*status=204/g)].length;
     const outputs: string[] = [];
@@ -136,7 +152,10 @@ describe('the README quick start', () => {
         // FAIL_RATE": the dead letter must exist first (three attempts, 2 and 4 s apart).
         if (block.some((command) => command.includes('dlq replay'))) {
           await waitFor(
-            async () => (await shell?.run('node dist/cli.js dlq list --webhook $WEBHOOK_ID --json'))?.output.includes('"delivery_id"'),
+            async () =>
+              (await shell?.run('node dist/cli.js dlq list --webhook $WEBHOOK_ID --json'))?.output.includes(
+                '"delivery_id"',
+              ),
             60_000,
             'a dead letter',
             500,
@@ -170,9 +189,11 @@ describe('the README quick start', () => {
             expect(result.status, `${command}\n${result.output}`).toBe(0);
             // A test event, a producer's event or a replay towards a receiver that answers: it arrives, verified.
             if (/\/test |\/internal\/v1\/events|dlq replay/.test(command) && !receiverLine.includes('FAIL_RATE=')) {
-              await waitFor(() => verified() > before, 20_000, `a verified delivery after \`${command}\``).catch((error: Error) => {
-                throw new Error(`${error.message}\nreceiver: ${receiver.log}\nengine: ${engine.log.slice(-4000)}`);
-              });
+              await waitFor(() => verified() > before, 20_000, `a verified delivery after \`${command}\``).catch(
+                (error: Error) => {
+                  throw new Error(`${error.message}\nreceiver: ${receiver.log}\nengine: ${engine.log.slice(-4000)}`);
+                },
+              );
             }
           }
         }

@@ -31,7 +31,8 @@ describe('the admin API’s request lines', () => {
     expect(all.filter((l) => l.reqId === last?.reqId)).toHaveLength(1);
     return last!;
   };
-  const call = (method: 'GET' | 'POST', url: string) => engine.api!.inject({ method, url, headers: { 'x-api-key': vendorKey } });
+  const call = (method: 'GET' | 'POST', url: string) =>
+    engine.api!.inject({ method, url, headers: { 'x-api-key': vendorKey } });
 
   beforeAll(async () => {
     const sink = new Writable({ write: (chunk: Buffer, _encoding, done) => (chunks.push(chunk.toString()), done()) });
@@ -40,7 +41,10 @@ describe('the admin API’s request lines', () => {
       logger: createLogger({ level: 'info', format: 'json', fd: 1, destination: sink }),
     });
     vendorKey = (await engine.stores.apiKeys.create({ name: 'ops console', roles: ['vendor'], vendorId: 'v-log' })).key;
-    const created = await engine.stores.webhooks.create('v-log', { eventType: 'EVENT_TYPE_MACHINE_CREATED', callbackUrl: 'https://example.com/h' });
+    const created = await engine.stores.webhooks.create('v-log', {
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      callbackUrl: 'https://example.com/h',
+    });
     if (!created.ok) throw new Error('setup');
     webhookId = created.webhook.id;
   });
@@ -50,13 +54,35 @@ describe('the admin API’s request lines', () => {
   });
 
   it('names a test event, a replay and a replay of all dead letters, with the webhook, the new ids and the key', async () => {
-    const by = { level: 30, keyName: 'ops console', keyId: expect.stringMatching(/^key_/) as unknown, vendorId: 'v-log', webhookId };
-    const sent = (await call('POST', `/vendors/v1/webhooks/${webhookId}/test`)).json<{ delivery_id: string; event_id: string }>();
-    expect(lineOf(202)).toMatchObject({ ...by, event: 'webhook.test_sent', deliveryId: sent.delivery_id, eventId: sent.event_id });
+    const by = {
+      level: 30,
+      keyName: 'ops console',
+      keyId: expect.stringMatching(/^key_/) as unknown,
+      vendorId: 'v-log',
+      webhookId,
+    };
+    const sent = (await call('POST', `/vendors/v1/webhooks/${webhookId}/test`)).json<{
+      delivery_id: string;
+      event_id: string;
+    }>();
+    expect(lineOf(202)).toMatchObject({
+      ...by,
+      event: 'webhook.test_sent',
+      deliveryId: sent.delivery_id,
+      eventId: sent.event_id,
+    });
 
     const deadId = '44444444-4444-4444-8444-444444444444';
     await engine.stores.deliveryLog.recordAttempt({
-      job: { deliveryId: deadId, eventId: 'e-dead', eventType: 'EVENT_TYPE_MACHINE_CREATED', vendorId: 'v-log', webhookId, body: '{}', acceptedAtMs: 1_000 },
+      job: {
+        deliveryId: deadId,
+        eventId: 'e-dead',
+        eventType: 'EVENT_TYPE_MACHINE_CREATED',
+        vendorId: 'v-log',
+        webhookId,
+        body: '{}',
+        acceptedAtMs: 1_000,
+      },
       attempt: { attempt: 1, atMs: 2_000, outcome: 'http_5xx', statusCode: 500, durationMs: 3 },
       status: 'dead',
     });
@@ -69,12 +95,21 @@ describe('the admin API’s request lines', () => {
     });
 
     const all = await call('POST', `/vendors/v1/webhooks/${webhookId}/dead-letters/replay`);
-    expect(lineOf(202)).toMatchObject({ ...by, event: 'dead_letters.replay_started', taskId: all.json<{ task_id: string }>().task_id });
+    expect(lineOf(202)).toMatchObject({
+      ...by,
+      event: 'dead_letters.replay_started',
+      taskId: all.json<{ task_id: string }>().task_id,
+    });
   });
 
   it('gives a failed request its error code, at info', async () => {
     await call('GET', '/vendors/v1/webhooks/55555555-5555-4555-8555-555555555555/deliveries');
-    expect(lineOf(404)).toMatchObject({ level: 30, event: 'http.request', code: 'webhook_not_found', route: '/vendors/v1/webhooks/:webhook_id/deliveries' });
+    expect(lineOf(404)).toMatchObject({
+      level: 30,
+      event: 'http.request',
+      code: 'webhook_not_found',
+      route: '/vendors/v1/webhooks/:webhook_id/deliveries',
+    });
     await engine.api!.inject({ method: 'GET', url: '/vendors/v1/webhooks' });
     expect(lineOf(401)).toMatchObject({ level: 30, code: 'unauthorized' });
     expect(lineOf(401)).not.toHaveProperty('keyId');

@@ -43,7 +43,10 @@ describe('checkSecretKey: the probe that tells whether a secret key is the insta
   it('two processes starting at once with different keys on a new installation: the one recorded first wins', async () => {
     t = testRedis();
     const keys = redisKeys(t.prefix);
-    const boxes = Array.from({ length: 6 }, (_, n) => new SecretBox(n % 2 === 0 ? Buffer.alloc(32, 1) : Buffer.alloc(32, 2)));
+    const boxes = Array.from(
+      { length: 6 },
+      (_, n) => new SecretBox(n % 2 === 0 ? Buffer.alloc(32, 1) : Buffer.alloc(32, 2)),
+    );
     const answers = await Promise.all(boxes.map((box) => checkSecretKey(t!.redis, keys, box)));
     expect(answers.filter((a) => a === 'recorded')).toHaveLength(1);
     const winner = answers.indexOf('recorded') % 2;

@@ -18,7 +18,12 @@ const concrete = (url: string) =>
     .replace(/:\w+/g, SOME_UUID);
 
 /** The answers that choose to be cached: public, and holding nothing of anyone's. */
-const CACHEABLE = new Set(['GET /.well-known/jwks.json', 'GET /docs/static/*', 'GET /docs/static/index.html', 'GET /docs/static/swagger-initializer.js']);
+const CACHEABLE = new Set([
+  'GET /.well-known/jwks.json',
+  'GET /docs/static/*',
+  'GET /docs/static/index.html',
+  'GET /docs/static/swagger-initializer.js',
+]);
 
 describe('security headers on every answer', () => {
   let t: TestApp;
@@ -55,7 +60,9 @@ describe('security headers on every answer', () => {
   });
 
   it('a vendor’s secret-bearing answers are never stored: listing and rotating', async () => {
-    const { id, key } = await t.register('vendor-secrets', 'https://hooks.example.com/a', { secret: 'a-secret-to-keep-out-of-caches' });
+    const { id, key } = await t.register('vendor-secrets', 'https://hooks.example.com/a', {
+      secret: 'a-secret-to-keep-out-of-caches',
+    });
     for (const [method, url] of [
       ['GET', '/vendors/v1/webhooks'],
       ['POST', `/vendors/v1/webhooks/${id}/rotate-secret`],
@@ -77,7 +84,13 @@ describe('security headers on every answer', () => {
   });
 
   it('holds every answer under /portal to the portal’s CSP, its 404s included', async () => {
-    for (const url of ['/portal/nope', '/portal/assets/a/b', '/portal/v1/nope', '/portal/v1/session/x', '/portal/?x=1']) {
+    for (const url of [
+      '/portal/nope',
+      '/portal/assets/a/b',
+      '/portal/v1/nope',
+      '/portal/v1/session/x',
+      '/portal/?x=1',
+    ]) {
       const res = await t.app.inject({ method: 'GET', url });
       expect(res.headers['content-security-policy'], url).toBe(PORTAL_CSP);
       expect(res.headers['referrer-policy'], url).toBe('no-referrer');
@@ -108,12 +121,21 @@ describe('security headers on every answer', () => {
       [{ publicUrl: 'http://hooks.example.com' }, false],
     ];
     for (const [extra, hsts] of cases) {
-      const server = await buildAdminServer(t.adminDeps({ logger: pino({ level: 'silent' }), bodyLimitBytes: 1 << 20, isReady: async () => true, ...extra }));
+      const server = await buildAdminServer(
+        t.adminDeps({
+          logger: pino({ level: 'silent' }),
+          bodyLimitBytes: 1 << 20,
+          isReady: async () => true,
+          ...extra,
+        }),
+      );
       try {
         // app.inject connects from 127.0.0.1, saying it came over https.
         for (const url of ['/healthz', '/vendors/v1/webhooks', '/portal/']) {
           const res = await server.inject({ method: 'GET', url, headers: { 'x-forwarded-proto': 'https' } });
-          expect(res.headers['strict-transport-security'], `${JSON.stringify(extra)} ${url}`).toBe(hsts ? 'max-age=31536000' : undefined);
+          expect(res.headers['strict-transport-security'], `${JSON.stringify(extra)} ${url}`).toBe(
+            hsts ? 'max-age=31536000' : undefined,
+          );
         }
       } finally {
         await server.close();

@@ -55,11 +55,19 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
   });
   afterEach(async () => stopDeliveryWorld(world));
 
-  const call = (method: 'GET' | 'POST' | 'PATCH', url: string, payload?: object, headers: Record<string, string> = { 'x-api-key': key }) =>
-    t.app.inject({ method, url, headers, ...(payload === undefined ? {} : { payload }) });
+  const call = (
+    method: 'GET' | 'POST' | 'PATCH',
+    url: string,
+    payload?: object,
+    headers: Record<string, string> = { 'x-api-key': key },
+  ) => t.app.inject({ method, url, headers, ...(payload === undefined ? {} : { payload }) });
 
   async function register(eventType: string, path: string, extra: object): Promise<string> {
-    const res = await call('POST', '/vendors/v1/webhooks', { event_type: eventType, callback_url: `${receiver.base}${path}`, ...extra });
+    const res = await call('POST', '/vendors/v1/webhooks', {
+      event_type: eventType,
+      callback_url: `${receiver.base}${path}`,
+      ...extra,
+    });
     expect(res.statusCode).toBe(201);
     return res.json<{ webhook_id: string }>().webhook_id;
   }
@@ -84,7 +92,11 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     expect(listed.json<{ webhooks: { signature: string }[] }>().webhooks[0]!.signature).toBe('ed25519');
     const keys = await publicKeys(id);
     expect(keys).toHaveLength(1);
-    expect(keys[0]).toMatchObject({ expires_at: null, signs_from: keys[0]!.created_at, jwk: { kty: 'OKP', crv: 'Ed25519', kid: keys[0]!.kid } });
+    expect(keys[0]).toMatchObject({
+      expires_at: null,
+      signs_from: keys[0]!.created_at,
+      jwk: { kty: 'OKP', crv: 'Ed25519', kid: keys[0]!.kid },
+    });
     expect(keys[0]!.kid).toMatch(OPAQUE_KID);
     expect(keys[0]!.public_key).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/);
 
@@ -99,7 +111,11 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     expect(set.headers['cache-control']).toBe('public, max-age=300');
     const jwks = set.json<{ keys: { kid: string; kty: string; crv: string; x: string }[] }>().keys;
     expect(jwks).toContainEqual(keys[0]!.jwk);
-    const again = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json', headers: { 'if-none-match': String(set.headers.etag) } });
+    const again = await t.app.inject({
+      method: 'GET',
+      url: '/.well-known/jwks.json',
+      headers: { 'if-none-match': String(set.headers.etag) },
+    });
     expect(again.statusCode).toBe(304);
     // A receiver asks for its own webhook's keys.
     const narrowed = await t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` });
@@ -132,7 +148,9 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     expect(String(before.headers['x-webhook-signature'])).toMatch(/^sha256=/);
 
     // Read before the rotation: the set this process serves is then a reading from before it.
-    expect((await t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` })).json()).toEqual({ keys: [first[0]!.jwk] });
+    expect((await t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` })).json()).toEqual({
+      keys: [first[0]!.jwk],
+    });
     const rotatedAtMs = Date.now();
     const rotated = await call('POST', `/vendors/v1/webhooks/${id}/rotate-signing-key`);
     expect(rotated.statusCode).toBe(200);
@@ -207,7 +225,10 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     const hmacOnly = await register('EVENT_TYPE_MACHINE_REMOVED', '/c', { secret: WHSEC });
     const deleted = await register('EVENT_TYPE_DEPLOYMENT_CREATED', '/d', { signature: 'ed25519' });
     expect((await call('POST', `/vendors/v1/webhooks/${other}/rotate-signing-key`)).statusCode).toBe(200);
-    expect((await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${deleted}`, headers: { 'x-api-key': key } })).statusCode).toBe(204);
+    expect(
+      (await t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${deleted}`, headers: { 'x-api-key': key } }))
+        .statusCode,
+    ).toBe(204);
 
     const all = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' });
     const kids = all.json<{ keys: { kid: string }[] }>().keys.map((k) => k.kid);
@@ -219,7 +240,9 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     }
 
     const answers = await Promise.all(
-      [hmacOnly, deleted, '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f'].map((id) => t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` })),
+      [hmacOnly, deleted, '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f'].map((id) =>
+        t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` }),
+      ),
     );
     for (const res of answers) {
       expect(res.statusCode).toBe(200);
@@ -232,7 +255,9 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
     }
     // The receivers' own keys: one for the first webhook, the rotated pair for the other, no kid shared.
     const own = async (id: string) =>
-      (await t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` })).json<{ keys: { kid: string }[] }>().keys.map((k) => k.kid);
+      (await t.app.inject({ method: 'GET', url: `/.well-known/jwks.json?webhook_id=${id}` }))
+        .json<{ keys: { kid: string }[] }>()
+        .keys.map((k) => k.kid);
     const [a, b] = [await own(signing), await own(other)];
     expect(a).toHaveLength(1);
     expect(b).toHaveLength(2);
@@ -257,7 +282,8 @@ describe('Ed25519 signatures (v1a) with public-key discovery (real Redis, real r
       nowMs: () => now,
     });
     try {
-      const burst = (n: number) => Promise.all(Array.from({ length: n }, () => server.inject({ method: 'GET', url: '/.well-known/jwks.json' })));
+      const burst = (n: number) =>
+        Promise.all(Array.from({ length: n }, () => server.inject({ method: 'GET', url: '/.well-known/jwks.json' })));
       const first = await burst(200);
       console.log(`jwks burst: 200 requests at once, ${scans} registry scan(s)`);
       expect(first.every((res) => res.statusCode === 200 && res.body === first[0]!.body)).toBe(true);

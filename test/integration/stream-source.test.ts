@@ -1,7 +1,12 @@
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { STREAM_GROUP_DEFAULT, StreamIngestSource, type StreamDeadLetterCause, type StreamIngestSourceOptions } from '../../src/ingest/stream-source.js';
+import {
+  STREAM_GROUP_DEFAULT,
+  StreamIngestSource,
+  type StreamDeadLetterCause,
+  type StreamIngestSourceOptions,
+} from '../../src/ingest/stream-source.js';
 import { ingestFixture, machine, sampleEvent, type IngestFixture } from '../helpers/ingest-app.js';
 import { quiescent, waitFor } from '../helpers/wait.js';
 
@@ -56,7 +61,8 @@ function source(options: Partial<StreamIngestSourceOptions> = {}): StreamIngestS
 }
 
 const stream = () => f.keys.events.stream;
-const add = (event: unknown) => f.redis.xadd(stream(), '*', 'event', typeof event === 'string' ? event : JSON.stringify(event)) as Promise<string>;
+const add = (event: unknown) =>
+  f.redis.xadd(stream(), '*', 'event', typeof event === 'string' ? event : JSON.stringify(event)) as Promise<string>;
 const pendingCount = async () => Number(((await f.redis.xpending(stream(), GROUP)) as [number])[0]);
 /** The dead-letter stream's entries, each as its field map (the fields in order, as written). */
 const deadLetters = async () =>
@@ -68,11 +74,16 @@ const deadLetters = async () =>
 /** An ingestor with a bug that only some events trip (those of machine `m-bug`): it fails any batch that holds one. */
 const buggyIngestor = (): StreamIngestSourceOptions['ingestor'] => ({
   ingest: (events, source) =>
-    events.some((event) => (event as { data?: { metadata?: { machine_id?: string } } }).data?.metadata?.machine_id === 'm-bug')
+    events.some(
+      (event) => (event as { data?: { metadata?: { machine_id?: string } } }).data?.metadata?.machine_id === 'm-bug',
+    )
       ? Promise.reject(new TypeError("Cannot read properties of undefined (reading 'gpus')"))
       : f.ingestor.ingest(events, source),
 });
-const bugEvent = (eventId: string) => ({ ...sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: eventId }), data: machine('m-bug') });
+const bugEvent = (eventId: string) => ({
+  ...sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: eventId }),
+  data: machine('m-bug'),
+});
 
 describe('StreamIngestSource', () => {
   it('ingests appended events, delivers them and acknowledges the entries', async () => {
@@ -94,7 +105,11 @@ describe('StreamIngestSource', () => {
     await source().start();
     const notJson = await add('{"event_type": ');
     const noEventField = (await f.redis.xadd(stream(), '*', 'payload', '{}'))!;
-    const rejected = await add({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { status: 'available', metadata: {} } });
+    const rejected = await add({
+      event_type: 'EVENT_TYPE_MACHINE_CREATED',
+      vendor_id: 'v-1',
+      data: { status: 'available', metadata: {} },
+    });
     await add(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(4) }));
 
     await waitFor(() => f.enqueuer.requests.length === 1, 5_000, 'the valid event');
@@ -107,10 +122,22 @@ describe('StreamIngestSource', () => {
       [rejected, 'data.metadata.machine_id: required'],
     ]);
     // Kept, with their fields as written, in the dead-letter stream.
-    expect((await deadLetters()).map(({ entry_id, reason, event, payload }) => ({ entry_id, reason, event, payload }))).toEqual([
-      { entry_id: notJson, reason: 'the "event" field is not valid JSON', event: '{"event_type": ', payload: undefined },
+    expect(
+      (await deadLetters()).map(({ entry_id, reason, event, payload }) => ({ entry_id, reason, event, payload })),
+    ).toEqual([
+      {
+        entry_id: notJson,
+        reason: 'the "event" field is not valid JSON',
+        event: '{"event_type": ',
+        payload: undefined,
+      },
       { entry_id: noEventField, reason: 'the entry has no "event" field', event: undefined, payload: '{}' },
-      { entry_id: rejected, reason: 'data.metadata.machine_id: required', event: expect.stringContaining('"metadata":{}') as unknown, payload: undefined },
+      {
+        entry_id: rejected,
+        reason: 'data.metadata.machine_id: required',
+        event: expect.stringContaining('"metadata":{}') as unknown,
+        payload: undefined,
+      },
     ]);
     expect(deadLetterCauses).toEqual(['unreadable', 'unreadable', 'rejected']);
   });
@@ -135,9 +162,10 @@ describe('StreamIngestSource', () => {
     await waitFor(() => f.enqueuer.requests.length === 1, 5_000, 'the valid event');
     await waitFor(async () => (await pendingCount()) === 0, 5_000, 'no pending entries');
     expect(f.enqueuer.requests.map((r) => [r.eventId, r.webhookId])).toEqual([[id(8), webhookId]]);
-    expect((JSON.parse(f.enqueuer.requests[0]!.body) as { data: { metadata: { cuda_version: string } } }).data.metadata.cuda_version).toBe(
-      '12.4 \ufffd é 🚀 中文',
-    );
+    expect(
+      (JSON.parse(f.enqueuer.requests[0]!.body) as { data: { metadata: { cuda_version: string } } }).data.metadata
+        .cuda_version,
+    ).toBe('12.4 \ufffd é 🚀 中文');
     expect(await f.seen(id(7))).toEqual([false]);
     expect(await f.machines.get('m-07')).toBeUndefined();
     const skipped = logs.filter((line) => line.entryId !== undefined).map((line) => [line.entryId, line.reason]);
@@ -165,9 +193,9 @@ describe('StreamIngestSource', () => {
     expect(kept).toEqual({ reason, failed_at: expect.any(String) as unknown, entry_id: poison, event: poisonJson });
     expect(Date.parse(kept!.failed_at!)).toBeGreaterThanOrEqual(startedMs - 1_000);
     expect(deadLetterCauses).toEqual(['rejected']);
-    expect(logs.filter((line) => line.entryId !== undefined).map((line) => [line.msg, line.entryId, line.reason])).toEqual([
-      ['ingest stream: entry set aside', poison, reason],
-    ]);
+    expect(
+      logs.filter((line) => line.entryId !== undefined).map((line) => [line.msg, line.entryId, line.reason]),
+    ).toEqual([['ingest stream: entry set aside', poison, reason]]);
   });
 
   it('splits a batch that ingest fails on to find the entry that fails alone, sets it aside, and ingests the rest', async () => {
@@ -177,17 +205,34 @@ describe('StreamIngestSource', () => {
     const ids = [1, 2, 3, 4, 5, 6].map(id);
     const entryIds: string[] = [];
     for (const [i, eventId] of ids.entries())
-      entryIds.push(await add(i === 4 ? bugEvent(eventId) : sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: eventId })));
+      entryIds.push(
+        await add(
+          i === 4 ? bugEvent(eventId) : sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: eventId }),
+        ),
+      );
     await source({ ingestor: buggyIngestor() }).start();
 
-    await waitFor(async () => (await pendingCount()) === 0 && (await deadLetters()).length === 1, 5_000, 'the batch acknowledged');
+    await waitFor(
+      async () => (await pendingCount()) === 0 && (await deadLetters()).length === 1,
+      5_000,
+      'the batch acknowledged',
+    );
     expect(f.enqueuer.requests.map((r) => r.eventId).sort()).toEqual([id(1), id(2), id(3), id(4), id(6)]);
     expect(await f.seen(id(5))).toEqual([false]);
     const reason = "ingest failed on this entry alone: TypeError: Cannot read properties of undefined (reading 'gpus')";
-    expect(await deadLetters()).toEqual([{ reason, failed_at: expect.any(String) as unknown, entry_id: entryIds[4], event: JSON.stringify(bugEvent(id(5))) }]);
+    expect(await deadLetters()).toEqual([
+      {
+        reason,
+        failed_at: expect.any(String) as unknown,
+        entry_id: entryIds[4],
+        event: JSON.stringify(bugEvent(id(5))),
+      },
+    ]);
     expect(deadLetterCauses).toEqual(['failed']);
     const lines = logs.filter((line) => line.entryId !== undefined);
-    expect(lines.map((line) => [line.msg, line.entryId, line.reason])).toEqual([['ingest stream: entry set aside', entryIds[4], reason]]);
+    expect(lines.map((line) => [line.msg, line.entryId, line.reason])).toEqual([
+      ['ingest stream: entry set aside', entryIds[4], reason],
+    ]);
     // The log line names the entry, never its content.
     expect(JSON.stringify(lines)).not.toContain('m-bug');
   });
@@ -197,7 +242,11 @@ describe('StreamIngestSource', () => {
     await source({ ingestor: buggyIngestor() }).start();
     const bug = await add(bugEvent(id(1)));
     // Alone, it cannot be told from a failure of ingest itself: it stays pending and is retried.
-    await waitFor(() => logs.filter((line) => line.msg.includes('batch failed')).length >= 2, 5_000, 'two failed attempts');
+    await waitFor(
+      () => logs.filter((line) => line.msg.includes('batch failed')).length >= 2,
+      5_000,
+      'two failed attempts',
+    );
     expect(await pendingCount()).toBe(1);
     expect(await deadLetters()).toEqual([]);
 
@@ -215,7 +264,11 @@ describe('StreamIngestSource', () => {
     for (const n of [1, 2, 3, 4]) await add(sampleEvent('EVENT_TYPE_DEPLOYMENT_CREATED', 'v-1', { event_id: id(n) }));
     await source().start();
 
-    await waitFor(() => logs.filter((line) => line.msg.includes('batch failed')).length >= 2, 5_000, 'two failed attempts');
+    await waitFor(
+      () => logs.filter((line) => line.msg.includes('batch failed')).length >= 2,
+      5_000,
+      'two failed attempts',
+    );
     expect(await pendingCount()).toBe(4);
     expect(await deadLetters()).toEqual([]);
     f.enqueuer.failure = undefined;
@@ -231,7 +284,11 @@ describe('StreamIngestSource', () => {
     await source().start();
     await add(sampleEvent('EVENT_TYPE_DEPLOYMENT_CREATED', 'v-1', { event_id: id(5) }));
 
-    await waitFor(() => logs.filter((line) => line.msg.includes('batch failed')).length >= 2, 5_000, 'two failed attempts');
+    await waitFor(
+      () => logs.filter((line) => line.msg.includes('batch failed')).length >= 2,
+      5_000,
+      'two failed attempts',
+    );
     expect(await pendingCount()).toBe(1);
     expect(await f.seen(id(5))).toEqual([false]);
     expect(f.enqueuer.requests).toEqual([]);
@@ -271,7 +328,11 @@ describe('StreamIngestSource', () => {
     // A live but slow consumer holds the first entry (not idle long enough to be claimed).
     await f.redis.xreadgroup('GROUP', GROUP, 'slow-consumer', 'COUNT', 1, 'STREAMS', stream(), '>');
     for (let n = 2; n <= 350; n += 1)
-      await add({ event_type: 'TASK_UPDATED', event_id: id(n), data: { task_id: id(n), status: 'pending', fail_reason: null } });
+      await add({
+        event_type: 'TASK_UPDATED',
+        event_id: id(n),
+        data: { task_id: id(n), status: 'pending', fail_reason: null },
+      });
 
     await source({ claimMinIdleMs: 60_000 }).start();
     await waitFor(async () => (await pendingCount()) === 1, 10_000, 'the backlog ingested');
@@ -321,7 +382,12 @@ describe('several ingest streams (HOOKLINE_INGEST_STREAMS)', () => {
       expect(new Set(streams.map((key) => /^\{[^}]+\}/.exec(key)![0])).size).toBe(3);
       const ids = [id(101), id(102), id(103), id(104), id(105), id(106)];
       for (const [i, eventId] of ids.entries()) {
-        await t.redis.xadd(streams[i % 3]!, '*', 'event', JSON.stringify(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-streams', { event_id: eventId })));
+        await t.redis.xadd(
+          streams[i % 3]!,
+          '*',
+          'event',
+          JSON.stringify(sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-streams', { event_id: eventId })),
+        );
       }
       await waitFor(() => receiver.requests.length >= ids.length, 10_000, 'a delivery per event');
       const got = receiver.requests.map((r) => (JSON.parse(r.body) as { event_id: string }).event_id);
@@ -332,7 +398,9 @@ describe('several ingest streams (HOOKLINE_INGEST_STREAMS)', () => {
       await waitFor(async () => (await t.redis.xlen(t.keys.events.deadOf(2))) === 1, 10_000, 'the entry set aside');
       expect((await t.redis.xrange(t.keys.events.deadOf(2), '-', '+'))[0]![1]).toContain(unreadable);
       expect(await t.redis.xlen(t.keys.events.deadOf(0))).toBe(0);
-      expect(await worker.metricsText()).toMatch(/^hookline_ingest_stream_dead_letters_total\{cause="unreadable",role="worker"\} 1$/m);
+      expect(await worker.metricsText()).toMatch(
+        /^hookline_ingest_stream_dead_letters_total\{cause="unreadable",role="worker"\} 1$/m,
+      );
     } finally {
       await worker.close();
       await receiver.close();

@@ -40,7 +40,9 @@ describe('the webhook change feed', () => {
     const live: boolean[] = [];
     const abort = new AbortController();
     aborts.push(abort);
-    await feed.listen({ changed: (c) => heard.push(c), reset: () => heard.push('reset') }, abort.signal, (up) => live.push(up));
+    await feed.listen({ changed: (c) => heard.push(c), reset: () => heard.push('reset') }, abort.signal, (up) =>
+      live.push(up),
+    );
     expect(heard).toEqual(['reset']);
     expect(live).toEqual([true]);
     await feed.publish({ webhookId: 'w1', vendorId: 'v1' });
@@ -49,7 +51,9 @@ describe('the webhook change feed', () => {
 
     // Drop the listener's connection on the server side: it reconnects and resubscribes by itself.
     const clients = (await t.redis.client('LIST')) as string;
-    const subscriber = clients.split('\n').find((line) => line.includes(`name=hookline-test-${t!.prefix}`) && / sub=1 /.test(line));
+    const subscriber = clients
+      .split('\n')
+      .find((line) => line.includes(`name=hookline-test-${t!.prefix}`) && / sub=1 /.test(line));
     expect(subscriber).toBeDefined();
     await t.redis.client('KILL', 'ID', /id=(\d+)/.exec(subscriber!)![1]!);
     await waitFor(() => live.length === 3, 10_000, 'the feed down and live again');
@@ -61,7 +65,10 @@ describe('the webhook change feed', () => {
   });
 
   it('leaves nothing on the signal when it cannot subscribe, however often it is tried again (Redis unreachable)', async () => {
-    const redis = connectRedis(`redis://127.0.0.1:${await freeLoopbackPort()}`, { connectionName: 'hookline-test-unreachable', maxRetriesPerRequest: 1 });
+    const redis = connectRedis(`redis://127.0.0.1:${await freeLoopbackPort()}`, {
+      connectionName: 'hookline-test-unreachable',
+      maxRetriesPerRequest: 1,
+    });
     redis.on('error', () => undefined);
     const feed = new RedisWebhookChanges(redis, redisKeys('unreachable'));
     const abort = new AbortController();
@@ -82,21 +89,31 @@ describe('the webhook change feed', () => {
     // A second process of the same installation, its change feed running as `hookline api` runs it.
     other = await testEngine({ ...app.config }, { role: 'api' });
     await other.start();
-    await waitFor(async () => (await other!.stores.ingestor.ingest([machineEvent('v-feed')], 'http'))[0]!.status === 'accepted', 5_000, 'the other engine');
+    await waitFor(
+      async () => (await other!.stores.ingestor.ingest([machineEvent('v-feed')], 'http'))[0]!.status === 'accepted',
+      5_000,
+      'the other engine',
+    );
     // Its lookup now knows that v-feed has no webhook for the type, and keeps that answer.
     expect((await other.stores.ingestor.ingest([machineEvent('v-feed')], 'http'))[0]).toMatchObject({ deliveries: 0 });
 
     const startedMs = Date.now();
     const { id } = await app.register('v-feed', 'http://127.0.0.1:9/in');
-    const deliveriesNow = async () => ((await other!.stores.ingestor.ingest([machineEvent('v-feed')], 'http'))[0] as { deliveries: number }).deliveries;
+    const deliveriesNow = async () =>
+      ((await other!.stores.ingestor.ingest([machineEvent('v-feed')], 'http'))[0] as { deliveries: number }).deliveries;
     await waitFor(async () => (await deliveriesNow()) === 1, 1_000, 'the other process to match the new webhook');
     const newMs = Date.now() - startedMs;
 
     // Deleted through the first process: the other stops matching it as quickly.
     const deletedAtMs = Date.now();
     const key = await app.keyFor(['vendor'], 'v-feed');
-    expect((await app.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key } })).statusCode).toBe(204);
+    expect(
+      (await app.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': key } }))
+        .statusCode,
+    ).toBe(204);
     await waitFor(async () => (await deliveriesNow()) === 0, 1_000, 'the other process to forget the deleted webhook');
-    console.log(`webhook change feed: a new webhook matched elsewhere after ${newMs} ms, a deleted one forgotten after ${Date.now() - deletedAtMs} ms`);
+    console.log(
+      `webhook change feed: a new webhook matched elsewhere after ${newMs} ms, a deleted one forgotten after ${Date.now() - deletedAtMs} ms`,
+    );
   });
 });

@@ -17,11 +17,23 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
   afterEach(async () => t.close());
 
   const post = (body: unknown, apiKey = key) =>
-    t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers: { 'x-api-key': apiKey }, payload: body as object });
-  const list = (apiKey = key) => t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': apiKey } });
+    t.app.inject({
+      method: 'POST',
+      url: '/vendors/v1/webhooks',
+      headers: { 'x-api-key': apiKey },
+      payload: body as object,
+    });
+  const list = (apiKey = key) =>
+    t.app.inject({ method: 'GET', url: '/vendors/v1/webhooks', headers: { 'x-api-key': apiKey } });
   const patch = (id: string, body: unknown, apiKey = key) =>
-    t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': apiKey }, payload: body as object });
-  const del = (id: string, apiKey = key) => t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': apiKey } });
+    t.app.inject({
+      method: 'PATCH',
+      url: `/vendors/v1/webhooks/${id}`,
+      headers: { 'x-api-key': apiKey },
+      payload: body as object,
+    });
+  const del = (id: string, apiKey = key) =>
+    t.app.inject({ method: 'DELETE', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': apiKey } });
 
   async function register(eventType: string = WEBHOOK_EVENT_TYPES[0], extra: object = {}): Promise<string> {
     const res = await post({ event_type: eventType, callback_url: URL_A, ...extra });
@@ -49,9 +61,16 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       expect(body.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
       expect(Buffer.from(body.secret.slice('whsec_'.length), 'base64')).toHaveLength(32);
       const [listed] = (await list()).json<{ webhooks: Record<string, unknown>[] }>().webhooks;
-      expect(listed).toMatchObject({ webhook_id: body.webhook_id, secret: body.secret, signature: 'hmac', has_secret: true });
+      expect(listed).toMatchObject({
+        webhook_id: body.webhook_id,
+        secret: body.secret,
+        signature: 'hmac',
+        has_secret: true,
+      });
       // Another registration gets a secret of its own.
-      const other = (await post({ event_type: WEBHOOK_EVENT_TYPES[1], callback_url: URL_A })).json<{ secret: string }>();
+      const other = (await post({ event_type: WEBHOOK_EVENT_TYPES[1], callback_url: URL_A })).json<{
+        secret: string;
+      }>();
       expect(other.secret).not.toBe(body.secret);
     });
 
@@ -70,17 +89,57 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       ['unknown event_type', { event_type: 'EVENT_TYPE_NOPE', callback_url: URL_A }, 'event_type must be one of'],
       ['non-string event_type', { event_type: 7, callback_url: URL_A }, 'event_type must be one of'],
       ['missing callback_url', { event_type: WEBHOOK_EVENT_TYPES[0] }, 'callback_url is required'],
-      ['empty callback_url', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: '' }, 'callback_url must not be empty'],
-      ['relative callback_url', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: '/hooks' }, 'callback_url must be a valid absolute URL'],
-      ['ftp callback_url', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'ftp://example.com/x' }, 'callback_url must use http or https'],
-      ['callback_url with credentials', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://u:p@example.com/' }, 'must not contain credentials'],
-      ['callback_url with spaces', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://example.com/a b' }, 'must not contain whitespace'],
-      ['too long callback_url', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: `https://example.com/${'a'.repeat(2100)}` }, 'at most 2048'],
-      ['non-string callback_url', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 42 }, 'callback_url must be a string'],
-      ['empty secret', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: '' }, 'secret must not be empty'],
-      ['null secret', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: null }, 'secret must be a string'],
+      [
+        'empty callback_url',
+        { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: '' },
+        'callback_url must not be empty',
+      ],
+      [
+        'relative callback_url',
+        { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: '/hooks' },
+        'callback_url must be a valid absolute URL',
+      ],
+      [
+        'ftp callback_url',
+        { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'ftp://example.com/x' },
+        'callback_url must use http or https',
+      ],
+      [
+        'callback_url with credentials',
+        { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://u:p@example.com/' },
+        'must not contain credentials',
+      ],
+      [
+        'callback_url with spaces',
+        { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://example.com/a b' },
+        'must not contain whitespace',
+      ],
+      [
+        'too long callback_url',
+        { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: `https://example.com/${'a'.repeat(2100)}` },
+        'at most 2048',
+      ],
+      [
+        'non-string callback_url',
+        { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 42 },
+        'callback_url must be a string',
+      ],
+      [
+        'empty secret',
+        { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: '' },
+        'secret must not be empty',
+      ],
+      [
+        'null secret',
+        { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: null },
+        'secret must be a string',
+      ],
       ['bad whsec_ secret', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: 'whsec_!!' }, 'whsec_'],
-      ['unknown field', { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, callbackUrl: URL_A }, 'unknown field "callbackUrl"'],
+      [
+        'unknown field',
+        { event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, callbackUrl: URL_A },
+        'unknown field "callbackUrl"',
+      ],
       ['array body', [], 'the body must be a JSON object'],
     ])('answers 400 for %s', async (_name, body, message) => {
       const res = await post(body);
@@ -93,7 +152,12 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
 
     it('answers 400 for malformed JSON, 415 for another content type and 413 for an oversized body', async () => {
       const headers = { 'x-api-key': key, 'content-type': 'application/json' };
-      const malformed = await t.app.inject({ method: 'POST', url: '/vendors/v1/webhooks', headers, payload: '{"event_type":' });
+      const malformed = await t.app.inject({
+        method: 'POST',
+        url: '/vendors/v1/webhooks',
+        headers,
+        payload: '{"event_type":',
+      });
       expect(malformed.statusCode).toBe(400);
       expect(malformed.json()).toEqual({ error: 'The request body is not valid JSON', code: 'invalid_json' });
 
@@ -113,7 +177,11 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
         method: 'POST',
         url: '/vendors/v1/webhooks',
         headers,
-        payload: JSON.stringify({ event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: 'x'.repeat(2 * 1024 * 1024) }),
+        payload: JSON.stringify({
+          event_type: WEBHOOK_EVENT_TYPES[0],
+          callback_url: URL_A,
+          secret: 'x'.repeat(2 * 1024 * 1024),
+        }),
       });
       expect(huge.statusCode).toBe(413);
       expect(huge.json<{ code: string }>().code).toBe('body_too_large');
@@ -136,7 +204,9 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
 
     it('lets exactly one of 25 racing registrations of the same event_type win', async () => {
       const results = await Promise.all(
-        Array.from({ length: 25 }, (_, i) => post({ event_type: WEBHOOK_EVENT_TYPES[1], callback_url: `https://race.example.com/${i}` })),
+        Array.from({ length: 25 }, (_, i) =>
+          post({ event_type: WEBHOOK_EVENT_TYPES[1], callback_url: `https://race.example.com/${i}` }),
+        ),
       );
       const codes = results.map((r) => r.statusCode).sort();
       expect(codes.filter((c) => c === 201)).toHaveLength(1);
@@ -159,8 +229,17 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       expect(res.statusCode).toBe(200);
       const webhooks = res.json<{ webhooks: Record<string, unknown>[] }>().webhooks;
       expect(webhooks.map((w) => w.webhook_id)).toEqual([withSecret, withoutSecret]);
-      expect(webhooks[0]).toMatchObject({ webhook_id: withSecret, event_type: WEBHOOK_EVENT_TYPES[0], callback_url: URL_A, secret: 'topsecret' });
-      expect(webhooks[1]).toMatchObject({ webhook_id: withoutSecret, event_type: WEBHOOK_EVENT_TYPES[3], callback_url: URL_A });
+      expect(webhooks[0]).toMatchObject({
+        webhook_id: withSecret,
+        event_type: WEBHOOK_EVENT_TYPES[0],
+        callback_url: URL_A,
+        secret: 'topsecret',
+      });
+      expect(webhooks[1]).toMatchObject({
+        webhook_id: withoutSecret,
+        event_type: WEBHOOK_EVENT_TYPES[3],
+        callback_url: URL_A,
+      });
       expect(webhooks[1]).not.toHaveProperty('secret');
       expect((await list(otherVendorKey)).json<{ webhooks: unknown[] }>().webhooks).toHaveLength(1);
     });
@@ -179,7 +258,8 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
   });
 
   describe('GET one', () => {
-    const get = (id: string, apiKey = key) => t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': apiKey } });
+    const get = (id: string, apiKey = key) =>
+      t.app.inject({ method: 'GET', url: `/vendors/v1/webhooks/${id}`, headers: { 'x-api-key': apiKey } });
 
     it('answers the webhook as the list shows it, with its secret when one is set', async () => {
       const withSecret = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'topsecret', rate_limit_per_second: 5 });
@@ -191,7 +271,12 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
         expect(res.statusCode).toBe(200);
         expect(res.json()).toEqual(listed[i]);
       }
-      expect((await get(withSecret)).json()).toMatchObject({ webhook_id: withSecret, secret: 'topsecret', rate_limit_per_second: 5, enabled: true });
+      expect((await get(withSecret)).json()).toMatchObject({
+        webhook_id: withSecret,
+        secret: 'topsecret',
+        rate_limit_per_second: 5,
+        enabled: true,
+      });
       expect((await get(withoutSecret)).json()).not.toHaveProperty('secret');
       expect((await get(withoutSecret)).json()).toMatchObject({ signature: 'ed25519', has_secret: false });
       // An id in capitals is the same webhook.
@@ -219,13 +304,27 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       const id = await register(WEBHOOK_EVENT_TYPES[0], { secret: 'first' });
       const urlOnly = await patch(id, { callback_url: 'https://new.example.com/h' });
       expect(urlOnly.statusCode).toBe(200);
-      expect(urlOnly.json()).toMatchObject({ webhook_id: id, event_type: WEBHOOK_EVENT_TYPES[0], callback_url: 'https://new.example.com/h', secret: 'first' });
+      expect(urlOnly.json()).toMatchObject({
+        webhook_id: id,
+        event_type: WEBHOOK_EVENT_TYPES[0],
+        callback_url: 'https://new.example.com/h',
+        secret: 'first',
+      });
 
       const secretOnly = await patch(id, { secret: 'rotated' });
-      expect(secretOnly.json()).toMatchObject({ webhook_id: id, callback_url: 'https://new.example.com/h', secret: 'rotated' });
+      expect(secretOnly.json()).toMatchObject({
+        webhook_id: id,
+        callback_url: 'https://new.example.com/h',
+        secret: 'rotated',
+      });
 
       const all = await patch(id, { event_type: WEBHOOK_EVENT_TYPES[5], callback_url: URL_A, secret: 'again' });
-      expect(all.json()).toMatchObject({ webhook_id: id, event_type: WEBHOOK_EVENT_TYPES[5], callback_url: URL_A, secret: 'again' });
+      expect(all.json()).toMatchObject({
+        webhook_id: id,
+        event_type: WEBHOOK_EVENT_TYPES[5],
+        callback_url: URL_A,
+        secret: 'again',
+      });
       expect((await list()).json<{ webhooks: unknown[] }>().webhooks).toEqual([all.json()]);
     });
 
@@ -264,7 +363,10 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       const res = await patch(id, body);
       expect(res.statusCode).toBe(400);
       expect(res.json<{ error: string }>().error).toContain(message);
-      expect((await list()).json<{ webhooks: unknown[] }>().webhooks[0]).toMatchObject({ callback_url: URL_A, secret: 'keep' });
+      expect((await list()).json<{ webhooks: unknown[] }>().webhooks[0]).toMatchObject({
+        callback_url: URL_A,
+        secret: 'keep',
+      });
     });
 
     it('refuses secret null on an hmac webhook (it would go unsigned) and allows it with a switch to ed25519', async () => {
@@ -278,7 +380,10 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
           code: 'invalid_request',
         });
       }
-      expect((await list()).json<{ webhooks: unknown[] }>().webhooks[0]).toMatchObject({ secret: 'keep', signature: 'hmac' });
+      expect((await list()).json<{ webhooks: unknown[] }>().webhooks[0]).toMatchObject({
+        secret: 'keep',
+        signature: 'hmac',
+      });
       const keysOnly = await patch(id, { secret: null, signature: 'ed25519' });
       expect(keysOnly.statusCode).toBe(200);
       expect(keysOnly.json()).toMatchObject({ signature: 'ed25519', has_secret: false });
@@ -295,7 +400,10 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
       expect((await list()).json<{ webhooks: unknown[] }>().webhooks[0]).toMatchObject({ secret });
       // Given with the switch, the vendor's own secret is kept instead.
       const other = await register(WEBHOOK_EVENT_TYPES[1], { signature: 'ed25519' });
-      expect((await patch(other, { signature: 'hmac', secret: 'mine' })).json()).toMatchObject({ signature: 'hmac', secret: 'mine' });
+      expect((await patch(other, { signature: 'hmac', secret: 'mine' })).json()).toMatchObject({
+        signature: 'hmac',
+        secret: 'mine',
+      });
     });
 
     it('answers 400 for a malformed webhook_id, 404 for an unknown one and for another vendor’s', async () => {
@@ -312,7 +420,11 @@ describe('webhook API (/vendors/v1/webhooks)', () => {
     });
 
     it('keeps the uniqueness index consistent under concurrent event_type changes', async () => {
-      const ids = [await register(WEBHOOK_EVENT_TYPES[0]), await register(WEBHOOK_EVENT_TYPES[1]), await register(WEBHOOK_EVENT_TYPES[2])];
+      const ids = [
+        await register(WEBHOOK_EVENT_TYPES[0]),
+        await register(WEBHOOK_EVENT_TYPES[1]),
+        await register(WEBHOOK_EVENT_TYPES[2]),
+      ];
       const results = await Promise.all(ids.map((id) => patch(id, { event_type: WEBHOOK_EVENT_TYPES[5] })));
       expect(results.filter((r) => r.statusCode === 200)).toHaveLength(1);
       expect(results.filter((r) => r.statusCode === 409)).toHaveLength(2);
@@ -382,9 +494,16 @@ describe('callback targets at registration (the SSRF guard)', () => {
       expect(created.statusCode).toBe(201);
       const id = created.json<{ webhook_id: string }>().webhook_id;
       for (const [url, reason] of BLOCKED) {
-        const res = await t.app.inject({ method: 'PATCH', url: `/vendors/v1/webhooks/${id}`, headers, payload: { callback_url: url } });
+        const res = await t.app.inject({
+          method: 'PATCH',
+          url: `/vendors/v1/webhooks/${id}`,
+          headers,
+          payload: { callback_url: url },
+        });
         expect([url, res.statusCode]).toEqual([url, 400]);
-        expect(res.json<{ error: string }>().error).toBe(`Invalid request body: callback_url must not point at a private or reserved address (${reason})`);
+        expect(res.json<{ error: string }>().error).toBe(
+          `Invalid request body: callback_url must not point at a private or reserved address (${reason})`,
+        );
       }
       expect((await t.webhooks.getById(id))?.callbackUrl).toBe(URL_A);
       // A name that is not localhost passes here: what it resolves to is checked at delivery.

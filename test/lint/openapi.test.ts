@@ -29,8 +29,13 @@ function run(cli: keyof typeof CLIS, args: string[]): Promise<Run> {
       process.execPath,
       [CLIS[cli], ...args],
       // No update notices, no telemetry, no colour: only the report on stdout.
-      { cwd: ROOT, env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' }, maxBuffer: 64 * 1024 * 1024 },
-      (error, stdout, stderr) => resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout, stderr }),
+      {
+        cwd: ROOT,
+        env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
+        maxBuffer: 64 * 1024 * 1024,
+      },
+      (error, stdout, stderr) =>
+        resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout, stderr }),
     );
   });
 }
@@ -46,16 +51,35 @@ function report<T>(cli: string, result: Run): T {
 
 /** Redocly's findings on one file, one readable line each. */
 async function redocly(file: string): Promise<string[]> {
-  const result = await run('redocly', ['lint', file, '--config', path.join(ROOT, 'redocly.yaml'), '--format=json', '--max-problems=1000']);
-  const { problems } = report<{ problems: { ruleId: string; severity: string; message: string; location: { pointer: string }[] }[] }>('redocly', result);
+  const result = await run('redocly', [
+    'lint',
+    file,
+    '--config',
+    path.join(ROOT, 'redocly.yaml'),
+    '--format=json',
+    '--max-problems=1000',
+  ]);
+  const { problems } = report<{
+    problems: { ruleId: string; severity: string; message: string; location: { pointer: string }[] }[];
+  }>('redocly', result);
   return problems.map((p) => `${p.severity} ${p.ruleId} at ${p.location[0]?.pointer}: ${p.message}`);
 }
 
 /** Spectral's findings on one file, one readable line each (hints and infos included). */
 async function spectral(file: string): Promise<string[]> {
-  const result = await run('spectral', ['lint', file, '--ruleset', path.join(ROOT, '.spectral.yaml'), '--format=json', '--fail-severity=hint']);
+  const result = await run('spectral', [
+    'lint',
+    file,
+    '--ruleset',
+    path.join(ROOT, '.spectral.yaml'),
+    '--format=json',
+    '--fail-severity=hint',
+  ]);
   // A clean run appends a sentence to its `[]`.
-  const json = { ...result, stdout: result.stdout.replace(/No results with a severity of '\w+' or higher found!\s*$/, '') };
+  const json = {
+    ...result,
+    stdout: result.stdout.replace(/No results with a severity of '\w+' or higher found!\s*$/, ''),
+  };
   const results = report<{ code: string; path: string[]; message: string }[]>('spectral', json);
   return results.map((r) => `${r.code} at ${r.path.join('.')}: ${r.message}`);
 }
@@ -87,7 +111,9 @@ describe('the served OpenAPI document passes Redocly and Spectral with no error 
   it('Redocly CLI (recommended ruleset, redocly.yaml)', async () => {
     const [found, foundInBroken] = await Promise.all([redocly(served), redocly(broken)]);
     expect(found).toEqual([]);
-    expect(foundInBroken.join('\n')).toMatch(/operation-operationId at #\/paths\/~1rental~1v1~1tasks~1\{task_id\}\/get/);
+    expect(foundInBroken.join('\n')).toMatch(
+      /operation-operationId at #\/paths\/~1rental~1v1~1tasks~1\{task_id\}\/get/,
+    );
     expect(foundInBroken.join('\n')).toContain('no-empty-servers');
   });
 

@@ -1,5 +1,12 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { EndpointAdmission, GIVE_UP_NOW, Lease, type AdmitOptions, type Admitted, type GiveUp } from '../../src/delivery/endpoints/admission.js';
+import {
+  EndpointAdmission,
+  GIVE_UP_NOW,
+  Lease,
+  type AdmitOptions,
+  type Admitted,
+  type GiveUp,
+} from '../../src/delivery/endpoints/admission.js';
 import { DEFAULT_BREAKER_OPTIONS } from '../../src/delivery/endpoints/breaker.js';
 import { EndpointFlow } from '../../src/delivery/endpoints/flow.js';
 import { EndpointRegistry, type Endpoint } from '../../src/delivery/endpoints/registry.js';
@@ -9,7 +16,13 @@ import type { SendRateLimiter } from '../../src/store/send-rate.js';
 import { webhookFixture } from '../helpers/webhook-fixture.js';
 
 const NOW = 1_764_000_000_000;
-const OPTIONS = { ...DEFAULT_BREAKER_OPTIONS, failureThreshold: 2, openMs: 30_000, slowAfterMs: 2_000, attemptTimeoutMs: 5_000 };
+const OPTIONS = {
+  ...DEFAULT_BREAKER_OPTIONS,
+  failureThreshold: 2,
+  openMs: 30_000,
+  slowAfterMs: 2_000,
+  attemptTimeoutMs: 5_000,
+};
 const RULES = { circuitHoldMs: 30_000, unprovenHoldMs: 40_000 };
 const OK = { health: 'healthy', flow: 'ok', retryAfterMs: undefined, answered: true } as const;
 
@@ -26,13 +39,16 @@ const batch = (over: Partial<AdmitOptions> = {}): AdmitOptions => ({
   ...over,
 });
 /** A single job's. */
-const single = (over: Partial<AdmitOptions> = {}): AdmitOptions => batch({ giveUp: GIVE_UP_NOW, deferJitterMs: 1_000, roomWaitMs: 250, ...over });
+const single = (over: Partial<AdmitOptions> = {}): AdmitOptions =>
+  batch({ giveUp: GIVE_UP_NOW, deferJitterMs: 1_000, roomWaitMs: 250, ...over });
 
 const gates: StorageGate[] = [];
 afterEach(() => gates.splice(0).forEach((gate) => gate.stop()));
 
 /** An admission over real endpoints, slots and a gate, on a clock the test moves; random is 0.5. */
-function world(options: { slots?: number; suspectMax?: number; sendRate?: SendRateLimiter; answeredElsewhere?: boolean } = {}) {
+function world(
+  options: { slots?: number; suspectMax?: number; sendRate?: SendRateLimiter; answeredElsewhere?: boolean } = {},
+) {
   const clock = { nowMs: NOW };
   const nowMs = () => clock.nowMs;
   const endpoints = new EndpointRegistry({ options: OPTIONS, onStateChange: () => undefined }, nowMs);
@@ -48,7 +64,12 @@ function world(options: { slots?: number; suspectMax?: number; sendRate?: SendRa
     sendRate: options.sendRate ?? { take: () => Promise.reject(new Error('no limit was set')) },
     ...(options.answeredElsewhere === undefined
       ? {}
-      : { endpointMemory: { answeredLately: async () => options.answeredElsewhere!, rememberAnswered: async () => undefined } }),
+      : {
+          endpointMemory: {
+            answeredLately: async () => options.answeredElsewhere!,
+            rememberAnswered: async () => undefined,
+          },
+        }),
     suspectHoldMs: 250,
     rules: RULES,
     nowMs,
@@ -159,10 +180,18 @@ describe('EndpointAdmission (fixed clock)', () => {
     const w = world();
     w.answered('failed');
     w.answered('failed');
-    expect(w.admission.admit(w.hook, batch())).toEqual({ kind: 'deferred', wakeOn: w.endpoint.key, retryAtMs: NOW + 30_000, reason: 'open' });
+    expect(w.admission.admit(w.hook, batch())).toEqual({
+      kind: 'deferred',
+      wakeOn: w.endpoint.key,
+      retryAtMs: NOW + 30_000,
+      reason: 'open',
+    });
     expect(w.admission.admit(w.hook, batch({ dueAtMs: NOW - 1 }))).toEqual({ kind: 'circuit_open' });
     const probe = lease(w.admission.admit(w.hook, batch({ forceProbe: true })));
-    expect(w.admission.admit(w.hook, batch({ forceProbe: true }))).toMatchObject({ kind: 'deferred', reason: 'probing' });
+    expect(w.admission.admit(w.hook, batch({ forceProbe: true }))).toMatchObject({
+      kind: 'deferred',
+      reason: 'probing',
+    });
     probe.settle(OK, NOW + 1);
     probe.end();
     expect(w.endpoints.openEndpoints(NOW + 1)).toEqual([]);
@@ -173,7 +202,12 @@ describe('EndpointAdmission (fixed clock)', () => {
     w.answered();
     const slow = lease(w.admission.admit(w.hook, batch()));
     w.clock.nowMs = NOW + 2_000;
-    expect(w.admission.admit(w.hook, batch())).toEqual({ kind: 'deferred', wakeOn: w.endpoint.key, retryAtMs: NOW + 42_000, reason: 'slow' });
+    expect(w.admission.admit(w.hook, batch())).toEqual({
+      kind: 'deferred',
+      wakeOn: w.endpoint.key,
+      retryAtMs: NOW + 42_000,
+      reason: 'slow',
+    });
     slow.end();
   });
 
@@ -183,7 +217,12 @@ describe('EndpointAdmission (fixed clock)', () => {
     const asked = lease(w.admission.admit(w.hook, batch()));
     asked.settle({ health: 'healthy', flow: 'congested', retryAfterMs: 3_000, answered: true }, NOW);
     asked.end();
-    expect(w.admission.admit(w.hook, single())).toEqual({ kind: 'deferred', wakeOn: undefined, retryAtMs: NOW + 3_500, reason: 'paused' });
+    expect(w.admission.admit(w.hook, single())).toEqual({
+      kind: 'deferred',
+      wakeOn: undefined,
+      retryAtMs: NOW + 3_500,
+      reason: 'paused',
+    });
   });
 
   it('at a concurrency limit: a batch defers at once, a single job waits for room for a while', async () => {
@@ -191,7 +230,12 @@ describe('EndpointAdmission (fixed clock)', () => {
     w.answered();
     const limited = webhook({ maxConcurrency: 1 });
     const holder = lease(w.admission.admit(limited, batch()));
-    expect(w.admission.admit(limited, batch())).toEqual({ kind: 'deferred', wakeOn: w.endpoint.key, retryAtMs: NOW + 1_500, reason: 'concurrency' });
+    expect(w.admission.admit(limited, batch())).toEqual({
+      kind: 'deferred',
+      wakeOn: w.endpoint.key,
+      retryAtMs: NOW + 1_500,
+      reason: 'concurrency',
+    });
     const waiting = w.admission.admit(limited, single());
     expect(waiting).toBeInstanceOf(Promise);
     holder.settle(OK, NOW);
@@ -201,7 +245,12 @@ describe('EndpointAdmission (fixed clock)', () => {
     const blocker = lease(w.admission.admit(limited, batch()));
     const gone = w.admission.admit(limited, single({ roomWaitMs: 5 }));
     w.clock.nowMs = NOW + 5;
-    expect(await gone).toEqual({ kind: 'deferred', wakeOn: w.endpoint.key, retryAtMs: NOW + 5 + 1_500, reason: 'concurrency' });
+    expect(await gone).toEqual({
+      kind: 'deferred',
+      wakeOn: w.endpoint.key,
+      retryAtMs: NOW + 5 + 1_500,
+      reason: 'concurrency',
+    });
     blocker.end();
   });
 
@@ -220,7 +269,12 @@ describe('EndpointAdmission (fixed clock)', () => {
     const w = world({ suspectMax: 1 });
     const other = webhook({ id: 'wh-2', callbackUrl: 'https://other.example' });
     lease(w.admission.admit(other, batch()));
-    expect(w.admission.admit(w.hook, batch())).toEqual({ kind: 'deferred', wakeOn: w.endpoint.key, retryAtMs: NOW + 40_500, reason: 'slow' });
+    expect(w.admission.admit(w.hook, batch())).toEqual({
+      kind: 'deferred',
+      wakeOn: w.endpoint.key,
+      retryAtMs: NOW + 40_500,
+      reason: 'slow',
+    });
     expect(w.admission.admit(w.hook, batch({ wokenByWakeups: false }))).toEqual({
       kind: 'deferred',
       wakeOn: w.endpoint.key,
@@ -235,7 +289,12 @@ describe('EndpointAdmission (fixed clock)', () => {
     const w = world({ sendRate: { take: async (id) => (taken.push(id), { sent: false, retryInMs: 700 }) } });
     w.answered();
     const limited = webhook({ rateLimitPerSecond: 5 });
-    expect(await w.admission.admit(limited, batch())).toEqual({ kind: 'deferred', wakeOn: undefined, retryAtMs: NOW + 700, reason: 'rate_limited' });
+    expect(await w.admission.admit(limited, batch())).toEqual({
+      kind: 'deferred',
+      wakeOn: undefined,
+      retryAtMs: NOW + 700,
+      reason: 'rate_limited',
+    });
     expect(taken).toEqual(['wh-1']);
     expect(w.slots.inFlight).toBe(0);
     expect(w.endpoint.limit.view(NOW).inflight).toBe(0);

@@ -2,7 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { BatchHolds, type BatchHoldRules } from '../../src/delivery/batch-holds.js';
 
 /** The production rules (docs/delivery-semantics.md): checks every 250 ms, 50 ms once only suspect deliveries are left, 2 s for any attempt, 15 s timeout. */
-const RULES: BatchHoldRules = { batchHoldMs: 2_000, suspectHoldMs: 250, suspectOnlyHoldMs: 50, deliveryTimeoutMs: 15_000 };
+const RULES: BatchHoldRules = {
+  batchHoldMs: 2_000,
+  suspectHoldMs: 250,
+  suspectOnlyHoldMs: 50,
+  deliveryTimeoutMs: 15_000,
+};
 
 /** A batch of `n` deliveries under a clock the test moves. */
 function batch(n: number, rules = RULES) {

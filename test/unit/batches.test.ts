@@ -12,14 +12,19 @@ describe('batchesOf', () => {
 
   it('cuts before a batch’s bodies pass BATCH_BYTES_MAX, so its data stays a regular-sized string', () => {
     const batches = batchesOf(Array.from({ length: 200 }, (_, n) => delivery(1_024, n)));
-    for (const batch of batches) expect(JSON.stringify({ deliveries: batch }).length).toBeLessThanOrEqual(BATCH_BYTES_MAX);
+    for (const batch of batches)
+      expect(JSON.stringify({ deliveries: batch }).length).toBeLessThanOrEqual(BATCH_BYTES_MAX);
     // Full batches, but for the last.
     for (const batch of batches.slice(0, -1)) expect(batch.length).toBeGreaterThan(50);
     expect(batches.flat().map((d) => d.n)).toEqual(Array.from({ length: 200 }, (_, n) => n));
   });
 
   it('puts a body larger than the cap in a batch of its own', () => {
-    expect(batchesOf([delivery(10, 0), delivery(200_000, 1), delivery(10, 2)]).map((b) => b.map((d) => d.n))).toEqual([[0], [1], [2]]);
+    expect(batchesOf([delivery(10, 0), delivery(200_000, 1), delivery(10, 2)]).map((b) => b.map((d) => d.n))).toEqual([
+      [0],
+      [1],
+      [2],
+    ]);
     expect(batchesOf([])).toEqual([]);
   });
 });

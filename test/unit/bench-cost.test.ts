@@ -2,18 +2,34 @@ import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { attribute, costPerDelivery, costTableRows, PARTS, sourceOf, type PartId, type Profile } from '../../bench/cpu-profile.js';
+import {
+  attribute,
+  costPerDelivery,
+  costTableRows,
+  PARTS,
+  sourceOf,
+  type PartId,
+  type Profile,
+} from '../../bench/cpu-profile.js';
 import { targetCheck, targetsTable } from '../../bench/targets.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
 /** A profile of one stack per entry (root first), each sampled for `us`. */
 function profileOf(stacks: { frames: [functionName: string, url: string][]; us: number }[]): Profile {
-  const profile: Profile = { nodes: [{ id: 1, callFrame: { functionName: '(root)', url: '', lineNumber: -1 }, children: [] }], samples: [], timeDeltas: [] };
+  const profile: Profile = {
+    nodes: [{ id: 1, callFrame: { functionName: '(root)', url: '', lineNumber: -1 }, children: [] }],
+    samples: [],
+    timeDeltas: [],
+  };
   for (const { frames, us } of stacks) {
     let parent = profile.nodes[0]!;
     for (const [functionName, url] of frames) {
-      const node = { id: profile.nodes.length + 1, callFrame: { functionName, url, lineNumber: 0 }, children: [] as number[] };
+      const node = {
+        id: profile.nodes.length + 1,
+        callFrame: { functionName, url, lineNumber: 0 },
+        children: [] as number[],
+      };
       profile.nodes.push(node);
       parent.children!.push(node.id);
       parent = node;
@@ -76,7 +92,15 @@ describe('bench cost attribution', () => {
       ]),
     );
     expect(busyUs).toBe(220);
-    expect(Object.fromEntries(parts)).toEqual({ record: 100, logs: 40, metrics: 30, send: 20, redis: 15, gc: 10, sign: 5 });
+    expect(Object.fromEntries(parts)).toEqual({
+      record: 100,
+      logs: 40,
+      metrics: 30,
+      send: 20,
+      redis: 15,
+      gc: 10,
+      sign: 5,
+    });
   });
 
   it('turns a profile into µs per delivery that add up to the measured total', () => {
@@ -103,7 +127,11 @@ describe('bench targets block', () => {
     const rows = targetsTable([
       {
         scenario: 'e2e',
-        checks: [targetCheck('e2e-over-naive', '1.62', true), targetCheck('e2e-floor', '1.62', true), targetCheck('cpu-over-lean', '2.10', false)],
+        checks: [
+          targetCheck('e2e-over-naive', '1.62', true),
+          targetCheck('e2e-floor', '1.62', true),
+          targetCheck('cpu-over-lean', '2.10', false),
+        ],
         error: undefined,
       },
       { scenario: 'latency', checks: undefined, error: 'the receiver went away' },
@@ -111,12 +139,18 @@ describe('bench targets block', () => {
     expect(rows).toHaveLength(2 + 10);
     expect(rows).toContain('| e2e `hookline start` ÷ naive BullMQ worker ≥ 1.50 | 1.62 | met |');
     expect(rows).toContain('| Hookline CPU per delivery ≤ 1.5 × the lean pipeline’s | 2.10 | **missed** |');
-    expect(rows).toContain('| latency accepted → received at half the measured maximum: p99 ≤ 30 ms | latency: error | not judged |');
+    expect(rows).toContain(
+      '| latency accepted → received at half the measured maximum: p99 ≤ 30 ms | latency: error | not judged |',
+    );
     expect(rows).toContain('| ingest ÷ raw addBulk ≥ 1.00 | (ingest not run) | not judged |');
   });
 
   it('prints usage for --help instead of running the bench', () => {
-    const run = spawnSync(process.execPath, ['--import', 'tsx', 'bench/run.ts', '--help'], { cwd: ROOT, encoding: 'utf8', timeout: 20_000 });
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'bench/run.ts', '--help'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
     expect(run.status).toBe(0);
     expect(run.stdout).toMatch(/^usage: npm run bench/);
     expect(run.stdout).toContain('--smoke');

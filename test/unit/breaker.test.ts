@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { Circuit, DEFAULT_BREAKER_OPTIONS, type BreakerOptions, type CircuitChange } from '../../src/delivery/endpoints/breaker.js';
+import {
+  Circuit,
+  DEFAULT_BREAKER_OPTIONS,
+  type BreakerOptions,
+  type CircuitChange,
+} from '../../src/delivery/endpoints/breaker.js';
 import { SendSlots } from '../../src/delivery/endpoints/send-slots.js';
 import { lcg } from '../helpers/random.js';
 
@@ -18,8 +23,10 @@ const OPTIONS: BreakerOptions = {
 const E = 'http://receiver.example:8080';
 
 /** One endpoint's circuit, `E`'s. */
-const circuit = (options: BreakerOptions, onStateChange: (endpoint: string, change: CircuitChange) => void = () => undefined) =>
-  new Circuit(E, { options, onStateChange });
+const circuit = (
+  options: BreakerOptions,
+  onStateChange: (endpoint: string, change: CircuitChange) => void = () => undefined,
+) => new Circuit(E, { options, onStateChange });
 /** The open circuits among `E`'s: `[E]` or none. */
 const open = (b: Circuit, nowMs: number) => (b.isOpen(nowMs) ? [E] : []);
 
@@ -174,7 +181,8 @@ describe('Circuit (one endpoint’s breaker)', () => {
     for (let i = 0; i < 30; i++) b.finish(b.start(i * 10), i % 3 === 2 ? 'healthy' : 'failed', i * 10 + 5);
     expect(reasons).toEqual([]);
     // Later (the window has moved on), four failures to every success: four in five fail.
-    for (let i = 0; i < 30 && reasons.length === 0; i++) b.finish(b.start(20_000 + i * 10), i % 5 === 0 ? 'healthy' : 'failed', 20_000 + i * 10 + 5);
+    for (let i = 0; i < 30 && reasons.length === 0; i++)
+      b.finish(b.start(20_000 + i * 10), i % 5 === 0 ? 'healthy' : 'failed', 20_000 + i * 10 + 5);
     expect(reasons).toEqual(['failure_rate']);
     expect(open(b, 20_300)).toEqual([E]);
   });

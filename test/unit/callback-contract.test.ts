@@ -35,7 +35,8 @@ describe('RECEIVER_ANSWERS (the webhooks section’s responses) say what decide 
       expect(decision.action, `HTTP ${status}`).toBe(answer.action);
       // Retry-After sets the delay exactly where the document says it is honoured; elsewhere the
       // schedule's jittered 5 s applies.
-      if (decision.action === 'retry') expect(decision.delayMs, `HTTP ${status}`).toBe(answer.honoursRetryAfter ? RETRY_AFTER_S * 1_000 : 5_000);
+      if (decision.action === 'retry')
+        expect(decision.delayMs, `HTTP ${status}`).toBe(answer.honoursRetryAfter ? RETRY_AFTER_S * 1_000 : 5_000);
     }
   });
 });
@@ -51,7 +52,9 @@ describe('deliveryHeadersSchema (the webhooks section’s header parameters)', (
 
   it('accepts the signed headers with one secret, two (a rotation) and none', () => {
     const schema = deliveryHeadersSchema('EVENT_TYPE_MACHINE_CREATED').strict();
-    expect(schema.safeParse(headersOf(['whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=', 'plain secret'])).error).toBeUndefined();
+    expect(
+      schema.safeParse(headersOf(['whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=', 'plain secret'])).error,
+    ).toBeUndefined();
     expect(schema.safeParse(headersOf(['plain secret'])).error).toBeUndefined();
     expect(schema.safeParse(headersOf([])).error).toBeUndefined();
   });

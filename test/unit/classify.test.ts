@@ -12,10 +12,26 @@ const SCHEDULE = [0, 5 * S, 5 * M, 30 * M, 2 * H, 5 * H, 10 * H, 14 * H, 20 * H,
 const NOW = Date.UTC(2025, 0, 2, 3, 4, 5);
 const MIDDLE = () => 0.5;
 
-const response = (status: number, retryAfter?: string): SendResult => ({ kind: 'response', status, retryAfter, bodySnippet: '', durationMs: 12 });
-const failure = (errorClass: AttemptErrorClass): SendResult => ({ kind: 'error', errorClass, message: 'x', durationMs: 12 });
+const response = (status: number, retryAfter?: string): SendResult => ({
+  kind: 'response',
+  status,
+  retryAfter,
+  bodySnippet: '',
+  durationMs: 12,
+});
+const failure = (errorClass: AttemptErrorClass): SendResult => ({
+  kind: 'error',
+  errorClass,
+  message: 'x',
+  durationMs: 12,
+});
 
-function decided(result: SendResult, attemptsMade: number, random: () => number = MIDDLE, scheduleMs = SCHEDULE): Decision {
+function decided(
+  result: SendResult,
+  attemptsMade: number,
+  random: () => number = MIDDLE,
+  scheduleMs = SCHEDULE,
+): Decision {
   return decide({ answer: interpret(result, NOW), attemptsMade, scheduleMs, random });
 }
 
@@ -123,10 +139,19 @@ describe('decide', () => {
 
   it('caps Retry-After at the end of the retry window: when the schedule’s last attempt would come', () => {
     // Remaining delays after the first attempt: 1 s + 2 s + 3 s = 6 s.
-    expect(decided(response(429, '60'), 1, MIDDLE, [0, 1 * S, 2 * S, 3 * S])).toEqual({ action: 'retry', delayMs: 6 * S });
-    expect(decided(response(429, '5'), 1, MIDDLE, [0, 1 * S, 2 * S, 3 * S])).toEqual({ action: 'retry', delayMs: 5 * S });
+    expect(decided(response(429, '60'), 1, MIDDLE, [0, 1 * S, 2 * S, 3 * S])).toEqual({
+      action: 'retry',
+      delayMs: 6 * S,
+    });
+    expect(decided(response(429, '5'), 1, MIDDLE, [0, 1 * S, 2 * S, 3 * S])).toEqual({
+      action: 'retry',
+      delayMs: 5 * S,
+    });
     // After the third, only 3 s remain.
-    expect(decided(response(503, '60'), 3, MIDDLE, [0, 1 * S, 2 * S, 3 * S])).toEqual({ action: 'retry', delayMs: 3 * S });
+    expect(decided(response(503, '60'), 3, MIDDLE, [0, 1 * S, 2 * S, 3 * S])).toEqual({
+      action: 'retry',
+      delayMs: 3 * S,
+    });
     // Default schedule, attempt 8: 20 h + 24 h remain, so 24 h still caps; attempt 9: 24 h remain.
     expect(decided(response(429, '172800'), 8)).toEqual({ action: 'retry', delayMs: 24 * H });
     // A schedule of zeros has no window to wait in: the retry comes at once.

@@ -16,14 +16,24 @@ import {
 } from '@hookline/verify';
 import { describe, expect, it } from 'vitest';
 import type { DeliverJob } from '../../src/domain/delivery.js';
-import { buildEnvelope, parseEvent, type EventResult, type IngestEventInput, type TestEventData, type WebhookEvent } from '../../src/domain/event.js';
+import {
+  buildEnvelope,
+  parseEvent,
+  type EventResult,
+  type IngestEventInput,
+  type TestEventData,
+  type WebhookEvent,
+} from '../../src/domain/event.js';
 import type { Webhook } from '../../src/domain/webhook.js';
 import { TestEventSender } from '../../src/delivery/test-event.js';
 
 /** True only when `A` and `B` are the same type, not merely assignable to each other. */
 type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
 type Expect<T extends true> = T;
-type DataOf<E extends { event_type: string; data: unknown }, T extends E['event_type']> = Extract<E, { event_type: T }>['data'];
+type DataOf<E extends { event_type: string; data: unknown }, T extends E['event_type']> = Extract<
+  E,
+  { event_type: T }
+>['data'];
 
 // Each event type is spelled out: `Equal` inside a generic alias would be decided before the type
 // is known. Vendors receive `data` exactly as the producer sent it, so an envelope's data is what
@@ -33,12 +43,33 @@ type _ThePackageTypesAreTheEngines = [
   Expect<Equal<PublishedEventResult, EventResult>>,
   Expect<Equal<PublishedTestEventData, TestEventData>>,
   Expect<Equal<WebhookEnvelope['event_type'], WebhookEvent['event_type']>>,
-  Expect<Equal<DataOf<WebhookEnvelope, 'EVENT_TYPE_MACHINE_CREATED'>, DataOf<IngestEventInput, 'EVENT_TYPE_MACHINE_CREATED'>>>,
-  Expect<Equal<DataOf<WebhookEnvelope, 'EVENT_TYPE_MACHINE_UPDATED'>, DataOf<IngestEventInput, 'EVENT_TYPE_MACHINE_UPDATED'>>>,
-  Expect<Equal<DataOf<WebhookEnvelope, 'EVENT_TYPE_MACHINE_REMOVED'>, DataOf<IngestEventInput, 'EVENT_TYPE_MACHINE_REMOVED'>>>,
-  Expect<Equal<DataOf<WebhookEnvelope, 'EVENT_TYPE_DEPLOYMENT_CREATED'>, DataOf<IngestEventInput, 'EVENT_TYPE_DEPLOYMENT_CREATED'>>>,
-  Expect<Equal<DataOf<WebhookEnvelope, 'EVENT_TYPE_DEPLOYMENT_UPDATED'>, DataOf<IngestEventInput, 'EVENT_TYPE_DEPLOYMENT_UPDATED'>>>,
-  Expect<Equal<DataOf<WebhookEnvelope, 'EVENT_TYPE_DEPLOYMENT_STOPPED'>, DataOf<IngestEventInput, 'EVENT_TYPE_DEPLOYMENT_STOPPED'>>>,
+  Expect<
+    Equal<DataOf<WebhookEnvelope, 'EVENT_TYPE_MACHINE_CREATED'>, DataOf<IngestEventInput, 'EVENT_TYPE_MACHINE_CREATED'>>
+  >,
+  Expect<
+    Equal<DataOf<WebhookEnvelope, 'EVENT_TYPE_MACHINE_UPDATED'>, DataOf<IngestEventInput, 'EVENT_TYPE_MACHINE_UPDATED'>>
+  >,
+  Expect<
+    Equal<DataOf<WebhookEnvelope, 'EVENT_TYPE_MACHINE_REMOVED'>, DataOf<IngestEventInput, 'EVENT_TYPE_MACHINE_REMOVED'>>
+  >,
+  Expect<
+    Equal<
+      DataOf<WebhookEnvelope, 'EVENT_TYPE_DEPLOYMENT_CREATED'>,
+      DataOf<IngestEventInput, 'EVENT_TYPE_DEPLOYMENT_CREATED'>
+    >
+  >,
+  Expect<
+    Equal<
+      DataOf<WebhookEnvelope, 'EVENT_TYPE_DEPLOYMENT_UPDATED'>,
+      DataOf<IngestEventInput, 'EVENT_TYPE_DEPLOYMENT_UPDATED'>
+    >
+  >,
+  Expect<
+    Equal<
+      DataOf<WebhookEnvelope, 'EVENT_TYPE_DEPLOYMENT_STOPPED'>,
+      DataOf<IngestEventInput, 'EVENT_TYPE_DEPLOYMENT_STOPPED'>
+    >
+  >,
 ];
 
 const EVENT_IDS = ['0d4b5a4e-1f59-4e57-9a7e-3c2c7d1f6b10', '1d4b5a4e-1f59-4e57-9a7e-3c2c7d1f6b11'] as const;
@@ -57,15 +88,31 @@ const machine = {
   network_info: { bandwidth: 10_000 },
   machine_prices: [{ id: 'p-1', amount: '2.45', currency: 'USD' }],
 };
-const deployment = { deployment_id: 'd-1', machine_id: 'm-1', status: 'STATUS_FAILED', fail_reason: 'out of memory', metadata: { region: 'eu' } } as const;
+const deployment = {
+  deployment_id: 'd-1',
+  machine_id: 'm-1',
+  status: 'STATUS_FAILED',
+  fail_reason: 'out of memory',
+  metadata: { region: 'eu' },
+} as const;
 
 const events: ProducerEvent[] = [
-  { event_id: EVENT_IDS[0], event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', timestamp: TIMESTAMP, data: machine },
+  {
+    event_id: EVENT_IDS[0],
+    event_type: 'EVENT_TYPE_MACHINE_CREATED',
+    vendor_id: 'v-1',
+    timestamp: TIMESTAMP,
+    data: machine,
+  },
   { event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v-1', data: machine },
   { event_type: 'EVENT_TYPE_MACHINE_REMOVED', vendor_id: 'v-1', data: { metadata: { machine_id: 'm-1' } } },
   { event_type: 'EVENT_TYPE_MACHINE_REMOVED', vendor_id: 'v-1', data: machine },
   { event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED', vendor_id: 'v-1', data: deployment },
-  { event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: { deployment_id: 'd-1', machine_id: 'm-1', status: 'STATUS_RUNNING' } },
+  {
+    event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
+    vendor_id: 'v-1',
+    data: { deployment_id: 'd-1', machine_id: 'm-1', status: 'STATUS_RUNNING' },
+  },
   { event_type: 'EVENT_TYPE_DEPLOYMENT_STOPPED', vendor_id: 'v-1', data: deployment },
   {
     event_id: EVENT_IDS[1],
@@ -114,7 +161,12 @@ describe('a test event', () => {
     const { eventId } = await sender.send(webhook);
     const delivery = JSON.parse(jobs[0]!.body) as WebhookDelivery;
     expect(Object.keys(delivery)).toEqual(['version', 'event_id', 'event_type', 'timestamp', 'data']);
-    expect(delivery).toMatchObject({ version: '1.0', event_id: eventId, event_type: 'EVENT_TYPE_MACHINE_UPDATED', timestamp: '2024-05-01T12:00:00.000Z' });
+    expect(delivery).toMatchObject({
+      version: '1.0',
+      event_id: eventId,
+      event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+      timestamp: '2024-05-01T12:00:00.000Z',
+    });
     expect(isTestEvent(delivery)).toBe(true);
   });
 });

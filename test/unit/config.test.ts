@@ -15,7 +15,9 @@ describe('durations', () => {
     [' 5m ', 300_000],
   ])('parses %s', (text, ms) => expect(parseDurationMs(text)).toBe(ms));
 
-  it.each(['', '5', 'm', '5 m', '-5s', '5min', '1e3s', 'abc'])('rejects %j', (text) => expect(parseDurationMs(text)).toBeUndefined());
+  it.each(['', '5', 'm', '5 m', '-5s', '5min', '1e3s', 'abc'])('rejects %j', (text) =>
+    expect(parseDurationMs(text)).toBeUndefined(),
+  );
 
   it.each([
     [0, '0s'],
@@ -53,7 +55,9 @@ describe('loadConfig', () => {
       ingestRateLimitPerSecond: 10_000,
       unauthenticatedRateLimitPerSecond: 10,
     });
-    expect(config.retryScheduleMs).toEqual([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000]);
+    expect(config.retryScheduleMs).toEqual([
+      0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000,
+    ]);
     expect(Object.isFrozen(config)).toBe(true);
   });
 
@@ -98,13 +102,9 @@ describe('loadConfig', () => {
 
   it('trusts no proxy by default, and the addresses, ranges and range names HOOKLINE_TRUST_PROXY lists', () => {
     expect(loadConfig({}).trustProxy).toEqual([]);
-    expect(loadConfig({ HOOKLINE_TRUST_PROXY: ' 10.0.0.0/8, 192.168.1.7 ,fd00::/8,::1,loopback,' }).trustProxy).toEqual([
-      '10.0.0.0/8',
-      '192.168.1.7',
-      'fd00::/8',
-      '::1',
-      'loopback',
-    ]);
+    expect(loadConfig({ HOOKLINE_TRUST_PROXY: ' 10.0.0.0/8, 192.168.1.7 ,fd00::/8,::1,loopback,' }).trustProxy).toEqual(
+      ['10.0.0.0/8', '192.168.1.7', 'fd00::/8', '::1', 'loopback'],
+    );
   });
 
   it('treats empty strings as unset', () => {
@@ -123,17 +123,44 @@ describe('loadConfig', () => {
     [{ HOOKLINE_LOG_LEVEL: 'loud' }, 'HOOKLINE_LOG_LEVEL'],
     [{ HOOKLINE_REDIS_PREFIX: 'a b' }, 'HOOKLINE_REDIS_PREFIX'],
     [{ HOOKLINE_DEDUPE_WINDOW: '12h' }, 'HOOKLINE_DEDUPE_WINDOW: expected at least 24h'],
-    [{ HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '-1' }, 'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected 0 (off) or more'],
-    [{ HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '1.5' }, 'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected a whole number of events'],
-    [{ HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND: '-1' }, 'HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND: expected 0 (off) or more'],
+    [
+      { HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '-1' },
+      'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected 0 (off) or more',
+    ],
+    [
+      { HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '1.5' },
+      'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected a whole number of events',
+    ],
+    [
+      { HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND: '-1' },
+      'HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND: expected 0 (off) or more',
+    ],
     [{ HOOKLINE_TRUST_PROXY: 'true' }, 'HOOKLINE_TRUST_PROXY: "true" is not a proxy address'],
     [{ HOOKLINE_TRUST_PROXY: '10.0.0.0/33' }, 'HOOKLINE_TRUST_PROXY: "10.0.0.0/33" is not a proxy address'],
-    [{ HOOKLINE_TRUST_PROXY: '10.0.0.1,proxy.internal' }, 'HOOKLINE_TRUST_PROXY: "proxy.internal" is not a proxy address'],
-    [{ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'ftp://ops.example/hooks' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_URL: expected an http or https URL'],
-    [{ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'https://user:pw@ops.example/hooks' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_URL: must not contain credentials'],
-    [{ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'ops.example/hooks' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_URL: expected an absolute http(s) URL'],
-    [{ HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: 'plain-secret' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: expected a Standard Webhooks secret'],
-    [{ HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: 'whsec_c2hvcnQ=' }, 'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: expected a Standard Webhooks secret'],
+    [
+      { HOOKLINE_TRUST_PROXY: '10.0.0.1,proxy.internal' },
+      'HOOKLINE_TRUST_PROXY: "proxy.internal" is not a proxy address',
+    ],
+    [
+      { HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'ftp://ops.example/hooks' },
+      'HOOKLINE_OPERATIONAL_WEBHOOK_URL: expected an http or https URL',
+    ],
+    [
+      { HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'https://user:pw@ops.example/hooks' },
+      'HOOKLINE_OPERATIONAL_WEBHOOK_URL: must not contain credentials',
+    ],
+    [
+      { HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'ops.example/hooks' },
+      'HOOKLINE_OPERATIONAL_WEBHOOK_URL: expected an absolute http(s) URL',
+    ],
+    [
+      { HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: 'plain-secret' },
+      'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: expected a Standard Webhooks secret',
+    ],
+    [
+      { HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: 'whsec_c2hvcnQ=' },
+      'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: expected a Standard Webhooks secret',
+    ],
     [
       { HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'https://ops.example/hooks' },
       'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: required when HOOKLINE_OPERATIONAL_WEBHOOK_URL is set',
@@ -147,7 +174,10 @@ describe('loadConfig', () => {
     const secret = `whsec_${Buffer.alloc(32, 1).toString('base64')}`;
     expect(loadConfig({}).operationalWebhook).toBeUndefined();
     expect(
-      loadConfig({ HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'https://ops.example/hooks?c=1', HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: secret }).operationalWebhook,
+      loadConfig({
+        HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'https://ops.example/hooks?c=1',
+        HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: secret,
+      }).operationalWebhook,
     ).toEqual({
       url: 'https://ops.example/hooks?c=1',
       secret,

@@ -1,6 +1,12 @@
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
-import { runDelivery, type DeliveryProcessorDeps, type FinishedOutcome, type RunOptions, type SendTracker } from '../../src/delivery/attempt.js';
+import {
+  runDelivery,
+  type DeliveryProcessorDeps,
+  type FinishedOutcome,
+  type RunOptions,
+  type SendTracker,
+} from '../../src/delivery/attempt.js';
 import { GIVE_UP_NOW, Lease, type Admitted, type EndpointAnswer } from '../../src/delivery/endpoints/admission.js';
 import { DEFAULT_BREAKER_OPTIONS } from '../../src/delivery/endpoints/breaker.js';
 import { Endpoint } from '../../src/delivery/endpoints/registry.js';
@@ -24,7 +30,14 @@ const job: DeliverJob = {
   acceptedAtMs: NOW,
 };
 
-const options: RunOptions = { dueAtMs: NOW, epoch: 0, giveUp: GIVE_UP_NOW, deferJitterMs: 0, roomWaitMs: 0, wokenByWakeups: true };
+const options: RunOptions = {
+  dueAtMs: NOW,
+  epoch: 0,
+  giveUp: GIVE_UP_NOW,
+  deferJitterMs: 0,
+  roomWaitMs: 0,
+  wokenByWakeups: true,
+};
 
 /** What the lease gave back: each answer settled, and how many times it was ended. */
 interface Releases {
@@ -42,7 +55,10 @@ function world(setup: { webhook: Webhook | undefined; admitted?: Admitted | 'lea
   const outcomes: FinishedOutcome[] = [];
   const releases: Releases = { answers: [], ends: 0 };
   const asked = { admissions: 0 };
-  const endpoint = new Endpoint('v-1|https://receiver.example', { options: DEFAULT_BREAKER_OPTIONS, onStateChange: () => undefined });
+  const endpoint = new Endpoint('v-1|https://receiver.example', {
+    options: DEFAULT_BREAKER_OPTIONS,
+    onStateChange: () => undefined,
+  });
   const releaser = {
     release: (_lease: Lease, answer: unknown) => {
       if (typeof answer === 'object' && answer !== null) releases.answers.push(answer as EndpointAnswer);
@@ -52,7 +68,8 @@ function world(setup: { webhook: Webhook | undefined; admitted?: Admitted | 'lea
   const deps: DeliveryProcessorDeps = {
     webhooks: { getById: async () => setup.webhook, getFresh: async () => setup.webhook, disable: async () => true },
     sender: {
-      send: async () => setup.result ?? { kind: 'response', status: 204, retryAfter: undefined, bodySnippet: '', durationMs: 3 },
+      send: async () =>
+        setup.result ?? { kind: 'response', status: 204, retryAfter: undefined, bodySnippet: '', durationMs: 3 },
       userAgent: 'Hookline/test',
     },
     recorder: {
@@ -68,7 +85,9 @@ function world(setup: { webhook: Webhook | undefined; admitted?: Admitted | 'lea
     admission: {
       admit: () => {
         asked.admissions += 1;
-        return setup.admitted === 'lease' || setup.admitted === undefined ? new Lease(releaser, endpoint, 0, 10) : setup.admitted;
+        return setup.admitted === 'lease' || setup.admitted === undefined
+          ? new Lease(releaser, endpoint, 0, 10)
+          : setup.admitted;
       },
     },
     gate: new StorageGate(async () => true, undefined, 60_000),
@@ -91,12 +110,24 @@ describe('runDelivery: one value for each way a run ends (fixed clock)', () => {
   it('a delivered attempt: concluded, recorded once, the lease settled with the answer and ended once, the tracker told', async () => {
     const w = world({ webhook: webhookFixture(), admitted: 'lease' });
     const told: string[] = [];
-    const tracker: SendTracker = { started: (_job, suspect) => told.push(`started suspect=${suspect}`), ended: () => told.push('ended') };
+    const tracker: SendTracker = {
+      started: (_job, suspect) => told.push(`started suspect=${suspect}`),
+      ended: () => told.push('ended'),
+    };
     const run = await runDelivery(w.deps, job, 1, { ...options, tracker });
-    expect(run).toMatchObject({ kind: 'concluded', retryDelayMs: undefined, finished: { kind: 'attempted', outcome: 'delivered', decision: 'delivered' } });
+    expect(run).toMatchObject({
+      kind: 'concluded',
+      retryDelayMs: undefined,
+      finished: { kind: 'attempted', outcome: 'delivered', decision: 'delivered' },
+    });
     expect(w.attempts).toHaveLength(1);
-    expect(w.attempts[0]).toMatchObject({ status: 'delivered', attempt: { attempt: 1, atMs: NOW, outcome: 'delivered', statusCode: 204 } });
-    expect(w.releases.answers).toMatchObject([{ outcome: 'delivered', health: 'healthy', flow: 'ok', answered: true, retryAfterMs: undefined }]);
+    expect(w.attempts[0]).toMatchObject({
+      status: 'delivered',
+      attempt: { attempt: 1, atMs: NOW, outcome: 'delivered', statusCode: 204 },
+    });
+    expect(w.releases.answers).toMatchObject([
+      { outcome: 'delivered', health: 'healthy', flow: 'ok', answered: true, retryAfterMs: undefined },
+    ]);
     expect(w.releases.ends).toBe(1);
     expect(told).toEqual(['started suspect=false', 'ended']);
     expect(w.outcomes.map((o) => o.kind)).toEqual(['attempted']);
@@ -130,8 +161,14 @@ describe('runDelivery: one value for each way a run ends (fixed clock)', () => {
   it('a webhook the engine disabled: concluded, dead-lettered without a request', async () => {
     const w = world({ webhook: webhookFixture({ disabled: { reason: 'gone', atMs: NOW - 1 } }) });
     const run = await runDelivery(w.deps, job, 2, options);
-    expect(run).toMatchObject({ kind: 'concluded', finished: { outcome: 'webhook_disabled', decision: 'dead', attempt: 2 } });
-    expect(w.attempts[0]).toMatchObject({ status: 'dead', attempt: { outcome: 'webhook_disabled', error: 'webhook disabled (gone)' } });
+    expect(run).toMatchObject({
+      kind: 'concluded',
+      finished: { outcome: 'webhook_disabled', decision: 'dead', attempt: 2 },
+    });
+    expect(w.attempts[0]).toMatchObject({
+      status: 'dead',
+      attempt: { outcome: 'webhook_disabled', error: 'webhook disabled (gone)' },
+    });
     expect(w.releases).toEqual({ answers: [], ends: 0 });
     w.stop();
   });
@@ -146,7 +183,12 @@ describe('runDelivery: one value for each way a run ends (fixed clock)', () => {
   });
 
   it('admission’s deferral and storage failure come back as they are, nothing sent or recorded', async () => {
-    const deferral: Admitted = { kind: 'deferred', wakeOn: 'v-1|https://receiver.example', retryAtMs: NOW + 30_000, reason: 'open' };
+    const deferral: Admitted = {
+      kind: 'deferred',
+      wakeOn: 'v-1|https://receiver.example',
+      retryAtMs: NOW + 30_000,
+      reason: 'open',
+    };
     for (const admitted of [deferral, { kind: 'storage' } as const]) {
       const w = world({ webhook: webhookFixture(), admitted });
       expect(await runDelivery(w.deps, job, 1, options)).toBe(admitted);
@@ -168,7 +210,10 @@ describe('runDelivery: one value for each way a run ends (fixed clock)', () => {
     const w = world({ webhook: webhookFixture(), admitted: 'lease' });
     w.deps.sender.send = () => Promise.reject(new Error('boom'));
     await expect(runDelivery(w.deps, job, 1, options)).rejects.toThrow('boom');
-    expect(w.releases).toEqual({ answers: [{ health: 'failed', flow: 'neutral', retryAfterMs: undefined, answered: false }], ends: 1 });
+    expect(w.releases).toEqual({
+      answers: [{ health: 'failed', flow: 'neutral', retryAfterMs: undefined, answered: false }],
+      ends: 1,
+    });
     w.stop();
   });
 });

@@ -39,22 +39,28 @@ const files = markdownFiles(root);
 describe('documentation links', () => {
   it('finds the documents', () => {
     const names = files.map((file) => path.relative(root, file));
-    expect(names).toEqual(expect.arrayContaining(['README.md', 'CONTRIBUTING.md', 'SECURITY.md', 'bench/RESULTS.md', 'docs/api.md']));
+    expect(names).toEqual(
+      expect.arrayContaining(['README.md', 'CONTRIBUTING.md', 'SECURITY.md', 'bench/RESULTS.md', 'docs/api.md']),
+    );
   });
 
-  it.each(files.map((file) => [path.relative(root, file), file]))('every relative link in %s resolves, anchors included', (_name, file) => {
-    const broken: string[] = [];
-    for (const match of prose(readFileSync(file, 'utf8')).matchAll(/\]\(([^)\s]+)\)/g)) {
-      const target = match[1] ?? '';
-      if (/^[a-z][a-z+.-]*:/i.test(target)) continue; // https:, mailto: and the like
-      const [linkPath = '', anchor] = target.split('#');
-      const resolved = linkPath === '' ? file : path.resolve(path.dirname(file), decodeURIComponent(linkPath));
-      if (!existsSync(resolved)) {
-        broken.push(`${target} (no such file)`);
-        continue;
+  it.each(files.map((file) => [path.relative(root, file), file]))(
+    'every relative link in %s resolves, anchors included',
+    (_name, file) => {
+      const broken: string[] = [];
+      for (const match of prose(readFileSync(file, 'utf8')).matchAll(/\]\(([^)\s]+)\)/g)) {
+        const target = match[1] ?? '';
+        if (/^[a-z][a-z+.-]*:/i.test(target)) continue; // https:, mailto: and the like
+        const [linkPath = '', anchor] = target.split('#');
+        const resolved = linkPath === '' ? file : path.resolve(path.dirname(file), decodeURIComponent(linkPath));
+        if (!existsSync(resolved)) {
+          broken.push(`${target} (no such file)`);
+          continue;
+        }
+        if (anchor !== undefined && resolved.endsWith('.md') && !anchorsOf(resolved).has(anchor))
+          broken.push(`${target} (no such heading)`);
       }
-      if (anchor !== undefined && resolved.endsWith('.md') && !anchorsOf(resolved).has(anchor)) broken.push(`${target} (no such heading)`);
-    }
-    expect(broken).toEqual([]);
-  });
+      expect(broken).toEqual([]);
+    },
+  );
 });

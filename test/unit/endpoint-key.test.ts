@@ -12,6 +12,9 @@ describe('endpointKey', () => {
   });
 
   it('gives back the vendor and the origin it was built from', () => {
-    expect(endpointParts(endpointKey('v.1:x@y-z', 'http://[::1]:8080/p'))).toEqual({ vendorId: 'v.1:x@y-z', origin: 'http://[::1]:8080' });
+    expect(endpointParts(endpointKey('v.1:x@y-z', 'http://[::1]:8080/p'))).toEqual({
+      vendorId: 'v.1:x@y-z',
+      origin: 'http://[::1]:8080',
+    });
   });
 });

@@ -8,7 +8,8 @@ import { webhookFixture } from '../helpers/webhook-fixture.js';
 const NOW = 1_764_000_000_000;
 const RULES = { options: { ...DEFAULT_BREAKER_OPTIONS, failureThreshold: 2 }, onStateChange: () => undefined };
 
-const webhook = (vendorId: string, callbackUrl: string) => webhookFixture({ id: `wh-${vendorId}`, vendorId, callbackUrl });
+const webhook = (vendorId: string, callbackUrl: string) =>
+  webhookFixture({ id: `wh-${vendorId}`, vendorId, callbackUrl });
 
 describe('EndpointRegistry', () => {
   it('keeps one endpoint per vendor and origin, each with its own circuit and limit', () => {
@@ -29,7 +30,12 @@ describe('EndpointRegistry', () => {
     const registry = new EndpointRegistry(RULES, () => nowMs);
     const flow = new EndpointFlow(registry, undefined, 'w', () => nowMs);
     const paused = registry.ensure('v paused');
-    flow.end(paused, (paused.limit.tryStart(20, nowMs) as { ticket: number }).ticket, { flow: 'congested', retryAfterMs: 60_000 }, 20);
+    flow.end(
+      paused,
+      (paused.limit.tryStart(20, nowMs) as { ticket: number }).ticket,
+      { flow: 'congested', retryAfterMs: 60_000 },
+      20,
+    );
     const open = registry.ensure('v open');
     for (let i = 0; i < 2; i += 1) open.circuit.finish(open.circuit.start(nowMs), 'failed', nowMs);
     const busy = registry.ensure('v busy');

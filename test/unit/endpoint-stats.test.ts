@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { lcg } from '../helpers/random.js';
-import { LATENCY_BOUNDS_MS, latencyBucket, percentileMs, quarterExpiresAtMs, slotExpiresAtMs, statsLayout } from '../../src/store/endpoint-stats.js';
+import {
+  LATENCY_BOUNDS_MS,
+  latencyBucket,
+  percentileMs,
+  quarterExpiresAtMs,
+  slotExpiresAtMs,
+  statsLayout,
+} from '../../src/store/endpoint-stats.js';
 
 const at = (hh: number, mm: number, ss = 0, day = 24) => Date.UTC(2026, 10, day, hh, mm, ss);
 const minuteAt = (hh: number, mm: number, day = 24) => at(hh, mm, 0, day) / 60_000;
@@ -91,7 +98,13 @@ describe('endpoint stats: window and key layout (fixed clock)', () => {
     expect(layout.hours[0]).toBe(hourAt(10, 23));
     expect(layout.hours.at(-1)).toBe(hourAt(10));
     // 10:00 on the 23rd is in its 06:00 quarter; 10:00 on the 24th in the 24th's.
-    expect(layout.quarters).toEqual([quarterAt(6, 23), quarterAt(12, 23), quarterAt(18, 23), quarterAt(0), quarterAt(6)]);
+    expect(layout.quarters).toEqual([
+      quarterAt(6, 23),
+      quarterAt(12, 23),
+      quarterAt(18, 23),
+      quarterAt(0),
+      quarterAt(6),
+    ]);
   });
 
   it('needs only six slots when the hour starts on a slot boundary', () => {

@@ -21,14 +21,21 @@ describe('settingsDiffering: the settings a starting engine does not share with 
         here: 'false',
         running: [{ value: 'true', engines: ['pid 2 (hookline worker)', 'pid 3 (hookline start)'] }],
       },
-      { variable: 'HOOKLINE_DELIVERY_TIMEOUT', here: '15s', running: [{ value: '5s', engines: ['pid 3 (hookline start)'] }] },
+      {
+        variable: 'HOOKLINE_DELIVERY_TIMEOUT',
+        here: '15s',
+        running: [{ value: '5s', engines: ['pid 3 (hookline start)'] }],
+      },
     ]);
   });
 
   it('finds nothing among engines with the same settings, whatever their roles and ports', () => {
-    expect(settingsDiffering(entry({}, 1, 'api'), [entry({ HOOKLINE_API_PORT: '9999', HOOKLINE_WORKER_CONCURRENCY: '5' }, 2), entry({}, 3, 'all')])).toEqual(
-      [],
-    );
+    expect(
+      settingsDiffering(entry({}, 1, 'api'), [
+        entry({ HOOKLINE_API_PORT: '9999', HOOKLINE_WORKER_CONCURRENCY: '5' }, 2),
+        entry({}, 3, 'all'),
+      ]),
+    ).toEqual([]);
   });
 
   it('shows only the origin of the operational webhook URL, never its path or its secret', () => {

@@ -14,18 +14,25 @@ interface LockPackage {
 
 describe('supported Node versions', () => {
   const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { engines: { node: string } };
-  const lock = JSON.parse(readFileSync(path.join(root, 'package-lock.json'), 'utf8')) as { packages: Record<string, LockPackage> };
+  const lock = JSON.parse(readFileSync(path.join(root, 'package-lock.json'), 'utf8')) as {
+    packages: Record<string, LockPackage>;
+  };
   const floor = semver.minVersion(pkg.engines.node)?.version ?? '';
 
   it('declares Node 20.19 as the floor', () => {
     expect(floor).toBe('20.19.0');
   });
 
-  it.each(['20.19.0', '22.13.0', '24.0.0'])('every locked package (runtime and test) accepts Node %s', (nodeVersion) => {
-    const refusing = Object.entries(lock.packages)
-      .filter(([name, p]) => name !== '' && !Array.isArray(p.engines) && p.engines?.node !== undefined)
-      .filter(([, p]) => !semver.satisfies(nodeVersion, (p.engines as { node: string }).node, { includePrerelease: true }))
-      .map(([name, p]) => `${name}@${p.version ?? '?'} (${(p.engines as { node: string }).node})`);
-    expect(refusing).toEqual([]);
-  });
+  it.each(['20.19.0', '22.13.0', '24.0.0'])(
+    'every locked package (runtime and test) accepts Node %s',
+    (nodeVersion) => {
+      const refusing = Object.entries(lock.packages)
+        .filter(([name, p]) => name !== '' && !Array.isArray(p.engines) && p.engines?.node !== undefined)
+        .filter(
+          ([, p]) => !semver.satisfies(nodeVersion, (p.engines as { node: string }).node, { includePrerelease: true }),
+        )
+        .map(([name, p]) => `${name}@${p.version ?? '?'} (${(p.engines as { node: string }).node})`);
+      expect(refusing).toEqual([]);
+    },
+  );
 });

@@ -19,7 +19,10 @@ describe('.env.example and docs/configuration.md mirror the config schema', () =
 
   it('its uncommented values parse and equal the defaults', () => {
     const values: Record<string, string> = Object.fromEntries(
-      [...readFileSync(path.join(root, '.env.example'), 'utf8').matchAll(/^([A-Z][A-Z0-9_]+)=(.*)$/gm)].map((m) => [m[1] ?? '', m[2] ?? '']),
+      [...readFileSync(path.join(root, '.env.example'), 'utf8').matchAll(/^([A-Z][A-Z0-9_]+)=(.*)$/gm)].map((m) => [
+        m[1] ?? '',
+        m[2] ?? '',
+      ]),
     );
     expect(loadConfig(values)).toEqual(loadConfig({}));
   });

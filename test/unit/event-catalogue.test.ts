@@ -22,19 +22,28 @@ describe('event catalogue', () => {
     for (const entry of catalogue) expect(entry.description, entry.event_type).toMatch(/^A (machine|deployment) .+\.$/);
   });
 
-  it.each(catalogue.map((entry) => [entry.event_type, entry] as const))('%s: the sample is a body the sender could send', (eventType, entry) => {
-    expect(entry.sample.event_type).toBe(eventType);
-    // The zod envelope the sender's bodies are tested against, and the JSON Schema vendors get from it.
-    expect(envelopeSchema(eventType).safeParse(entry.sample).error).toBeUndefined();
-    const validate = ajv.compile(entry.schema);
-    expect(validate(entry.sample), JSON.stringify(validate.errors)).toBe(true);
-    // The sample's data is one ingest accepts for this type, so such a body really comes out of the engine.
-    const ingested = parseEvent(
-      { event_id: entry.sample.event_id, event_type: eventType, vendor_id: 'v-1', timestamp: entry.sample.timestamp, data: entry.sample.data },
-      { acceptedAtMs: 0, newId: () => 'unused' },
-    );
-    expect(ingested.ok ? undefined : ingested.reason).toBeUndefined();
-  });
+  it.each(catalogue.map((entry) => [entry.event_type, entry] as const))(
+    '%s: the sample is a body the sender could send',
+    (eventType, entry) => {
+      expect(entry.sample.event_type).toBe(eventType);
+      // The zod envelope the sender's bodies are tested against, and the JSON Schema vendors get from it.
+      expect(envelopeSchema(eventType).safeParse(entry.sample).error).toBeUndefined();
+      const validate = ajv.compile(entry.schema);
+      expect(validate(entry.sample), JSON.stringify(validate.errors)).toBe(true);
+      // The sample's data is one ingest accepts for this type, so such a body really comes out of the engine.
+      const ingested = parseEvent(
+        {
+          event_id: entry.sample.event_id,
+          event_type: eventType,
+          vendor_id: 'v-1',
+          timestamp: entry.sample.timestamp,
+          data: entry.sample.data,
+        },
+        { acceptedAtMs: 0, newId: () => 'unused' },
+      );
+      expect(ingested.ok ? undefined : ingested.reason).toBeUndefined();
+    },
+  );
 
   it('has JSON Schemas that refuse what a webhook of the type never receives', () => {
     for (const entry of catalogue) {
@@ -50,7 +59,10 @@ describe('event catalogue', () => {
   });
 
   it('documents the envelope’s fields and the test event beside the real data', () => {
-    const schema = catalogue[0]!.schema as { properties: Record<string, { description?: string; anyOf?: unknown[] }>; $defs?: Record<string, unknown> };
+    const schema = catalogue[0]!.schema as {
+      properties: Record<string, { description?: string; anyOf?: unknown[] }>;
+      $defs?: Record<string, unknown>;
+    };
     expect(Object.keys(schema.properties)).toEqual(['version', 'event_id', 'event_type', 'timestamp', 'data']);
     expect(schema.properties.event_id?.description).toContain('webhook-id');
     expect(schema.properties.data?.anyOf).toHaveLength(2);
@@ -66,7 +78,8 @@ describe('event catalogue', () => {
       portal: FILTER_EXAMPLE,
     };
     const updated = catalogue.find((entry) => entry.event_type === 'EVENT_TYPE_MACHINE_UPDATED')!.sample;
-    const comparisons = (node: FilterExplanation): FilterExplanation[] => (node.parts ? node.parts.flatMap(comparisons) : [node]);
+    const comparisons = (node: FilterExplanation): FilterExplanation[] =>
+      node.parts ? node.parts.flatMap(comparisons) : [node];
     for (const [where, example] of Object.entries(examples)) {
       const parsed = parseFilter(example);
       if (!parsed.ok) throw new Error(`${where}: ${parsed.problem}`);

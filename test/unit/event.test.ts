@@ -24,20 +24,45 @@ function reasonOf(raw: unknown): string {
 const MACHINE = {
   status: 'available',
   metadata: { machine_id: 'm-0001', geo_location: { country: 'Germany', city: 'Frankfurt' }, cuda_version: '12.4' },
-  hardware_specs: { cpu: { model: 'AMD EPYC 7763', cores: 64 }, gpus: [{ id: 'gpu-0', name: 'NVIDIA A100 80GB PCIe', memory: 80 }] },
+  hardware_specs: {
+    cpu: { model: 'AMD EPYC 7763', cores: 64 },
+    gpus: [{ id: 'gpu-0', name: 'NVIDIA A100 80GB PCIe', memory: 80 }],
+  },
   machine_prices: [{ id: 'p-1', amount: '2.45', currency: 'USD' }],
 };
-const AGENT = { deployment_id: 'dep-42', machine_id: 'm-0001', status: 'STATUS_RUNNING', fail_reason: '', metadata: { image: 'vllm:0.6' } };
+const AGENT = {
+  deployment_id: 'dep-42',
+  machine_id: 'm-0001',
+  status: 'STATUS_RUNNING',
+  fail_reason: '',
+  metadata: { image: 'vllm:0.6' },
+};
 const TASK = { task_id: TASK_ID, status: 'failed', fail_reason: 'disk full' };
 
 describe('ingest event schema, per type', () => {
   const valid: Record<(typeof INGEST_EVENT_TYPES)[number], unknown> = {
     EVENT_TYPE_MACHINE_CREATED: { event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: MACHINE },
-    EVENT_TYPE_MACHINE_UPDATED: { event_type: 'EVENT_TYPE_MACHINE_UPDATED', vendor_id: 'v-1', data: { ...MACHINE, status: 'unavailable' } },
-    EVENT_TYPE_MACHINE_REMOVED: { event_type: 'EVENT_TYPE_MACHINE_REMOVED', vendor_id: 'v-1', data: { metadata: { machine_id: 'm-0001' } } },
-    EVENT_TYPE_DEPLOYMENT_CREATED: { event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED', vendor_id: 'v-1', data: { ...AGENT, status: 'STATUS_PENDING' } },
+    EVENT_TYPE_MACHINE_UPDATED: {
+      event_type: 'EVENT_TYPE_MACHINE_UPDATED',
+      vendor_id: 'v-1',
+      data: { ...MACHINE, status: 'unavailable' },
+    },
+    EVENT_TYPE_MACHINE_REMOVED: {
+      event_type: 'EVENT_TYPE_MACHINE_REMOVED',
+      vendor_id: 'v-1',
+      data: { metadata: { machine_id: 'm-0001' } },
+    },
+    EVENT_TYPE_DEPLOYMENT_CREATED: {
+      event_type: 'EVENT_TYPE_DEPLOYMENT_CREATED',
+      vendor_id: 'v-1',
+      data: { ...AGENT, status: 'STATUS_PENDING' },
+    },
     EVENT_TYPE_DEPLOYMENT_UPDATED: { event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: AGENT },
-    EVENT_TYPE_DEPLOYMENT_STOPPED: { event_type: 'EVENT_TYPE_DEPLOYMENT_STOPPED', vendor_id: 'v-1', data: { ...AGENT, status: 'STATUS_STOPPED' } },
+    EVENT_TYPE_DEPLOYMENT_STOPPED: {
+      event_type: 'EVENT_TYPE_DEPLOYMENT_STOPPED',
+      vendor_id: 'v-1',
+      data: { ...AGENT, status: 'STATUS_STOPPED' },
+    },
     TASK_UPDATED: { event_type: 'TASK_UPDATED', data: TASK },
   };
 
@@ -56,7 +81,15 @@ describe('ingest event schema, per type', () => {
     };
     const event = accepted(raw);
     expect(Object.keys(event).sort()).toEqual(
-      ['data', 'event_id', 'event_type', 'sentData', 'timestamp', 'timestampMs', ...('vendor_id' in raw ? ['vendor_id'] : [])].sort(),
+      [
+        'data',
+        'event_id',
+        'event_type',
+        'sentData',
+        'timestamp',
+        'timestampMs',
+        ...('vendor_id' in raw ? ['vendor_id'] : []),
+      ].sort(),
     );
     expect(event).toMatchObject({
       event_id: EVENT_ID,
@@ -74,30 +107,60 @@ describe('ingest event schema, per type', () => {
     }
     expect(accepted({ event_type: 'TASK_UPDATED', data: TASK }).event_type).toBe('TASK_UPDATED');
     expect(accepted({ event_type: 'TASK_UPDATED', vendor_id: 'v-9', data: TASK })).toMatchObject({ vendor_id: 'v-9' });
-    expect(reasonOf({ event_type: 'TASK_UPDATED', vendor_id: 'bad vendor', data: TASK })).toMatch(/^vendor_id: must be 1-128 characters/);
+    expect(reasonOf({ event_type: 'TASK_UPDATED', vendor_id: 'bad vendor', data: TASK })).toMatch(
+      /^vendor_id: must be 1-128 characters/,
+    );
   });
 
   it('takes a removal with only metadata.machine_id, or with the full machine', () => {
     expect(accepted(valid.EVENT_TYPE_MACHINE_REMOVED).data).toEqual({ metadata: { machine_id: 'm-0001' } });
-    expect(accepted({ event_type: 'EVENT_TYPE_MACHINE_REMOVED', vendor_id: 'v-1', data: MACHINE }).data).toEqual(MACHINE);
-    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_REMOVED', vendor_id: 'v-1', data: { metadata: {} } })).toBe('data.metadata.machine_id: required');
-    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_REMOVED', vendor_id: 'v-1', data: { metadata: { machine_id: 'has space' } } })).toMatch(
-      /^data\.metadata\.machine_id: must be 1-128 characters/,
+    expect(accepted({ event_type: 'EVENT_TYPE_MACHINE_REMOVED', vendor_id: 'v-1', data: MACHINE }).data).toEqual(
+      MACHINE,
     );
+    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_REMOVED', vendor_id: 'v-1', data: { metadata: {} } })).toBe(
+      'data.metadata.machine_id: required',
+    );
+    expect(
+      reasonOf({
+        event_type: 'EVENT_TYPE_MACHINE_REMOVED',
+        vendor_id: 'v-1',
+        data: { metadata: { machine_id: 'has space' } },
+      }),
+    ).toMatch(/^data\.metadata\.machine_id: must be 1-128 characters/);
   });
 
   it('names the field of each problem', () => {
-    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { status: 'available', metadata: {} } })).toBe(
-      'data.metadata.machine_id: required',
+    expect(
+      reasonOf({
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        vendor_id: 'v-1',
+        data: { status: 'available', metadata: {} },
+      }),
+    ).toBe('data.metadata.machine_id: required');
+    expect(
+      reasonOf({
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        vendor_id: 'v-1',
+        data: { ...MACHINE, hardware_specs: { gpus: [{ memory: -1 }] } },
+      }),
+    ).toMatch(/^data\.hardware_specs\.gpus\[0\]\.memory: /);
+    expect(
+      reasonOf({
+        event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
+        vendor_id: 'v-1',
+        data: { ...AGENT, status: 'RUNNING' },
+      }),
+    ).toMatch(/^data\.status: /);
+    expect(
+      reasonOf({
+        event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
+        vendor_id: 'v-1',
+        data: { ...AGENT, metadata: { 'odd key': 5 } },
+      }),
+    ).toMatch(/^data\.metadata\["odd key"\]: /);
+    expect(reasonOf({ event_type: 'TASK_UPDATED', data: { ...TASK, task_id: 'nope' } })).toBe(
+      'data.task_id: task_id must be a UUID',
     );
-    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { ...MACHINE, hardware_specs: { gpus: [{ memory: -1 }] } } })).toMatch(
-      /^data\.hardware_specs\.gpus\[0\]\.memory: /,
-    );
-    expect(reasonOf({ event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: { ...AGENT, status: 'RUNNING' } })).toMatch(/^data\.status: /);
-    expect(reasonOf({ event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: { ...AGENT, metadata: { 'odd key': 5 } } })).toMatch(
-      /^data\.metadata\["odd key"\]: /,
-    );
-    expect(reasonOf({ event_type: 'TASK_UPDATED', data: { ...TASK, task_id: 'nope' } })).toBe('data.task_id: task_id must be a UUID');
     expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1' })).toBe('data: required');
   });
 
@@ -106,11 +169,17 @@ describe('ingest event schema, per type', () => {
       /^event_type: must be one of EVENT_TYPE_MACHINE_CREATED, .*TASK_UPDATED$/,
     );
     expect(reasonOf({ vendor_id: 'v-1', data: {} })).toMatch(/^event_type: required: one of /);
-    for (const raw of [null, 'event', 42, [valid.TASK_UPDATED]]) expect(reasonOf(raw)).toBe('the event must be a JSON object');
+    for (const raw of [null, 'event', 42, [valid.TASK_UPDATED]])
+      expect(reasonOf(raw)).toBe('the event must be a JSON object');
   });
 
   it('reports at most three problems and counts the rest', () => {
-    const reason = reasonOf({ event_type: 'TASK_UPDATED', event_id: 'x', timestamp: 'y', data: { task_id: 'z', status: 'done' } });
+    const reason = reasonOf({
+      event_type: 'TASK_UPDATED',
+      event_id: 'x',
+      timestamp: 'y',
+      data: { task_id: 'z', status: 'done' },
+    });
     expect(reason).toBe(
       'event_id: must be a UUID (8-4-4-4-12 hex digits); ' +
         'timestamp: must be an ISO 8601 date-time with a UTC offset, e.g. 2024-05-01T12:00:00Z; ' +
@@ -120,10 +189,18 @@ describe('ingest event schema, per type', () => {
 
   it('rejects unknown top-level fields, naming them', () => {
     expect(reasonOf({ event_type: 'TASK_UPDATED', data: TASK, priority: 'high' })).toBe('unknown field "priority"');
-    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', vendor: 'v-1', data: MACHINE })).toBe('unknown field "vendor"');
-    expect(reasonOf({ event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED', vendor_id: 'v-1', data: AGENT, machine_id: 'm', Data: {} })).toBe(
-      'unknown field "machine_id", "Data"',
+    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', vendor: 'v-1', data: MACHINE })).toBe(
+      'unknown field "vendor"',
     );
+    expect(
+      reasonOf({
+        event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
+        vendor_id: 'v-1',
+        data: AGENT,
+        machine_id: 'm',
+        Data: {},
+      }),
+    ).toBe('unknown field "machine_id", "Data"');
     expect(parse({ event_id: EVENT_ID, event_type: 'TASK_UPDATED', data: TASK, extra: 1 })).toEqual({
       ok: false,
       reason: 'unknown field "extra"',
@@ -133,9 +210,13 @@ describe('ingest event schema, per type', () => {
 
   it('names unknown fields first, so that the likely cause is never one of those counted in "(and N more)"', () => {
     // `vendor` for `vendor_id`, beside problems in data: the unknown field explains the missing one.
-    expect(reasonOf({ event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor: 'v-1', data: { status: 'available', metadata: {}, hardware_specs: 3 } })).toBe(
-      'unknown field "vendor"; vendor_id: required; data.metadata.machine_id: required (and 1 more)',
-    );
+    expect(
+      reasonOf({
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        vendor: 'v-1',
+        data: { status: 'available', metadata: {}, hardware_specs: 3 },
+      }),
+    ).toBe('unknown field "vendor"; vendor_id: required; data.metadata.machine_id: required (and 1 more)');
   });
 
   it('keeps the data exactly as sent beside the parsed form the read models use', () => {
@@ -153,7 +234,12 @@ describe('ingest event schema, per type', () => {
 describe('nesting', () => {
   /** `levels` levels of arrays within one another, as parsed JSON: `[[…[1]…]]`. */
   const nested = (levels: number): unknown => JSON.parse(`${'['.repeat(levels)}1${']'.repeat(levels)}`);
-  const machineWith = (extra: unknown) => ({ event_id: EVENT_ID, event_type: 'EVENT_TYPE_MACHINE_CREATED', vendor_id: 'v-1', data: { ...MACHINE, extra } });
+  const machineWith = (extra: unknown) => ({
+    event_id: EVENT_ID,
+    event_type: 'EVENT_TYPE_MACHINE_CREATED',
+    vendor_id: 'v-1',
+    data: { ...MACHINE, extra },
+  });
 
   it('takes data nested 64 levels deep and rejects 65, naming the limit and echoing the id', () => {
     // data is level 1, so its field holds the other 63 (then 64).
@@ -166,7 +252,8 @@ describe('nesting', () => {
   });
 
   it('rejects a poison event nested 20,000 (40 KB) and 2,000,000 levels deep, or holding a cycle, without overflowing the stack', () => {
-    for (const levels of [20_000, 2_000_000]) expect(reasonOf(machineWith(nested(levels)))).toMatch(/^data: nested more than 64 levels deep/);
+    for (const levels of [20_000, 2_000_000])
+      expect(reasonOf(machineWith(nested(levels)))).toMatch(/^data: nested more than 64 levels deep/);
     const cycle: Record<string, unknown> = { name: 'loop' };
     cycle.self = cycle;
     expect(reasonOf(machineWith(cycle))).toMatch(/^data: nested more than 64 levels deep/);
@@ -185,7 +272,8 @@ describe('nestsDeeperThan', () => {
       [[1, 'x', null, [2, { b: {} }]], 4, false],
       [[1, 'x', null, [2, { b: {} }]], 3, true],
     ];
-    for (const [value, levelsMax, deeper] of cases) expect(nestsDeeperThan(value, levelsMax), JSON.stringify([value, levelsMax])).toBe(deeper);
+    for (const [value, levelsMax, deeper] of cases)
+      expect(nestsDeeperThan(value, levelsMax), JSON.stringify([value, levelsMax])).toBe(deeper);
   });
 });
 
@@ -197,7 +285,10 @@ describe('event id and time', () => {
 
   it('rejects an event_id that is not a UUID, and echoes a valid id on rejection', () => {
     expect(reasonOf(valid({ event_id: 'evt-1' }))).toBe('event_id: must be a UUID (8-4-4-4-12 hex digits)');
-    expect(parse({ event_id: EVENT_ID, event_type: 'TASK_UPDATED', data: {} })).toMatchObject({ ok: false, event_id: EVENT_ID });
+    expect(parse({ event_id: EVENT_ID, event_type: 'TASK_UPDATED', data: {} })).toMatchObject({
+      ok: false,
+      event_id: EVENT_ID,
+    });
   });
 
   it('normalises the timestamp to UTC with milliseconds and defaults it to the acceptance time', () => {
@@ -210,8 +301,16 @@ describe('event id and time', () => {
   });
 
   it('requires an offset and a real date', () => {
-    for (const timestamp of ['2024-05-01T12:00:00', '2024-05-01', '2024-02-30T00:00:00Z', '2024-05-01T12:00:00+0200', 1714564800000]) {
-      expect(reasonOf(valid({ timestamp }))).toBe('timestamp: must be an ISO 8601 date-time with a UTC offset, e.g. 2024-05-01T12:00:00Z');
+    for (const timestamp of [
+      '2024-05-01T12:00:00',
+      '2024-05-01',
+      '2024-02-30T00:00:00Z',
+      '2024-05-01T12:00:00+0200',
+      1714564800000,
+    ]) {
+      expect(reasonOf(valid({ timestamp }))).toBe(
+        'timestamp: must be an ISO 8601 date-time with a UTC offset, e.g. 2024-05-01T12:00:00Z',
+      );
     }
   });
 
@@ -250,6 +349,8 @@ describe('buildEnvelope', () => {
   });
 
   it('refuses a timestamp that is not a date', () => {
-    expect(() => buildEnvelope({ event_id: EVENT_ID, event_type: 'EVENT_TYPE_MACHINE_REMOVED', timestamp: 'yesterday', data: {} })).toThrow(RangeError);
+    expect(() =>
+      buildEnvelope({ event_id: EVENT_ID, event_type: 'EVENT_TYPE_MACHINE_REMOVED', timestamp: 'yesterday', data: {} }),
+    ).toThrow(RangeError);
   });
 });

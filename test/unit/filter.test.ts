@@ -66,7 +66,10 @@ describe('payload filters', () => {
 
   it('and, or, not nest', () => {
     const filter: FilterNode = {
-      and: [{ path: 'data.status', eq: 'unavailable' }, { or: [{ path: 'data.tags.tier', eq: 'gold' }, { not: { path: 'data.price', lt: 2 } }] }],
+      and: [
+        { path: 'data.status', eq: 'unavailable' },
+        { or: [{ path: 'data.tags.tier', eq: 'gold' }, { not: { path: 'data.price', lt: 2 } }] },
+      ],
     };
     expect(matches(filter)).toBe(true);
     expect(matches({ not: filter })).toBe(false);
@@ -102,7 +105,9 @@ describe('payload filters', () => {
 
   it('refuses bad filters with a problem that names the bad part', () => {
     expect(problemOf('data.status == "x"')).toMatch(/^filter: must be an object/);
-    expect(problemOf({ path: 'status', eq: 'x' })).toBe('filter.path: must start with data, event_type, event_id, timestamp or version (got "status")');
+    expect(problemOf({ path: 'status', eq: 'x' })).toBe(
+      'filter.path: must start with data, event_type, event_id, timestamp or version (got "status")',
+    );
     expect(
       problemOf({
         and: [
@@ -115,7 +120,9 @@ describe('payload filters', () => {
     expect(problemOf({ path: 'data.a', like: 'x' })).toMatch(/^filter: unknown field "like"/);
     expect(problemOf({ path: 'data.a', gt: '5' })).toBe('filter.gt: must be a number');
     expect(problemOf({ path: 'data.a', exists: 'yes' })).toBe('filter.exists: must be true or false');
-    expect(problemOf({ path: 'data.a', in: [] })).toBe(`filter.in: must be a list of 1 to ${FILTER_LIMITS.inValues} values`);
+    expect(problemOf({ path: 'data.a', in: [] })).toBe(
+      `filter.in: must be a list of 1 to ${FILTER_LIMITS.inValues} values`,
+    );
     expect(problemOf({ and: [] })).toBe(`filter.and: must be a list of 1 to ${FILTER_LIMITS.branches} filters`);
     expect(problemOf({ and: [{ path: 'data.a', eq: 1 }], or: [] })).toMatch(/^filter: "and" stands alone/);
     expect(problemOf({ not: { path: 'data.a b', eq: 1 } })).toMatch(/^filter\.not\.path: "a b" is not a key/);
@@ -138,7 +145,9 @@ describe('payload filters', () => {
     expect(problemOf({ path: 'data.a', in: Array.from({ length: 101 }, (_, i) => i) })).toMatch(/list of 1 to 100/);
     expect(problemOf({ path: 'data.a', eq: 'x'.repeat(257) })).toMatch(/at most 256 characters/);
     expect(problemOf({ path: 'data.a.b.c.d.e.f.g.h', eq: 1 })).toMatch(/at most 8 segments/);
-    expect(problemOf({ path: 'data.a', in: Array.from({ length: 100 }, () => 'y'.repeat(50)) })).toMatch(/at most 4096 bytes/);
+    expect(problemOf({ path: 'data.a', in: Array.from({ length: 100 }, () => 'y'.repeat(50)) })).toMatch(
+      /at most 4096 bytes/,
+    );
   });
 
   it('a compiled 10-node filter checks 200,000 events alike (its cost per event is printed; the bench measures ingest with filters)', () => {

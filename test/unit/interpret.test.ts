@@ -6,11 +6,28 @@ import { interpret, READINGS, type Interpretation, type Reading } from '../../sr
 import type { AttemptErrorClass } from '../../src/domain/delivery.js';
 
 const NOW = Date.UTC(2025, 0, 2, 3, 4, 5);
-const response = (status: number, retryAfter?: string): SendResult => ({ kind: 'response', status, retryAfter, bodySnippet: '', durationMs: 12 });
-const failure = (errorClass: AttemptErrorClass): SendResult => ({ kind: 'error', errorClass, message: 'x', durationMs: 12 });
+const response = (status: number, retryAfter?: string): SendResult => ({
+  kind: 'response',
+  status,
+  retryAfter,
+  bodySnippet: '',
+  durationMs: 12,
+});
+const failure = (errorClass: AttemptErrorClass): SendResult => ({
+  kind: 'error',
+  errorClass,
+  message: 'x',
+  durationMs: 12,
+});
 
 type Expected = Omit<Interpretation, 'answered'>;
-const meaning = (outcome: Expected['outcome'], action: Expected['action'], health: Expected['health'], flow: Expected['flow'], retryAfterMs?: number) => ({
+const meaning = (
+  outcome: Expected['outcome'],
+  action: Expected['action'],
+  health: Expected['health'],
+  flow: Expected['flow'],
+  retryAfterMs?: number,
+) => ({
   outcome,
   action,
   health,
@@ -35,7 +52,11 @@ describe('interpret: what an answer means, for the delivery, the breaker, the co
     ['500 with a Retry-After (ignored)', response(500, '5'), meaning('http_5xx', 'retry', 'failed', 'neutral')],
     ['502', response(502), meaning('http_5xx', 'retry', 'failed', 'neutral')],
     ['503', response(503), meaning('http_5xx', 'retry', 'failed', 'congested')],
-    ['503, Retry-After an HTTP date 90 s ahead', response(503, 'Thu, 02 Jan 2025 03:05:35 GMT'), meaning('http_5xx', 'retry', 'failed', 'congested', 90_000)],
+    [
+      '503, Retry-After an HTTP date 90 s ahead',
+      response(503, 'Thu, 02 Jan 2025 03:05:35 GMT'),
+      meaning('http_5xx', 'retry', 'failed', 'congested', 90_000),
+    ],
     ['599', response(599), meaning('http_5xx', 'retry', 'failed', 'neutral')],
     ['600', response(600), meaning('http_5xx', 'retry', 'failed', 'neutral')],
     ['199', response(199), meaning('http_5xx', 'retry', 'failed', 'neutral')],

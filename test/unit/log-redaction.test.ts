@@ -10,10 +10,23 @@ describe('log redaction', () => {
         { secret: '[redacted]', apiKey: '[redacted]', secretKey: '[redacted]', key: '[redacted]' },
       ],
       [{ webhook: { id: 'w', secret: 's' } }, { webhook: { id: 'w', secret: '[redacted]' } }],
-      [{ body: { apiKey: 'k', secretKey: 'sk', page: 2 } }, { body: { apiKey: '[redacted]', secretKey: '[redacted]', page: 2 } }],
       [
-        { req: { method: 'GET', headers: { 'x-api-key': 'hk_1', authorization: 'Bearer 2', cookie: 'c=3', accept: '*/*' } } },
-        { req: { method: 'GET', headers: { 'x-api-key': '[redacted]', authorization: '[redacted]', cookie: '[redacted]', accept: '*/*' } } },
+        { body: { apiKey: 'k', secretKey: 'sk', page: 2 } },
+        { body: { apiKey: '[redacted]', secretKey: '[redacted]', page: 2 } },
+      ],
+      [
+        {
+          req: {
+            method: 'GET',
+            headers: { 'x-api-key': 'hk_1', authorization: 'Bearer 2', cookie: 'c=3', accept: '*/*' },
+          },
+        },
+        {
+          req: {
+            method: 'GET',
+            headers: { 'x-api-key': '[redacted]', authorization: '[redacted]', cookie: '[redacted]', accept: '*/*' },
+          },
+        },
       ],
       [
         { headers: { 'x-api-key': 'hk_1', authorization: 'Bearer 2', 'content-type': 'a/b' } },
@@ -32,7 +45,13 @@ describe('log redaction', () => {
     const out = redactLogObject(input);
     expect(input).toEqual({ webhook: { secret: 's' }, headers: { authorization: 'a' } });
     expect(out).not.toBe(input);
-    const plain = { event: 'delivery.attempted', eventId: 'e', attempt: 1, nested: { status: 200 }, list: [{ secret: 'in an array' }] };
+    const plain = {
+      event: 'delivery.attempted',
+      eventId: 'e',
+      attempt: 1,
+      nested: { status: 200 },
+      list: [{ secret: 'in an array' }],
+    };
     expect(redactLogObject(plain)).toBe(plain);
   });
 
@@ -45,9 +64,17 @@ describe('log redaction', () => {
       },
     });
     const logger = createLogger({ level: 'info', format: 'json', fd: 1, destination });
-    logger.info({ secret: 'leak1', webhook: { secret: 'leak2' }, req: { headers: { cookie: 'leak3' } }, eventId: 'kept' }, 'hello');
+    logger.info(
+      { secret: 'leak1', webhook: { secret: 'leak2' }, req: { headers: { cookie: 'leak3' } }, eventId: 'kept' },
+      'hello',
+    );
     const line = JSON.parse(chunks.join('')) as Record<string, unknown>;
     expect(JSON.stringify(line)).not.toMatch(/leak/);
-    expect(line).toMatchObject({ secret: '[redacted]', webhook: { secret: '[redacted]' }, req: { headers: { cookie: '[redacted]' } }, eventId: 'kept' });
+    expect(line).toMatchObject({
+      secret: '[redacted]',
+      webhook: { secret: '[redacted]' },
+      req: { headers: { cookie: '[redacted]' } },
+      eventId: 'kept',
+    });
   });
 });

@@ -11,7 +11,8 @@ function parsed(raw: string | string[] | undefined): MachineFilter {
 
 function rejected(raw: string | string[]): string {
   const result = parseMachineFilter(raw);
-  if (result.ok) throw new Error(`expected ${JSON.stringify(raw)} to be rejected, got ${JSON.stringify(result.filter)}`);
+  if (result.ok)
+    throw new Error(`expected ${JSON.stringify(raw)} to be rejected, got ${JSON.stringify(result.filter)}`);
   return result.error;
 }
 
@@ -53,7 +54,11 @@ describe('parseMachineFilter: each filter name', () => {
   });
 
   it('keeps the case of exact-match values', () => {
-    expect(parsed('machine_id:AbC,machine_status:Available')).toEqual({ ...NONE, machineIds: ['AbC'], statuses: ['Available'] });
+    expect(parsed('machine_id:AbC,machine_status:Available')).toEqual({
+      ...NONE,
+      machineIds: ['AbC'],
+      statuses: ['Available'],
+    });
   });
 
   it('splits a clause at its first colon only', () => {
@@ -61,7 +66,11 @@ describe('parseMachineFilter: each filter name', () => {
   });
 
   it('trims names and values', () => {
-    expect(parsed('  gpu_name :  A100  , memory_size: 80GB ')).toEqual({ ...NONE, gpuNames: ['a100'], memoryMinGb: 80 });
+    expect(parsed('  gpu_name :  A100  , memory_size: 80GB ')).toEqual({
+      ...NONE,
+      gpuNames: ['a100'],
+      memoryMinGb: 80,
+    });
   });
 });
 
@@ -86,7 +95,9 @@ describe('parseMachineFilter: combining clauses', () => {
   });
 
   it('keeps the largest of repeated minimums', () => {
-    expect(parsed('memory_size:64GB,memory_size:16GB,cpu_cores:4,cpu_cores:32,storage_size:10,storage_size:20')).toEqual({
+    expect(
+      parsed('memory_size:64GB,memory_size:16GB,cpu_cores:4,cpu_cores:32,storage_size:10,storage_size:20'),
+    ).toEqual({
       ...NONE,
       memoryMinGb: 64,
       cpuCoresMin: 32,
@@ -95,7 +106,9 @@ describe('parseMachineFilter: combining clauses', () => {
   });
 
   it('keeps every repeated text condition, once each', () => {
-    expect(parsed(['gpu_name:nvidia,gpu_name:H100', 'gpu_name:NVIDIA', 'status:available,machine_status:unavailable'])).toEqual({
+    expect(
+      parsed(['gpu_name:nvidia,gpu_name:H100', 'gpu_name:NVIDIA', 'status:available,machine_status:unavailable']),
+    ).toEqual({
       ...NONE,
       gpuNames: ['nvidia', 'h100'],
       statuses: ['available', 'unavailable'],
@@ -118,7 +131,11 @@ describe('parseMachineFilter: encoded values', () => {
   });
 
   it('lets an encoded comma and colon stay inside one value', () => {
-    expect(parsed('cpu_name:Xeon%2C Gold%3A6338,cpu_cores:8')).toEqual({ ...NONE, cpuNames: ['xeon, gold:6338'], cpuCoresMin: 8 });
+    expect(parsed('cpu_name:Xeon%2C Gold%3A6338,cpu_cores:8')).toEqual({
+      ...NONE,
+      cpuNames: ['xeon, gold:6338'],
+      cpuCoresMin: 8,
+    });
   });
 
   it('decodes numbers too', () => {
@@ -130,7 +147,9 @@ describe('parseMachineFilter: encoded values', () => {
   });
 
   it('rejects an invalid percent sequence and names the clause', () => {
-    expect(rejected('gpu_name:RTX%203090%E0%A4%A')).toBe('Invalid percent-encoding in filter clause "gpu_name:RTX%203090%E0%A4%A"');
+    expect(rejected('gpu_name:RTX%203090%E0%A4%A')).toBe(
+      'Invalid percent-encoding in filter clause "gpu_name:RTX%203090%E0%A4%A"',
+    );
   });
 
   it('rejects a value that decodes to nothing', () => {
@@ -150,11 +169,15 @@ describe('parseMachineFilter: errors name the offending clause', () => {
   });
 
   it('missing colon', () => {
-    expect(rejected('memory_size:8GB,gpu_name')).toBe('Filter clause "gpu_name" has no ":"; write name:value, e.g. memory_size:24GB');
+    expect(rejected('memory_size:8GB,gpu_name')).toBe(
+      'Filter clause "gpu_name" has no ":"; write name:value, e.g. memory_size:24GB',
+    );
   });
 
   it('missing value', () => {
-    expect(rejected('gpu_name:')).toBe('Filter clause "gpu_name:" has no value; write name:value, e.g. memory_size:24GB');
+    expect(rejected('gpu_name:')).toBe(
+      'Filter clause "gpu_name:" has no value; write name:value, e.g. memory_size:24GB',
+    );
     expect(rejected('gpu_name:   ')).toContain('"gpu_name:" has no value');
   });
 
@@ -168,14 +191,19 @@ describe('parseMachineFilter: errors name the offending clause', () => {
     ['a leading comma', ',gpu_name:A100', 1],
     ['a blank clause', 'gpu_name:A100, ,cpu_cores:2', 2],
   ])('empty clause: %s', (_, raw, position) => {
-    expect(rejected(raw)).toBe(`Empty filter clause at position ${position} in "${raw}"; separate name:value clauses with single commas`);
-  });
-
-  it.each(['24TB', '-1', '1.5', 'abc', '24 G B', 'GB', '2147483648', '99999999999GB'])('bad memory_size %s', (value) => {
-    expect(rejected(`memory_size:${value}`)).toBe(
-      `Invalid memory_size value in clause "memory_size:${value}": expected a whole number of GB such as 24GB (at most 2147483647)`,
+    expect(rejected(raw)).toBe(
+      `Empty filter clause at position ${position} in "${raw}"; separate name:value clauses with single commas`,
     );
   });
+
+  it.each(['24TB', '-1', '1.5', 'abc', '24 G B', 'GB', '2147483648', '99999999999GB'])(
+    'bad memory_size %s',
+    (value) => {
+      expect(rejected(`memory_size:${value}`)).toBe(
+        `Invalid memory_size value in clause "memory_size:${value}": expected a whole number of GB such as 24GB (at most 2147483647)`,
+      );
+    },
+  );
 
   it.each(['1TB', '-5', 'ten'])('bad storage_size %s', (value) => {
     expect(rejected(`storage_size:${value}`)).toBe(
@@ -192,7 +220,9 @@ describe('parseMachineFilter: errors name the offending clause', () => {
   it('too many clauses, counted over all parameters', () => {
     const twelve = Array.from({ length: 12 }, (_, i) => `gpu_name:g${i}`).join(',');
     expect(rejected([twelve, twelve])).toBe('Too many filter clauses (24); at most 20 are allowed');
-    expect(rejected(Array.from({ length: 21 }, () => 'cpu_cores:1').join(','))).toBe('Too many filter clauses (21); at most 20 are allowed');
+    expect(rejected(Array.from({ length: 21 }, () => 'cpu_cores:1').join(','))).toBe(
+      'Too many filter clauses (21); at most 20 are allowed',
+    );
   });
 
   it('value longer than 256 characters, quoted shortened', () => {

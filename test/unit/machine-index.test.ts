@@ -2,7 +2,13 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Machine } from '../../src/domain/machine.js';
 import type { MachineFilter } from '../../src/domain/machine-filter.js';
-import { indexRecordOf, MachineIndex, SPLICE_CHANGES_MAX, type MachineIndexAnswer, type MachineIndexRecord } from '../../src/domain/machine-index.js';
+import {
+  indexRecordOf,
+  MachineIndex,
+  SPLICE_CHANGES_MAX,
+  type MachineIndexAnswer,
+  type MachineIndexRecord,
+} from '../../src/domain/machine-index.js';
 
 /** The long variant (HOOKLINE_LONG_TESTS=1) runs ten times the cases. */
 const LONG = process.env.HOOKLINE_LONG_TESTS === '1';
@@ -14,8 +20,10 @@ const TIMEOUT_MS = LONG ? 180_000 : 30_000;
 // The reference: the machine listing's filter semantics (docs/api.md) written out plainly over an array of machines.
 // ---------------------------------------------------------------------------------------------
 
-const contains = (name: string | undefined, needle: string) => name !== undefined && name.toLowerCase().includes(needle.toLowerCase());
-const atLeast = (value: number | undefined, min: number | undefined) => min === undefined || (value !== undefined && value >= min);
+const contains = (name: string | undefined, needle: string) =>
+  name !== undefined && name.toLowerCase().includes(needle.toLowerCase());
+const atLeast = (value: number | undefined, min: number | undefined) =>
+  min === undefined || (value !== undefined && value >= min);
 /** "Ordering: by machine_id, ascending (byte order)". */
 const byteOrder = (a: string, b: string) => Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
 
@@ -33,7 +41,12 @@ function matches(machine: Machine, filter: MachineFilter): boolean {
   );
 }
 
-function reference(machines: ReadonlyMap<string, Machine>, filter: MachineFilter, offset: number, limit: number): MachineIndexAnswer {
+function reference(
+  machines: ReadonlyMap<string, Machine>,
+  filter: MachineFilter,
+  offset: number,
+  limit: number,
+): MachineIndexAnswer {
   const ids = [...machines.values()]
     .filter((machine) => matches(machine, filter))
     .map((machine) => machine.metadata.machine_id)
@@ -59,7 +72,13 @@ const GPU_NAMES = [
   'AMD Instinct MI300X',
   'Tesla T4',
 ];
-const CPU_MODELS = ['Intel Xeon Gold 6338', 'INTEL CORE i9-13900K', 'AMD EPYC 7763', 'AMD Ryzen 9 7950X', 'Apple M2 Ultra'];
+const CPU_MODELS = [
+  'Intel Xeon Gold 6338',
+  'INTEL CORE i9-13900K',
+  'AMD EPYC 7763',
+  'AMD Ryzen 9 7950X',
+  'Apple M2 Ultra',
+];
 /** Both named statuses and odd ones: another case, another word, a trailing space, a non-ASCII one. */
 const STATUSES = ['available', 'unavailable', 'Available', 'retired', 'available ', 'ßtatus'];
 /** Needles no pool name contains. */
@@ -73,7 +92,10 @@ const idArb = fc
   .map(([first, rest]) => first + rest);
 
 /** Absent, zero, small, at and past the Int32 cells' limit, and the largest safe integer. */
-const countArb = fc.oneof(fc.integer({ min: 0, max: 70 }), fc.constantFrom(0, 2 ** 31 - 2, 2 ** 31 - 1, 2 ** 31, 2 ** 32 + 5, Number.MAX_SAFE_INTEGER));
+const countArb = fc.oneof(
+  fc.integer({ min: 0, max: 70 }),
+  fc.constantFrom(0, 2 ** 31 - 2, 2 ** 31 - 1, 2 ** 31, 2 ** 32 + 5, Number.MAX_SAFE_INTEGER),
+);
 
 /** A machine without its id: every part of the hardware may be missing; GPU lists may be empty, mixed or hold unnamed GPUs. */
 type Shape = Omit<Machine, 'metadata'>;
@@ -85,7 +107,10 @@ const shapeArb: fc.Arbitrary<Shape> = fc.record(
         cpu: fc.record({ model: fc.constantFrom(...CPU_MODELS), cores: countArb }, { requiredKeys: [] }),
         memory: fc.record({ total_memory: countArb }, { requiredKeys: [] }),
         storage: fc.record({ disk_space_available: countArb }, { requiredKeys: [] }),
-        gpus: fc.array(fc.record({ name: fc.constantFrom(...GPU_NAMES), memory: fc.constant(24) }, { requiredKeys: ['memory'] }), { maxLength: 4 }),
+        gpus: fc.array(
+          fc.record({ name: fc.constantFrom(...GPU_NAMES), memory: fc.constant(24) }, { requiredKeys: ['memory'] }),
+          { maxLength: 4 },
+        ),
       },
       { requiredKeys: [] },
     ),
@@ -97,7 +122,10 @@ const machineOf = (id: string, shape: Shape): Machine => ({ ...shape, metadata: 
 
 /** An id chosen when the case runs: one the index holds now (by position), or any generated one. */
 type IdPick = { present: number } | { any: string };
-const idPickArb: fc.Arbitrary<IdPick> = fc.oneof(fc.record({ present: fc.nat({ max: 200 }) }), fc.record({ any: idArb }));
+const idPickArb: fc.Arbitrary<IdPick> = fc.oneof(
+  fc.record({ present: fc.nat({ max: 200 }) }),
+  fc.record({ any: idArb }),
+);
 
 function resolve(pick: IdPick, machines: ReadonlyMap<string, Machine>): string {
   if ('any' in pick) return pick.any;
@@ -107,20 +135,26 @@ function resolve(pick: IdPick, machines: ReadonlyMap<string, Machine>): string {
 
 /** A piece of a pool name (at least one character), in any case: what a vendor might type. */
 const pieceArb = (pool: readonly string[]) =>
-  fc.tuple(fc.constantFrom(...pool), fc.nat(), fc.nat(), fc.constantFrom('lower', 'upper', 'as is')).map(([name, a, b, casing]) => {
-    const start = a % name.length;
-    const piece = name.slice(start, start + 1 + (b % (name.length - start)));
-    return casing === 'lower' ? piece.toLowerCase() : casing === 'upper' ? piece.toUpperCase() : piece;
-  });
+  fc
+    .tuple(fc.constantFrom(...pool), fc.nat(), fc.nat(), fc.constantFrom('lower', 'upper', 'as is'))
+    .map(([name, a, b, casing]) => {
+      const start = a % name.length;
+      const piece = name.slice(start, start + 1 + (b % (name.length - start)));
+      return casing === 'lower' ? piece.toLowerCase() : casing === 'upper' ? piece.toUpperCase() : piece;
+    });
 
 /** A needle: mostly a piece of a pool name, sometimes one that matches nothing. */
 const needleArb = (pool: readonly string[]) =>
   fc.oneof({ weight: 5, arbitrary: pieceArb(pool) }, { weight: 1, arbitrary: fc.constantFrom(...MISSING_NEEDLES) });
 
 /** Mostly no condition of a kind, so queries with none, one and several conditions all come up. */
-const sometimes = <T>(arb: fc.Arbitrary<T>) => fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: arb });
+const sometimes = <T>(arb: fc.Arbitrary<T>) =>
+  fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: arb });
 const someOf = <T>(arb: fc.Arbitrary<T>) =>
-  fc.oneof({ weight: 3, arbitrary: fc.constant<T[]>([]) }, { weight: 1, arbitrary: fc.array(arb, { minLength: 1, maxLength: 2 }) });
+  fc.oneof(
+    { weight: 3, arbitrary: fc.constant<T[]>([]) },
+    { weight: 1, arbitrary: fc.array(arb, { minLength: 1, maxLength: 2 }) },
+  );
 const minimumArb = fc.oneof(fc.integer({ min: 0, max: 70 }), fc.constantFrom(0, 2 ** 31 - 2, 2 ** 31 - 1));
 
 interface QuerySpec {
@@ -174,7 +208,9 @@ const fleetArb = fc.array(fc.tuple(idArb, shapeArb), { maxLength: 120, size: 'me
 
 function load(fleet: ReadonlyArray<[string, Shape]>): { index: MachineIndex; machines: Map<string, Machine> } {
   const machines = new Map(fleet.map(([id, shape]) => [id, machineOf(id, shape)]));
-  const records = new Map([...machines].map(([id, machine]): [string, MachineIndexRecord] => [id, indexRecordOf(machine)]));
+  const records = new Map(
+    [...machines].map(([id, machine]): [string, MachineIndexRecord] => [id, indexRecordOf(machine)]),
+  );
   return { index: MachineIndex.fromRecords(records), machines };
 }
 
@@ -227,7 +263,9 @@ describe('MachineIndex against a naive reference (property-based)', () => {
                 changes.set(resolve(change.remove, machines), undefined);
               }
             }
-            const structural = [...changes].filter(([id, machine]) => (machine === undefined) === machines.has(id)).length;
+            const structural = [...changes].filter(
+              ([id, machine]) => (machine === undefined) === machines.has(id),
+            ).length;
             if (structural > SPLICE_CHANGES_MAX) structuralBatches.merged += 1;
             else if (structural > 0) structuralBatches.spliced += 1;
 
@@ -241,7 +279,9 @@ describe('MachineIndex against a naive reference (property-based)', () => {
         }),
         { numRuns: runs(400) },
       );
-      console.log(`machine index: ${structuralBatches.spliced} spliced and ${structuralBatches.merged} merged batches checked`);
+      console.log(
+        `machine index: ${structuralBatches.spliced} spliced and ${structuralBatches.merged} merged batches checked`,
+      );
       expect(structuralBatches.spliced).toBeGreaterThan(0);
       expect(structuralBatches.merged).toBeGreaterThan(0);
     },

@@ -58,10 +58,22 @@ describe('machineSchema', () => {
     ['missing machine id', { status: 'available', metadata: {} }, 'metadata.machine_id'],
     ['machine id with a space', { status: 'available', metadata: { machine_id: 'm 1' } }, 'metadata.machine_id'],
     ['negative cores', { ...FULL, hardware_specs: { cpu: { cores: -1 } } }, 'hardware_specs.cpu.cores'],
-    ['fractional memory', { ...FULL, hardware_specs: { memory: { total_memory: 1.5 } } }, 'hardware_specs.memory.total_memory'],
-    ['numeric text memory', { ...FULL, hardware_specs: { memory: { total_memory: '64' } } }, 'hardware_specs.memory.total_memory'],
+    [
+      'fractional memory',
+      { ...FULL, hardware_specs: { memory: { total_memory: 1.5 } } },
+      'hardware_specs.memory.total_memory',
+    ],
+    [
+      'numeric text memory',
+      { ...FULL, hardware_specs: { memory: { total_memory: '64' } } },
+      'hardware_specs.memory.total_memory',
+    ],
     ['empty GPU name', { ...FULL, hardware_specs: { gpus: [{ name: '' }] } }, 'hardware_specs.gpus.0.name'],
-    ['too long CPU model', { ...FULL, hardware_specs: { cpu: { model: 'x'.repeat(257) } } }, 'hardware_specs.cpu.model'],
+    [
+      'too long CPU model',
+      { ...FULL, hardware_specs: { cpu: { model: 'x'.repeat(257) } } },
+      'hardware_specs.cpu.model',
+    ],
     ['numeric amount', { ...FULL, machine_prices: [{ amount: 2.45 }] }, 'machine_prices.0.amount'],
     ['amount that is not a number', { ...FULL, machine_prices: [{ amount: 'cheap' }] }, 'machine_prices.0.amount'],
     ['negative amount', { ...FULL, machine_prices: [{ amount: '-1' }] }, 'machine_prices.0.amount'],
@@ -80,7 +92,10 @@ describe('machineSchema', () => {
   it('describes its fields for the OpenAPI document', () => {
     const document = z.toJSONSchema(machineSchema) as unknown as {
       $ref: string;
-      $defs: Record<string, { description?: string; properties: { metadata: { properties: { machine_id: { description?: string } } } } }>;
+      $defs: Record<
+        string,
+        { description?: string; properties: { metadata: { properties: { machine_id: { description?: string } } } } }
+      >;
     };
     // Registered as the named component "Machine", so the OpenAPI document references it.
     expect(document.$ref).toBe('#/$defs/Machine');

@@ -14,7 +14,11 @@ function sourceFiles(dir: string): string[] {
   });
 }
 
-async function valueOf(metrics: ReturnType<typeof createMetrics>, name: string, labels: Record<string, string> = {}): Promise<number | undefined> {
+async function valueOf(
+  metrics: ReturnType<typeof createMetrics>,
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number | undefined> {
   const metric = (await metrics.registry.getMetricsAsJSON()).find((m) => m.name === name);
   const matches = (sample: { labels: Partial<Record<string, string | number>> }) =>
     Object.entries(labels).every(([key, value]) => sample.labels[key] === value);
@@ -23,7 +27,9 @@ async function valueOf(metrics: ReturnType<typeof createMetrics>, name: string, 
 
 describe('metrics reach prom-client only through src/metrics/', () => {
   it('no module outside src/metrics/ updates a metric', () => {
-    const names = Object.keys(createMetrics({ role: 'test', defaultMetrics: false })).filter((name) => name !== 'registry');
+    const names = Object.keys(createMetrics({ role: 'test', defaultMetrics: false })).filter(
+      (name) => name !== 'registry',
+    );
     const update = new RegExp(`\\.(${names.join('|')})\\??\\.(inc|dec|set|observe|reset|startTimer)\\(`);
     const offenders = sourceFiles(src)
       .filter((file) => !file.startsWith(path.join(src, 'metrics') + path.sep))
@@ -68,9 +74,19 @@ describe('observers of the engine and the API', () => {
   it('requestObserver counts a request by route pattern and records its duration in seconds', async () => {
     const metrics = createMetrics({ role: 'test', defaultMetrics: false });
     requestObserver(metrics)({ route: '/v1/webhooks/:id', method: 'GET', status: 404, durationMs: 12 });
-    expect(await valueOf(metrics, 'hookline_http_requests_total', { route: '/v1/webhooks/:id', method: 'GET', status: '404' })).toBe(1);
-    const duration = (await metrics.registry.getMetricsAsJSON()).find((m) => m.name === 'hookline_http_request_duration_seconds');
-    const sum = duration?.values.find((v) => (v as { metricName?: string }).metricName === 'hookline_http_request_duration_seconds_sum');
+    expect(
+      await valueOf(metrics, 'hookline_http_requests_total', {
+        route: '/v1/webhooks/:id',
+        method: 'GET',
+        status: '404',
+      }),
+    ).toBe(1);
+    const duration = (await metrics.registry.getMetricsAsJSON()).find(
+      (m) => m.name === 'hookline_http_request_duration_seconds',
+    );
+    const sum = duration?.values.find(
+      (v) => (v as { metricName?: string }).metricName === 'hookline_http_request_duration_seconds_sum',
+    );
     expect(sum?.value).toBeCloseTo(0.012);
   });
 });

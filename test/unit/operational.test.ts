@@ -33,7 +33,13 @@ describe('operationalWebhookJob', () => {
   });
 
   it('builds webhook.recovered with when the webhook was disabled and when it recovered', () => {
-    const job = operationalWebhookJob({ kind: 'recovered', webhook, reason: 'failing', disabledAtMs: 1_763_726_400_000, atMs: 1_763_730_000_000 });
+    const job = operationalWebhookJob({
+      kind: 'recovered',
+      webhook,
+      reason: 'failing',
+      disabledAtMs: 1_763_726_400_000,
+      atMs: 1_763_730_000_000,
+    });
     expect(JSON.parse(job.body)).toEqual({
       type: 'webhook.recovered',
       timestamp: '2025-11-21T13:00:00.000Z',
@@ -48,6 +54,8 @@ describe('operationalWebhookJob', () => {
       },
     });
     // A new message id per transition: the receiver's deduplication key.
-    expect(job.id).not.toBe(operationalWebhookJob({ kind: 'recovered', webhook, reason: 'failing', disabledAtMs: 0, atMs: 0 }).id);
+    expect(job.id).not.toBe(
+      operationalWebhookJob({ kind: 'recovered', webhook, reason: 'failing', disabledAtMs: 0, atMs: 0 }).id,
+    );
   });
 });

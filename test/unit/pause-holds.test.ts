@@ -39,7 +39,10 @@ describe('PauseHolds.release', () => {
           index = index.filter((job) => !jobs.includes(job));
         },
       },
-      queues: { promote: async (refs) => void done.push(...refs.map((r) => `promote ${r.webhookId} ${r.parked ? 'p' : 's'}:${r.jobId}`)) },
+      queues: {
+        promote: async (refs) =>
+          void done.push(...refs.map((r) => `promote ${r.webhookId} ${r.parked ? 'p' : 's'}:${r.jobId}`)),
+      },
       lines: { wake: async (webhookId, nowMs) => void done.push(`wake ${webhookId} at ${nowMs}`) },
       nowMs: () => NOW,
     });
@@ -54,7 +57,9 @@ describe('PauseHolds.release', () => {
     ];
     const { holds, done, left } = world(noted);
     await holds.release('w1', [{ jobId: 'own', parked: true }]);
-    expect(done.sort()).toEqual([`promote w1 p:b`, `promote w1 p:own`, `promote w1 s:a`, `promote w1 s:c`, `wake w1 at ${NOW}`].sort());
+    expect(done.sort()).toEqual(
+      [`promote w1 p:b`, `promote w1 p:own`, `promote w1 s:a`, `promote w1 s:c`, `wake w1 at ${NOW}`].sort(),
+    );
     expect(left()).toEqual([]);
   });
 

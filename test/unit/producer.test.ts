@@ -65,12 +65,17 @@ afterEach(async () => {
   await new Promise((resolve) => server.close(resolve));
 });
 
-const producer = (options: Partial<HooklineProducerOptions> = {}) => new HooklineProducer({ baseUrl, apiKey: 'hk_test', retryBaseMs: 5, ...options });
+const producer = (options: Partial<HooklineProducerOptions> = {}) =>
+  new HooklineProducer({ baseUrl, apiKey: 'hk_test', retryBaseMs: 5, ...options });
 
 const TASK_ID = '9b2e4c1a-7d3f-4e8a-b6c5-1f0a2d3e4b5c';
 const GIVEN_ID = '3f6c1b2a-9d4e-4c7b-8a1f-2e5d6c7b8a90';
 const taskEvent = (extra: Partial<ProducerEvent> = {}): ProducerEvent =>
-  ({ event_type: 'TASK_UPDATED', data: { task_id: TASK_ID, status: 'pending', fail_reason: null }, ...extra }) as ProducerEvent;
+  ({
+    event_type: 'TASK_UPDATED',
+    data: { task_id: TASK_ID, status: 'pending', fail_reason: null },
+    ...extra,
+  }) as ProducerEvent;
 
 describe('HooklineProducer', () => {
   it('posts the events with the API key and resolves with the results', async () => {
@@ -81,7 +86,9 @@ describe('HooklineProducer', () => {
     const [given, assigned] = received[0]!.events;
     expect(given!.event_id).toBe(GIVEN_ID);
     expect(isUuid(assigned!.event_id)).toBe(true);
-    expect(results).toEqual(received[0]!.events.map((e) => ({ event_id: e.event_id, status: 'accepted', deliveries: 1 })));
+    expect(results).toEqual(
+      received[0]!.events.map((e) => ({ event_id: e.event_id, status: 'accepted', deliveries: 1 })),
+    );
   });
 
   it('retries 503, 429 and network errors with the same event ids', async () => {
@@ -117,14 +124,30 @@ describe('HooklineProducer', () => {
   it('resolves with the results when Hookline rejected every event of a batch (400 events_rejected), and goes on with the next batch', async () => {
     const rejectAll: Answer = (res, got) => {
       res.writeHead(400, { 'content-type': 'application/json' });
-      const results = got.events.map((e) => ({ event_id: e.event_id, status: 'rejected', reason: 'data.task_id: task_id must be a UUID' }));
-      res.end(JSON.stringify({ error: 'All 2 events were rejected (see results)', code: 'events_rejected', results, accepted: 0, duplicates: 0, rejected: 2 }));
+      const results = got.events.map((e) => ({
+        event_id: e.event_id,
+        status: 'rejected',
+        reason: 'data.task_id: task_id must be a UUID',
+      }));
+      res.end(
+        JSON.stringify({
+          error: 'All 2 events were rejected (see results)',
+          code: 'events_rejected',
+          results,
+          accepted: 0,
+          duplicates: 0,
+          rejected: 2,
+        }),
+      );
     };
     script = [rejectAll];
     const results = await producer({ batchSize: 2 }).publish([taskEvent(), taskEvent(), taskEvent()]);
     expect(received.map((r) => r.events.length)).toEqual([2, 1]);
     expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected', 'accepted']);
-    expect(results[0]).toMatchObject({ event_id: received[0]!.events[0]!.event_id, reason: 'data.task_id: task_id must be a UUID' });
+    expect(results[0]).toMatchObject({
+      event_id: received[0]!.events[0]!.event_id,
+      reason: 'data.task_id: task_id must be a UUID',
+    });
   });
 
   it('gives up after maxRetries retries', async () => {
@@ -137,14 +160,18 @@ describe('HooklineProducer', () => {
   });
 
   it('splits into batches of batchSize and keeps the order of results', async () => {
-    const events = Array.from({ length: 5 }, (_, i) => taskEvent({ event_id: `00000000-0000-4000-8000-00000000000${i}` }));
+    const events = Array.from({ length: 5 }, (_, i) =>
+      taskEvent({ event_id: `00000000-0000-4000-8000-00000000000${i}` }),
+    );
     const results = await producer({ batchSize: 2 }).publish(events);
     expect(received.map((r) => r.events.length)).toEqual([2, 2, 1]);
     expect(results.map((r) => r.event_id)).toEqual(events.map((e) => e.event_id));
   });
 
   it('splits batches that would exceed maxBatchBytes', async () => {
-    const events = Array.from({ length: 4 }, () => taskEvent({ data: { task_id: TASK_ID, status: 'failed', fail_reason: 'x'.repeat(400) } }));
+    const events = Array.from({ length: 4 }, () =>
+      taskEvent({ data: { task_id: TASK_ID, status: 'failed', fail_reason: 'x'.repeat(400) } }),
+    );
     // Each event is about 560 bytes as JSON: two fit in 1400 bytes, three do not.
     await producer({ maxBatchBytes: 1_400 }).publish(events);
     expect(received.map((r) => r.events.length)).toEqual([2, 2]);
@@ -157,7 +184,9 @@ describe('HooklineProducer', () => {
       .catch((e: unknown) => e)) as HooklinePublishError;
     expect(error).toBeInstanceOf(HooklinePublishError);
     expect(error.results.map((r) => r.event_id)).toEqual(received[0]!.events.map((e) => e.event_id));
-    expect(error.events.map((e) => e.event_id)).toEqual([...received[0]!.events, ...received[1]!.events].map((e) => e.event_id));
+    expect(error.events.map((e) => e.event_id)).toEqual(
+      [...received[0]!.events, ...received[1]!.events].map((e) => e.event_id),
+    );
   });
 
   it('refuses a batch size beyond the server’s limit', () => {
@@ -175,8 +204,12 @@ describe('producer retry timing', () => {
   const base = { baseMs: 100, maxMs: 10_000 };
 
   it('doubles per retry with jitter between 50 % and 100 %, capped', () => {
-    expect([1, 2, 3, 4].map((retry) => producerRetryDelayMs(retry, { ...base, random: () => 1 }))).toEqual([100, 200, 400, 800]);
-    expect([1, 2, 3, 4].map((retry) => producerRetryDelayMs(retry, { ...base, random: () => 0 }))).toEqual([50, 100, 200, 400]);
+    expect([1, 2, 3, 4].map((retry) => producerRetryDelayMs(retry, { ...base, random: () => 1 }))).toEqual([
+      100, 200, 400, 800,
+    ]);
+    expect([1, 2, 3, 4].map((retry) => producerRetryDelayMs(retry, { ...base, random: () => 0 }))).toEqual([
+      50, 100, 200, 400,
+    ]);
     expect(producerRetryDelayMs(20, { ...base, random: () => 1 })).toBe(10_000);
   });
 

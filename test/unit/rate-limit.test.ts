@@ -23,7 +23,15 @@ describe('takeSendToken (at most `rate` sends in any one second, counted in 50 m
 
   it('sends `rate` at once, then refuses until the second has passed; refusals queue behind each other', () => {
     // rate 4 at T0 (slot-aligned): 4 sent; the window has room again when slot 0 leaves it, at 1.05 s.
-    expect(run(4, [0, 0, 0, 0, 0, 0, 0])).toEqual([0, 0, 0, 0, 1_050_000, 1_050_000 + 262_500, 1_050_000 + 2 * 262_500]);
+    expect(run(4, [0, 0, 0, 0, 0, 0, 0])).toEqual([
+      0,
+      0,
+      0,
+      0,
+      1_050_000,
+      1_050_000 + 262_500,
+      1_050_000 + 2 * 262_500,
+    ]);
   });
 
   it('a refused send that comes back at its time is sent', () => {
@@ -92,8 +100,16 @@ describe('takeSendToken (at most `rate` sends in any one second, counted in 50 m
       0,
     );
     // 1 sent; the next 9 go in line 1.05 s apart (up to the 10 s horizon); the rest at half the horizon (random 0).
-    expect(answers).toEqual([0, ...Array.from({ length: 9 }, (_, i) => (i + 1) * 1_050_000), 5_000_000, 5_000_000, 5_000_000]);
-    expect(run(rate, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0.999_999).at(-1)).toBe(Math.floor(DEFER_HORIZON_US / 2 + (0.999_999 * DEFER_HORIZON_US) / 2));
+    expect(answers).toEqual([
+      0,
+      ...Array.from({ length: 9 }, (_, i) => (i + 1) * 1_050_000),
+      5_000_000,
+      5_000_000,
+      5_000_000,
+    ]);
+    expect(run(rate, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0.999_999).at(-1)).toBe(
+      Math.floor(DEFER_HORIZON_US / 2 + (0.999_999 * DEFER_HORIZON_US) / 2),
+    );
   });
 
   it('the line of refusals starts over once it has passed', () => {

@@ -9,7 +9,10 @@ import { TestEventSender } from '../../src/delivery/test-event.js';
 const root = path.resolve(import.meta.dirname, '../..');
 const readme = readFileSync(path.join(root, 'README.md'), 'utf8');
 /** The README's quick start: from its heading to the next top-level section. */
-const quickStart = readme.slice(readme.indexOf('## Quick start'), readme.indexOf('\n## ', readme.indexOf('## Quick start') + 1));
+const quickStart = readme.slice(
+  readme.indexOf('## Quick start'),
+  readme.indexOf('\n## ', readme.indexOf('## Quick start') + 1),
+);
 /** The JSON bodies of the webhook registrations in the quick start (`curl … -d '{"event_type": …}'`; ingest bodies hold `events`). */
 const registrations = [...quickStart.matchAll(/-d '(\{"event_type":[^']*\})'/g)].map(
   (m) => JSON.parse(m[1] ?? '') as { event_type: string; callback_url: string },
@@ -26,7 +29,9 @@ describe('README quick start', () => {
     const receiver = readFileSync(path.join(root, 'examples/demo-receiver/receiver.mjs'), 'utf8');
     const port = /process\.env\.PORT \?\? (\d+)/.exec(receiver)?.[1];
     expect(quickStart).toContain('node examples/demo-receiver/receiver.mjs');
-    expect(registrations.map((r) => r.callback_url)).toContainEqual(expect.stringMatching(new RegExp(`^http://127\\.0\\.0\\.1:${port}/`)));
+    expect(registrations.map((r) => r.callback_url)).toContainEqual(
+      expect.stringMatching(new RegExp(`^http://127\\.0\\.0\\.1:${port}/`)),
+    );
   });
 
   it('shows the test event as it is sent', async () => {

@@ -16,7 +16,9 @@ describe('isRedisUnavailable: storage cannot take this now (503 storage_unavaila
       reply('UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)'),
       named('ClusterAllFailedError', 'Failed to refresh slots cache.'),
       new Error('None of startup nodes is available'),
-      new Error('the Redis Cluster is reconfiguring: no connection to a master serving slot 4065 (the map names 127.0.0.1:7001)'),
+      new Error(
+        'the Redis Cluster is reconfiguring: no connection to a master serving slot 4065 (the map names 127.0.0.1:7001)',
+      ),
       reply('CLUSTERDOWN The cluster is down'),
       reply('TRYAGAIN Multiple keys request during rehashing of slot'),
     ]) {

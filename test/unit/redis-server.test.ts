@@ -1,10 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import { ensureRedisServerBinary, findRedisServerBinary, RedisServerUnavailableError } from '../../src/embedded/redis-server.js';
+import {
+  ensureRedisServerBinary,
+  findRedisServerBinary,
+  RedisServerUnavailableError,
+} from '../../src/embedded/redis-server.js';
 
 describe('ensureRedisServerBinary', () => {
   it('uses a binary that is already there, saying nothing', async () => {
     const said: string[] = [];
-    expect(await ensureRedisServerBinary((l) => said.push(l), { find: async () => '/opt/redis/bin/redis-server' })).toBe('/opt/redis/bin/redis-server');
+    expect(
+      await ensureRedisServerBinary((l) => said.push(l), { find: async () => '/opt/redis/bin/redis-server' }),
+    ).toBe('/opt/redis/bin/redis-server');
     expect(said).toEqual([]);
   });
 

@@ -4,12 +4,18 @@ import { parseRedisUrl, redisUrlForLog } from '../../src/config/redis-url.js';
 import { keySlot } from '../../src/store/redis.js';
 
 describe('parseRedisUrl', () => {
-  it.each(['redis://127.0.0.1:6379', 'rediss://user:pw@redis.example:6380/2', 'redis://localhost'])('passes one server through: %s', (url) => {
-    expect(parseRedisUrl(url)).toEqual({ ok: true, kind: 'server', url });
-  });
+  it.each(['redis://127.0.0.1:6379', 'rediss://user:pw@redis.example:6380/2', 'redis://localhost'])(
+    'passes one server through: %s',
+    (url) => {
+      expect(parseRedisUrl(url)).toEqual({ ok: true, kind: 'server', url });
+    },
+  );
 
   it.each([
-    ['redis+cluster://127.0.0.1:7000', { seeds: [{ host: '127.0.0.1', port: 7000 }], username: undefined, password: undefined, tls: false }],
+    [
+      'redis+cluster://127.0.0.1:7000',
+      { seeds: [{ host: '127.0.0.1', port: 7000 }], username: undefined, password: undefined, tls: false },
+    ],
     [
       'redis+cluster://10.0.0.1:7000,10.0.0.2:7001, redis-2.internal',
       {
@@ -23,7 +29,10 @@ describe('parseRedisUrl', () => {
         tls: false,
       },
     ],
-    ['rediss+cluster://:s%40cret@[::1]:7000/', { seeds: [{ host: '::1', port: 7000 }], username: undefined, password: 's@cret', tls: true }],
+    [
+      'rediss+cluster://:s%40cret@[::1]:7000/',
+      { seeds: [{ host: '::1', port: 7000 }], username: undefined, password: 's@cret', tls: true },
+    ],
     [
       'redis+cluster://hook:pw@h1:7000,h2:7000',
       {
@@ -55,9 +64,13 @@ describe('parseRedisUrl', () => {
   });
 
   it('is what REDIS_URL is validated with', () => {
-    expect(loadConfig({ REDIS_URL: 'redis+cluster://127.0.0.1:7000,127.0.0.1:7001' }).redisUrl).toBe('redis+cluster://127.0.0.1:7000,127.0.0.1:7001');
+    expect(loadConfig({ REDIS_URL: 'redis+cluster://127.0.0.1:7000,127.0.0.1:7001' }).redisUrl).toBe(
+      'redis+cluster://127.0.0.1:7000,127.0.0.1:7001',
+    );
     expect(() => loadConfig({ REDIS_URL: 'redis+cluster://h1:7000/3' })).toThrow(ConfigError);
-    expect(() => loadConfig({ REDIS_URL: 'redis+cluster://h1:7000/3' })).toThrow(/REDIS_URL: expected redis\+cluster:\/\//);
+    expect(() => loadConfig({ REDIS_URL: 'redis+cluster://h1:7000/3' })).toThrow(
+      /REDIS_URL: expected redis\+cluster:\/\//,
+    );
   });
 });
 

@@ -19,7 +19,13 @@ describe('attemptRequestHeaders', () => {
   const sent = { host: 'hooks.example.com:8443', bodyBytes: 612, signatures: 1, userAgent: 'Hookline/1.2.3' };
 
   it('rebuilds the headers in the order sent, with the signed timestamp and masked signatures', () => {
-    const headers = attemptRequestHeaders({ eventId: EVENT_ID, eventType: 'EVENT_TYPE_MACHINE_CREATED', attempt: 3, atMs: 1_763_726_400_999, sent });
+    const headers = attemptRequestHeaders({
+      eventId: EVENT_ID,
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      attempt: 3,
+      atMs: 1_763_726_400_999,
+      sent,
+    });
     expect(Object.entries(headers)).toEqual([
       ['host', 'hooks.example.com:8443'],
       ['connection', 'keep-alive'],
@@ -38,7 +44,9 @@ describe('attemptRequestHeaders', () => {
 
   it('shows one entry per signing secret, and no signature headers without a secret', () => {
     const input = { eventId: EVENT_ID, eventType: 'EVENT_TYPE_MACHINE_CREATED', attempt: 1, atMs: 0 };
-    expect(attemptRequestHeaders({ ...input, sent: { ...sent, signatures: 2 } })['webhook-signature']).toBe('v1,•••• v1,••••');
+    expect(attemptRequestHeaders({ ...input, sent: { ...sent, signatures: 2 } })['webhook-signature']).toBe(
+      'v1,•••• v1,••••',
+    );
     const unsigned = attemptRequestHeaders({ ...input, sent: { ...sent, signatures: 0 } });
     expect(Object.keys(unsigned).filter((name) => name.includes('signature'))).toEqual([]);
   });
@@ -54,7 +62,14 @@ describe('attemptRequestHeaders', () => {
   });
 
   it('holds the headers the sender is given, in their order, between the client’s and the sender’s own', () => {
-    const own = deliveryHeaders({ webhookId: EVENT_ID, eventType: 'EVENT_TYPE_MACHINE_CREATED', attempt: 1, timestampSec: 5, body: '{}', secrets: ['a', 'b'] });
+    const own = deliveryHeaders({
+      webhookId: EVENT_ID,
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      attempt: 1,
+      timestampSec: 5,
+      body: '{}',
+      secrets: ['a', 'b'],
+    });
     const shown = attemptRequestHeaders({
       eventId: EVENT_ID,
       eventType: 'EVENT_TYPE_MACHINE_CREATED',
@@ -62,7 +77,15 @@ describe('attemptRequestHeaders', () => {
       atMs: 5_000,
       sent: { ...sent, signatures: 2 },
     });
-    expect(Object.keys(shown)).toEqual(['host', 'connection', ...Object.keys(own), 'content-type', 'user-agent', 'content-length']);
-    for (const [name, value] of Object.entries(own)) expect(shown[name]).toBe(name.includes('signature') ? maskSignature(value) : value);
+    expect(Object.keys(shown)).toEqual([
+      'host',
+      'connection',
+      ...Object.keys(own),
+      'content-type',
+      'user-agent',
+      'content-length',
+    ]);
+    for (const [name, value] of Object.entries(own))
+      expect(shown[name]).toBe(name.includes('signature') ? maskSignature(value) : value);
   });
 });

@@ -22,7 +22,9 @@ describe('SecretBox (AES-256-GCM)', () => {
     const parts = sealed.split('.');
     const body = Buffer.from(parts[3] ?? '', 'base64url');
     body[0] = (body[0] ?? 0) ^ 1;
-    expect(() => new SecretBox(key).open([parts[0], parts[1], parts[2], body.toString('base64url')].join('.'), 'wh-1')).toThrow();
+    expect(() =>
+      new SecretBox(key).open([parts[0], parts[1], parts[2], body.toString('base64url')].join('.'), 'wh-1'),
+    ).toThrow();
     expect(() => new SecretBox(key).open('garbage', 'wh-1')).toThrow('unknown format');
   });
 
@@ -31,8 +33,12 @@ describe('SecretBox (AES-256-GCM)', () => {
     // HMAC-SHA256 under HKDF-SHA256(key, info "hookline opaque id: signing key id"), 16 bytes, base64url.
     expect(box.opaqueId('signing key id', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.1')).toBe('RB_Rf35WSAMmxEscTNiHVg');
     expect(box.opaqueId('signing key id', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.2')).toBe('DOpCbGhnfMaD95goDcZ2ew');
-    expect(box.opaqueId('another purpose', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.1')).not.toBe('RB_Rf35WSAMmxEscTNiHVg');
-    expect(new SecretBox(Buffer.alloc(32, 2)).opaqueId('signing key id', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.1')).not.toBe('RB_Rf35WSAMmxEscTNiHVg');
+    expect(box.opaqueId('another purpose', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.1')).not.toBe(
+      'RB_Rf35WSAMmxEscTNiHVg',
+    );
+    expect(
+      new SecretBox(Buffer.alloc(32, 2)).opaqueId('signing key id', '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f.1'),
+    ).not.toBe('RB_Rf35WSAMmxEscTNiHVg');
   });
 
   it('without a key (the CLI’s commands) seals and opens nothing', () => {

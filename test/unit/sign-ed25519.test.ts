@@ -5,13 +5,27 @@ import { signatureHeaders } from '../../src/delivery/sign.js';
 
 /** A private key from RFC 8032's raw seed and public key (hex). */
 function rfcKey(seedHex: string, publicHex: string) {
-  const jwk = { kty: 'OKP', crv: 'Ed25519', d: Buffer.from(seedHex, 'hex').toString('base64url'), x: Buffer.from(publicHex, 'hex').toString('base64url') };
-  return { privateKey: createPrivateKey({ key: jwk, format: 'jwk' }), publicKey: createPublicKey({ key: { ...jwk, d: undefined }, format: 'jwk' }) };
+  const jwk = {
+    kty: 'OKP',
+    crv: 'Ed25519',
+    d: Buffer.from(seedHex, 'hex').toString('base64url'),
+    x: Buffer.from(publicHex, 'hex').toString('base64url'),
+  };
+  return {
+    privateKey: createPrivateKey({ key: jwk, format: 'jwk' }),
+    publicKey: createPublicKey({ key: { ...jwk, d: undefined }, format: 'jwk' }),
+  };
 }
 
 // RFC 8032 section 7.1, TEST 1 and TEST 2.
-const TEST1 = rfcKey('9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60', 'd75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a');
-const TEST2 = rfcKey('4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb', '3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c');
+const TEST1 = rfcKey(
+  '9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60',
+  'd75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a',
+);
+const TEST2 = rfcKey(
+  '4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb',
+  '3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c',
+);
 
 const ID = 'msg_p5jXN8AQM9LWM0D4loKWxJek';
 const TS = 1614265330;
@@ -33,12 +47,16 @@ describe('Ed25519 signatures (v1a)', () => {
   it('signs `{id}.{timestamp}.{body}`, the content v1 signs: a fixed vector, checked by node:crypto alone', () => {
     const signature = asymmetricSignature(TEST1.privateKey, ID, TS, BODY);
     expect(signature).toBe(V1A_VECTOR);
-    expect(verify(null, Buffer.from(`${ID}.${TS}.${BODY}`), TEST1.publicKey, Buffer.from(signature, 'base64'))).toBe(true);
+    expect(verify(null, Buffer.from(`${ID}.${TS}.${BODY}`), TEST1.publicKey, Buffer.from(signature, 'base64'))).toBe(
+      true,
+    );
   });
 
   it('writes public keys as whpk_ and reads them back from whpk_, JWK and KeyObject', () => {
     const text = publicKeyText(TEST1.publicKey);
-    expect(text).toBe(`whpk_${Buffer.from('d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a', 'hex').toString('base64')}`);
+    expect(text).toBe(
+      `whpk_${Buffer.from('d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a', 'hex').toString('base64')}`,
+    );
     const jwk = TEST1.publicKey.export({ format: 'jwk' });
     for (const form of [text, jwk, TEST1.publicKey]) expect(ed25519PublicKey(form).equals(TEST1.publicKey)).toBe(true);
     expect(() => ed25519PublicKey('whpk_AAAA')).toThrow(/32 bytes/);
@@ -47,7 +65,13 @@ describe('Ed25519 signatures (v1a)', () => {
   });
 
   it('signatureHeaders: keys alone give only v1a (no legacy header); with a secret, v1 and v1a and the legacy HMAC', () => {
-    const keysOnly = signatureHeaders({ webhookId: ID, timestampSec: TS, body: BODY, secrets: [], signingKeys: [TEST1.privateKey] });
+    const keysOnly = signatureHeaders({
+      webhookId: ID,
+      timestampSec: TS,
+      body: BODY,
+      secrets: [],
+      signingKeys: [TEST1.privateKey],
+    });
     expect(keysOnly['webhook-signature']).toBe(`v1a,${V1A_VECTOR}`);
     expect(keysOnly['x-webhook-signature']).toBeUndefined();
     const both = signatureHeaders({
@@ -63,9 +87,21 @@ describe('Ed25519 signatures (v1a)', () => {
   });
 
   it('verifyAsymmetricWebhook accepts a genuine request and refuses tampering, other keys and old timestamps', () => {
-    const headers = signatureHeaders({ webhookId: ID, timestampSec: TS, body: BODY, secrets: [], signingKeys: [TEST1.privateKey] });
+    const headers = signatureHeaders({
+      webhookId: ID,
+      timestampSec: TS,
+      body: BODY,
+      secrets: [],
+      signingKeys: [TEST1.privateKey],
+    });
     const check = (overrides: Partial<Parameters<typeof verifyAsymmetricWebhook>[0]>) =>
-      verifyAsymmetricWebhook({ publicKeys: [publicKeyText(TEST1.publicKey)], headers, body: BODY, nowSec: TS + 10, ...overrides });
+      verifyAsymmetricWebhook({
+        publicKeys: [publicKeyText(TEST1.publicKey)],
+        headers,
+        body: BODY,
+        nowSec: TS + 10,
+        ...overrides,
+      });
     expect(check({})).toBe(true);
     expect(check({ body: BODY.replace('2432', '2433') })).toBe(false);
     expect(check({ publicKeys: [TEST2.publicKey] })).toBe(false);
@@ -74,12 +110,22 @@ describe('Ed25519 signatures (v1a)', () => {
     expect(check({ nowSec: TS + 301 })).toBe(false);
     expect(check({ headers: { ...headers, 'webhook-id': 'msg_other' } })).toBe(false);
     // A v1 HMAC entry is no v1a signature.
-    expect(check({ headers: { ...headers, 'webhook-signature': 'v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=' } })).toBe(false);
+    expect(
+      check({ headers: { ...headers, 'webhook-signature': 'v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=' } }),
+    ).toBe(false);
   });
 
   it('a fresh key pair signs and verifies', () => {
     const { privateKey, publicKey } = generateKeyPairSync('ed25519');
-    const headers = signatureHeaders({ webhookId: ID, timestampSec: TS, body: BODY, secrets: [], signingKeys: [privateKey] });
-    expect(verifyAsymmetricWebhook({ publicKeys: [publicKeyText(publicKey)], headers, body: Buffer.from(BODY), nowSec: TS })).toBe(true);
+    const headers = signatureHeaders({
+      webhookId: ID,
+      timestampSec: TS,
+      body: BODY,
+      secrets: [],
+      signingKeys: [privateKey],
+    });
+    expect(
+      verifyAsymmetricWebhook({ publicKeys: [publicKeyText(publicKey)], headers, body: Buffer.from(BODY), nowSec: TS }),
+    ).toBe(true);
   });
 });

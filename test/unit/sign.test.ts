@@ -52,7 +52,9 @@ describe('signatureHeaders', () => {
     const secret = 'plain secret ✓';
     const headers = signatureHeaders({ webhookId: ID, timestampSec: 1_700_000_000, body: BODY, secrets: [secret] });
     expect(headers['webhook-signature']).toBe(`v1,${reference(Buffer.from(secret, 'utf8'), ID, 1_700_000_000, BODY)}`);
-    expect(headers['x-webhook-signature']).toBe(`sha256=${createHmac('sha256', Buffer.from(secret, 'utf8')).update(BODY).digest('hex')}`);
+    expect(headers['x-webhook-signature']).toBe(
+      `sha256=${createHmac('sha256', Buffer.from(secret, 'utf8')).update(BODY).digest('hex')}`,
+    );
   });
 
   it('verifies with the standardwebhooks package for whsec_ and plain secrets', () => {
@@ -62,7 +64,9 @@ describe('signatureHeaders', () => {
 
     // A plain secret's key is its UTF-8 bytes, which the package takes in its raw format.
     const plain = signatureHeaders({ webhookId: ID, timestampSec: nowSec, body: BODY, secrets: ['plain-secret ✓'] });
-    expect(new Webhook(Buffer.from('plain-secret ✓', 'utf8'), { format: 'raw' }).verify(BODY, plain)).toEqual(JSON.parse(BODY));
+    expect(new Webhook(Buffer.from('plain-secret ✓', 'utf8'), { format: 'raw' }).verify(BODY, plain)).toEqual(
+      JSON.parse(BODY),
+    );
 
     // And it really checks: another secret or another body fails.
     expect(() => new Webhook('whsec_AAECAwQFBgcICQoLDA0ODw==').verify(BODY, whsec)).toThrow();
@@ -74,7 +78,10 @@ describe('signatureHeaders', () => {
     const nowSec = Math.floor(Date.now() / 1000);
     const headers = signatureHeaders({ webhookId: ID, timestampSec: nowSec, body: BODY, secrets: [WHSEC, previous] });
     const entries = headers['webhook-signature']?.split(' ');
-    expect(entries).toEqual([`v1,${reference(secretKeyBytes(WHSEC), ID, nowSec, BODY)}`, `v1,${reference(secretKeyBytes(previous), ID, nowSec, BODY)}`]);
+    expect(entries).toEqual([
+      `v1,${reference(secretKeyBytes(WHSEC), ID, nowSec, BODY)}`,
+      `v1,${reference(secretKeyBytes(previous), ID, nowSec, BODY)}`,
+    ]);
     // A receiver holding either secret accepts the delivery.
     expect(() => new Webhook(WHSEC).verify(BODY, headers)).not.toThrow();
     expect(() => new Webhook(previous).verify(BODY, headers)).not.toThrow();
@@ -84,11 +91,20 @@ describe('signatureHeaders', () => {
 
   it('signs the legacy header with the previous secret during a rotation and the current one otherwise (vectors)', () => {
     const body = '{"a":1}';
-    const during = signatureHeaders({ webhookId: 'msg_1', timestampSec: 1_700_000_000, body, secrets: ['new-secret', 'old-secret'] });
+    const during = signatureHeaders({
+      webhookId: 'msg_1',
+      timestampSec: 1_700_000_000,
+      body,
+      secrets: ['new-secret', 'old-secret'],
+    });
     const after = signatureHeaders({ webhookId: 'msg_1', timestampSec: 1_700_000_000, body, secrets: ['new-secret'] });
     // HMAC-SHA256 hex of {"a":1} under the UTF-8 bytes of each secret (openssl dgst -sha256 -hmac).
-    expect(during['x-webhook-signature']).toBe('sha256=3c72ab878c4ed3c2fde01df3b26de050e00acb2627397bd6fae626b378f72931');
-    expect(after['x-webhook-signature']).toBe('sha256=fb31df14fa9b660a954226e53cb92e1230d5de9a9946a386b5ca88f048ab3709');
+    expect(during['x-webhook-signature']).toBe(
+      'sha256=3c72ab878c4ed3c2fde01df3b26de050e00acb2627397bd6fae626b378f72931',
+    );
+    expect(after['x-webhook-signature']).toBe(
+      'sha256=fb31df14fa9b660a954226e53cb92e1230d5de9a9946a386b5ca88f048ab3709',
+    );
   });
 
   it('sends only the id and timestamp without a secret', () => {

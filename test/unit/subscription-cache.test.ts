@@ -40,9 +40,17 @@ describe('CachedSubscriptions', () => {
       { vendorId: 'v2', eventType: CREATED },
       { vendorId: 'v1', eventType: CREATED },
     ];
-    expect(await cache.matchMany(batch)).toEqual([{ webhookId: 'w1', fifo: false }, undefined, { webhookId: 'w1', fifo: false }]);
+    expect(await cache.matchMany(batch)).toEqual([
+      { webhookId: 'w1', fifo: false },
+      undefined,
+      { webhookId: 'w1', fifo: false },
+    ]);
     expect(registry.asked).toEqual([[batch[0], batch[1]]]);
-    expect(await cache.matchMany(batch)).toEqual([{ webhookId: 'w1', fifo: false }, undefined, { webhookId: 'w1', fifo: false }]);
+    expect(await cache.matchMany(batch)).toEqual([
+      { webhookId: 'w1', fifo: false },
+      undefined,
+      { webhookId: 'w1', fifo: false },
+    ]);
     expect(registry.asked).toHaveLength(1);
   });
 
@@ -105,7 +113,8 @@ describe('CachedSubscriptions', () => {
       () => 0,
       100,
     );
-    for (let i = 0; i < 1_000; i += 50) await cache.matchMany(Array.from({ length: 50 }, (_, j) => ({ vendorId: `v${i + j}`, eventType: CREATED })));
+    for (let i = 0; i < 1_000; i += 50)
+      await cache.matchMany(Array.from({ length: 50 }, (_, j) => ({ vendorId: `v${i + j}`, eventType: CREATED })));
     const before = registry.asked.length;
     // The last batch is still known; the first ones were let go.
     await cache.matchMany(Array.from({ length: 50 }, (_, j) => ({ vendorId: `v${950 + j}`, eventType: CREATED })));

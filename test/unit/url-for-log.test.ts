@@ -5,7 +5,10 @@ describe('urlForLog', () => {
   it.each([
     ['/vendors/v1/webhooks', '/vendors/v1/webhooks'],
     ['/vendors/v1/webhooks?api_key=hk_abc', '/vendors/v1/webhooks?api_key=[redacted]'],
-    ['/rental/v1/machines?filter=gpu_name:rtx&page=2&page_size=', '/rental/v1/machines?filter=[redacted]&page=[redacted]&page_size=[redacted]'],
+    [
+      '/rental/v1/machines?filter=gpu_name:rtx&page=2&page_size=',
+      '/rental/v1/machines?filter=[redacted]&page=[redacted]&page_size=[redacted]',
+    ],
     ['/a?token=secret-value&x=1', '/a?token=[redacted]&x=[redacted]'],
     ['/a?flag', '/a?flag=[redacted]'],
     ['/a?', '/a'],

@@ -9,7 +9,10 @@ import { SNIPPETS } from '../../web/portal/src/verify-snippets.js';
 function pythonReady(): boolean {
   const probe = spawnSync('python3', ['-c', 'import cryptography'], { encoding: 'utf8' });
   if (probe.status === 0) return true;
-  if (process.env.CI) throw new Error('the Python snippet tests need python3 with cryptography in CI (apt-get install python3-cryptography)');
+  if (process.env.CI)
+    throw new Error(
+      'the Python snippet tests need python3 with cryptography in CI (apt-get install python3-cryptography)',
+    );
   return false;
 }
 
@@ -67,7 +70,13 @@ describe.skipIf(!pythonReady())('the portal’s Python verification snippets, ru
       secrets: [],
       signingKeys: [current.privateKey, previous.privateKey],
     });
-    const old = signatureHeaders({ webhookId: 'e-1', timestampSec: nowSec - 600, body: BODY, secrets: [], signingKeys: [current.privateKey] });
+    const old = signatureHeaders({
+      webhookId: 'e-1',
+      timestampSec: nowSec - 600,
+      body: BODY,
+      secrets: [],
+      signingKeys: [current.privateKey],
+    });
     const cases = [
       { headers, body: BODY, keys: [publicKeyText(current.publicKey)] },
       { headers, body: BODY, keys: [publicKeyText(previous.publicKey)] },
@@ -75,12 +84,12 @@ describe.skipIf(!pythonReady())('the portal’s Python verification snippets, ru
       { headers, body: BODY, keys: [publicKeyText(stranger.publicKey)] },
       { headers: old, body: BODY, keys: [publicKeyText(current.publicKey)] },
     ];
-    expect(runPython(snippet('Python: Ed25519 (v1a) with cryptography'), 'verify_v1a(case["keys"], headers, raw_body)', cases)).toEqual([
-      true,
-      true,
-      false,
-      false,
-      false,
-    ]);
+    expect(
+      runPython(
+        snippet('Python: Ed25519 (v1a) with cryptography'),
+        'verify_v1a(case["keys"], headers, raw_body)',
+        cases,
+      ),
+    ).toEqual([true, true, false, false, false]);
   });
 });

@@ -1,10 +1,19 @@
 import { describe, expect, it } from 'vitest';
-import { callbackTargetProblem, callbackUrlProblem, secretProblem, webhookCreateSchema, webhookPatchSchema } from '../../src/domain/webhook.js';
+import {
+  callbackTargetProblem,
+  callbackUrlProblem,
+  secretProblem,
+  webhookCreateSchema,
+  webhookPatchSchema,
+} from '../../src/domain/webhook.js';
 
 describe('callbackUrlProblem', () => {
-  it.each(['https://example.com/hook', 'http://127.0.0.1:8080/x?y=1', 'https://[::1]:9000/', 'https://xn--bcher-kva.example/'])('accepts %s', (url) =>
-    expect(callbackUrlProblem(url)).toBeUndefined(),
-  );
+  it.each([
+    'https://example.com/hook',
+    'http://127.0.0.1:8080/x?y=1',
+    'https://[::1]:9000/',
+    'https://xn--bcher-kva.example/',
+  ])('accepts %s', (url) => expect(callbackUrlProblem(url)).toBeUndefined());
   it.each([
     ['', 'must not be empty'],
     ['example.com/hook', 'valid absolute URL'],
@@ -45,7 +54,9 @@ describe('callbackTargetProblem (the SSRF guard at registration)', () => {
     'https://localhost.example.com/',
     'https://mylocalhost/',
     'https://10.0.0.1.nip.io/',
-  ])('accepts %s (names are checked where they resolve: at delivery)', (url) => expect(callbackTargetProblem(url)).toBeUndefined());
+  ])('accepts %s (names are checked where they resolve: at delivery)', (url) =>
+    expect(callbackTargetProblem(url)).toBeUndefined(),
+  );
 });
 
 describe('secretProblem', () => {
@@ -63,7 +74,9 @@ describe('secretProblem', () => {
 
 describe('webhook body schemas', () => {
   it('parses a full create body and leaves secret optional', () => {
-    expect(webhookCreateSchema.parse({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/' })).toEqual({
+    expect(
+      webhookCreateSchema.parse({ event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/' }),
+    ).toEqual({
       event_type: 'EVENT_TYPE_MACHINE_CREATED',
       callback_url: 'https://a.example/',
     });
@@ -82,15 +95,18 @@ describe('rate_limit_per_second', () => {
     expect(webhookCreateSchema.parse({ ...base, rate_limit_per_second: rate }).rate_limit_per_second).toBe(rate);
     expect(webhookPatchSchema.parse({ rate_limit_per_second: rate })).toEqual({ rate_limit_per_second: rate });
   });
-  it.each([0, -1, 1.5, 'x', '20', 10_001, true, Number.MAX_SAFE_INTEGER + 2])('refuses %j with a message naming the field', (rate) => {
-    for (const result of [
-      webhookCreateSchema.safeParse({ ...base, rate_limit_per_second: rate }),
-      webhookPatchSchema.safeParse({ rate_limit_per_second: rate }),
-    ]) {
-      expect(result.success).toBe(false);
-      expect(new Set(result.error?.issues.map((issue) => issue.message))).toEqual(new Set([problem]));
-    }
-  });
+  it.each([0, -1, 1.5, 'x', '20', 10_001, true, Number.MAX_SAFE_INTEGER + 2])(
+    'refuses %j with a message naming the field',
+    (rate) => {
+      for (const result of [
+        webhookCreateSchema.safeParse({ ...base, rate_limit_per_second: rate }),
+        webhookPatchSchema.safeParse({ rate_limit_per_second: rate }),
+      ]) {
+        expect(result.success).toBe(false);
+        expect(new Set(result.error?.issues.map((issue) => issue.message))).toEqual(new Set([problem]));
+      }
+    },
+  );
   it('is removed by null on PATCH only; absent on create means unlimited', () => {
     expect(webhookPatchSchema.parse({ rate_limit_per_second: null })).toEqual({ rate_limit_per_second: null });
     expect(webhookCreateSchema.safeParse({ ...base, rate_limit_per_second: null }).success).toBe(false);
@@ -105,9 +121,14 @@ describe('ordering', () => {
     expect(webhookPatchSchema.parse({ ordering })).toEqual({ ordering });
   });
   it.each(['FIFO', 'lifo', '', null, 1, true, ['fifo']])('refuses %j with a message naming the field', (ordering) => {
-    for (const result of [webhookCreateSchema.safeParse({ ...base, ordering }), webhookPatchSchema.safeParse({ ordering })]) {
+    for (const result of [
+      webhookCreateSchema.safeParse({ ...base, ordering }),
+      webhookPatchSchema.safeParse({ ordering }),
+    ]) {
       expect(result.success).toBe(false);
-      expect(new Set(result.error?.issues.map((issue) => issue.message))).toEqual(new Set(['ordering must be "fifo" or "none"']));
+      expect(new Set(result.error?.issues.map((issue) => issue.message))).toEqual(
+        new Set(['ordering must be "fifo" or "none"']),
+      );
     }
   });
   it('is absent on create unless given', () => {

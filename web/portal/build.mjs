@@ -44,7 +44,10 @@ function upToDate(outDir) {
     return false;
   }
   const inputs = stamp.inputs.map(([file]) => file);
-  return JSON.stringify(fingerprint(inputs)) === JSON.stringify(stamp.inputs) && stamp.outputs.every((name) => existsSync(path.join(outDir, name)));
+  return (
+    JSON.stringify(fingerprint(inputs)) === JSON.stringify(stamp.inputs) &&
+    stamp.outputs.every((name) => existsSync(path.join(outDir, name)))
+  );
 }
 
 /**
@@ -84,13 +87,18 @@ export async function buildPortal(outDir = DEFAULT_OUT_DIR) {
   // An earlier build's assets go: the server serves every file it finds here.
   const current = new Set(outputs.map((file) => file.name));
   for (const name of readdirSync(assetDir)) if (!current.has(name)) rmSync(path.join(assetDir, name));
-  const inputs = [...Object.keys(result.metafile.inputs).map((file) => path.resolve(file)), path.join(here, 'index.html'), fileURLToPath(import.meta.url)];
+  const inputs = [
+    ...Object.keys(result.metafile.inputs).map((file) => path.resolve(file)),
+    path.join(here, 'index.html'),
+    fileURLToPath(import.meta.url),
+  ];
   const written = [...current].map((name) => `assets/${name}`).concat('index.html');
   writeFileSync(stampOf(outDir), `${JSON.stringify({ inputs: fingerprint(inputs), outputs: written })}\n`);
 
-  return [...outputs.map((file) => ({ name: `assets/${file.name}`, contents: file.contents })), { name: 'index.html', contents: Buffer.from(index) }].map(
-    ({ name, contents }) => ({ name, bytes: contents.length, gzipBytes: gzipSync(contents, { level: 9 }).length }),
-  );
+  return [
+    ...outputs.map((file) => ({ name: `assets/${file.name}`, contents: file.contents })),
+    { name: 'index.html', contents: Buffer.from(index) },
+  ].map(({ name, contents }) => ({ name, bytes: contents.length, gzipBytes: gzipSync(contents, { level: 9 }).length }));
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

@@ -17,7 +17,8 @@ export function agentRoutes(deps: { authorize: Authorizer; agents: DocLookup<Age
         schema: {
           tags: ['rental'],
           summary: 'Get the agent status of a deployment',
-          description: 'deployment_id: 1-128 characters of letters, digits and . _ : @ - (starting with a letter or digit).',
+          description:
+            'deployment_id: 1-128 characters of letters, digits and . _ : @ - (starting with a letter or digit).',
           params: z.object({ deployment_id: z.string().describe('Deployment id.') }),
           querystring: noQueryParameters,
           response: { 200: agentStatusSchema, ...errorResponses(400, 401, 403, 404, 500) },
@@ -26,7 +27,10 @@ export function agentRoutes(deps: { authorize: Authorizer; agents: DocLookup<Age
       async (request) => {
         const { deployment_id: deploymentId } = request.params;
         if (!EXTERNAL_ID_RE.test(deploymentId)) {
-          throw new ApiError('invalid_deployment_id', deploymentId === '' ? 'deployment_id is required' : 'Invalid deployment_id format');
+          throw new ApiError(
+            'invalid_deployment_id',
+            deploymentId === '' ? 'deployment_id is required' : 'Invalid deployment_id format',
+          );
         }
         const agent = await deps.agents.get(deploymentId);
         if (!agent) throw new ApiError('deployment_not_found');

@@ -10,7 +10,9 @@ const catalogueSchema = z
       z.object({
         event_type: z.enum(WEBHOOK_EVENT_TYPES),
         description: z.string().describe('When the event is sent and what its data is.'),
-        schema: z.record(z.string(), z.unknown()).describe('JSON Schema (draft 2020-12) of the whole body a webhook of this type receives.'),
+        schema: z
+          .record(z.string(), z.unknown())
+          .describe('JSON Schema (draft 2020-12) of the whole body a webhook of this type receives.'),
         sample: z.record(z.string(), z.unknown()).describe('A body as it is sent.'),
       }),
     ),

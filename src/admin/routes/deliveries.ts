@@ -20,7 +20,9 @@ export const deliverySchema = z
     delivery_id: z.string(),
     event_id: z.string(),
     event_type: z.string(),
-    status: z.enum(DELIVERY_STATUSES).describe('pending, retrying, delivered, dead (dead letter), dropped (webhook deleted) or replayed.'),
+    status: z
+      .enum(DELIVERY_STATUSES)
+      .describe('pending, retrying, delivered, dead (dead letter), dropped (webhook deleted) or replayed.'),
     attempts: z.number().int(),
     last_outcome: z
       .string()
@@ -93,7 +95,13 @@ function toAttempt(a: AttemptRecord, delivery: DeliverySummary): z.infer<typeof 
     request_headers:
       a.sent === undefined
         ? null
-        : attemptRequestHeaders({ eventId: delivery.eventId, eventType: delivery.eventType, attempt: a.attempt, atMs: a.atMs, sent: a.sent }),
+        : attemptRequestHeaders({
+            eventId: delivery.eventId,
+            eventType: delivery.eventType,
+            attempt: a.attempt,
+            atMs: a.atMs,
+            sent: a.sent,
+          }),
   };
 }
 
@@ -111,9 +119,14 @@ const limitQuery = queryParameters({ limit });
 const timeBound = (name: string) =>
   z
     .string()
-    .refine((text) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/.test(text) && Number.isFinite(Date.parse(text)), {
-      message: `${name} must be an ISO 8601 time with a time zone, e.g. 2026-11-24T10:00:00Z`,
-    })
+    .refine(
+      (text) =>
+        /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/.test(text) &&
+        Number.isFinite(Date.parse(text)),
+      {
+        message: `${name} must be an ISO 8601 time with a time zone, e.g. 2026-11-24T10:00:00Z`,
+      },
+    )
     .transform((text) => Date.parse(text))
     .optional();
 
@@ -123,10 +136,18 @@ const deliveriesQuery = queryParameters({
     .enum(DELIVERY_STATUSES, { error: `status must be one of ${DELIVERY_STATUSES.join(', ')}` })
     .optional()
     .describe(`Only deliveries in this status (${DELIVERY_STATUSES.join(', ')}).`),
-  event_type: z.string().max(128).optional().describe('Only deliveries of this event type (a test event has the webhook’s).'),
+  event_type: z
+    .string()
+    .max(128)
+    .optional()
+    .describe('Only deliveries of this event type (a test event has the webhook’s).'),
   since: timeBound('since').describe('Only deliveries accepted at or after this time (ISO 8601).'),
   until: timeBound('until').describe('Only deliveries accepted at or before this time (ISO 8601).'),
-  cursor: z.string().max(200).optional().describe('next_cursor of the previous page: continues after its last delivery, with the same filters.'),
+  cursor: z
+    .string()
+    .max(200)
+    .optional()
+    .describe('next_cursor of the previous page: continues after its last delivery, with the same filters.'),
 });
 
 /** A page cursor: the accepted time and id of the page's last delivery, opaque to clients. */
@@ -204,7 +225,10 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
           ...(until === undefined ? {} : { untilMs: until }),
           ...(cursor === undefined ? {} : { after: decodeCursor(cursor) }),
         });
-        return { deliveries: page.deliveries.map(toDelivery), next_cursor: page.next === undefined ? null : encodeCursor(page.next) };
+        return {
+          deliveries: page.deliveries.map(toDelivery),
+          next_cursor: page.next === undefined ? null : encodeCursor(page.next),
+        };
       },
     );
 
@@ -219,14 +243,20 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
             'Each attempt with its time, outcome, status code, duration, the first 4 KiB of the answer, and the headers of the request it sent (signatures masked).',
           params: deliveryParams,
           querystring: noQueryParameters,
-          response: { 200: z.object({ delivery: deliverySchema, attempts: z.array(attemptSchema) }), ...errorResponses(400, 401, 403, 404) },
+          response: {
+            200: z.object({ delivery: deliverySchema, attempts: z.array(attemptSchema) }),
+            ...errorResponses(400, 401, 403, 404),
+          },
         },
       },
       async (request) => {
         const webhook = await ownWebhook(request, request.params.webhook_id);
         const found = await deps.history.get(webhook.id, checkedDeliveryId(request.params.delivery_id));
         if (!found) throw new ApiError('delivery_not_found');
-        return { delivery: toDelivery(found.delivery), attempts: found.attempts.map((a) => toAttempt(a, found.delivery)) };
+        return {
+          delivery: toDelivery(found.delivery),
+          attempts: found.attempts.map((a) => toAttempt(a, found.delivery)),
+        };
       },
     );
 
@@ -243,7 +273,10 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
           response: {
             200: z.object({
               dead_letters: z.array(deliverySchema),
-              total: z.number().int().describe('How many dead letters the webhook has: the ones a bulk replay started now would replay.'),
+              total: z
+                .number()
+                .int()
+                .describe('How many dead letters the webhook has: the ones a bulk replay started now would replay.'),
             }),
             ...errorResponses(400, 401, 403, 404),
           },
@@ -269,7 +302,10 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
           description: 'Queues a new delivery of the same event; answers its id.',
           params: deliveryParams,
           querystring: noQueryParameters,
-          response: { 202: z.object({ delivery_id: z.string(), replay_of: z.string() }), ...errorResponses(400, 401, 403, 404, 409) },
+          response: {
+            202: z.object({ delivery_id: z.string(), replay_of: z.string() }),
+            ...errorResponses(400, 401, 403, 404, 409),
+          },
         },
       },
       async (request, reply) => {
@@ -288,7 +324,8 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Replay every dead letter of a webhook',
-          description: 'Runs as a task: poll GET /rental/v1/tasks/{task_id} (with a tasks:read key) for status and progress.',
+          description:
+            'Runs as a task: poll GET /rental/v1/tasks/{task_id} (with a tasks:read key) for status and progress.',
           params: webhookParams,
           querystring: noQueryParameters,
           response: { 202: z.object({ task_id: z.string() }), ...errorResponses(400, 401, 403, 404) },
@@ -307,10 +344,14 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Send a test event',
-          description: 'Queues a signed event of the webhook’s type with data {"test": true, "message": "A test event sent from the Hookline API."}.',
+          description:
+            'Queues a signed event of the webhook’s type with data {"test": true, "message": "A test event sent from the Hookline API."}.',
           params: webhookParams,
           querystring: noQueryParameters,
-          response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }), ...errorResponses(400, 401, 403, 404) },
+          response: {
+            202: z.object({ delivery_id: z.string(), event_id: z.string() }),
+            ...errorResponses(400, 401, 403, 404),
+          },
         },
       },
       async (request, reply) => {

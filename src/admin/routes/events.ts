@@ -13,9 +13,9 @@ export const EVENTS_BODY_LIMIT_BYTES = 5 * 1024 * 1024;
 /** What the OpenAPI document shows: one event, or a batch of them. */
 const documentedBody = z.union([
   ingestEventSchema,
-  z
-    .object({ events: z.array(ingestEventSchema).min(1).max(EVENT_BATCH_SIZE_MAX) })
-    .meta({ description: `A batch of 1-${EVENT_BATCH_SIZE_MAX} events, each accepted, duplicate or rejected on its own.` }),
+  z.object({ events: z.array(ingestEventSchema).min(1).max(EVENT_BATCH_SIZE_MAX) }).meta({
+    description: `A batch of 1-${EVENT_BATCH_SIZE_MAX} events, each accepted, duplicate or rejected on its own.`,
+  }),
 ]);
 
 /**
@@ -30,7 +30,10 @@ const outerShape = z
     const beside = Object.keys(body).filter((key) => key !== 'events');
     if (beside.length > 0) {
       // A field meant for the events (vendor_id, say) would otherwise be silently ignored.
-      ctx.addIssue({ code: 'custom', message: `unknown field ${beside.map((key) => JSON.stringify(key)).join(', ')} (a batch is { "events": [ … ] } alone)` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `unknown field ${beside.map((key) => JSON.stringify(key)).join(', ')} (a batch is { "events": [ … ] } alone)`,
+      });
     }
     const events = body.events;
     const problem = !Array.isArray(events)
@@ -56,9 +59,10 @@ const acceptedResponse = z.object(resultCounts);
  * 400 when no event of the request was taken: an error, so that a producer which treats any 2xx as
  * done (and retries only 5xx) notices, and still with every event's reason.
  */
-const allRejectedResponse = errorSchema
-  .extend({ code: z.literal('events_rejected'), ...resultCounts })
-  .meta({ id: 'EventsRejected', description: 'Every event of the request was rejected: nothing was ingested; each result names its reason.' });
+const allRejectedResponse = errorSchema.extend({ code: z.literal('events_rejected'), ...resultCounts }).meta({
+  id: 'EventsRejected',
+  description: 'Every event of the request was rejected: nothing was ingested; each result names its reason.',
+});
 
 /** The ingest route's own limit: events (not requests) per second per API key. */
 export interface IngestRateLimit {
@@ -89,7 +93,11 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsyncZod {
         bodyLimit: EVENTS_BODY_LIMIT_BYTES,
         // The body schema documents the events; validation checks only the outer shape (see outerShape).
         // Fastify compiles each part on its own and hands over that part's schema (typed as the route's).
-        validatorCompiler: (route) => validatorCompiler({ ...route, schema: route.httpPart === 'body' ? outerShape : (route.schema as unknown as z.ZodType) }),
+        validatorCompiler: (route) =>
+          validatorCompiler({
+            ...route,
+            schema: route.httpPart === 'body' ? outerShape : (route.schema as unknown as z.ZodType),
+          }),
         schema: {
           tags: ['ingest'],
           summary: 'Ingest events',
@@ -104,24 +112,41 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsyncZod {
             'with Retry-After: 1 and none of its events is ingested (a request into an otherwise empty second always passes).',
           querystring: noQueryParameters,
           body: documentedBody,
-          response: { 202: acceptedResponse, ...errorResponses(401, 403, 413, 415, 429, 500, 503), 400: z.union([allRejectedResponse, errorSchema]) },
+          response: {
+            202: acceptedResponse,
+            ...errorResponses(401, 403, 413, 415, 429, 500, 503),
+            400: z.union([allRejectedResponse, errorSchema]),
+          },
         },
       },
       async (request, reply) => {
         // Typed by the documented schema, but only the outer shape has been checked.
         const body = request.body as unknown as Record<string, unknown>;
         const events = Array.isArray(body.events) ? (body.events as unknown[]) : [body];
-        if (limit && !(await limit.budget.take(principalOf(request).keyId, events.length, limit.perSecond, limit.nowMs()))) {
+        if (
+          limit &&
+          !(await limit.budget.take(principalOf(request).keyId, events.length, limit.perSecond, limit.nowMs()))
+        ) {
           void reply.header('retry-after', '1');
-          throw new ApiError('rate_limited', `Ingest rate limit of ${limit.perSecond} events per second for this API key exceeded; retry after 1 s`);
+          throw new ApiError(
+            'rate_limited',
+            `Ingest rate limit of ${limit.perSecond} events per second for this API key exceeded; retry after 1 s`,
+          );
         }
         const results = await deps.ingestor.ingest(events, 'http');
         const count = (status: string) => results.filter((r) => r.status === status).length;
-        const answer = { results, accepted: count('accepted'), duplicates: count('duplicate'), rejected: count('rejected') };
+        const answer = {
+          results,
+          accepted: count('accepted'),
+          duplicates: count('duplicate'),
+          rejected: count('rejected'),
+        };
         if (answer.rejected === results.length) {
           const first = results[0]?.reason ?? '';
           const error =
-            results.length === 1 ? `The event was rejected: ${first}` : `All ${results.length} events were rejected (see results); the first: ${first}`;
+            results.length === 1
+              ? `The event was rejected: ${first}`
+              : `All ${results.length} events were rejected (see results); the first: ${first}`;
           return reply.code(400).send({ ...errorBody('events_rejected', error), code: 'events_rejected', ...answer });
         }
         return reply.code(202).send(answer);

@@ -12,11 +12,14 @@ import { errorResponses, noQueryParameters } from '../schemas.js';
 
 const idParams = z.object({ webhook_id: z.string().describe('Webhook id (UUID) as returned on registration.') });
 
-const EVENT_PROBLEM = 'event must be an object with data (and optionally event_type, event_id, timestamp, version), as a webhook receives it';
+const EVENT_PROBLEM =
+  'event must be an object with data (and optionally event_type, event_id, timestamp, version), as a webhook receives it';
 
 const bodySchema = z.strictObject(
   {
-    filter: nullableFilterSchema.optional().describe('A filter to try instead of the webhook’s own; null: no filter. Absent: the webhook’s filter.'),
+    filter: nullableFilterSchema
+      .optional()
+      .describe('A filter to try instead of the webhook’s own; null: no filter. Absent: the webhook’s filter.'),
     event: z
       .record(z.string(), z.unknown(), { error: EVENT_PROBLEM })
       .refine((event) => 'data' in event, EVENT_PROBLEM)
@@ -28,7 +31,9 @@ const bodySchema = z.strictObject(
         }
       })
       .optional()
-      .describe('The body to test, as a webhook receives it. Absent: the catalogue’s sample of the webhook’s event type.'),
+      .describe(
+        'The body to test, as a webhook receives it. Absent: the catalogue’s sample of the webhook’s event type.',
+      ),
     recent: z
       .literal(true, { error: 'recent must be true' })
       .optional()
@@ -36,7 +41,12 @@ const bodySchema = z.strictObject(
         'true: test the newest event ingest matched to this webhook lately (kept, whether it passed or not, for webhooks with a filter: the last 5, for a day).',
       ),
   },
-  { error: (issue) => (issue.code === 'unrecognized_keys' ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}` : 'the body must be a JSON object') },
+  {
+    error: (issue) =>
+      issue.code === 'unrecognized_keys'
+        ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}`
+        : 'the body must be a JSON object',
+  },
 );
 
 interface ExplanationView {
@@ -51,8 +61,14 @@ const explanationSchema: z.ZodType<ExplanationView> = z
   .object({
     matched: z.boolean(),
     test: z.string().describe('The node in words, e.g. `data.status == "unavailable"`, `all of 2`, `any of 3`, `not`.'),
-    found_kind: z.enum(['value', 'missing', 'object', 'list']).optional().describe('For a comparison: what its path leads to.'),
-    found: z.union([z.string(), z.number(), z.boolean(), z.null()]).optional().describe('The value found, when it is one.'),
+    found_kind: z
+      .enum(['value', 'missing', 'object', 'list'])
+      .optional()
+      .describe('For a comparison: what its path leads to.'),
+    found: z
+      .union([z.string(), z.number(), z.boolean(), z.null()])
+      .optional()
+      .describe('The value found, when it is one.'),
     get parts() {
       return z.array(explanationSchema).optional().describe('For all of / any of / not: each part, explained.');
     },
@@ -102,7 +118,9 @@ export function filterTestRoutes(deps: FilterTestRouteDeps): FastifyPluginAsyncZ
               webhook_id: z.string(),
               matched: z.boolean().describe('Whether the event would be delivered.'),
               filter: filterViewSchema.nullable().describe('The filter evaluated; null: none (every event matches).'),
-              source: z.enum(['request', 'recent', 'sample']).describe('Where the event came from: the body, the recent events, or the catalogue.'),
+              source: z
+                .enum(['request', 'recent', 'sample'])
+                .describe('Where the event came from: the body, the recent events, or the catalogue.'),
               event: z.record(z.string(), z.unknown()).describe('The event evaluated.'),
               explanation: explanationSchema.nullable().describe('Why, node by node; null without a filter.'),
             }),
@@ -116,13 +134,17 @@ export function filterTestRoutes(deps: FilterTestRouteDeps): FastifyPluginAsyncZ
         if (!webhook) throw new ApiError('webhook_not_found');
         const filter = request.body.filter === undefined ? (webhook.filter ?? null) : request.body.filter;
         const { event: given, recent } = request.body;
-        if (given !== undefined && recent === true) throw new ApiError('invalid_request', 'Invalid request body: give event or recent, not both');
+        if (given !== undefined && recent === true)
+          throw new ApiError('invalid_request', 'Invalid request body: give event or recent, not both');
         let source: 'request' | 'recent' | 'sample' = given === undefined ? 'sample' : 'request';
         let event = given ?? samples.get(webhook.eventType)!;
         if (recent === true) {
           const body = await deps.recentEvents.latest(webhookId);
           if (body === undefined) {
-            throw new ApiError('invalid_request', 'No recent event for this webhook: they are kept, for a day, only for webhooks that have a filter');
+            throw new ApiError(
+              'invalid_request',
+              'No recent event for this webhook: they are kept, for a day, only for webhooks that have a filter',
+            );
           }
           source = 'recent';
           event = JSON.parse(body) as Record<string, unknown>;

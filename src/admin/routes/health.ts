@@ -13,7 +13,8 @@ export function healthRoutes(deps: { isReady: () => Promise<boolean> }): Fastify
           tags: ['health'],
           security: [],
           summary: 'Liveness',
-          description: 'Answers 200 while the process serves requests; it reads nothing from Redis, so a storage outage does not fail it.',
+          description:
+            'Answers 200 while the process serves requests; it reads nothing from Redis, so a storage outage does not fail it.',
           response: { 200: z.object({ status: z.literal('ok') }) },
         },
       },
@@ -27,8 +28,12 @@ export function healthRoutes(deps: { isReady: () => Promise<boolean> }): Fastify
           tags: ['health'],
           security: [],
           summary: 'Readiness: Redis answers',
-          description: 'Answers 200 when Redis answers, 503 when it does not: a load balancer sends traffic only to a ready instance.',
-          response: { 200: z.object({ status: z.literal('ready') }), 503: z.object({ status: z.literal('unavailable'), error: z.string() }) },
+          description:
+            'Answers 200 when Redis answers, 503 when it does not: a load balancer sends traffic only to a ready instance.',
+          response: {
+            200: z.object({ status: z.literal('ready') }),
+            503: z.object({ status: z.literal('unavailable'), error: z.string() }),
+          },
         },
       },
       async (_request, reply) =>

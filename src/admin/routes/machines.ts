@@ -27,7 +27,9 @@ const listingQuery = queryParameters({
         'memory_size and storage_size (≥, in GB, e.g. 24GB), cpu_cores (≥), machine_id and machine_status (alias status) (exact).',
     ),
   page: wholeNumber('page', 1, PAGE_MAX).optional().describe('Page number, from 1 (default 1).'),
-  page_size: wholeNumber('page_size', 1, PAGE_SIZE_MAX).optional().describe(`Items per page, 1-${PAGE_SIZE_MAX} (default ${PAGE_SIZE_DEFAULT}).`),
+  page_size: wholeNumber('page_size', 1, PAGE_SIZE_MAX)
+    .optional()
+    .describe(`Items per page, 1-${PAGE_SIZE_MAX} (default ${PAGE_SIZE_DEFAULT}).`),
 });
 
 const listingResponse = z.object({

@@ -4,7 +4,12 @@ import { z } from 'zod';
 import { EXTERNAL_ID_RE } from '../../domain/ids.js';
 import type { DeadLetterReplayer } from '../../delivery/replay.js';
 import type { Logger } from '../../logger.js';
-import { WEBHOOK_STATES, type OperatorViews, type WebhookState, type WebhookStatus } from '../../store/operator-views.js';
+import {
+  WEBHOOK_STATES,
+  type OperatorViews,
+  type WebhookState,
+  type WebhookStatus,
+} from '../../store/operator-views.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { principalOf, type Authorizer } from '../auth.js';
 import { ApiError, checkedUuid, isoOrNull } from '../errors.js';
@@ -28,16 +33,26 @@ const webhookStatusSchema = z
     needs_attention: z.boolean().describe('Disabled by the engine, circuit open, failing, or holding dead letters.'),
     disabled_reason: z.enum(['gone', 'failing', 'paused']).nullable(),
     disabled_at: z.string().nullable(),
-    failing_since: z.string().nullable().describe('When its current run of failed attempts began; null after a success.'),
+    failing_since: z
+      .string()
+      .nullable()
+      .describe('When its current run of failed attempts began; null after a success.'),
     dead_letters: z.number().int().describe('Dead letters waiting for a replay.'),
-    last_outcome: z.string().nullable().describe('The newest outcome among its recent deliveries (delivered, http_5xx, timeout, …).'),
+    last_outcome: z
+      .string()
+      .nullable()
+      .describe('The newest outcome among its recent deliveries (delivered, http_5xx, timeout, …).'),
     last_status_code: z.number().int().nullable(),
     last_attempt_at: z.string().nullable(),
     circuit: z
       .object({
         state: z.enum(['open', 'half_open']),
-        reason: z.string().describe('failure_rate, consecutive_failures, consecutive_timeouts, probe_failed, or probing.'),
-        endpoint: z.string().describe('The receiver origin the circuit guards (the circuit of this vendor’s webhooks on it).'),
+        reason: z
+          .string()
+          .describe('failure_rate, consecutive_failures, consecutive_timeouts, probe_failed, or probing.'),
+        endpoint: z
+          .string()
+          .describe('The receiver origin the circuit guards (the circuit of this vendor’s webhooks on it).'),
         opened_at: z.string(),
         probe_at: z.string().describe('When a worker lets the next probe through.'),
       })
@@ -76,9 +91,14 @@ export function toWebhookStatus(s: WebhookStatus): z.infer<typeof webhookStatusS
 }
 
 /** A dead letter in the cross-webhook view: the delivery, and whose it is. */
-const operatorDeadLetterSchema = deliverySchema.extend({ webhook_id: z.string(), vendor_id: z.string() }).meta({ id: 'OperatorDeadLetter' });
+const operatorDeadLetterSchema = deliverySchema
+  .extend({ webhook_id: z.string(), vendor_id: z.string() })
+  .meta({ id: 'OperatorDeadLetter' });
 
-const vendorFilter = z.string().regex(EXTERNAL_ID_RE, 'vendor_id must be 1-128 characters: letters, digits and . _ : @ -').optional();
+const vendorFilter = z
+  .string()
+  .regex(EXTERNAL_ID_RE, 'vendor_id must be 1-128 characters: letters, digits and . _ : @ -')
+  .optional();
 const limitOf = (max: number, fallback: number) =>
   z
     .string()
@@ -113,7 +133,9 @@ const deadLettersQuery = queryParameters({
 });
 
 const webhookParams = z.object({ webhook_id: z.string().describe('Webhook id (UUID), of any vendor.') });
-const deliveryParams = webhookParams.extend({ delivery_id: z.string().describe('The dead letter’s delivery id (UUID).') });
+const deliveryParams = webhookParams.extend({
+  delivery_id: z.string().describe('The dead letter’s delivery id (UUID).'),
+});
 
 export interface OperatorRouteDeps {
   authorize: Authorizer;
@@ -155,7 +177,10 @@ export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
             'Sorted disabled, circuit_open, failing, then healthy ones holding dead letters, paused and healthy; within a state, ' +
             'more dead letters and longer failure runs first. total counts every match; webhooks holds the first `limit`.',
           querystring: webhooksQuery,
-          response: { 200: z.object({ total: z.number().int(), webhooks: z.array(webhookStatusSchema) }), ...errorResponses(400, 401, 403) },
+          response: {
+            200: z.object({ total: z.number().int(), webhooks: z.array(webhookStatusSchema) }),
+            ...errorResponses(400, 401, 403),
+          },
         },
       },
       async (request) => {
@@ -192,9 +217,13 @@ export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Dead letters across webhooks, newest first',
-          description: 'Of one webhook, a vendor’s webhooks, or every webhook; each with the webhook and vendor it belongs to.',
+          description:
+            'Of one webhook, a vendor’s webhooks, or every webhook; each with the webhook and vendor it belongs to.',
           querystring: deadLettersQuery,
-          response: { 200: z.object({ dead_letters: z.array(operatorDeadLetterSchema) }), ...errorResponses(400, 401, 403, 404) },
+          response: {
+            200: z.object({ dead_letters: z.array(operatorDeadLetterSchema) }),
+            ...errorResponses(400, 401, 403, 404),
+          },
         },
       },
       async (request) => {
@@ -205,7 +234,9 @@ export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
           ...(vendorId === undefined ? {} : { vendorId }),
           ...(webhookId === undefined ? {} : { webhookId: webhookId.toLowerCase() }),
         });
-        return { dead_letters: dead.map((d) => ({ ...toDelivery(d), webhook_id: d.webhookId, vendor_id: d.vendorId })) };
+        return {
+          dead_letters: dead.map((d) => ({ ...toDelivery(d), webhook_id: d.webhookId, vendor_id: d.vendorId })),
+        };
       },
     );
 
@@ -245,7 +276,8 @@ export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
         schema: {
           tags,
           summary: 'Replay every dead letter of any vendor’s webhook',
-          description: 'Runs as a task (GET /rental/v1/tasks/{task_id}); it ends when every replay has an outcome. Logged with the key.',
+          description:
+            'Runs as a task (GET /rental/v1/tasks/{task_id}); it ends when every replay has an outcome. Logged with the key.',
           params: webhookParams,
           querystring: noQueryParameters,
           response: { 202: z.object({ task_id: z.string() }), ...errorResponses(400, 401, 403, 404) },
@@ -274,7 +306,10 @@ export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
           description: 'Queues a new delivery of the same event; answers its id. Logged with the key.',
           params: deliveryParams,
           querystring: noQueryParameters,
-          response: { 202: z.object({ delivery_id: z.string(), replay_of: z.string() }), ...errorResponses(400, 401, 403, 404, 409) },
+          response: {
+            202: z.object({ delivery_id: z.string(), replay_of: z.string() }),
+            ...errorResponses(400, 401, 403, 404, 409),
+          },
         },
       },
       async (request, reply) => {

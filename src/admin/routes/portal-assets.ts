@@ -43,7 +43,9 @@ function loadAssets(dir: string): { index: Buffer; files: Map<string, Asset> } |
   if (!existsSync(indexFile)) return undefined;
   const files = new Map<string, Asset>();
   const assetDir = path.join(dir, 'assets');
-  const names = existsSync(assetDir) ? readdirSync(assetDir, { withFileTypes: true }).filter((entry) => entry.isFile()) : [];
+  const names = existsSync(assetDir)
+    ? readdirSync(assetDir, { withFileTypes: true }).filter((entry) => entry.isFile())
+    : [];
   for (const { name } of names) {
     const contentType = CONTENT_TYPES[path.extname(name)];
     if (contentType === undefined) continue;
@@ -56,7 +58,8 @@ function loadAssets(dir: string): { index: Buffer; files: Map<string, Asset> } |
   return { index: readFileSync(indexFile), files };
 }
 
-const NOT_BUILT = 'The vendor portal has not been built: run `npm run build` (it writes dist/portal/), then restart Hookline.\n';
+const NOT_BUILT =
+  'The vendor portal has not been built: run `npm run build` (it writes dist/portal/), then restart Hookline.\n';
 
 /**
  * `GET /portal/` (the app; `/portal` redirects there) and `GET /portal/assets/:file`, from `dir`.
@@ -65,7 +68,11 @@ const NOT_BUILT = 'The vendor portal has not been built: run `npm run build` (it
  */
 export function portalAssets(deps: { dir: string; logger: Logger }): FastifyPluginAsync {
   const assets = loadAssets(deps.dir);
-  if (!assets) deps.logger.warn({ dir: deps.dir }, 'vendor portal not built: /portal/ answers 503 until `npm run build` writes it');
+  if (!assets)
+    deps.logger.warn(
+      { dir: deps.dir },
+      'vendor portal not built: /portal/ answers 503 until `npm run build` writes it',
+    );
   const hide = { schema: { hide: true } };
   return async (app) => {
     // A relative link from /portal would resolve against /, so the page lives under /portal/ only.

@@ -1,14 +1,28 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { CSRF_HEADER, fromAnotherSite, PORTAL_COOKIE, portalSessionHook, principalOf, type AddressGuard, type Authorizer } from '../auth.js';
+import {
+  CSRF_HEADER,
+  fromAnotherSite,
+  PORTAL_COOKIE,
+  portalSessionHook,
+  principalOf,
+  type AddressGuard,
+  type Authorizer,
+} from '../auth.js';
 import { ApiError } from '../errors.js';
 import { errorResponses, noQueryParameters, queryParameters } from '../schemas.js';
 import { externalIdSchema } from '../../domain/ids.js';
 import { portalLink, portalLinkBase, type ListenAddress } from '../../domain/portal-link.js';
 import { PORTAL_PERMISSIONS } from '../../domain/roles.js';
 import type { Logger } from '../../logger.js';
-import { isSessionId, ttlMsOf, ttlProblem, type PortalSession, type RedisPortalSessions } from '../../store/portal-sessions.js';
+import {
+  isSessionId,
+  ttlMsOf,
+  ttlProblem,
+  type PortalSession,
+  type RedisPortalSessions,
+} from '../../store/portal-sessions.js';
 
 const permissionSchema = z
   .enum(PORTAL_PERMISSIONS)
@@ -58,7 +72,10 @@ export interface PortalRouteDeps {
   authorize: Authorizer;
   /** Counts requests that authenticate nothing per client address (every link opening is one). */
   guardAddress: AddressGuard;
-  sessions: Pick<RedisPortalSessions, 'issue' | 'exchange' | 'authenticate' | 'get' | 'list' | 'revoke' | 'revokeVendor'>;
+  sessions: Pick<
+    RedisPortalSessions,
+    'issue' | 'exchange' | 'authenticate' | 'get' | 'list' | 'revoke' | 'revokeVendor'
+  >;
   /** Where browsers reach the portal (HOOKLINE_PUBLIC_URL); unset: see portalLinkBase. */
   publicUrl: string | undefined;
   /** The configured listen address (HOOKLINE_API_HOST and _PORT); the bound one takes its place once the API listens. */
@@ -78,10 +95,15 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
   const setCookie = (request: FastifyRequest, reply: FastifyReply, value: string, maxAgeSec: number) => {
     const flags = ['Path=/', 'HttpOnly', 'SameSite=Strict', `Max-Age=${maxAgeSec}`];
     if (secure || request.protocol === 'https') flags.push('Secure');
-    void reply.header('set-cookie', `${PORTAL_COOKIE}=${value}; ${flags.join('; ')}`).header('cache-control', 'no-store');
+    void reply
+      .header('set-cookie', `${PORTAL_COOKIE}=${value}; ${flags.join('; ')}`)
+      .header('cache-control', 'no-store');
   };
   const log = (event: string, session: PortalSession, fields: Record<string, unknown>, message: string) =>
-    deps.logger.info({ event, sessionId: session.id, vendorId: session.vendorId, permission: session.permission, ...fields }, message);
+    deps.logger.info(
+      { event, sessionId: session.id, vendorId: session.vendorId, permission: session.permission, ...fields },
+      message,
+    );
 
   return async (app) => {
     const onIssue = deps.authorize('portal:issue');
@@ -130,8 +152,18 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
         );
         if (base === undefined) throw new ApiError('public_url_required');
         const issuer = principalOf(request);
-        const { session, token } = await deps.sessions.issue({ vendorId, permission, ttlMs: ttlMsOf(ttl), issuedBy: issuer.name });
-        log('portal.session_issued', session, { keyId: issuer.keyId, expiresAt: new Date(session.expiresAtMs).toISOString() }, 'portal link issued');
+        const { session, token } = await deps.sessions.issue({
+          vendorId,
+          permission,
+          ttlMs: ttlMsOf(ttl),
+          issuedBy: issuer.name,
+        });
+        log(
+          'portal.session_issued',
+          session,
+          { keyId: issuer.keyId, expiresAt: new Date(session.expiresAtMs).toISOString() },
+          'portal link issued',
+        );
         return reply
           .code(201)
           .header('cache-control', 'no-store')
@@ -223,7 +255,12 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
         const opened = await deps.sessions.exchange(request.body.token);
         if (!opened) throw new ApiError('portal_token_invalid');
         log('portal.session_opened', opened.session, {}, 'portal link opened');
-        setCookie(request, reply, opened.cookieValue, Math.max(1, Math.floor((opened.session.expiresAtMs - deps.nowMs()) / 1000)));
+        setCookie(
+          request,
+          reply,
+          opened.cookieValue,
+          Math.max(1, Math.floor((opened.session.expiresAtMs - deps.nowMs()) / 1000)),
+        );
         return toOpened(opened.session, opened.csrfToken);
       },
     );

@@ -26,13 +26,20 @@ const jwkSchema = z
 
 const publicKeySchema = z.object({
   kid: z.string(),
-  public_key: z.string().describe('whpk_ and the 32 raw bytes in base64 (Standard Webhooks), for @hookline/verify or any Ed25519 library.'),
+  public_key: z
+    .string()
+    .describe('whpk_ and the 32 raw bytes in base64 (Standard Webhooks), for @hookline/verify or any Ed25519 library.'),
   jwk: jwkSchema,
   created_at: z.string(),
   signs_from: z
     .string()
-    .describe(`When the key starts signing: at once for a webhook’s first key; ${KEY_PUBLISH_LEAD_MS / 60_000} minutes after a rotation for the new one.`),
-  expires_at: z.string().nullable().describe('When a replaced key stops signing (its rotation overlap ends); null for the current key.'),
+    .describe(
+      `When the key starts signing: at once for a webhook’s first key; ${KEY_PUBLISH_LEAD_MS / 60_000} minutes after a rotation for the new one.`,
+    ),
+  expires_at: z
+    .string()
+    .nullable()
+    .describe('When a replaced key stops signing (its rotation overlap ends); null for the current key.'),
 });
 
 /**
@@ -121,7 +128,11 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
           params: idParams,
           querystring: noQueryParameters,
           response: {
-            200: z.object({ webhook_id: z.string(), signature: z.enum(['hmac', 'ed25519']), keys: z.array(publicKeySchema) }),
+            200: z.object({
+              webhook_id: z.string(),
+              signature: z.enum(['hmac', 'ed25519']),
+              keys: z.array(publicKeySchema),
+            }),
             ...errorResponses(400, 401, 403, 404, 500),
           },
         },
@@ -149,7 +160,10 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
           params: idParams,
           querystring: noQueryParameters,
           response: {
-            200: z.object({ webhook_id: z.string(), keys: z.array(publicKeySchema).describe('The new key first, then the replaced one.') }),
+            200: z.object({
+              webhook_id: z.string(),
+              keys: z.array(publicKeySchema).describe('The new key first, then the replaced one.'),
+            }),
             ...errorResponses(400, 401, 403, 404, 409, 500),
           },
         },
@@ -180,7 +194,12 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
             'accept requests meant for that webhook), so it asks for them with webhook_id. Any well-formed webhook_id answers 200: ' +
             'an unknown one, a deleted one and one that signs with hmac only all answer the same empty set. Cacheable for ' +
             `${KEY_SET_MAX_AGE_S / 60} minutes; a rotated key is listed ${KEY_PUBLISH_LEAD_MS / 60_000} minutes before it signs.`,
-          querystring: queryParameters({ webhook_id: z.string().optional().describe('Only this webhook’s keys (its id, as returned on registration).') }),
+          querystring: queryParameters({
+            webhook_id: z
+              .string()
+              .optional()
+              .describe('Only this webhook’s keys (its id, as returned on registration).'),
+          }),
           response: {
             200: z.object({ keys: z.array(jwkSchema) }).meta({ id: 'JsonWebKeySet' }),
             304: z.null().describe('Not modified (If-None-Match).'),
@@ -194,7 +213,8 @@ export function signingKeyRoutes(deps: SigningKeyRouteDeps): FastifyPluginAsyncZ
         // Narrowed or not, the answer comes from the shared reading: no lookup by id, so neither the
         // answer nor its timing tells an unknown webhook from one without keys.
         const { all, answer } = await keySet.get(deps.nowMs());
-        const { body, etag } = webhookId === undefined ? answer : keySetAnswer(all.filter((key) => key.webhookId === webhookId));
+        const { body, etag } =
+          webhookId === undefined ? answer : keySetAnswer(all.filter((key) => key.webhookId === webhookId));
         void reply.header('cache-control', `public, max-age=${KEY_SET_MAX_AGE_S}`).header('etag', etag);
         if (request.headers['if-none-match'] === etag) return reply.code(304).send(null);
         return body;

@@ -13,7 +13,12 @@ import { errorResponses, noQueryParameters } from '../schemas.js';
 
 const windowSchema = z
   .object({
-    attempts: z.number().int().describe('Attempts sent (delivered + failed); attempts held back by an open circuit or a disabled webhook are not.'),
+    attempts: z
+      .number()
+      .int()
+      .describe(
+        'Attempts sent (delivered + failed); attempts held back by an open circuit or a disabled webhook are not.',
+      ),
     delivered: z.number().int().describe('Attempts answered 2xx.'),
     failed: z.number().int().describe('Every other attempt sent: 3xx, 4xx, 5xx, timeouts and connection errors.'),
     success_rate: z.number().nullable().describe('delivered ÷ attempts, from 0 to 1; null without attempts.'),
@@ -40,7 +45,9 @@ const statsSchema = z
     last_attempt: z
       .object({
         attempted_at: z.string(),
-        outcome: z.string().describe('delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked or network.'),
+        outcome: z
+          .string()
+          .describe('delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked or network.'),
         status_code: z.number().int().nullable(),
         duration_ms: z.number().int(),
       })
@@ -52,11 +59,19 @@ const statsSchema = z
         'hour: the last 60 minutes (its percentiles: the 10-minute slots those minutes fall in, 60 to 69 minutes); day: the ' +
           'current clock hour and the 24 before it. Counts may trail the attempts by a second or two: workers write them once a second.',
       ),
-    rate_limit_per_second: z.number().int().nullable().describe('The webhook’s send rate limit (sends per second over all workers); null: unlimited.'),
+    rate_limit_per_second: z
+      .number()
+      .int()
+      .nullable()
+      .describe('The webhook’s send rate limit (sends per second over all workers); null: unlimited.'),
     send_rate_per_second: z
       .number()
-      .describe('Attempts sent in the last full minute (the one before the current), divided by 60: the recent send rate, to hold against the limit.'),
-    ordering: z.enum(WEBHOOK_ORDERINGS).describe('The webhook’s ordering: fifo (one delivery at a time, in accept order) or none.'),
+      .describe(
+        'Attempts sent in the last full minute (the one before the current), divided by 60: the recent send rate, to hold against the limit.',
+      ),
+    ordering: z
+      .enum(WEBHOOK_ORDERINGS)
+      .describe('The webhook’s ordering: fifo (one delivery at a time, in accept order) or none.'),
     fifo_line: z
       .object({
         length: z.number().int().describe('Deliveries waiting in the line, the one in flight included.'),
@@ -64,27 +79,52 @@ const statsSchema = z
           .number()
           .int()
           .nullable()
-          .describe('How long ago the head (the oldest delivery waiting) was accepted, in ms; null when the line is empty.'),
+          .describe(
+            'How long ago the head (the oldest delivery waiting) was accepted, in ms; null when the line is empty.',
+          ),
       })
       .nullable()
       .describe('The FIFO line of deliveries; null for a webhook whose ordering is none (and whose line is empty).'),
-    max_concurrency: z.number().int().nullable().describe('The webhook’s ceiling of attempts in flight per worker; null: the worker’s send slots.'),
+    max_concurrency: z
+      .number()
+      .int()
+      .nullable()
+      .describe('The webhook’s ceiling of attempts in flight per worker; null: the worker’s send slots.'),
     concurrency: z
       .object({
         limit: z
           .number()
           .int()
           .nullable()
-          .describe('The endpoint’s adaptive concurrency limits, summed over the workers that sent to it in the last minute; null: none did.'),
-        in_flight: z.number().int().describe('Attempts in flight to the endpoint, summed over those workers (as of their last report, at most a second old).'),
-        workers: z.number().int().describe('Workers that sent to the endpoint in the last minute, each with a limit of its own.'),
-        paused_until: z.string().nullable().describe('Until when (ISO 8601) the endpoint asked with Retry-After to get nothing; null: not paused.'),
+          .describe(
+            'The endpoint’s adaptive concurrency limits, summed over the workers that sent to it in the last minute; null: none did.',
+          ),
+        in_flight: z
+          .number()
+          .int()
+          .describe(
+            'Attempts in flight to the endpoint, summed over those workers (as of their last report, at most a second old).',
+          ),
+        workers: z
+          .number()
+          .int()
+          .describe('Workers that sent to the endpoint in the last minute, each with a limit of its own.'),
+        paused_until: z
+          .string()
+          .nullable()
+          .describe('Until when (ISO 8601) the endpoint asked with Retry-After to get nothing; null: not paused.'),
       })
       .describe(
         'Flow control of the webhook’s endpoint (its URL origin, shared with this vendor’s other webhooks on it; other vendors on the origin have flow control of their own).',
       ),
     minutes: z
-      .array(z.object({ minute: z.string().describe('The minute’s start (ISO 8601).'), delivered: z.number().int(), failed: z.number().int() }))
+      .array(
+        z.object({
+          minute: z.string().describe('The minute’s start (ISO 8601).'),
+          delivered: z.number().int(),
+          failed: z.number().int(),
+        }),
+      )
       .describe('The last 60 minutes, oldest first, the current one last; minutes without attempts are zeros.'),
   })
   .meta({ id: 'EndpointStats' });
@@ -148,7 +188,12 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
           last_attempt:
             last === undefined
               ? null
-              : { attempted_at: new Date(last.atMs).toISOString(), outcome: last.outcome, status_code: last.statusCode ?? null, duration_ms: last.durationMs },
+              : {
+                  attempted_at: new Date(last.atMs).toISOString(),
+                  outcome: last.outcome,
+                  status_code: last.statusCode ?? null,
+                  duration_ms: last.durationMs,
+                },
           windows: { hour: toWindow(stats.hour), day: toWindow(stats.day) },
           rate_limit_per_second: webhook.rateLimitPerSecond ?? null,
           send_rate_per_second: Math.round(stats.sendRatePerSecond * 1_000) / 1_000,
@@ -157,7 +202,11 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
           fifo_line:
             webhook.ordering === 'none' && line.length === 0
               ? null
-              : { length: line.length, oldest_waiting_ms: line.headAcceptedAtMs === undefined ? null : Math.max(0, nowMs - line.headAcceptedAtMs) },
+              : {
+                  length: line.length,
+                  oldest_waiting_ms:
+                    line.headAcceptedAtMs === undefined ? null : Math.max(0, nowMs - line.headAcceptedAtMs),
+                },
           max_concurrency: webhook.maxConcurrency ?? null,
           concurrency: {
             limit: flow.workers.length === 0 ? null : flow.workers.reduce((sum, w) => sum + w.limit, 0),
@@ -165,7 +214,11 @@ export function statsRoutes(deps: StatsRouteDeps): FastifyPluginAsyncZod {
             workers: flow.workers.length,
             paused_until: flow.pausedUntilMs === undefined ? null : new Date(flow.pausedUntilMs).toISOString(),
           },
-          minutes: stats.minutes.map((m) => ({ minute: new Date(m.atMs).toISOString(), delivered: m.delivered, failed: m.failed })),
+          minutes: stats.minutes.map((m) => ({
+            minute: new Date(m.atMs).toISOString(),
+            delivered: m.delivered,
+            failed: m.failed,
+          })),
         };
       },
     );

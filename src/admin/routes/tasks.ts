@@ -41,7 +41,9 @@ export function taskRoutes(deps: { authorize: Authorizer; tasks: TaskReader }): 
         const found = await deps.tasks.view(taskId.toLowerCase());
         const principal = principalOf(request);
         // A vendor key that may not read every task sees only its own, and no hint that others exist.
-        const mayRead = found !== undefined && (hasRole(principal, 'tasks:read') || (found.vendorId !== undefined && found.vendorId === principal.vendorId));
+        const mayRead =
+          found !== undefined &&
+          (hasRole(principal, 'tasks:read') || (found.vendorId !== undefined && found.vendorId === principal.vendorId));
         if (!mayRead) throw new ApiError('task_not_found');
         const { task } = found;
         return { ...task, fail_reason: task.status === 'failed' ? task.fail_reason : null };

@@ -22,7 +22,11 @@ const checkedId = (webhookId: string) => checkedUuid(webhookId, 'invalid_webhook
 function conflict(eventType: string, existingId?: string): ApiError {
   return existingId === undefined
     ? new ApiError('webhook_conflict', `A webhook for ${eventType} is already registered for this vendor`)
-    : new ApiError('webhook_conflict', `A webhook for ${eventType} is already registered for this vendor: ${existingId}`, { webhook_id: existingId });
+    : new ApiError(
+        'webhook_conflict',
+        `A webhook for ${eventType} is already registered for this vendor: ${existingId}`,
+        { webhook_id: existingId },
+      );
 }
 
 /** A webhook as `request` may see it: a portal session below manage sees no secret, since whoever holds the secret can sign as the platform. */
@@ -44,7 +48,8 @@ export interface WebhookRouteDeps {
 export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
   /** 400 for a callback URL the SSRF guard would block at every delivery anyway. */
   const checkTarget = (callbackUrl: string | undefined) => {
-    const problem = callbackUrl === undefined || deps.allowPrivateTargets ? undefined : callbackTargetProblem(callbackUrl);
+    const problem =
+      callbackUrl === undefined || deps.allowPrivateTargets ? undefined : callbackTargetProblem(callbackUrl);
     if (problem !== undefined) throw new ApiError('invalid_request', `Invalid request body: ${problem}`);
   };
 
@@ -71,7 +76,10 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           response: {
             201: z.object({
               webhook_id: z.string(),
-              secret: z.string().optional().describe('Present only when Hookline generated the secret: store it with the receiver.'),
+              secret: z
+                .string()
+                .optional()
+                .describe('Present only when Hookline generated the secret: store it with the receiver.'),
             }),
             ...errorResponses(400, 401, 403, 409, 413, 415, 500),
           },
@@ -92,7 +100,9 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
         });
         if (!result.ok) throw conflict(body.event_type, result.existingId);
         const generated = body.secret === undefined ? result.webhook.secret : undefined;
-        return reply.code(201).send({ webhook_id: result.webhook.id, ...(generated === undefined ? {} : { secret: generated }) });
+        return reply
+          .code(201)
+          .send({ webhook_id: result.webhook.id, ...(generated === undefined ? {} : { secret: generated }) });
       },
     );
 
@@ -111,7 +121,9 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
         },
       },
       async (request) => {
-        const webhooks = (await deps.webhooks.list(vendorOf(request))).map((webhook) => toWebhookResource(webhook, deps.nowMs()));
+        const webhooks = (await deps.webhooks.list(vendorOf(request))).map((webhook) =>
+          toWebhookResource(webhook, deps.nowMs()),
+        );
         return { webhooks: webhooks.map((webhook) => shownTo(request, webhook)) };
       },
     );
@@ -200,7 +212,10 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
             200: z.object({
               webhook_id: z.string(),
               secret: z.string().describe('The new secret.'),
-              previous_secret_expires_at: z.string().nullable().describe('When the previous secret stops signing; null when there was none.'),
+              previous_secret_expires_at: z
+                .string()
+                .nullable()
+                .describe('When the previous secret stops signing; null when there was none.'),
             }),
             ...errorResponses(400, 401, 403, 404, 500),
           },
@@ -212,7 +227,11 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
         const result = await deps.webhooks.update(vendorOf(request), webhookId, { secret });
         if (!result.ok) throw new ApiError('webhook_not_found');
         const untilMs = result.webhook.previousSecret?.untilMs;
-        return { webhook_id: webhookId, secret, previous_secret_expires_at: untilMs === undefined ? null : new Date(untilMs).toISOString() };
+        return {
+          webhook_id: webhookId,
+          secret,
+          previous_secret_expires_at: untilMs === undefined ? null : new Date(untilMs).toISOString(),
+        };
       },
     );
 

@@ -159,22 +159,38 @@ export class EndpointAdmission {
     // 1. What other workers know of it.
     const answered = this.learnAnswered(endpoint);
     const paused = this.deps.flow.learnOf(endpoint);
-    if (answered === undefined && paused === undefined) return this.admitOn(endpoint, webhook, options, this.deps.nowMs() + options.roomWaitMs);
-    return Promise.all([answered, paused]).then(() => this.admitOn(endpoint, webhook, options, this.deps.nowMs() + options.roomWaitMs));
+    if (answered === undefined && paused === undefined)
+      return this.admitOn(endpoint, webhook, options, this.deps.nowMs() + options.roomWaitMs);
+    return Promise.all([answered, paused]).then(() =>
+      this.admitOn(endpoint, webhook, options, this.deps.nowMs() + options.roomWaitMs),
+    );
   }
 
   /** Steps 2 to 7, synchronously for as long as none has to wait. */
-  private admitOn(endpoint: Endpoint, webhook: Webhook, options: AdmitOptions, roomWaitEndMs: number): Admitted | Promise<Admitted> {
+  private admitOn(
+    endpoint: Endpoint,
+    webhook: Webhook,
+    options: AdmitOptions,
+    roomWaitEndMs: number,
+  ): Admitted | Promise<Admitted> {
     const reserved = this.reserve(endpoint, webhook, options, roomWaitEndMs);
-    if (reserved instanceof Promise) return reserved.then(() => this.admitOn(endpoint, webhook, options, roomWaitEndMs));
+    if (reserved instanceof Promise)
+      return reserved.then(() => this.admitOn(endpoint, webhook, options, roomWaitEndMs));
     if (!(reserved instanceof Lease)) return reserved;
     // 5. A slot.
-    if (!this.deps.slots.tryAcquire()) return this.deps.slots.acquire().then(() => this.withSlot(reserved, endpoint, webhook, options, roomWaitEndMs));
+    if (!this.deps.slots.tryAcquire())
+      return this.deps.slots.acquire().then(() => this.withSlot(reserved, endpoint, webhook, options, roomWaitEndMs));
     return this.withSlot(reserved, endpoint, webhook, options, roomWaitEndMs);
   }
 
   /** Steps 5 (after the slot) to 7. */
-  private withSlot(lease: Lease, endpoint: Endpoint, webhook: Webhook, options: AdmitOptions, roomWaitEndMs: number): Admitted | Promise<Admitted> {
+  private withSlot(
+    lease: Lease,
+    endpoint: Endpoint,
+    webhook: Webhook,
+    options: AdmitOptions,
+    roomWaitEndMs: number,
+  ): Admitted | Promise<Admitted> {
     lease.slot = 'healthy';
     const started = this.start(lease, endpoint, webhook, options);
     if (started === AGAIN) return this.admitOn(endpoint, webhook, options, roomWaitEndMs);
@@ -186,7 +202,12 @@ export class EndpointAdmission {
    * Steps 2 to 4: the gate, the breaker's first look, the endpoint's flow. A lease holding the
    * flow's ticket; or why not; or a wait, after which admission starts over.
    */
-  private reserve(endpoint: Endpoint, webhook: Webhook, options: AdmitOptions, roomWaitEndMs: number): Lease | NotAdmitted | Promise<void> {
+  private reserve(
+    endpoint: Endpoint,
+    webhook: Webhook,
+    options: AdmitOptions,
+    roomWaitEndMs: number,
+  ): Lease | NotAdmitted | Promise<void> {
     const { deps } = this;
     // 2. The gate.
     if (!deps.gate.allows(options.epoch)) return STORAGE;
@@ -197,8 +218,13 @@ export class EndpointAdmission {
       // A contact unanswered for longer than a batch may wait is not worth waiting for any more.
       const { retryAtMs } = pre;
       if (pre.reason !== 'first_contact')
-        return this.plan(pre.reason === 'slow' ? { by: 'unproven', retryAtMs } : { by: 'circuit', reason: pre.reason, retryAtMs }, endpoint, options);
-      if (options.giveUp.given || nowMs - pre.contactStartedMs >= deps.suspectHoldMs) return this.plan({ by: 'unproven', retryAtMs }, endpoint, options);
+        return this.plan(
+          pre.reason === 'slow' ? { by: 'unproven', retryAtMs } : { by: 'circuit', reason: pre.reason, retryAtMs },
+          endpoint,
+          options,
+        );
+      if (options.giveUp.given || nowMs - pre.contactStartedMs >= deps.suspectHoldMs)
+        return this.plan({ by: 'unproven', retryAtMs }, endpoint, options);
       options.onWaiting?.(true);
       return Promise.race([pre.settled, options.giveUp.when]).then(() => options.onWaiting?.(false));
     }
@@ -217,7 +243,12 @@ export class EndpointAdmission {
   }
 
   /** Steps 5 (with the slot held) and 6: the lease itself when the attempt may start. */
-  private start(lease: Lease, endpoint: Endpoint, webhook: Webhook, options: AdmitOptions): Lease | NotAdmitted | typeof AGAIN {
+  private start(
+    lease: Lease,
+    endpoint: Endpoint,
+    webhook: Webhook,
+    options: AdmitOptions,
+  ): Lease | NotAdmitted | typeof AGAIN {
     const { deps } = this;
     if (!deps.gate.allows(options.epoch)) {
       lease.end();
@@ -242,7 +273,12 @@ export class EndpointAdmission {
   }
 
   /** Step 7: a send token of a rate-limited webhook (one round trip). */
-  private async takeToken(lease: Lease, webhookId: string, ratePerSecond: number, options: AdmitOptions): Promise<Admitted> {
+  private async takeToken(
+    lease: Lease,
+    webhookId: string,
+    ratePerSecond: number,
+    options: AdmitOptions,
+  ): Promise<Admitted> {
     let grant: Awaited<ReturnType<SendRateLimiter['take']>>;
     try {
       grant = await this.deps.sendRate.take(webhookId, ratePerSecond);
@@ -259,7 +295,12 @@ export class EndpointAdmission {
 
   private plan(hold: HoldBack, endpoint: Endpoint, options: AdmitOptions): NotAdmitted {
     const { deps } = this;
-    const delivery = { endpoint: endpoint.key, dueAtMs: options.dueAtMs, deferJitterMs: options.deferJitterMs, wokenByWakeups: options.wokenByWakeups };
+    const delivery = {
+      endpoint: endpoint.key,
+      dueAtMs: options.dueAtMs,
+      deferJitterMs: options.deferJitterMs,
+      wokenByWakeups: options.wokenByWakeups,
+    };
     return planDeferral(hold, delivery, deps.rules, deps.nowMs(), deps.random);
   }
 

@@ -57,7 +57,8 @@ export type OpenReason = 'failure_rate' | 'consecutive_failures' | 'consecutive_
 
 /** A circuit's change of state, with what an operator needs to find the webhooks behind it. */
 export type CircuitChange =
-  { state: 'open'; reason: OpenReason; openForMs: number; webhookIds: string[] } | { state: 'half_open' | 'closed'; webhookIds: string[] };
+  | { state: 'open'; reason: OpenReason; openForMs: number; webhookIds: string[] }
+  | { state: 'half_open' | 'closed'; webhookIds: string[] };
 
 /** What every endpoint's circuit shares: the tuning, and who hears of its changes. */
 export interface BreakerRules {
@@ -140,8 +141,14 @@ export class Circuit {
   admit(nowMs: number, forceProbe = false): Admission {
     const { options } = this.rules;
     if (this.openUntilMs !== undefined) {
-      if (this.probeInFlight) return { admitted: false, retryAtMs: nowMs + Math.min(this.openMs, options.slowAfterMs * 2), reason: 'probing' };
-      if (nowMs < this.openUntilMs && !forceProbe) return { admitted: false, retryAtMs: this.openUntilMs, reason: 'open' };
+      if (this.probeInFlight)
+        return {
+          admitted: false,
+          retryAtMs: nowMs + Math.min(this.openMs, options.slowAfterMs * 2),
+          reason: 'probing',
+        };
+      if (nowMs < this.openUntilMs && !forceProbe)
+        return { admitted: false, retryAtMs: this.openUntilMs, reason: 'open' };
       return PROBE;
     }
     if (!this.hasAnswered) {
@@ -158,7 +165,8 @@ export class Circuit {
     for (const startedMs of this.inflight.values()) if (nowMs - startedMs >= options.slowAfterMs) slow += 1;
     const suspect = slow > 0 || nowMs < this.suspectUntilMs;
     if (!suspect) return HEALTHY;
-    if (this.inflight.size >= options.slowInflightMax) return { admitted: false, retryAtMs: this.afterInflight(nowMs), reason: 'slow' };
+    if (this.inflight.size >= options.slowInflightMax)
+      return { admitted: false, retryAtMs: this.afterInflight(nowMs), reason: 'slow' };
     return SUSPECT;
   }
 
@@ -199,7 +207,8 @@ export class Circuit {
       this.lastHealthyAtMs = nowMs;
       if (ticket > this.lastHealthyTicket) {
         this.lastHealthyTicket = ticket;
-        for (const failed of this.failedSinceHealthy.keys()) if (failed < ticket) this.failedSinceHealthy.delete(failed);
+        for (const failed of this.failedSinceHealthy.keys())
+          if (failed < ticket) this.failedSinceHealthy.delete(failed);
       }
       if (nowMs - startedMs < options.slowAfterMs) this.suspectUntilMs = 0;
       if (wasOpen) {
@@ -212,7 +221,8 @@ export class Circuit {
         this.rules.onStateChange(this.endpoint, { state: 'closed', webhookIds: [...this.webhookIds] });
       }
     } else {
-      if (ticket > this.lastHealthyTicket && this.failedSinceHealthy.size < FAILED_RUN_MAX) this.failedSinceHealthy.set(ticket, health === 'timeout');
+      if (ticket > this.lastHealthyTicket && this.failedSinceHealthy.size < FAILED_RUN_MAX)
+        this.failedSinceHealthy.set(ticket, health === 'timeout');
       if (wasProbe) {
         this.probeInFlight = false;
         this.openMs = Math.min(this.openMs * 2, options.openMsMax);
@@ -280,7 +290,12 @@ export class Circuit {
 
   private open(nowMs: number, reason: OpenReason): void {
     this.openUntilMs = nowMs + this.openMs;
-    this.rules.onStateChange(this.endpoint, { state: 'open', reason, openForMs: this.openMs, webhookIds: [...this.webhookIds] });
+    this.rules.onStateChange(this.endpoint, {
+      state: 'open',
+      reason,
+      openForMs: this.openMs,
+      webhookIds: [...this.webhookIds],
+    });
   }
 
   /** Counts a finished attempt into the window's bucket of `nowMs`. */
@@ -292,7 +307,8 @@ export class Circuit {
     if (bucket === undefined || bucket.startMs !== startMs) {
       bucket = { startMs, total: 0, failed: 0 };
       this.window.push(bucket);
-      while (this.window.length > WINDOW_BUCKETS || (this.window[0] && this.window[0].startMs <= nowMs - windowMs)) this.window.shift();
+      while (this.window.length > WINDOW_BUCKETS || (this.window[0] && this.window[0].startMs <= nowMs - windowMs))
+        this.window.shift();
     }
     bucket.total += 1;
     if (failed) bucket.failed += 1;

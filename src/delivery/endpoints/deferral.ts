@@ -21,7 +21,9 @@ export type DeferReason = 'open' | 'probing' | 'slow' | 'rate_limited' | 'concur
  * webhook's tokens, or the end of the pause.
  */
 export type NotAdmitted =
-  { kind: 'deferred'; wakeOn: string | undefined; retryAtMs: number; reason: DeferReason } | { kind: 'circuit_open' } | { kind: 'storage' };
+  | { kind: 'deferred'; wakeOn: string | undefined; retryAtMs: number; reason: DeferReason }
+  | { kind: 'circuit_open' }
+  | { kind: 'storage' };
 
 /** What held the delivery back, as admission found it. */
 export type HoldBack =
@@ -76,7 +78,13 @@ const CIRCUIT_OPEN: NotAdmitted = { kind: 'circuit_open' };
  * its end; a concurrency limit: at most 1 to 2 s (woken as attempts end); a rate limit: its place
  * in the line. Pauses and limits are spread by at least 1 s, so a herd does not come back at once.
  */
-export function planDeferral(hold: HoldBack, delivery: DeferralCase, rules: DeferralRules, nowMs: number, random: () => number): NotAdmitted {
+export function planDeferral(
+  hold: HoldBack,
+  delivery: DeferralCase,
+  rules: DeferralRules,
+  nowMs: number,
+  random: () => number,
+): NotAdmitted {
   const { endpoint, deferJitterMs, wokenByWakeups } = delivery;
   switch (hold.by) {
     case 'circuit':
@@ -87,13 +95,19 @@ export function planDeferral(hold: HoldBack, delivery: DeferralCase, rules: Defe
       return deferred(endpoint, Math.round(heldUntilMs + random() * deferJitterMs), 'slow');
     }
     case 'suspect_share': {
-      const heldMs = wokenByWakeups ? rules.unprovenHoldMs + random() * Math.max(1_000, deferJitterMs) : 250 + random() * 750;
+      const heldMs = wokenByWakeups
+        ? rules.unprovenHoldMs + random() * Math.max(1_000, deferJitterMs)
+        : 250 + random() * 750;
       return deferred(endpoint, Math.round(nowMs + heldMs), 'slow');
     }
     case 'paused':
       return deferred(undefined, Math.round(hold.untilMs + random() * Math.max(1_000, deferJitterMs)), 'paused');
     case 'concurrency':
-      return deferred(endpoint, Math.round(nowMs + CONCURRENCY_RETRY_MS + random() * Math.max(1_000, deferJitterMs)), 'concurrency');
+      return deferred(
+        endpoint,
+        Math.round(nowMs + CONCURRENCY_RETRY_MS + random() * Math.max(1_000, deferJitterMs)),
+        'concurrency',
+      );
     case 'rate':
       return deferred(undefined, nowMs + hold.retryInMs, 'rate_limited');
   }

@@ -108,7 +108,12 @@ export class EndpointFlow {
    * Ends an attempt: adapts the limit to the answer's flow signal, and when the answer asks for a
    * wait (a Retry-After) pauses the endpoint for every worker (at most PAUSE_MS_MAX).
    */
-  end(endpoint: Endpoint, ticket: number, answer: Pick<Interpretation, 'flow' | 'retryAfterMs'>, ceiling: number): void {
+  end(
+    endpoint: Endpoint,
+    ticket: number,
+    answer: Pick<Interpretation, 'flow' | 'retryAfterMs'>,
+    ceiling: number,
+  ): void {
     const nowMs = this.nowMs();
     const change = endpoint.limit.end(ticket, answer.flow, ceiling);
     if (change.decreased) this.onEvent({ kind: 'decreased', limit: change.limit });

@@ -17,7 +17,8 @@ export class SendSlots {
     readonly suspectMax: number,
   ) {
     if (!Number.isInteger(total) || total < 1) throw new RangeError(`total must be a positive integer, got ${total}`);
-    if (!Number.isInteger(suspectMax) || suspectMax < 1 || suspectMax > total) throw new RangeError(`suspectMax must be 1…${total}, got ${suspectMax}`);
+    if (!Number.isInteger(suspectMax) || suspectMax < 1 || suspectMax > total)
+      throw new RangeError(`suspectMax must be 1…${total}, got ${suspectMax}`);
   }
 
   /** Attempts running now. */

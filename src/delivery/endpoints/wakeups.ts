@@ -133,14 +133,20 @@ export class DeferralWakeups<E extends WakeupEndpoint> {
   /** Until an attempt to the endpoint ends, or `untilMs`. */
   private async settledOr(endpoint: E, untilMs: number): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([endpoint.circuit.settled(), new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, untilMs - this.nowMs()))))]);
+    await Promise.race([
+      endpoint.circuit.settled(),
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, untilMs - this.nowMs())))),
+    ]);
     clearTimeout(timer);
   }
 
   /** Until a suspect slot is given back, or `untilMs`. */
   private async freedOr(untilMs: number): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([this.contacts.freed(), new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, untilMs - this.nowMs()))))]);
+    await Promise.race([
+      this.contacts.freed(),
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, untilMs - this.nowMs())))),
+    ]);
     clearTimeout(timer);
   }
 

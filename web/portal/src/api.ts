@@ -48,7 +48,11 @@ interface RequestOptions {
 }
 
 /** One API call; answers the parsed JSON body (undefined for 204) or throws ApiError with the API's message. */
-export async function call<T>(method: 'GET' | 'POST' | 'PATCH' | 'DELETE', path: string, options: RequestOptions = {}): Promise<T> {
+export async function call<T>(
+  method: 'GET' | 'POST' | 'PATCH' | 'DELETE',
+  path: string,
+  options: RequestOptions = {},
+): Promise<T> {
   if (lost) throw new ApiError(401, 'unauthorized', 'Access ended');
   const headers: Record<string, string> = { accept: 'application/json' };
   if (csrfToken !== undefined) headers['x-csrf-token'] = csrfToken;

@@ -10,7 +10,11 @@ import { href, useRoute, type Route } from './router';
 import { openSession, PERMISSION_TEXT, signOut, type Closed } from './session';
 import type { Session } from './types';
 
-type State = { kind: 'opening' } | { kind: 'open'; session: Session } | { kind: 'closed'; why: Closed } | { kind: 'failed'; error: Error };
+type State =
+  | { kind: 'opening' }
+  | { kind: 'open'; session: Session }
+  | { kind: 'closed'; why: Closed }
+  | { kind: 'failed'; error: Error };
 
 const CLOSED_TEXT: Record<Closed, { title: string; text: string }> = {
   link_invalid: {
@@ -33,9 +37,12 @@ export function App() {
 
   useEffect(() => {
     // The first 401 of any call ends the page's access: every page unmounts, and with it every poll.
-    const unsubscribe = onAccessLost(() => setState((old) => (old.kind === 'closed' ? old : { kind: 'closed', why: 'expired' })));
+    const unsubscribe = onAccessLost(() =>
+      setState((old) => (old.kind === 'closed' ? old : { kind: 'closed', why: 'expired' })),
+    );
     openSession().then(
-      (opened) => setState(typeof opened === 'string' ? { kind: 'closed', why: opened } : { kind: 'open', session: opened }),
+      (opened) =>
+        setState(typeof opened === 'string' ? { kind: 'closed', why: opened } : { kind: 'open', session: opened }),
       (error: Error) => setState({ kind: 'failed', error }),
     );
     return unsubscribe;
@@ -67,7 +74,9 @@ export function App() {
       </main>
     );
   }
-  return <Shell session={state.session} route={route} onSignedOut={() => setState({ kind: 'closed', why: 'signed_out' })} />;
+  return (
+    <Shell session={state.session} route={route} onSignedOut={() => setState({ kind: 'closed', why: 'signed_out' })} />
+  );
 }
 
 const NAV: { page: Route['page']; label: string; href: string }[] = [
@@ -130,7 +139,9 @@ function Shell({ session, route, onSignedOut }: { session: Session; route: Route
         <ExpiryWarning expiresAt={session.expires_at} />
         <ErrorText error={error} />
         {route.page === 'endpoints' && <EndpointsPage session={session} />}
-        {route.page === 'deliveries' && <DeliveriesPage session={session} webhookId={route.webhookId} deliveryId={route.deliveryId} />}
+        {route.page === 'deliveries' && (
+          <DeliveriesPage session={session} webhookId={route.webhookId} deliveryId={route.deliveryId} />
+        )}
         {route.page === 'catalogue' && <CataloguePage />}
         {route.page === 'notices' && <NoticesPage session={session} />}
       </main>

@@ -63,12 +63,24 @@ export function SecretValue({ secret }: { secret: string }) {
 }
 
 /** A question asked in the page (not a browser dialog), with the action and a way back. */
-export function Confirm(props: { question: ComponentChildren; action: string; danger?: boolean; busy?: boolean; onConfirm: () => void; onCancel: () => void }) {
+export function Confirm(props: {
+  question: ComponentChildren;
+  action: string;
+  danger?: boolean;
+  busy?: boolean;
+  onConfirm: () => void;
+  onCancel: () => void;
+}) {
   return (
     <div class="confirm" role="group" aria-label={props.action}>
       <p>{props.question}</p>
       <div class="actions">
-        <button type="button" class={props.danger ? 'danger' : 'primary'} disabled={props.busy} onClick={props.onConfirm}>
+        <button
+          type="button"
+          class={props.danger ? 'danger' : 'primary'}
+          disabled={props.busy}
+          onClick={props.onConfirm}
+        >
           {props.action}
         </button>
         <button type="button" onClick={props.onCancel}>

@@ -11,9 +11,15 @@ export const EXPIRY_WARNING_MS = 5 * 60_000;
  * minutes, then the last minute in 10-second steps, so a screen reader hears a change at most every
  * 10 s), or that it is ending now.
  */
-export function expiryNotice(expiresAtMs: number, nowMs: number): { kind: 'none' } | { kind: 'soon'; left: string } | { kind: 'ending' } {
+export function expiryNotice(
+  expiresAtMs: number,
+  nowMs: number,
+): { kind: 'none' } | { kind: 'soon'; left: string } | { kind: 'ending' } {
   const leftMs = expiresAtMs - nowMs;
   if (leftMs > EXPIRY_WARNING_MS) return { kind: 'none' };
   if (leftMs <= 0) return { kind: 'ending' };
-  return { kind: 'soon', left: leftMs >= 60_000 ? `${Math.ceil(leftMs / 60_000)} min` : `${Math.ceil(leftMs / 10_000) * 10} s` };
+  return {
+    kind: 'soon',
+    left: leftMs >= 60_000 ? `${Math.ceil(leftMs / 60_000)} min` : `${Math.ceil(leftMs / 10_000) * 10} s`,
+  };
 }

@@ -50,8 +50,9 @@ export function ExpiryWarning({ expiresAt }: { expiresAt: string }) {
   if (notice.kind === 'none') return null;
   return (
     <p class="notice expiry" role="status">
-      <span aria-hidden="true">⚠</span> {notice.kind === 'soon' ? `Your portal session ends in ${notice.left}.` : 'Your portal session is ending now.'} To keep
-      working after that, ask for a new link.
+      <span aria-hidden="true">⚠</span>{' '}
+      {notice.kind === 'soon' ? `Your portal session ends in ${notice.left}.` : 'Your portal session is ending now.'} To
+      keep working after that, ask for a new link.
     </p>
   );
 }

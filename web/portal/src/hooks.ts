@@ -14,7 +14,10 @@ export interface Resource<T> {
  * arrives after the component is gone, or after a newer load started, is dropped.
  */
 export function useResource<T>(key: string, load: () => Promise<T>): Resource<T> {
-  const [state, setState] = useState<{ key: string; data?: T; error?: Error; loading: boolean }>({ key, loading: true });
+  const [state, setState] = useState<{ key: string; data?: T; error?: Error; loading: boolean }>({
+    key,
+    loading: true,
+  });
   const [version, setVersion] = useState(0);
   const loader = useRef(load);
   loader.current = load;
@@ -23,7 +26,8 @@ export function useResource<T>(key: string, load: () => Promise<T>): Resource<T>
     setState((old) => (old.key === key ? { ...old, loading: true } : { key, loading: true }));
     loader.current().then(
       (data) => current && setState({ key, data, loading: false }),
-      (error: Error) => current && setState((old) => ({ key, ...(old.key === key ? { data: old.data } : {}), error, loading: false })),
+      (error: Error) =>
+        current && setState((old) => ({ key, ...(old.key === key ? { data: old.data } : {}), error, loading: false })),
     );
     return () => {
       current = false;
@@ -31,7 +35,12 @@ export function useResource<T>(key: string, load: () => Promise<T>): Resource<T>
   }, [key, version]);
   const reload = useCallback(() => setVersion((v) => v + 1), []);
   const fresh = state.key === key;
-  return { data: fresh ? state.data : undefined, error: fresh ? state.error : undefined, loading: !fresh || state.loading, reload };
+  return {
+    data: fresh ? state.data : undefined,
+    error: fresh ? state.error : undefined,
+    loading: !fresh || state.loading,
+    reload,
+  };
 }
 
 export interface Watch<T> {

@@ -8,7 +8,10 @@ import type { Attempt, Delivery, Task } from './types';
 const ENDED = new Set(['delivered', 'dead', 'dropped', 'replayed']);
 
 /** One delivery with its attempts, or undefined where the log holds no record of it (one that expired). */
-export async function deliveryOf(webhookId: string, deliveryId: string): Promise<{ delivery: Delivery; attempts: Attempt[] } | undefined> {
+export async function deliveryOf(
+  webhookId: string,
+  deliveryId: string,
+): Promise<{ delivery: Delivery; attempts: Attempt[] } | undefined> {
   try {
     return await call('GET', `/vendors/v1/webhooks/${seg(webhookId)}/deliveries/${seg(deliveryId)}`);
   } catch (error) {
@@ -21,7 +24,17 @@ export async function deliveryOf(webhookId: string, deliveryId: string): Promise
  * Follows a delivery just queued (a test event or a replay) until it has an outcome: delivered,
  * or failed for good; a failed attempt that will be retried is shown as it happens.
  */
-export function DeliveryWatch({ webhookId, deliveryId, what, onEnded }: { webhookId: string; deliveryId: string; what: string; onEnded?: () => void }) {
+export function DeliveryWatch({
+  webhookId,
+  deliveryId,
+  what,
+  onEnded,
+}: {
+  webhookId: string;
+  deliveryId: string;
+  what: string;
+  onEnded?: () => void;
+}) {
   const watch = useWatch(
     deliveryId,
     () => deliveryOf(webhookId, deliveryId),
@@ -83,7 +96,11 @@ export function ReplayProgress({ taskId, onEnded }: { taskId: string; onEnded?: 
   return (
     <div class="watch" aria-live="polite">
       <label for={`task-${taskId}`}>
-        {ended ? (task.status === 'success' ? '✓ Replay finished' : '✗ Replay finished with failures') : 'Replaying dead letters…'}
+        {ended
+          ? task.status === 'success'
+            ? '✓ Replay finished'
+            : '✗ Replay finished with failures'
+          : 'Replaying dead letters…'}
       </label>
       <progress
         id={`task-${taskId}`}

@@ -2,7 +2,10 @@ import { useEffect, useState } from 'preact/hooks';
 
 /** The page's place, from the address's fragment: `#/endpoints`, `#/deliveries/<webhook>/<delivery>`, `#/catalogue`, `#/notices`. */
 export type Route =
-  { page: 'endpoints' } | { page: 'deliveries'; webhookId: string | undefined; deliveryId: string | undefined } | { page: 'catalogue' } | { page: 'notices' };
+  | { page: 'endpoints' }
+  | { page: 'deliveries'; webhookId: string | undefined; deliveryId: string | undefined }
+  | { page: 'catalogue' }
+  | { page: 'notices' };
 
 function parseRoute(hash: string): Route {
   const [page, first, second] = hash.replace(/^#\/?/, '').split('/').map(decodeSegment);

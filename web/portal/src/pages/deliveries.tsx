@@ -6,7 +6,15 @@ import { useAction, useResource } from '../hooks';
 import { DeliveryWatch, deliveryOf, ReplayProgress } from '../replay';
 import { href } from '../router';
 import { can } from '../session';
-import { DELIVERY_STATUSES, EVENT_TYPES, type Attempt, type Delivery, type DeliveryPage, type Session, type Webhook } from '../types';
+import {
+  DELIVERY_STATUSES,
+  EVENT_TYPES,
+  type Attempt,
+  type Delivery,
+  type DeliveryPage,
+  type Session,
+  type Webhook,
+} from '../types';
 
 interface Filters {
   status: string;
@@ -21,7 +29,15 @@ const NO_FILTERS: Filters = { status: '', eventType: '', since: '', until: '' };
 /** A `datetime-local` value as the ISO 8601 time (with zone) the API takes. */
 const isoOf = (local: string) => (local === '' ? undefined : new Date(local).toISOString());
 
-export function DeliveriesPage({ session, webhookId, deliveryId }: { session: Session; webhookId: string | undefined; deliveryId: string | undefined }) {
+export function DeliveriesPage({
+  session,
+  webhookId,
+  deliveryId,
+}: {
+  session: Session;
+  webhookId: string | undefined;
+  deliveryId: string | undefined;
+}) {
   const webhooks = useResource('webhooks', () => call<{ webhooks: Webhook[] }>('GET', '/vendors/v1/webhooks'));
   const list = webhooks.data?.webhooks ?? [];
   const webhook = list.find((w) => w.webhook_id === webhookId) ?? (webhookId === undefined ? list[0] : undefined);
@@ -33,7 +49,11 @@ export function DeliveriesPage({ session, webhookId, deliveryId }: { session: Se
         {list.length > 0 && (
           <div class="picker">
             <label for="log-webhook">Webhook</label>
-            <select id="log-webhook" value={webhook?.webhook_id ?? ''} onChange={(e) => (location.hash = href.deliveries(e.currentTarget.value))}>
+            <select
+              id="log-webhook"
+              value={webhook?.webhook_id ?? ''}
+              onChange={(e) => (location.hash = href.deliveries(e.currentTarget.value))}
+            >
               {webhook === undefined && <option value="">Choose a webhook</option>}
               {list.map((w) => (
                 <option key={w.webhook_id} value={w.webhook_id}>
@@ -58,7 +78,15 @@ export function DeliveriesPage({ session, webhookId, deliveryId }: { session: Se
   );
 }
 
-function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhook: Webhook; deliveryId: string | undefined }) {
+function WebhookLog({
+  session,
+  webhook,
+  deliveryId,
+}: {
+  session: Session;
+  webhook: Webhook;
+  deliveryId: string | undefined;
+}) {
   const [filters, setFilters] = useState<Filters>(NO_FILTERS);
   const [draft, setDraft] = useState<Filters>(NO_FILTERS);
   const [items, setItems] = useState<Delivery[]>();
@@ -167,7 +195,15 @@ function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhoo
         />
       )}
       <ErrorText error={action.error} />
-      {testId && <DeliveryWatch key={testId} webhookId={webhook.webhook_id} deliveryId={testId} what="Test event" onEnded={reload} />}
+      {testId && (
+        <DeliveryWatch
+          key={testId}
+          webhookId={webhook.webhook_id}
+          deliveryId={testId}
+          what="Test event"
+          onEnded={reload}
+        />
+      )}
       {taskId && <ReplayProgress key={taskId} taskId={taskId} onEnded={reload} />}
       <form
         class="filters"
@@ -179,7 +215,11 @@ function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhoo
       >
         <div>
           <label for="f-status">Status</label>
-          <select id="f-status" value={draft.status} onChange={(e) => setDraft({ ...draft, status: e.currentTarget.value })}>
+          <select
+            id="f-status"
+            value={draft.status}
+            onChange={(e) => setDraft({ ...draft, status: e.currentTarget.value })}
+          >
             <option value="">Any</option>
             {DELIVERY_STATUSES.map((s) => (
               <option key={s} value={s}>
@@ -190,7 +230,11 @@ function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhoo
         </div>
         <div>
           <label for="f-type">Event type</label>
-          <select id="f-type" value={draft.eventType} onChange={(e) => setDraft({ ...draft, eventType: e.currentTarget.value })}>
+          <select
+            id="f-type"
+            value={draft.eventType}
+            onChange={(e) => setDraft({ ...draft, eventType: e.currentTarget.value })}
+          >
             <option value="">Any</option>
             {EVENT_TYPES.map((t) => (
               <option key={t} value={t}>
@@ -201,11 +245,21 @@ function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhoo
         </div>
         <div>
           <label for="f-since">From</label>
-          <input id="f-since" type="datetime-local" value={draft.since} onInput={(e) => setDraft({ ...draft, since: e.currentTarget.value })} />
+          <input
+            id="f-since"
+            type="datetime-local"
+            value={draft.since}
+            onInput={(e) => setDraft({ ...draft, since: e.currentTarget.value })}
+          />
         </div>
         <div>
           <label for="f-until">To</label>
-          <input id="f-until" type="datetime-local" value={draft.until} onInput={(e) => setDraft({ ...draft, until: e.currentTarget.value })} />
+          <input
+            id="f-until"
+            type="datetime-local"
+            value={draft.until}
+            onInput={(e) => setDraft({ ...draft, until: e.currentTarget.value })}
+          />
         </div>
         <div class="actions">
           <button type="submit" class="primary">
@@ -227,7 +281,15 @@ function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhoo
       </form>
       <ErrorText error={error} />
       <div class={deliveryId ? 'log has-detail' : 'log'}>
-        {deliveryId && <DeliveryDetail key={deliveryId} session={session} webhookId={webhook.webhook_id} deliveryId={deliveryId} onChanged={reload} />}
+        {deliveryId && (
+          <DeliveryDetail
+            key={deliveryId}
+            session={session}
+            webhookId={webhook.webhook_id}
+            deliveryId={deliveryId}
+            onChanged={reload}
+          />
+        )}
         <div class="log-list">
           {items === undefined ? (
             loading && <Loading what="deliveries" />
@@ -271,7 +333,17 @@ function WebhookLog({ session, webhook, deliveryId }: { session: Session; webhoo
 
 const deadLetters = (count: number) => (count === 1 ? '1 dead letter' : `${count} dead letters`);
 
-function DeliveryDetail({ session, webhookId, deliveryId, onChanged }: { session: Session; webhookId: string; deliveryId: string; onChanged: () => void }) {
+function DeliveryDetail({
+  session,
+  webhookId,
+  deliveryId,
+  onChanged,
+}: {
+  session: Session;
+  webhookId: string;
+  deliveryId: string;
+  onChanged: () => void;
+}) {
   const found = useResource(`delivery:${deliveryId}`, () => deliveryOf(webhookId, deliveryId));
   const [replayId, setReplayId] = useState<string>();
   const { busy, error, run } = useAction();
@@ -279,7 +351,10 @@ function DeliveryDetail({ session, webhookId, deliveryId, onChanged }: { session
 
   const replay = () =>
     run(async () => {
-      const answer = await call<{ delivery_id: string }>('POST', `/vendors/v1/webhooks/${seg(webhookId)}/dead-letters/${seg(deliveryId)}/replay`);
+      const answer = await call<{ delivery_id: string }>(
+        'POST',
+        `/vendors/v1/webhooks/${seg(webhookId)}/dead-letters/${seg(deliveryId)}/replay`,
+      );
       setReplayId(answer.delivery_id);
       found.reload();
       onChanged();
@@ -295,7 +370,9 @@ function DeliveryDetail({ session, webhookId, deliveryId, onChanged }: { session
       </div>
       <ErrorText error={found.error} />
       {found.loading && delivery === undefined && <Loading what="the delivery" />}
-      {!found.loading && found.data === undefined && !found.error && <p class="empty">This delivery is not in the log (it may have expired).</p>}
+      {!found.loading && found.data === undefined && !found.error && (
+        <p class="empty">This delivery is not in the log (it may have expired).</p>
+      )}
       {delivery && (
         <>
           <dl class="facts">
@@ -338,7 +415,15 @@ function DeliveryDetail({ session, webhookId, deliveryId, onChanged }: { session
             </div>
           )}
           <ErrorText error={error} />
-          {replayId && <DeliveryWatch key={replayId} webhookId={webhookId} deliveryId={replayId} what="Replay" onEnded={onChanged} />}
+          {replayId && (
+            <DeliveryWatch
+              key={replayId}
+              webhookId={webhookId}
+              deliveryId={replayId}
+              what="Replay"
+              onEnded={onChanged}
+            />
+          )}
           <h3>
             {found.data!.attempts.length} {found.data!.attempts.length === 1 ? 'attempt' : 'attempts'}
           </h3>
@@ -361,7 +446,8 @@ function AttemptView({ attempt }: { attempt: Attempt }) {
     <article class="attempt" aria-label={`Attempt ${attempt.attempt}`}>
       <p class="attempt-head">
         <strong>Attempt {attempt.attempt}</strong> <Badge label={outcomeLabel(attempt.outcome, attempt.status_code)} />{' '}
-        <span>{formatMs(attempt.duration_ms)}</span> <time dateTime={attempt.attempted_at}>{formatTime(attempt.attempted_at)}</time>
+        <span>{formatMs(attempt.duration_ms)}</span>{' '}
+        <time dateTime={attempt.attempted_at}>{formatTime(attempt.attempted_at)}</time>
       </p>
       {attempt.error && <p class="muted">{attempt.error}</p>}
       {attempt.response_snippet !== null && attempt.response_snippet !== '' ? (

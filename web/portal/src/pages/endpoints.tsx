@@ -1,11 +1,29 @@
 import { useState } from 'preact/hooks';
 import { ApiError, call, seg } from '../api';
 import { Badge, Confirm, CopyButton, ErrorText, Loading, SecretValue } from '../components';
-import { CIRCUIT_LABELS, DISABLED_SHORT, DISABLED_TEXT, eventTypeName, formatMs, formatRate, formatTime, fromNow, outcomeLabel } from '../format';
+import {
+  CIRCUIT_LABELS,
+  DISABLED_SHORT,
+  DISABLED_TEXT,
+  eventTypeName,
+  formatMs,
+  formatRate,
+  formatTime,
+  fromNow,
+  outcomeLabel,
+} from '../format';
 import { useAction, useEvery, useResource } from '../hooks';
 import { href } from '../router';
 import { can } from '../session';
-import { EVENT_TYPES, type EventType, type FilterExplanation, type PublicKey, type Session, type Webhook, type WebhookStats } from '../types';
+import {
+  EVENT_TYPES,
+  type EventType,
+  type FilterExplanation,
+  type PublicKey,
+  type Session,
+  type Webhook,
+  type WebhookStats,
+} from '../types';
 
 /** How often the health figures refresh while the page is open. */
 const STATS_REFRESH_MS = 30_000;
@@ -53,7 +71,8 @@ export function EndpointsPage({ session }: { session: Session }) {
       </p>
       {disabled > 0 && (
         <p class="notice">
-          <span aria-hidden="true">⚠</span> {disabled === 1 ? 'One webhook is' : `${disabled} webhooks are`} disabled. <a href={href.notices}>See notices</a>
+          <span aria-hidden="true">⚠</span> {disabled === 1 ? 'One webhook is' : `${disabled} webhooks are`} disabled.{' '}
+          <a href={href.notices}>See notices</a>
         </p>
       )}
       {generated && <NewSecret secret={generated} onStored={() => setGenerated(undefined)} />}
@@ -88,7 +107,14 @@ export function EndpointsPage({ session }: { session: Session }) {
 type Mode = 'view' | 'edit' | 'delete' | 'rotate' | 'rotate-key';
 
 /** A labelled whole-number input from 1 to `max`, with its hint; empty means the setting is off. */
-function WholeNumberField(props: { id: string; label: string; max: number; value: string; onInput: (value: string) => void; hint: string }) {
+function WholeNumberField(props: {
+  id: string;
+  label: string;
+  max: number;
+  value: string;
+  onInput: (value: string) => void;
+  hint: string;
+}) {
   return (
     <>
       <label for={props.id}>{props.label}</label>
@@ -141,14 +167,18 @@ function FilterVerdict({ matched, explanation }: { matched: boolean; explanation
   return (
     <div role="status">
       <p>
-        <strong>{matched ? '✓ Matches: this event would be sent.' : '✗ Does not match: this event would not be sent.'}</strong>
+        <strong>
+          {matched ? '✓ Matches: this event would be sent.' : '✗ Does not match: this event would not be sent.'}
+        </strong>
       </p>
       <ul class="filter-result">
         {lines.map(({ depth, node }, i) => (
           <li key={i} class={`depth-${Math.min(depth, 5)}`}>
             {node.matched ? '✓' : '✗'} <code>{node.test}</code>
             {node.found_kind === 'value' && ` (found ${JSON.stringify(node.found)})`}
-            {node.found_kind !== undefined && node.found_kind !== 'value' && ` (found ${node.found_kind === 'missing' ? 'nothing' : `a ${node.found_kind}`})`}
+            {node.found_kind !== undefined &&
+              node.found_kind !== 'value' &&
+              ` (found ${node.found_kind === 'missing' ? 'nothing' : `a ${node.found_kind}`})`}
           </li>
         ))}
       </ul>
@@ -158,14 +188,17 @@ function FilterVerdict({ matched, explanation }: { matched: boolean; explanation
 
 /** What signs the webhook's deliveries, in words: its key pair, its secret, both, or nothing. */
 function signedText(webhook: Webhook): string {
-  if (webhook.signature === 'ed25519') return webhook.has_secret ? 'signed with Ed25519 (v1a) and the secret (HMAC)' : 'signed with Ed25519 (v1a) only';
+  if (webhook.signature === 'ed25519')
+    return webhook.has_secret ? 'signed with Ed25519 (v1a) and the secret (HMAC)' : 'signed with Ed25519 (v1a) only';
   return webhook.has_secret ? 'signed with the secret (HMAC)' : 'unsigned: no secret';
 }
 
 /** The webhook's flow-control settings in words. */
 function controlsText(webhook: Webhook): string {
   const parts = [
-    webhook.rate_limit_per_second === null ? 'No rate limit' : `At most ${webhook.rate_limit_per_second} requests a second`,
+    webhook.rate_limit_per_second === null
+      ? 'No rate limit'
+      : `At most ${webhook.rate_limit_per_second} requests a second`,
     webhook.ordering === 'fifo'
       ? 'one at a time, in order (FIFO)'
       : webhook.max_concurrency === null
@@ -177,7 +210,15 @@ function controlsText(webhook: Webhook): string {
 }
 
 /** A secret Hookline generated, shown this once (it stays readable in the card with the manage permission). */
-function NewSecret({ secret, previousUntil, onStored }: { secret: string; previousUntil?: string | null; onStored: () => void }) {
+function NewSecret({
+  secret,
+  previousUntil,
+  onStored,
+}: {
+  secret: string;
+  previousUntil?: string | null;
+  onStored: () => void;
+}) {
   return (
     <div class="reveal-once" role="status">
       <p>
@@ -202,7 +243,11 @@ function SigningKeys({ webhook }: { webhook: Webhook }) {
   const keys = useResource(`keys:${webhook.webhook_id}:${webhook.updated_at}`, () =>
     call<{ keys: PublicKey[] }>('GET', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}/public-keys`),
   );
-  const status = keys.error ? <ErrorText error={keys.error} /> : keys.data === undefined ? <Loading what="public keys" /> : undefined;
+  const status = keys.error ? (
+    <ErrorText error={keys.error} />
+  ) : keys.data === undefined ? (
+    <Loading what="public keys" />
+  ) : undefined;
   if (status)
     return (
       <div>
@@ -232,7 +277,15 @@ function formatPerSecond(rate: number): string {
   return `${rate < 10 ? rate.toFixed(1) : Math.round(rate)}/s`;
 }
 
-function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; session: Session; onChanged: (message: string) => void }) {
+function WebhookCard({
+  webhook,
+  session,
+  onChanged,
+}: {
+  webhook: Webhook;
+  session: Session;
+  onChanged: (message: string) => void;
+}) {
   const stats = useResource(`stats:${webhook.webhook_id}:${webhook.updated_at}`, () => statsOf(webhook.webhook_id));
   useEvery(STATS_REFRESH_MS, stats.reload);
   const [mode, setMode] = useState<Mode>('view');
@@ -266,7 +319,10 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
     });
   const rotate = () =>
     run(async () => {
-      const rotated = await call<{ secret: string; previous_secret_expires_at: string | null }>('POST', `${path}/rotate-secret`);
+      const rotated = await call<{ secret: string; previous_secret_expires_at: string | null }>(
+        'POST',
+        `${path}/rotate-secret`,
+      );
       setNewSecret({ secret: rotated.secret, previousUntil: rotated.previous_secret_expires_at });
       setMode('view');
     });
@@ -306,7 +362,10 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
         {webhook.signature === 'hmac' && !webhook.has_secret && (
           <div>
             <dt>Signature</dt>
-            <dd>None: this webhook was registered without a secret, so its deliveries carry no signature. Rotate secret generates one.</dd>
+            <dd>
+              None: this webhook was registered without a secret, so its deliveries carry no signature. Rotate secret
+              generates one.
+            </dd>
           </div>
         )}
         {!webhook.enabled && (
@@ -321,14 +380,23 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
             <dd>
               <SecretValue secret={webhook.secret} />
               {webhook.previous_secret_expires_at && (
-                <span class="muted"> The previous secret signs too until {formatTime(webhook.previous_secret_expires_at)}.</span>
+                <span class="muted">
+                  {' '}
+                  The previous secret signs too until {formatTime(webhook.previous_secret_expires_at)}.
+                </span>
               )}
             </dd>
           </div>
         )}
       </dl>
       <Health stats={stats.data} loading={stats.loading} error={stats.error} enabled={webhook.enabled} />
-      {newSecret && <NewSecret secret={newSecret.secret} previousUntil={newSecret.previousUntil} onStored={() => setNewSecret(undefined)} />}
+      {newSecret && (
+        <NewSecret
+          secret={newSecret.secret}
+          previousUntil={newSecret.previousUntil}
+          onStored={() => setNewSecret(undefined)}
+        />
+      )}
       <ErrorText error={error} />
       {mode === 'delete' && (
         <Confirm
@@ -406,9 +474,24 @@ function WebhookCard({ webhook, session, onChanged }: { webhook: Webhook; sessio
   );
 }
 
-function Health({ stats, loading, error, enabled }: { stats: WebhookStats | undefined; loading: boolean; error: Error | undefined; enabled: boolean }) {
+function Health({
+  stats,
+  loading,
+  error,
+  enabled,
+}: {
+  stats: WebhookStats | undefined;
+  loading: boolean;
+  error: Error | undefined;
+  enabled: boolean;
+}) {
   if (error) return <ErrorText error={error} />;
-  if (stats === undefined) return loading ? <Loading what="health" /> : <p class="muted">Health figures are not available for this webhook.</p>;
+  if (stats === undefined)
+    return loading ? (
+      <Loading what="health" />
+    ) : (
+      <p class="muted">Health figures are not available for this webhook.</p>
+    );
   const last = stats.last_attempt;
   return (
     <div class="health">
@@ -483,7 +566,9 @@ function Health({ stats, loading, error, enabled }: { stats: WebhookStats | unde
             <dt>In line</dt>
             <dd>
               {stats.fifo_line.length} waiting
-              {stats.fifo_line.oldest_waiting_ms !== null && stats.fifo_line.length > 0 && `, the oldest for ${formatMs(stats.fifo_line.oldest_waiting_ms)}`}
+              {stats.fifo_line.oldest_waiting_ms !== null &&
+                stats.fifo_line.length > 0 &&
+                `, the oldest for ${formatMs(stats.fifo_line.oldest_waiting_ms)}`}
             </dd>
           </div>
         )}
@@ -491,7 +576,8 @@ function Health({ stats, loading, error, enabled }: { stats: WebhookStats | unde
           <div>
             <dt>Send rate</dt>
             <dd>
-              {formatPerSecond(stats.send_rate_per_second)} over the last minute, of at most {stats.rate_limit_per_second}/s
+              {formatPerSecond(stats.send_rate_per_second)} over the last minute, of at most{' '}
+              {stats.rate_limit_per_second}/s
             </dd>
           </div>
         )}
@@ -510,7 +596,12 @@ function Sparkline({ minutes, id }: { minutes: WebhookStats['minutes']; id: stri
   const half = 15;
   return (
     <figure class="spark">
-      <svg viewBox={`0 0 ${minutes.length * 4} ${half * 2 + 1}`} preserveAspectRatio="none" role="img" aria-labelledby={id}>
+      <svg
+        viewBox={`0 0 ${minutes.length * 4} ${half * 2 + 1}`}
+        preserveAspectRatio="none"
+        role="img"
+        aria-labelledby={id}
+      >
         {minutes.map((m, i) => {
           const up = (m.delivered / peak) * half;
           const down = (m.failed / peak) * half;
@@ -534,7 +625,15 @@ function Sparkline({ minutes, id }: { minutes: WebhookStats['minutes']; id: stri
  * Registers a webhook (no `webhook`) or edits one; `onDone` gets what to announce (and a secret
  * Hookline generated for a new webhook, to show once), or nothing when cancelled.
  */
-function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: EventType[]; onDone: (message?: string, secret?: string) => void }) {
+function WebhookForm({
+  webhook,
+  taken,
+  onDone,
+}: {
+  webhook?: Webhook;
+  taken: EventType[];
+  onDone: (message?: string, secret?: string) => void;
+}) {
   const free = EVENT_TYPES.filter((t) => !taken.includes(t));
   const [eventType, setEventType] = useState<EventType>(webhook?.event_type ?? free[0] ?? EVENT_TYPES[0]);
   const [url, setUrl] = useState(webhook?.callback_url ?? '');
@@ -566,7 +665,9 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
         if (ceiling !== webhook.max_concurrency) changes.max_concurrency = ceiling;
         if (JSON.stringify(filter) !== JSON.stringify(webhook.filter)) changes.filter = filter;
         if (Object.keys(changes).length === 0) return onDone();
-        const saved = await call<Webhook>('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, { body: changes });
+        const saved = await call<Webhook>('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, {
+          body: changes,
+        });
         // A switch to HMAC without a secret generates one.
         const generated = !webhook.has_secret && changes.secret === undefined ? saved.secret : undefined;
         onDone(`Saved the ${eventTypeName(eventType)} webhook.`, generated);
@@ -628,8 +729,16 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
         value={url}
         onInput={(e) => setUrl(e.currentTarget.value)}
       />
-      <label for={`secret-${id}`}>{webhook ? 'New secret (leave empty to keep the current one)' : 'Secret (optional)'}</label>
-      <input id={`secret-${id}`} type="password" autoComplete="new-password" value={secret} onInput={(e) => setSecret(e.currentTarget.value)} />
+      <label for={`secret-${id}`}>
+        {webhook ? 'New secret (leave empty to keep the current one)' : 'Secret (optional)'}
+      </label>
+      <input
+        id={`secret-${id}`}
+        type="password"
+        autoComplete="new-password"
+        value={secret}
+        onInput={(e) => setSecret(e.currentTarget.value)}
+      />
       <p class="hint">
         {webhook
           ? 'A whsec_ secret (base64 after the prefix) works with Standard Webhooks libraries; Rotate secret generates one.'
@@ -654,11 +763,17 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
           hint="Below this, Hookline finds your endpoint's pace by itself: it halves on 429, 503 and timeouts, and a Retry-After pauses every worker."
         />
         <label for={`order-${id}`}>Order</label>
-        <select id={`order-${id}`} value={ordering} onChange={(e) => setOrdering(e.currentTarget.value as Webhook['ordering'])}>
+        <select
+          id={`order-${id}`}
+          value={ordering}
+          onChange={(e) => setOrdering(e.currentTarget.value as Webhook['ordering'])}
+        >
           <option value="none">As fast as your endpoint takes them (concurrent)</option>
           <option value="fifo">One at a time, in the order the events happened (FIFO)</option>
         </select>
-        <p class="hint">FIFO: a delivery that keeps failing holds the ones behind it until it succeeds or is dead-lettered.</p>
+        <p class="hint">
+          FIFO: a delivery that keeps failing holds the ones behind it until it succeeds or is dead-lettered.
+        </p>
         <label for={`filter-${id}`}>Payload filter (JSON; empty: every event of the type)</label>
         <textarea
           id={`filter-${id}`}
@@ -669,8 +784,8 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
           onInput={(e) => setFilterText(e.currentTarget.value)}
         />
         <p class="hint" id={`filter-hint-${id}`}>
-          For example {'{"path": "data.status", "eq": "unavailable"}'}; eq, ne, in, gt, gte, lt, lte, exists, and, or, not. Events it does not match are not
-          sent.
+          For example {'{"path": "data.status", "eq": "unavailable"}'}; eq, ne, in, gt, gte, lt, lte, exists, and, or,
+          not. Events it does not match are not sent.
         </p>
         {webhook && (
           <div class="actions">
@@ -689,11 +804,18 @@ function WebhookForm({ webhook, taken, onDone }: { webhook?: Webhook; taken: Eve
           {tried?.answer && <FilterVerdict matched={tried.answer.matched} explanation={tried.answer.explanation} />}
         </div>
         <label for={`sig-${id}`}>Signature</label>
-        <select id={`sig-${id}`} value={signature} onChange={(e) => setSignature(e.currentTarget.value as Webhook['signature'])}>
+        <select
+          id={`sig-${id}`}
+          value={signature}
+          onChange={(e) => setSignature(e.currentTarget.value as Webhook['signature'])}
+        >
           <option value="hmac">HMAC with the secret (v1)</option>
           <option value="ed25519">Ed25519 key pair too (v1a): verify with a public key</option>
         </select>
-        <p class="hint">With Ed25519 your receiver needs only the public key shown on this card; see the catalogue for verification code.</p>
+        <p class="hint">
+          With Ed25519 your receiver needs only the public key shown on this card; see the catalogue for verification
+          code.
+        </p>
       </fieldset>
       <ErrorText error={error} />
       <div class="actions">

@@ -46,7 +46,8 @@ export function NoticesPage({ session }: { session: Session }) {
         notices.loading && <Loading what="notices" />
       ) : disabled.length === 0 && circuits.length === 0 ? (
         <p class="empty">
-          <span aria-hidden="true">✓</span> Nothing needs your attention: every webhook is enabled and its deliveries flow.
+          <span aria-hidden="true">✓</span> Nothing needs your attention: every webhook is enabled and its deliveries
+          flow.
         </p>
       ) : (
         <ul class="cards">
@@ -64,8 +65,9 @@ export function NoticesPage({ session }: { session: Session }) {
                     <h2>{eventTypeName(webhook.event_type)}: deliveries held back</h2>
                     <Badge label={CIRCUIT_LABELS[stats.circuit]} />
                     <p>
-                      Recent deliveries to <code class="wrap">{webhook.callback_url}</code> failed, so new ones wait instead of piling onto your receiver. A
-                      probe is sent now and then; when it succeeds, deliveries flow again by themselves.
+                      Recent deliveries to <code class="wrap">{webhook.callback_url}</code> failed, so new ones wait
+                      instead of piling onto your receiver. A probe is sent now and then; when it succeeds, deliveries
+                      flow again by themselves.
                     </p>
                     <a class="button" href={href.deliveries(webhook.webhook_id)}>
                       See the failed attempts
@@ -98,11 +100,15 @@ function DisabledNotice({ webhook, session }: { webhook: Webhook; session: Sessi
   return (
     <article class="card notice-card" aria-labelledby={`notice-${webhook.webhook_id}`}>
       <h2 id={`notice-${webhook.webhook_id}`}>{eventTypeName(webhook.event_type)}</h2>
-      {taskId ? <Badge label={{ icon: '●', text: 'Enabled again', tone: 'ok' }} /> : <Badge label={{ icon: '‖', text: DISABLED_SHORT[reason], tone: 'bad' }} />}
+      {taskId ? (
+        <Badge label={{ icon: '●', text: 'Enabled again', tone: 'ok' }} />
+      ) : (
+        <Badge label={{ icon: '‖', text: DISABLED_SHORT[reason], tone: 'bad' }} />
+      )}
       <p>{DISABLED_TEXT[reason]}</p>
       <p class="muted">
-        Callback URL <code class="wrap">{webhook.callback_url}</code>, since {formatTime(webhook.updated_at)}. Events that arrived meanwhile are dead letters:
-        replay them once your receiver answers again.
+        Callback URL <code class="wrap">{webhook.callback_url}</code>, since {formatTime(webhook.updated_at)}. Events
+        that arrived meanwhile are dead letters: replay them once your receiver answers again.
       </p>
       <ErrorText error={error} />
       {taskId ? (
