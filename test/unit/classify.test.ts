@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { decide, jitteredDelayMs, type Decision } from '../../src/delivery/classify.js';
 import { interpret, parseRetryAfterMs } from '../../src/delivery/interpret.js';
 import type { SendResult } from '../../src/delivery/http-sender.js';
-import type { AttemptErrorClass } from '../../src/domain/delivery.js';
+import { failure, response } from '../helpers/send-results.js';
 
 const S = 1_000;
 const M = 60 * S;
@@ -11,20 +11,6 @@ const H = 60 * M;
 const SCHEDULE = [0, 5 * S, 5 * M, 30 * M, 2 * H, 5 * H, 10 * H, 14 * H, 20 * H, 24 * H];
 const NOW = Date.UTC(2025, 0, 2, 3, 4, 5);
 const MIDDLE = () => 0.5;
-
-const response = (status: number, retryAfter?: string): SendResult => ({
-  kind: 'response',
-  status,
-  retryAfter,
-  bodySnippet: '',
-  durationMs: 12,
-});
-const failure = (errorClass: AttemptErrorClass): SendResult => ({
-  kind: 'error',
-  errorClass,
-  message: 'x',
-  durationMs: 12,
-});
 
 function decided(
   result: SendResult,

@@ -3,22 +3,9 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { SendResult } from '../../src/delivery/http-sender.js';
 import { interpret, READINGS, type Interpretation, type Reading } from '../../src/delivery/interpret.js';
-import type { AttemptErrorClass } from '../../src/domain/delivery.js';
+import { failure, response } from '../helpers/send-results.js';
 
 const NOW = Date.UTC(2025, 0, 2, 3, 4, 5);
-const response = (status: number, retryAfter?: string): SendResult => ({
-  kind: 'response',
-  status,
-  retryAfter,
-  bodySnippet: '',
-  durationMs: 12,
-});
-const failure = (errorClass: AttemptErrorClass): SendResult => ({
-  kind: 'error',
-  errorClass,
-  message: 'x',
-  durationMs: 12,
-});
 
 type Expected = Omit<Interpretation, 'answered'>;
 const meaning = (

@@ -2,24 +2,9 @@ import { describe, expect, it } from 'vitest';
 import type { Webhook } from '../../src/domain/webhook.js';
 import { CachedWebhookSource } from '../../src/delivery/webhook-cache.js';
 import type { WebhookSource } from '../../src/store/webhooks.js';
+import { webhookFixture } from '../helpers/webhook-fixture.js';
 
-const enabled: Webhook = {
-  id: 'w1',
-  vendorId: 'v',
-  eventType: 'EVENT_TYPE_MACHINE_CREATED',
-  callbackUrl: 'https://receiver.example/hook',
-  secret: undefined,
-  previousSecret: undefined,
-  disabled: undefined,
-  rateLimitPerSecond: undefined,
-  signature: 'hmac',
-  signingKeys: [],
-  filter: undefined,
-  ordering: 'none',
-  maxConcurrency: undefined,
-  createdAt: '2026-01-01T00:00:00.000Z',
-  updatedAt: '2026-01-01T00:00:00.000Z',
-};
+const enabled: Webhook = webhookFixture({ id: 'w1', vendorId: 'v' });
 
 /** A registry whose reads can be held until released, to order them around a write. */
 class SlowSource implements Pick<WebhookSource, 'getById' | 'disable'> {
