@@ -22,13 +22,26 @@ export interface CliOptions {
   cwd?: string;
 }
 
+/**
+ * The CLI processes still running. When a test is abandoned at its timeout, its own cleanup never
+ * runs; the test process kills what it started as it exits, so no CLI outlives the suite (and the
+ * servers it was talking to).
+ */
+const running = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
 /** Starts `hookline <args>` from source with piped stdout and stderr, and leaves the rest to the caller. */
 export function spawnCli(args: string[], env: NodeJS.ProcessEnv, options: CliOptions = {}): ChildProcess {
-  return spawn(process.execPath, [...CLI, ...args], {
+  const child = spawn(process.execPath, [...CLI, ...args], {
     cwd: options.cwd ?? REPO_ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  running.add(child);
+  child.once('exit', () => running.delete(child));
+  return child;
 }
 
 /** Runs `hookline <args>` from source to completion (bounded by `timeoutMs`). */
