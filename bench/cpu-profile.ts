@@ -15,6 +15,7 @@
  * frame matching the regex (e.g. `recordAttempt`), so the tables show where that function's time goes.
  */
 import { readFileSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { Session } from 'node:inspector/promises';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -291,6 +292,19 @@ const mainThreadCpuUs = () => procStatCpuUs(`/proc/self/task/${process.pid}/stat
 const SAMPLING_INTERVAL_US = 250;
 
 /**
+ * BENCH_ALLOCATION_PROFILE=<dir>: each profiled run also samples allocations (every 32 KiB, counting
+ * what the collector has freed since) and writes them to <dir> as a .heapprofile (open it in Chrome's
+ * DevTools, or sum the self sizes by function), to find where garbage comes from.
+ */
+const allocationProfileDir = process.env.BENCH_ALLOCATION_PROFILE;
+
+async function writeAllocationProfile(session: Session, dir: string): Promise<void> {
+  const { profile } = await session.post('HeapProfiler.stopSampling');
+  await mkdir(dir, { recursive: true });
+  await writeFile(path.join(dir, `run-${Date.now()}.heapprofile`), JSON.stringify(profile));
+}
+
+/**
  * Runs `work` with a probe that profiles this process's main thread from `started()` to
  * `finished()` (the measured part of a run), and answers its result with the profile.
  */
@@ -307,6 +321,12 @@ export async function profileRun<T>(
     let main0 = 0;
     const result = await work({
       async started() {
+        if (allocationProfileDir)
+          await session.post('HeapProfiler.startSampling', {
+            samplingInterval: 32_768,
+            includeObjectsCollectedByMajorGC: true,
+            includeObjectsCollectedByMinorGC: true,
+          } as never);
         await session.post('Profiler.start');
         process0 = process.cpuUsage();
         main0 = mainThreadCpuUs();
@@ -315,6 +335,7 @@ export async function profileRun<T>(
         const used = process.cpuUsage(process0);
         const mainThreadUs = mainThreadCpuUs() - main0;
         const { profile } = await session.post('Profiler.stop');
+        if (allocationProfileDir) await writeAllocationProfile(session, allocationProfileDir);
         profiled = { profile: profile as Profile, processUs: used.user + used.system, mainThreadUs };
       },
     });

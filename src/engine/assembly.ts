@@ -341,6 +341,8 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     randomUUID(),
     nowMs,
     settings.metrics ? flowObserver(settings.metrics) : undefined,
+    // A host's limit over every vendor's endpoint on it starts at the slots, as an endpoint's does.
+    slots.total,
   );
   // Pauses other workers set reach this one at once; losing the subscription only delays them to
   // when this worker next meets the endpoint afresh.

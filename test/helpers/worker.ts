@@ -10,6 +10,8 @@ export interface TestWorker {
   /** The worker engine's metrics (the text `/metrics` would serve). */
   metricsText(): Promise<string>;
   breakers: Pick<DeliveryWorker['endpoints'], 'openEndpoints'>;
+  /** The worker's endpoints (and through them, their hosts). */
+  endpoints: Pick<DeliveryWorker['endpoints'], 'get'>;
   flow: DeliveryWorker['flow'];
   close(): Promise<void>;
 }
@@ -73,6 +75,7 @@ export async function startTestWorker(t: TestApp, settings: TestWorkerSettings =
     outcomes,
     metricsText: async () => (await engine.metrics?.registry.metrics()) ?? '',
     breakers: engine.worker!.endpoints,
+    endpoints: engine.worker!.endpoints,
     flow: engine.worker!.flow,
     async close() {
       await engine.close(2_000);

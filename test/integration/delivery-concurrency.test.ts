@@ -175,6 +175,49 @@ describe('adaptive concurrency per endpoint (AIMD) and Retry-After pauses', () =
     },
   );
 
+  it(
+    'twelve vendors on one host that takes 8 at once: the host’s ceiling holds them under it together, nothing dead-lettered',
+    { timeout: 45_000 },
+    async () => {
+      // Five attempts within 2 s: before the host ceiling, each vendor held at one attempt by its own
+      // limit still made twelve together, and deliveries ran out of attempts on 429s.
+      t = await testApp({ retryScheduleMs: [0, 100, 200, 500, 1_000] });
+      const CAPACITY = 8;
+      const VENDORS = 12;
+      const EVENTS_EACH = 40;
+      const receiver = await capacityReceiver(CAPACITY, 50);
+      closers.push(receiver.close);
+      const webhooks: Awaited<ReturnType<TestApp['register']>>[] = [];
+      for (let n = 0; n < VENDORS; n += 1) webhooks.push(await t.register(`shared-${n}`, `${receiver.base}/v${n}`));
+      const worker = await startTestWorker(t, { workerConcurrency: 20, deliveryTimeoutMs: 5_000 });
+      workers.push(worker);
+      for (let round = 0; round < 4; round += 1)
+        await t.ingestor.ingest(
+          webhooks.flatMap((_, n) => Array.from({ length: EVENTS_EACH / 4 }, () => machineEvent(`shared-${n}`))),
+          'http',
+        );
+      const total = VENDORS * EVENTS_EACH;
+      const delivered = () => new Set(receiver.arrivals.filter((a) => a.status === 200).map((a) => a.eventId)).size;
+      const settled = async () => {
+        let dead = 0;
+        for (const webhook of webhooks) dead += (await t!.deliveryLog.deadLetters(webhook.id, 1_000)).length;
+        return dead + delivered() >= total ? dead : undefined;
+      };
+      const dead = await waitFor(settled, 30_000, 'every delivery delivered or dead-lettered');
+      const all429 = receiver.arrivals.filter((a) => a.status === 429).length;
+      const host = worker.endpoints.get(endpointKey('shared-0', receiver.base))!.host;
+      console.log(
+        `shared host: ${delivered()} of ${total} delivered, ${dead} dead-lettered; 429s ${all429} of ${receiver.arrivals.length} attempts; ` +
+          `most in flight ${receiver.mostInflight()}; host limit now ${host.limit.view(Date.now()).limit}`,
+      );
+      expect(dead).toBe(0);
+      expect(delivered()).toBe(total);
+      expect(host.limit.view(Date.now()).limit).toBeLessThanOrEqual(CAPACITY);
+      // Push-back is the exception, not the rule it was with twelve limits of one.
+      expect(all429 / receiver.arrivals.length).toBeLessThan(0.2);
+    },
+  );
+
   it('a Retry-After pauses the endpoint for both workers, and for a worker that meets it later; held deliveries are no attempts', async () => {
     t = await testApp({ retryScheduleMs: [0, 500, 500] });
     const receiver = await receivers.start();

@@ -13,6 +13,9 @@ export interface SharedPauses {
 /** What happened to an endpoint's flow, for metrics: a limit halved, or a Retry-After paused it. */
 export type FlowEvent = { kind: 'decreased'; limit: number } | { kind: 'paused'; forMs: number };
 
+/** Refused for the host's limit: as the endpoint's own FULL, nothing allocated. */
+const HOST_FULL: FlowAdmission = { started: false, reason: 'full' };
+
 /** Changed limits written for the stats endpoint at most this often. */
 const REPORT_EVERY_MS = 1_000;
 
@@ -32,6 +35,8 @@ export class EndpointFlow {
     private readonly workerId: string,
     private readonly nowMs: () => number,
     private readonly onEvent: (event: FlowEvent) => void = () => undefined,
+    /** Where a host's limit starts (the worker's send slots; see host.ts). */
+    private readonly hostCeiling = 1_000,
   ) {}
 
   /** Learns, once per endpoint and process, whether another worker paused the endpoint of `key`. */
@@ -59,14 +64,35 @@ export class EndpointFlow {
     this.endpoints.ensure(key).limit.pause(untilMs, this.nowMs());
   }
 
-  /** Starts an attempt within the endpoint's limit and `ceiling`, unless it is paused or full. */
+  /**
+   * Starts an attempt within the endpoint's limit and `ceiling` and within its host's limit, unless
+   * the endpoint is paused or either is full (the ticket is the endpoint's).
+   */
   tryStart(endpoint: Endpoint, ceiling: number): FlowAdmission {
-    return endpoint.limit.tryStart(ceiling, this.nowMs());
+    const nowMs = this.nowMs();
+    const started = endpoint.limit.tryStart(ceiling, nowMs);
+    if (!started.started) return started;
+    const { host } = endpoint;
+    const atHost = host.limit.tryStart(this.hostCeiling, nowMs);
+    if (!atHost.started) {
+      endpoint.limit.cancel(started.ticket);
+      // Woken as the host's attempts end, whichever vendor's they are.
+      host.waiting.add(endpoint);
+      return HOST_FULL;
+    }
+    endpoint.hostTickets.set(started.ticket, atHost.ticket);
+    return started;
   }
 
   /** Takes back a started attempt that was not sent. */
   cancel(endpoint: Endpoint, ticket: number): void {
     endpoint.limit.cancel(ticket);
+    const hostTicket = endpoint.hostTickets.get(ticket);
+    if (hostTicket !== undefined) {
+      endpoint.hostTickets.delete(ticket);
+      endpoint.host.limit.cancel(hostTicket);
+      this.freedAtHost(endpoint);
+    }
     this.freed(endpoint);
   }
 
@@ -89,14 +115,16 @@ export class EndpointFlow {
     });
   }
 
-  /** The endpoint's limit (Infinity before its first attempt). */
+  /** The smaller of the endpoint's limit and its host's (Infinity before their first attempt). */
   limitOf(endpoint: Endpoint): number {
-    return endpoint.limit.view(this.nowMs()).limit || Infinity;
+    const nowMs = this.nowMs();
+    return Math.min(endpoint.limit.view(nowMs).limit || Infinity, endpoint.host.limit.view(nowMs).limit || Infinity);
   }
 
-  /** How many more attempts the endpoint takes now (the wakeups bring back that many deferred ones). */
+  /** How many more attempts the endpoint takes now, its host allowing (the wakeups bring back that many deferred ones). */
   room(endpoint: Endpoint): number {
-    return endpoint.limit.room(this.nowMs());
+    const nowMs = this.nowMs();
+    return Math.min(endpoint.limit.room(nowMs), endpoint.host.limit.room(nowMs));
   }
 
   /** The limit, attempts in flight and pause of the endpoint of `key` (undefined: never met). */
@@ -118,6 +146,13 @@ export class EndpointFlow {
     const change = endpoint.limit.end(ticket, answer.flow, ceiling);
     if (change.decreased) this.onEvent({ kind: 'decreased', limit: change.limit });
     endpoint.flowChanged = true;
+    const hostTicket = endpoint.hostTickets.get(ticket);
+    if (hostTicket !== undefined) {
+      endpoint.hostTickets.delete(ticket);
+      const { host } = endpoint;
+      host.limit.end(hostTicket, host.corroborate(endpoint.key, answer.flow, nowMs), this.hostCeiling);
+      this.freedAtHost(endpoint);
+    }
     // One ended; one more may fit too when the limit grew.
     this.freed(endpoint, Math.max(1, Math.min(endpoint.limit.room(nowMs), 2)));
     const askedMs = answer.retryAfterMs;
@@ -151,6 +186,26 @@ export class EndpointFlow {
       this.gone(endpoint);
       waiter.resolve();
       woken += 1;
+    }
+  }
+
+  /**
+   * An attempt at the endpoint's host ended: wakes one delivery of another endpoint that waits
+   * because the host was full (its own endpoint's waiters are woken by freed()).
+   */
+  private freedAtHost(ended: Endpoint): void {
+    const { waiting } = ended.host;
+    if (waiting.size === 0) return;
+    const nowMs = this.nowMs();
+    for (const endpoint of waiting) {
+      waiting.delete(endpoint);
+      if (endpoint === ended || endpoint.roomWaiting === 0) continue;
+      if (endpoint.limit.room(nowMs) > 0) {
+        this.freed(endpoint);
+        // Still waiting there: in line again, behind the others.
+        if (endpoint.roomWaiting > 0) waiting.add(endpoint);
+        return;
+      }
     }
   }
 

@@ -1,7 +1,8 @@
 import { ConcurrencyLimit } from '../../domain/concurrency-limit.js';
-import { endpointKey } from '../../domain/endpoint.js';
+import { endpointKey, endpointParts } from '../../domain/endpoint.js';
 import type { Webhook } from '../../domain/webhook.js';
 import { Circuit, type BreakerRules } from './breaker.js';
+import { HostCeiling } from './host.js';
 import type { DeferredDeliveries } from './wakeups.js';
 
 /**
@@ -50,10 +51,14 @@ export class Endpoint {
   deferred: DeferredDeliveries | undefined = undefined;
   /** Forgotten by the registry: whoever still holds it looks it up again. */
   evicted = false;
+  /** Each attempt in flight's ticket of the host's limit, by its ticket of this endpoint's. */
+  readonly hostTickets = new Map<number, number>();
 
   constructor(
     readonly key: string,
     rules: BreakerRules,
+    /** The receiver host it shares with other vendors' endpoints (see host.ts). */
+    readonly host: HostCeiling<Endpoint> = new HostCeiling(endpointParts(key).origin),
   ) {
     this.circuit = new Circuit(key, rules);
   }
@@ -67,6 +72,8 @@ export class Endpoint {
 /** The endpoints of one process, at most `max` (ENDPOINTS_MAX) of them. */
 export class EndpointRegistry {
   private readonly endpoints = new Map<string, Endpoint>();
+  /** The hosts of the endpoints held, by origin; a host goes with the last endpoint on it. */
+  private readonly hosts = new Map<string, HostCeiling<Endpoint>>();
   /** Each webhook copy's endpoint, so the key (a URL parse) is built once per copy, not per delivery. */
   private readonly ofWebhooks = new WeakMap<Webhook, Endpoint>();
 
@@ -86,7 +93,14 @@ export class EndpointRegistry {
     let endpoint = this.endpoints.get(key);
     if (endpoint === undefined) {
       if (this.endpoints.size >= this.max) this.evictIdle();
-      endpoint = new Endpoint(key, this.rules);
+      const { origin } = endpointParts(key);
+      let host = this.hosts.get(origin);
+      if (host === undefined) {
+        host = new HostCeiling<Endpoint>(origin);
+        this.hosts.set(origin, host);
+      }
+      host.endpoints += 1;
+      endpoint = new Endpoint(key, this.rules, host);
       this.endpoints.set(key, endpoint);
     }
     return endpoint;
@@ -100,6 +114,11 @@ export class EndpointRegistry {
       this.ofWebhooks.set(webhook, endpoint);
     }
     return endpoint;
+  }
+
+  /** How many receiver hosts the endpoints held are on (tests). */
+  hostCount(): number {
+    return this.hosts.size;
   }
 
   values(): IterableIterator<Endpoint> {
@@ -119,6 +138,10 @@ export class EndpointRegistry {
       if (!endpoint.idle(nowMs)) continue;
       endpoint.evicted = true;
       this.endpoints.delete(key);
+      const { host } = endpoint;
+      host.endpoints -= 1;
+      host.waiting.delete(endpoint);
+      if (host.endpoints === 0) this.hosts.delete(host.origin);
     }
   }
 }
