@@ -108,7 +108,10 @@ describe('standalone hookline worker processes', () => {
     await setup();
     receiver.script('/slow', { status: 200, delayMs: 20 });
     const workers = await Promise.all(
-      [1, 2, 3].map(async () => startCli(['worker'], await workerProcessEnv(t), /delivery worker running/)),
+      // At debug, each delivered attempt is a line: how each worker's share is counted below.
+      [1, 2, 3].map(async () =>
+        startCli(['worker'], await workerProcessEnv(t, { HOOKLINE_LOG_LEVEL: 'debug' }), /delivery worker running/),
+      ),
     );
     children.push(...workers.map((w) => w.child));
     // Ingested 10 at a time, so there are many batch jobs to share.
