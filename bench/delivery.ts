@@ -237,10 +237,13 @@ export interface SplitThroughput extends ThroughputFigures {
 
 /**
  * Hookline as it is deployed: this process runs the ingest API (and the producers), a separate
- * `hookline worker` process delivers. The CPU figure adds both processes.
+ * `hookline worker` process delivers (`worker: 'process'`); or, the delivery-thread experiment, a
+ * worker-role engine in a `worker_threads` thread of this process delivers (`worker: 'thread'`,
+ * bench/delivery-thread.ts). The CPU figure adds both processes; a thread's CPU is this process's.
  */
 export async function hooklineSplitThroughput(
   setup: DeliveryBenchSetup,
+  worker: 'process' | 'thread' = 'process',
   events = setup.events,
 ): Promise<SplitThroughput> {
   const run = await setup.receiver.newRun({ scheme: 'standard', targets: setup.vendors });
@@ -249,32 +252,32 @@ export async function hooklineSplitThroughput(
     config: setup.config,
     apiConnections: setup.posters,
   });
+  const label = worker === 'process' ? 'Hookline (API + worker process)' : 'Hookline (API + delivery thread)';
   try {
     await engine.registerWebhooks(
       Array.from({ length: setup.vendors }, (_, i) => run.url(i)),
       run.secrets,
     );
-    const worker = await engine.startWorkerProcess({ concurrency: setup.concurrency });
+    const child =
+      worker === 'process'
+        ? await engine.startWorkerProcess({ concurrency: setup.concurrency })
+        : await engine.startWorkerThread({ concurrency: setup.concurrency }).then(() => undefined);
     const factory = new EventFactory(setup.payloadBytes, DEPLOYMENTS_PER_VENDOR);
     await postAll(engine, eventsFor(factory, setup.warmup, setup.vendors), setup);
-    await run.waitVerified(setup.warmup, setup.timeoutMs, 'Hookline (API + worker process) warm-up');
+    await run.waitVerified(setup.warmup, setup.timeoutMs, `${label} warm-up`);
 
     const measured = eventsFor(factory, events, setup.vendors, setup.warmup);
-    let workerRssMaxBytes = worker.rssBytes();
+    let workerRssMaxBytes = child?.rssBytes() ?? 0;
     const rssTimer = setInterval(
-      () => (workerRssMaxBytes = Math.max(workerRssMaxBytes, worker.rssBytes())),
+      () => (workerRssMaxBytes = Math.max(workerRssMaxBytes, child?.rssBytes() ?? 0)),
       RSS_SAMPLE_MS,
     );
-    const worker0 = worker.cpuUs();
+    const worker0 = child?.cpuUs() ?? 0;
     const cpu = await cpuMeter(setup.infoRedis);
     const startedAtMs = await postAll(engine, measured, setup);
-    const stats = await run.waitVerified(
-      setup.warmup + events,
-      setup.timeoutMs,
-      'Hookline (API + worker process) deliveries',
-    );
+    const stats = await run.waitVerified(setup.warmup + events, setup.timeoutMs, `${label} deliveries`);
     const used = await cpu.stop();
-    const workerUs = worker.cpuUs() - worker0;
+    const workerUs = (child?.cpuUs() ?? 0) - worker0;
     clearInterval(rssTimer);
     return {
       ...figures(events, startedAtMs, stats.lastAtMs, stats.duplicates, {
@@ -284,7 +287,7 @@ export async function hooklineSplitThroughput(
       apiCpuUsPerDelivery: used.processUs / events,
       workerCpuUsPerDelivery: workerUs / events,
       workerRssMaxBytes,
-      workerEntry: worker.entry,
+      workerEntry: child?.entry ?? 'a worker_threads thread',
     };
   } finally {
     await run.forget();

@@ -5,9 +5,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
+import { Worker } from 'node:worker_threads';
 import { Pool } from 'undici';
 import { loadConfig, type Config } from '../src/config/env.js';
-import { createEngine, type Engine, type Stores } from '../src/engine/index.js';
+import { createEngine, type Engine, type EngineConfig, type Stores } from '../src/engine/index.js';
 import type { FinishedOutcome } from '../src/delivery/attempt.js';
 import type { WebhookEventType } from '../src/domain/events.js';
 import { createLogger, type Logger } from '../src/logger.js';
@@ -82,10 +83,13 @@ export interface PostResult {
  */
 export class BenchEngine {
   private workerChild: ChildProcess | undefined;
+  private workerThread: Worker | undefined;
 
   private constructor(
     readonly prefix: string,
     private readonly engine: Engine,
+    /** The engine's configuration, for a worker started beside it. */
+    private readonly engineConfig: EngineConfig,
     private readonly client: Pool,
     private readonly apiKey: string,
     private readonly options: BenchEngineOptions,
@@ -132,7 +136,7 @@ export class BenchEngine {
     const { api: origin } = await engine.start();
     const { key } = await engine.stores.apiKeys.create({ name: 'bench producer', roles: ['events:write'] });
     const client = new Pool(origin!, { connections: options.apiConnections, pipelining: 1 });
-    return new BenchEngine(prefix, engine, client, key, options, secretKey);
+    return new BenchEngine(prefix, engine, config, client, key, options, secretKey);
   }
 
   /** Registers vendor i's webhook for each of `eventTypes` at `urls[i]` with `secrets[i]`; answers the ids. */
@@ -220,6 +224,28 @@ export class BenchEngine {
     };
   }
 
+  /**
+   * Starts the delivery worker in a `worker_threads` thread of this process (bench/delivery-thread.ts),
+   * on this engine's Redis and prefix, as `hookline worker` would run; resolves once it runs.
+   */
+  async startWorkerThread(options: { concurrency: number }): Promise<void> {
+    if (this.engine.worker || this.workerChild || this.workerThread) throw new Error('the worker is already running');
+    const config = { ...this.engineConfig, workerConcurrency: options.concurrency };
+    const thread = new Worker(new URL('./delivery-thread.mjs', import.meta.url), { workerData: { config } });
+    this.workerThread = thread;
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('the delivery thread did not start within 30 s')), 30_000);
+      thread.once('message', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      thread.once('error', (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+    });
+  }
+
   /** Circuits opened so far by every engine of this bench process (the shared metrics registry). */
   static async circuitsOpened(): Promise<number> {
     const { values } = await metricsOnce().circuitTransitions.get();
@@ -246,6 +272,19 @@ export class BenchEngine {
 
   /** Stops the worker (in-flight attempts get `graceMs`), the API and the connections; deletes the prefix's keys. */
   async close(graceMs = 2_000): Promise<void> {
+    const thread = this.workerThread;
+    if (thread) {
+      // Stopped, or gone already (a thread that failed to start has exited).
+      const stopped = new Promise((resolve) => {
+        thread.once('message', resolve);
+        thread.once('exit', resolve);
+      });
+      thread.postMessage('stop');
+      const timer = setTimeout(() => void thread.terminate(), graceMs + 5_000);
+      await stopped;
+      clearTimeout(timer);
+      await thread.terminate();
+    }
     const child = this.workerChild;
     if (child && child.exitCode === null) {
       const exited = new Promise((resolve) => child.once('exit', resolve));

@@ -241,6 +241,35 @@ const SCENARIOS: Scenario[] = [
     },
   },
   {
+    id: 'e2e-thread',
+    name: 'e2e throughput, API and a delivery thread',
+    async run(context) {
+      const setup = await context.delivery();
+      const threaded = await hooklineSplitThroughput(setup, 'thread');
+      const single = context.e2e;
+      const naive = context.naive ?? (await naiveThroughput(setup));
+      const overNaive = ratio(threaded.perSecond, naive.perSecond);
+      const overSingle = single ? ratio(threaded.perSecond, single.perSecond) : undefined;
+      const cpuOverSingle = single
+        ? ratio(threaded.processCpuUsPerDelivery, single.processCpuUsPerDelivery)
+        : undefined;
+      return {
+        size: 'as e2e, with the deliveries made by a worker-role engine in a worker_threads thread of the process',
+        figures:
+          `Hookline with a delivery thread ${perSecond(threaded.perSecond)}, in one thread ${single ? perSecond(single.perSecond) : 'not run'}, ` +
+          `naive BullMQ ${perSecond(naive.perSecond)}; ÷ naive ${times(overNaive)}` +
+          (overSingle === undefined ? '' : `, ÷ one thread ${times(overSingle)}`),
+        checks: [],
+        notes: {
+          'CPU per delivery, process (both threads) + Redis': `${Math.round(threaded.processCpuUsPerDelivery)} + ${Math.round(threaded.redisCpuUsPerDelivery)} µs`,
+          ...(cpuOverSingle === undefined ? {} : { 'CPU per delivery ÷ one thread': times(cpuOverSingle) }),
+          redeliveries: String(threaded.duplicates),
+        },
+        raw: { threaded, naive, ...(single ? { single } : {}) },
+      };
+    },
+  },
+  {
     id: 'hookline',
     name: 'e2e throughput, Hookline alone',
     optIn: true,
