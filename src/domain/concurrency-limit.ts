@@ -87,6 +87,11 @@ export class ConcurrencyLimit {
     return { started: true, ticket };
   }
 
+  /** The limit now (0 until the first attempt set it), without the view's object. */
+  get current(): number {
+    return this.limit;
+  }
+
   /** How many more attempts could start now (the wakeups ask before bringing deferred ones back). */
   room(nowMs: number): number {
     if (nowMs < this.pausedUntilMs) return 0;
@@ -101,11 +106,7 @@ export class ConcurrencyLimit {
     if (signal === 'congested') {
       // Started before the last decrease: that congestion has been answered already.
       if (ticket <= this.decreasedAtTicket) return { limit: this.limit, decreased: false };
-      this.pushedBackAt = Math.min(this.limit, ceiling);
-      this.limit = Math.max(1, Math.floor(this.pushedBackAt / 2));
-      this.successes = 0;
-      this.decreasedAtTicket = this.nextTicket - 1;
-      return { limit: this.limit, decreased: true };
+      return this.pushBack(ceiling);
     }
     if (signal === 'ok' && usedHalf && this.limit < ceiling) {
       this.successes += 1;
@@ -116,6 +117,18 @@ export class ConcurrencyLimit {
       }
     }
     return { limit: this.limit, decreased: false };
+  }
+
+  /**
+   * Halves the limit (from at most `ceiling`) on push-back; end() does it for an attempt it
+   * started, a caller for one it counted no ticket for (see src/delivery/endpoints/host.ts).
+   */
+  pushBack(ceiling: number): FlowChange {
+    this.pushedBackAt = Math.min(this.limit || ceiling, ceiling);
+    this.limit = Math.max(1, Math.floor(this.pushedBackAt / 2));
+    this.successes = 0;
+    this.decreasedAtTicket = this.nextTicket - 1;
+    return { limit: this.limit, decreased: true };
   }
 
   /** Takes back a started attempt that was never sent: it says nothing about the endpoint. */

@@ -212,9 +212,8 @@ describe('adaptive concurrency per endpoint (AIMD) and Retry-After pauses', () =
       );
       expect(dead).toBe(0);
       expect(delivered()).toBe(total);
-      expect(host.limit.view(Date.now()).limit).toBeLessThanOrEqual(CAPACITY);
       // Push-back is the exception, not the rule it was with twelve limits of one.
-      expect(all429 / receiver.arrivals.length).toBeLessThan(0.2);
+      expect(all429 / receiver.arrivals.length).toBeLessThan(0.1);
     },
   );
 

@@ -131,6 +131,26 @@ describe('the host’s limit over its vendors’ endpoints', () => {
     expect(w.flow.room(a)).toBe(SLOTS);
   });
 
+  it('a host that never came down holds nothing back: past its slots’ worth attempts go on untracked, and once it comes down an untracked one takes its place before it is sent', () => {
+    const w = world();
+    const vendors = Array.from({ length: 50 }, (_, n) => w.endpoint(`vendor-${n}`));
+    // Fifty attempts at once (as deliveries waiting for a slot hold theirs): none waits for the host.
+    const started = vendors.map((endpoint) => w.started(endpoint));
+    expect(started.every((ticket) => ticket !== undefined)).toBe(true);
+    const host = vendors[0]!.host;
+    expect(host.limit.view(w.now()).inflight).toBe(SLOTS);
+    expect(host.waiting.size).toBe(0);
+    // Two vendors' tracked attempts answer 429: the host comes down to half the slots.
+    w.flow.end(vendors[0]!, started[0]!, CONGESTED, SLOTS);
+    w.flow.end(vendors[1]!, started[1]!, CONGESTED, SLOTS);
+    expect(host.limit.view(w.now()).limit).toBe(SLOTS / 2);
+    // An attempt that went on untracked gets its slot now: the host is full (18 tracked still out), so it waits.
+    expect(w.flow.holdAtHost(vendors[40]!, started[40]!)).toBe(false);
+    expect(host.waiting.has(vendors[40]!)).toBe(true);
+    // A tracked attempt holds its place already.
+    expect(w.flow.holdAtHost(vendors[5]!, started[5]!)).toBe(true);
+  });
+
   it('keeps hosts apart, and forgets a host with the last of its endpoints', () => {
     const w = world('https://shared.example', 3);
     const a = w.endpoint('vendor-a', 'https://one.example');

@@ -192,6 +192,15 @@ export class EndpointAdmission {
     roomWaitEndMs: number,
   ): Admitted | Promise<Admitted> {
     lease.slot = 'healthy';
+    // Its host came down while the slot was waited for: its place there first (see host.ts).
+    if (!this.deps.flow.holdAtHost(endpoint, lease.flowTicket)) {
+      lease.end();
+      const waitMs = roomWaitEndMs - this.deps.nowMs();
+      if (waitMs <= 0) return this.plan({ by: 'concurrency' }, endpoint, options);
+      return this.deps.flow
+        .waitForRoom(endpoint, waitMs)
+        .then(() => this.admitOn(endpoint, webhook, options, roomWaitEndMs));
+    }
     const started = this.start(lease, endpoint, webhook, options);
     if (started === AGAIN) return this.admitOn(endpoint, webhook, options, roomWaitEndMs);
     if (started !== lease || webhook.rateLimitPerSecond === undefined) return started;

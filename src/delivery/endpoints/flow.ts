@@ -35,7 +35,7 @@ export class EndpointFlow {
     private readonly workerId: string,
     private readonly nowMs: () => number,
     private readonly onEvent: (event: FlowEvent) => void = () => undefined,
-    /** Where a host's limit starts (the worker's send slots; see host.ts). */
+    /** Where a host's limit starts, and grows back to (the worker's send slots; see host.ts). */
     private readonly hostCeiling = 1_000,
   ) {}
 
@@ -74,14 +74,34 @@ export class EndpointFlow {
     if (!started.started) return started;
     const { host } = endpoint;
     const atHost = host.limit.tryStart(this.hostCeiling, nowMs);
-    if (!atHost.started) {
-      endpoint.limit.cancel(started.ticket);
-      // Woken as the host's attempts end, whichever vendor's they are.
-      host.waiting.add(endpoint);
-      return HOST_FULL;
+    if (atHost.started) {
+      endpoint.hostTickets.set(started.ticket, atHost.ticket);
+      return started;
     }
-    endpoint.hostTickets.set(started.ticket, atHost.ticket);
-    return started;
+    // A host whose limit never came down holds nothing back that the slots would not (deliveries
+    // waiting for a slot count at its limit too): the attempt goes on, untracked there.
+    if (host.limit.current >= this.hostCeiling) return started;
+    endpoint.limit.cancel(started.ticket);
+    // Woken as the host's attempts end, whichever vendor's they are.
+    host.waiting.add(endpoint);
+    return HOST_FULL;
+  }
+
+  /**
+   * Once the attempt of `ticket` holds a send slot: an attempt that went on untracked at its host
+   * (tryStart) takes its place there now if the host has come down meanwhile; false when the host is
+   * full (take the attempt back; the endpoint is woken as the host's attempts end).
+   */
+  holdAtHost(endpoint: Endpoint, ticket: number): boolean {
+    const { host } = endpoint;
+    if (host.limit.current >= this.hostCeiling || endpoint.hostTickets.has(ticket)) return true;
+    const atHost = host.limit.tryStart(this.hostCeiling, this.nowMs());
+    if (atHost.started) {
+      endpoint.hostTickets.set(ticket, atHost.ticket);
+      return true;
+    }
+    host.waiting.add(endpoint);
+    return false;
   }
 
   /** Takes back a started attempt that was not sent. */
@@ -146,12 +166,16 @@ export class EndpointFlow {
     const change = endpoint.limit.end(ticket, answer.flow, ceiling);
     if (change.decreased) this.onEvent({ kind: 'decreased', limit: change.limit });
     endpoint.flowChanged = true;
+    const { host } = endpoint;
+    const hostSignal = host.corroborate(endpoint.key, answer.flow, nowMs);
     const hostTicket = endpoint.hostTickets.get(ticket);
     if (hostTicket !== undefined) {
       endpoint.hostTickets.delete(ticket);
-      const { host } = endpoint;
-      host.limit.end(hostTicket, host.corroborate(endpoint.key, answer.flow, nowMs), this.hostCeiling);
+      host.limit.end(hostTicket, hostSignal, this.hostCeiling);
       this.freedAtHost(endpoint);
+    } else if (hostSignal === 'congested' && host.limit.current >= this.hostCeiling) {
+      // Untracked at a host that never came down: its first push-back brings it down all the same.
+      host.limit.pushBack(this.hostCeiling);
     }
     // One ended; one more may fit too when the limit grew.
     this.freed(endpoint, Math.max(1, Math.min(endpoint.limit.room(nowMs), 2)));

@@ -10,8 +10,9 @@ import { ConcurrencyLimit, type FlowSignal } from '../../domain/concurrency-limi
  * its own can stop.
  *
  * So the host has a limit too, the same AIMD rule (domain/concurrency-limit.ts) over all its
- * attempts, that starts at the worker's send slots and only comes down on evidence that the host
- * itself is saturated: within the last CORROBORATION_MS, push-back from at least two vendors'
+ * attempts, which is no limit at all (nothing waits for it) until the host pushes back as a whole;
+ * then it comes down from the worker's send slots, and grows back at most to them. The evidence that
+ * the host itself is saturated: within the last CORROBORATION_MS, push-back from at least two vendors'
  * endpoints, and from at least half of the vendors' endpoints whose attempts there ended. A single
  * vendor's 429s, timeouts or refused connections (however many), or a few vendors' paths that hang
  * while the others' answer, are those vendors' own and leave the host's limit where it is: the
