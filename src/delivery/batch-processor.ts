@@ -1,3 +1,4 @@
+import { wakeableSleep } from '../lib/timer-race.js';
 import type { Job } from 'bullmq';
 import type { DeferralWrite } from '../store/delivery-log.js';
 import { admitAndSend, finish, prepare, recheckHold, type DeliveryProcessorDeps, type SendTracker } from './attempt.js';
@@ -255,12 +256,7 @@ class BatchRun implements SendTracker {
     const { deps, holds } = this;
     while (holds.pending > 0) {
       const waitMs = holds.nextCheckInMs();
-      let timer: NodeJS.Timeout | undefined;
-      const woke = await new Promise<boolean>((resolve) => {
-        this.wake = () => resolve(true);
-        timer = setTimeout(() => resolve(false), waitMs);
-      });
-      clearTimeout(timer);
+      const woke = await wakeableSleep(waitMs, (wake) => (this.wake = wake));
       this.wake = () => undefined;
       if (holds.pending === 0) break;
       if (woke) {

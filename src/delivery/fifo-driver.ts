@@ -1,3 +1,4 @@
+import { raceTimer, wakeableSleep } from '../lib/timer-race.js';
 import { randomUUID } from 'node:crypto';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { DeliveryProgress } from '../store/delivery-log.js';
@@ -121,13 +122,8 @@ export class FifoDriver {
     this.stopped = true;
     this.stop();
     this.wake();
-    let timer: NodeJS.Timeout | undefined;
-    const result = await Promise.race([
-      Promise.all([this.loop, ...this.turns.values()]).then(() => 'drained' as const),
-      new Promise<'forced'>((resolve) => (timer = setTimeout(() => resolve('forced'), graceMs))),
-    ]);
-    clearTimeout(timer);
-    return result;
+    const drained = Promise.all([this.loop, ...this.turns.values()]).then(() => 'drained' as const);
+    return raceTimer(drained, graceMs, 'forced' as const);
   }
 
   private async run(): Promise<void> {
@@ -184,12 +180,7 @@ export class FifoDriver {
 
   /** Waits `ms`, or less when a turn ends or the driver stops. */
   private async sleep(ms: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    await new Promise<void>((resolve) => {
-      this.wake = resolve;
-      timer = setTimeout(resolve, ms);
-    });
-    clearTimeout(timer);
+    await wakeableSleep(ms, (wake) => (this.wake = wake));
     this.wake = () => undefined;
   }
 
@@ -259,9 +250,7 @@ export class FifoDriver {
         return await lines.release(webhookId, token, deps.nowMs());
       } catch (error) {
         if (!isRedisUnavailable(error as Error)) throw error;
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([this.stopping, new Promise((resolve) => (timer = setTimeout(resolve, IDLE_MAX_MS)))]);
-        clearTimeout(timer);
+        await raceTimer(this.stopping, IDLE_MAX_MS, undefined);
       }
     }
   }

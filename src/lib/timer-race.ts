@@ -16,3 +16,18 @@ export async function raceTimer<T, F>(work: Promise<T>, ms: number, timedOut: F)
     clearTimeout(timer);
   }
 }
+
+/**
+ * Waits `ms`, or less when the `wake` handed to `register` is called (a loop that sleeps between
+ * checks unless something changes first): true when woken, false when the time ran out. The timer
+ * is cleared when woken; waking after the time ran out does nothing.
+ */
+export function wakeableSleep(ms: number, register: (wake: () => void) => void): Promise<boolean> {
+  return new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    register(() => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+}

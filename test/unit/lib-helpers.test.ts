@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { CappedMap } from '../../src/lib/capped-map.js';
 import { ExpiringCopies } from '../../src/lib/expiring-copies.js';
-import { raceTimer } from '../../src/lib/timer-race.js';
+import { raceTimer, wakeableSleep } from '../../src/lib/timer-race.js';
 
 describe('raceTimer', () => {
   afterEach(() => vi.useRealTimers());
@@ -28,6 +28,35 @@ describe('raceTimer', () => {
     vi.useFakeTimers();
     await expect(raceTimer(Promise.reject(new Error('boom')), 1_000, 'late')).rejects.toThrow('boom');
     expect(vi.getTimerCount()).toBe(0);
+  });
+});
+
+describe('wakeableSleep', () => {
+  afterEach(() => vi.useRealTimers());
+
+  it('answers true at once when woken, and clears its timer', async () => {
+    vi.useFakeTimers();
+    let wake: () => void = () => undefined;
+    let woke: boolean | undefined;
+    void wakeableSleep(1_000, (w) => (wake = w)).then((value) => (woke = value));
+    await vi.advanceTimersByTimeAsync(10);
+    expect(woke).toBeUndefined();
+    wake();
+    await Promise.resolve();
+    expect(woke).toBe(true);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('answers false when the time runs out first; a late wake changes nothing', async () => {
+    vi.useFakeTimers();
+    let wake: () => void = () => undefined;
+    let woke: boolean | undefined;
+    void wakeableSleep(1_000, (w) => (wake = w)).then((value) => (woke = value));
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(woke).toBe(false);
+    wake();
+    await Promise.resolve();
+    expect(woke).toBe(false);
   });
 });
 

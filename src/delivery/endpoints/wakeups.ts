@@ -1,3 +1,4 @@
+import { raceTimer } from '../../lib/timer-race.js';
 import type { Circuit } from './breaker.js';
 
 /** A deferred delivery's delayed job, as the queue finds it: its own single job, or a parked batch holding it and others. */
@@ -132,22 +133,12 @@ export class DeferralWakeups<E extends WakeupEndpoint> {
 
   /** Until an attempt to the endpoint ends, or `untilMs`. */
   private async settledOr(endpoint: E, untilMs: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      endpoint.circuit.settled(),
-      new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, untilMs - this.nowMs())))),
-    ]);
-    clearTimeout(timer);
+    await raceTimer(endpoint.circuit.settled(), Math.max(0, untilMs - this.nowMs()), undefined);
   }
 
   /** Until a suspect slot is given back, or `untilMs`. */
   private async freedOr(untilMs: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      this.contacts.freed(),
-      new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, untilMs - this.nowMs())))),
-    ]);
-    clearTimeout(timer);
+    await raceTimer(this.contacts.freed(), Math.max(0, untilMs - this.nowMs()), undefined);
   }
 
   /** Until the promoted contact's attempt is in flight here, or CONTACT_START_MS. */
