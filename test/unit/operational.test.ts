@@ -1,24 +1,18 @@
 import { describe, expect, it } from 'vitest';
 import { operationalWebhookJob } from '../../src/delivery/operational.js';
 import type { Webhook } from '../../src/domain/webhook.js';
+import { webhookFixture } from '../helpers/webhook-fixture.js';
 
-const webhook: Webhook = {
+const webhook: Webhook = webhookFixture({
   id: '6c0e1d9a-4f1b-4d2e-9a3b-5c6d7e8f9a0b',
   vendorId: 'vendor-1',
-  eventType: 'EVENT_TYPE_MACHINE_CREATED',
   callbackUrl: 'https://hooks.vendor.example/in',
   secret: 'whsec_dGhlLXZlbmRvci1zZWNyZXQtMTYrYnl0ZXM=',
   previousSecret: { secret: 'the-previous-secret', untilMs: 9e15 },
   disabled: { reason: 'gone', atMs: 1_763_726_400_000 },
-  rateLimitPerSecond: undefined,
-  signature: 'hmac',
-  signingKeys: [],
-  filter: undefined,
-  ordering: 'none',
-  maxConcurrency: undefined,
   createdAt: '2026-01-01T00:00:00.000Z',
   updatedAt: '2026-01-01T00:00:00.000Z',
-};
+});
 
 describe('operationalWebhookJob', () => {
   it('builds webhook.disabled: type, timestamp, data, and never a secret', () => {

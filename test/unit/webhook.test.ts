@@ -1,26 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { signingSecrets, toWebhookResource, type Webhook } from '../../src/domain/webhook.js';
+import { webhookFixture } from '../helpers/webhook-fixture.js';
 
 const NOW = Date.UTC(2025, 0, 2, 3, 4, 5);
 
-const webhook = (over: Partial<Webhook> = {}): Webhook => ({
-  id: '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f',
-  vendorId: 'v-1',
-  eventType: 'EVENT_TYPE_MACHINE_CREATED',
-  callbackUrl: 'https://example.com/h',
-  secret: 'new-secret',
-  previousSecret: undefined,
-  disabled: undefined,
-  rateLimitPerSecond: undefined,
-  signature: 'hmac',
-  signingKeys: [],
-  filter: undefined,
-  ordering: 'none',
-  maxConcurrency: undefined,
-  createdAt: '2025-01-01T00:00:00.000Z',
-  updatedAt: '2025-01-02T00:00:00.000Z',
-  ...over,
-});
+const webhook = (over: Partial<Webhook> = {}): Webhook =>
+  webhookFixture({
+    id: '3f1c8f0e-2b7a-4c55-9d0e-0a4b8c1d2e3f',
+    callbackUrl: 'https://example.com/h',
+    secret: 'new-secret',
+    updatedAt: '2025-01-02T00:00:00.000Z',
+    ...over,
+  });
 
 describe('signingSecrets', () => {
   it('is the current secret, then the previous one while its overlap lasts', () => {
