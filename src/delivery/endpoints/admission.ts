@@ -192,14 +192,11 @@ export class EndpointAdmission {
     roomWaitEndMs: number,
   ): Admitted | Promise<Admitted> {
     lease.slot = 'healthy';
-    // Its host came down while the slot was waited for: its place there first (see host.ts).
+    // Its host came down while the slot was waited for, and is full: admission starts over, and
+    // waits for the host (or defers) as any delivery to a full host does (see host.ts).
     if (!this.deps.flow.holdAtHost(endpoint, lease.flowTicket)) {
       lease.end();
-      const waitMs = roomWaitEndMs - this.deps.nowMs();
-      if (waitMs <= 0) return this.plan({ by: 'concurrency' }, endpoint, options);
-      return this.deps.flow
-        .waitForRoom(endpoint, waitMs)
-        .then(() => this.admitOn(endpoint, webhook, options, roomWaitEndMs));
+      return this.admitOn(endpoint, webhook, options, roomWaitEndMs);
     }
     const started = this.start(lease, endpoint, webhook, options);
     if (started === AGAIN) return this.admitOn(endpoint, webhook, options, roomWaitEndMs);

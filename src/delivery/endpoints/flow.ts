@@ -90,18 +90,19 @@ export class EndpointFlow {
   /**
    * Once the attempt of `ticket` holds a send slot: an attempt that went on untracked at its host
    * (tryStart) takes its place there now if the host has come down meanwhile; false when the host is
-   * full (take the attempt back; the endpoint is woken as the host's attempts end).
+   * full (take the attempt back and admit it again: it waits for the host, woken as the host's
+   * attempts end).
    */
   holdAtHost(endpoint: Endpoint, ticket: number): boolean {
     const { host } = endpoint;
     if (host.limit.current >= this.hostCeiling || endpoint.hostTickets.has(ticket)) return true;
     const atHost = host.limit.tryStart(this.hostCeiling, this.nowMs());
-    if (atHost.started) {
-      endpoint.hostTickets.set(ticket, atHost.ticket);
-      return true;
+    if (!atHost.started) {
+      host.waiting.add(endpoint);
+      return false;
     }
-    host.waiting.add(endpoint);
-    return false;
+    endpoint.hostTickets.set(ticket, atHost.ticket);
+    return true;
   }
 
   /** Takes back a started attempt that was not sent. */
