@@ -899,12 +899,21 @@ async function main(): Promise<number> {
   return outcomes.every((o) => o.passed) ? 0 : 1;
 }
 
-main().then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (error: unknown) => {
-    console.error(error instanceof Error ? (error.stack ?? error.message) : error);
-    process.exitCode = 1;
-  },
-);
+/**
+ * Every scenario closes what it opened, so the process ends by itself; should something stay open
+ * (a socket, a thread, a timer), say what it is and end anyway instead of hanging the run it is part of.
+ */
+function exitWhenDone(code: number): void {
+  process.exitCode = code;
+  setTimeout(() => {
+    console.error(
+      `bench: still open 10 s after the run ended: ${process.getActiveResourcesInfo().join(', ')}; exiting`,
+    );
+    process.exit(code);
+  }, 10_000).unref();
+}
+
+main().then(exitWhenDone, (error: unknown) => {
+  console.error(error instanceof Error ? (error.stack ?? error.message) : error);
+  exitWhenDone(1);
+});
