@@ -297,6 +297,8 @@ const SAMPLING_INTERVAL_US = 250;
  * DevTools, or sum the self sizes by function), to find where garbage comes from.
  */
 const allocationProfileDir = process.env.BENCH_ALLOCATION_PROFILE;
+/** BENCH_CPU_PROFILE=<dir>: each profiled run's CPU profile is written to <dir> as a .cpuprofile too. */
+const cpuProfileDir = process.env.BENCH_CPU_PROFILE;
 
 async function writeAllocationProfile(session: Session, dir: string): Promise<void> {
   const { profile } = await session.post('HeapProfiler.stopSampling');
@@ -336,6 +338,10 @@ export async function profileRun<T>(
         const mainThreadUs = mainThreadCpuUs() - main0;
         const { profile } = await session.post('Profiler.stop');
         if (allocationProfileDir) await writeAllocationProfile(session, allocationProfileDir);
+        if (cpuProfileDir) {
+          await mkdir(cpuProfileDir, { recursive: true });
+          await writeFile(path.join(cpuProfileDir, `run-${Date.now()}.cpuprofile`), JSON.stringify(profile));
+        }
         profiled = { profile: profile as Profile, processUs: used.user + used.system, mainThreadUs };
       },
     });

@@ -6,6 +6,7 @@ import { BatchHolds, type BatchHoldRules } from './batch-holds.js';
 import type { DeferredRef } from './endpoints/wakeups.js';
 import type { GiveUp } from './endpoints/admission.js';
 import type { DeliverJob } from '../domain/delivery.js';
+import type { FirstAttemptBatch } from './first-attempts.js';
 import { JOBS, parkIdOf } from './jobs.js';
 import type { SingleDelivery } from './queue.js';
 import { StorageUnavailableError } from './signals.js';
@@ -34,24 +35,39 @@ function giveUpRound(): GiveUp & { giveUp(): void } {
 const SUSPECT_ONLY_HOLD_MS = 50;
 
 /**
- * The batch job processor: first attempts of many deliveries, run concurrently within the process's
- * send slots, recorded one by one. A delivery that needs another try leaves the batch as a single
- * job (retry after its delay; still waiting on a slow endpoint when the batch checks: see
+ * The batch runner: first attempts of many deliveries (a first-attempt stream entry, or a park), run
+ * concurrently within the process's send slots, recorded one by one. A delivery that needs another
+ * try leaves the batch as a single job (retry after its delay; still waiting on a slow endpoint when the batch checks: see
  * BatchHolds), or, deferred behind its endpoint, parked: the batch's deferrals behind one endpoint
  * become one delayed batch job (a park), which the endpoint's wakeup brings back as one. A re-run
  * batch (the worker died, storage failed, or an unexpected error) first reads each delivery's
  * record and sends only what has not been attempted and is its own, so a crash repeats at most what
  * was in flight.
  */
-export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) => Promise<BatchSummary> {
+export function createBatchRunner(deps: DeliveryProcessorDeps): (batch: FirstAttemptBatch) => Promise<BatchSummary> {
   const rules: BatchHoldRules = {
     batchHoldMs: deps.batchHoldMs,
     suspectHoldMs: deps.suspectHoldMs,
     suspectOnlyHoldMs: SUSPECT_ONLY_HOLD_MS,
     deliveryTimeoutMs: deps.deliveryTimeoutMs,
   };
+  return (batch) => new BatchRun(deps, rules, batch).run();
+}
+
+/**
+ * The batch runner as a BullMQ processor, for batch jobs: parks (a batch's deferrals behind one
+ * endpoint) and batches queued before first attempts moved to the streams. A job that ran before
+ * is a re-run.
+ */
+export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) => Promise<BatchSummary> {
+  const runBatch = createBatchRunner(deps);
   // Async, so that a payload that fails to parse rejects the job's promise rather than throwing.
-  return async (job) => new BatchRun(deps, rules, job).run();
+  return async (job) =>
+    runBatch({
+      id: job.id ?? '',
+      deliveries: JOBS.deliverBatch.schema.parse(job.data).deliveries,
+      rerun: job.attemptsStarted > 1 || job.attemptsMade > 0,
+    });
 }
 
 /** A delivery admission deferred, waiting for the end of the batch to leave it. */
@@ -103,9 +119,9 @@ class BatchRun implements SendTracker {
   constructor(
     private readonly deps: DeliveryProcessorDeps,
     private readonly rules: BatchHoldRules,
-    private readonly job: Job,
+    private readonly batch: FirstAttemptBatch,
   ) {
-    this.deliveries = JOBS.deliverBatch.schema.parse(job.data).deliveries;
+    this.deliveries = batch.deliveries;
     this.epoch = deps.gate.epoch;
     this.firstDelayMs = deps.retryScheduleMs[0] ?? 0;
     this.added = new Promise<void>((resolve) => (this.singlesAdded = resolve));
@@ -113,7 +129,7 @@ class BatchRun implements SendTracker {
 
   async run(): Promise<BatchSummary> {
     // 1. A re-run: skip what is finished and re-queue what waits in a job of its own.
-    const todo = this.job.attemptsStarted > 1 || this.job.attemptsMade > 0 ? await this.triage() : this.deliveries;
+    const todo = this.batch.rerun ? await this.triage() : this.deliveries;
     // 2. Every delivery concurrently; the batch waits for them, handing off the ones that hold it up.
     this.holds = new BatchHolds<DeliverJob>(this.rules, this.deps.nowMs, todo.length);
     for (const data of todo) {
@@ -158,7 +174,7 @@ class BatchRun implements SendTracker {
    * never attempted, or was parked in this very job.
    */
   private async triage(): Promise<DeliverJob[]> {
-    const { deps, job } = this;
+    const { deps, batch } = this;
     const progress = await deps.recorder.progressOf(this.deliveries);
     const nowMs = deps.nowMs();
     const reparked = new Map<string, { deliveries: DeliverJob[]; atMs: number }>();
@@ -166,7 +182,7 @@ class BatchRun implements SendTracker {
       const p = progress[i];
       if (p === undefined) return true;
       if (p.parkedIn !== undefined) {
-        if (p.parkedIn === job.id) return true;
+        if (p.parkedIn === batch.id) return true;
         const park = reparked.get(p.parkedIn) ?? { deliveries: [], atMs: p.nextAttemptAtMs ?? nowMs };
         park.deliveries.push(data);
         reparked.set(p.parkedIn, park);
@@ -326,7 +342,7 @@ class BatchRun implements SendTracker {
 
   private parkId(deliveries: readonly DeliverJob[]): string {
     return parkIdOf(
-      this.job.id ?? '',
+      this.batch.id,
       deliveries.map((d) => d.deliveryId),
     );
   }

@@ -5,6 +5,7 @@ import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { DeferredRef } from './endpoints/wakeups.js';
+import { appendBatch, streamCounts } from './first-attempts.js';
 import {
   batchesOf,
   batchIdOf,
@@ -15,7 +16,10 @@ import {
   type ReplayDeadLettersJob,
 } from './jobs.js';
 
-/** Ingest's batches: first attempts of many deliveries per job. */
+/**
+ * Batch jobs: parks (deferred first attempts behind one endpoint, delayed until it can take them)
+ * and, from before first attempts moved to the streams (see first-attempts.ts), ingest's batches.
+ */
 export const BATCH_QUEUE_NAME = 'deliveries';
 /** Every delivery that runs on its own: retries, deferrals, replays and test events. */
 export const SINGLE_QUEUE_NAME = 'retries';
@@ -89,12 +93,15 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   }
 
   /**
-   * Ingest's deliveries: grouped by partition into batch jobs (see batchesOf), each added on its own
-   * so no write to Redis carries more than one; those of FIFO webhooks are appended to their lines
-   * instead, in the order given (the accept order).
+   * Ingest's deliveries: grouped by partition into batches (see batchesOf), each appended to its
+   * partition's first-attempt stream on its own (a delayed batch job when the schedule's first
+   * attempt waits), so no write to Redis carries more than one; those
+   * of FIFO webhooks are appended to their lines instead, in the order given (the accept order).
    */
   async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
-    const delayMs = this.options.retryScheduleMs[0] ?? 0;
+    // A schedule whose first attempt waits (HOOKLINE_RETRY_SCHEDULE not starting at 0s) needs a
+    // delayed job; a stream entry is read at once.
+    const firstDelayMs = this.options.retryScheduleMs[0] ?? 0;
     const deliveries = requests.map(({ fifo: _fifo, ...r }) => ({
       ...r,
       deliveryId: deliveryIdFor(r.eventId, r.webhookId),
@@ -105,13 +112,15 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       lined.length === 0 ? undefined : this.options.lines.append(lined, this.options.nowMs()),
       ...[...this.byPartition(unordered, (d) => d)].flatMap(([n, list]) =>
         batchesOf(list).map((batch) =>
-          this.partitions[n]!.batches.addBulk([
-            {
-              name: JOBS.deliverBatch.name,
-              data: { deliveries: batch },
-              opts: this.jobOptions(batchIdOf(batch.map((d) => d.deliveryId)), delayMs),
-            },
-          ]),
+          firstDelayMs === 0
+            ? appendBatch(this.options.connection, this.options.keys.firstAttempts.streamOf(n), batch)
+            : this.partitions[n]!.batches.addBulk([
+                {
+                  name: JOBS.deliverBatch.name,
+                  data: { deliveries: batch },
+                  opts: this.jobOptions(batchIdOf(batch.map((d) => d.deliveryId)), firstDelayMs),
+                },
+              ]),
         ),
       ),
     ]);
@@ -211,12 +220,18 @@ export class DeliveryQueues implements DeliveryEnqueuer {
     );
   }
 
-  /** Jobs by state over all partitions (waiting, delayed, active, …); a batch job counts once. */
+  /**
+   * Jobs by state over all partitions (waiting, delayed, active, …); a batch counts once, and a
+   * first-attempt stream's batches count as waiting (not yet read) or active (read, not finished).
+   */
   async counts(): Promise<Record<string, number>> {
     const queues = this.partitions.flatMap((p) => [p.batches, p.singles]);
-    const all = await Promise.all(
-      queues.map((q) => q.getJobCounts('waiting', 'delayed', 'active', 'prioritized', 'waiting-children', 'failed')),
-    );
+    const all: Record<string, number>[] = await Promise.all([
+      ...queues.map((q) => q.getJobCounts('waiting', 'delayed', 'active', 'prioritized', 'waiting-children', 'failed')),
+      ...this.partitions.map((_, n) =>
+        streamCounts(this.options.connection, this.options.keys.firstAttempts.streamOf(n)),
+      ),
+    ]);
     const total: Record<string, number> = {};
     for (const counts of all) for (const [state, n] of Object.entries(counts)) total[state] = (total[state] ?? 0) + n;
     return total;

@@ -2,6 +2,7 @@ import { Worker, type Job } from 'bullmq';
 import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
+import { FirstAttemptReader, type FirstAttemptBatch } from './first-attempts.js';
 import { BATCH_MAX, JOBS } from './jobs.js';
 import { backoffFromError, RetryLaterError, StorageUnavailableError } from './signals.js';
 import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, OPERATIONAL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
@@ -15,8 +16,12 @@ export interface DeliveryWorkerPoolOptions {
   partitions: number;
   /** Deliveries in flight in this process, over all partitions (the send slots). */
   concurrency: number;
-  /** Runs a batch job (ingest's first attempts). */
+  /** Runs a batch job (a park, or ingest's first attempts when they wait). */
   batchProcessor: (job: Job, token?: string) => Promise<unknown>;
+  /** Runs a batch of a first-attempt stream. */
+  batchRunner: (batch: FirstAttemptBatch) => Promise<unknown>;
+  /** Told about each first-attempt reader's connection (outages logged with the process's others). */
+  watchConnection?: (connection: Redis) => void;
   /** Runs a single delivery job (retries, deferrals, replays, test events). */
   singleProcessor: (job: Job, token?: string) => Promise<unknown>;
   replayer: DeadLetterReplayer;
@@ -38,6 +43,8 @@ const FORCED_CLOSE_MS = 1_000;
  */
 export class DeliveryWorkerPool {
   private readonly workers: Worker[];
+  /** One per partition; started by the engine once Redis answers (each creates its group first). */
+  readonly readers: FirstAttemptReader[];
 
   constructor(options: DeliveryWorkerPoolOptions) {
     const singlesPerPartition = Math.max(1, Math.ceil(options.concurrency / options.partitions));
@@ -52,7 +59,21 @@ export class DeliveryWorkerPool {
       autorun: false,
     };
     this.workers = [];
+    this.readers = [];
     for (let n = 0; n < options.partitions; n++) {
+      this.readers.push(
+        new FirstAttemptReader({
+          redis: options.connection,
+          partition: n,
+          stream: options.keys.firstAttempts.streamOf(n),
+          failedStream: options.keys.firstAttempts.failedOf(n),
+          run: options.batchRunner,
+          inFlightMax: batchesPerPartition,
+          claimMinIdleMs: options.lockDurationMs,
+          logger: options.logger,
+          ...(options.watchConnection ? { watchConnection: options.watchConnection } : {}),
+        }),
+      );
       const prefix = options.keys.deliveryQueuePrefix(n);
       this.workers.push(
         new Worker(BATCH_QUEUE_NAME, options.batchProcessor, { ...common, prefix, concurrency: batchesPerPartition }),
@@ -99,7 +120,7 @@ export class DeliveryWorkerPool {
     }
   }
 
-  /** Starts fetching jobs. */
+  /** Starts fetching jobs (the readers start on their own). */
   start(): void {
     for (const worker of this.workers) void worker.run();
   }
@@ -109,7 +130,9 @@ export class DeliveryWorkerPool {
    * and the unfinished jobs return to the queue when their locks expire (nothing is lost).
    */
   async close(graceMs: number): Promise<'drained' | 'forced'> {
-    const graceful = Promise.all(this.workers.map((w) => w.close())).then(() => 'drained' as const);
+    const graceful = Promise.all([...this.workers.map((w) => w.close()), ...this.readers.map((r) => r.stop())]).then(
+      () => 'drained' as const,
+    );
     const result = await raceTimer(graceful, graceMs, 'forced' as const);
     if (result === 'forced') {
       // Closing needs Redis; during an outage it would wait for Redis to come back. Give it a moment only.

@@ -156,6 +156,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           allowPrivateTargets: config.allowPrivateTargets,
           sustainedFailureWindowMs: config.sustainedFailureWindowMs,
           lockDurationMs: config.workerLockDurationMs,
+          watchConnection: (connection) => outages.watch(connection, 'first attempts'),
           ...(metrics ? { metrics } : {}),
           ...(config.operationalWebhook ? { operationalWebhook: config.operationalWebhook } : {}),
           ...options.worker,
@@ -248,6 +249,14 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       if (health && options.listen) addresses.health = await quietListen(health, config.apiHost, config.metricsPort);
       if (worker) {
         worker.pool.start();
+        worker.pool.readers.forEach((reader, n) =>
+          startWhenRedisAnswers(
+            `first-attempt reader ${n}`,
+            () => reader.start(),
+            logger,
+            () => closing,
+          ),
+        );
         worker.fifo.start();
         for (const stream of streams)
           startWhenRedisAnswers(

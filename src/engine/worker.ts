@@ -1,4 +1,4 @@
-import { createBatchProcessor } from '../delivery/batch-processor.js';
+import { createBatchProcessor, createBatchRunner } from '../delivery/batch-processor.js';
 import { HttpSender } from '../delivery/http-sender.js';
 import { createOperationalProcessor } from '../delivery/operational.js';
 import { createSingleProcessor } from '../delivery/single-processor.js';
@@ -12,6 +12,8 @@ import { raceTimer } from '../lib/timer-race.js';
 export interface WorkerSettings extends DeliverySettings {
   /** A connection for BullMQ's workers (maxRetriesPerRequest null, no auto-pipelining). */
   workerConnection: Redis;
+  /** Told about the worker's own connections (the first-attempt readers'), so their outages are logged. */
+  watchConnection?: (connection: Redis) => void;
   /** A killed worker's in-flight jobs run again after this. */
   lockDurationMs?: number;
   /** The operator's receiver of operational webhooks and its secret; absent: this worker sends none. */
@@ -21,6 +23,7 @@ export interface WorkerSettings extends DeliverySettings {
 /** The delivery worker of one process over the shared stores. */
 export function composeWorker(stores: Stores, settings: WorkerSettings) {
   const { deps, sender, endpoints, flow, slots, gate, detach } = composeDeliveryDeps(stores, settings);
+  const runBatch = createBatchRunner(deps);
   const processBatch = createBatchProcessor(deps);
   const processSingle = createSingleProcessor(deps);
   const { operationalWebhook } = settings;
@@ -54,6 +57,8 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     partitions: stores.queues.partitions.length,
     concurrency: settings.concurrency,
     batchProcessor: processBatch,
+    batchRunner: runBatch,
+    ...(settings.watchConnection ? { watchConnection: settings.watchConnection } : {}),
     singleProcessor: processSingle,
     replayer: stores.replayer,
     ...(operationalProcessor ? { operationalProcessor } : {}),

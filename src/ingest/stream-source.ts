@@ -12,6 +12,17 @@ import {
   type Redis,
   type ServerClient,
 } from '../store/redis.js';
+import {
+  backoffMs,
+  claimStale,
+  ensureGroup,
+  fieldMap,
+  fieldOf,
+  leaveGroupIfIdle,
+  pruneIdleConsumers,
+  readGroup,
+  type StreamEntry,
+} from '../store/stream-reads.js';
 import type { Ingestor } from './ingest.js';
 
 /** The consumer group Hookline reads the ingest stream with. */
@@ -58,12 +69,6 @@ export interface StreamIngestSourceOptions {
 }
 
 /**
- * [entry id, flat field/value list]; the fields are null for an entry trimmed while it was pending.
- * Entries are read with Buffer replies, so the event's bytes reach decodeEntry as they were written.
- */
-type StreamEntry = [id: string, fields: Buffer[] | null];
-
-/**
  * Why an entry was set aside: it held no readable event (`unreadable`), ingest rejected its event
  * (`rejected`), or ingesting it failed when it was tried alone while the rest of its batch went
  * through (`failed`).
@@ -90,25 +95,10 @@ const STOP_GRACE_MS = 1_000;
 
 type Decoded = { ok: true; event: unknown } | { ok: false; reason: string };
 
-/**
- * ioredis's Buffer-reply variants of the stream reads: present on every connection and cluster at
- * runtime, missing from its types. (Its generic `callBuffer` loses the command name when the
- * connection auto-pipelines.)
- */
-interface BufferStreamReads {
-  xreadgroupBuffer(...args: (string | number)[]): Promise<unknown>;
-  xautoclaimBuffer(...args: (string | number)[]): Promise<unknown>;
-}
-
-const bufferReads = (redis: Redis) => redis as unknown as BufferStreamReads;
-
 /** Reads the event of one entry; never throws. */
 function decodeEntry(fields: Buffer[] | null): Decoded {
   if (fields === null) return { ok: false, reason: 'the entry was trimmed from the stream before it was ingested' };
-  let bytes: Buffer | undefined;
-  for (let i = 0; i + 1 < fields.length; i += 2) {
-    if (fields[i]?.toString() === STREAM_EVENT_FIELD) bytes = fields[i + 1];
-  }
+  const bytes = fieldOf(fields, STREAM_EVENT_FIELD);
   if (bytes === undefined) return { ok: false, reason: `the entry has no "${STREAM_EVENT_FIELD}" field` };
   const json = decodeUtf8(bytes);
   if (json === undefined) return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field ${NOT_UTF8}` };
@@ -118,26 +108,6 @@ function decodeEntry(fields: Buffer[] | null): Decoded {
     // Without JSON.parse's message: it quotes the text, and reasons are logged (the dead-letter stream keeps the text).
     return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field is not valid JSON` };
   }
-}
-
-/** Entries of a Buffer reply, with their ids as text (stream ids are ASCII). */
-function toEntries(raw: unknown): StreamEntry[] {
-  if (!Array.isArray(raw)) return [];
-  return (raw as [Buffer, Buffer[] | null][]).map(([entryId, fields]) => [entryId.toString(), fields]);
-}
-
-/** The entries of an XREADGROUP reply for one stream (null when the read timed out). */
-function entriesOf(reply: unknown): StreamEntry[] {
-  if (!Array.isArray(reply)) return [];
-  const stream = reply[0] as [Buffer, unknown] | undefined;
-  return toEntries(stream?.[1]);
-}
-
-/** A flat [name, value, …] reply (XINFO) as a map. */
-function fieldMap(flat: unknown): Map<string, unknown> {
-  const map = new Map<string, unknown>();
-  if (Array.isArray(flat)) for (let i = 0; i + 1 < flat.length; i += 2) map.set(String(flat[i]), flat[i + 1]);
-  return map;
 }
 
 function compareIds(a: string, b: string): number {
@@ -249,13 +219,8 @@ export class StreamIngestSource {
     await this.leaveGroupIfIdle();
   }
 
-  private async ensureGroup(): Promise<void> {
-    try {
-      // From id 0: events appended before the group first existed are ingested too.
-      await this.redis.xgroup('CREATE', this.stream, this.group, '0', 'MKSTREAM');
-    } catch (error) {
-      if (!/BUSYGROUP/.test((error as Error).message)) throw error;
-    }
+  private ensureGroup(): Promise<void> {
+    return ensureGroup(this.redis, this.stream, this.group);
   }
 
   private async run(reader: Redis): Promise<void> {
@@ -312,18 +277,14 @@ export class StreamIngestSource {
     this.readerClient ??= await serverClientFor(reader, this.stream);
     if (this.stopping) return [];
     // Buffer replies: a string reply would decode the event lossily, hiding bytes that are not UTF-8.
-    const reply = await bufferReads(reader).xreadgroupBuffer(
-      'GROUP',
-      this.group,
-      this.consumer,
-      'COUNT',
-      count ?? this.batchSize,
-      ...(count === undefined ? ['BLOCK', this.blockMs] : []),
-      'STREAMS',
-      this.stream,
+    return readGroup(reader, {
+      stream: this.stream,
+      group: this.group,
+      consumer: this.consumer,
       from,
-    );
-    return entriesOf(reply);
+      count: count ?? this.batchSize,
+      ...(count === undefined ? { blockMs: this.blockMs } : {}),
+    });
   }
 
   /**
@@ -438,17 +399,14 @@ export class StreamIngestSource {
   private async maintain(): Promise<void> {
     let cursor = '0-0';
     for (let round = 0; round < CLAIM_ROUNDS_MAX; round += 1) {
-      const reply = (await bufferReads(this.redis).xautoclaimBuffer(
-        this.stream,
-        this.group,
-        this.consumer,
-        this.claimMinIdleMs,
+      const { next, entries: claimed } = await claimStale(this.redis, {
+        stream: this.stream,
+        group: this.group,
+        consumer: this.consumer,
+        minIdleMs: this.claimMinIdleMs,
         cursor,
-        'COUNT',
-        this.batchSize,
-      )) as [Buffer, unknown];
-      const next = reply[0].toString();
-      const claimed = toEntries(reply[1]);
+        count: this.batchSize,
+      });
       if (claimed.length > 0) {
         this.options.logger.info(
           { entries: claimed.length },
@@ -462,7 +420,13 @@ export class StreamIngestSource {
     // Housekeeping only: a failure here must not hold up ingest.
     try {
       await this.trim();
-      await this.pruneIdleConsumers();
+      await pruneIdleConsumers(this.redis, {
+        stream: this.stream,
+        group: this.group,
+        self: this.consumer,
+        idleMaxMs: this.consumerIdleMaxMs,
+        max: CONSUMERS_PRUNED_MAX,
+      });
     } catch (error) {
       if (!isRedisUnavailable(error as Error)) {
         this.options.logger.warn(
@@ -494,34 +458,17 @@ export class StreamIngestSource {
     await this.redis.xtrim(this.stream, 'MINID', '~', bound);
   }
 
-  /** Removes consumers that left nothing pending and have been silent for consumerIdleMaxMs (crashed processes). */
-  private async pruneIdleConsumers(): Promise<void> {
-    const consumers = ((await this.redis.xinfo('CONSUMERS', this.stream, this.group)) as unknown[]).map(fieldMap);
-    const idle = consumers
-      .filter(
-        (c) =>
-          c.get('name') !== this.consumer &&
-          Number(c.get('pending')) === 0 &&
-          Number(c.get('idle')) > this.consumerIdleMaxMs,
-      )
-      .slice(0, CONSUMERS_PRUNED_MAX);
-    for (const consumer of idle)
-      await this.redis.xgroup('DELCONSUMER', this.stream, this.group, String(consumer.get('name')));
-  }
-
   /** On a clean stop, removes this consumer from the group unless it still holds pending entries. */
   private async leaveGroupIfIdle(): Promise<void> {
     try {
-      const mine = await this.redis.xpending(this.stream, this.group, '-', '+', 1, this.consumer);
-      if (mine.length === 0) await this.redis.xgroup('DELCONSUMER', this.stream, this.group, this.consumer);
+      await leaveGroupIfIdle(this.redis, this.stream, this.group, this.consumer);
     } catch (error) {
       this.options.logger.warn({ err: error }, 'ingest stream: could not leave the consumer group');
     }
   }
 
   private backoffMs(failures: number): number {
-    const ceiling = Math.min(this.retryMaxMs, this.retryBaseMs * 2 ** Math.min(failures - 1, 20));
-    return Math.round(ceiling * (0.5 + Math.random() / 2));
+    return backoffMs(failures, this.retryBaseMs, this.retryMaxMs);
   }
 
   /** Sleeps, unless stop() comes first. */

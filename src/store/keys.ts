@@ -54,6 +54,16 @@ export function redisKeys(prefix: string) {
     },
     /** BullMQ prefix of delivery queue partition `n`: every key of one queue shares this hash tag */
     deliveryQueuePrefix: (partition: number) => tag(`q${partition}`),
+    firstAttempts: {
+      /**
+       * stream: ingest's batches of first attempts for queue partition `n`, one entry each (field
+       * `b`: `{"deliveries": [...]}`), read by the workers' consumer group; an entry is deleted once
+       * its batch has run, so its length is the partition's backlog of batches
+       */
+      streamOf: (partition: number) => `${tag(`q${partition}`)}:first`,
+      /** stream, capped: entries of stream `n` that held no readable batch, kept with their reason */
+      failedOf: (partition: number) => `${tag(`q${partition}`)}:first:failed`,
+    },
     /** BullMQ prefix of the control queue (bulk replays) */
     controlQueuePrefix: tag('control'),
     deliveries: {

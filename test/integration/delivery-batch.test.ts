@@ -5,6 +5,7 @@ import type { DeliverJob } from '../../src/domain/delivery.js';
 import { deliveryIdFor, partitionOf } from '../../src/delivery/jobs.js';
 import { testApp, testEngine, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
+import { firstAttemptBatches } from '../helpers/first-attempts.js';
 import { receiverPool } from '../helpers/receiver.js';
 import { queuesDrained, waitFor } from '../helpers/wait.js';
 import { startTestWorker, testWorkerConfig, type TestWorker } from '../helpers/worker.js';
@@ -62,7 +63,7 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     return engine.worker!;
   }
 
-  it('queues an ingest batch as a few batch jobs and delivers every event exactly once', async () => {
+  it('appends an ingest batch to a first-attempt stream as a few batches and delivers every event exactly once', async () => {
     t = await testApp({ retryScheduleMs: [0, 1_000], queuePartitions: 2 });
     const r = await receiver();
     const created = await t.webhooks.create('v-batch', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/in` });
@@ -72,10 +73,12 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
       Array.from({ length: EVENTS }, () => machineEvent('v-batch')),
       'http',
     );
-    // One webhook → one partition → ceil(250 / 100) = 3 jobs for 250 deliveries.
-    const partition = t.queues.partitions[partitionOf(created.webhook.id, 2)]!;
-    const counts = await partition.batches.getJobCounts('waiting', 'delayed');
-    expect((counts.waiting ?? 0) + (counts.delayed ?? 0)).toBe(3);
+    // One webhook → one partition → ceil(250 / 100) = 3 stream entries for 250 deliveries, no job.
+    const partition = partitionOf(created.webhook.id, 2);
+    expect(await t.redis.xlen(t.keys.firstAttempts.streamOf(partition))).toBe(3);
+    expect(await t.redis.xlen(t.keys.firstAttempts.streamOf(1 - partition))).toBe(0);
+    expect((await firstAttemptBatches(t)).map((batch) => batch.length)).toEqual([100, 100, 50]);
+    expect(await t.queues.counts()).toMatchObject({ waiting: 3, active: 0, delayed: 0 });
 
     worker = await startTestWorker(t);
     await waitFor(() => r.requests.length >= EVENTS, 20_000, 'every delivery');

@@ -3,6 +3,7 @@ import { EVENTS_BODY_LIMIT_BYTES } from '../../src/admin/routes/events.js';
 import type { DeliverJob } from '../../src/domain/delivery.js';
 import type { WebhookEventType } from '../../src/domain/events.js';
 import { testApp, type TestApp } from '../helpers/app.js';
+import { firstAttemptBatches } from '../helpers/first-attempts.js';
 import { sampleEvent } from '../helpers/ingest-app.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
@@ -36,12 +37,9 @@ async function subscribe(vendorId: string, eventType: WebhookEventType): Promise
   return created.webhook.id;
 }
 
-/** Every delivery ingest queued (no worker runs: they wait in their batch jobs). */
+/** Every delivery ingest queued (no worker runs: they wait in the first-attempt streams). */
 async function queued(): Promise<DeliverJob[]> {
-  const jobs = await Promise.all(
-    t.queues.partitions.map((p) => p.batches.getJobs(['waiting', 'delayed', 'prioritized'])),
-  );
-  return jobs.flat().flatMap((job) => (job.data as { deliveries: DeliverJob[] }).deliveries);
+  return (await firstAttemptBatches(t)).flat();
 }
 
 /** `apiKey` null sends no key. */

@@ -1,0 +1,367 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { DeliverJob } from '../domain/delivery.js';
+import { wakeableSleep } from '../lib/timer-race.js';
+import type { Logger } from '../logger.js';
+import {
+  connectionNameOf,
+  duplicateRedis,
+  isRedisUnavailable,
+  serverClientFor,
+  unblockClient,
+  type Redis,
+  type ServerClient,
+} from '../store/redis.js';
+import {
+  backoffMs,
+  claimStale,
+  ensureGroup,
+  fieldOf,
+  leaveGroupIfIdle,
+  pruneIdleConsumers,
+  readGroup,
+  type StreamEntry,
+} from '../store/stream-reads.js';
+import { JOBS } from './jobs.js';
+import { StorageUnavailableError } from './signals.js';
+
+/**
+ * Ingest's first attempts travel through one Redis stream per queue partition, not BullMQ: an entry
+ * is one batch (as a batch job was), appended with one XADD, read by the workers through a consumer
+ * group and deleted once its batch has run. A job's lifecycle (its hash, the wait list, the lock,
+ * moving it to active and to completed: several script calls and a dozen commands per batch, and
+ * the job's JSON built and parsed around them) is what a stream entry does not cost; everything
+ * after the first attempt (retries, deferrals, parks, replays) stays in BullMQ, where delays and
+ * promotions are.
+ */
+
+/** The workers' consumer group on every first-attempt stream. */
+export const FIRST_ATTEMPTS_GROUP = 'hookline-deliveries';
+/** The entry field holding the batch: `{"deliveries": [...]}`, as a batch job's data. */
+const BATCH_FIELD = 'b';
+
+/** Appends batches of first attempts to a partition's stream: one XADD per batch, pipelined by the caller's connection. */
+export function appendBatch(redis: Redis, stream: string, deliveries: readonly DeliverJob[]): Promise<unknown> {
+  return redis.xadd(stream, '*', BATCH_FIELD, JSON.stringify({ deliveries }));
+}
+
+/**
+ * Batches of a partition's stream by state: `waiting` (appended, not yet read) and `active` (read by
+ * a worker, not yet finished). A missing group (no worker ever ran) leaves every entry waiting.
+ */
+export async function streamCounts(redis: Redis, stream: string): Promise<{ waiting: number; active: number }> {
+  const [length, pending] = await Promise.all([
+    redis.xlen(stream),
+    (redis.xpending(stream, FIRST_ATTEMPTS_GROUP) as Promise<[number, ...unknown[]]>).then(
+      ([count]) => Number(count),
+      () => 0,
+    ),
+  ]);
+  return { waiting: Math.max(0, length - pending), active: pending };
+}
+
+/** A batch of first attempts as the batch runner takes it. */
+export interface FirstAttemptBatch {
+  /** Stable across re-runs of the same entry: parks made by a run are named after it. */
+  id: string;
+  deliveries: DeliverJob[];
+  /** Run before (this worker failed it, or another died with it): what is finished is skipped. */
+  rerun: boolean;
+}
+
+export interface FirstAttemptReaderOptions {
+  /** Commands (XACK, XDEL, XCLAIM, XAUTOCLAIM); a duplicate of it is opened for the blocking reads. */
+  redis: Redis;
+  partition: number;
+  stream: string;
+  /** Where entries without a readable batch are kept with their reason (capped). */
+  failedStream: string;
+  /** Runs one batch; resolves once every delivery in it has an outcome or has left for a job of its own. */
+  run: (batch: FirstAttemptBatch) => Promise<unknown>;
+  /** Batches this reader runs at once. */
+  inFlightMax: number;
+  /** A batch pending this long with a consumer that stopped renewing it is claimed (a dead worker's). */
+  claimMinIdleMs: number;
+  logger: Pick<Logger, 'info' | 'warn' | 'error'>;
+  /** Told about the reader's own connection, so its outages are logged with the process's others. */
+  watchConnection?: (connection: Redis) => void;
+  /** This consumer's name; default host, pid and a random suffix. */
+  consumer?: string;
+  /** How long one read waits for new entries; default 2 s. */
+  blockMs?: number;
+  /** Back-off of a failed batch or read; defaults 200 ms doubling to 10 s. */
+  retryBaseMs?: number;
+  retryMaxMs?: number;
+  nowMs?: () => number;
+}
+
+/** Entries kept in a failed stream, about (XADD MAXLEN ~). */
+const FAILED_MAX = 10_000;
+/** Claim rounds per maintenance pass. */
+const CLAIM_ROUNDS_MAX = 10;
+/** Consumers silent this long with nothing pending are removed from the group. */
+const CONSUMER_IDLE_MAX_MS = 24 * 3_600_000;
+const CONSUMERS_PRUNED_MAX = 100;
+/** Idle consumers are looked for every this many maintenance passes. */
+const PRUNE_EVERY = 20;
+/** Beyond blockMs, how long stop() waits for a read it could not unblock. */
+const STOP_GRACE_MS = 1_000;
+
+/**
+ * Reads one partition's first-attempt stream through the workers' consumer group and runs each
+ * entry's batch, up to `inFlightMax` at once, so many worker processes share a partition. An entry
+ * is acknowledged and deleted (one transaction) only after its batch ran to the end. A batch that
+ * failed (storage went away, an unexpected error) stays pending and runs again here after a
+ * back-off as a re-run, which skips what is finished. While a batch runs its entry is claimed
+ * afresh three times per `claimMinIdleMs`; if this process dies, another claims the entry (XAUTOCLAIM)
+ * once it has been idle that long, and re-runs it. An entry without a readable batch is moved to
+ * the failed stream with its reason and acknowledged, so it cannot wedge the partition.
+ */
+export class FirstAttemptReader {
+  private readonly consumer: string;
+  private readonly blockMs: number;
+  private readonly maintenanceIntervalMs: number;
+  private readonly nowMs: () => number;
+  /** Batches running (or waiting to run again), by entry id. */
+  private readonly running = new Map<string, Promise<void>>();
+  private reader: Redis | undefined;
+  private readerClient: ServerClient | undefined;
+  private loop: Promise<void> | undefined;
+  private stopping = false;
+  /** Wakes the read loop (a batch finished, or stop()). */
+  private wake: () => void = () => undefined;
+  /** Wakes every re-run waiting out its back-off (stop()). */
+  private readonly sleepers = new Set<() => void>();
+
+  constructor(private readonly options: FirstAttemptReaderOptions) {
+    this.consumer = options.consumer ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+    this.blockMs = options.blockMs ?? 2_000;
+    // Three renewals per claim time: one delayed by a busy event loop still comes in time.
+    this.maintenanceIntervalMs = Math.max(50, Math.floor(options.claimMinIdleMs / 3));
+    this.nowMs = options.nowMs ?? Date.now;
+  }
+
+  get consumerName(): string {
+    return this.consumer;
+  }
+
+  /** Creates the group when missing, then reads in the background until stop(). */
+  async start(): Promise<void> {
+    if (this.loop || this.stopping) throw new Error('a first-attempt reader can be started once');
+    await ensureGroup(this.options.redis, this.options.stream, FIRST_ATTEMPTS_GROUP);
+    // A connection of its own: a blocking read would hold up every command queued behind it.
+    const reader = duplicateRedis(this.options.redis, {
+      connectionName: `${connectionNameOf(this.options.redis) ?? 'hookline'}-first-${this.options.partition}`,
+      autoPipelining: false,
+    });
+    this.reader = reader;
+    if (this.options.watchConnection) this.options.watchConnection(reader);
+    else reader.on('error', () => undefined);
+    for (const event of ['ready', '+node', '-node']) reader.on(event, () => (this.readerClient = undefined));
+    this.loop = this.run(reader);
+  }
+
+  /**
+   * Stops reading (a blocked read is ended with CLIENT UNBLOCK) and waits for the batches running;
+   * a batch waiting to run again is left pending, for the next worker to claim.
+   */
+  async stop(): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.wake();
+    for (const wake of this.sleepers) wake();
+    const reader = this.reader;
+    if (!this.loop || !reader) return;
+    const force = setTimeout(() => reader.disconnect(), this.blockMs + STOP_GRACE_MS);
+    if (this.readerClient !== undefined)
+      void unblockClient(this.options.redis, this.readerClient).catch(() => undefined);
+    try {
+      await this.loop;
+      await Promise.all(this.running.values());
+    } finally {
+      clearTimeout(force);
+      reader.disconnect();
+    }
+    await leaveGroupIfIdle(this.options.redis, this.options.stream, FIRST_ATTEMPTS_GROUP, this.consumer).catch(
+      () => undefined,
+    );
+  }
+
+  private async run(reader: Redis): Promise<void> {
+    const { stream } = this.options;
+    let failures = 0;
+    let passes = 0;
+    let maintenanceDueAtMs = 0;
+    while (!this.stopping) {
+      try {
+        if (this.nowMs() >= maintenanceDueAtMs) {
+          maintenanceDueAtMs = this.nowMs() + this.maintenanceIntervalMs;
+          await this.maintain(passes++ % PRUNE_EVERY === 0);
+        }
+        const room = this.options.inFlightMax - this.running.size;
+        const untilMaintenanceMs = Math.max(1, maintenanceDueAtMs - this.nowMs());
+        if (room <= 0) {
+          await wakeableSleep(untilMaintenanceMs, (wake) => (this.wake = wake));
+          continue;
+        }
+        this.readerClient ??= await serverClientFor(reader, stream);
+        if (this.stopping) break;
+        const entries = await readGroup(reader, {
+          stream,
+          group: FIRST_ATTEMPTS_GROUP,
+          consumer: this.consumer,
+          from: '>',
+          count: room,
+          blockMs: Math.min(this.blockMs, untilMaintenanceMs),
+        });
+        for (const entry of entries) this.launch(entry, false);
+        failures = 0;
+      } catch (error) {
+        if (this.stopping) break;
+        failures += 1;
+        this.readerClient = undefined;
+        if (/NOGROUP/.test((error as Error).message))
+          await ensureGroup(this.options.redis, stream, FIRST_ATTEMPTS_GROUP).catch(() => undefined);
+        if (!isRedisUnavailable(error as Error))
+          this.options.logger.error({ err: error, partition: this.options.partition }, 'first attempts: read failed');
+        await this.sleep(this.backoffMs(failures));
+      }
+    }
+  }
+
+  /** Runs an entry's batch until it finishes, again after each failure (as a re-run) until it does or stop(). */
+  private launch([entryId, fields]: StreamEntry, rerun: boolean): void {
+    if (this.running.has(entryId)) return;
+    const batch = fields === null ? undefined : decodeBatch(fields);
+    const running = (async () => {
+      if (batch === undefined || typeof batch === 'string') {
+        await this.setAside(entryId, fields, batch ?? 'the entry was deleted').catch(() => undefined);
+        return;
+      }
+      const id = `s${this.options.partition}-${entryId}`;
+      for (let failures = 0; ;) {
+        try {
+          await this.options.run({ id, deliveries: batch, rerun: rerun || failures > 0 });
+          await this.finish(entryId);
+          return;
+        } catch (error) {
+          failures += 1;
+          if (!(error instanceof StorageUnavailableError) && !isRedisUnavailable(error as Error))
+            this.options.logger.warn(
+              { err: (error as Error).message, batchId: id, failures },
+              'first attempts: batch failed; it runs again',
+            );
+          if (this.stopping) return;
+          await this.sleep(this.backoffMs(failures));
+          if (this.stopping) return;
+        }
+      }
+    })().finally(() => {
+      this.running.delete(entryId);
+      this.wake();
+    });
+    this.running.set(entryId, running);
+  }
+
+  /** Acknowledges and deletes a finished entry, in one transaction on the stream's slot. */
+  private async finish(entryId: string): Promise<void> {
+    const { redis, stream } = this.options;
+    const results = await redis.multi().xack(stream, FIRST_ATTEMPTS_GROUP, entryId).xdel(stream, entryId).exec();
+    const failure = results?.find(([error]) => error !== null)?.[0];
+    if (failure) throw failure;
+  }
+
+  /** Keeps an entry that holds no readable batch in the failed stream with its reason, and acknowledges it. */
+  private async setAside(entryId: string, fields: Buffer[] | null, reason: string): Promise<void> {
+    const { redis, stream, failedStream } = this.options;
+    const transaction = redis.multi();
+    if (fields !== null)
+      transaction.xadd(
+        failedStream,
+        'MAXLEN',
+        '~',
+        FAILED_MAX,
+        '*',
+        'reason',
+        reason,
+        'failed_at',
+        new Date(this.nowMs()).toISOString(),
+        'entry_id',
+        entryId,
+        ...fields,
+      );
+    const results = await transaction.xack(stream, FIRST_ATTEMPTS_GROUP, entryId).xdel(stream, entryId).exec();
+    const failure = results?.find(([error]) => error !== null)?.[0];
+    if (failure) throw failure;
+    if (fields !== null)
+      this.options.logger.error({ entryId, reason, failedStream }, 'first attempts: entry set aside');
+  }
+
+  /**
+   * Renews this consumer's claim on the entries it runs (their idle time starts again), then claims
+   * the entries of consumers that stopped renewing theirs, as re-runs, as far as there is room.
+   */
+  private async maintain(prune: boolean): Promise<void> {
+    const { redis, stream, claimMinIdleMs } = this.options;
+    if (this.running.size > 0)
+      await redis.xclaim(stream, FIRST_ATTEMPTS_GROUP, this.consumer, 0, ...this.running.keys(), 'JUSTID');
+    let cursor = '0-0';
+    for (let round = 0; round < CLAIM_ROUNDS_MAX; round += 1) {
+      const room = this.options.inFlightMax - this.running.size;
+      if (room <= 0) break;
+      const { next, entries } = await claimStale(redis, {
+        stream,
+        group: FIRST_ATTEMPTS_GROUP,
+        consumer: this.consumer,
+        minIdleMs: claimMinIdleMs,
+        cursor,
+        count: room,
+      });
+      if (entries.length > 0)
+        this.options.logger.info(
+          { entries: entries.length, partition: this.options.partition },
+          'first attempts: claimed batches of a worker that stopped',
+        );
+      for (const entry of entries) this.launch(entry, true);
+      cursor = next;
+      if (cursor === '0-0') break;
+    }
+    if (prune)
+      await pruneIdleConsumers(redis, {
+        stream,
+        group: FIRST_ATTEMPTS_GROUP,
+        self: this.consumer,
+        idleMaxMs: CONSUMER_IDLE_MAX_MS,
+        max: CONSUMERS_PRUNED_MAX,
+      }).catch(() => undefined);
+  }
+
+  private backoffMs(failures: number): number {
+    return backoffMs(failures, this.options.retryBaseMs ?? 200, this.options.retryMaxMs ?? 10_000);
+  }
+
+  /** Sleeps, unless stop() comes first. */
+  private async sleep(ms: number): Promise<void> {
+    if (this.stopping) return;
+    let wake: () => void = () => undefined;
+    await wakeableSleep(ms, (w) => {
+      wake = w;
+      this.sleepers.add(w);
+    });
+    this.sleepers.delete(wake);
+  }
+}
+
+/** The deliveries of an entry's batch, or why there are none. */
+function decodeBatch(fields: readonly Buffer[]): DeliverJob[] | string {
+  const bytes = fieldOf(fields, BATCH_FIELD);
+  if (bytes === undefined) return `the entry has no "${BATCH_FIELD}" field`;
+  let data: unknown;
+  try {
+    data = JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return `the "${BATCH_FIELD}" field is not valid JSON`;
+  }
+  const parsed = JOBS.deliverBatch.schema.safeParse(data);
+  return parsed.success ? parsed.data.deliveries : `the batch is not valid: ${parsed.error.issues[0]?.message ?? ''}`;
+}

@@ -1,0 +1,127 @@
+import type { Redis } from './redis.js';
+
+/**
+ * What the two consumer-group readers share (the ingest stream's and the first attempts'): reading
+ * entries with Buffer replies, creating a group, and the replies' shapes.
+ */
+
+/**
+ * [entry id, flat field/value list]; the fields are null for an entry trimmed or deleted while it
+ * was pending. Entries are read with Buffer replies, so their bytes arrive as they were written.
+ */
+export type StreamEntry = [id: string, fields: Buffer[] | null];
+
+/**
+ * ioredis's Buffer-reply variants of the stream reads: present on every connection and cluster at
+ * runtime, missing from its types. (Its generic `callBuffer` loses the command name when the
+ * connection auto-pipelines.)
+ */
+interface BufferStreamReads {
+  xreadgroupBuffer(...args: (string | number)[]): Promise<unknown>;
+  xautoclaimBuffer(...args: (string | number)[]): Promise<unknown>;
+}
+
+const bufferReads = (redis: Redis) => redis as unknown as BufferStreamReads;
+
+/** Entries of a Buffer reply, with their ids as text (stream ids are ASCII). */
+function toEntries(raw: unknown): StreamEntry[] {
+  if (!Array.isArray(raw)) return [];
+  return (raw as [Buffer, Buffer[] | null][]).map(([entryId, fields]) => [entryId.toString(), fields]);
+}
+
+/**
+ * One XREADGROUP of one stream; `'>'` for new entries, `'0'` for the consumer's pending ones. With
+ * `blockMs` a read of new entries waits up to that long for some; without it, it takes what is there.
+ */
+export async function readGroup(
+  reader: Redis,
+  read: { stream: string; group: string; consumer: string; from: '>' | '0'; count: number; blockMs?: number },
+): Promise<StreamEntry[]> {
+  const reply = await bufferReads(reader).xreadgroupBuffer(
+    'GROUP',
+    read.group,
+    read.consumer,
+    'COUNT',
+    read.count,
+    ...(read.blockMs === undefined ? [] : ['BLOCK', read.blockMs]),
+    'STREAMS',
+    read.stream,
+    read.from,
+  );
+  if (!Array.isArray(reply)) return [];
+  const stream = reply[0] as [Buffer, unknown] | undefined;
+  return toEntries(stream?.[1]);
+}
+
+/**
+ * One XAUTOCLAIM: up to `count` entries pending for longer than `minIdleMs` with any consumer of the
+ * group become `consumer`'s, from `cursor` on. Answers them and the cursor to go on from ('0-0': done).
+ */
+export async function claimStale(
+  redis: Redis,
+  claim: { stream: string; group: string; consumer: string; minIdleMs: number; cursor: string; count: number },
+): Promise<{ next: string; entries: StreamEntry[] }> {
+  const reply = (await bufferReads(redis).xautoclaimBuffer(
+    claim.stream,
+    claim.group,
+    claim.consumer,
+    claim.minIdleMs,
+    claim.cursor,
+    'COUNT',
+    claim.count,
+  )) as [Buffer, unknown];
+  return { next: reply[0].toString(), entries: toEntries(reply[1]) };
+}
+
+/** Creates the group (and the stream) when missing, reading from the start: entries appended before it existed are read too. */
+export async function ensureGroup(redis: Redis, stream: string, group: string): Promise<void> {
+  try {
+    await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM');
+  } catch (error) {
+    if (!/BUSYGROUP/.test((error as Error).message)) throw error;
+  }
+}
+
+/** A flat [name, value, …] reply (XINFO) as a map. */
+export function fieldMap(flat: unknown): Map<string, unknown> {
+  const map = new Map<string, unknown>();
+  if (Array.isArray(flat)) for (let i = 0; i + 1 < flat.length; i += 2) map.set(String(flat[i]), flat[i + 1]);
+  return map;
+}
+
+/** The value of field `name` in an entry's flat field list; undefined when absent. */
+export function fieldOf(fields: readonly Buffer[], name: string): Buffer | undefined {
+  let value: Buffer | undefined;
+  for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i]?.toString() === name) value = fields[i + 1];
+  return value;
+}
+
+/**
+ * Removes the group's consumers, other than `self`, that hold nothing pending and have been silent
+ * for `idleMaxMs` (crashed or stopped processes), at most `max` of them.
+ */
+export async function pruneIdleConsumers(
+  redis: Redis,
+  prune: { stream: string; group: string; self: string; idleMaxMs: number; max: number },
+): Promise<void> {
+  const consumers = ((await redis.xinfo('CONSUMERS', prune.stream, prune.group)) as unknown[]).map(fieldMap);
+  const idle = consumers
+    .filter(
+      (c) => c.get('name') !== prune.self && Number(c.get('pending')) === 0 && Number(c.get('idle')) > prune.idleMaxMs,
+    )
+    .slice(0, prune.max);
+  for (const consumer of idle)
+    await redis.xgroup('DELCONSUMER', prune.stream, prune.group, String(consumer.get('name')));
+}
+
+/** Removes `consumer` from the group unless it still holds pending entries (a clean stop). */
+export async function leaveGroupIfIdle(redis: Redis, stream: string, group: string, consumer: string): Promise<void> {
+  const mine = await redis.xpending(stream, group, '-', '+', 1, consumer);
+  if (mine.length === 0) await redis.xgroup('DELCONSUMER', stream, group, consumer);
+}
+
+/** Doubling back-off from `baseMs` per failure up to `maxMs`, with jitter (half to all of it). */
+export function backoffMs(failures: number, baseMs: number, maxMs: number, random: () => number = Math.random): number {
+  const ceiling = Math.min(maxMs, baseMs * 2 ** Math.min(Math.max(0, failures - 1), 20));
+  return Math.round(ceiling * (0.5 + random() / 2));
+}

@@ -1,0 +1,198 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import type { DeliverJob } from '../../src/domain/delivery.js';
+import {
+  appendBatch,
+  FIRST_ATTEMPTS_GROUP,
+  FirstAttemptReader,
+  streamCounts,
+  type FirstAttemptBatch,
+} from '../../src/delivery/first-attempts.js';
+import { deliveryIdFor } from '../../src/delivery/jobs.js';
+import { StorageUnavailableError } from '../../src/delivery/signals.js';
+import { redisKeys } from '../../src/store/keys.js';
+import { ensureGroup } from '../../src/store/stream-reads.js';
+import { capturedLogs } from '../helpers/logs.js';
+import { testRedis, type TestRedis } from '../helpers/redis.js';
+import { quiescent, waitFor } from '../helpers/wait.js';
+
+function delivery(n: number): DeliverJob {
+  const eventId = `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
+  return {
+    deliveryId: deliveryIdFor(eventId, 'wh-1'),
+    eventId,
+    eventType: 'EVENT_TYPE_MACHINE_CREATED',
+    vendorId: 'v-1',
+    webhookId: 'wh-1',
+    body: JSON.stringify({ n }),
+    acceptedAtMs: 1_000 + n,
+  };
+}
+
+describe('first-attempt streams (real Redis)', () => {
+  let r: TestRedis;
+  const readers: FirstAttemptReader[] = [];
+
+  afterEach(async () => {
+    await Promise.all(readers.splice(0).map((reader) => reader.stop()));
+    await r.cleanup();
+  });
+
+  function reader(
+    run: (batch: FirstAttemptBatch) => Promise<unknown>,
+    overrides: { claimMinIdleMs?: number; inFlightMax?: number; consumer?: string } = {},
+  ) {
+    const keys = redisKeys(r.prefix);
+    const logs = capturedLogs();
+    const created = new FirstAttemptReader({
+      redis: r.redis,
+      partition: 0,
+      stream: keys.firstAttempts.streamOf(0),
+      failedStream: keys.firstAttempts.failedOf(0),
+      run,
+      inFlightMax: overrides.inFlightMax ?? 2,
+      claimMinIdleMs: overrides.claimMinIdleMs ?? 30_000,
+      logger: logs.logger(),
+      blockMs: 200,
+      retryBaseMs: 20,
+      retryMaxMs: 50,
+      ...(overrides.consumer ? { consumer: overrides.consumer } : {}),
+    });
+    readers.push(created);
+    /** What the reader logged so far: its level and message. */
+    const lines = () =>
+      logs.lines.map((line) => ({
+        level: { 30: 'info', 40: 'warn', 50: 'error' }[line.level as number],
+        message: line.msg,
+      }));
+    return { reader: created, lines };
+  }
+
+  const stream = () => redisKeys(r.prefix).firstAttempts.streamOf(0);
+
+  it('runs each batch once, appended before or after it started, and deletes its entry when done', async () => {
+    r = testRedis();
+    await appendBatch(r.redis, stream(), [delivery(1), delivery(2)]);
+    const runs: FirstAttemptBatch[] = [];
+    const { reader: started } = reader(async (batch) => void runs.push(batch));
+    await started.start();
+    await appendBatch(r.redis, stream(), [delivery(3)]);
+    await waitFor(() => runs.length >= 2, 5_000, 'both batches');
+    await waitFor(async () => (await r.redis.xlen(stream())) === 0, 5_000, 'the entries deleted');
+    expect(runs.map((b) => b.deliveries.map((d) => d.eventId.slice(-1)))).toEqual([['1', '2'], ['3']]);
+    expect(runs.every((b) => !b.rerun && b.id.startsWith('s0-'))).toBe(true);
+    expect(await streamCounts(r.redis, stream())).toEqual({ waiting: 0, active: 0 });
+    // Nothing runs twice.
+    await quiescent(() => runs.length, 600);
+    expect(runs).toHaveLength(2);
+  });
+
+  it('runs a failed batch again as a re-run under the same id until it succeeds', async () => {
+    r = testRedis();
+    await appendBatch(r.redis, stream(), [delivery(1)]);
+    const runs: FirstAttemptBatch[] = [];
+    const { reader: started, lines } = reader(async (batch) => {
+      runs.push(batch);
+      if (runs.length === 1) throw new StorageUnavailableError();
+      if (runs.length === 2) throw new Error('an unexpected error');
+    });
+    await started.start();
+    await waitFor(async () => (await r.redis.xlen(stream())) === 0, 5_000, 'the entry finished');
+    expect(runs.map((b) => b.rerun)).toEqual([false, true, true]);
+    expect(new Set(runs.map((b) => b.id)).size).toBe(1);
+    // A storage outage is logged once by the connection watcher, not per batch; the unexpected error is logged.
+    expect(
+      lines()
+        .filter((l) => l.level === 'warn')
+        .map((l) => l.message),
+    ).toEqual(['first attempts: batch failed; it runs again']);
+  });
+
+  it('claims a batch read by a worker that died, and re-runs it', async () => {
+    r = testRedis();
+    await ensureGroup(r.redis, stream(), FIRST_ATTEMPTS_GROUP);
+    await appendBatch(r.redis, stream(), [delivery(1)]);
+    // A worker that read the entry and died before finishing it.
+    const taken = await r.redis.xreadgroup(
+      'GROUP',
+      FIRST_ATTEMPTS_GROUP,
+      'dead-worker',
+      'COUNT',
+      10,
+      'STREAMS',
+      stream(),
+      '>',
+    );
+    expect(taken).not.toBeNull();
+    const runs: FirstAttemptBatch[] = [];
+    const { reader: started, lines } = reader(async (batch) => void runs.push(batch), { claimMinIdleMs: 300 });
+    await started.start();
+    await waitFor(() => runs.length === 1, 5_000, 'the claimed batch');
+    expect(runs[0]!.rerun).toBe(true);
+    await waitFor(async () => (await r.redis.xlen(stream())) === 0, 5_000, 'the entry finished');
+    expect(lines().some((l) => l.message === 'first attempts: claimed batches of a worker that stopped')).toBe(true);
+  });
+
+  it('keeps a batch that runs longer than the claim time its own: a second worker does not run it too', async () => {
+    r = testRedis();
+    await appendBatch(r.redis, stream(), [delivery(1)]);
+    let runs = 0;
+    let release: () => void = () => undefined;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const slow = async () => {
+      runs += 1;
+      await released;
+    };
+    try {
+      const { reader: first } = reader(slow, { claimMinIdleMs: 300, consumer: 'first' });
+      await first.start();
+      await waitFor(() => runs === 1, 5_000, 'the first worker running the batch');
+      const { reader: second } = reader(slow, { claimMinIdleMs: 300, consumer: 'second' });
+      await second.start();
+      // Four claim times: the first worker renews its claim every 100 ms, so the second never takes it.
+      await quiescent(() => runs, 1_200);
+      expect(runs).toBe(1);
+    } finally {
+      release();
+    }
+    await waitFor(async () => (await r.redis.xlen(stream())) === 0, 5_000, 'the entry finished');
+  });
+
+  it('sets an entry without a readable batch aside with its reason, and goes on with the next', async () => {
+    r = testRedis();
+    const keys = redisKeys(r.prefix);
+    await r.redis.xadd(stream(), '*', 'b', '{"deliveries": [ not json');
+    await r.redis.xadd(stream(), '*', 'other', 'field');
+    await appendBatch(r.redis, stream(), [delivery(1)]);
+    const runs: FirstAttemptBatch[] = [];
+    const { reader: started, lines } = reader(async (batch) => void runs.push(batch));
+    await started.start();
+    await waitFor(() => runs.length === 1, 5_000, 'the readable batch');
+    await waitFor(async () => (await r.redis.xlen(stream())) === 0, 5_000, 'every entry finished or set aside');
+    const failed = await r.redis.xrange(keys.firstAttempts.failedOf(0), '-', '+');
+    const reasons = failed.map(([, fields]) => fields[fields.indexOf('reason') + 1]);
+    expect(reasons).toEqual(['the "b" field is not valid JSON', 'the entry has no "b" field']);
+    // The entry's fields are kept as they were, for an operator to look at.
+    expect(failed[0]![1].slice(-2)).toEqual(['b', '{"deliveries": [ not json']);
+    expect(lines().filter((l) => l.level === 'error')).toHaveLength(2);
+  });
+
+  it('stops at once while it waits for entries, and leaves a batch waiting to run again pending for another worker', async () => {
+    r = testRedis();
+    const { reader: idle } = reader(async () => undefined);
+    await idle.start();
+    const stoppedAt = Date.now();
+    await idle.stop();
+    expect(Date.now() - stoppedAt).toBeLessThan(1_000);
+
+    await appendBatch(r.redis, stream(), [delivery(1)]);
+    let runs = 0;
+    const { reader: failing } = reader(async () => {
+      runs += 1;
+      throw new StorageUnavailableError();
+    });
+    await failing.start();
+    await waitFor(() => runs >= 1, 5_000, 'a first run');
+    await failing.stop();
+    expect(await streamCounts(r.redis, stream())).toEqual({ waiting: 0, active: 1 });
+  });
+});
