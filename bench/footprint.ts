@@ -1,7 +1,7 @@
 import { collectGarbage, percentile, slope, sleep, wallMs } from './measure.js';
 import { pacedPosts, type DeliveryBenchSetup } from './delivery.js';
 import { BenchEngine } from './engine.js';
-import { keyBreakdown, keyBytes, patternBytes, redisMemory, someKey } from './redis-info.js';
+import { keyBreakdown, keyBytes, patternBytes, redisMemory } from './redis-info.js';
 import { batchBodies, EventFactory, eventsFor, runParallel } from './workload.js';
 
 export interface PendingFootprint {
@@ -11,13 +11,12 @@ export interface PendingFootprint {
   overheadBytesPerDelivery: number;
   /** The same, with Redis's client buffers left out. */
   overheadBytesPerDeliveryNoClients: number;
-  /** MEMORY USAGE of one queued batch job's hash per delivery in it, minus the payload. */
-  jobHashOverheadBytes: number;
+  /** MEMORY USAGE of the first-attempt streams per pending delivery in them, minus the payload. */
+  streamOverheadBytes: number;
   /** MEMORY USAGE of the dedupe marks' keys ÷ the event ids marked (their share of each packed set). */
   dedupeMarkBytes: number;
-  /** Growth of the queues' wait lists and BullMQ event streams, per pending delivery. */
-  waitListBytesPerDelivery: number;
-  eventStreamBytesPerDelivery: number;
+  /** Growth of the BullMQ queues' keys (wait lists, event streams: first attempts add none), per pending delivery. */
+  queueBytesPerDelivery: number;
 }
 
 /** Lets Redis release idle client buffers before a memory reading. */
@@ -51,28 +50,22 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
     const measured = eventsFor(factory, pending, setup.vendors, 1_000_000);
     const bodies = batchBodies(measured, 1_000);
     const { prefix } = engine;
-    const partitions = Array.from({ length: setup.config.queuePartitions }, (_, n) => `{${prefix}:q${n}}:deliveries`);
-    const queueKeyBytes = async (suffix: string) => {
+    const partitions = Array.from({ length: setup.config.queuePartitions }, (_, n) => n);
+    const queueBytes = async () => (await patternBytes(engine.redis, `{${prefix}:q*}:deliveries:*`)).bytes;
+    const streamBytes = async () => {
       let total = 0;
-      for (const queue of partitions) total += await keyBytes(engine.redis, `${queue}:${suffix}`);
+      for (const n of partitions) total += await keyBytes(engine.redis, engine.stores.keys.firstAttempts.streamOf(n));
       return total;
     };
     await sleep(SETTLE_MS);
     const before = await redisMemory(engine.redis);
-    const [waitBefore, eventsBefore] = [await queueKeyBytes('wait'), await queueKeyBytes('events')];
+    const [queuesBefore, streamsBefore] = [await queueBytes(), await streamBytes()];
     await runParallel(bodies, setup.posters, async ({ body, count }) => {
       await engine.post(body, count);
     });
     await sleep(SETTLE_MS);
     const after = await redisMemory(engine.redis);
-    const [waitAfter, eventsAfter] = [await queueKeyBytes('wait'), await queueKeyBytes('events')];
-
-    // A batch job carries up to 100 deliveries: its hash is shared by them.
-    const jobKey = await someKey(engine.redis, `{${prefix}:q*}:deliveries:b-*`);
-    if (jobKey === undefined) throw new Error('no batch job found in the queues');
-    const deliveriesInJob = (
-      JSON.parse((await engine.redis.hget(jobKey, 'data')) ?? '{"deliveries":[]}') as { deliveries: unknown[] }
-    ).deliveries.length;
+    const [queuesAfter, streamsAfter] = [await queueBytes(), await streamBytes()];
     const marked = Math.max(setup.vendors, 200) + pending;
     const perDelivery = (used: number) => used / pending - factory.envelopeBytes;
     return {
@@ -82,11 +75,9 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
       overheadBytesPerDeliveryNoClients: perDelivery(
         after.usedBytes - after.clientsBytes - (before.usedBytes - before.clientsBytes),
       ),
-      jobHashOverheadBytes:
-        (await keyBytes(engine.redis, jobKey)) / Math.max(1, deliveriesInJob) - factory.envelopeBytes,
+      streamOverheadBytes: (streamsAfter - streamsBefore) / pending - factory.envelopeBytes,
       dedupeMarkBytes: (await patternBytes(engine.redis, `{${prefix}:dd*`)).bytes / marked,
-      waitListBytesPerDelivery: (waitAfter - waitBefore) / pending,
-      eventStreamBytesPerDelivery: (eventsAfter - eventsBefore) / pending,
+      queueBytesPerDelivery: (queuesAfter - queuesBefore) / pending,
     };
   } finally {
     await engine.close();

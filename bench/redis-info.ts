@@ -36,17 +36,6 @@ export async function deleteKeys(redis: Redis, pattern: string): Promise<number>
   return deleted;
 }
 
-/** One key matching `pattern`, if any (SCAN). */
-export async function someKey(redis: Redis, pattern: string): Promise<string | undefined> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-    if (keys[0] !== undefined) return keys[0];
-    cursor = next;
-  } while (cursor !== '0');
-  return undefined;
-}
-
 /** `MEMORY USAGE key SAMPLES 0` (exact), or 0 when the key is gone. */
 export async function keyBytes(redis: Redis, key: string | undefined): Promise<number> {
   if (key === undefined) return 0;

@@ -575,10 +575,9 @@ const SCENARIOS: Scenario[] = [
           },
         ],
         notes: {
-          'job hash beyond payload': bytes(p.jobHashOverheadBytes),
+          'first-attempt stream beyond payload': bytes(p.streamOverheadBytes),
           'dedupe mark': bytes(p.dedupeMarkBytes),
-          'wait list': bytes(p.waitListBytesPerDelivery),
-          'event streams': bytes(p.eventStreamBytesPerDelivery),
+          'BullMQ queues': bytes(p.queueBytesPerDelivery),
           'without client buffers': bytes(p.overheadBytesPerDeliveryNoClients),
           'delivery records kept': `${w.categories['delivery records']?.keysTo ?? 0} (log cap ${s.deliveryRecordsCap}), and ${w.categories['record tombstones']?.keysTo ?? 0} tombstones`,
           'Redis max': mb(s.redisMaxBytes),
