@@ -16,7 +16,6 @@ import {
   backoffMs,
   claimStale,
   ensureGroup,
-  fieldOf,
   leaveGroupIfIdle,
   pruneIdleConsumers,
   readGroup,
@@ -37,12 +36,21 @@ import { StorageUnavailableError } from './signals.js';
 
 /** The workers' consumer group on every first-attempt stream. */
 export const FIRST_ATTEMPTS_GROUP = 'hookline-deliveries';
-/** The entry field holding the batch: `{"deliveries": [...]}`, as a batch job's data. */
-const BATCH_FIELD = 'b';
+/**
+ * An entry's fields, per delivery in batch order: `d`, the delivery without its body as JSON, then
+ * `p`, the body as it will be sent. The body travels as a field of its own rather than escaped
+ * inside the batch's JSON: no escaping at ingest, no unescaping and no second copy at the worker,
+ * and fewer bytes in Redis while it waits.
+ */
+const DELIVERY_FIELD = 'd';
+const BODY_FIELD = 'p';
 
-/** Appends batches of first attempts to a partition's stream: one XADD per batch, pipelined by the caller's connection. */
+/** Appends a batch of first attempts to a partition's stream: one XADD. */
 export function appendBatch(redis: Redis, stream: string, deliveries: readonly DeliverJob[]): Promise<unknown> {
-  return redis.xadd(stream, '*', BATCH_FIELD, JSON.stringify({ deliveries }));
+  const fields: string[] = [];
+  for (const { body, ...delivery } of deliveries)
+    fields.push(DELIVERY_FIELD, JSON.stringify(delivery), BODY_FIELD, body);
+  return redis.xadd(stream, '*', ...fields);
 }
 
 /**
@@ -354,14 +362,24 @@ export class FirstAttemptReader {
 
 /** The deliveries of an entry's batch, or why there are none. */
 function decodeBatch(fields: readonly Buffer[]): DeliverJob[] | string {
-  const bytes = fieldOf(fields, BATCH_FIELD);
-  if (bytes === undefined) return `the entry has no "${BATCH_FIELD}" field`;
-  let data: unknown;
-  try {
-    data = JSON.parse(bytes.toString('utf8'));
-  } catch {
-    return `the "${BATCH_FIELD}" field is not valid JSON`;
+  const deliveries: unknown[] = [];
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const name = fields[i]!.toString();
+    if (name === DELIVERY_FIELD) {
+      try {
+        deliveries.push(JSON.parse(fields[i + 1]!.toString('utf8')));
+      } catch {
+        return `delivery ${deliveries.length + 1}: the "${DELIVERY_FIELD}" field is not valid JSON`;
+      }
+    } else if (name === BODY_FIELD) {
+      const last = deliveries.at(-1) as Record<string, unknown> | undefined;
+      if (typeof last !== 'object' || last === null || 'body' in last)
+        return `delivery ${deliveries.length}: a "${BODY_FIELD}" field without its "${DELIVERY_FIELD}" field before it`;
+      last.body = fields[i + 1]!.toString('utf8');
+    } else return `an unknown field "${name.slice(0, 40)}"`;
   }
-  const parsed = JOBS.deliverBatch.schema.safeParse(data);
-  return parsed.success ? parsed.data.deliveries : `the batch is not valid: ${parsed.error.issues[0]?.message ?? ''}`;
+  const parsed = JOBS.deliverBatch.schema.safeParse({ deliveries });
+  if (parsed.success) return parsed.data.deliveries;
+  const [issue] = parsed.error.issues;
+  return `the batch is not valid: ${issue ? `${issue.path.join('.')}: ${issue.message}` : 'no deliveries'}`;
 }

@@ -56,9 +56,10 @@ export function redisKeys(prefix: string) {
     deliveryQueuePrefix: (partition: number) => tag(`q${partition}`),
     firstAttempts: {
       /**
-       * stream: ingest's batches of first attempts for queue partition `n`, one entry each (field
-       * `b`: `{"deliveries": [...]}`), read by the workers' consumer group; an entry is deleted once
-       * its batch has run, so its length is the partition's backlog of batches
+       * stream: ingest's batches of first attempts for queue partition `n`, one entry each (per
+       * delivery a field `d`, its JSON without the body, then `p`, the body), read by the workers'
+       * consumer group; an entry is deleted once its batch has run, so its length is the
+       * partition's backlog of batches
        */
       streamOf: (partition: number) => `${tag(`q${partition}`)}:first`,
       /** stream, capped: entries of stream `n` that held no readable batch, kept with their reason */

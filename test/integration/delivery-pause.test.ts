@@ -215,6 +215,16 @@ describe('a vendor’s pause holds deliveries until it enables the webhook (real
     workers.push(worker);
     const [first] = await ingest(t, 1);
     await waitFor(() => heldBy(worker).length === 1, 10_000, 'the first delivery held');
+    // The hold is in place once its batch has finished: the park queued, the hold noted and given its
+    // second look at the webhook. A write before that look would be caught by the look itself.
+    await waitFor(
+      async () => {
+        const counts = await t!.queues.counts();
+        return counts.waiting === 0 && counts.active === 0 && counts.delayed === 1;
+      },
+      10_000,
+      'the first delivery’s batch finished, its park delayed',
+    );
     // The enable's write alone: no change published, no held delivery released.
     const {
       disabledReason: _reason,

@@ -160,8 +160,10 @@ describe('first-attempt streams (real Redis)', () => {
   it('sets an entry without a readable batch aside with its reason, and goes on with the next', async () => {
     r = testRedis();
     const keys = redisKeys(r.prefix);
-    await r.redis.xadd(stream(), '*', 'b', '{"deliveries": [ not json');
+    await r.redis.xadd(stream(), '*', 'd', '{"deliveryId": [ not json', 'p', '{}');
     await r.redis.xadd(stream(), '*', 'other', 'field');
+    await r.redis.xadd(stream(), '*', 'p', '{}');
+    await r.redis.xadd(stream(), '*', 'd', '{"deliveryId": "x"}', 'p', '{}');
     await appendBatch(r.redis, stream(), [delivery(1)]);
     const runs: FirstAttemptBatch[] = [];
     const { reader: started, lines } = reader(async (batch) => void runs.push(batch));
@@ -170,10 +172,15 @@ describe('first-attempt streams (real Redis)', () => {
     await waitFor(async () => (await r.redis.xlen(stream())) === 0, 5_000, 'every entry finished or set aside');
     const failed = await r.redis.xrange(keys.firstAttempts.failedOf(0), '-', '+');
     const reasons = failed.map(([, fields]) => fields[fields.indexOf('reason') + 1]);
-    expect(reasons).toEqual(['the "b" field is not valid JSON', 'the entry has no "b" field']);
+    expect(reasons).toEqual([
+      'delivery 1: the "d" field is not valid JSON',
+      'an unknown field "other"',
+      'delivery 0: a "p" field without its "d" field before it',
+      'the batch is not valid: deliveries.0.eventId: Invalid input: expected string, received undefined',
+    ]);
     // The entry's fields are kept as they were, for an operator to look at.
-    expect(failed[0]![1].slice(-2)).toEqual(['b', '{"deliveries": [ not json']);
-    expect(lines().filter((l) => l.level === 'error')).toHaveLength(2);
+    expect(failed[0]![1].slice(-4)).toEqual(['d', '{"deliveryId": [ not json', 'p', '{}']);
+    expect(lines().filter((l) => l.level === 'error')).toHaveLength(4);
   });
 
   it('stops at once while it waits for entries, and leaves a batch waiting to run again pending for another worker', async () => {
