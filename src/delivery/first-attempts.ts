@@ -3,22 +3,14 @@ import { hostname } from 'node:os';
 import type { DeliverJob } from '../domain/delivery.js';
 import { wakeableSleep } from '../lib/timer-race.js';
 import type { Logger } from '../logger.js';
-import {
-  connectionNameOf,
-  duplicateRedis,
-  isRedisUnavailable,
-  serverClientFor,
-  unblockClient,
-  type Redis,
-  type ServerClient,
-} from '../store/redis.js';
+import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import {
   backoffMs,
+  BlockingStreamReader,
   claimStale,
   ensureGroup,
   leaveGroupIfIdle,
   pruneIdleConsumers,
-  readGroup,
   type StreamEntry,
 } from '../store/stream-reads.js';
 import { JOBS } from './jobs.js';
@@ -112,8 +104,6 @@ const CONSUMER_IDLE_MAX_MS = 24 * 3_600_000;
 const CONSUMERS_PRUNED_MAX = 100;
 /** Idle consumers are looked for every this many maintenance passes. */
 const PRUNE_EVERY = 20;
-/** Beyond blockMs, how long stop() waits for a read it could not unblock. */
-const STOP_GRACE_MS = 1_000;
 
 /**
  * Reads one partition's first-attempt stream through the workers' consumer group and runs each
@@ -132,8 +122,7 @@ export class FirstAttemptReader {
   private readonly nowMs: () => number;
   /** Batches running (or waiting to run again), by entry id. */
   private readonly running = new Map<string, Promise<void>>();
-  private reader: Redis | undefined;
-  private readerClient: ServerClient | undefined;
+  private reader: BlockingStreamReader | undefined;
   private loop: Promise<void> | undefined;
   private stopping = false;
   /** Wakes the read loop (a batch finished, or stop()). */
@@ -157,15 +146,13 @@ export class FirstAttemptReader {
   async start(): Promise<void> {
     if (this.loop || this.stopping) throw new Error('a first-attempt reader can be started once');
     await ensureGroup(this.options.redis, this.options.stream, FIRST_ATTEMPTS_GROUP);
-    // A connection of its own: a blocking read would hold up every command queued behind it.
-    const reader = duplicateRedis(this.options.redis, {
-      connectionName: `${connectionNameOf(this.options.redis) ?? 'hookline'}-first-${this.options.partition}`,
-      autoPipelining: false,
-    });
+    const reader = new BlockingStreamReader(
+      this.options.redis,
+      this.options.stream,
+      `first-${this.options.partition}`,
+      this.options.watchConnection,
+    );
     this.reader = reader;
-    if (this.options.watchConnection) this.options.watchConnection(reader);
-    else reader.on('error', () => undefined);
-    for (const event of ['ready', '+node', '-node']) reader.on(event, () => (this.readerClient = undefined));
     this.loop = this.run(reader);
   }
 
@@ -178,24 +165,15 @@ export class FirstAttemptReader {
     this.stopping = true;
     this.wake();
     for (const wake of this.sleepers) wake();
-    const reader = this.reader;
-    if (!this.loop || !reader) return;
-    const force = setTimeout(() => reader.disconnect(), this.blockMs + STOP_GRACE_MS);
-    if (this.readerClient !== undefined)
-      void unblockClient(this.options.redis, this.readerClient).catch(() => undefined);
-    try {
-      await this.loop;
-      await Promise.all(this.running.values());
-    } finally {
-      clearTimeout(force);
-      reader.disconnect();
-    }
+    if (!this.loop || !this.reader) return;
+    await this.reader.close(this.loop, this.blockMs);
+    await Promise.all(this.running.values());
     await leaveGroupIfIdle(this.options.redis, this.options.stream, FIRST_ATTEMPTS_GROUP, this.consumer).catch(
       () => undefined,
     );
   }
 
-  private async run(reader: Redis): Promise<void> {
+  private async run(reader: BlockingStreamReader): Promise<void> {
     const { stream } = this.options;
     let failures = 0;
     let passes = 0;
@@ -212,22 +190,22 @@ export class FirstAttemptReader {
           await wakeableSleep(untilMaintenanceMs, (wake) => (this.wake = wake));
           continue;
         }
-        this.readerClient ??= await serverClientFor(reader, stream);
-        if (this.stopping) break;
-        const entries = await readGroup(reader, {
-          stream,
-          group: FIRST_ATTEMPTS_GROUP,
-          consumer: this.consumer,
-          from: '>',
-          count: room,
-          blockMs: Math.min(this.blockMs, untilMaintenanceMs),
-        });
+        const entries = await reader.read(
+          {
+            group: FIRST_ATTEMPTS_GROUP,
+            consumer: this.consumer,
+            from: '>',
+            count: room,
+            blockMs: Math.min(this.blockMs, untilMaintenanceMs),
+          },
+          () => this.stopping,
+        );
         for (const entry of entries) this.launch(entry, false);
         failures = 0;
       } catch (error) {
         if (this.stopping) break;
         failures += 1;
-        this.readerClient = undefined;
+        reader.forget();
         if (/NOGROUP/.test((error as Error).message))
           await ensureGroup(this.options.redis, stream, FIRST_ATTEMPTS_GROUP).catch(() => undefined);
         if (!isRedisUnavailable(error as Error))

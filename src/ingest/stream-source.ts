@@ -2,25 +2,16 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { decodeUtf8, NOT_UTF8 } from '../domain/json-text.js';
 import type { Logger } from '../logger.js';
-import {
-  connectionNameOf,
-  duplicateRedis,
-  isRedisError,
-  isRedisUnavailable,
-  serverClientFor,
-  unblockClient,
-  type Redis,
-  type ServerClient,
-} from '../store/redis.js';
+import { isRedisError, isRedisUnavailable, type Redis } from '../store/redis.js';
 import {
   backoffMs,
+  BlockingStreamReader,
   claimStale,
   ensureGroup,
   fieldMap,
   fieldOf,
   leaveGroupIfIdle,
   pruneIdleConsumers,
-  readGroup,
   type StreamEntry,
 } from '../store/stream-reads.js';
 import type { Ingestor } from './ingest.js';
@@ -90,8 +81,6 @@ const DEAD_LETTERS_MAX = 10_000;
 const CLAIM_ROUNDS_MAX = 10;
 /** Consumers removed per maintenance pass. */
 const CONSUMERS_PRUNED_MAX = 100;
-/** Beyond blockMs, how long stop() waits for a read it could not unblock before closing its connection. */
-const STOP_GRACE_MS = 1_000;
 
 type Decoded = { ok: true; event: unknown } | { ok: false; reason: string };
 
@@ -143,9 +132,7 @@ export class StreamIngestSource {
   private readonly retryMaxMs: number;
   private readonly nowMs: () => number;
 
-  private reader: Redis | undefined;
-  /** The reader's client on the server holding the stream, so stop() can end a blocked read; undefined until known again after a reconnect. */
-  private readerClient: ServerClient | undefined;
+  private reader: BlockingStreamReader | undefined;
   private loop: Promise<void> | undefined;
   private stopping = false;
   private wake: (() => void) | undefined;
@@ -178,19 +165,7 @@ export class StreamIngestSource {
   async start(): Promise<void> {
     if (this.loop || this.stopping) throw new Error('the stream ingest source can be started once');
     await this.ensureGroup();
-    // A connection of its own: a blocking read would hold up every other command queued behind it.
-    this.reader = duplicateRedis(this.redis, {
-      connectionName: `${connectionNameOf(this.redis) ?? 'hookline'}-ingest-stream`,
-      autoPipelining: false,
-    });
-    if (this.options.watchConnection) this.options.watchConnection(this.reader);
-    else this.reader.on('error', () => undefined);
-    // A reconnect (on a cluster: a node connection replaced) means a new client id.
-    for (const event of ['ready', '+node', '-node']) {
-      this.reader.on(event, () => {
-        this.readerClient = undefined;
-      });
-    }
+    this.reader = new BlockingStreamReader(this.redis, this.stream, 'ingest-stream', this.options.watchConnection);
     this.loop = this.run(this.reader);
   }
 
@@ -206,16 +181,7 @@ export class StreamIngestSource {
     this.stopping = true;
     this.wake?.();
     if (!this.loop || !this.reader) return;
-    const reader = this.reader;
-    const force = setTimeout(() => reader.disconnect(), this.blockMs + STOP_GRACE_MS);
-    // Not awaited, so an unreachable Redis cannot hold stop() up: `force` bounds the wait either way.
-    if (this.readerClient !== undefined) void unblockClient(this.redis, this.readerClient).catch(() => undefined);
-    try {
-      await this.loop;
-    } finally {
-      clearTimeout(force);
-      reader.disconnect();
-    }
+    await this.reader.close(this.loop, this.blockMs);
     await this.leaveGroupIfIdle();
   }
 
@@ -223,7 +189,7 @@ export class StreamIngestSource {
     return ensureGroup(this.redis, this.stream, this.group);
   }
 
-  private async run(reader: Redis): Promise<void> {
+  private async run(reader: BlockingStreamReader): Promise<void> {
     let failures = 0;
     // Start with this consumer's own pending entries (a restart under the same name) and return
     // to them after every failure: a batch whose ingest failed is still pending with us.
@@ -249,8 +215,7 @@ export class StreamIngestSource {
         if (this.stopping) break;
         failures += 1;
         ownPendingFirst = true;
-        // The failure may have been a failover: the stream's master (and the reader's client there) may have changed.
-        this.readerClient = undefined;
+        reader.forget();
         if (/NOGROUP/.test((error as Error).message)) {
           // The stream or the group was deleted under us; recreate them.
           await this.ensureGroup().catch(() => undefined);
@@ -272,19 +237,18 @@ export class StreamIngestSource {
    * One XREADGROUP; `'>'` for new entries, `'0'` for this consumer's pending ones. Without `count`
    * a read of new entries blocks for up to blockMs; with it, it takes only what is there.
    */
-  private async read(reader: Redis, from: '>' | '0', count?: number): Promise<StreamEntry[]> {
-    // Learn the connection's id (again after a reconnect) before blocking on it.
-    this.readerClient ??= await serverClientFor(reader, this.stream);
-    if (this.stopping) return [];
+  private read(reader: BlockingStreamReader, from: '>' | '0', count?: number): Promise<StreamEntry[]> {
     // Buffer replies: a string reply would decode the event lossily, hiding bytes that are not UTF-8.
-    return readGroup(reader, {
-      stream: this.stream,
-      group: this.group,
-      consumer: this.consumer,
-      from,
-      count: count ?? this.batchSize,
-      ...(count === undefined ? { blockMs: this.blockMs } : {}),
-    });
+    return reader.read(
+      {
+        group: this.group,
+        consumer: this.consumer,
+        from,
+        count: count ?? this.batchSize,
+        ...(count === undefined ? { blockMs: this.blockMs } : {}),
+      },
+      () => this.stopping,
+    );
   }
 
   /**

@@ -1,4 +1,11 @@
-import type { Redis } from './redis.js';
+import {
+  connectionNameOf,
+  duplicateRedis,
+  serverClientFor,
+  unblockClient,
+  type Redis,
+  type ServerClient,
+} from './redis.js';
 
 /**
  * What the two consumer-group readers share (the ingest stream's and the first attempts'): reading
@@ -124,4 +131,65 @@ export async function leaveGroupIfIdle(redis: Redis, stream: string, group: stri
 export function backoffMs(failures: number, baseMs: number, maxMs: number, random: () => number = Math.random): number {
   const ceiling = Math.min(maxMs, baseMs * 2 ** Math.min(Math.max(0, failures - 1), 20));
   return Math.round(ceiling * (0.5 + random() / 2));
+}
+
+/** Beyond the read's block time, how long close() waits for a read it could not unblock. */
+const CLOSE_GRACE_MS = 1_000;
+
+/**
+ * One consumer's blocking reads of one stream, on a connection of their own (a blocking read would
+ * hold up every command queued behind it on a shared one), which close() can end at once: it knows
+ * its client id on the server that holds the stream (asked again after every reconnect or failure),
+ * so CLIENT UNBLOCK can end a read that waits. Redis applies that atomically: the read either took
+ * entries already (the caller then finishes them) or returns none.
+ */
+export class BlockingStreamReader {
+  readonly connection: Redis;
+  private client: ServerClient | undefined;
+
+  /** `watch`: told about the connection so its errors are heard and its outages logged (else its errors are ignored). */
+  constructor(
+    private readonly redis: Redis,
+    private readonly stream: string,
+    suffix: string,
+    watch?: (connection: Redis) => void,
+  ) {
+    this.connection = duplicateRedis(redis, {
+      connectionName: `${connectionNameOf(redis) ?? 'hookline'}-${suffix}`,
+      autoPipelining: false,
+    });
+    if (watch) watch(this.connection);
+    else this.connection.on('error', () => undefined);
+    // A reconnect (on a cluster: a node connection replaced) means a new client id.
+    for (const event of ['ready', '+node', '-node']) this.connection.on(event, () => this.forget());
+  }
+
+  /** After a failed read: the stream's master (and this connection's client there) may have changed. */
+  forget(): void {
+    this.client = undefined;
+  }
+
+  /** One XREADGROUP (see readGroup), unless `stopped()` says so once the client id is known: then none. */
+  async read(read: Omit<Parameters<typeof readGroup>[1], 'stream'>, stopped: () => boolean): Promise<StreamEntry[]> {
+    this.client ??= await serverClientFor(this.connection, this.stream);
+    if (stopped()) return [];
+    return readGroup(this.connection, { ...read, stream: this.stream });
+  }
+
+  /**
+   * Ends a read that waits (CLIENT UNBLOCK, not awaited: an unreachable Redis must not hold this
+   * up), waits for `loop` (the caller's read loop, told to stop before this), and closes the
+   * connection; after `blockMs` and a grace second it is closed regardless (Redis unreachable, or
+   * the stream's slot moved during the read): entries that read took stay pending, to be claimed.
+   */
+  async close(loop: Promise<void>, blockMs: number): Promise<void> {
+    const force = setTimeout(() => this.connection.disconnect(), blockMs + CLOSE_GRACE_MS);
+    if (this.client !== undefined) void unblockClient(this.redis, this.client).catch(() => undefined);
+    try {
+      await loop;
+    } finally {
+      clearTimeout(force);
+      this.connection.disconnect();
+    }
+  }
 }
