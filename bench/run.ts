@@ -633,6 +633,10 @@ listing's p99 limit; every other target is reported, not enforced.
                   e2e-split with BENCH_WORKER_NODE_ARGS="--cpu-prof --cpu-prof-dir=<dir>" profiles the worker process)
   --help          this text
 
+Profiles of the cost scenario's runs: BENCH_CPU_PROFILE=<dir> writes each profiled run's CPU profile
+there (.cpuprofile), BENCH_ALLOCATION_PROFILE=<dir> its sampled allocations (.heapprofile); open
+either in Chrome's DevTools.
+
 Sizes: BENCH_MACHINES (100000), BENCH_QUERIES (2000), BENCH_EVENTS (20000), BENCH_CONCURRENCY (50),
 BENCH_PAYLOAD_BYTES (1024), BENCH_LATENCY_SECONDS (10), BENCH_INGEST_EVENTS (BENCH_EVENTS),
 BENCH_FOOTPRINT_EVENTS (10000), BENCH_SOAK_SECONDS (60). HOOKLINE_* variables configure the engine
