@@ -37,8 +37,8 @@ const SUSPECT_ONLY_HOLD_MS = 50;
 /**
  * The batch runner: first attempts of many deliveries (a first-attempt stream entry, or a park), run
  * concurrently within the process's send slots, recorded one by one. A delivery that needs another
- * try leaves the batch as a single job (retry after its delay; still waiting on a slow endpoint when the batch checks: see
- * BatchHolds), or, deferred behind its endpoint, parked: the batch's deferrals behind one endpoint
+ * try leaves the batch as a single job (retry after its delay; still waiting on a slow endpoint when
+ * the batch checks: see BatchHolds), or, deferred behind its endpoint, parked: the batch's deferrals behind one endpoint
  * become one delayed batch job (a park), which the endpoint's wakeup brings back as one. A re-run
  * batch (the worker died, storage failed, or an unexpected error) first reads each delivery's
  * record and sends only what has not been attempted and is its own, so a crash repeats at most what
@@ -59,8 +59,9 @@ export function createBatchRunner(deps: DeliveryProcessorDeps): (batch: FirstAtt
  * endpoint) and batches queued before first attempts moved to the streams. A job that ran before
  * is a re-run.
  */
-export function createBatchProcessor(deps: DeliveryProcessorDeps): (job: Job) => Promise<BatchSummary> {
-  const runBatch = createBatchRunner(deps);
+export function batchProcessorOf(
+  runBatch: (batch: FirstAttemptBatch) => Promise<BatchSummary>,
+): (job: Job) => Promise<BatchSummary> {
   // Async, so that a payload that fails to parse rejects the job's promise rather than throwing.
   return async (job) =>
     runBatch({

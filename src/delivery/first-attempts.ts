@@ -47,14 +47,18 @@ export function appendBatch(redis: Redis, stream: string, deliveries: readonly D
 
 /**
  * Batches of a partition's stream by state: `waiting` (appended, not yet read) and `active` (read by
- * a worker, not yet finished). A missing group (no worker ever ran) leaves every entry waiting.
+ * a worker, not yet finished). A missing group (no worker ever ran) leaves every entry waiting; any
+ * other failure is the caller's.
  */
 export async function streamCounts(redis: Redis, stream: string): Promise<{ waiting: number; active: number }> {
   const [length, pending] = await Promise.all([
     redis.xlen(stream),
     (redis.xpending(stream, FIRST_ATTEMPTS_GROUP) as Promise<[number, ...unknown[]]>).then(
       ([count]) => Number(count),
-      () => 0,
+      (error: Error) => {
+        if (/NOGROUP/.test(error.message)) return 0;
+        throw error;
+      },
     ),
   ]);
   return { waiting: Math.max(0, length - pending), active: pending };

@@ -95,8 +95,8 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   /**
    * Ingest's deliveries: grouped by partition into batches (see batchesOf), each appended to its
    * partition's first-attempt stream on its own (a delayed batch job when the schedule's first
-   * attempt waits), so no write to Redis carries more than one; those
-   * of FIFO webhooks are appended to their lines instead, in the order given (the accept order).
+   * attempt waits), so no write to Redis carries more than one; those of FIFO webhooks are appended
+   * to their lines instead, in the order given (the accept order).
    */
   async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
     // A schedule whose first attempt waits (HOOKLINE_RETRY_SCHEDULE not starting at 0s) needs a

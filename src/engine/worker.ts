@@ -1,4 +1,4 @@
-import { createBatchProcessor, createBatchRunner } from '../delivery/batch-processor.js';
+import { batchProcessorOf, createBatchRunner } from '../delivery/batch-processor.js';
 import { HttpSender } from '../delivery/http-sender.js';
 import { createOperationalProcessor } from '../delivery/operational.js';
 import { createSingleProcessor } from '../delivery/single-processor.js';
@@ -24,7 +24,7 @@ export interface WorkerSettings extends DeliverySettings {
 export function composeWorker(stores: Stores, settings: WorkerSettings) {
   const { deps, sender, endpoints, flow, slots, gate, detach } = composeDeliveryDeps(stores, settings);
   const runBatch = createBatchRunner(deps);
-  const processBatch = createBatchProcessor(deps);
+  const processBatch = batchProcessorOf(runBatch);
   const processSingle = createSingleProcessor(deps);
   const { operationalWebhook } = settings;
   // The operator set this URL, unlike vendors' callback URLs: it is trusted, and usually on the

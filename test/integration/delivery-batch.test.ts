@@ -91,6 +91,28 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
     expect(recent.filter((d) => d.status === 'delivered')).toHaveLength(EVENTS);
   });
 
+  it('queues first attempts as delayed batch jobs when the schedule’s first attempt waits, and sends none before it is due', async () => {
+    t = await testApp({ retryScheduleMs: [600, 1_000] });
+    const r = await receiver();
+    const created = await t.webhooks.create('v-delay', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/in` });
+    if (!created.ok) throw new Error('webhook not created');
+    const acceptedAtMs = Date.now();
+    await t.ingestor.ingest(
+      Array.from({ length: 3 }, () => machineEvent('v-delay')),
+      'http',
+    );
+    // A stream entry is read at once: the waiting first attempt is a delayed job instead.
+    expect(await firstAttemptBatches(t)).toEqual([]);
+    const partition = t.queues.partitions[partitionOf(created.webhook.id, t.queues.partitions.length)]!;
+    const [job] = await partition.batches.getDelayed();
+    expect((job?.data as { deliveries: DeliverJob[] }).deliveries).toHaveLength(3);
+
+    worker = await startTestWorker(t);
+    await waitFor(() => r.requests.length >= 3, 10_000, 'the three deliveries');
+    expect(Math.min(...r.requests.map((q) => q.atMs)) - acceptedAtMs).toBeGreaterThanOrEqual(600);
+    await queuesDrained(t.queues);
+  });
+
   it('a re-run batch sends only what was not attempted, and re-queues a delivery waiting for its retry', async () => {
     t = await testApp({ retryScheduleMs: [0, 60_000] });
     const r = await receiver();
