@@ -31,6 +31,41 @@ const reconnectDelayMs = (attempt: number) => Math.min(attempt * 200, 5_000);
  */
 const SLOTS_REFRESH_INTERVAL_MS = 5_000;
 
+/** The parts of an ioredis 5 `Cluster` that its periodic slot refresh keeps to itself. */
+interface ClusterRefreshState {
+  /** Set by quit() and disconnect() (without reconnect). */
+  manuallyClosing: boolean;
+  isRefreshing: boolean;
+  refreshSlotsCache(callback: () => void): void;
+  clearNodesRefreshInterval(): void;
+}
+
+/**
+ * Makes sure a cluster connection that was closed keeps no timer alive. In ioredis 5 the periodic
+ * slot refresh re-arms its timer after `quit()` cleared it in two ways: a connection closed while
+ * still connecting turns `ready` after its `end` and starts the timer then; and a refresh running
+ * when the connection is closed re-arms it as it ends. The timer then fires every interval for
+ * ever, and a CLI command on a cluster never exits (2 runs in 15 here). So once a closed connection
+ * ends or turns ready, the timer is cleared (after a running refresh has finished). Connections
+ * duplicated from this one (subscribers, BullMQ's) get the same care.
+ */
+function stopRefreshingWhenEnded(cluster: Cluster): void {
+  const state = cluster as unknown as ClusterRefreshState;
+  const stop = () => {
+    if (!state.manuallyClosing) return;
+    if (state.isRefreshing) state.refreshSlotsCache(() => state.clearNodesRefreshInterval());
+    else state.clearNodesRefreshInterval();
+  };
+  cluster.on('end', stop);
+  cluster.on('ready', stop);
+  const duplicate = cluster.duplicate.bind(cluster);
+  cluster.duplicate = (...args: Parameters<Cluster['duplicate']>) => {
+    const copy = duplicate(...args);
+    stopRefreshingWhenEnded(copy);
+    return copy;
+  };
+}
+
 /**
  * Opens an ioredis connection with Hookline's defaults (auto-pipelining, bounded reconnect back-off):
  * a `Cluster` when `url` is `redis+cluster://…` (or `rediss+cluster://…`), else one server.
@@ -55,6 +90,7 @@ export function connectRedis(url: string, options: RedisConnectOptions): Redis {
         ...(target.tls ? { tls: {} } : {}),
       },
     });
+    stopRefreshingWhenEnded(cluster);
     if (options.maxRetriesPerRequest !== null) {
       // A cluster connection holds commands while it reconnects, without the per-request retry limit
       // one server's connection has. Request paths must fail fast (503) instead; but only after the

@@ -4,12 +4,9 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
-/** tsx resolved here, not in the working folder, so that the CLI runs from any folder. */
-const CLI = [
-  '--import',
-  pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href,
-  path.join(REPO_ROOT, 'src/cli.ts'),
-];
+/** Node's arguments that run a TypeScript file from source (tsx resolved here, so it works from any folder). */
+export const RUN_TS = ['--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href];
+const CLI = [...RUN_TS, path.join(REPO_ROOT, 'src/cli.ts')];
 
 export interface CliResult {
   code: number | null;

@@ -1,7 +1,9 @@
+import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { Cluster } from 'ioredis';
 import { pino } from 'pino';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
@@ -14,7 +16,7 @@ import { startRedisCluster, type RedisClusterHandle } from '../helpers/redis-clu
 import { findRedisServerBinary, freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { connectRedis, keySlot, masterNodes, type Redis } from '../../src/store/redis.js';
 import { testApp, type TestApp, type TestAppOptions } from '../helpers/app.js';
-import { runCli, startCli } from '../helpers/cli.js';
+import { RUN_TS, runCli, startCli } from '../helpers/cli.js';
 import { TestReceiver } from '../helpers/receiver.js';
 import { queuesDrained, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
@@ -32,6 +34,8 @@ if (missing.length > 0) {
     `skipping the Redis Cluster tests: ${missing.join(' and ')} not installed (Debian: apt-get install redis-server)`,
   );
 }
+
+const execFileAsync = promisify(execFile);
 
 const WHSEC = `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString('base64')}`;
 
@@ -610,6 +614,25 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       const startedMs = Date.now();
       await source.stop();
       expect(Date.now() - startedMs).toBeLessThan(3_000);
+    }
+  });
+
+  it('lets the process exit once a connection is closed, also while it was connecting or reading the slot map', async () => {
+    // ioredis re-arms its slot refresh timer after quit() in both cases; a CLI command then never ended.
+    const fixture = path.resolve(import.meta.dirname, '../fixtures/cluster-quit.ts');
+    for (const moment of ['connecting', 'refreshing', 'ready']) {
+      const startedMs = Date.now();
+      const { stdout } = await execFileAsync(process.execPath, [...RUN_TS, fixture, cluster.url, moment], {
+        timeout: 15_000,
+        killSignal: 'SIGKILL',
+      }).catch((error: Error & { killed?: boolean }) => {
+        throw new Error(
+          `closed when ${moment}, the process ${error.killed ? 'did not exit within 15 s' : `failed: ${error.message}`}`,
+        );
+      });
+      expect(stdout.trim()).toBe(`closed ${moment}`);
+      // Well under the refresh interval (5 s) and ioredis's 2 s fallback for a socket that does not close.
+      expect(Date.now() - startedMs, moment).toBeLessThan(4_500);
     }
   });
 
