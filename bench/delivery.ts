@@ -7,7 +7,7 @@ import { percentile, sampleProcessMemory, sleep, waitUntil, wallMs } from './mea
 import { BenchEngine, type PostResult } from './engine.js';
 import { LeanPipeline } from './lean.js';
 import type { ReceiverProcess, ReceiverRun } from './receiver-client.js';
-import { deleteKeys, redisCommands, redisCpuUs } from './redis-info.js';
+import { deleteKeys, redisCommandStats, redisCommands, redisCpuUs } from './redis-info.js';
 import {
   BENCH_EVENT_TYPE,
   batchBodies,
@@ -108,6 +108,7 @@ const postAll = (
 export async function cpuMeter(
   redis: Redis,
 ): Promise<{ stop(): Promise<{ processUs: number; redisUs: number; redisCommands: number }> }> {
+  const stats0 = process.env.BENCH_COMMANDSTATS ? await redisCommandStats(redis) : undefined;
   const process0 = process.cpuUsage();
   const [redis0, commands0] = [await redisCpuUs(redis), await redisCommands(redis)];
   return {
@@ -115,9 +116,27 @@ export async function cpuMeter(
       const used = process.cpuUsage(process0);
       // The two INFO calls of stop() itself are left out.
       const [redisUs, commands] = [await redisCpuUs(redis), await redisCommands(redis)];
+      if (stats0) printCommandStats(stats0, await redisCommandStats(redis));
       return { processUs: used.user + used.system, redisUs: redisUs - redis0, redisCommands: commands - commands0 - 2 };
     },
   };
+}
+
+/**
+ * BENCH_COMMANDSTATS=1: each measured run also prints the commands Redis processed in it, per
+ * command, and the bytes it read from clients (divide by the run's deliveries).
+ */
+function printCommandStats(
+  before: Awaited<ReturnType<typeof redisCommandStats>>,
+  after: Awaited<ReturnType<typeof redisCommandStats>>,
+): void {
+  const calls = [...after.calls]
+    .map(([command, n]) => [command, n - (before.calls.get(command) ?? 0)] as const)
+    .filter(([, n]) => n > 0)
+    .sort((a, b) => b[1] - a[1]);
+  console.log(
+    `  Redis in this run: ${after.inputBytes - before.inputBytes} bytes read; calls ${calls.map(([c, n]) => `${c} ${n}`).join(', ')}`,
+  );
 }
 
 function figures(

@@ -20,6 +20,14 @@ export async function redisCommands(redis: Redis): Promise<number> {
   return Number(/^total_commands_processed:(\d+)/m.exec(info)?.[1] ?? 'NaN');
 }
 
+/** Per command (scripts' inner commands included), the calls Redis has processed so far; and the bytes it has read from clients. */
+export async function redisCommandStats(redis: Redis): Promise<{ calls: Map<string, number>; inputBytes: number }> {
+  const [commandstats, stats] = [await redis.info('commandstats'), await redis.info('stats')];
+  const calls = new Map<string, number>();
+  for (const match of commandstats.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls.set(match[1]!, Number(match[2]));
+  return { calls, inputBytes: Number(/^total_net_input_bytes:(\d+)/m.exec(stats)?.[1] ?? 'NaN') };
+}
+
 /** Deletes every key matching `pattern` (SCAN, never KEYS; on each master of a cluster, one UNLINK per slot); answers how many. */
 export async function deleteKeys(redis: Redis, pattern: string): Promise<number> {
   let deleted = 0;

@@ -635,7 +635,8 @@ listing's p99 limit; every other target is reported, not enforced.
 
 Profiles of the cost scenario's runs: BENCH_CPU_PROFILE=<dir> writes each profiled run's CPU profile
 there (.cpuprofile), BENCH_ALLOCATION_PROFILE=<dir> its sampled allocations (.heapprofile); open
-either in Chrome's DevTools.
+either in Chrome's DevTools. BENCH_COMMANDSTATS=1 prints, for each measured delivery run, the
+commands Redis processed per command and the bytes it read from clients.
 
 Sizes: BENCH_MACHINES (100000), BENCH_QUERIES (2000), BENCH_EVENTS (20000), BENCH_CONCURRENCY (50),
 BENCH_PAYLOAD_BYTES (1024), BENCH_LATENCY_SECONDS (10), BENCH_INGEST_EVENTS (BENCH_EVENTS),
