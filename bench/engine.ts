@@ -160,7 +160,7 @@ export class BenchEngine {
    * Starts a real `hookline worker` process on this engine's Redis and prefix (the built CLI when
    * `npm run build` has run, else the source through tsx), its logs discarded; resolves once it runs.
    */
-  async startWorkerProcess(options: { concurrency: number }): Promise<WorkerProcess> {
+  async startWorkerProcess(options: { concurrency: number; env?: NodeJS.ProcessEnv }): Promise<WorkerProcess> {
     if (this.engine.worker || this.workerChild) throw new Error('the worker is already running');
     const { config } = this.options;
     const built = path.join(ROOT, 'dist', 'cli.js');
@@ -186,6 +186,7 @@ export class BenchEngine {
         HOOKLINE_METRICS_PORT: String(await freeLoopbackPort()),
         HOOKLINE_LOG_LEVEL: config.logLevel,
         HOOKLINE_LOG_FORMAT: 'json',
+        ...options.env,
       },
     });
     this.workerChild = child;

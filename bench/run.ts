@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { connectRedis } from '../src/store/redis.js';
 import { ensureRedisServerBinary, startRedisServer } from '../src/embedded/redis-server.js';
 import type { ThroughputFigures } from './baselines.js';
+import { manyReceivers, type ReceiversRun } from './receivers.js';
 import {
   bareThroughput,
   hooklineAimd,
@@ -459,6 +460,50 @@ const SCENARIOS: Scenario[] = [
         ],
         notes: { 'attempts timed out': String(r.timeouts), 'answered 500': String(r.refused) },
         raw: { ...r },
+      };
+    },
+  },
+  {
+    id: 'receivers',
+    name: 'many HTTPS receivers',
+    async run(context) {
+      const setup = await context.delivery();
+      const options = context.smoke
+        ? { receivers: 20, ratePerSecond: 20, seconds: 4, shortIdleMs: 1_000, longIdleMs: 75_000 }
+        : { receivers: 1_000, ratePerSecond: 200, seconds: 30, shortIdleMs: 5_000, longIdleMs: 75_000 };
+      const runs = await manyReceivers(setup, options);
+      const [one, long, short, noCache] = runs as [ReceiversRun, ReceiversRun, ReceiversRun, ReceiversRun];
+      const perReceiver = (n: number) => n / options.receivers;
+      // Counted with the first contacts: what a receiver sees over the worker's life.
+      const connections = (run: ReceiversRun) => run.firstContactConnections + run.connections;
+      const full = (run: ReceiversRun) => connections(run) - run.firstContactResumed - run.resumed;
+      const cpuOverOne = ratio(long.workerCpuUsPerDelivery, one.workerCpuUsPerDelivery);
+      const describe = (run: ReceiversRun) =>
+        `${run.label} (${run.origins} origin${run.origins === 1 ? '' : 's'}, idle ${run.idleMs / 1000} s${run.tlsSessionCache === 0 ? ', HOOKLINE_TLS_SESSION_CACHE=0' : ''}): ${run.firstContactConnections} connections at first contact, then ${run.connections} for ${run.deliveries} deliveries (${run.resumed} resumed); ${perReceiver(connections(run)).toFixed(2)} connections and ${perReceiver(full(run)).toFixed(2)} full handshakes a receiver; worker ${Math.round(run.workerCpuUsPerDelivery)} µs a delivery after first contact`;
+      return {
+        size: `${options.receivers} webhooks at ${options.ratePerSecond} events/s in all (one every ${options.receivers / options.ratePerSecond} s each) for ${options.seconds} s, each to an HTTPS receiver of its own origin (a CA made for the run, NODE_EXTRA_CA_CERTS), delivered by a hookline worker process, C=${setup.concurrency}`,
+        figures: runs.map(describe).join('; '),
+        checks: [
+          {
+            target: 'receivers idle 75 s: connections ≤ 1.1 a receiver',
+            value: perReceiver(connections(long)).toFixed(2),
+            met: perReceiver(connections(long)) <= 1.1,
+          },
+          {
+            target: 'receivers idle 75 s: worker CPU a delivery ≤ 1.5 × one origin’s',
+            value: `${Math.round(long.workerCpuUsPerDelivery)} ÷ ${Math.round(one.workerCpuUsPerDelivery)} µs = ${times(cpuOverOne)}`,
+            met: cpuOverOne <= 1.5,
+          },
+          {
+            target: `receivers idle ${options.shortIdleMs / 1000} s: full TLS handshakes ≤ 1.1 a receiver`,
+            value: perReceiver(full(short)).toFixed(2),
+            met: perReceiver(full(short)) <= 1.1,
+          },
+        ],
+        notes: {
+          'without TLS session resumption (full handshakes a receiver, CPU a delivery ÷ with it)': `${perReceiver(full(noCache)).toFixed(2)}, ${times(ratio(noCache.workerCpuUsPerDelivery, short.workerCpuUsPerDelivery))}`,
+        },
+        raw: { options, runs },
       };
     },
   },

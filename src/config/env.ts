@@ -121,6 +121,12 @@ export const envSchema = z.object({
     .min(1, 'expected at least 1')
     .max(10_000, 'expected at most 10000')
     .default(50),
+  HOOKLINE_TLS_SESSION_CACHE: z.coerce
+    .number({ message: 'expected an integer' })
+    .int('expected an integer')
+    .min(0, 'expected 0 or more')
+    .max(1_000_000, 'expected at most 1000000')
+    .default(10_000),
   HOOKLINE_RETRY_SCHEDULE: z
     .string()
     .default(DEFAULT_RETRY_SCHEDULE)
@@ -265,6 +271,8 @@ export interface Config {
   readonly secretKey: Buffer | undefined;
   readonly allowPrivateTargets: boolean;
   readonly workerConcurrency: number;
+  /** TLS sessions a worker keeps to resume connections to receivers (0: none). */
+  readonly tlsSessionCache: number;
   readonly retryScheduleMs: readonly number[];
   readonly deliveryTimeoutMs: number;
   /** Delivery queues (each its own hash tag, so Redis Cluster spreads them); webhooks hash onto them. */
@@ -347,6 +355,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     secretKey: e.HOOKLINE_SECRET_KEY === undefined ? undefined : Buffer.from(e.HOOKLINE_SECRET_KEY, 'base64'),
     allowPrivateTargets: e.HOOKLINE_ALLOW_PRIVATE_TARGETS,
     workerConcurrency: e.HOOKLINE_WORKER_CONCURRENCY,
+    tlsSessionCache: e.HOOKLINE_TLS_SESSION_CACHE,
     retryScheduleMs: Object.freeze([...e.HOOKLINE_RETRY_SCHEDULE]),
     deliveryTimeoutMs: e.HOOKLINE_DELIVERY_TIMEOUT,
     queuePartitions: e.HOOKLINE_QUEUE_PARTITIONS,

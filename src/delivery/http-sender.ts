@@ -1,10 +1,12 @@
-import dns from 'node:dns';
+import type dns from 'node:dns';
+import CacheableLookup from 'cacheable-lookup';
 import type { LookupAddress, LookupOptions } from 'node:dns';
 import type { LookupFunction } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
 import type { AttemptErrorClass } from '../domain/delivery.js';
 import { blockedAddressReason, parseIpLiteralHost } from '../domain/ip-policy.js';
 import { raceTimer } from '../lib/timer-race.js';
+import { createConnector, type ConnectionKind } from './connector.js';
 
 export interface SendRequest {
   url: string;
@@ -29,9 +31,21 @@ export interface HttpSenderOptions {
   userAgent: string;
   /** Connections per origin; default 50. */
   connections?: number;
-  /** Name resolution; default `dns.lookup`. Tests inject answers here. */
+  /**
+   * Name resolution; default: DNS answers kept for their TTL (at most 5 minutes), names DNS does
+   * not answer (`/etc/hosts`) through `dns.lookup`. Tests inject answers here.
+   */
   lookup?: typeof dns.lookup;
+  /** The DNS resolver behind the default (tests answer with TTLs of their own); default the system's servers. */
+  dnsResolver?: dns.Resolver;
+  /** TLS sessions kept for resumption (one per server name and port, LRU); default 10,000. */
+  tlsSessions?: number;
+  /** Told of every new connection to a receiver (metrics). */
+  onConnected?: (kind: ConnectionKind) => void;
 }
+
+/** At ~1–2 KB a session, at most ~20 MB: room for every endpoint a large installation delivers to. */
+const DEFAULT_TLS_SESSIONS = 10_000;
 
 /** Raised inside connect when a name resolves to a blocked address; classified as `ssrf_blocked`. */
 export class SsrfBlockedError extends Error {
@@ -66,10 +80,17 @@ export class HttpSender {
 
   constructor(options: HttpSenderOptions) {
     this.#options = options;
-    const lookup = options.allowPrivateTargets ? options.lookup : guardedLookup(options.lookup ?? dns.lookup);
+    // The SSRF guard checks every answer as it is used, a cached one as much as a fresh one.
+    const resolve = options.lookup ?? cachedDnsLookup(options.dnsResolver);
+    const lookup = options.allowPrivateTargets ? resolve : guardedLookup(resolve);
     this.#agent = new Agent({
       connections: options.connections ?? 50,
-      connect: { timeout: options.connectTimeoutMs, ...(lookup === undefined ? {} : { lookup }) },
+      connect: createConnector({
+        connectTimeoutMs: options.connectTimeoutMs,
+        tlsSessions: options.tlsSessions ?? DEFAULT_TLS_SESSIONS,
+        ...(lookup === undefined ? {} : { lookup }),
+        ...(options.onConnected === undefined ? {} : { onConnected: options.onConnected }),
+      }),
     });
   }
 
@@ -276,6 +297,20 @@ function failure(request: SendRequest, started: number, errorClass: AttemptError
     message: redact(message, request.headers),
     durationMs: Math.round(performance.now() - started),
   };
+}
+
+/** The longest a DNS answer is kept, whatever its TTL: a receiver that moves is found within this. */
+const DNS_MAX_TTL_S = 300;
+
+/**
+ * dns.lookup with the answers kept for their TTL: one query per receiver name per TTL instead of
+ * one per new connection (dns.lookup runs getaddrinfo on libuv's 4 threads, where a slow resolver
+ * would queue every connection behind it). Answers come from the DNS servers with their TTLs
+ * (A and AAAA); a name they do not know is resolved by dns.lookup instead, uncached.
+ */
+function cachedDnsLookup(resolver: dns.Resolver | undefined): typeof dns.lookup {
+  const cache = new CacheableLookup({ maxTtl: DNS_MAX_TTL_S, ...(resolver === undefined ? {} : { resolver }) });
+  return cache.lookup.bind(cache) as unknown as typeof dns.lookup;
 }
 
 /**

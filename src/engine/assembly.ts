@@ -30,6 +30,7 @@ import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';
 import {
   breakerObserver,
+  connectionObserver,
   deliveryObserver,
   flowObserver,
   ingestObserver,
@@ -265,6 +266,8 @@ export type Stores = ReturnType<typeof composeStores>;
 export interface DeliverySettings {
   logger: Logger;
   concurrency: number;
+  /** TLS sessions kept for resumption (HOOKLINE_TLS_SESSION_CACHE); default 10,000. */
+  tlsSessionCache?: number;
   retryScheduleMs: readonly number[];
   deliveryTimeoutMs: number;
   allowPrivateTargets: boolean;
@@ -281,9 +284,10 @@ export interface DeliverySettings {
 
 /** The delivery sender's options for a worker of these settings. */
 export function senderOptions(
-  settings: Pick<DeliverySettings, 'allowPrivateTargets' | 'deliveryTimeoutMs' | 'concurrency'>,
+  settings: Pick<DeliverySettings, 'allowPrivateTargets' | 'deliveryTimeoutMs' | 'concurrency' | 'tlsSessionCache'>,
 ) {
   return {
+    ...(settings.tlsSessionCache === undefined ? {} : { tlsSessions: settings.tlsSessionCache }),
     allowPrivateTargets: settings.allowPrivateTargets,
     connectTimeoutMs: Math.min(5_000, settings.deliveryTimeoutMs),
     maxResponseBytes: 64 * 1024,
@@ -296,7 +300,10 @@ export function senderOptions(
 /** What the delivery processors of one process run on: sender, endpoints and their admission, send slots, storage gate and stores. */
 export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) {
   const nowMs = settings.nowMs ?? Date.now;
-  const sender = new HttpSender(senderOptions(settings));
+  const sender = new HttpSender({
+    ...senderOptions(settings),
+    ...(settings.metrics ? { onConnected: connectionObserver(settings.metrics) } : {}),
+  });
   const breakerOptions = {
     ...DEFAULT_BREAKER_OPTIONS,
     attemptTimeoutMs: settings.deliveryTimeoutMs,

@@ -151,6 +151,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           workerConnection,
           logger,
           concurrency: config.workerConcurrency,
+          tlsSessionCache: config.tlsSessionCache,
           retryScheduleMs: config.retryScheduleMs,
           deliveryTimeoutMs: config.deliveryTimeoutMs,
           allowPrivateTargets: config.allowPrivateTargets,

@@ -161,6 +161,12 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
       help: 'Times the head of a FIFO line had to wait (a retry or a deferral), holding back the deliveries behind it.',
       registers,
     }),
+    connectionsOpened: new Counter({
+      name: 'hookline_connections_opened_total',
+      help: 'Connections this worker opened to receivers, by kind: plain (http), tls_full (a full TLS handshake) or tls_resumed (a TLS session resumed). Divided by delivery attempts: how often an attempt needed a new connection.',
+      labelNames: ['kind'] as const,
+      registers,
+    }),
     redisUp: new Gauge({
       name: 'hookline_redis_up',
       help: '1 when Redis answered PING at scrape time, else 0.',
@@ -205,6 +211,7 @@ export function initialiseSeries(metrics: Metrics): void {
   for (const state of ['open', 'half_open', 'closed']) metrics.circuitTransitions.inc({ state }, 0);
   for (const result of ['sent', 'deferred']) metrics.rateLimitChecks.inc({ result }, 0);
   for (const cause of ['unreadable', 'rejected', 'failed']) metrics.ingestStreamDeadLetters.inc({ cause }, 0);
+  for (const kind of ['plain', 'tls_full', 'tls_resumed']) metrics.connectionsOpened.inc({ kind }, 0);
   metrics.ssrfBlocked.inc(0);
   metrics.deliveriesFiltered.inc(0);
   metrics.concurrencyDecreases.inc(0);

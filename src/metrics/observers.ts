@@ -1,4 +1,5 @@
 import type { CircuitChange } from '../delivery/endpoints/breaker.js';
+import type { ConnectionKind } from '../delivery/connector.js';
 import type { FinishedOutcome } from '../delivery/attempt.js';
 import type { FlowEvent } from '../delivery/endpoints/flow.js';
 import type { IngestBatchSummary } from '../ingest/ingest.js';
@@ -81,6 +82,11 @@ export function deliveryObserver(metrics: Metrics): (outcome: FinishedOutcome) =
 /** Counts circuit transitions (the gauge of open circuits is read at scrape time). */
 export function breakerObserver(metrics: Metrics): (endpoint: string, change: CircuitChange) => void {
   return (_endpoint, change) => metrics.circuitTransitions.inc({ state: change.state });
+}
+
+/** Counts each connection the sender opens to a receiver by how it was made. */
+export function connectionObserver(metrics: Metrics): (kind: ConnectionKind) => void {
+  return (kind) => metrics.connectionsOpened.inc({ kind });
 }
 
 /** Shows whether delivery sends are paused because storage stopped answering (the storage gate's state). */

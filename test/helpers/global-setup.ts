@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { TestProject } from 'vitest/node';
+import { hasOpenssl, makeTestCa, type TestCa } from './test-ca.js';
 import {
   ensureRedisServerBinary,
   RedisServerUnavailableError,
@@ -12,7 +13,25 @@ import {
 declare module 'vitest' {
   export interface ProvidedContext {
     redisUrl: string;
+    /** The run's test CA (undefined where openssl is missing), trusted by the test processes through NODE_EXTRA_CA_CERTS. */
+    testCa: TestCa | undefined;
   }
+}
+
+/**
+ * A CA made for this run, trusted the way a user would trust one: NODE_EXTRA_CA_CERTS, which Node
+ * reads as a process starts, so it is set here, before the test processes are started.
+ */
+function trustTestCa(): { ca: TestCa | undefined; cleanup: () => void } {
+  if (!hasOpenssl()) {
+    if (process.env.CI) throw new Error('the HTTPS receiver tests need openssl in CI (apt-get install openssl)');
+    console.warn('skipping the HTTPS receiver tests: openssl is not installed (Debian: apt-get install openssl)');
+    return { ca: undefined, cleanup: () => undefined };
+  }
+  const dir = mkdtempSync(path.join(tmpdir(), 'hookline-test-ca-'));
+  const ca = makeTestCa(dir);
+  process.env.NODE_EXTRA_CA_CERTS = ca.caPath;
+  return { ca, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
 interface RunningRedis {
@@ -77,5 +96,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
   console.error(`integration tests use Redis from ${redis.how}`);
   project.provide('redisUrl', redis.url);
-  return () => redis.stop();
+  const tls = trustTestCa();
+  project.provide('testCa', tls.ca);
+  return async () => {
+    tls.cleanup();
+    await redis.stop();
+  };
 }

@@ -1,0 +1,90 @@
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+
+/** A certificate authority made for a test run, and a server certificate it issued. */
+export interface TestCa {
+  /** The CA's certificate (PEM): what a client trusts, e.g. through NODE_EXTRA_CA_CERTS. */
+  caPath: string;
+  /** The server's certificate and key (PEM) for `localhost`, `*.hookline.test`, 127.0.0.1 and ::1. */
+  cert: string;
+  key: string;
+}
+
+/** Names every receiver of the tests may use: `<anything>.hookline.test`, resolved by the tests' own lookup. */
+export const TEST_DOMAIN = 'hookline.test';
+
+function openssl(args: string[], cwd: string): void {
+  execFileSync('openssl', args, { cwd, stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+/** Whether the `openssl` command is there (Debian: apt-get install openssl). */
+export function hasOpenssl(): boolean {
+  try {
+    execFileSync('openssl', ['version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Makes a CA (P-256, valid two days) and a server certificate it signed, in `dir`, with the openssl command. */
+export function makeTestCa(dir: string): TestCa {
+  mkdirSync(dir, { recursive: true });
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  openssl(
+    [
+      'req',
+      '-x509',
+      ...ec,
+      '-keyout',
+      'ca.key',
+      '-out',
+      'ca.pem',
+      '-days',
+      '2',
+      '-subj',
+      '/CN=Hookline Test CA',
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+    ],
+    dir,
+  );
+  openssl(['req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost'], dir);
+  writeFileSync(
+    path.join(dir, 'server.ext'),
+    [
+      'basicConstraints=CA:FALSE',
+      'keyUsage=critical,digitalSignature',
+      'extendedKeyUsage=serverAuth',
+      `subjectAltName=DNS:localhost,DNS:*.${TEST_DOMAIN},IP:127.0.0.1,IP:::1`,
+    ].join('\n'),
+  );
+  openssl(
+    [
+      'x509',
+      '-req',
+      '-in',
+      'server.csr',
+      '-CA',
+      'ca.pem',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-out',
+      'server.pem',
+      '-days',
+      '2',
+      '-extfile',
+      'server.ext',
+    ],
+    dir,
+  );
+  return {
+    caPath: path.join(dir, 'ca.pem'),
+    cert: readFileSync(path.join(dir, 'server.pem'), 'utf8'),
+    key: readFileSync(path.join(dir, 'server.key'), 'utf8'),
+  };
+}
