@@ -15,6 +15,11 @@ export interface ConnectorOptions {
   tlsSessions: number;
   /** Told of every connection once it is established. */
   onConnected?: (kind: ConnectionKind) => void;
+  /**
+   * CA certificates (PEM) trusted besides Node's bundled ones, for tests that cannot set
+   * NODE_EXTRA_CA_CERTS before their process starts; deployments use NODE_EXTRA_CA_CERTS.
+   */
+  extraCa?: string;
 }
 
 /** TCP keep-alive probes start after a minute idle, as undici's own connector does. */
@@ -41,7 +46,9 @@ export function createConnector(options: ConnectorOptions): buildConnector.conne
   const sessions = new LruMap<string, Buffer>(options.tlsSessions);
   // One context for every connection: tls.connect would otherwise build a context (and load the CA
   // store into it) for each new connection.
-  const secureContext = tls.createSecureContext();
+  const secureContext = tls.createSecureContext(
+    options.extraCa === undefined ? {} : { ca: [...tls.rootCertificates, options.extraCa] },
+  );
   const { lookup, onConnected } = options;
   return ({ hostname, host, protocol, port, servername, localAddress }, callback) => {
     const secure = protocol === 'https:';

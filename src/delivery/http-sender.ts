@@ -42,6 +42,8 @@ export interface HttpSenderOptions {
   tlsSessions?: number;
   /** Told of every new connection to a receiver (metrics). */
   onConnected?: (kind: ConnectionKind) => void;
+  /** CA certificates (PEM) trusted besides Node's (tests; deployments set NODE_EXTRA_CA_CERTS). */
+  extraCa?: string;
 }
 
 /** At ~1–2 KB a session, at most ~20 MB: room for every endpoint a large installation delivers to. */
@@ -90,6 +92,7 @@ export class HttpSender {
         tlsSessions: options.tlsSessions ?? DEFAULT_TLS_SESSIONS,
         ...(lookup === undefined ? {} : { lookup }),
         ...(options.onConnected === undefined ? {} : { onConnected: options.onConnected }),
+        ...(options.extraCa === undefined ? {} : { extraCa: options.extraCa }),
       }),
     });
   }

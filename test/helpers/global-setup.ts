@@ -20,7 +20,9 @@ declare module 'vitest' {
 
 /**
  * A CA made for this run, trusted the way a user would trust one: NODE_EXTRA_CA_CERTS, which Node
- * reads as a process starts, so it is set here, before the test processes are started.
+ * reads as a process starts, so it is set here for the processes started from now on (the CLI's).
+ * A test worker vitest started before this setup ran does not read it: in-process senders are given
+ * the CA explicitly.
  */
 function trustTestCa(): { ca: TestCa | undefined; cleanup: () => void } {
   if (!hasOpenssl()) {

@@ -1,5 +1,6 @@
 import type dns from 'node:dns';
 import type { LookupAddress } from 'node:dns';
+import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer, type Server } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
@@ -66,6 +67,9 @@ describe.skipIf(testCa === undefined)('connections to receivers: reuse, TLS sess
       userAgent: 'hookline-test',
       lookup: loopbackLookup,
       onConnected: (kind) => kinds.push(kind),
+      // Trusted explicitly: a test process may have started before the global setup set
+      // NODE_EXTRA_CA_CERTS (vitest reuses its workers across projects).
+      extraCa: readFileSync(testCa!.caPath, 'utf8'),
       ...options,
     });
     closers.push(() => s.close(0));
