@@ -12,6 +12,8 @@ import type { DeliverJob } from '../domain/delivery.js';
 import type { SingleDelivery } from './queue.js';
 import { deliveryHeaders } from './sign.js';
 import type { StorageGate } from './storage-gate.js';
+import { addReceiverCredentials, receiverCredentialFacts, sendAuthorized } from './receiver-request.js';
+import type { ReceiverTokens } from './receiver-tokens.js';
 import type { DeferralWakeups, DeferredRef } from './endpoints/wakeups.js';
 import { Lease, type AdmitOptions, type EndpointAdmission } from './endpoints/admission.js';
 import type { DeferReason, NotAdmitted } from './endpoints/deferral.js';
@@ -29,6 +31,8 @@ import type { HeldJob } from '../store/held-deliveries.js';
 export interface DeliveryProcessorDeps {
   webhooks: WebhookSource;
   sender: { send(request: SendRequest): Promise<SendResult>; readonly userAgent: string };
+  /** OAuth2 tokens of webhooks whose auth needs one; absent: such webhooks are sent without (tests). */
+  receiverTokens?: ReceiverTokens;
   recorder: DeliveryRecorder;
   /** Where deliveries that leave a batch go (retries and hand-offs as single jobs, deferrals parked), and how deferred ones are woken. */
   singles: {
@@ -316,7 +320,7 @@ async function send(
     const request = buildRequest(data, webhook, attemptNo, startedMs, deps.deliveryTimeoutMs);
     let result: SendResult;
     try {
-      result = await deps.sender.send(request);
+      result = await sendAuthorized(deps.sender, deps.receiverTokens, webhook, request);
     } catch (error) {
       // send() reports failures as values; an exception is a bug, but must not leave the endpoint waiting.
       lease.settle(SEND_THREW, deps.nowMs());
@@ -327,17 +331,10 @@ async function send(
     lease.settle(answer, endedMs);
     // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
     // at most as many attempts as it has slots (sent or answered, but not yet recorded).
-    return await conclude(
-      deps,
-      data,
-      webhook,
-      attemptNo,
-      result,
-      answer,
-      startedMs,
-      endedMs,
-      sentRequest(request, deps.sender.userAgent),
-    );
+    return await conclude(deps, data, webhook, attemptNo, result, answer, startedMs, endedMs, {
+      ...sentRequest(request, deps.sender.userAgent),
+      ...receiverCredentialFacts(webhook),
+    });
   } finally {
     lease.end();
   }
@@ -441,20 +438,23 @@ function buildRequest(
   nowMs: number,
   timeoutMs: number,
 ): SendRequest {
-  return {
-    url: webhook.callbackUrl,
-    body: job.body,
-    timeoutMs,
-    headers: deliveryHeaders({
-      webhookId: job.eventId,
-      eventType: job.eventType,
-      attempt,
-      timestampSec: Math.floor(nowMs / 1000),
+  return addReceiverCredentials(
+    {
+      url: webhook.callbackUrl,
       body: job.body,
-      secrets: signingSecrets(webhook, nowMs),
-      signingKeys: webhookSigningKeys(webhook, nowMs).map((key) => privateKeyObject(key.privateKey)),
-    }),
-  };
+      timeoutMs,
+      headers: deliveryHeaders({
+        webhookId: job.eventId,
+        eventType: job.eventType,
+        attempt,
+        timestampSec: Math.floor(nowMs / 1000),
+        body: job.body,
+        secrets: signingSecrets(webhook, nowMs),
+        signingKeys: webhookSigningKeys(webhook, nowMs).map((key) => privateKeyObject(key.privateKey)),
+      }),
+    },
+    webhook,
+  );
 }
 
 /** What the attempt record keeps of a request so its headers can be shown exactly (about 100 bytes of JSON). */

@@ -20,6 +20,14 @@ export interface ConnectorOptions {
    * NODE_EXTRA_CA_CERTS before their process starts; deployments use NODE_EXTRA_CA_CERTS.
    */
   extraCa?: string;
+  /**
+   * The TLS sessions kept, when shared with other connectors (one per client certificate): keys
+   * then start with `sessionScope`, so a session made with one certificate never resumes for another.
+   */
+  sessions?: LruMap<string, Buffer>;
+  sessionScope?: string;
+  /** mTLS: the certificate (PEM, with its chain) and key every TLS connection presents. */
+  clientCertificate?: { certPem: string; keyPem: string };
 }
 
 /** TCP keep-alive probes start after a minute idle, as undici's own connector does. */
@@ -43,12 +51,15 @@ export function serverNameOf(host: string): string | undefined {
  * a fraction of that. Each connection is reported once established (plain, TLS full or resumed).
  */
 export function createConnector(options: ConnectorOptions): buildConnector.connector {
-  const sessions = new LruMap<string, Buffer>(options.tlsSessions);
+  const sessions = options.sessions ?? new LruMap<string, Buffer>(options.tlsSessions);
+  const scope = options.sessionScope ?? '';
   // One context for every connection: tls.connect would otherwise build a context (and load the CA
   // store into it) for each new connection.
-  const secureContext = tls.createSecureContext(
-    options.extraCa === undefined ? {} : { ca: [...tls.rootCertificates, options.extraCa] },
-  );
+  const client = options.clientCertificate;
+  const secureContext = tls.createSecureContext({
+    ...(options.extraCa === undefined ? {} : { ca: [...tls.rootCertificates, options.extraCa] }),
+    ...(client === undefined ? {} : { cert: client.certPem, key: client.keyPem }),
+  });
   const { lookup, onConnected } = options;
   return ({ hostname, host, protocol, port, servername, localAddress }, callback) => {
     const secure = protocol === 'https:';
@@ -57,7 +68,7 @@ export function createConnector(options: ConnectorOptions): buildConnector.conne
     let sessionKey = '';
     if (secure) {
       const name = servername || serverNameOf(host ?? hostname);
-      sessionKey = `${name ?? hostname}:${portNumber}`;
+      sessionKey = `${scope}${name ?? hostname}:${portNumber}`;
       socket = tls.connect({
         host: hostname,
         port: portNumber,

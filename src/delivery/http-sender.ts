@@ -6,7 +6,8 @@ import { Agent, type Dispatcher } from 'undici';
 import type { AttemptErrorClass } from '../domain/delivery.js';
 import { blockedAddressReason, parseIpLiteralHost } from '../domain/ip-policy.js';
 import { raceTimer } from '../lib/timer-race.js';
-import { createConnector, type ConnectionKind } from './connector.js';
+import { LruMap } from '../lib/lru-map.js';
+import { createConnector, type ConnectionKind, type ConnectorOptions } from './connector.js';
 
 export interface SendRequest {
   url: string;
@@ -14,6 +15,10 @@ export interface SendRequest {
   body: string;
   /** The whole attempt: connecting, sending and reading the response. */
   timeoutMs: number;
+  /** mTLS: the certificate to present, and its key; connections are kept apart per certificate. */
+  clientCertificate?: { fingerprint: string; certPem: string; keyPem: string };
+  /** Response bytes kept as `bodySnippet`, at most `maxResponseBytes`; default the sender's snippetBytes. */
+  keepBytes?: number;
 }
 
 export type SendResult =
@@ -48,6 +53,8 @@ export interface HttpSenderOptions {
 
 /** At ~1–2 KB a session, at most ~20 MB: room for every endpoint a large installation delivers to. */
 const DEFAULT_TLS_SESSIONS = 10_000;
+/** Connection pools kept for client certificates at most; the least recently used is closed past it. */
+const CLIENT_CERTIFICATE_POOLS = 1_000;
 
 /** Raised inside connect when a name resolves to a blocked address; classified as `ssrf_blocked`. */
 export class SsrfBlockedError extends Error {
@@ -79,22 +86,51 @@ const MESSAGE_MAX_CHARS = 500;
 export class HttpSender {
   readonly #options: HttpSenderOptions;
   readonly #agent: Agent;
+  /** What every pool's connector shares: the checked lookup and the TLS sessions. */
+  readonly #connectorBase: ConnectorOptions;
+  /**
+   * A pool per client certificate (by fingerprint), beside the pool of requests without one: a
+   * connection that presented one vendor's certificate must never carry another's request.
+   */
+  readonly #certificatePools = new LruMap<string, Agent>(CLIENT_CERTIFICATE_POOLS, (_fingerprint, agent) => {
+    void agent.close();
+  });
 
   constructor(options: HttpSenderOptions) {
     this.#options = options;
     // The SSRF guard checks every answer as it is used, a cached one as much as a fresh one.
     const resolve = options.lookup ?? cachedDnsLookup(options.dnsResolver);
     const lookup = options.allowPrivateTargets ? resolve : guardedLookup(resolve);
-    this.#agent = new Agent({
-      connections: options.connections ?? 50,
-      connect: createConnector({
-        connectTimeoutMs: options.connectTimeoutMs,
-        tlsSessions: options.tlsSessions ?? DEFAULT_TLS_SESSIONS,
-        ...(lookup === undefined ? {} : { lookup }),
-        ...(options.onConnected === undefined ? {} : { onConnected: options.onConnected }),
-        ...(options.extraCa === undefined ? {} : { extraCa: options.extraCa }),
-      }),
-    });
+    const tlsSessions = options.tlsSessions ?? DEFAULT_TLS_SESSIONS;
+    this.#connectorBase = {
+      connectTimeoutMs: options.connectTimeoutMs,
+      tlsSessions,
+      sessions: new LruMap<string, Buffer>(tlsSessions),
+      ...(lookup === undefined ? {} : { lookup }),
+      ...(options.onConnected === undefined ? {} : { onConnected: options.onConnected }),
+      ...(options.extraCa === undefined ? {} : { extraCa: options.extraCa }),
+    };
+    this.#agent = this.#newAgent(this.#connectorBase);
+  }
+
+  #newAgent(connector: ConnectorOptions): Agent {
+    return new Agent({ connections: this.#options.connections ?? 50, connect: createConnector(connector) });
+  }
+
+  /** The pool for a request: the shared one, or its client certificate's. */
+  #dispatcherFor(request: SendRequest): Agent {
+    const certificate = request.clientCertificate;
+    if (certificate === undefined) return this.#agent;
+    let agent = this.#certificatePools.get(certificate.fingerprint);
+    if (agent === undefined) {
+      agent = this.#newAgent({
+        ...this.#connectorBase,
+        sessionScope: `${certificate.fingerprint}|`,
+        clientCertificate: { certPem: certificate.certPem, keyPem: certificate.keyPem },
+      });
+      this.#certificatePools.set(certificate.fingerprint, agent);
+    }
+    return agent;
   }
 
   /** The user-agent header every request carries. */
@@ -128,12 +164,18 @@ export class HttpSender {
     return new Promise<SendResult>((resolve) => {
       const attempt = new Attempt(this.#options, request, started, resolve);
       try {
-        this.#agent.dispatch(
+        this.#dispatcherFor(request).dispatch(
           {
             origin: url.origin,
             path: url.search ? `${url.pathname}${url.search}` : url.pathname,
             method: 'POST',
-            headers: { ...request.headers, 'content-type': 'application/json', 'user-agent': this.#options.userAgent },
+            // Receivers get JSON; a token request sets its own form content type. The order is the one
+            // the delivery log shows (request-headers.ts).
+            headers: {
+              ...request.headers,
+              'content-type': request.headers['content-type'] ?? 'application/json',
+              'user-agent': this.#options.userAgent,
+            },
             body: request.body,
             // The attempt's deadline decides; undici's own timeouts back it up.
             headersTimeout: request.timeoutMs,
@@ -154,14 +196,15 @@ export class HttpSender {
    * they are aborted instead, so a hanging receiver cannot hold a shutdown.
    */
   async close(graceMs?: number): Promise<void> {
-    const closing = this.#agent.close();
+    const agents = [this.#agent, ...this.#certificatePools.values()];
+    const closing = Promise.all(agents.map((agent) => agent.close())).then(() => undefined);
     if (graceMs === undefined) return closing;
     const late = await raceTimer(
       closing.then(() => false),
       graceMs,
       true,
     );
-    if (late) await this.#agent.destroy();
+    if (late) await Promise.all(agents.map((agent) => agent.destroy()));
   }
 }
 
@@ -201,8 +244,8 @@ class Attempt implements Dispatcher.DispatchHandler {
     this.#started = started;
     this.#resolve = resolve;
     this.#maxResponseBytes = options.maxResponseBytes;
-    this.#snippetBytes = options.snippetBytes;
-    this.#keepBytes = Math.min(options.maxResponseBytes, options.snippetBytes + 1);
+    this.#snippetBytes = Math.min(options.maxResponseBytes, request.keepBytes ?? options.snippetBytes);
+    this.#keepBytes = Math.min(options.maxResponseBytes, this.#snippetBytes + 1);
     this.#deadline = setTimeout(onDeadline, request.timeoutMs, this);
   }
 

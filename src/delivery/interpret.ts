@@ -170,6 +170,15 @@ const ERROR_ROWS: Record<AttemptErrorClass, Reading> = {
     flow: 'neutral',
     description: 'The TLS handshake failed: a failure; retried.',
   }),
+  auth: noAnswer({
+    answer: 'auth',
+    outcome: 'auth',
+    action: 'retry',
+    health: 'failed',
+    flow: 'neutral',
+    description:
+      'Not sent: the webhook’s OAuth2 token endpoint gave no token (refused, unreachable or a bad answer): a failure; retried.',
+  }),
   ssrf_blocked: noAnswer({
     answer: 'ssrf_blocked',
     outcome: 'ssrf_blocked',

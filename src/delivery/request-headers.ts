@@ -1,5 +1,6 @@
 import { generateKeyPairSync, type KeyObject } from 'node:crypto';
 import type { SentRequest } from '../domain/delivery.js';
+import { SECRET_MASK } from '../domain/receiver-auth.js';
 import { deliveryHeaders } from './sign.js';
 
 /**
@@ -10,7 +11,7 @@ import { deliveryHeaders } from './sign.js';
  */
 
 /** What stands in for a signature's value: only its scheme prefix stays visible. */
-const SIGNATURE_MASK = '••••';
+const SIGNATURE_MASK = SECRET_MASK;
 
 /** `v1,abc= v1,def=` → `v1,•••• v1,••••` and `sha256=abc` → `sha256=••••`: each entry keeps its scheme prefix. */
 export function maskSignature(value: string): string {
@@ -55,6 +56,9 @@ export function attemptRequestHeaders(input: AttemptHeadersInput): Record<string
     signingKeys: Array.from({ length: sent.keySignatures ?? 0 }, standInKey),
   });
   for (const [name, value] of Object.entries(own)) if (name.includes('signature')) own[name] = maskSignature(value);
+  // The webhook's custom headers and auth follow, masked: their values are never recorded.
+  for (const name of sent.headerNames ?? []) own[name] = SECRET_MASK;
+  if (sent.authScheme !== undefined) own.authorization = `${sent.authScheme} ${SECRET_MASK}`;
   return {
     host: sent.host,
     connection: 'keep-alive',

@@ -31,9 +31,11 @@ export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 
 /**
  * Why an attempt got no HTTP response. `circuit_open` is never the sender's: the processor records
- * it for an attempt that came due while the endpoint's circuit was open, and was not sent.
+ * it for an attempt that came due while the endpoint's circuit was open, and was not sent. `auth`:
+ * the webhook's OAuth2 token endpoint gave no token, so the delivery was not sent.
  */
-export type AttemptErrorClass = 'timeout' | 'dns' | 'connect' | 'tls' | 'ssrf_blocked' | 'network' | 'circuit_open';
+export type AttemptErrorClass =
+  'timeout' | 'dns' | 'connect' | 'tls' | 'ssrf_blocked' | 'network' | 'auth' | 'circuit_open';
 
 /** What one attempt amounted to: the label of the attempt log and the outcome metrics. */
 export type AttemptOutcome = 'delivered' | 'http_3xx' | 'http_4xx' | 'http_5xx' | AttemptErrorClass;
@@ -53,6 +55,10 @@ export interface SentRequest {
   /** The `v1a,` entries (Ed25519): absent or 0 unless the webhook signs with keys, 2 during a key rotation. */
   keySignatures?: number;
   userAgent: string;
+  /** The webhook's custom header names, in the order sent (their values are never recorded). */
+  headerNames?: string[];
+  /** The Authorization scheme `auth` sent (its credentials are never recorded). */
+  authScheme?: 'Basic' | 'Bearer';
 }
 
 /** One attempt as recorded (and shown to vendors). */

@@ -6,6 +6,19 @@ import { parseFilter, type FilterNode } from './filter.js';
 import { MAX_CONCURRENCY_MAX } from './concurrency-limit.js';
 import { RATE_LIMIT_PER_SECOND_MAX } from './rate-limit.js';
 import { SIGNATURE_SCHEMES, signingKeysAt, type SignatureScheme, type SigningKey } from './signing-keys.js';
+import {
+  authInputSchema,
+  authViewSchema,
+  clientCertificateInputSchema,
+  clientCertificateViewSchema,
+  headersInputSchema,
+  headersPatchSchema,
+  maskedHeaders,
+  toAuthView,
+  toClientCertificateView,
+  type ClientCertificate,
+  type ReceiverAuth,
+} from './receiver-auth.js';
 
 const CALLBACK_URL_MAX_CHARS = 2048;
 export const DISABLED_REASONS = ['gone', 'failing', 'paused'] as const;
@@ -181,6 +194,9 @@ export const webhookCreateSchema = z.strictObject(
     filter: filterSchema.optional(),
     ordering: orderingSchema.optional(),
     max_concurrency: maxConcurrencySchema.optional(),
+    headers: headersInputSchema.optional(),
+    auth: authInputSchema.optional(),
+    tls_client_certificate: clientCertificateInputSchema.optional(),
   },
   {
     error: (issue) =>
@@ -237,6 +253,15 @@ export const webhookPatchSchema = z
         .nullable()
         .optional()
         .describe('A new ceiling; null removes it (the worker’s send slots).'),
+      headers: headersPatchSchema.nullable().optional(),
+      auth: authInputSchema
+        .nullable()
+        .optional()
+        .describe('New receiver authentication (replacing the old); null removes it.'),
+      tls_client_certificate: clientCertificateInputSchema
+        .nullable()
+        .optional()
+        .describe('A new client certificate and key (replacing the old); null removes it.'),
     },
     {
       error: (issue) =>
@@ -247,7 +272,7 @@ export const webhookPatchSchema = z
   )
   .refine(
     (body) => Object.keys(body).length > 0,
-    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, ordering, signature, filter',
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, ordering, signature, filter, headers, auth, tls_client_certificate',
   );
 
 export const webhookResourceSchema = z
@@ -296,6 +321,13 @@ export const webhookResourceSchema = z
       .int()
       .nullable()
       .describe('Attempts in flight to the endpoint at most, per worker; null: the worker’s send slots.'),
+    headers: z
+      .record(z.string(), z.string())
+      .describe('The custom request headers, each value masked (••••); {} when there are none.'),
+    auth: authViewSchema.nullable().describe('The receiver authentication (type and non-secret fields); null: none.'),
+    tls_client_certificate: clientCertificateViewSchema
+      .nullable()
+      .describe('The TLS client certificate, described (never its key); null: none.'),
     created_at: z.string().describe('ISO 8601 time of registration.'),
     updated_at: z.string().describe('ISO 8601 time of the last change.'),
   })
@@ -325,6 +357,10 @@ export interface Webhook {
   ordering: WebhookOrdering;
   /** Attempts in flight to its endpoint at most, per worker; undefined: the worker's send slots. */
   maxConcurrency: number | undefined;
+  /** Custom request headers in the order given; values undefined in a process without the key. */
+  headers: { name: string; value: string | undefined }[];
+  auth: ReceiverAuth | undefined;
+  clientCertificate: ClientCertificate | undefined;
   createdAt: string;
   updatedAt: string;
 }
@@ -367,6 +403,10 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     filter: webhook.filter ?? null,
     ordering: webhook.ordering,
     max_concurrency: webhook.maxConcurrency ?? null,
+    headers: maskedHeaders(webhook.headers),
+    auth: webhook.auth === undefined ? null : toAuthView(webhook.auth),
+    tls_client_certificate:
+      webhook.clientCertificate === undefined ? null : toClientCertificateView(webhook.clientCertificate),
     created_at: webhook.createdAt,
     updated_at: webhook.updatedAt,
   };

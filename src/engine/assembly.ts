@@ -31,6 +31,7 @@ import type { Metrics } from '../metrics/metrics.js';
 import {
   breakerObserver,
   connectionObserver,
+  receiverTokenObserver,
   deliveryObserver,
   flowObserver,
   ingestObserver,
@@ -58,6 +59,8 @@ import { pingRedis, type Redis } from '../store/redis.js';
 import { RedisReplayTasks } from '../store/replay-tasks.js';
 import { RedisSendRate, type SendRateLimiter } from '../store/send-rate.js';
 import { SecretBox } from '../store/secret-box.js';
+import { RedisTokenCache } from '../store/receiver-tokens.js';
+import { ReceiverTokens } from '../delivery/receiver-tokens.js';
 import { RedisWebhookChanges } from '../store/webhook-changes.js';
 import { RedisWebhookStore } from '../store/webhooks.js';
 import { VERSION } from '../version.js';
@@ -116,10 +119,11 @@ export function composeStores(settings: StoreSettings) {
   });
   const webhookCopies = webhookCopyCaches(new RedisWebhookChanges(redis, keys), settings.observability?.logger);
   const pauseHolds = new PauseHolds({ index: new RedisHeldDeliveries(redis, keys), queues, lines: fifoLines, nowMs });
+  const secretBox = new SecretBox(settings.secretKey);
   const webhooks = new RedisWebhookStore(
     redis,
     keys,
-    new SecretBox(settings.secretKey),
+    secretBox,
     () => new Date(nowMs()),
     settings.secretRotationOverlapMs,
     settings.operationalWebhooks && operationalWebhookQueuer(queues, settings.operationalWebhooks.logger),
@@ -183,6 +187,8 @@ export function composeStores(settings: StoreSettings) {
     ingestor,
     /** The process's copies of webhooks (ingest's lookups, a worker's webhook cache) and the feed that keeps them current. */
     webhookCopies,
+    secretBox,
+    receiverTokenCache: new RedisTokenCache(redis, keys, secretBox),
     /** The admin API's dependencies. */
     adminDeps(options: {
       logger: Logger;
@@ -274,6 +280,8 @@ export interface DeliverySettings {
   sustainedFailureWindowMs: number;
   /** How long a worker trusts its cached copy of a webhook. */
   webhookCacheTtlMs?: number;
+  /** CA certificates (PEM) the sender trusts besides Node's (tests; deployments set NODE_EXTRA_CA_CERTS). */
+  extraCa?: string;
   /** Circuit-breaker tuning; defaults in DEFAULT_BREAKER_OPTIONS. */
   breaker?: Partial<BreakerOptions>;
   /** Counts attempts, outcomes and circuit changes. */
@@ -284,10 +292,14 @@ export interface DeliverySettings {
 
 /** The delivery sender's options for a worker of these settings. */
 export function senderOptions(
-  settings: Pick<DeliverySettings, 'allowPrivateTargets' | 'deliveryTimeoutMs' | 'concurrency' | 'tlsSessionCache'>,
+  settings: Pick<
+    DeliverySettings,
+    'allowPrivateTargets' | 'deliveryTimeoutMs' | 'concurrency' | 'tlsSessionCache' | 'extraCa'
+  >,
 ) {
   return {
     ...(settings.tlsSessionCache === undefined ? {} : { tlsSessions: settings.tlsSessionCache }),
+    ...(settings.extraCa === undefined ? {} : { extraCa: settings.extraCa }),
     allowPrivateTargets: settings.allowPrivateTargets,
     connectTimeoutMs: Math.min(5_000, settings.deliveryTimeoutMs),
     maxResponseBytes: 64 * 1024,
@@ -402,6 +414,26 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
       ),
     ),
     sender,
+    receiverTokens: new ReceiverTokens({
+      cache: stores.receiverTokenCache,
+      sender,
+      // Tokens are kept per client: a change of URL, credentials, scope or audience means another token.
+      clientIdOf: (auth) =>
+        stores.secretBox.opaqueId(
+          'oauth2 client',
+          JSON.stringify([
+            auth.tokenUrl,
+            auth.clientId,
+            auth.clientSecret,
+            auth.scope,
+            auth.audience,
+            auth.tokenAuthMethod,
+          ]),
+        ),
+      nowMs,
+      timeoutMs: settings.deliveryTimeoutMs,
+      ...(settings.metrics ? { onRequested: receiverTokenObserver(settings.metrics) } : {}),
+    }),
     recorder: stores.deliveryLog,
     singles: stores.queues,
     admission,

@@ -50,7 +50,7 @@ export interface EngineOptions {
   metrics?: Metrics;
   nowMs?: () => number;
   /** What tests and the bench tune about the worker; production uses the defaults. */
-  worker?: Pick<WorkerSettings, 'breaker' | 'webhookCacheTtlMs' | 'onOutcome'>;
+  worker?: Pick<WorkerSettings, 'breaker' | 'webhookCacheTtlMs' | 'onOutcome' | 'extraCa'>;
   /** Where the vendor portal's built browser app is; default the package's `dist/portal/`. */
   portalAssetsDir?: string;
 }

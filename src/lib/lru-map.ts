@@ -6,7 +6,11 @@
 export class LruMap<K, V> {
   readonly #entries = new Map<K, V>();
 
-  constructor(readonly maxEntries: number) {
+  /** `onEvict` is told of each entry forgotten to make room (not of those deleted or replaced). */
+  constructor(
+    readonly maxEntries: number,
+    private readonly onEvict?: (key: K, value: V) => void,
+  ) {
     if (!Number.isInteger(maxEntries) || maxEntries < 0)
       throw new RangeError('maxEntries must be an integer of 0 or more');
   }
@@ -29,13 +33,20 @@ export class LruMap<K, V> {
     if (this.maxEntries === 0) return;
     this.#entries.delete(key);
     if (this.#entries.size >= this.maxEntries) {
-      const oldest = this.#entries.keys().next();
-      if (!oldest.done) this.#entries.delete(oldest.value);
+      const oldest = this.#entries.entries().next();
+      if (!oldest.done) {
+        this.#entries.delete(oldest.value[0]);
+        this.onEvict?.(oldest.value[0], oldest.value[1]);
+      }
     }
     this.#entries.set(key, value);
   }
 
   delete(key: K): boolean {
     return this.#entries.delete(key);
+  }
+
+  values(): IterableIterator<V> {
+    return this.#entries.values();
   }
 }

@@ -55,7 +55,7 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
     }),
     deliveryAttempts: new Counter({
       name: 'hookline_delivery_attempts_total',
-      help: 'Delivery attempts by event type and outcome (delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network; circuit_open, webhook_disabled and paused_expired were not sent).',
+      help: 'Delivery attempts by event type and outcome (delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, auth; circuit_open, webhook_disabled and paused_expired were not sent).',
       labelNames: ['event_type', 'outcome'] as const,
       registers,
     }),
@@ -167,6 +167,12 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
       labelNames: ['kind'] as const,
       registers,
     }),
+    receiverTokenRequests: new Counter({
+      name: 'hookline_receiver_token_requests_total',
+      help: 'OAuth2 token requests this worker made for webhooks with oauth2_client_credentials auth, by outcome (ok or error). Tokens are shared by all workers until shortly before they expire, so ok grows by about one per client per token lifetime; error means deliveries were not sent (outcome auth).',
+      labelNames: ['outcome'] as const,
+      registers,
+    }),
     redisUp: new Gauge({
       name: 'hookline_redis_up',
       help: '1 when Redis answered PING at scrape time, else 0.',
@@ -212,6 +218,7 @@ export function initialiseSeries(metrics: Metrics): void {
   for (const result of ['sent', 'deferred']) metrics.rateLimitChecks.inc({ result }, 0);
   for (const cause of ['unreadable', 'rejected', 'failed']) metrics.ingestStreamDeadLetters.inc({ cause }, 0);
   for (const kind of ['plain', 'tls_full', 'tls_resumed']) metrics.connectionsOpened.inc({ kind }, 0);
+  for (const outcome of ['ok', 'error']) metrics.receiverTokenRequests.inc({ outcome }, 0);
   metrics.ssrfBlocked.inc(0);
   metrics.deliveriesFiltered.inc(0);
   metrics.concurrencyDecreases.inc(0);

@@ -89,6 +89,11 @@ export function connectionObserver(metrics: Metrics): (kind: ConnectionKind) => 
   return (kind) => metrics.connectionsOpened.inc({ kind });
 }
 
+/** Counts the OAuth2 token requests made for receivers, by outcome. */
+export function receiverTokenObserver(metrics: Metrics): (outcome: 'ok' | 'error') => void {
+  return (outcome) => metrics.receiverTokenRequests.inc({ outcome });
+}
+
 /** Shows whether delivery sends are paused because storage stopped answering (the storage gate's state). */
 export function storageGateObserver(metrics: Metrics): (open: boolean) => void {
   return (open) => metrics.sendsPaused.set(open ? 0 : 1);

@@ -26,6 +26,8 @@ export function redisKeys(prefix: string) {
       /** pub/sub channel: a webhook was created, changed or deleted, so processes drop their copies of it */
       changes: `${tag('webhooks')}:changes`,
     },
+    /** string per OAuth2 client (an opaque id of its token URL and credentials): its access token, sealed, expiring with it */
+    receiverToken: (clientId: string) => `${tag('receiver-tokens')}:${clientId}`,
     machines: {
       /** hash: machine id → Machine JSON */
       docs: `${tag('machines')}:docs`,

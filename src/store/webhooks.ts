@@ -13,6 +13,13 @@ import {
 } from '../domain/signing-keys.js';
 import type { FilterNode } from '../domain/filter.js';
 import {
+  headersAuthProblem,
+  headersProblem,
+  TOKEN_AUTH_METHODS,
+  type ClientCertificate,
+  type ReceiverAuth,
+} from '../domain/receiver-auth.js';
+import {
   DISABLED_REASONS,
   newWebhookSecret,
   type DisabledReason,
@@ -54,6 +61,33 @@ const recordSchema = z.object({
   filter: z.custom<FilterNode>((value) => typeof value === 'object' && value !== null).optional(),
   ordering: z.literal('fifo').optional(),
   maxConcurrency: z.number().optional(),
+  /** Custom headers: the names in the clear (reads need no key), the [name, value] pairs sealed together. */
+  headerNames: z.array(z.string()).optional(),
+  headersSealed: z.string().optional(),
+  /** Receiver auth: its non-secret fields, and its one secret (password, token or client secret) sealed. */
+  auth: z
+    .object({
+      type: z.enum(['basic', 'bearer', 'oauth2_client_credentials']),
+      username: z.string().optional(),
+      tokenUrl: z.string().optional(),
+      clientId: z.string().optional(),
+      scope: z.string().optional(),
+      audience: z.string().optional(),
+      tokenAuthMethod: z.enum(TOKEN_AUTH_METHODS).optional(),
+      secretSealed: z.string(),
+    })
+    .optional(),
+  /** TLS client certificate: the certificate and what reads show of it in the clear, the key sealed. */
+  clientCert: z
+    .object({
+      certPem: z.string(),
+      keySealed: z.string(),
+      subject: z.string(),
+      issuer: z.string(),
+      fingerprint256: z.string(),
+      notAfterMs: z.number(),
+    })
+    .optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });
@@ -75,10 +109,18 @@ export type WebhookTransition =
 /** Told of each transition once it is stored; it reports its own failures and never throws. */
 export type TransitionListener = (transition: WebhookTransition) => Promise<void>;
 
-export type CreateResult = { ok: true; webhook: Webhook } | { ok: false; reason: 'conflict'; existingId: string };
-/** `unsigned`: the change would leave a webhook that signs with hmac without a secret (see applyChanges). */
+export type CreateResult =
+  | { ok: true; webhook: Webhook }
+  | { ok: false; reason: 'conflict'; existingId: string }
+  | { ok: false; reason: 'invalid'; problem: string };
+/**
+ * `unsigned`: the change would leave a webhook that signs with hmac without a secret (see applyChanges);
+ * `invalid`: the webhook it would leave breaks a rule across fields (`problem` says which).
+ */
 export type UpdateResult =
-  { ok: true; webhook: Webhook } | { ok: false; reason: 'not_found' | 'conflict' | 'unsigned' };
+  | { ok: true; webhook: Webhook }
+  | { ok: false; reason: 'not_found' | 'conflict' | 'unsigned' }
+  | { ok: false; reason: 'invalid'; problem: string };
 
 export interface WebhookChanges {
   eventType?: WebhookEventType;
@@ -101,6 +143,12 @@ export interface WebhookChanges {
   ordering?: WebhookOrdering;
   /** A new ceiling of attempts in flight; null removes it. */
   maxConcurrency?: number | null;
+  /** Merged into the custom headers (names case-insensitive): a value sets one, null removes one; null removes them all. */
+  headers?: Record<string, string | null> | null;
+  /** New receiver auth; null removes it. */
+  auth?: ReceiverAuth | null;
+  /** A new client certificate (checked by the caller); null removes it. */
+  clientCertificate?: ClientCertificate | null;
 }
 
 /** What a registration sets. */
@@ -114,6 +162,10 @@ export interface WebhookInput {
   filter?: FilterNode;
   ordering?: WebhookOrdering;
   maxConcurrency?: number;
+  headers?: Record<string, string>;
+  auth?: ReceiverAuth;
+  /** Checked by the caller (checkClientCertificate). */
+  clientCertificate?: ClientCertificate;
 }
 
 /** What the delivery worker needs: any webhook by id, and a way to disable one. */
@@ -194,6 +246,22 @@ type VendorKeys = [byId: string, byVendorType: string, ofVendor: string, fifo: s
 type UpdateKeys = [byId: string, byVendorType: string, fifo: string];
 
 const indexField = (vendorId: string, eventType: string) => `${vendorId}\n${eventType}`;
+
+/** What a sealed receiver credential is bound to: its webhook and its field, so it opens nowhere else. */
+const sealedFor = (webhookId: string, field: 'headers' | 'auth' | 'client key') => `${webhookId}\n${field}`;
+
+/** `current` with `patch` merged in (names case-insensitive; a name given anew takes the new spelling); null removes. */
+function mergeHeaders(current: [string, string][], patch: Record<string, string | null>): [string, string][] {
+  const merged = [...current];
+  for (const [name, value] of Object.entries(patch)) {
+    const at = merged.findIndex(([existing]) => existing.toLowerCase() === name.toLowerCase());
+    if (value === null) {
+      if (at >= 0) merged.splice(at, 1);
+    } else if (at >= 0) merged[at] = [name, value];
+    else merged.push([name, value]);
+  }
+  return merged;
+}
 const CAS_ATTEMPTS = 8;
 
 /**
@@ -264,6 +332,12 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       createdAt: at,
       updatedAt: at,
     };
+    const problem = this.applyReceiverChanges(record, {
+      ...(input.headers === undefined ? {} : { headers: input.headers }),
+      ...(input.auth === undefined ? {} : { auth: input.auth }),
+      ...(input.clientCertificate === undefined ? {} : { clientCertificate: input.clientCertificate }),
+    });
+    if (problem !== undefined) return { ok: false, reason: 'invalid', problem };
     const { byId, byVendorType, ofVendor, fifo } = this.keys.webhooks;
     const holder = await this.createScript(
       [byId, byVendorType, ofVendor(vendorId), fifo],
@@ -333,6 +407,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       const { record, raw } = found;
       const next = this.applyChanges(record, changes);
       if (next === 'unsigned') return { ok: false, reason: 'unsigned' };
+      if ('problem' in next) return { ok: false, reason: 'invalid', problem: next.problem };
       const outcome = await this.updateScript(
         this.updateKeys(),
         webhookId,
@@ -459,7 +534,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
    * without one generates one. One stored without a secret before secrets were generated is left as
    * it is by other changes: signing it unasked would fail receivers that verify what they get.
    */
-  private applyChanges(record: WebhookRecord, changes: WebhookChanges): WebhookRecord | 'unsigned' {
+  private applyChanges(
+    record: WebhookRecord,
+    changes: WebhookChanges,
+  ): WebhookRecord | 'unsigned' | { problem: string } {
     const now = this.now();
     const next: WebhookRecord = {
       ...record,
@@ -527,13 +605,89 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       next.disabledReason = 'paused';
       next.disabledAtMs = now.getTime();
     }
-    return next;
+    const problem = this.applyReceiverChanges(next, changes);
+    return problem === undefined ? next : { problem };
+  }
+
+  /**
+   * Applies a change's headers (merged: names case-insensitive, null removes), auth and client
+   * certificate to `next`, sealing what is secret; then the problem the whole webhook has across
+   * fields, if any: too many headers, an authorization header beside auth, a client certificate on
+   * a plain-http callback URL.
+   */
+  private applyReceiverChanges(
+    next: WebhookRecord,
+    changes: Pick<WebhookChanges, 'headers' | 'auth' | 'clientCertificate'>,
+  ): string | undefined {
+    if (changes.headers !== undefined) {
+      const pairs = changes.headers === null ? [] : mergeHeaders(this.openHeaders(next), changes.headers);
+      const problem = headersProblem(pairs);
+      if (problem !== undefined) return problem;
+      if (pairs.length === 0) {
+        delete next.headerNames;
+        delete next.headersSealed;
+      } else {
+        next.headerNames = pairs.map(([name]) => name);
+        next.headersSealed = this.box.seal(JSON.stringify(pairs), sealedFor(next.id, 'headers'));
+      }
+    }
+    if (changes.auth === null) delete next.auth;
+    else if (changes.auth !== undefined) next.auth = this.sealAuth(changes.auth, next.id);
+    if (changes.clientCertificate === null) delete next.clientCert;
+    else if (changes.clientCertificate !== undefined) {
+      const { keyPem, ...shown } = changes.clientCertificate;
+      if (keyPem === undefined) throw new Error('a client certificate needs its key');
+      next.clientCert = { ...shown, keySealed: this.box.seal(keyPem, sealedFor(next.id, 'client key')) };
+    }
+    if (next.clientCert !== undefined && !next.callbackUrl.startsWith('https:'))
+      return 'tls_client_certificate needs an https callback_url';
+    return headersAuthProblem(next.headerNames ?? [], next.auth !== undefined);
+  }
+
+  private openHeaders(record: WebhookRecord): [string, string][] {
+    if (record.headersSealed === undefined) return [];
+    return JSON.parse(this.box.open(record.headersSealed, sealedFor(record.id, 'headers'))) as [string, string][];
+  }
+
+  private sealAuth(auth: ReceiverAuth, webhookId: string): NonNullable<WebhookRecord['auth']> {
+    const secret = auth.type === 'basic' ? auth.password : auth.type === 'bearer' ? auth.token : auth.clientSecret;
+    if (secret === undefined) throw new Error(`${auth.type} auth needs its secret`);
+    const secretSealed = this.box.seal(secret, sealedFor(webhookId, 'auth'));
+    if (auth.type === 'basic') return { type: 'basic', username: auth.username, secretSealed };
+    if (auth.type === 'bearer') return { type: 'bearer', secretSealed };
+    return {
+      type: auth.type,
+      tokenUrl: auth.tokenUrl,
+      clientId: auth.clientId,
+      ...(auth.scope === undefined ? {} : { scope: auth.scope }),
+      ...(auth.audience === undefined ? {} : { audience: auth.audience }),
+      tokenAuthMethod: auth.tokenAuthMethod,
+      secretSealed,
+    };
+  }
+
+  /** The receiver auth of a record, its secret opened when this process has the key. */
+  private openAuth(record: WebhookRecord): ReceiverAuth | undefined {
+    const stored = record.auth;
+    if (stored === undefined) return undefined;
+    const secret = this.box.hasKey ? this.box.open(stored.secretSealed, sealedFor(record.id, 'auth')) : undefined;
+    if (stored.type === 'basic') return { type: 'basic', username: stored.username ?? '', password: secret };
+    if (stored.type === 'bearer') return { type: 'bearer', token: secret };
+    return {
+      type: stored.type,
+      tokenUrl: stored.tokenUrl ?? '',
+      clientId: stored.clientId ?? '',
+      clientSecret: secret,
+      scope: stored.scope,
+      audience: stored.audience,
+      tokenAuthMethod: stored.tokenAuthMethod ?? 'client_secret_basic',
+    };
   }
 
   /** The webhook of a record; without a key (the CLI's commands) it comes without its secrets and private keys. */
   private toWebhook(record: WebhookRecord): Webhook {
-    const open = (sealed: string | undefined) =>
-      sealed === undefined || !this.box.hasKey ? undefined : this.box.open(sealed, record.id);
+    const open = (sealed: string | undefined, associatedData = record.id) =>
+      sealed === undefined || !this.box.hasKey ? undefined : this.box.open(sealed, associatedData);
     const previous = open(record.previousSecretSealed);
     return {
       id: record.id,
@@ -561,6 +715,17 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         : [],
       ordering: record.ordering ?? 'none',
       maxConcurrency: record.maxConcurrency,
+      headers: this.box.hasKey
+        ? this.openHeaders(record).map(([name, value]) => ({ name, value }))
+        : (record.headerNames ?? []).map((name) => ({ name, value: undefined })),
+      auth: this.openAuth(record),
+      clientCertificate:
+        record.clientCert === undefined
+          ? undefined
+          : {
+              ...record.clientCert,
+              keyPem: open(record.clientCert.keySealed, sealedFor(record.id, 'client key')),
+            },
       createdAt: record.createdAt,
       updatedAt: record.updatedAt,
     };

@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { randomInt } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
@@ -86,5 +87,115 @@ export function makeTestCa(dir: string): TestCa {
     caPath: path.join(dir, 'ca.pem'),
     cert: readFileSync(path.join(dir, 'server.pem'), 'utf8'),
     key: readFileSync(path.join(dir, 'server.key'), 'utf8'),
+  };
+}
+
+let issued = 0;
+
+/**
+ * A client certificate (P-256, extendedKeyUsage clientAuth) issued by the run's CA, for receivers
+ * that require mutual TLS. `expired`: valid for one day in 2020 (openssl ca sets the dates).
+ */
+export function issueClientCertificate(
+  ca: Pick<TestCa, 'caPath'>,
+  commonName: string,
+  options: { expired?: boolean } = {},
+): { cert: string; key: string } {
+  const caDir = path.dirname(ca.caPath);
+  issued += 1;
+  const dir = path.join(caDir, `client-${process.pid}-${issued}`);
+  mkdirSync(dir, { recursive: true });
+  const caKey = path.join(caDir, 'ca.key');
+  openssl(
+    [
+      'req',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-keyout',
+      'client.key',
+      '-out',
+      'client.csr',
+      '-subj',
+      `/CN=${commonName}/O=Hookline Tests`,
+    ],
+    dir,
+  );
+  writeFileSync(
+    path.join(dir, 'client.ext'),
+    ['basicConstraints=CA:FALSE', 'keyUsage=critical,digitalSignature', 'extendedKeyUsage=clientAuth'].join('\n'),
+  );
+  if (options.expired) {
+    writeFileSync(path.join(dir, 'index.txt'), '');
+    writeFileSync(path.join(dir, 'serial'), '01\n');
+    writeFileSync(
+      path.join(dir, 'ca.cnf'),
+      [
+        '[ca]',
+        'default_ca=d',
+        '[d]',
+        'database=index.txt',
+        'new_certs_dir=.',
+        'serial=serial',
+        'default_md=sha256',
+        'policy=p',
+        '[p]',
+        'commonName=supplied',
+        'organizationName=optional',
+      ].join('\n'),
+    );
+    openssl(
+      [
+        'ca',
+        '-batch',
+        '-config',
+        'ca.cnf',
+        '-cert',
+        ca.caPath,
+        '-keyfile',
+        caKey,
+        '-in',
+        'client.csr',
+        '-out',
+        'client.pem',
+        '-extfile',
+        'client.ext',
+        '-startdate',
+        '20200101000000Z',
+        '-enddate',
+        '20200102000000Z',
+        '-notext',
+      ],
+      dir,
+    );
+  } else {
+    openssl(
+      [
+        'x509',
+        '-req',
+        '-in',
+        'client.csr',
+        '-CA',
+        ca.caPath,
+        '-CAkey',
+        caKey,
+        // A serial of its own: a shared serial file would race between test files issuing at once.
+        '-set_serial',
+        String(randomInt(1, 2 ** 47)),
+        '-out',
+        'client.pem',
+        '-days',
+        '2',
+        '-extfile',
+        'client.ext',
+      ],
+      dir,
+    );
+  }
+  return {
+    cert: readFileSync(path.join(dir, 'client.pem'), 'utf8'),
+    key: readFileSync(path.join(dir, 'client.key'), 'utf8'),
   };
 }

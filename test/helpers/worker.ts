@@ -1,9 +1,13 @@
+import { readFileSync } from 'node:fs';
 import type { pino } from 'pino';
+import { inject } from 'vitest';
 import type { FinishedOutcome } from '../../src/delivery/attempt.js';
 import type { DeliveryWorker, EngineConfig, EngineOptions } from '../../src/engine/index.js';
 import { freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { testEngine, type TestApp } from './app.js';
 import { cleanEnv } from './processes.js';
+
+const testCa = inject('testCa');
 
 export interface TestWorker {
   outcomes: FinishedOutcome[];
@@ -66,6 +70,9 @@ export async function startTestWorker(t: TestApp, settings: TestWorkerSettings =
           settings.onOutcome?.(o);
         },
         ...(settings.breaker ? { breaker: settings.breaker } : {}),
+        // Receivers made by the tests serve certificates of the run's CA (the process may have
+        // started before the global setup set NODE_EXTRA_CA_CERTS).
+        ...(testCa === undefined ? {} : { extraCa: readFileSync(testCa.caPath, 'utf8') }),
       },
     },
     settings.logger,

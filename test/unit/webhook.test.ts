@@ -38,6 +38,9 @@ describe('toWebhookResource', () => {
       filter: null,
       ordering: 'none',
       max_concurrency: null,
+      headers: {},
+      auth: null,
+      tls_client_certificate: null,
       created_at: '2025-01-01T00:00:00.000Z',
       updated_at: '2025-01-02T00:00:00.000Z',
     });

@@ -28,7 +28,7 @@ export const deliverySchema = z
       .string()
       .nullable()
       .describe(
-        'delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, circuit_open (due while the endpoint’s circuit was open; not sent), ' +
+        'delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, auth (no OAuth2 token; not sent), circuit_open (due while the endpoint’s circuit was open; not sent), ' +
           'webhook_disabled (disabled by the engine; not sent) or paused_expired (its webhook paused past the end of its retry window; not sent).',
       ),
     last_status_code: z.number().int().nullable(),

@@ -47,7 +47,9 @@ const statsSchema = z
         attempted_at: z.string(),
         outcome: z
           .string()
-          .describe('delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked or network.'),
+          .describe(
+            'delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network or auth.',
+          ),
         status_code: z.number().int().nullable(),
         duration_ms: z.number().int(),
       })

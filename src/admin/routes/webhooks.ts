@@ -10,6 +10,13 @@ import {
   webhookResourceSchema,
   type WebhookResource,
 } from '../../domain/webhook.js';
+import {
+  authFromInput,
+  checkClientCertificate,
+  type AuthInput,
+  type ClientCertificate,
+  type ReceiverAuth,
+} from '../../domain/receiver-auth.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError, checkedUuid } from '../errors.js';
@@ -52,6 +59,24 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
       callbackUrl === undefined || deps.allowPrivateTargets ? undefined : callbackTargetProblem(callbackUrl);
     if (problem !== undefined) throw new ApiError('invalid_request', `Invalid request body: ${problem}`);
   };
+
+  /** The receiver auth of a body, its token URL checked as a callback URL is. */
+  const checkedAuth = (input: AuthInput | null): ReceiverAuth | null => {
+    if (input === null) return null;
+    if (input.type === 'oauth2_client_credentials' && !deps.allowPrivateTargets) {
+      const problem = callbackTargetProblem(input.token_url)?.replace('callback_url', 'auth.token_url');
+      if (problem !== undefined) throw new ApiError('invalid_request', `Invalid request body: ${problem}`);
+    }
+    return authFromInput(input);
+  };
+  /** The client certificate of a body, checked against its key and the clock. */
+  const checkedCertificate = (input: { cert_pem: string; key_pem: string } | null): ClientCertificate | null => {
+    if (input === null) return null;
+    const checked = checkClientCertificate(input, deps.nowMs());
+    if (!checked.ok) throw new ApiError('invalid_request', `Invalid request body: ${checked.problem}`);
+    return checked.certificate;
+  };
+  const invalid = (problem: string) => new ApiError('invalid_request', `Invalid request body: ${problem}`);
 
   return async (app) => {
     // Portal sessions: listing needs read; every change needs manage.
@@ -97,8 +122,14 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.filter === undefined ? {} : { filter: body.filter }),
           ...(body.ordering === undefined ? {} : { ordering: body.ordering }),
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
+          ...(body.headers === undefined ? {} : { headers: body.headers }),
+          ...(body.auth === undefined ? {} : { auth: checkedAuth(body.auth) as ReceiverAuth }),
+          ...(body.tls_client_certificate === undefined
+            ? {}
+            : { clientCertificate: checkedCertificate(body.tls_client_certificate) as ClientCertificate }),
         });
-        if (!result.ok) throw conflict(body.event_type, result.existingId);
+        if (!result.ok)
+          throw result.reason === 'invalid' ? invalid(result.problem) : conflict(body.event_type, result.existingId);
         const generated = body.secret === undefined ? result.webhook.secret : undefined;
         return reply
           .code(201)
@@ -183,8 +214,14 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.filter === undefined ? {} : { filter: body.filter }),
           ...(body.ordering === undefined ? {} : { ordering: body.ordering }),
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
+          ...(body.headers === undefined ? {} : { headers: body.headers }),
+          ...(body.auth === undefined ? {} : { auth: checkedAuth(body.auth) }),
+          ...(body.tls_client_certificate === undefined
+            ? {}
+            : { clientCertificate: checkedCertificate(body.tls_client_certificate) }),
         });
         if (result.ok) return toWebhookResource(result.webhook, deps.nowMs());
+        if (result.reason === 'invalid') throw invalid(result.problem);
         if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');
         if (result.reason === 'unsigned')
           throw new ApiError(

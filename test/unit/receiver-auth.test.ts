@@ -1,0 +1,122 @@
+import { describe, expect, it } from 'vitest';
+import {
+  headerNameProblem,
+  headersAuthProblem,
+  headersProblem,
+  staticAuthorization,
+} from '../../src/domain/receiver-auth.js';
+import { readTokenResponse, tokenRequest } from '../../src/delivery/receiver-tokens.js';
+import type { SendResult } from '../../src/delivery/http-sender.js';
+
+const response = (status: number, body: unknown): SendResult => ({
+  kind: 'response',
+  status,
+  retryAfter: undefined,
+  bodySnippet: typeof body === 'string' ? body : JSON.stringify(body),
+  durationMs: 3,
+});
+
+const TOKEN_URL = 'https://auth.example/oauth/token?tenant=secret-tenant';
+
+describe('custom header rules', () => {
+  it('refuses what the engine sends and connection headers, case-insensitively; allows the rest', () => {
+    for (const name of ['Webhook-Id', 'x-webhook-signature', 'HOST', 'Transfer-Encoding', 'Connection', 'User-Agent'])
+      expect(headerNameProblem(name), name).toContain('cannot be set');
+    for (const name of ['X-Api-Key', 'Authorization', 'X-Tenant-Id', 'apikey'])
+      expect(headerNameProblem(name)).toBeUndefined();
+    expect(headerNameProblem('X Api')).toContain('token characters');
+    expect(headerNameProblem('x'.repeat(65))).toContain('1 to 64');
+  });
+
+  it('refuses duplicate names, control characters, empty and non-ASCII values, and more than ten', () => {
+    expect(
+      headersProblem([
+        ['X-A', '1'],
+        ['x-a', '2'],
+      ]),
+    ).toContain('twice');
+    expect(headersProblem([['X-A', 'a\nb']])).toContain('printable ASCII');
+    expect(headersProblem([['X-A', '']])).toContain('printable ASCII');
+    expect(headersProblem([['X-A', '••••']])).toContain('printable ASCII');
+    expect(headersProblem(Array.from({ length: 11 }, (_, i) => [`X-${i}`, 'v'] as const))).toContain('at most 10');
+    expect(headersProblem([['X-A', 'value with spaces\tand a tab']])).toBeUndefined();
+  });
+
+  it('refuses an authorization header only beside auth', () => {
+    expect(headersAuthProblem(['AUTHORIZATION'], true)).toContain('"AUTHORIZATION"');
+    expect(headersAuthProblem(['AUTHORIZATION'], false)).toBeUndefined();
+  });
+});
+
+describe('static authorization', () => {
+  it('is Basic base64(user:password) and Bearer token; nothing without the secret (a process without the key)', () => {
+    expect(staticAuthorization({ type: 'basic', username: 'u', password: 'p:w' })).toBe(
+      `Basic ${Buffer.from('u:p:w').toString('base64')}`,
+    );
+    expect(staticAuthorization({ type: 'bearer', token: 't0k' })).toBe('Bearer t0k');
+    expect(staticAuthorization({ type: 'bearer', token: undefined })).toBeUndefined();
+  });
+});
+
+describe('OAuth2 token requests and answers', () => {
+  const auth = {
+    type: 'oauth2_client_credentials' as const,
+    tokenUrl: TOKEN_URL,
+    clientId: 'client id',
+    clientSecret: 's&cret',
+    scope: 'a b',
+    audience: 'https://api.example',
+    tokenAuthMethod: 'client_secret_basic' as const,
+  };
+
+  it('asks for client_credentials with scope and audience, the client form-encoded in Basic', () => {
+    const request = tokenRequest(auth, 5_000);
+    const form = new URLSearchParams(request.body);
+    expect(Object.fromEntries(form)).toEqual({
+      grant_type: 'client_credentials',
+      scope: 'a b',
+      audience: 'https://api.example',
+    });
+    expect(request.headers['content-type']).toBe('application/x-www-form-urlencoded');
+    expect(Buffer.from(request.headers.authorization!.slice(6), 'base64').toString()).toBe('client+id:s%26cret');
+    const post = tokenRequest({ ...auth, tokenAuthMethod: 'client_secret_post' }, 5_000);
+    expect(post.headers.authorization).toBeUndefined();
+    expect(new URLSearchParams(post.body).get('client_secret')).toBe('s&cret');
+  });
+
+  it('reads the token and its life; 300 s when the endpoint states none', () => {
+    expect(
+      readTokenResponse(response(200, { access_token: 'abc', token_type: 'bearer', expires_in: 60 }), TOKEN_URL),
+    ).toEqual({
+      ok: true,
+      token: 'abc',
+      expiresInS: 60,
+    });
+    expect(readTokenResponse(response(200, { access_token: 'abc' }), TOKEN_URL)).toMatchObject({ expiresInS: 300 });
+  });
+
+  it('says why there is no token, never quoting the body beyond error and error_description, nor the URL query', () => {
+    const refused = readTokenResponse(
+      response(400, { error: 'invalid_scope', error_description: 'no such scope', access_token: 'leak' }),
+      TOKEN_URL,
+    );
+    expect(refused).toEqual({
+      ok: false,
+      message: 'token endpoint https://auth.example/oauth/token answered 400 (invalid_scope: no such scope)',
+    });
+    expect(readTokenResponse(response(200, 'not json'), TOKEN_URL)).toMatchObject({ ok: false });
+    expect(readTokenResponse(response(200, { access_token: 'has space' }), TOKEN_URL)).toMatchObject({ ok: false });
+    expect(readTokenResponse(response(200, { access_token: 'm', token_type: 'mac' }), TOKEN_URL)).toMatchObject({
+      ok: false,
+      message: expect.stringContaining('only Bearer'),
+    });
+    const failed = readTokenResponse(
+      { kind: 'error', errorClass: 'connect', message: 'ECONNREFUSED', durationMs: 1 },
+      TOKEN_URL,
+    );
+    expect(failed).toEqual({
+      ok: false,
+      message: 'token request to https://auth.example/oauth/token failed: ECONNREFUSED',
+    });
+  });
+});
