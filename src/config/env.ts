@@ -1,3 +1,4 @@
+import { parseEgressProxyUrl, type EgressProxyAddress } from './egress-proxy-url.js';
 import { isIP } from 'node:net';
 import { homedir } from 'node:os';
 import path from 'node:path';
@@ -127,6 +128,20 @@ export const envSchema = z.object({
     .min(0, 'expected 0 or more')
     .max(1_000_000, 'expected at most 1000000')
     .default(10_000),
+  HOOKLINE_EGRESS_PROXY: z
+    .string()
+    .trim()
+    .transform((text, ctx) => {
+      if (text === '') return undefined;
+      try {
+        return parseEgressProxyUrl(text);
+      } catch (error) {
+        // The message never quotes the value: it may hold the proxy's password.
+        ctx.addIssue({ code: 'custom', message: (error as Error).message });
+        return z.NEVER;
+      }
+    })
+    .optional(),
   HOOKLINE_RETRY_SCHEDULE: z
     .string()
     .default(DEFAULT_RETRY_SCHEDULE)
@@ -273,6 +288,8 @@ export interface Config {
   readonly workerConcurrency: number;
   /** TLS sessions a worker keeps to resume connections to receivers (0: none). */
   readonly tlsSessionCache: number;
+  /** Every delivery and token request leaves through this HTTP proxy (CONNECT to the checked address); undefined: direct. */
+  readonly egressProxy: EgressProxyAddress | undefined;
   readonly retryScheduleMs: readonly number[];
   readonly deliveryTimeoutMs: number;
   /** Delivery queues (each its own hash tag, so Redis Cluster spreads them); webhooks hash onto them. */
@@ -356,6 +373,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     allowPrivateTargets: e.HOOKLINE_ALLOW_PRIVATE_TARGETS,
     workerConcurrency: e.HOOKLINE_WORKER_CONCURRENCY,
     tlsSessionCache: e.HOOKLINE_TLS_SESSION_CACHE,
+    egressProxy: e.HOOKLINE_EGRESS_PROXY,
     retryScheduleMs: Object.freeze([...e.HOOKLINE_RETRY_SCHEDULE]),
     deliveryTimeoutMs: e.HOOKLINE_DELIVERY_TIMEOUT,
     queuePartitions: e.HOOKLINE_QUEUE_PARTITIONS,

@@ -2,6 +2,7 @@ import net, { type LookupFunction } from 'node:net';
 import tls from 'node:tls';
 import { errors, type buildConnector } from 'undici';
 import { LruMap } from '../lib/lru-map.js';
+import { connectThroughProxy, type EgressProxy } from './egress-proxy.js';
 
 /** How a new connection to a receiver was made: plain TCP, or TLS with a full handshake or a resumed session. */
 export type ConnectionKind = 'plain' | 'tls_full' | 'tls_resumed';
@@ -28,6 +29,8 @@ export interface ConnectorOptions {
   sessionScope?: string;
   /** mTLS: the certificate (PEM, with its chain) and key every TLS connection presents. */
   clientCertificate?: { certPem: string; keyPem: string };
+  /** HOOKLINE_EGRESS_PROXY: connections are tunnelled through it (CONNECT to the checked address). */
+  proxy?: EgressProxy;
 }
 
 /** TCP keep-alive probes start after a minute idle, as undici's own connector does. */
@@ -60,65 +63,104 @@ export function createConnector(options: ConnectorOptions): buildConnector.conne
     ...(options.extraCa === undefined ? {} : { ca: [...tls.rootCertificates, options.extraCa] }),
     ...(client === undefined ? {} : { cert: client.certPem, key: client.keyPem }),
   });
-  const { lookup, onConnected } = options;
+  const { lookup, onConnected, proxy } = options;
   return ({ hostname, host, protocol, port, servername, localAddress }, callback) => {
     const secure = protocol === 'https:';
     const portNumber = Number(port) || (secure ? 443 : 80);
-    let socket: net.Socket;
-    let sessionKey = '';
-    if (secure) {
-      const name = servername || serverNameOf(host ?? hostname);
-      sessionKey = `${scope}${name ?? hostname}:${portNumber}`;
-      socket = tls.connect({
-        host: hostname,
-        port: portNumber,
+    const name = secure ? servername || serverNameOf(host ?? hostname) : undefined;
+    const sessionKey = `${scope}${name ?? hostname}:${portNumber}`;
+    /** TLS over `transport` (a tunnel), or a connection of its own to the receiver. */
+    const startTls = (transport?: net.Socket): tls.TLSSocket => {
+      const tlsSocket = tls.connect({
+        ...(transport === undefined
+          ? {
+              host: hostname,
+              port: portNumber,
+              ...(localAddress ? { localAddress } : {}),
+              ...(lookup ? { lookup } : {}),
+            }
+          : { socket: transport }),
         ...(name === undefined ? {} : { servername: name }),
         session: sessions.get(sessionKey),
         secureContext,
         ALPNProtocols: ['http/1.1'],
-        ...(localAddress ? { localAddress } : {}),
-        ...(lookup ? { lookup } : {}),
       });
       // TLS 1.3 sends its tickets after the handshake, sometimes more than one: the newest is kept.
-      socket.on('session', (session: Buffer) => sessions.set(sessionKey, session));
-    } else {
-      socket = net.connect({
-        host: hostname,
-        port: portNumber,
-        ...(localAddress ? { localAddress } : {}),
-        ...(lookup ? { lookup } : {}),
-      });
-    }
-    socket.setKeepAlive(true, TCP_KEEPALIVE_DELAY_MS).setNoDelay(true);
+      tlsSocket.on('session', (session: Buffer) => sessions.set(sessionKey, session));
+      return tlsSocket;
+    };
 
     let pending = true;
+    /** The socket that is connecting now: the timer destroys it. */
+    let current: net.Socket;
     const settle = (error: Error | null) => {
       if (!pending) return;
       pending = false;
       clearTimeout(timer);
       if (error) callback(error, null);
-      else callback(null, socket);
+      else callback(null, current);
     };
     const timer = setTimeout(() => {
       const error = new errors.ConnectTimeoutError(
         `connect timeout: ${hostname}:${portNumber} (${options.connectTimeoutMs} ms)`,
       );
       settle(error);
-      socket.destroy(error);
+      current.destroy(error);
     }, options.connectTimeoutMs);
-    socket.once(secure ? 'secureConnect' : 'connect', () => {
-      const kind: ConnectionKind = !secure
-        ? 'plain'
-        : (socket as tls.TLSSocket).isSessionReused()
-          ? 'tls_resumed'
-          : 'tls_full';
-      onConnected?.(kind);
-      settle(null);
-    });
-    // A connection that failed before it was up forgets its session, in case the session was why.
-    socket.on('error', (error: Error) => {
-      if (pending && secure) sessions.delete(sessionKey);
-      settle(error);
-    });
+    /** Reports `socket` once it is up (connected, or its handshake done), or its failure. */
+    const watch = (socket: net.Socket, upEvent: 'connect' | 'secureConnect') => {
+      current = socket;
+      socket.setKeepAlive(true, TCP_KEEPALIVE_DELAY_MS).setNoDelay(true);
+      socket.once(upEvent, () => {
+        const kind: ConnectionKind = !secure
+          ? 'plain'
+          : (socket as tls.TLSSocket).isSessionReused()
+            ? 'tls_resumed'
+            : 'tls_full';
+        onConnected?.(kind);
+        settle(null);
+      });
+      // A connection that failed before it was up forgets its session, in case the session was why.
+      socket.on('error', (error: Error) => {
+        if (pending && secure) sessions.delete(sessionKey);
+        settle(error);
+      });
+    };
+
+    if (proxy === undefined) {
+      watch(
+        secure
+          ? startTls()
+          : net.connect({
+              host: hostname,
+              port: portNumber,
+              ...(localAddress ? { localAddress } : {}),
+              ...(lookup ? { lookup } : {}),
+            }),
+        secure ? 'secureConnect' : 'connect',
+      );
+      return;
+    }
+    // Through the egress proxy: the tunnel goes to the address the lookup checked; TLS (SNI the
+    // name) and the Host header then run inside it as on a direct connection.
+    current = connectThroughProxy(
+      {
+        proxy,
+        hostname,
+        port: portNumber,
+        ...(lookup ? { lookup } : {}),
+        ...(localAddress ? { localAddress } : {}),
+      },
+      (error, tunnel) => {
+        if (error || tunnel === null) return settle(error ?? new Error('egress proxy gave no tunnel'));
+        if (!secure) {
+          current = tunnel;
+          tunnel.setKeepAlive(true, TCP_KEEPALIVE_DELAY_MS);
+          onConnected?.('plain');
+          return settle(null);
+        }
+        watch(startTls(tunnel), 'secureConnect');
+      },
+    );
   };
 }

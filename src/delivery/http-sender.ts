@@ -7,6 +7,7 @@ import type { AttemptErrorClass } from '../domain/delivery.js';
 import { blockedAddressReason, parseIpLiteralHost } from '../domain/ip-policy.js';
 import { raceTimer } from '../lib/timer-race.js';
 import { LruMap } from '../lib/lru-map.js';
+import type { EgressProxy } from './egress-proxy.js';
 import { createConnector, type ConnectionKind, type ConnectorOptions } from './connector.js';
 
 export interface SendRequest {
@@ -49,6 +50,8 @@ export interface HttpSenderOptions {
   onConnected?: (kind: ConnectionKind) => void;
   /** CA certificates (PEM) trusted besides Node's (tests; deployments set NODE_EXTRA_CA_CERTS). */
   extraCa?: string;
+  /** Every connection through this HTTP proxy (CONNECT to the address the lookup checked); default direct. */
+  egressProxy?: EgressProxy;
 }
 
 /** At ~1–2 KB a session, at most ~20 MB: room for every endpoint a large installation delivers to. */
@@ -109,6 +112,7 @@ export class HttpSender {
       ...(lookup === undefined ? {} : { lookup }),
       ...(options.onConnected === undefined ? {} : { onConnected: options.onConnected }),
       ...(options.extraCa === undefined ? {} : { extraCa: options.extraCa }),
+      ...(options.egressProxy === undefined ? {} : { proxy: options.egressProxy }),
     };
     this.#agent = this.#newAgent(this.#connectorBase);
   }
@@ -405,6 +409,8 @@ const CONNECT_CODES = new Set([
   'EADDRNOTAVAIL',
   'ETIMEDOUT',
   'UND_ERR_CONNECT_TIMEOUT',
+  // The egress proxy did not open the tunnel (refused, or could not reach the receiver).
+  'ERR_HOOKLINE_PROXY_CONNECT',
 ]);
 const TLS_CODE =
   /^(ERR_TLS_|ERR_SSL_|ERR_OSSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|HOSTNAME_MISMATCH|EPROTO)/;

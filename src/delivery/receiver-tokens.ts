@@ -6,7 +6,7 @@ import type { SendRequest, SendResult } from './http-sender.js';
 type OAuth2Auth = Extract<ReceiverAuth, { type: 'oauth2_client_credentials' }>;
 
 /** The tokens all workers share (store/receiver-tokens.ts). */
-export interface SharedTokenCache {
+interface SharedTokenCache {
   get(clientId: string): Promise<{ cached: CachedToken; stored: string } | undefined>;
   set(clientId: string, cached: CachedToken, nowMs: number): Promise<string>;
   forget(clientId: string, stored: string): Promise<void>;

@@ -11,7 +11,7 @@ import { z } from 'zod';
 /** What stands in for a secret value in every read and in the delivery log. */
 export const SECRET_MASK = '••••';
 
-export const CUSTOM_HEADERS_MAX = 10;
+const CUSTOM_HEADERS_MAX = 10;
 const HEADER_NAME_MAX_CHARS = 64;
 const HEADER_VALUE_MAX_CHARS = 4096;
 const AUTH_FIELD_MAX_CHARS = 1024;
@@ -88,7 +88,7 @@ const strictAuth = <T extends z.core.$ZodLooseShape>(shape: T) =>
   });
 
 export const TOKEN_AUTH_METHODS = ['client_secret_basic', 'client_secret_post'] as const;
-export type TokenAuthMethod = (typeof TOKEN_AUTH_METHODS)[number];
+type TokenAuthMethod = (typeof TOKEN_AUTH_METHODS)[number];
 
 /** `auth` as a vendor sends it; the URL of a token endpoint is checked further by the caller (SSRF). */
 export const authInputSchema = z

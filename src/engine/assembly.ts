@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import type { AdminDeps } from '../admin/server.js';
 import { DEFAULT_BREAKER_OPTIONS, type BreakerOptions } from '../delivery/endpoints/breaker.js';
+import type { EgressProxy } from '../delivery/egress-proxy.js';
 import { HttpSender } from '../delivery/http-sender.js';
 import type { DeliveryProcessorDeps, FinishedOutcome } from '../delivery/attempt.js';
 import { operationalWebhookQueuer } from '../delivery/operational.js';
@@ -282,6 +283,8 @@ export interface DeliverySettings {
   webhookCacheTtlMs?: number;
   /** CA certificates (PEM) the sender trusts besides Node's (tests; deployments set NODE_EXTRA_CA_CERTS). */
   extraCa?: string;
+  /** HOOKLINE_EGRESS_PROXY: deliveries and token requests go through it (not the operational webhook). */
+  egressProxy?: EgressProxy;
   /** Circuit-breaker tuning; defaults in DEFAULT_BREAKER_OPTIONS. */
   breaker?: Partial<BreakerOptions>;
   /** Counts attempts, outcomes and circuit changes. */
@@ -314,6 +317,7 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
   const nowMs = settings.nowMs ?? Date.now;
   const sender = new HttpSender({
     ...senderOptions(settings),
+    ...(settings.egressProxy === undefined ? {} : { egressProxy: settings.egressProxy }),
     ...(settings.metrics ? { onConnected: connectionObserver(settings.metrics) } : {}),
   });
   const breakerOptions = {

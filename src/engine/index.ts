@@ -152,6 +152,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           logger,
           concurrency: config.workerConcurrency,
           tlsSessionCache: config.tlsSessionCache,
+          ...(config.egressProxy === undefined ? {} : { egressProxy: config.egressProxy }),
           retryScheduleMs: config.retryScheduleMs,
           deliveryTimeoutMs: config.deliveryTimeoutMs,
           allowPrivateTargets: config.allowPrivateTargets,

@@ -1,6 +1,11 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromiumMissing, launchChromium } from '../helpers/browser.js';
+import { hasOpenssl } from '../helpers/test-ca.js';
 import { waitFor } from '../helpers/wait.js';
 import { HOSTILE_BODY, portalWorld, SECRET, VENDOR, type PortalWorld } from './fixture.js';
 
@@ -352,6 +357,186 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect(problems).toEqual([]);
   });
 
+  /** A self-signed client certificate (P-256, two days) and its key, made with the openssl command. */
+  function clientCertificate(): { cert_pem: string; key_pem: string } {
+    const dir = mkdtempSync(path.join(tmpdir(), 'hookline-portal-cert-'));
+    try {
+      execFileSync(
+        'openssl',
+        [
+          'req',
+          '-x509',
+          '-newkey',
+          'ec',
+          '-pkeyopt',
+          'ec_paramgen_curve:prime256v1',
+          '-nodes',
+          '-keyout',
+          'client.key',
+          '-out',
+          'client.pem',
+          '-days',
+          '2',
+          '-subj',
+          '/CN=portal-client/O=Acme GPU',
+        ],
+        { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] },
+      );
+      return {
+        cert_pem: readFileSync(path.join(dir, 'client.pem'), 'utf8'),
+        key_pem: readFileSync(path.join(dir, 'client.key'), 'utf8'),
+      };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  it('manage: custom headers, receiver auth and a client certificate are set in the form, shown without their secrets, and edited by merge', async () => {
+    const apiKey = 'gateway-key-7f3a9c21';
+    const tenant = 'tenant-5d0e42b8';
+    const token = 'bearer-token-c81f3e07a4';
+    const password = 'basic-password-96be1d55';
+    const { page, problems } = await open((await mint('manage')).url);
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    const sent: unknown[] = [];
+    page.on('request', (request) => {
+      if (['POST', 'PATCH'].includes(request.method()) && /\/vendors\/v1\/webhooks(\/[^/]+)?$/.test(request.url()))
+        sent.push(request.postDataJSON());
+    });
+    const stored = async () => {
+      const res = await w.t.app.inject({
+        method: 'GET',
+        url: '/vendors/v1/webhooks',
+        headers: { 'x-api-key': w.vendorKey },
+      });
+      return res
+        .json<{ webhooks: Record<string, unknown>[] }>()
+        .webhooks.find((webhook) => webhook.event_type === 'EVENT_TYPE_MACHINE_UPDATED');
+    };
+    const noSecretInPage = async (secrets: string[]) => {
+      const html = await page.content();
+      for (const secret of secrets) expect(html, 'a secret typed into the form').not.toContain(secret);
+    };
+
+    await page.getByRole('button', { name: 'Add a webhook' }).click();
+    const form = page.getByRole('form', { name: 'Add a webhook' });
+    await form.getByLabel('Event type').selectOption('EVENT_TYPE_MACHINE_UPDATED');
+    await form.getByLabel('Callback URL').fill(`${w.good.base}/updated`);
+    // Collapsed on a new webhook, opened by its summary.
+    expect(await form.getByRole('button', { name: 'Add a header' }).isVisible()).toBe(false);
+    await form.getByText('Receiver authentication').click();
+    try {
+      // A header the engine sends itself: the server's refusal shows in the form, and nothing is added.
+      await form.getByRole('button', { name: 'Add a header' }).click();
+      await form.getByLabel('Header 1 name').fill('Content-Type');
+      await form.getByLabel('Header 1 value').fill('text/plain');
+      await form.getByRole('button', { name: 'Add webhook' }).click();
+      await form.getByRole('alert').filter({ hasText: 'header "Content-Type" cannot be set' }).waitFor();
+      expect(await stored()).toBeUndefined();
+
+      await form.getByLabel('Header 1 name').fill('X-Api-Key');
+      await form.getByLabel('Header 1 value').fill(apiKey);
+      await form.getByRole('button', { name: 'Add a header' }).click();
+      await form.getByLabel('Header 2 name').fill('X-Tenant');
+      await form.getByLabel('Header 2 value').fill(tenant);
+      await form.getByLabel('Authentication', { exact: true }).selectOption('bearer');
+      expect(await form.getByLabel('Token', { exact: true }).getAttribute('type')).toBe('password');
+      await form.getByLabel('Token', { exact: true }).fill(token);
+      await form.getByRole('button', { name: 'Add webhook' }).click();
+      const updated = card(page, 'Machine updated');
+      await updated.getByText('X-Api-Key: ••••').waitFor();
+      await updated.getByText('X-Tenant: ••••').waitFor();
+      await updated.getByText('Bearer token').waitFor();
+      await page.getByRole('button', { name: 'I have stored it' }).click();
+      expect(sent.at(-1)).toMatchObject({
+        headers: { 'X-Api-Key': apiKey, 'X-Tenant': tenant },
+        auth: { type: 'bearer', token },
+      });
+      expect(await stored()).toMatchObject({
+        headers: { 'X-Api-Key': '••••', 'X-Tenant': '••••' },
+        auth: { type: 'bearer' },
+        tls_client_certificate: null,
+      });
+      await noSecretInPage([apiKey, tenant, token]);
+
+      // Edited: the section opens with the saved names, values left empty; one header goes, basic auth replaces bearer.
+      await updated.getByRole('button', { name: 'Edit' }).click();
+      const edit = updated.getByRole('form', { name: 'Edit webhook' });
+      const apiKeyValue = edit.getByLabel('Header 1 value');
+      await apiKeyValue.waitFor();
+      expect(await edit.getByLabel('Header 1 name').inputValue()).toBe('X-Api-Key');
+      expect(await apiKeyValue.inputValue()).toBe('');
+      expect(await apiKeyValue.getAttribute('placeholder')).toBe('unchanged — type to replace');
+      expect(await edit.getByLabel('Authentication', { exact: true }).inputValue()).toBe('bearer');
+      expect(await edit.getByLabel('Token', { exact: true }).getAttribute('placeholder')).toBe('unchanged');
+      await edit.getByRole('button', { name: 'Remove header X-Tenant' }).click();
+      await edit.getByLabel('Authentication', { exact: true }).selectOption('basic');
+      await edit.getByLabel('Username', { exact: true }).fill('portal-user');
+      await edit.getByLabel('Password', { exact: true }).fill(password);
+      await edit.getByRole('button', { name: 'Save' }).click();
+      await updated.getByText('Basic, username portal-user').waitFor();
+      expect(await updated.getByText('X-Tenant: ••••').count()).toBe(0);
+      // Only what changed: the kept header is not sent, the removed one is null.
+      expect(sent.at(-1)).toEqual({
+        headers: { 'X-Tenant': null },
+        auth: { type: 'basic', username: 'portal-user', password },
+      });
+      const afterEdit = await stored();
+      expect(Object.keys(afterEdit!.headers as object)).toEqual(['X-Api-Key']);
+      expect(afterEdit!.auth).toEqual({ type: 'basic', username: 'portal-user' });
+      const kept = await w.t.webhooks.getById(afterEdit!.webhook_id as string);
+      expect(kept?.headers).toEqual([{ name: 'X-Api-Key', value: apiKey }]);
+      await noSecretInPage([apiKey, tenant, token, password]);
+
+      // A changed username without the password again is held back, with why, next to the password.
+      await updated.getByRole('button', { name: 'Edit' }).click();
+      await edit.getByLabel('Username', { exact: true }).fill('someone-else');
+      const sentBefore = sent.length;
+      await edit.getByRole('button', { name: 'Save' }).click();
+      const passwordField = edit.getByLabel('Password', { exact: true });
+      await edit.getByRole('alert').filter({ hasText: 'Type the password again' }).waitFor();
+      expect(await passwordField.getAttribute('aria-invalid')).toBe('true');
+      expect(await page.evaluate('document.activeElement.type')).toBe('password');
+      expect(sent.length).toBe(sentBefore);
+      await edit.getByRole('button', { name: 'Cancel' }).click();
+
+      if (hasOpenssl()) {
+        // A client certificate, for an https callback URL: its subject, expiry (soon: a warning) and fingerprint on the card.
+        const certificate = clientCertificate();
+        await updated.getByRole('button', { name: 'Edit' }).click();
+        await edit.getByLabel('Callback URL').fill('https://localhost:9/updated');
+        await edit.getByLabel('Certificate (PEM)').fill(certificate.cert_pem);
+        const keyField = edit.getByLabel('Private key (PEM)');
+        expect(await keyField.getAttribute('spellcheck')).toBe('false');
+        expect(await keyField.getAttribute('autocomplete')).toBe('off');
+        await keyField.fill(certificate.key_pem);
+        await edit.getByRole('button', { name: 'Save' }).click();
+        await updated.getByText('CN=portal-client, O=Acme GPU').waitFor();
+        await updated
+          .locator('.badge.tone-warn')
+          .filter({ hasText: /^⚠ Expires in \d+ h$/ })
+          .waitFor();
+        const withCertificate = await stored();
+        const described = withCertificate!.tls_client_certificate as { fingerprint_sha256: string };
+        expect(described).toMatchObject({ subject: 'CN=portal-client, O=Acme GPU' });
+        expect(await updated.locator(`code[title="${described.fingerprint_sha256}"]`).count()).toBe(1);
+        const keyBody = certificate.key_pem.split('\n')[1]!;
+        await noSecretInPage([apiKey, tenant, token, password, keyBody]);
+
+        await updated.getByRole('button', { name: 'Edit' }).click();
+        await edit.getByRole('button', { name: 'Remove certificate' }).click();
+        await edit.getByRole('button', { name: 'Save' }).click();
+        await updated.getByText('CN=portal-client, O=Acme GPU').waitFor({ state: 'detached' });
+        expect(sent.at(-1)).toEqual({ tls_client_certificate: null });
+        expect((await stored())!.tls_client_certificate).toBeNull();
+      }
+      expect(problems).toEqual([]);
+    } finally {
+      const webhook = (await w.t.webhooks.list(VENDOR)).find((wh) => wh.eventType === 'EVENT_TYPE_MACHINE_UPDATED');
+      if (webhook) await w.t.webhooks.delete(VENDOR, webhook.id);
+    }
+  });
+
   it('fits a 375 px wide screen: no page scrolls sideways, long badges and open forms included', async () => {
     const failed = await deadLetter();
     // An open circuit: the longest badge the pages show, on the endpoint card and in the notices.
@@ -361,11 +546,32 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       { state: 'open', reason: 'failures', endpoint: w.bad.base, openedAtMs: nowMs, probeAtMs: nowMs + 60_000 },
       nowMs,
     );
+    // Receiver authentication on a card: header names and OAuth2's long fields.
+    const patchStopped = async (payload: Record<string, unknown>) => {
+      const res = await w.t.app.inject({
+        method: 'PATCH',
+        url: `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}`,
+        headers: { 'x-api-key': w.vendorKey },
+        payload,
+      });
+      expect(res.statusCode, res.body).toBe(200);
+    };
+    await patchStopped({
+      headers: { 'X-Api-Key': 'k', 'X-Tenant-Identifier-For-The-Gateway': 'v' },
+      auth: {
+        type: 'oauth2_client_credentials',
+        token_url: 'https://auth.example.com/oauth2/a-rather-long-tenant-name/v2.0/token',
+        client_id: '0f6c9b1e-5d2a-4a7e-9c3b-8e1f2d4a6b7c',
+        client_secret: 'client-secret',
+        scope: 'https://receiver.example.com/.default',
+      },
+    });
     try {
       const { page, problems } = await open((await mint('manage')).url, { width: 375, height: 800 });
       const fits = async (where: string) => expect(await scrollWidth(page), where).toBeLessThanOrEqual(375);
       const openBadge = CIRCUIT_OPEN_TEXT;
       await card(page, 'Deployment stopped').getByText(openBadge).waitFor();
+      await card(page, 'Deployment stopped').getByText('X-Tenant-Identifier-For-The-Gateway: ••••').waitFor();
       await fits('endpoints');
       await card(page, 'Machine created').getByRole('button', { name: 'Edit' }).click();
       await card(page, 'Machine created').getByRole('button', { name: 'Try on a sample event' }).click();
@@ -373,6 +579,16 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
         .getByText(/this event would be sent/)
         .waitFor();
       await fits('endpoints, a webhook being edited');
+      // The receiver authentication section open, with a header row and the most fields auth has.
+      const edit = card(page, 'Machine created').getByRole('form', { name: 'Edit webhook' });
+      await edit.getByText('Receiver authentication').click();
+      await edit.getByRole('button', { name: 'Add a header' }).click();
+      await edit.getByLabel('Header 1 name').fill('X-A-Rather-Long-Header-Name-For-A-Phone');
+      await edit.getByLabel('Authentication', { exact: true }).selectOption('oauth2_client_credentials');
+      await edit.getByLabel('Token URL (https)').fill('https://auth.example.com/oauth2/a/long/path/to/the/token');
+      await edit.getByRole('button', { name: 'Save' }).click();
+      await edit.getByRole('alert').filter({ hasText: 'Type the client ID.' }).waitFor();
+      await fits('endpoints, receiver authentication open');
       await card(page, 'Machine created').getByRole('button', { name: 'Cancel' }).click();
       await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}/${failed}`);
       await page.getByRole('article', { name: 'Attempt 1' }).waitFor();
@@ -387,6 +603,7 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       expect(problems).toEqual([]);
     } finally {
       await w.t.circuits.changed([w.webhooks.deploymentStopped], undefined, Date.now());
+      await patchStopped({ headers: null, auth: null });
     }
   });
 

@@ -31,6 +31,7 @@ export type TestWorkerSettings = Partial<
     | 'workerLockDurationMs'
     | 'ingestStream'
     | 'ingestStreams'
+    | 'egressProxy'
   >
 > &
   NonNullable<EngineOptions['worker']> & {

@@ -186,6 +186,30 @@ describe('loadConfig', () => {
     expect(loadConfig({ HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: secret }).operationalWebhook).toBeUndefined();
   });
 
+  it('takes the egress proxy with its credentials, none by default, and never echoes a bad one', () => {
+    expect(loadConfig({}).egressProxy).toBeUndefined();
+    expect(loadConfig({ HOOKLINE_EGRESS_PROXY: 'http://egress:p%40ss@10.0.0.5:3128' }).egressProxy).toEqual({
+      host: '10.0.0.5',
+      port: 3128,
+      authorization: `Basic ${Buffer.from('egress:p@ss').toString('base64')}`,
+    });
+    for (const bad of [
+      'https://egress:proxy-pass-1@proxy:3128',
+      'http://egress:proxy-pass-1@proxy:3128/path',
+      'proxy-pass-1',
+    ]) {
+      let message = '';
+      try {
+        loadConfig({ HOOKLINE_EGRESS_PROXY: bad });
+      } catch (error) {
+        expect(error).toBeInstanceOf(ConfigError);
+        message = (error as Error).message;
+      }
+      expect(message).toContain('HOOKLINE_EGRESS_PROXY');
+      expect(message).not.toContain('proxy-pass-1');
+    }
+  });
+
   it('never echoes an invalid operational webhook secret', () => {
     expect(() => loadConfig({ HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: 'whsec_not-base64-sekrit' })).toThrow(ConfigError);
     expect(() => loadConfig({ HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: 'whsec_not-base64-sekrit' })).not.toThrow(/sekrit/);

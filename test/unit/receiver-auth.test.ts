@@ -106,10 +106,9 @@ describe('OAuth2 token requests and answers', () => {
     });
     expect(readTokenResponse(response(200, 'not json'), TOKEN_URL)).toMatchObject({ ok: false });
     expect(readTokenResponse(response(200, { access_token: 'has space' }), TOKEN_URL)).toMatchObject({ ok: false });
-    expect(readTokenResponse(response(200, { access_token: 'm', token_type: 'mac' }), TOKEN_URL)).toMatchObject({
-      ok: false,
-      message: expect.stringContaining('only Bearer'),
-    });
+    const mac = readTokenResponse(response(200, { access_token: 'm', token_type: 'mac' }), TOKEN_URL);
+    expect(mac.ok).toBe(false);
+    expect(!mac.ok && mac.message).toContain('only Bearer');
     const failed = readTokenResponse(
       { kind: 'error', errorClass: 'connect', message: 'ECONNREFUSED', durationMs: 1 },
       TOKEN_URL,

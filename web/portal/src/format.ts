@@ -64,6 +64,7 @@ const OUTCOME_TEXT: Record<string, string> = {
   tls: 'TLS error',
   ssrf_blocked: 'Blocked address',
   network: 'Network error',
+  auth: 'Not sent: no OAuth2 token',
   circuit_open: 'Held back: circuit open',
   webhook_disabled: 'Webhook disabled',
   paused_expired: 'Not sent: paused past its retry window',

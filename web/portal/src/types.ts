@@ -39,8 +39,38 @@ export interface Webhook {
   max_concurrency: number | null;
   /** The payload filter (docs/receiving-webhooks.md, "Payload filters"); null: every event of the type. */
   filter: Record<string, unknown> | null;
+  /** Custom request headers, each value masked (••••); {} when there are none. */
+  headers: Record<string, string>;
+  /** The receiver authentication, without its secret; null: none. */
+  auth: ReceiverAuth | null;
+  /** The TLS client certificate, described (never its key); null: none. */
+  tls_client_certificate: ClientCertificate | null;
   created_at: string;
   updated_at: string;
+}
+
+export type AuthType = 'basic' | 'bearer' | 'oauth2_client_credentials';
+export type TokenAuthMethod = 'client_secret_basic' | 'client_secret_post';
+
+/** How deliveries authenticate to the receiver, as reads show it: the type and non-secret fields. */
+export interface ReceiverAuth {
+  type: AuthType;
+  /** basic */
+  username?: string;
+  /** oauth2_client_credentials: where a token is fetched, as whom, and how the client authenticates there. */
+  token_url?: string;
+  client_id?: string;
+  scope?: string;
+  audience?: string;
+  token_auth_method?: TokenAuthMethod;
+}
+
+export interface ClientCertificate {
+  subject: string;
+  issuer: string;
+  /** Colon-separated hex. */
+  fingerprint_sha256: string;
+  not_after: string;
 }
 
 interface StatsWindow {

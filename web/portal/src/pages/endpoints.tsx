@@ -1,4 +1,4 @@
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { ApiError, call, seg } from '../api';
 import { Badge, Confirm, CopyButton, ErrorText, Loading, SecretValue } from '../components';
 import {
@@ -13,6 +13,8 @@ import {
   outcomeLabel,
 } from '../format';
 import { useAction, useEvery, useResource } from '../hooks';
+import { fieldId, ReceiverAuthFacts, ReceiverAuthSection } from '../receiver-auth';
+import { hasReceiverAuth, receiverChanges, receiverForm } from '../receiver-auth-changes';
 import { href } from '../router';
 import { can } from '../session';
 import {
@@ -358,6 +360,7 @@ function WebhookCard({
             </dd>
           </div>
         )}
+        <ReceiverAuthFacts webhook={webhook} />
         {webhook.signature === 'ed25519' && <SigningKeys webhook={webhook} />}
         {webhook.signature === 'hmac' && !webhook.has_secret && (
           <div>
@@ -645,11 +648,30 @@ function WebhookForm({
   const [filterText, setFilterText] = useState(webhook?.filter ? JSON.stringify(webhook.filter, null, 2) : '');
   const [dryRun, setDryRun] = useState<DryRun>();
   const [trying, setTrying] = useState(false);
+  const [receiver, setReceiver] = useState(() => receiverForm(webhook));
+  const [receiverOpen, setReceiverOpen] = useState(() => hasReceiverAuth(webhook));
+  // Problems in the receiver section show once a save was tried, then follow the fields as they change.
+  const [checkReceiver, setCheckReceiver] = useState(false);
+  const [focusRequest, setFocusRequest] = useState(0);
   const { busy, error, run } = useAction();
   const id = webhook?.webhook_id ?? 'new';
+  const receiverResult = receiverChanges(webhook, receiver);
+  const receiverProblems = checkReceiver ? receiverResult.problems : [];
+  const firstProblem = receiverProblems[0]?.field;
+  // A save held back by a problem in the receiver section takes the focus to its first field (and
+  // only a save does: a problem changing while the vendor types leaves the focus where it is).
+  useEffect(() => {
+    if (focusRequest > 0 && firstProblem !== undefined) document.getElementById(fieldId(id, firstProblem))?.focus();
+  }, [focusRequest]);
 
   const submit = (event: Event) => {
     event.preventDefault();
+    if (receiverResult.problems.length > 0) {
+      setCheckReceiver(true);
+      setReceiverOpen(true);
+      setFocusRequest((n) => n + 1);
+      return;
+    }
     return run(async () => {
       const limit = numberOrNull(rateLimit);
       const ceiling = numberOrNull(maxConcurrency);
@@ -664,6 +686,7 @@ function WebhookForm({
         if (ordering !== webhook.ordering) changes.ordering = ordering;
         if (ceiling !== webhook.max_concurrency) changes.max_concurrency = ceiling;
         if (JSON.stringify(filter) !== JSON.stringify(webhook.filter)) changes.filter = filter;
+        Object.assign(changes, receiverResult.body);
         if (Object.keys(changes).length === 0) return onDone();
         const saved = await call<Webhook>('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, {
           body: changes,
@@ -678,6 +701,7 @@ function WebhookForm({
           ...(signature === 'hmac' ? {} : { signature }),
           ...(ordering === 'none' ? {} : { ordering }),
           ...(filter === null ? {} : { filter }),
+          ...receiverResult.body,
         };
         const created = await call<{ webhook_id: string; secret?: string }>('POST', '/vendors/v1/webhooks', {
           body: { event_type: eventType, callback_url: url, ...(secret === '' ? {} : { secret }), ...controls },
@@ -817,6 +841,15 @@ function WebhookForm({
           code.
         </p>
       </fieldset>
+      <ReceiverAuthSection
+        formId={id}
+        webhook={webhook}
+        form={receiver}
+        onChange={setReceiver}
+        problems={receiverProblems}
+        open={receiverOpen}
+        onToggle={setReceiverOpen}
+      />
       <ErrorText error={error} />
       <div class="actions">
         <button type="submit" class="primary" disabled={busy}>

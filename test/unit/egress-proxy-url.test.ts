@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseEgressProxyUrl } from '../../src/delivery/egress-proxy.js';
+import { parseEgressProxyUrl } from '../../src/config/egress-proxy-url.js';
 
 const basic = (userPassword: string) => `Basic ${Buffer.from(userPassword, 'utf8').toString('base64')}`;
 

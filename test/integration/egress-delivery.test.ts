@@ -1,0 +1,206 @@
+import { readFileSync } from 'node:fs';
+import { createServer as createHttpsServer, type Server } from 'node:https';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { ConnectionKind } from '../../src/delivery/connector.js';
+import { parseEgressProxyUrl } from '../../src/config/egress-proxy-url.js';
+import { HttpSender, type HttpSenderOptions } from '../../src/delivery/http-sender.js';
+import { testApp } from '../helpers/app.js';
+import { machineEvent } from '../helpers/events.js';
+import { issueClientCertificate, TEST_DOMAIN } from '../helpers/test-ca.js';
+import { hasTinyproxy, startTinyproxy, type TestTinyproxy } from '../helpers/tinyproxy.js';
+import { quiescent, waitFor } from '../helpers/wait.js';
+import { startTestWorker } from '../helpers/worker.js';
+
+const testCa = inject('testCa');
+const RECEIVER = `receiver.${TEST_DOMAIN}`;
+
+/** In CI tinyproxy must be there (.ci/run installs it); elsewhere its absence skips these tests. */
+const tinyproxyHere = hasTinyproxy() || (process.env.CI ? false : undefined);
+if (tinyproxyHere === false) throw new Error('the egress proxy tests need tinyproxy in CI (apt-get install tinyproxy)');
+
+/** Every name resolves to 127.0.0.1, as a public receiver's name would to its address. */
+const loopbackLookup = ((hostname: string, options: { all?: boolean }, callback: (...args: unknown[]) => void) => {
+  asked.push(hostname);
+  if (options.all) callback(null, [{ address: '127.0.0.1', family: 4 }]);
+  else callback(null, '127.0.0.1', 4);
+}) as unknown as HttpSenderOptions['lookup'];
+const asked: string[] = [];
+
+/** An HTTPS receiver of the run's CA noting each request's Host, SNI, resumption and client certificate. */
+async function httpsReceiver(options: { requireClientCert?: boolean; idleMs?: number } = {}) {
+  const seen: { headers: IncomingHttpHeaders; servername: string | false; resumed: boolean; clientCn?: string }[] = [];
+  const server: Server = createHttpsServer(
+    {
+      cert: testCa!.cert,
+      key: testCa!.key,
+      ...(options.requireClientCert
+        ? { requestCert: true, rejectUnauthorized: true, ca: readFileSync(testCa!.caPath, 'utf8') }
+        : {}),
+    },
+    (req, res) => {
+      const socket = req.socket as TLSSocket;
+      const cn = socket.getPeerCertificate().subject?.CN;
+      seen.push({
+        headers: req.headers,
+        servername: socket.servername ?? false,
+        resumed: socket.isSessionReused(),
+        ...(typeof cn === 'string' ? { clientCn: cn } : {}),
+      });
+      req.resume();
+      req.on('end', () => res.writeHead(200).end('ok'));
+    },
+  );
+  server.keepAliveTimeout = options.idleMs ?? 5_000;
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    seen,
+    port: (server.address() as AddressInfo).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** The CONNECT targets in tinyproxy's log, in order. */
+const connects = (proxy: TestTinyproxy) =>
+  [...proxy.log().matchAll(/Request \(file descriptor \d+\): CONNECT (\S+)/g)].map((m) => m[1]);
+
+describe.skipIf(testCa === undefined || tinyproxyHere === undefined)(
+  'deliveries through the egress proxy (a real tinyproxy)',
+  () => {
+    let proxy: TestTinyproxy;
+    const closers: (() => Promise<void>)[] = [];
+    beforeAll(async () => {
+      proxy = await startTinyproxy();
+    });
+    afterEach(async () => {
+      for (const close of closers.splice(0)) await close();
+    });
+    afterAll(async () => {
+      await proxy.stop();
+    });
+
+    function sender(options: Partial<HttpSenderOptions> = {}) {
+      const kinds: ConnectionKind[] = [];
+      const s = new HttpSender({
+        allowPrivateTargets: true,
+        connectTimeoutMs: 3_000,
+        maxResponseBytes: 64 * 1024,
+        snippetBytes: 1024,
+        userAgent: 'hookline-test',
+        lookup: loopbackLookup,
+        extraCa: readFileSync(testCa!.caPath, 'utf8'),
+        egressProxy: parseEgressProxyUrl(proxy.url),
+        onConnected: (kind) => kinds.push(kind),
+        ...options,
+      });
+      closers.push(() => s.close(0));
+      return { s, kinds };
+    }
+
+    it('tunnels to the checked address, with SNI and Host the receiver’s name, and resumes TLS sessions through the tunnel', async () => {
+      const receiver = await httpsReceiver({ idleMs: 100 });
+      closers.push(receiver.close);
+      const { s, kinds } = sender();
+      const url = `https://${RECEIVER}:${receiver.port}/hook`;
+      const first = await s.send({ url, headers: {}, body: '{}', timeoutMs: 5_000 });
+      expect(first).toMatchObject({ kind: 'response', status: 200 });
+      // The receiver closes the idle connection; the next delivery connects again and resumes.
+      await quiescent(async () => undefined, 300);
+      const second = await s.send({ url, headers: {}, body: '{}', timeoutMs: 5_000 });
+      expect(second).toMatchObject({ kind: 'response', status: 200 });
+      expect(receiver.seen.map((r) => [r.headers.host, r.servername])).toEqual([
+        [`${RECEIVER}:${receiver.port}`, RECEIVER],
+        [`${RECEIVER}:${receiver.port}`, RECEIVER],
+      ]);
+      expect(kinds).toEqual(['tls_full', 'tls_resumed']);
+      const targets = connects(proxy).filter((target) => target?.endsWith(`:${receiver.port}`));
+      expect(targets).toEqual([`127.0.0.1:${receiver.port}`, `127.0.0.1:${receiver.port}`]);
+      expect(proxy.log()).not.toContain(RECEIVER);
+    });
+
+    it('the SSRF guard decides before the proxy: a name resolving to a private address is blocked, and the proxy is never asked', async () => {
+      const { s } = sender({ allowPrivateTargets: false });
+      const before = proxy.log().length;
+      const result = await s.send({ url: `https://${RECEIVER}:9/hook`, headers: {}, body: '{}', timeoutMs: 3_000 });
+      expect(result).toMatchObject({ kind: 'error', errorClass: 'ssrf_blocked' });
+      // Held for a while: no connection ever reaches the proxy.
+      await quiescent(async () => proxy.log().length, 300);
+      expect(proxy.log().slice(before)).not.toContain('Connect (file descriptor');
+    });
+
+    it('a proxy that refuses the tunnel fails the attempt as connect, its credentials in no message', async () => {
+      const locked = await startTinyproxy({ basicAuth: { user: 'hookline', password: 'right-password' } });
+      closers.push(() => locked.stop());
+      const receiver = await httpsReceiver();
+      closers.push(receiver.close);
+      const wrong = new URL(locked.url);
+      wrong.username = 'hookline';
+      wrong.password = 'wrong-password';
+      const { s } = sender({ egressProxy: parseEgressProxyUrl(wrong.href) });
+      const result = await s.send({
+        url: `https://${RECEIVER}:${receiver.port}/`,
+        headers: {},
+        body: '{}',
+        timeoutMs: 3_000,
+      });
+      expect(result).toMatchObject({ kind: 'error', errorClass: 'connect' });
+      expect(JSON.stringify(result)).not.toContain('wrong-password');
+      const right = new URL(locked.url);
+      right.username = 'hookline';
+      right.password = 'right-password';
+      const ok = await sender({ egressProxy: parseEgressProxyUrl(right.href) }).s.send({
+        url: `https://${RECEIVER}:${receiver.port}/`,
+        headers: {},
+        body: '{}',
+        timeoutMs: 3_000,
+      });
+      expect(ok).toMatchObject({ kind: 'response', status: 200 });
+    });
+
+    it('a worker with HOOKLINE_EGRESS_PROXY sends the OAuth2 token request and the mutual-TLS delivery through it', async () => {
+      let issued = 0;
+      const tokenServer = createHttpsServer({ cert: testCa!.cert, key: testCa!.key }, (req, res) => {
+        req.resume();
+        req.on('end', () => {
+          issued += 1;
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ access_token: 'proxied-token', token_type: 'Bearer', expires_in: 600 }));
+        });
+      });
+      await new Promise<void>((resolve) => tokenServer.listen(0, '127.0.0.1', resolve));
+      closers.push(() => new Promise<void>((resolve) => tokenServer.close(() => resolve())));
+      const tokenPort = (tokenServer.address() as AddressInfo).port;
+      const receiver = await httpsReceiver({ requireClientCert: true });
+      closers.push(receiver.close);
+
+      const t = await testApp();
+      closers.push(() => t.close());
+      const worker = await startTestWorker(t, { egressProxy: parseEgressProxyUrl(proxy.url) });
+      closers.unshift(() => worker.close());
+      const client = issueClientCertificate(testCa!, 'proxied-client');
+      await t.register('vendor-proxy', `https://127.0.0.1:${receiver.port}/hook`, {
+        auth: {
+          type: 'oauth2_client_credentials',
+          token_url: `https://127.0.0.1:${tokenPort}/token`,
+          client_id: 'c',
+          client_secret: 'client-secret',
+        },
+        tls_client_certificate: { cert_pem: client.cert, key_pem: client.key },
+      });
+      await t.ingestor.ingest([machineEvent('vendor-proxy')], 'http');
+      await waitFor(() => receiver.seen.length >= 1, 10_000, 'the delivery through the proxy');
+      expect(receiver.seen[0]).toMatchObject({ clientCn: 'proxied-client' });
+      expect(receiver.seen[0]!.headers.authorization).toBe('Bearer proxied-token');
+      expect(issued).toBe(1);
+      const targets = connects(proxy);
+      expect(targets).toContain(`127.0.0.1:${tokenPort}`);
+      expect(targets).toContain(`127.0.0.1:${receiver.port}`);
+    });
+  },
+);
