@@ -1,13 +1,11 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { chromiumMissing, launchChromium } from '../helpers/browser.js';
-import { hasOpenssl } from '../helpers/test-ca.js';
+import { issueClientCertificate } from '../helpers/test-ca.js';
 import { waitFor } from '../helpers/wait.js';
 import { HOSTILE_BODY, portalWorld, SECRET, VENDOR, type PortalWorld } from './fixture.js';
+
+const testCa = inject('testCa');
 
 const skip = chromiumMissing();
 if (skip) console.warn(skip);
@@ -357,40 +355,6 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect(problems).toEqual([]);
   });
 
-  /** A self-signed client certificate (P-256, two days) and its key, made with the openssl command. */
-  function clientCertificate(): { cert_pem: string; key_pem: string } {
-    const dir = mkdtempSync(path.join(tmpdir(), 'hookline-portal-cert-'));
-    try {
-      execFileSync(
-        'openssl',
-        [
-          'req',
-          '-x509',
-          '-newkey',
-          'ec',
-          '-pkeyopt',
-          'ec_paramgen_curve:prime256v1',
-          '-nodes',
-          '-keyout',
-          'client.key',
-          '-out',
-          'client.pem',
-          '-days',
-          '2',
-          '-subj',
-          '/CN=portal-client/O=Acme GPU',
-        ],
-        { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] },
-      );
-      return {
-        cert_pem: readFileSync(path.join(dir, 'client.pem'), 'utf8'),
-        key_pem: readFileSync(path.join(dir, 'client.key'), 'utf8'),
-      };
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  }
-
   it('manage: custom headers, receiver auth and a client certificate are set in the form, shown without their secrets, and edited by merge', async () => {
     const apiKey = 'gateway-key-7f3a9c21';
     const tenant = 'tenant-5d0e42b8';
@@ -500,9 +464,10 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       expect(sent.length).toBe(sentBefore);
       await edit.getByRole('button', { name: 'Cancel' }).click();
 
-      if (hasOpenssl()) {
+      if (testCa !== undefined) {
         // A client certificate, for an https callback URL: its subject, expiry (soon: a warning) and fingerprint on the card.
-        const certificate = clientCertificate();
+        const issued = issueClientCertificate(testCa, 'portal-client');
+        const certificate = { cert_pem: issued.cert, key_pem: issued.key };
         await updated.getByRole('button', { name: 'Edit' }).click();
         await edit.getByLabel('Callback URL').fill('https://localhost:9/updated');
         await edit.getByLabel('Certificate (PEM)').fill(certificate.cert_pem);
@@ -511,14 +476,14 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
         expect(await keyField.getAttribute('autocomplete')).toBe('off');
         await keyField.fill(certificate.key_pem);
         await edit.getByRole('button', { name: 'Save' }).click();
-        await updated.getByText('CN=portal-client, O=Acme GPU').waitFor();
+        await updated.getByText('CN=portal-client, O=Hookline Tests').waitFor();
         await updated
           .locator('.badge.tone-warn')
           .filter({ hasText: /^⚠ Expires in \d+ h$/ })
           .waitFor();
         const withCertificate = await stored();
         const described = withCertificate!.tls_client_certificate as { fingerprint_sha256: string };
-        expect(described).toMatchObject({ subject: 'CN=portal-client, O=Acme GPU' });
+        expect(described).toMatchObject({ subject: 'CN=portal-client, O=Hookline Tests' });
         expect(await updated.locator(`code[title="${described.fingerprint_sha256}"]`).count()).toBe(1);
         const keyBody = certificate.key_pem.split('\n')[1]!;
         await noSecretInPage([apiKey, tenant, token, password, keyBody]);
@@ -526,7 +491,7 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
         await updated.getByRole('button', { name: 'Edit' }).click();
         await edit.getByRole('button', { name: 'Remove certificate' }).click();
         await edit.getByRole('button', { name: 'Save' }).click();
-        await updated.getByText('CN=portal-client, O=Acme GPU').waitFor({ state: 'detached' });
+        await updated.getByText('CN=portal-client, O=Hookline Tests').waitFor({ state: 'detached' });
         expect(sent.at(-1)).toEqual({ tls_client_certificate: null });
         expect((await stored())!.tls_client_certificate).toBeNull();
       }

@@ -1,13 +1,10 @@
 import { readFileSync } from 'node:fs';
-import { createServer as createHttpsServer, type Server } from 'node:https';
-import type { IncomingHttpHeaders } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import type { TLSSocket } from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ConnectionKind } from '../../src/delivery/connector.js';
 import { parseEgressProxyUrl } from '../../src/config/egress-proxy-url.js';
 import { HttpSender, type HttpSenderOptions } from '../../src/delivery/http-sender.js';
 import { testApp } from '../helpers/app.js';
+import { startHttpsReceiver } from '../helpers/https-receiver.js';
 import { machineEvent } from '../helpers/events.js';
 import { issueClientCertificate, TEST_DOMAIN } from '../helpers/test-ca.js';
 import { hasTinyproxy, startTinyproxy, type TestTinyproxy } from '../helpers/tinyproxy.js';
@@ -29,42 +26,8 @@ const loopbackLookup = ((hostname: string, options: { all?: boolean }, callback:
 }) as unknown as HttpSenderOptions['lookup'];
 const asked: string[] = [];
 
-/** An HTTPS receiver of the run's CA noting each request's Host, SNI, resumption and client certificate. */
-async function httpsReceiver(options: { requireClientCert?: boolean; idleMs?: number } = {}) {
-  const seen: { headers: IncomingHttpHeaders; servername: string | false; resumed: boolean; clientCn?: string }[] = [];
-  const server: Server = createHttpsServer(
-    {
-      cert: testCa!.cert,
-      key: testCa!.key,
-      ...(options.requireClientCert
-        ? { requestCert: true, rejectUnauthorized: true, ca: readFileSync(testCa!.caPath, 'utf8') }
-        : {}),
-    },
-    (req, res) => {
-      const socket = req.socket as TLSSocket;
-      const cn = socket.getPeerCertificate().subject?.CN;
-      seen.push({
-        headers: req.headers,
-        servername: socket.servername ?? false,
-        resumed: socket.isSessionReused(),
-        ...(typeof cn === 'string' ? { clientCn: cn } : {}),
-      });
-      req.resume();
-      req.on('end', () => res.writeHead(200).end('ok'));
-    },
-  );
-  server.keepAliveTimeout = options.idleMs ?? 5_000;
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    seen,
-    port: (server.address() as AddressInfo).port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
+const httpsReceiver = (options: { requireClientCert?: boolean; idleMs?: number } = {}) =>
+  startHttpsReceiver(testCa!, options);
 
 /** The CONNECT targets in tinyproxy's log, in order. */
 const connects = (proxy: TestTinyproxy) =>
@@ -164,18 +127,14 @@ describe.skipIf(testCa === undefined || tinyproxyHere === undefined)(
     });
 
     it('a worker with HOOKLINE_EGRESS_PROXY sends the OAuth2 token request and the mutual-TLS delivery through it', async () => {
-      let issued = 0;
-      const tokenServer = createHttpsServer({ cert: testCa!.cert, key: testCa!.key }, (req, res) => {
-        req.resume();
-        req.on('end', () => {
-          issued += 1;
+      const tokenServer = await startHttpsReceiver(testCa!, {
+        answer: (_seen, res) => {
           res.writeHead(200, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ access_token: 'proxied-token', token_type: 'Bearer', expires_in: 600 }));
-        });
+        },
       });
-      await new Promise<void>((resolve) => tokenServer.listen(0, '127.0.0.1', resolve));
-      closers.push(() => new Promise<void>((resolve) => tokenServer.close(() => resolve())));
-      const tokenPort = (tokenServer.address() as AddressInfo).port;
+      closers.push(tokenServer.close);
+      const tokenPort = tokenServer.port;
       const receiver = await httpsReceiver({ requireClientCert: true });
       closers.push(receiver.close);
 
@@ -197,7 +156,7 @@ describe.skipIf(testCa === undefined || tinyproxyHere === undefined)(
       await waitFor(() => receiver.seen.length >= 1, 10_000, 'the delivery through the proxy');
       expect(receiver.seen[0]).toMatchObject({ clientCn: 'proxied-client' });
       expect(receiver.seen[0]!.headers.authorization).toBe('Bearer proxied-token');
-      expect(issued).toBe(1);
+      expect(tokenServer.seen).toHaveLength(1);
       const targets = connects(proxy);
       expect(targets).toContain(`127.0.0.1:${tokenPort}`);
       expect(targets).toContain(`127.0.0.1:${receiver.port}`);

@@ -1,12 +1,9 @@
 import { createPrivateKey } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { createServer as createHttpsServer, type Server } from 'node:https';
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import type { TLSSocket } from 'node:tls';
+import type { ServerResponse } from 'node:http';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
+import { startHttpsReceiver, type SeenRequest } from '../helpers/https-receiver.js';
 import { capturedLogs } from '../helpers/logs.js';
 import { TestReceiver } from '../helpers/receiver.js';
 import { issueClientCertificate } from '../helpers/test-ca.js';
@@ -16,60 +13,13 @@ import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 const testCa = inject('testCa');
 const VENDOR = 'vendor-auth';
 
-interface Seen {
-  path: string;
-  headers: IncomingMessage['headers'];
-  body: string;
-  /** The client certificate's CN, when the connection presented one. */
-  clientCn: string | undefined;
-}
-
-/**
- * A real HTTPS server of the run's CA on 127.0.0.1; `requireClientCert` makes it a mutual-TLS
- * receiver that refuses handshakes without a certificate of that CA. `answer` decides each response.
- */
-async function httpsServer(
-  answer: (seen: Seen, res: ServerResponse) => void,
+/** An HTTPS receiver of the run's CA (see https-receiver.ts). */
+const httpsServer = (
+  answer: (seen: SeenRequest, res: ServerResponse) => void,
   options: { requireClientCert?: boolean } = {},
-) {
-  const seen: Seen[] = [];
-  const server: Server = createHttpsServer(
-    {
-      cert: testCa!.cert,
-      key: testCa!.key,
-      ...(options.requireClientCert
-        ? { requestCert: true, rejectUnauthorized: true, ca: readFileSync(testCa!.caPath, 'utf8') }
-        : {}),
-    },
-    (req, res) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (chunk: Buffer) => chunks.push(chunk));
-      req.on('end', () => {
-        const peer = (req.socket as TLSSocket).getPeerCertificate?.();
-        const entry: Seen = {
-          path: req.url ?? '/',
-          headers: req.headers,
-          body: Buffer.concat(chunks).toString('utf8'),
-          clientCn: peer && typeof peer.subject?.CN === 'string' ? peer.subject.CN : undefined,
-        };
-        seen.push(entry);
-        answer(entry, res);
-      });
-    },
-  );
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    seen,
-    base: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
+) => startHttpsReceiver(testCa!, { ...options, answer });
 
-const ok = (_seen: Seen, res: ServerResponse) => res.writeHead(200).end('ok');
+const ok = (_seen: SeenRequest, res: ServerResponse) => res.writeHead(200).end('ok');
 
 describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, client certificates', () => {
   let t: TestApp;
@@ -374,7 +324,7 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
     /** A token endpoint: counts requests, checks the client, issues `tok-<n>` tokens. */
     async function tokenEndpoint(options: { refuse?: boolean; expiresIn?: number } = {}) {
       let issued = 0;
-      const requests: Seen[] = [];
+      const requests: SeenRequest[] = [];
       const server = await httpsServer((seen, res) => {
         requests.push(seen);
         const form = new URLSearchParams(seen.body);
