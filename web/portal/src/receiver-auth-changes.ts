@@ -10,7 +10,7 @@
  * words that say why, rather than by the API.
  */
 
-import type { AuthType, ClientCertificate, ReceiverAuth, TokenAuthMethod, Webhook } from './types';
+import type { AuthType, ClientCertificate, ReceiverAuth, TokenAuthMethod, Webhook } from './types.js';
 
 /** As many custom headers as the API keeps. */
 export const HEADERS_MAX = 10;
