@@ -1,6 +1,6 @@
 /** The shapes the portal reads from the API (see /openapi.json); only the fields it uses. */
 
-import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../../../packages/wire/events';
+import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../../../packages/wire/events.js';
 
 /** The six event types, from the one list the engine and the client packages share. */
 export const EVENT_TYPES = WEBHOOK_EVENT_TYPES;
