@@ -77,7 +77,11 @@ export class DeliveryWorkerPool {
       const prefix = options.keys.deliveryQueuePrefix(n);
       this.workers.push(
         new Worker(BATCH_QUEUE_NAME, options.batchProcessor, { ...common, prefix, concurrency: batchesPerPartition }),
-        new Worker(SINGLE_QUEUE_NAME, options.singleProcessor, { ...common, prefix, concurrency: singlesPerPartition }),
+        new Worker(SINGLE_QUEUE_NAME, withoutReturnValue(options.singleProcessor), {
+          ...common,
+          prefix,
+          concurrency: singlesPerPartition,
+        }),
       );
     }
     this.workers.push(
@@ -140,4 +144,18 @@ export class DeliveryWorkerPool {
     }
     return result;
   }
+}
+
+/**
+ * A processor whose result BullMQ never stores. BullMQ writes a job's return value into the job and
+ * into the queue's events stream (`completed`, kept for the last EVENTS_MAX_LEN events even though
+ * completed jobs are removed): a single delivery's outcome carries its job, body included, and that
+ * copy of the payload would outlive the delivery log's retention and escape an erasure.
+ */
+function withoutReturnValue(
+  processor: (job: Job, token?: string) => Promise<unknown>,
+): (job: Job, token?: string) => Promise<void> {
+  return async (job, token) => {
+    await processor(job, token);
+  };
 }
