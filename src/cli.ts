@@ -292,7 +292,7 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         const terminal = process.stderr.isTTY;
         const { replayed, skipped } = await stores.replayer.runReplayAll(taskId, options.webhook, {
           ...(terminal
-            ? { onProgress: (done: number, total: number) => process.stderr.write(`\rqueued ${done}/${total}`) }
+            ? { onProgress: (done: number, total: number) => void process.stderr.write(`\rqueued ${done}/${total}`) }
             : {}),
         });
         if (terminal) process.stderr.write('\n');

@@ -173,6 +173,15 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     errors: ['invalid_webhook_id'],
     others: { 304: 'Not modified: the key set is the one the If-None-Match ETag names.' },
   },
+  'POST /vendors/v1/tasks/{task_id}/cancel': {
+    operationId: 'cancelReplay',
+    success: 'Cancelling: the task as it stands; it ends once the replays already queued have outcomes.',
+    errors: [
+      'invalid_task_id',
+      { code: 'task_not_found', when: 'No such task, another vendor’s task, or a task that is no bulk replay.' },
+      'task_finished',
+    ],
+  },
   'GET /rental/v1/tasks/{task_id}': {
     operationId: 'getTask',
     success: 'The task.',

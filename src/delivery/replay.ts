@@ -15,7 +15,7 @@ export class DeadLetterReplayer {
       history: DeliveryHistory;
       queues: Pick<DeliveryQueues, 'add' | 'addReplayAll'>;
       tasks: DocWriter<Task>;
-      replayTasks: Pick<RedisReplayTasks, 'begin' | 'queued' | 'queuedAll'>;
+      replayTasks: Pick<RedisReplayTasks, 'begin' | 'queued' | 'queuedAll' | 'isCancelled'>;
       nowMs: () => number;
     },
   ) {}
@@ -64,28 +64,32 @@ export class DeadLetterReplayer {
 
   /**
    * Queues replays of the dead letters a webhook has when the run starts, in pages, reporting
-   * progress. Dead letters that arrive during the run wait for the next one, so the run always ends.
+   * progress. Dead letters that arrive during the run wait for the next one, so the run always ends;
+   * a cancel (RedisReplayTasks.cancel) ends it before its next page.
    * The task stays in progress until every replay has an outcome (see RedisReplayTasks).
    */
   async runReplayAll(
     taskId: string,
     webhookId: string,
-    options: { pageSize?: number; onProgress?: (done: number, total: number) => void } = {},
+    options: { pageSize?: number; onProgress?: (done: number, total: number) => void | Promise<void> } = {},
   ): Promise<{ replayed: number; skipped: number }> {
     const pageSize = options.pageSize ?? 100;
     const report = async (status: Task['status'], done: number, total: number, failReason: string | null = null) => {
-      options.onProgress?.(done, total);
+      await options.onProgress?.(done, total);
       await this.deps.tasks.put(
         { task_id: taskId, status, fail_reason: failReason, progress: { total, done, queued: replayed } },
         this.deps.nowMs(),
       );
     };
-    const total = (await this.deps.history.deadLetterIds(webhookId, 1_000_000)).length;
+    // Counted, not listed: the ids are read a page at a time, so no run holds them all in memory.
+    const total = await this.deps.history.deadLetterCount(webhookId);
     let done = 0;
     let replayed = 0;
     try {
       await report('in_progress', 0, total);
       while (done < total) {
+        // A cancel stops the run between pages; the task then ends once what was queued has outcomes.
+        if (await this.deps.replayTasks.isCancelled(taskId)) break;
         const ids = await this.deps.history.deadLetterIds(webhookId, Math.min(pageSize, total - done));
         if (ids.length === 0) break;
         const queued: string[] = [];

@@ -75,6 +75,28 @@ export class RedisReplayTasks {
       .exec();
   }
 
+  /**
+   * Stops a running bulk replay of `vendorId`'s at its next page: what was queued stays queued, the
+   * dead letters not reached stay dead letters, and the task ends (failed, saying so) once the queued
+   * replays have outcomes. `not_found` for an unknown task or another vendor's; `finished` when it
+   * had ended already.
+   */
+  async cancel(taskId: string, vendorId: string): Promise<'cancelled' | 'not_found' | 'finished'> {
+    const [task, owner] = await Promise.all([
+      this.tasks.get(taskId),
+      this.redis.hget(this.keys.replayTask.state(taskId), 'vendorId'),
+    ]);
+    if (task === undefined || owner !== vendorId) return 'not_found';
+    if (task.status === 'success' || task.status === 'failed') return 'finished';
+    await this.redis.hset(this.keys.replayTask.state(taskId), 'cancelled', '1');
+    return 'cancelled';
+  }
+
+  /** Whether the task was cancelled (its run stops before its next page). */
+  async isCancelled(taskId: string): Promise<boolean> {
+    return (await this.redis.hget(this.keys.replayTask.state(taskId), 'cancelled')) === '1';
+  }
+
   /** Every replay is queued: from now the task ends as soon as the last one has an outcome. */
   async queuedAll(taskId: string): Promise<void> {
     await this.redis.hset(this.keys.replayTask.state(taskId), 'queuedAll', '1');
@@ -103,7 +125,7 @@ export class RedisReplayTasks {
       if (settled.length > 0) await this.settleScript([openKey(taskId), stateKey(taskId)], ...settled);
     }
     const [counts, stillOpen] = await Promise.all([
-      this.redis.hmget(stateKey(taskId), 'delivered', 'failed', 'queuedAll'),
+      this.redis.hmget(stateKey(taskId), 'delivered', 'failed', 'queuedAll', 'cancelled'),
       this.redis.scard(openKey(taskId)),
     ]);
     const delivered = Number(counts[0] ?? 0);
@@ -121,15 +143,23 @@ export class RedisReplayTasks {
     };
     if (counts[2] !== '1' || stillOpen > 0) return { task: { ...task, progress }, vendorId: state.vendorId };
 
+    const outcomes = `${delivered} delivered, ${failed} failed again`;
     const finished: Task =
-      failed === 0
-        ? { task_id: taskId, status: 'success', fail_reason: null, progress }
-        : {
+      counts[3] === '1'
+        ? {
             task_id: taskId,
             status: 'failed',
-            fail_reason: `${failed} of ${queued} replayed deliveries failed again (see the webhook's dead letters); ${delivered} delivered`,
+            fail_reason: `cancelled after ${queued} of ${progress.total} dead letters were replayed (${outcomes}); the others stay dead letters`,
             progress,
-          };
+          }
+        : failed === 0
+          ? { task_id: taskId, status: 'success', fail_reason: null, progress }
+          : {
+              task_id: taskId,
+              status: 'failed',
+              fail_reason: `${failed} of ${queued} replayed deliveries failed again (see the webhook's dead letters); ${delivered} delivered`,
+              progress,
+            };
     await this.tasks.put(finished, this.nowMs());
     return { task: finished, vendorId: state.vendorId };
   }

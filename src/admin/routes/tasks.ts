@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { isUuid } from '../../domain/ids.js';
 import { hasRole } from '../../domain/roles.js';
-import { taskSchema } from '../../domain/task.js';
+import { taskSchema, type Task } from '../../domain/task.js';
 import type { ReplayTaskView } from '../../store/replay-tasks.js';
 import { principalOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
@@ -11,6 +11,7 @@ import { errorResponses, noQueryParameters } from '../schemas.js';
 /** Tasks as the route reads them: bulk replays with their outcomes counted, and who started them. */
 export interface TaskReader {
   view(taskId: string): Promise<ReplayTaskView | undefined>;
+  cancel(taskId: string, vendorId: string): Promise<'cancelled' | 'not_found' | 'finished'>;
 }
 
 /**
@@ -45,9 +46,45 @@ export function taskRoutes(deps: { authorize: Authorizer; tasks: TaskReader }): 
           found !== undefined &&
           (hasRole(principal, 'tasks:read') || (found.vendorId !== undefined && found.vendorId === principal.vendorId));
         if (!mayRead) throw new ApiError('task_not_found');
-        const { task } = found;
-        return { ...task, fail_reason: task.status === 'failed' ? task.fail_reason : null };
+        return shown(found.task);
+      },
+    );
+
+    app.post(
+      '/vendors/v1/tasks/:task_id/cancel',
+      {
+        onRequest: deps.authorize('vendor', { portal: 'replay' }),
+        schema: {
+          tags: ['webhooks'],
+          summary: 'Cancel a bulk replay',
+          description:
+            'Stops one of the vendor’s bulk replays before its next page (of 100 dead letters): replays already queued stay ' +
+            'queued and are delivered, the dead letters not reached stay dead letters (a new bulk replay takes them). Answers 202 ' +
+            'with the task as GET /rental/v1/tasks/{task_id} shows it; the task ends as failed, its fail_reason saying it was ' +
+            'cancelled and how many were replayed, once the queued replays have outcomes. Another vendor’s task, or a task that is ' +
+            'no bulk replay, answers 404; one that has ended answers 409.',
+          params: z.object({ task_id: z.string().describe('Task id (UUID) of the bulk replay.') }),
+          querystring: noQueryParameters,
+          response: { 202: taskSchema, ...errorResponses(400, 401, 403, 404, 409, 500) },
+        },
+      },
+      async (request, reply) => {
+        const { task_id: taskId } = request.params;
+        if (!isUuid(taskId)) throw new ApiError('invalid_task_id');
+        const id = taskId.toLowerCase();
+        const vendorId = principalOf(request).vendorId;
+        const outcome = vendorId === undefined ? 'not_found' : await deps.tasks.cancel(id, vendorId);
+        if (outcome === 'not_found') throw new ApiError('task_not_found');
+        if (outcome === 'finished') throw new ApiError('task_finished');
+        const found = await deps.tasks.view(id);
+        if (found === undefined) throw new ApiError('task_not_found');
+        return reply.code(202).send(shown(found.task));
       },
     );
   };
+}
+
+/** A task as answered: fail_reason only on a failed one. */
+function shown(task: Task): Task {
+  return { ...task, fail_reason: task.status === 'failed' ? task.fail_reason : null };
 }
