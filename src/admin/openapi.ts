@@ -182,6 +182,15 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
       'task_finished',
     ],
   },
+  'POST /admin/v1/tasks/{task_id}/cancel': {
+    operationId: 'cancelAnyReplay',
+    success: 'Cancelling: the task as it stands; it ends once the replays already queued have outcomes.',
+    errors: [
+      'invalid_task_id',
+      { code: 'task_not_found', when: 'No such task, or a task that is no bulk replay.' },
+      'task_finished',
+    ],
+  },
   'GET /rental/v1/tasks/{task_id}': {
     operationId: 'getTask',
     success: 'The task.',

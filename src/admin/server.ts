@@ -259,7 +259,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   );
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
   await app.register(statsRoutes({ authorize, webhooks: deps.webhooks, nowMs: deps.nowMs ?? Date.now, ...deps.stats }));
-  await app.register(taskRoutes({ authorize, tasks: deps.tasks }));
+  await app.register(taskRoutes({ authorize, tasks: deps.tasks, logger: deps.logger }));
   await app.register(operatorRoutes({ authorize, webhooks: deps.webhooks, logger: deps.logger, ...deps.operator }));
   await app.register(
     portalSessionRoutes({

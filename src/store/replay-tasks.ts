@@ -76,17 +76,18 @@ export class RedisReplayTasks {
   }
 
   /**
-   * Stops a running bulk replay of `vendorId`'s at its next page: what was queued stays queued, the
+   * Stops a running bulk replay of `vendorId`'s (any vendor's when undefined) at its next page: what was queued stays queued, the
    * dead letters not reached stay dead letters, and the task ends (failed, saying so) once the queued
    * replays have outcomes. `not_found` for an unknown task or another vendor's; `finished` when it
    * had ended already.
    */
-  async cancel(taskId: string, vendorId: string): Promise<'cancelled' | 'not_found' | 'finished'> {
+  async cancel(taskId: string, vendorId: string | undefined): Promise<'cancelled' | 'not_found' | 'finished'> {
     const [task, owner] = await Promise.all([
       this.tasks.get(taskId),
       this.redis.hget(this.keys.replayTask.state(taskId), 'vendorId'),
     ]);
-    if (task === undefined || owner !== vendorId) return 'not_found';
+    // No owner: no bulk replay. A vendor's cancel reaches its own tasks only; an operator's (no vendor) any.
+    if (task === undefined || owner === null || (vendorId !== undefined && owner !== vendorId)) return 'not_found';
     if (task.status === 'success' || task.status === 'failed') return 'finished';
     await this.redis.hset(this.keys.replayTask.state(taskId), 'cancelled', '1');
     return 'cancelled';

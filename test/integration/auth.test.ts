@@ -57,6 +57,7 @@ const PROTECTED: ProtectedRoute[] = [
   { method: 'POST', route: '/vendors/v1/webhooks/:webhook_id/dead-letters/:delivery_id/replay', role: 'vendor' },
   { method: 'POST', route: '/vendors/v1/webhooks/:webhook_id/dead-letters/replay', role: 'vendor' },
   { method: 'POST', route: '/vendors/v1/tasks/:task_id/cancel', role: 'vendor' },
+  { method: 'POST', route: '/admin/v1/tasks/:task_id/cancel', role: 'admin' },
   { method: 'POST', route: '/vendors/v1/webhooks/:webhook_id/test', role: 'vendor' },
   { method: 'POST', route: '/vendors/v1/webhooks/:webhook_id/rotate-secret', role: 'vendor' },
   { method: 'POST', route: '/vendors/v1/webhooks/:webhook_id/rotate-signing-key', role: 'vendor' },

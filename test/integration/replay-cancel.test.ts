@@ -1,11 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
+import { capturedLogs } from '../helpers/logs.js';
 import { TestReceiver } from '../helpers/receiver.js';
 import { queuesDrained, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 const VENDOR = 'vendor-cancel';
+const logs = capturedLogs();
 const LETTERS = 60;
 
 describe('cancelling a bulk replay (real Redis, a real receiver, a worker)', () => {
@@ -16,7 +18,7 @@ describe('cancelling a bulk replay (real Redis, a real receiver, a worker)', () 
 
   beforeAll(async () => {
     // One attempt: every failed delivery is a dead letter at once.
-    t = await testApp({ retryScheduleMs: [0] });
+    t = await testApp({ retryScheduleMs: [0], logger: logs.logger() });
     receiver = new TestReceiver();
     await receiver.start();
     worker = await startTestWorker(t, { breaker: { failureThreshold: 10_000, openMs: 100, openMsMax: 100 } });
@@ -84,5 +86,28 @@ describe('cancelling a bulk replay (real Redis, a real receiver, a worker)', () 
     expect(again.statusCode).toBe(409);
     expect(again.json()).toMatchObject({ code: 'task_finished' });
     expect((await api('POST', '/vendors/v1/tasks/not-a-uuid/cancel')).statusCode).toBe(400);
+  });
+
+  it('an operator cancels any vendor’s replay (logged with the key); cancelled before it runs, it replays nothing', async () => {
+    const adminKey = await t.keyFor(['admin']);
+    const left = await t.deliveryLog.deadLetterCount(webhook.id);
+    const taskId = await t.replayer.createTask(VENDOR, webhook.id);
+    const cancel = await api('POST', `/admin/v1/tasks/${taskId}/cancel`, adminKey);
+    expect(cancel.statusCode).toBe(202);
+    expect(cancel.json()).toMatchObject({ task_id: taskId, status: 'pending' });
+    expect(logs.lines).toContainEqual(
+      expect.objectContaining({ event: 'operator.replay_cancelled', taskId, keyId: expect.any(String) }),
+    );
+    expect(await t.replayer.runReplayAll(taskId, webhook.id)).toEqual({ replayed: 0, skipped: 0 });
+    await waitFor(
+      async () => (await api('GET', `/rental/v1/tasks/${taskId}`)).json<{ status: string }>().status === 'failed',
+      10_000,
+      'the cancelled task to end',
+    );
+    expect((await api('GET', `/rental/v1/tasks/${taskId}`)).json()).toMatchObject({
+      fail_reason: `cancelled after 0 of ${left} dead letters were replayed (0 delivered, 0 failed again); the others stay dead letters`,
+    });
+    expect(await t.deliveryLog.deadLetterCount(webhook.id)).toBe(left);
+    expect((await api('POST', `/admin/v1/tasks/${taskId}/cancel`, adminKey)).statusCode).toBe(409);
   });
 });

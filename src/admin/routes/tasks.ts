@@ -6,19 +6,33 @@ import { taskSchema, type Task } from '../../domain/task.js';
 import type { ReplayTaskView } from '../../store/replay-tasks.js';
 import { principalOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';
+import type { Logger } from '../../logger.js';
 import { errorResponses, noQueryParameters } from '../schemas.js';
 
 /** Tasks as the route reads them: bulk replays with their outcomes counted, and who started them. */
 export interface TaskReader {
   view(taskId: string): Promise<ReplayTaskView | undefined>;
-  cancel(taskId: string, vendorId: string): Promise<'cancelled' | 'not_found' | 'finished'>;
+  /** `vendorId` undefined: any vendor's task (an operator's cancel). */
+  cancel(taskId: string, vendorId: string | undefined): Promise<'cancelled' | 'not_found' | 'finished'>;
 }
 
 /**
  * `GET /rental/v1/tasks/{task_id}`: any task with role tasks:read; a vendor key reads the tasks it
  * started (bulk replays of its webhooks), and another vendor's task is "not found" to it.
  */
-export function taskRoutes(deps: { authorize: Authorizer; tasks: TaskReader }): FastifyPluginAsyncZod {
+export function taskRoutes(deps: { authorize: Authorizer; tasks: TaskReader; logger: Logger }): FastifyPluginAsyncZod {
+  /** Cancels and answers the task as it stands; 404 and 409 as the routes say. */
+  const cancel = async (taskId: string, vendorId: string | undefined): Promise<Task> => {
+    if (!isUuid(taskId)) throw new ApiError('invalid_task_id');
+    const id = taskId.toLowerCase();
+    const outcome = await deps.tasks.cancel(id, vendorId);
+    if (outcome === 'not_found') throw new ApiError('task_not_found');
+    if (outcome === 'finished') throw new ApiError('task_finished');
+    const found = await deps.tasks.view(id);
+    if (found === undefined) throw new ApiError('task_not_found');
+    return shown(found.task);
+  };
+
   return async (app) => {
     app.get(
       '/rental/v1/tasks/:task_id',
@@ -69,16 +83,36 @@ export function taskRoutes(deps: { authorize: Authorizer; tasks: TaskReader }): 
         },
       },
       async (request, reply) => {
-        const { task_id: taskId } = request.params;
-        if (!isUuid(taskId)) throw new ApiError('invalid_task_id');
-        const id = taskId.toLowerCase();
         const vendorId = principalOf(request).vendorId;
-        const outcome = vendorId === undefined ? 'not_found' : await deps.tasks.cancel(id, vendorId);
-        if (outcome === 'not_found') throw new ApiError('task_not_found');
-        if (outcome === 'finished') throw new ApiError('task_finished');
-        const found = await deps.tasks.view(id);
-        if (found === undefined) throw new ApiError('task_not_found');
-        return reply.code(202).send(shown(found.task));
+        // A vendor key always has a vendor (the role requires one); never "any vendor" here.
+        if (vendorId === undefined) throw new ApiError('task_not_found');
+        return reply.code(202).send(await cancel(request.params.task_id, vendorId));
+      },
+    );
+
+    app.post(
+      '/admin/v1/tasks/:task_id/cancel',
+      {
+        onRequest: deps.authorize('admin'),
+        schema: {
+          tags: ['operator'],
+          summary: 'Cancel any vendor’s bulk replay',
+          description:
+            'As POST /vendors/v1/tasks/{task_id}/cancel, for a bulk replay of any vendor’s webhook. Logged with the key ' +
+            '(operator.replay_cancelled).',
+          params: z.object({ task_id: z.string().describe('Task id (UUID) of the bulk replay.') }),
+          querystring: noQueryParameters,
+          response: { 202: taskSchema, ...errorResponses(400, 401, 403, 404, 409, 500) },
+        },
+      },
+      async (request, reply) => {
+        const task = await cancel(request.params.task_id, undefined);
+        const { keyId, name } = principalOf(request);
+        deps.logger.info(
+          { event: 'operator.replay_cancelled', keyId, keyName: name, taskId: task.task_id },
+          'an operator cancelled a bulk replay',
+        );
+        return reply.code(202).send(task);
       },
     );
   };
