@@ -95,9 +95,8 @@ describe('cancelling a bulk replay (real Redis, a real receiver, a worker)', () 
     const cancel = await api('POST', `/admin/v1/tasks/${taskId}/cancel`, adminKey);
     expect(cancel.statusCode).toBe(202);
     expect(cancel.json()).toMatchObject({ task_id: taskId, status: 'pending' });
-    expect(logs.lines).toContainEqual(
-      expect.objectContaining({ event: 'operator.replay_cancelled', taskId, keyId: expect.any(String) }),
-    );
+    const logged = logs.lines.find((line) => line.event === 'operator.replay_cancelled' && line.taskId === taskId);
+    expect(typeof logged?.keyId).toBe('string');
     expect(await t.replayer.runReplayAll(taskId, webhook.id)).toEqual({ replayed: 0, skipped: 0 });
     await waitFor(
       async () => (await api('GET', `/rental/v1/tasks/${taskId}`)).json<{ status: string }>().status === 'failed',
