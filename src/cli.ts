@@ -306,6 +306,26 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         );
       });
     });
+  dlq
+    .command('cancel')
+    .description(
+      'Cancel a bulk replay (a task from the API, the portal or dlq replay): it stops before its next page; replays already queued are delivered.',
+    )
+    .requiredOption('--task <taskId>', 'the replay task')
+    .action(async (options: { task: string }) => {
+      await withStores(config(), async (stores) => {
+        const outcome = await stores.replayTasks.cancel(options.task.toLowerCase(), undefined);
+        if (outcome === 'not_found') throw new UsageError(`no bulk replay task ${options.task}`);
+        if (outcome === 'finished') throw new UsageError(`task ${options.task} has ended already`);
+        operatorContext.audit(
+          { event: 'operator.replay_cancelled', taskId: options.task },
+          `an operator cancelled bulk replay ${options.task}`,
+        );
+        say(
+          `cancelled ${options.task}: it stops before its next page; follow it with GET /rental/v1/tasks/${options.task}`,
+        );
+      });
+    });
   return program;
 }
 

@@ -105,6 +105,15 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     const unknown = await runCli(['webhooks', 'enable', randomUUID()], env);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('no webhook with id');
+
+    // A bulk replay not yet run is cancelled from the CLI; it then replays nothing, and a second cancel is refused.
+    const taskId = await t!.replayer.createTask('vendor-bad', badId);
+    const cancelled = await runCli(['dlq', 'cancel', '--task', taskId], env);
+    expect(cancelled.code, cancelled.stderr).toBe(0);
+    expect(cancelled.stderr).toContain(`cancelled ${taskId}`);
+    expect(await t!.replayer.runReplayAll(taskId, badId)).toEqual({ replayed: 0, skipped: 0 });
+    expect(await t!.deliveryLog.deadLetterCount(badId)).toBe(2);
+    expect((await runCli(['dlq', 'cancel', '--task', randomUUID()], env)).code).toBe(2);
   }, 90_000);
 
   it('deliveries tail streams attempts as they finish, only the vendor asked for, until interrupted', async () => {
