@@ -111,11 +111,11 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
 
   const scrollWidth = (page: Page) => page.evaluate<number>('document.scrollingElement.scrollWidth');
 
-  /** How many dead letters the failing receiver's webhook has, as the API counts them. */
-  async function deadLetterCount(): Promise<number> {
+  /** How many dead letters a webhook (by default the failing receiver's) has, as the API counts them. */
+  async function deadLetterCount(webhookId = w.webhooks.deploymentStopped): Promise<number> {
     const res = await w.t.app.inject({
       method: 'GET',
-      url: `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}/dead-letters?limit=1`,
+      url: `/vendors/v1/webhooks/${webhookId}/dead-letters?limit=1`,
       headers: { 'x-api-key': w.vendorKey },
     });
     return res.json<{ total: number }>().total;
@@ -125,8 +125,8 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
    * Replays every dead letter of the delivery log's webhook as a vendor does: "Replay all", which
    * asks in the page with the count, then the confirmation. Nothing is replayed before it.
    */
-  async function replayAll(page: Page): Promise<void> {
-    const count = await deadLetterCount();
+  async function replayAll(page: Page, webhookId = w.webhooks.deploymentStopped): Promise<void> {
+    const count = await deadLetterCount(webhookId);
     const bulkReplays: string[] = [];
     page.on('request', (request) => {
       if (request.method() === 'POST' && request.url().endsWith('/dead-letters/replay'))
@@ -660,6 +660,92 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     expect(colours.bar).toBe('rgb(180, 35, 24)');
     expect(colours.bad).toBe('#b42318');
     expect(problems).toEqual([]);
+  });
+
+  it('replay: a bulk replay is cancelled mid-run from its progress bar; what was queued is delivered, the rest stay dead letters', async () => {
+    // Four pages of 100 dead letters: the run queues them a page at a time, and the vendor stops it
+    // long before its last page. Were it stopped before its first, the counts below would still hold.
+    const letters = 400;
+    const path = '/cancelled-replays';
+    const api = (method: 'POST' | 'PATCH', url: string, payload: object) =>
+      w.t.app.inject({ method, url, headers: { 'x-api-key': w.vendorKey }, payload });
+    const created = await api('POST', '/vendors/v1/webhooks', {
+      event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
+      callback_url: `${w.good.base}${path}`,
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const webhookId = created.json<{ webhook_id: string }>().webhook_id;
+    try {
+      // Disabled for failing, as the engine does it: what arrives becomes a dead letter unsent, so
+      // there are hundreds at once without hundreds of failed sends (which would open the circuit).
+      expect(await w.t.webhooks.disable(webhookId, 'failing')).toBe(true);
+      await w.ingest('EVENT_TYPE_DEPLOYMENT_UPDATED', letters);
+      await waitFor(async () => (await deadLetterCount(webhookId)) === letters, 10_000, `${letters} dead letters`);
+      expect((await api('PATCH', `/vendors/v1/webhooks/${webhookId}`, { enabled: true })).statusCode).toBe(200);
+      // Replays take a moment to answer, so the stopping run stays in view until they have.
+      w.good.script(path, { status: 200, delayMs: 300 });
+
+      const { page, problems } = await open((await mint('replay')).url);
+      await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+      await page.goto(`${w.baseUrl}/portal/#/deliveries/${webhookId}`);
+      const cancelPosts: string[] = [];
+      page.on('request', (request) => {
+        if (request.method() === 'POST' && request.url().endsWith('/cancel')) cancelPosts.push(request.url());
+      });
+      await replayAll(page, webhookId);
+      const watch = page.locator('.watch', { has: page.locator('progress') });
+      const cancelButton = watch.getByRole('button', { name: 'Cancel replay' });
+      await cancelButton.waitFor();
+      expect(await watch.locator('label').textContent()).toBe('Replaying dead letters…');
+
+      // Asked in the page; "Keep going" sends nothing.
+      const asked = watch.getByRole('group', { name: 'Cancel replay' });
+      const question =
+        'Stop this replay? Replays already queued will still be delivered; dead letters not reached stay dead letters.';
+      await cancelButton.click();
+      await asked.getByText(question).waitFor();
+      await asked.getByRole('button', { name: 'Keep going' }).click();
+      await asked.waitFor({ state: 'detached' });
+      expect(cancelPosts).toEqual([]);
+
+      await cancelButton.click();
+      const answered = page.waitForResponse(
+        (response) => response.request().method() === 'POST' && response.url().endsWith('/cancel'),
+      );
+      await asked.getByRole('button', { name: 'Confirm' }).click();
+      const cancel = await answered;
+      expect(cancel.status()).toBe(202);
+      const { task_id: taskId } = (await cancel.json()) as { task_id: string };
+      const stopping = watch.getByRole('button', { name: 'Stopping…' });
+      await stopping.waitFor();
+      expect(await stopping.isDisabled()).toBe(true);
+
+      // The end comes from the server: failed, saying it was cancelled, drawn as a warning (nothing failed again).
+      await watch.getByText('■ Replay cancelled').waitFor({ timeout: 30_000 });
+      const ended = await w.t.app.inject({
+        method: 'GET',
+        url: `/rental/v1/tasks/${taskId}`,
+        headers: { 'x-api-key': w.vendorKey },
+      });
+      const task = ended.json<{ status: string; fail_reason: string; progress: { queued: number } }>();
+      const queued = task.progress.queued;
+      const left = await deadLetterCount(webhookId);
+      expect(task.status).toBe('failed');
+      expect(task.fail_reason).toBe(
+        `cancelled after ${queued} of ${letters} dead letters were replayed (${queued} delivered, 0 failed again); the others stay dead letters`,
+      );
+      expect(await watch.getByRole('status').textContent()).toBe(`${task.fail_reason}.`);
+      expect(await watch.locator('progress').getAttribute('class')).toBe('ended-warn');
+      expect(await watch.getByRole('button').count()).toBe(0);
+      // What was queued was delivered; the dead letters the run did not reach are still there.
+      expect(left).toBeGreaterThan(0);
+      expect(left).toBe(letters - queued);
+      expect(w.good.at(path)).toHaveLength(queued);
+      expect(cancelPosts).toHaveLength(1);
+      expect(problems).toEqual([]);
+    } finally {
+      await w.t.webhooks.delete(VENDOR, webhookId);
+    }
   });
 
   it('a visit without a link (a bookmark) says how to get one, not that access ended', async () => {

@@ -2,29 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { TestReceiver } from '../helpers/receiver.js';
+import { storedText } from '../helpers/redis-dump.js';
 import { queuesDrained, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 const VENDOR = 'vendor-copies';
-
-/** Every value under the delivery queues' keys (`{P:q<n>}…`: streams, jobs, BullMQ's events), as text. */
-async function queueContents(t: TestApp): Promise<string> {
-  const parts: string[] = [];
-  let cursor = '0';
-  do {
-    const [next, keys] = await t.redis.scan(cursor, 'MATCH', `{${t.prefix}:q*`, 'COUNT', 500);
-    cursor = next;
-    for (const key of keys) {
-      const type = await t.redis.type(key);
-      if (type === 'string') parts.push((await t.redis.get(key)) ?? '');
-      else if (type === 'hash') parts.push(JSON.stringify(await t.redis.hgetall(key)));
-      else if (type === 'list') parts.push(JSON.stringify(await t.redis.lrange(key, 0, -1)));
-      else if (type === 'stream') parts.push(JSON.stringify(await t.redis.xrange(key, '-', '+')));
-      else if (type === 'zset') parts.push(JSON.stringify(await t.redis.zrange(key, 0, -1)));
-    }
-  } while (cursor !== '0');
-  return parts.join('\n');
-}
 
 describe('no copy of a payload stays in the queues once its delivery is done', () => {
   let t: TestApp;
@@ -68,7 +50,8 @@ describe('no copy of a payload stays in the queues once its delivery is done', (
       receiver.script('/hook', { status: 500 }, { status: 200 });
     }
     await queuesDrained(t.queues, 10_000);
-    const contents = await queueContents(t);
+    // Every value under the delivery queues' keys (`{P:q<n>}…`: streams, jobs, BullMQ's events).
+    const contents = await storedText(t.redis, `{${t.prefix}:q*`);
     // The queues did hold work (BullMQ's events stream of the retries names their jobs).
     expect(contents).toContain('completed');
     for (const marker of markers) expect(contents).not.toContain(marker);

@@ -6,6 +6,7 @@ import { machineEvent } from '../helpers/events.js';
 import { startHttpsReceiver, type SeenRequest } from '../helpers/https-receiver.js';
 import { capturedLogs } from '../helpers/logs.js';
 import { TestReceiver } from '../helpers/receiver.js';
+import { storedText } from '../helpers/redis-dump.js';
 import { issueClientCertificate } from '../helpers/test-ca.js';
 import { queuesDrained, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
@@ -66,23 +67,8 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
     return res.json<{ error: string }>().error;
   };
 
-  /** Every byte under the engine's prefix, values included: what "sealed at rest" is checked against. */
-  async function everythingStored(): Promise<string> {
-    const parts: string[] = [];
-    let cursor = '0';
-    do {
-      const [next, keys] = await t.redis.scan(cursor, 'MATCH', `{${t.prefix}:*`, 'COUNT', 500);
-      cursor = next;
-      for (const k of keys) {
-        const type = await t.redis.type(k);
-        if (type === 'string') parts.push((await t.redis.get(k)) ?? '');
-        else if (type === 'hash') parts.push(JSON.stringify(await t.redis.hgetall(k)));
-        else if (type === 'list') parts.push(JSON.stringify(await t.redis.lrange(k, 0, -1)));
-        else if (type === 'stream') parts.push(JSON.stringify(await t.redis.xrange(k, '-', '+')));
-      }
-    } while (cursor !== '0');
-    return parts.join('\n');
-  }
+  /** Every value under the engine's prefix: what "sealed at rest" is checked against. */
+  const everythingStored = () => storedText(t.redis, `{${t.prefix}:*`);
 
   const deliveriesOf = async (webhookId: string) =>
     (await api('GET', `/vendors/v1/webhooks/${webhookId}/deliveries`)).json<{

@@ -62,17 +62,22 @@ export function SecretValue({ secret }: { secret: string }) {
   );
 }
 
-/** A question asked in the page (not a browser dialog), with the action and a way back. */
+/**
+ * A question asked in the page (not a browser dialog), with the action and a way back. The group is
+ * named by `label`, else by the action; `back` words the way back (default "Cancel").
+ */
 export function Confirm(props: {
   question: ComponentChildren;
   action: string;
+  label?: string;
+  back?: string;
   danger?: boolean;
   busy?: boolean;
   onConfirm: () => void;
   onCancel: () => void;
 }) {
   return (
-    <div class="confirm" role="group" aria-label={props.action}>
+    <div class="confirm" role="group" aria-label={props.label ?? props.action}>
       <p>{props.question}</p>
       <div class="actions">
         <button
@@ -84,7 +89,7 @@ export function Confirm(props: {
           {props.action}
         </button>
         <button type="button" onClick={props.onCancel}>
-          Cancel
+          {props.back ?? 'Cancel'}
         </button>
       </div>
     </div>

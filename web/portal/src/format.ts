@@ -82,6 +82,16 @@ export function outcomeLabel(outcome: string | null, statusCode: number | null):
   };
 }
 
+/**
+ * How a bulk replay ended. A cancelled one stopped where it was asked to, which is no failure: it
+ * reads as a warning unless some of the replays it queued failed again.
+ */
+export function replayEndLabel(ending: 'success' | 'failed' | 'cancelled', failedAgain: number): Label {
+  if (ending === 'success') return { icon: '✓', text: 'Replay finished', tone: 'ok' };
+  if (ending === 'cancelled') return { icon: '■', text: 'Replay cancelled', tone: failedAgain > 0 ? 'bad' : 'warn' };
+  return { icon: '✗', text: 'Replay finished with failures', tone: 'bad' };
+}
+
 export const DISABLED_TEXT: Record<DisabledReason, string> = {
   gone: 'The receiver answered 410 Gone, which asks for no more deliveries. Until it is enabled, new deliveries go straight to the dead letters, unsent: replay them once it is.',
   failing:

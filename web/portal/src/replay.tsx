@@ -1,7 +1,8 @@
+import { useState } from 'preact/hooks';
 import { ApiError, call, seg } from './api';
-import { Badge, ErrorText } from './components';
-import { formatMs, outcomeLabel, STATUS_LABELS } from './format';
-import { useWatch } from './hooks';
+import { Badge, Confirm, ErrorText } from './components';
+import { formatMs, outcomeLabel, replayEndLabel, STATUS_LABELS } from './format';
+import { useAction, useWatch } from './hooks';
 import { href } from './router';
 import type { Attempt, Delivery, Task } from './types';
 
@@ -74,8 +75,23 @@ export function DeliveryWatch({
 
 const TASK_ENDED = new Set(['success', 'failed']);
 
-/** A bulk replay's live progress, read from its task. */
-export function ReplayProgress({ taskId, onEnded }: { taskId: string; onEnded?: () => void }) {
+/** Where cancelling a bulk replay stands: not asked, being confirmed, or sent (the run is stopping). */
+type Cancelling = 'no' | 'asking' | 'sent';
+
+/**
+ * A bulk replay's live progress, read from its task. With `mayCancel` (sessions that may replay), a
+ * running replay can be cancelled: it stops before its next page of dead letters, and the polling
+ * goes on until the replays it queued have outcomes.
+ */
+export function ReplayProgress({
+  taskId,
+  mayCancel = false,
+  onEnded,
+}: {
+  taskId: string;
+  mayCancel?: boolean;
+  onEnded?: () => void;
+}) {
   const watch = useWatch(
     taskId,
     () => call<Task>('GET', `/rental/v1/tasks/${seg(taskId)}`),
@@ -85,6 +101,19 @@ export function ReplayProgress({ taskId, onEnded }: { taskId: string; onEnded?: 
       return ended;
     },
   );
+  const [cancelling, setCancelling] = useState<Cancelling>('no');
+  const action = useAction();
+  const cancel = () =>
+    action.run(async () => {
+      try {
+        await call<Task>('POST', `/vendors/v1/tasks/${seg(taskId)}/cancel`);
+      } catch (error) {
+        // 409: it ended meanwhile, and the polling shows how.
+        if (!(error instanceof ApiError && error.status === 409)) throw error;
+      }
+      setCancelling('sent');
+    });
+
   const task = watch.value;
   const progress = task?.progress;
   const total = progress?.total ?? 0;
@@ -93,30 +122,83 @@ export function ReplayProgress({ taskId, onEnded }: { taskId: string; onEnded?: 
   // Replays with an outcome, where the engine counts them; otherwise the dead letters handled so far.
   const settled = progress?.delivered === undefined ? (progress?.done ?? 0) : delivered + failed;
   const ended = task !== undefined && TASK_ENDED.has(task.status);
+  const failReason = task?.status === 'failed' ? task.fail_reason : null;
+  // The task has no field for it: a cancelled replay is one whose reason says so, whoever cancelled
+  // it (this page, another, an operator). Were it worded otherwise, it would still show, as a failure.
+  const cancelReason = failReason?.startsWith('cancelled ') ? failReason : undefined;
+  const ending = !ended
+    ? undefined
+    : task.status === 'success'
+      ? 'success'
+      : cancelReason !== undefined
+        ? 'cancelled'
+        : 'failed';
+  const end = ending === undefined ? undefined : replayEndLabel(ending, failed);
   return (
     <div class="watch" aria-live="polite">
       <label for={`task-${taskId}`}>
-        {ended
-          ? task.status === 'success'
-            ? '✓ Replay finished'
-            : '✗ Replay finished with failures'
-          : 'Replaying dead letters…'}
+        {end ? `${end.icon} ${end.text}` : cancelling === 'sent' ? 'Stopping the replay…' : 'Replaying dead letters…'}
       </label>
       <progress
         id={`task-${taskId}`}
-        class={ended ? (task.status === 'success' ? 'ended-ok' : 'ended-bad') : undefined}
+        class={end ? `ended-${end.tone}` : undefined}
         max={Math.max(total, 1)}
         value={ended && total === 0 ? 1 : settled}
       />
-      <p class="muted" role="status">
+      <p class={cancelReason === undefined ? 'muted' : 'muted reason'} role="status">
         {task === undefined
           ? 'Starting…'
-          : total === 0 && ended
-            ? 'There were no dead letters to replay.'
-            : `${settled} of ${total} settled: ${delivered} delivered, ${failed} failed${progress?.pending ? `, ${progress.pending} pending` : ''}.`}
-        {task?.status === 'failed' && task.fail_reason ? ` ${task.fail_reason}` : ''}
+          : cancelReason !== undefined
+            ? // It counts what was replayed and says what became of the rest: the whole story.
+              `${cancelReason}.`
+            : task.status === 'pending'
+              ? 'Waiting for a worker to start it…'
+              : total === 0 && ended
+                ? 'There were no dead letters to replay.'
+                : `${settled} of ${total} settled: ${delivered} delivered, ${failed} failed${progress?.pending ? `, ${progress.pending} pending` : ''}.`}
+        {ending === 'failed' && failReason ? ` ${failReason}` : ''}
       </p>
+      {mayCancel && task !== undefined && !ended && (
+        <CancelControl
+          state={cancelling}
+          busy={action.busy}
+          onAsk={() => setCancelling('asking')}
+          onConfirm={() => void cancel()}
+          onKeep={() => setCancelling('no')}
+        />
+      )}
+      <ErrorText error={action.error} />
       <ErrorText error={watch.error} />
+    </div>
+  );
+}
+
+/** "Cancel replay", asked in the page first; once sent it stays, disabled, until the task ends. */
+function CancelControl(props: {
+  state: Cancelling;
+  busy: boolean;
+  onAsk: () => void;
+  onConfirm: () => void;
+  onKeep: () => void;
+}) {
+  if (props.state === 'asking')
+    return (
+      <Confirm
+        question="Stop this replay? Replays already queued will still be delivered; dead letters not reached stay dead letters."
+        label="Cancel replay"
+        action="Confirm"
+        back="Keep going"
+        busy={props.busy}
+        onConfirm={props.onConfirm}
+        onCancel={props.onKeep}
+      />
+    );
+  const sent = props.state === 'sent';
+  return (
+    <div class="actions">
+      <button type="button" disabled={sent} onClick={props.onAsk}>
+        {sent ? 'Stopping…' : 'Cancel replay'}
+      </button>
     </div>
   );
 }

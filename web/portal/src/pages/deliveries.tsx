@@ -204,7 +204,7 @@ function WebhookLog({
           onEnded={reload}
         />
       )}
-      {taskId && <ReplayProgress key={taskId} taskId={taskId} onEnded={reload} />}
+      {taskId && <ReplayProgress key={taskId} taskId={taskId} mayCancel={mayReplay} onEnded={reload} />}
       <form
         class="filters"
         aria-label="Filter deliveries"

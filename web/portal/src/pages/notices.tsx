@@ -112,7 +112,7 @@ function DisabledNotice({ webhook, session }: { webhook: Webhook; session: Sessi
       </p>
       <ErrorText error={error} />
       {taskId ? (
-        <ReplayProgress taskId={taskId} />
+        <ReplayProgress taskId={taskId} mayCancel={can(session.permission, 'replay')} />
       ) : can(session.permission, 'manage') ? (
         <div class="actions">
           <button type="button" class="primary" disabled={busy} onClick={() => void recover()}>
