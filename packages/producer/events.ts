@@ -28,7 +28,7 @@ export interface Task {
   fail_reason: string | null;
   /**
    * Items done out of total, for long operations. A bulk replay also counts its replays: queued,
-   * delivered, failed (again) and pending (still without an outcome).
+   * delivered, failed (again) and pending (still without an outcome), and says when it was cancelled.
    */
   progress?: {
     total: number;
@@ -37,6 +37,8 @@ export interface Task {
     delivered?: number | undefined;
     failed?: number | undefined;
     pending?: number | undefined;
+    /** Set once a bulk replay was cancelled. */
+    cancelled?: true | undefined;
   };
 }
 

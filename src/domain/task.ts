@@ -29,6 +29,12 @@ export const taskSchema = z
           .min(0)
           .optional()
           .describe('Replays queued and not yet finished (waiting, in flight or retrying).'),
+        cancelled: z
+          .literal(true)
+          .optional()
+          .describe(
+            'Present once the replay was cancelled: it queues no more; the task ends when the queued ones have outcomes.',
+          ),
       })
       .optional()
       .describe(

@@ -141,6 +141,7 @@ export class RedisReplayTasks {
       delivered,
       failed,
       pending: stillOpen,
+      ...(counts[3] === '1' ? { cancelled: true as const } : {}),
     };
     if (counts[2] !== '1' || stillOpen > 0) return { task: { ...task, progress }, vendorId: state.vendorId };
 

@@ -123,9 +123,8 @@ export function ReplayProgress({
   const settled = progress?.delivered === undefined ? (progress?.done ?? 0) : delivered + failed;
   const ended = task !== undefined && TASK_ENDED.has(task.status);
   const failReason = task?.status === 'failed' ? task.fail_reason : null;
-  // The task has no field for it: a cancelled replay is one whose reason says so, whoever cancelled
-  // it (this page, another, an operator). Were it worded otherwise, it would still show, as a failure.
-  const cancelReason = failReason?.startsWith('cancelled ') ? failReason : undefined;
+  // Cancelled by whoever (this page, another, an operator): the engine marks the task's progress.
+  const cancelReason = progress?.cancelled === true && failReason !== null ? failReason : undefined;
   const ending = !ended
     ? undefined
     : task.status === 'success'

@@ -135,7 +135,16 @@ export interface Task {
   task_id: string;
   status: 'pending' | 'in_progress' | 'success' | 'failed';
   fail_reason: string | null;
-  progress?: { total: number; done: number; queued?: number; delivered?: number; failed?: number; pending?: number };
+  progress?: {
+    total: number;
+    done: number;
+    queued?: number;
+    delivered?: number;
+    failed?: number;
+    pending?: number;
+    /** Set once the replay was cancelled. */
+    cancelled?: true;
+  };
 }
 
 export interface CatalogueEntry {
