@@ -473,6 +473,7 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       { operation: 'POST /vendors/v1/webhooks/{webhook_id}/test', needs: 'replay', body: {} },
       { operation: 'POST /vendors/v1/webhooks/{webhook_id}/dead-letters/{delivery_id}/replay', needs: 'replay' },
       { operation: 'POST /vendors/v1/webhooks/{webhook_id}/dead-letters/replay', needs: 'replay' },
+      { operation: 'POST /vendors/v1/tasks/{task_id}/cancel', needs: 'replay' },
       { operation: 'PATCH /vendors/v1/webhooks/{webhook_id}', needs: 'manage', body: { enabled: true } },
       { operation: 'POST /vendors/v1/webhooks/{webhook_id}/rotate-secret', needs: 'manage' },
       { operation: 'POST /vendors/v1/webhooks/{webhook_id}/rotate-signing-key', needs: 'manage' },
