@@ -57,6 +57,8 @@ export class ReceiverTokens {
   readonly #deps: ReceiverTokensDeps;
   readonly #local = new LruMap<string, { cached: CachedToken; stored: string }>(10_000);
   readonly #fetching = new Map<string, Promise<TokenResult>>();
+  /** Each auth object's client id: worked out (a keyed digest) once per cached copy of a webhook, not per delivery. */
+  readonly #clientIds = new WeakMap<OAuth2Auth, string>();
 
   constructor(deps: ReceiverTokensDeps) {
     this.#deps = deps;
@@ -64,7 +66,7 @@ export class ReceiverTokens {
 
   /** A usable token for `auth`: this process's, the workers' shared one, or a new one. */
   async get(auth: OAuth2Auth): Promise<TokenResult> {
-    const clientId = this.#deps.clientIdOf(auth);
+    const clientId = this.#clientIdOf(auth);
     const nowMs = this.#deps.nowMs();
     const local = this.#local.get(clientId);
     if (local !== undefined && local.cached.useUntilMs > nowMs) return this.#kept(clientId, local);
@@ -84,6 +86,15 @@ export class ReceiverTokens {
     const result = await this.get(auth);
     // Another worker may still hold the same refused token in Redis; a second forget and a fetch then.
     return result.ok && result.token === used.token ? this.#fetchOnce(used.clientId, auth) : result;
+  }
+
+  #clientIdOf(auth: OAuth2Auth): string {
+    let clientId = this.#clientIds.get(auth);
+    if (clientId === undefined) {
+      clientId = this.#deps.clientIdOf(auth);
+      this.#clientIds.set(auth, clientId);
+    }
+    return clientId;
   }
 
   #kept(clientId: string, entry: { cached: CachedToken; stored: string }): TokenResult {
