@@ -85,6 +85,8 @@ describe.skipIf(testCa === undefined || tinyproxyHere === undefined)(
       const targets = connects(proxy).filter((target) => target?.endsWith(`:${receiver.port}`));
       expect(targets).toEqual([`127.0.0.1:${receiver.port}`, `127.0.0.1:${receiver.port}`]);
       expect(proxy.log()).not.toContain(RECEIVER);
+      // The line the SSRF test below looks for is the one tinyproxy writes per client connection.
+      expect(proxy.log()).toContain('Connect (file descriptor');
     });
 
     it('the SSRF guard decides before the proxy: a name resolving to a private address is blocked, and the proxy is never asked', async () => {
