@@ -131,12 +131,15 @@ export class RedisReplayTasks {
     ]);
     const delivered = Number(counts[0] ?? 0);
     const failed = Number(counts[1] ?? 0);
+    // Once every replay is queued, the run's last progress is written (it is written before
+    // queuedAll): the document read at the start of this view may predate it, so read it again.
+    const latest = counts[2] === '1' ? ((await this.tasks.get(taskId)) ?? task) : task;
     // The open set may be ahead of the document (a page is noted before its progress is written).
-    const queued = Math.max(task.progress?.queued ?? 0, delivered + failed + stillOpen);
+    const queued = Math.max(latest.progress?.queued ?? 0, delivered + failed + stillOpen);
     const progress = {
-      ...task.progress,
-      total: task.progress?.total ?? queued,
-      done: task.progress?.done ?? 0,
+      ...latest.progress,
+      total: latest.progress?.total ?? queued,
+      done: latest.progress?.done ?? 0,
       queued,
       delivered,
       failed,
