@@ -136,6 +136,23 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     success: 'Started: the task that replays them.',
     errors: webhookLookup,
   },
+  'GET /vendors/v1/webhooks/{webhook_id}/events': {
+    operationId: 'listWebhookEvents',
+    success: 'A page of the webhook’s events, oldest first, with the cursor to continue from.',
+    errors: [
+      ...webhookLookup,
+      { code: 'invalid_request', when: 'after is not a cursor this API answered, or limit is out of range.' },
+    ],
+  },
+  'POST /vendors/v1/webhooks/{webhook_id}/replay': {
+    operationId: 'replayEventRange',
+    success: 'Started: the task that replays the range, and how many events it held.',
+    errors: [
+      ...webhookLookup,
+      { code: 'invalid_request', when: 'A field is missing or wrong, or since is after until.' },
+    ],
+    others: { 200: 'A dry run: how many events a replay would send.' },
+  },
   'GET /vendors/v1/webhooks/{webhook_id}/stats': {
     operationId: 'getWebhookStats',
     success: 'The webhook’s stats over the last hour and day, its newest attempt and its circuit.',
@@ -227,6 +244,16 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     operationId: 'replayDeadLetterOfAnyWebhook',
     success: 'Queued: the replay’s delivery id.',
     errors: [...deliveryLookup, 'not_dead_letter'],
+  },
+  'POST /admin/v1/replays': {
+    operationId: 'replayEventRangeOfAnyVendor',
+    success: 'Started: a task per webhook with events in the range.',
+    errors: [
+      'invalid_webhook_id',
+      { code: 'webhook_not_found', when: 'The vendor has no webhook of that id.' },
+      { code: 'invalid_request', when: 'A field is missing or wrong, or since is after until.' },
+    ],
+    others: { 200: 'A dry run: how many events a replay would send, per webhook.' },
   },
   'GET /rental/v1/machines/agents/{deployment_id}': {
     operationId: 'getAgentStatus',
@@ -425,7 +452,7 @@ const transform: SwaggerTransform = (document) => {
   for (const [status, json] of Object.entries(schema.response ?? {}) as [string, Record<string, unknown>][]) {
     // Errors are documented from the codes below, whatever schema the route declares for them.
     if (declared[status] === errorSchema) continue;
-    const description = Number(status) < 400 ? doc?.success : doc?.others?.[Number(status)];
+    const description = doc?.others?.[Number(status)] ?? (Number(status) < 400 ? doc?.success : undefined);
     // A schema of type null documents an answer without a body (204).
     responses[status] =
       json.type === 'null'
@@ -594,6 +621,10 @@ export function swaggerOptions(): FastifyDynamicSwaggerOptions {
       tags: [
         { name: 'webhooks', description: 'A vendor’s webhooks (scoped to the key’s vendor)' },
         { name: 'deliveries', description: 'A webhook’s deliveries, attempts, dead letters, replays and test events' },
+        {
+          name: 'events feed',
+          description: 'A webhook’s events in accept order, kept for the retention period, and replays of a time range',
+        },
         {
           name: 'stats',
           description: 'A webhook’s delivery stats: success rate, response times, attempts per minute, circuit',

@@ -94,6 +94,10 @@ const AUDITED: Partial<Record<string, AuditRule>> = {
   'POST /vendors/v1/webhooks/:webhook_id/dead-letters/replay': onPathWebhook('dead_letters.replay_started', {
     taskId: 'task_id',
   }),
+  'POST /vendors/v1/webhooks/:webhook_id/replay': onPathWebhook('events.replay_started', {
+    taskId: 'task_id',
+    count: 'count',
+  }),
   'POST /vendors/v1/webhooks/:webhook_id/test': onPathWebhook('webhook.test_sent', {
     deliveryId: 'delivery_id',
     eventId: 'event_id',

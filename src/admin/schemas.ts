@@ -39,3 +39,15 @@ export function queryParameters<const S extends z.ZodRawShape>(shape: S) {
 
 /** The query string of a route that takes no parameters. */
 export const noQueryParameters = queryParameters({});
+
+/** A time the API is given: ISO 8601 with a time zone, as the API answers times; parsed to Unix ms. */
+export const isoTime = (name: string) =>
+  z
+    .string()
+    .refine(
+      (text) =>
+        /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/.test(text) &&
+        Number.isFinite(Date.parse(text)),
+      { message: `${name} must be an ISO 8601 time with a time zone, e.g. 2026-11-24T10:00:00Z` },
+    )
+    .transform((text) => Date.parse(text));

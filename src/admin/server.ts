@@ -1,3 +1,5 @@
+import type { RedisEventLog } from '../store/event-log.js';
+import { webhookEventRoutes, type WebhookEventRouteDeps } from './routes/webhook-events.js';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
 import Fastify, {
@@ -65,6 +67,10 @@ export interface AdminDeps {
   stats: Omit<StatsRouteDeps, 'authorize' | 'webhooks' | 'nowMs'>;
   /** The last events of webhooks with a filter (the filter dry run's `recent`). */
   recentEvents: FilterTestRouteDeps['recentEvents'];
+  /** Each webhook's event log: the event feed; its default retention bounds a webhook's own. */
+  eventLog: RedisEventLog;
+  /** Replays of a time range of a webhook's event log. */
+  rangeReplayer: WebhookEventRouteDeps['rangeReplayer'];
   /** Per-key request limit (429 with Retry-After past it); event ingest is exempt. */
   rateLimit?: RateLimit;
   /** Event ingest's own limit, in events per second per key (429 with Retry-After past it). */
@@ -245,6 +251,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
       authorize,
       webhooks: deps.webhooks,
       allowPrivateTargets: deps.allowPrivateTargets,
+      retentionMs: deps.eventLog.defaultRetentionMs,
       nowMs: deps.nowMs ?? Date.now,
     }),
   );
@@ -258,6 +265,16 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     }),
   );
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
+  await app.register(
+    webhookEventRoutes({
+      authorize,
+      webhooks: deps.webhooks,
+      log: deps.eventLog,
+      rangeReplayer: deps.rangeReplayer,
+      logger: deps.logger,
+      nowMs: deps.nowMs ?? Date.now,
+    }),
+  );
   await app.register(statsRoutes({ authorize, webhooks: deps.webhooks, nowMs: deps.nowMs ?? Date.now, ...deps.stats }));
   await app.register(taskRoutes({ authorize, tasks: deps.tasks, logger: deps.logger }));
   await app.register(operatorRoutes({ authorize, webhooks: deps.webhooks, logger: deps.logger, ...deps.operator }));

@@ -175,6 +175,10 @@ export const envSchema = z.object({
     (ms) => ms >= 24 * 3_600_000,
     'expected at least 24h (re-sent events are ignored for at least that long)',
   ),
+  // How long event payloads, the event log and delivery records (dead letters too) are kept.
+  HOOKLINE_RETENTION: duration('7d')
+    .refine((ms) => ms >= 3_600_000, 'expected at least 1h')
+    .refine((ms) => ms <= 366 * 24 * 3_600_000, 'expected at most 366d'),
   HOOKLINE_SHUTDOWN_GRACE: duration('30s'),
   HOOKLINE_WORKER_LOCK_DURATION: duration('30s'),
   HOOKLINE_INGEST_STREAM: boolean(true),
@@ -300,6 +304,8 @@ export interface Config {
   readonly sustainedFailureWindowMs: number;
   /** How long an ingested event id is remembered (re-sends within it are duplicates). */
   readonly dedupeWindowMs: number;
+  /** How long payloads, the event log and delivery records are kept (a webhook's `retention` may shorten it). */
+  readonly retentionMs: number;
   /** How long SIGTERM waits for in-flight attempts. */
   readonly shutdownGraceMs: number;
   /** How long a worker's claim on a job lasts unrenewed: a killed worker's deliveries run again after it. */
@@ -380,6 +386,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     secretRotationOverlapMs: e.HOOKLINE_SECRET_ROTATION_OVERLAP,
     sustainedFailureWindowMs: e.HOOKLINE_SUSTAINED_FAILURE_WINDOW,
     dedupeWindowMs: e.HOOKLINE_DEDUPE_WINDOW,
+    retentionMs: e.HOOKLINE_RETENTION,
     shutdownGraceMs: e.HOOKLINE_SHUTDOWN_GRACE,
     workerLockDurationMs: e.HOOKLINE_WORKER_LOCK_DURATION,
     ingestStream: e.HOOKLINE_INGEST_STREAM,

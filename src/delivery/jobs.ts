@@ -1,6 +1,6 @@
 import { createHash, hash } from 'node:crypto';
 import { z } from 'zod';
-import { deliverySchema } from '../domain/delivery.js';
+import { DELIVERY_STATUSES, deliverySchema } from '../domain/delivery.js';
 
 /**
  * The job catalogue: every BullMQ job Hookline runs, its payload schema and its options.
@@ -24,6 +24,28 @@ export const JOBS = {
   replayDeadLetters: {
     name: 'replay-dead-letters',
     schema: z.object({ taskId: z.string(), vendorId: z.string(), webhookId: z.string() }),
+  },
+  /**
+   * A replay of the events a webhook's log holds in a time range (see range-replay.ts); its task's
+   * state hash keeps its place, so a run that starts again goes on from there.
+   */
+  replayRange: {
+    name: 'replay-range',
+    schema: z.object({
+      taskId: z.string(),
+      vendorId: z.string(),
+      webhookId: z.string(),
+      sinceMs: z.number(),
+      untilMs: z.number(),
+      statuses: z.array(z.enum(DELIVERY_STATUSES)).optional(),
+      eventTypes: z.array(z.string()).optional(),
+      ratePerSecond: z.number().optional(),
+    }),
+  },
+  /** The retention pass: trims every webhook's event log and records to its retention (a repeating job). */
+  retention: {
+    name: 'retention',
+    schema: z.object({}),
   },
   /**
    * One operational webhook (`webhook.disabled`, `webhook.recovered`) to the operator's receiver,
@@ -94,18 +116,8 @@ function idsDigest(ids: readonly string[]): string {
   return hash.digest('hex').slice(0, 32);
 }
 export type ReplayDeadLettersJob = z.infer<typeof JOBS.replayDeadLetters.schema>;
+export type ReplayRangeJob = z.infer<typeof JOBS.replayRange.schema>;
 export type OperationalWebhookJob = z.infer<typeof JOBS.operationalWebhook.schema>;
-
-/**
- * The delivery id of (event, webhook): a UUID derived from both, so enqueueing the same pair again
- * (an ingest retried after a crash) finds the same job instead of adding a second delivery.
- */
-export function deliveryIdFor(eventId: string, webhookId: string): string {
-  // The one-shot hash: no Hash object per call (about half the cost for inputs this short).
-  const hex = hash('sha256', `${eventId}\n${webhookId}`, 'hex');
-  // Shaped as a version-8 (custom) UUID.
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-${((parseInt(hex[16] ?? '0', 16) & 0x3) | 0x8).toString(16)}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
-}
 
 /** The queue partition of a webhook: a stable hash, so one webhook's deliveries stay in one queue. */
 export function partitionOf(webhookId: string, partitions: number): number {

@@ -6,14 +6,15 @@ import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { DeferredRef } from './endpoints/wakeups.js';
 import { appendBatch, streamCounts } from './first-attempts.js';
+import { deliveryIdFor } from '../domain/ids.js';
 import {
   batchesOf,
   batchIdOf,
-  deliveryIdFor,
   JOBS,
   partitionOf,
   type OperationalWebhookJob,
   type ReplayDeadLettersJob,
+  type ReplayRangeJob,
 } from './jobs.js';
 
 /**
@@ -209,6 +210,26 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       removeOnComplete: true,
       removeOnFail: { age: FAILED_JOB_RETENTION_S },
     });
+  }
+
+  /** Queues a range replay's run (its task was created already). */
+  async addRangeReplay(job: ReplayRangeJob): Promise<void> {
+    await this.control.add(JOBS.replayRange.name, job, {
+      jobId: job.taskId,
+      attempts: 5,
+      backoff: { type: 'exponential', delay: 1_000 },
+      removeOnComplete: true,
+      removeOnFail: { age: FAILED_JOB_RETENTION_S },
+    });
+  }
+
+  /** Makes sure the retention pass runs every `everyMs` on some worker (one schedule for all of them). */
+  async scheduleRetention(everyMs: number): Promise<void> {
+    await this.control.upsertJobScheduler(
+      JOBS.retention.name,
+      { every: everyMs },
+      { name: JOBS.retention.name, data: {}, opts: { removeOnComplete: true, removeOnFail: 100 } },
+    );
   }
 
   /** Queues an operational webhook; retried on the delivery schedule by its processor's own decisions. */

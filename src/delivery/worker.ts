@@ -7,6 +7,7 @@ import { BATCH_MAX, JOBS } from './jobs.js';
 import { backoffFromError, RetryLaterError, StorageUnavailableError } from './signals.js';
 import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, OPERATIONAL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
 import type { DeadLetterReplayer } from './replay.js';
+import type { RangeReplayer } from './range-replay.js';
 import { raceTimer } from '../lib/timer-race.js';
 
 export interface DeliveryWorkerPoolOptions {
@@ -25,6 +26,9 @@ export interface DeliveryWorkerPoolOptions {
   /** Runs a single delivery job (retries, deferrals, replays, test events). */
   singleProcessor: (job: Job, token?: string) => Promise<unknown>;
   replayer: DeadLetterReplayer;
+  rangeReplayer: RangeReplayer;
+  /** The retention pass (a repeating control job). */
+  retention: { run(): Promise<unknown> };
   /** Sends operational webhooks; absent (none configured): this process leaves their queue alone. */
   operationalProcessor?: (job: Job) => Promise<unknown>;
   logger: Logger;
@@ -88,10 +92,19 @@ export class DeliveryWorkerPool {
       new Worker(
         CONTROL_QUEUE_NAME,
         async (job) => {
-          const data = JOBS.replayDeadLetters.schema.parse(job.data);
-          return options.replayer.runReplayAll(data.taskId, data.webhookId);
+          switch (job.name) {
+            case JOBS.replayRange.name:
+              return options.rangeReplayer.run(JOBS.replayRange.schema.parse(job.data));
+            case JOBS.retention.name:
+              return options.retention.run();
+            default: {
+              const data = JOBS.replayDeadLetters.schema.parse(job.data);
+              return options.replayer.runReplayAll(data.taskId, data.webhookId);
+            }
+          }
         },
-        { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 1 },
+        // A few at once: a paced range replay must not hold back the others or the retention pass.
+        { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 4 },
       ),
     );
     // A few at once: one operator receiver that hangs must not hold back every other message.

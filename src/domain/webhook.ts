@@ -174,6 +174,29 @@ export const nullableFilterSchema = z
   .transform((input, ctx) => (input === null ? null : checkedFilter(input, ctx)))
   .meta(FILTER_META);
 
+const RETENTION_RE = /^([1-9][0-9]{0,4})(h|d)$/;
+const RETENTION_PROBLEM = 'retention must be a whole number of hours or days, such as "24h" or "3d", at least 1h';
+
+/** Milliseconds of a retention as the API writes it (`24h`, `3d`), or undefined when it is not one. */
+export function parseRetentionMs(text: string): number | undefined {
+  const match = RETENTION_RE.exec(text);
+  if (!match) return undefined;
+  return Number(match[1]) * (match[2] === 'd' ? 86_400_000 : 3_600_000);
+}
+
+/** A retention as the API writes it: whole days when it is some, else hours. */
+export function formatRetention(ms: number): string {
+  return ms % 86_400_000 === 0 ? `${ms / 86_400_000}d` : `${Math.round(ms / 3_600_000)}h`;
+}
+
+const retentionSchema = z
+  .string({ error: RETENTION_PROBLEM })
+  .refine((text) => parseRetentionMs(text) !== undefined, { error: RETENTION_PROBLEM })
+  .describe(
+    'How long this webhook’s events (the event feed, range replays), payloads and delivery records are kept, such as "24h" ' +
+      'or "3d": at least 1h and at most the installation’s retention (HOOKLINE_RETENTION, 7d by default); absent: that retention.',
+  );
+
 export const WEBHOOK_ORDERINGS = ['fifo', 'none'] as const;
 export type WebhookOrdering = (typeof WEBHOOK_ORDERINGS)[number];
 
@@ -194,6 +217,7 @@ export const webhookCreateSchema = z.strictObject(
     filter: filterSchema.optional(),
     ordering: orderingSchema.optional(),
     max_concurrency: maxConcurrencySchema.optional(),
+    retention: retentionSchema.optional(),
     headers: headersInputSchema.optional(),
     auth: authInputSchema.optional(),
     tls_client_certificate: clientCertificateInputSchema.optional(),
@@ -253,6 +277,12 @@ export const webhookPatchSchema = z
         .nullable()
         .optional()
         .describe('A new ceiling; null removes it (the worker’s send slots).'),
+      retention: retentionSchema
+        .nullable()
+        .optional()
+        .describe(
+          'A new retention; null returns to the installation’s. A shorter one removes what it no longer covers within minutes.',
+        ),
       headers: headersPatchSchema.nullable().optional(),
       auth: authInputSchema
         .nullable()
@@ -272,7 +302,7 @@ export const webhookPatchSchema = z
   )
   .refine(
     (body) => Object.keys(body).length > 0,
-    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, ordering, signature, filter, headers, auth, tls_client_certificate',
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, ordering, signature, filter, headers, auth, tls_client_certificate',
   );
 
 export const webhookResourceSchema = z
@@ -321,6 +351,10 @@ export const webhookResourceSchema = z
       .int()
       .nullable()
       .describe('Attempts in flight to the endpoint at most, per worker; null: the worker’s send slots.'),
+    retention: z
+      .string()
+      .nullable()
+      .describe('How long its events, payloads and delivery records are kept; null: the installation’s retention.'),
     headers: z
       .record(z.string(), z.string())
       .describe('The custom request headers, each value masked (••••); {} when there are none.'),
@@ -357,6 +391,8 @@ export interface Webhook {
   ordering: WebhookOrdering;
   /** Attempts in flight to its endpoint at most, per worker; undefined: the worker's send slots. */
   maxConcurrency: number | undefined;
+  /** How long its events and delivery records are kept (ms); undefined: the installation's retention. */
+  retentionMs: number | undefined;
   /** Custom request headers in the order given; values undefined in a process without the key. */
   headers: { name: string; value: string | undefined }[];
   auth: ReceiverAuth | undefined;
@@ -403,6 +439,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     filter: webhook.filter ?? null,
     ordering: webhook.ordering,
     max_concurrency: webhook.maxConcurrency ?? null,
+    retention: webhook.retentionMs === undefined ? null : formatRetention(webhook.retentionMs),
     headers: maskedHeaders(webhook.headers),
     auth: webhook.auth === undefined ? null : toAuthView(webhook.auth),
     tls_client_certificate:

@@ -52,6 +52,9 @@ import { RedisHeldDeliveries } from '../store/held-deliveries.js';
 import { RedisEndpointFlow } from '../store/endpoint-flow.js';
 import { redisKeys } from '../store/keys.js';
 import { RedisRecentEvents } from '../store/recent-events.js';
+import { DEFAULT_RETENTION_MS, RedisEventLog } from '../store/event-log.js';
+import { RangeReplayer } from '../delivery/range-replay.js';
+import { RetentionPass } from '../delivery/retention.js';
 import { RedisMachineStore } from '../store/machines.js';
 import { OperatorViews } from '../store/operator-views.js';
 import { RedisEventBudget, RedisRequestCounter } from '../store/rate-limiter.js';
@@ -72,6 +75,8 @@ import { webhookCopyCaches } from './webhook-copies.js';
  * The package's `dist/portal/`, which `npm run build` writes. This module runs from `src/engine/`
  * (tsx) or `dist/engine/` (built): the package root is two folders up either way.
  */
+/** How long a range replay's run stays to count its replays' outcomes after queueing them all. */
+const RANGE_REPLAY_SETTLE_MAX_MS = 10 * 60_000;
 const PORTAL_ASSETS_DIR = fileURLToPath(new URL('../../dist/portal/', import.meta.url));
 
 interface StoreSettings {
@@ -87,6 +92,8 @@ interface StoreSettings {
   secretRotationOverlapMs: number;
   /** How long ingest remembers an event id (HOOKLINE_DEDUPE_WINDOW). */
   dedupeWindowMs: number;
+  /** How long payloads, the event log and delivery records are kept (HOOKLINE_RETENTION); default 7 days. */
+  retentionMs?: number;
   /** When given, ingest counts batches into it and logs one line per batch. */
   observability?: { metrics: Metrics; logger: Logger };
   /**
@@ -134,9 +141,30 @@ export function composeStores(settings: StoreSettings) {
   const tasks = createTaskStore(redis, keys);
   const agents = createAgentStatusStore(redis, keys);
   const machines = new RedisMachineStore(redis, keys);
-  const deliveryLog = new RedisDeliveryLog(redis, keys);
+  const retentionMs = settings.retentionMs ?? DEFAULT_RETENTION_MS;
+  const deliveryLog = new RedisDeliveryLog(redis, keys, { retentionMs, deadLetterRetentionMs: retentionMs });
+  const eventLog = new RedisEventLog(redis, keys, retentionMs);
+  const retention = new RetentionPass({
+    webhooks,
+    log: eventLog,
+    history: deliveryLog,
+    nowMs,
+    ...(settings.observability ? { logger: settings.observability.logger } : {}),
+  });
   const replayTasks = new RedisReplayTasks(redis, keys, tasks, (refs) => deliveryLog.progressOf(refs), nowMs);
   const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, replayTasks, nowMs });
+  const rangeReplayer = new RangeReplayer({
+    log: eventLog,
+    history: deliveryLog,
+    queues,
+    tasks,
+    replayTasks,
+    nowMs,
+    settleForMs: Math.min(
+      settings.retryScheduleMs.reduce((sum, ms) => sum + ms, 0),
+      RANGE_REPLAY_SETTLE_MAX_MS,
+    ),
+  });
   const circuits = new RedisCircuitLog(redis, keys);
   const endpointFlow = new RedisEndpointFlow(redis, keys);
   const operatorViews = new OperatorViews({ webhooks, history: deliveryLog, circuits });
@@ -158,6 +186,7 @@ export function composeStores(settings: StoreSettings) {
     deliveries: queues,
     filters: webhookCopies.add(new IngestFilters(webhooks, webhookCopies.ttlMs, nowMs)),
     recentEvents,
+    eventLog,
     nowMs,
     ...(settings.observability
       ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) }
@@ -172,6 +201,9 @@ export function composeStores(settings: StoreSettings) {
     agents,
     machines,
     deliveryLog,
+    eventLog,
+    rangeReplayer,
+    retention,
     queues,
     fifoLines,
     pauseHolds,
@@ -262,6 +294,8 @@ export function composeStores(settings: StoreSettings) {
         portal: { sessions: portalSessions, publicUrl, ...(listenAddress === undefined ? {} : { listenAddress }) },
         stats: { stats: endpointStats, circuits, lines: fifoLines, flow: endpointFlow },
         recentEvents,
+        eventLog,
+        rangeReplayer,
       };
     },
   };

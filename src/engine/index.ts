@@ -2,6 +2,7 @@
  * The engine's public entry: `createEngine(config, options)` and the types of what it builds. The
  * CLI, the tests and the bench import from here; the files beside it are its parts.
  */
+import { RETENTION_PASS_EVERY_MS } from '../delivery/retention.js';
 import { buildAdminServer, buildHealthServer, type AdminServer, type HealthServer } from '../admin/server.js';
 import type { Config } from '../config/env.js';
 import { StreamIngestSource } from '../ingest/stream-source.js';
@@ -140,6 +141,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     queuePartitions: config.queuePartitions,
     secretRotationOverlapMs: config.secretRotationOverlapMs,
     dedupeWindowMs: config.dedupeWindowMs,
+    retentionMs: config.retentionMs,
     ...(config.operationalWebhook ? { operationalWebhooks: { logger } } : {}),
     nowMs,
   });
@@ -260,6 +262,12 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           ),
         );
         worker.fifo.start();
+        startWhenRedisAnswers(
+          'retention schedule',
+          () => stores.queues.scheduleRetention(RETENTION_PASS_EVERY_MS),
+          logger,
+          () => closing,
+        );
         for (const stream of streams)
           startWhenRedisAnswers(
             'ingest stream consumer',

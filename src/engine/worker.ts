@@ -61,6 +61,8 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     ...(settings.watchConnection ? { watchConnection: settings.watchConnection } : {}),
     singleProcessor: processSingle,
     replayer: stores.replayer,
+    rangeReplayer: stores.rangeReplayer,
+    retention: stores.retention,
     ...(operationalProcessor ? { operationalProcessor } : {}),
     logger: settings.logger,
     lockDurationMs: settings.lockDurationMs ?? 30_000,

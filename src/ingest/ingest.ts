@@ -12,6 +12,8 @@ import type { WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
 import type { EventDedupe } from '../store/event-dedupe.js';
+import type { RedisEventLog } from '../store/event-log.js';
+import { deliveryIdFor } from '../domain/ids.js';
 import type { MachineChange, MachineWriter } from '../store/machines.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { IngestFilters } from './filters.js';
@@ -76,6 +78,8 @@ export interface IngestorDeps {
   filters?: Pick<IngestFilters, 'checksOf'>;
   /** Keeps the last events of webhooks with a filter, for the filter dry run. */
   recentEvents?: { remember(entries: ReadonlyMap<string, string>): Promise<void> };
+  /** Each webhook's event log (the event feed, range replays); idempotent per delivery id. */
+  eventLog?: Pick<RedisEventLog, 'append'>;
   /** Clock, Unix ms; default Date.now. */
   nowMs?: () => number;
   /** Ids for events that come without one; default random UUIDs. */
@@ -220,9 +224,22 @@ export class Ingestor {
         const json = body ?? serialised(envelope);
         if (typeof json === 'string') remembered.set(webhookId, json);
       }
+      // The event log shares this step: no round trip of its own, and like the enqueue it is written
+      // once per delivery however often the batch is ingested again.
       await Promise.all([
         requests.length > 0 ? this.deps.deliveries.enqueue(requests) : undefined,
         remembered.size > 0 ? this.deps.recentEvents?.remember(remembered) : undefined,
+        requests.length > 0 && this.deps.eventLog
+          ? this.deps.eventLog.append(
+              requests.map((r) => ({
+                webhookId: r.webhookId,
+                deliveryId: deliveryIdFor(r.eventId, r.webhookId),
+                eventId: r.eventId,
+                eventType: r.eventType,
+                body: r.body,
+              })),
+            )
+          : undefined,
       ]);
 
       // 7. Only now remember the ids: everything above is durable, so a re-send may be skipped.

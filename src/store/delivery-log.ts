@@ -1,4 +1,5 @@
 import type { AttemptRecord, DeliverJob, DeliveryStatus } from '../domain/delivery.js';
+import { DEFAULT_RETENTION_MS } from './event-log.js';
 import type { RedisKeys } from './keys.js';
 import { slotGroups, type Redis } from './redis.js';
 import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
@@ -41,8 +42,8 @@ export interface DeliveryLogOptions {
 
 const DEFAULT_DELIVERY_LOG_OPTIONS: DeliveryLogOptions = {
   recordFlushMs: 1,
-  retentionMs: 7 * 24 * 3_600_000,
-  deadLetterRetentionMs: 30 * 24 * 3_600_000,
+  retentionMs: DEFAULT_RETENTION_MS,
+  deadLetterRetentionMs: DEFAULT_RETENTION_MS,
   recentPerWebhook: 1_000,
   fallenOffGraceMs: 5 * 60_000,
 };
@@ -198,6 +199,32 @@ export interface DeliveryProgress {
   dueAtMs: number | undefined;
 }
 
+// A webhook's own retention: removes finished records accepted before ARGV[2] (from the recent list,
+// KEYS[1]) and dead letters that died before it (KEYS[2]), up to ARGV[3] of each; records still
+// being tried are left (a later attempt would find its record's identity gone). ARGV[1]: the record
+// key prefix. Returns how many records went.
+const FORGET_BEFORE_LUA = `
+local n = 0
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, ARGV[3])
+for _, id in ipairs(old) do
+  local status = redis.call('HGET', ARGV[1] .. id, 'status')
+  if status ~= 'pending' and status ~= 'retrying' and status ~= 'dead' then
+    redis.call('DEL', ARGV[1] .. id)
+    redis.call('ZREM', KEYS[1], id)
+    n = n + 1
+  end
+end
+local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[2], 'LIMIT', 0, ARGV[3])
+for _, id in ipairs(dead) do
+  redis.call('DEL', ARGV[1] .. id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZREM', KEYS[1], id)
+  n = n + 1
+end
+return n`;
+/** Records one forgetBefore call removes at most (of each set). */
+const FORGET_PER_CALL_MAX = 500;
+
 /** Overflow ids one attempt removes from a recent list at most, so a single call's work stays bounded. */
 const TRIM_IDS_MAX = 64;
 /** Attempts recorded by one script call at most; a full batch is written at once. */
@@ -207,15 +234,16 @@ const RECORDS_PER_CALL_MAX = 128;
 // the call's first webhook: it routes the call on a Redis Cluster, where a call holds the attempts of
 // webhooks in one slot (a webhook's keys share its hash tag). ARGV: the fixed arguments (retention,
 // dead-letter retention, recent list length, trim bound, tombstone grace; all ms or counts), the
-// number of webhooks, each webhook's recent list, dead-letter set, failing-since key and record key
-// prefix, then 16 arguments per attempt (its webhook's number, then as `flush` lists them). Returns, per attempt, when its
+// number of webhooks, each webhook's recent list, dead-letter set, failing-since key, record key
+// prefix, event-log bodies and statuses, then 17 arguments per attempt (its webhook's number, then as `flush` lists them). Returns, per attempt, when its
 // webhook's current run of failures began (ms, as text), or nil once delivered.
 const RECORD_ATTEMPTS_LUA = `
 local retention, deadRetention, recentMax, trimMax, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local webhooks, a = {}, 7
 for i = 1, tonumber(ARGV[6]) do
-  webhooks[i] = {recent = ARGV[a], dead = ARGV[a + 1], failing = ARGV[a + 2], records = ARGV[a + 3]}
-  a = a + 4
+  webhooks[i] = {recent = ARGV[a], dead = ARGV[a + 1], failing = ARGV[a + 2], records = ARGV[a + 3],
+    logBodies = ARGV[a + 4], logStatuses = ARGV[a + 5]}
+  a = a + 6
 end
 local out = {}
 while a <= #ARGV do
@@ -223,7 +251,8 @@ while a <= #ARGV do
   local status, n, outcome, code, atMs, nextAt, attemptJson, deliveryId, acceptedAtMs, body =
     ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10]
   local eventId, eventType, webhookId, vendorId, replayOf = ARGV[a + 11], ARGV[a + 12], ARGV[a + 13], ARGV[a + 14], ARGV[a + 15]
-  a = a + 16
+  local logged = ARGV[a + 16]
+  a = a + 17
   local record = w.records .. deliveryId
   local dead = status == 'dead'
   -- Attempts live in the record itself, one field each: one key per delivery, not two.
@@ -269,6 +298,13 @@ while a <= #ARGV do
         redis.call('PEXPIRE', key, grace)
       end
     end
+  end
+
+  -- A final status is noted in the event log (see event-log.ts) for the event it delivers (a
+  -- replay's, for the event it replays), while the log still holds that event.
+  if logged ~= '' and redis.call('HEXISTS', w.logBodies, logged) == 1 then
+    redis.call('HSET', w.logStatuses, logged, status)
+    redis.call('PEXPIRE', w.logStatuses, deadRetention)
   end
 
   if dead then
@@ -387,10 +423,12 @@ return {since, dead}`;
  * script call (Redis Cluster safe), with bounded retention.
  */
 export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
+  private readonly options: DeliveryLogOptions;
   /** Returns, per attempt, when (ms, as text) its webhook's current run of failures began; null once delivered. */
   private readonly recordAttemptsScript: ScriptCall<[routing: string], ScriptArg[], (string | null)[]>;
   private readonly recordDeferredScript: ScriptCall<[routing: string], ScriptArg[], number>;
   private readonly recordQueuedScript: ScriptCall<[routing: string], ScriptArg[], number>;
+  private readonly forgetScript: ScriptCall<[recent: string, dead: string], ScriptArg[], number>;
   /** A page of the recent list (see PAGE_LUA). */
   private readonly pageScript: ScriptCall<
     [recentKey: string],
@@ -423,8 +461,9 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   constructor(
     private readonly redis: Redis,
     private readonly keys: RedisKeys,
-    private readonly options: DeliveryLogOptions = DEFAULT_DELIVERY_LOG_OPTIONS,
+    options: Partial<DeliveryLogOptions> = {},
   ) {
+    this.options = { ...DEFAULT_DELIVERY_LOG_OPTIONS, ...options };
     this.recordAttemptsScript = defineScript(redis, {
       name: 'hooklineRecordAttempts',
       keys: 1,
@@ -438,10 +477,11 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     this.recordQueuedScript = defineScript(redis, { name: 'hooklineRecordQueued', keys: 1, lua: RECORD_QUEUED_LUA });
     this.pageScript = defineScript(redis, { name: 'hooklineDeliveryPage', keys: 1, lua: PAGE_LUA });
     this.healthScript = defineScript(redis, { name: 'hooklineWebhookHealth', keys: 3, lua: HEALTH_LUA });
-    this.retentionMsArg = String(options.retentionMs);
-    this.deadLetterRetentionMsArg = String(options.deadLetterRetentionMs);
-    this.recentPerWebhookArg = String(options.recentPerWebhook);
-    this.fallenOffGraceMsArg = String(options.fallenOffGraceMs);
+    this.forgetScript = defineScript(redis, { name: 'hooklineForgetBefore', keys: 2, lua: FORGET_BEFORE_LUA });
+    this.retentionMsArg = String(this.options.retentionMs);
+    this.deadLetterRetentionMsArg = String(this.options.deadLetterRetentionMs);
+    this.recentPerWebhookArg = String(this.options.recentPerWebhook);
+    this.fallenOffGraceMsArg = String(this.options.fallenOffGraceMs);
   }
 
   /**
@@ -490,6 +530,8 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
             k.dead(job.webhookId),
             k.failingSince(job.webhookId),
             k.record(job.webhookId, ''),
+            k.logBodies(job.webhookId),
+            k.logStatuses(job.webhookId),
           );
         }
         // The delivery's identity is written with its first attempt only; later ones send it empty.
@@ -511,6 +553,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
           first ? job.webhookId : '',
           first ? job.vendorId : '',
           first ? (job.replayOf ?? '') : '',
+          status === 'delivered' || status === 'dead' ? (job.replayOf ?? job.deliveryId) : '',
         );
       }
       this.recordAttemptsScript(
@@ -716,6 +759,30 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
 
   async forgetDeadLetter(webhookId: string, deliveryId: string): Promise<void> {
     await this.redis.zrem(this.keys.deliveries.dead(webhookId), deliveryId);
+  }
+
+  /**
+   * Removes the webhook's finished deliveries accepted before `cutoffMs`, and its dead letters that
+   * died before it, records and all (a webhook's own retention, shorter than the records' TTL);
+   * deliveries still being tried stay. Returns how many records went.
+   */
+  async forgetBefore(webhookId: string, cutoffMs: number): Promise<number> {
+    const k = this.keys.deliveries;
+    let removed = 0;
+    // Bounded: each call removes up to FORGET_PER_CALL_MAX and the sets are capped.
+    for (let calls = 0; calls < 1_000; calls += 1) {
+      const n = Number(
+        await this.forgetScript(
+          [k.ofWebhook(webhookId), k.dead(webhookId)],
+          k.record(webhookId, ''),
+          Math.floor(cutoffMs),
+          FORGET_PER_CALL_MAX,
+        ),
+      );
+      removed += n;
+      if (n < FORGET_PER_CALL_MAX) return removed;
+    }
+    return removed;
   }
 
   private async summaries(webhookId: string, ids: string[]): Promise<DeliverySummary[]> {

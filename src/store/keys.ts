@@ -84,6 +84,16 @@ export function redisKeys(prefix: string) {
       sendRate: (webhookId: string) => `${tag(`wh:${webhookId}`)}:send-rate`,
       /** list with an expiry: the bodies of the last events ingest matched to a webhook with a payload filter, newest first (filter-test) */
       recentEvents: (webhookId: string) => `${tag(`wh:${webhookId}`)}:recent-events`,
+      /**
+       * stream with an expiry: the webhook's event log, one small entry per event ingest matched to it
+       * (`d` delivery id, `e` event id, `t` event type), in accept order; the entry id is the feed's
+       * cursor and its time the accept time. Trimmed to the retention period (see event-log.ts).
+       */
+      log: (webhookId: string) => `${tag(`wh:${webhookId}`)}:log`,
+      /** hash with an expiry: delivery id → the body of each event in the log (apart, so an erasure frees it) */
+      logBodies: (webhookId: string) => `${tag(`wh:${webhookId}`)}:log:bodies`,
+      /** hash with an expiry: delivery id → the final status (delivered, dead) of each event in the log that has one */
+      logStatuses: (webhookId: string) => `${tag(`wh:${webhookId}`)}:log:status`,
       /** sorted set with an expiry: the delayed jobs holding deliveries while the webhook is paused (`s:`/`p:` + job id) → when each hold ends (ms) */
       held: (webhookId: string) => `${tag(`wh:${webhookId}`)}:held`,
     },

@@ -15,8 +15,24 @@ const OUTCOME_OF: Partial<Record<DeliveryStatus, 'delivered' | 'failed'>> = {
 
 /** How long a replay task's bookkeeping lives (as long as a finished task document). */
 const BOOKKEEPING_TTL_MS = 30 * 24 * 3_600_000;
-/** Open replays looked at per read of the task; a larger task catches up over a few polls. */
-const CHECK_PER_READ = 1_000;
+/** Open replays looked at per round of a read of the task, and rounds per read; a larger task catches up over a few polls. */
+const CHECK_PER_ROUND = 1_000;
+const ROUNDS_PER_READ = 5;
+
+/** What a replay task replays: a webhook's dead letters, or the events of a time range of its log. */
+export type ReplayTaskKind = 'dead_letters' | 'range';
+
+/** Where a range replay's run stands, kept so a run that starts again goes on from there. */
+export interface ReplayPlace {
+  /** The log cursor of the last event read; absent before the first page. */
+  cursor: string | undefined;
+  /** Events read so far (replayed or not). */
+  done: number;
+  /** Replays queued so far. */
+  replayed: number;
+  /** The range's count when the run began; absent before. */
+  total: number | undefined;
+}
 
 // Counts each replay's outcome once, however many readers race: only the reader whose SREM took the
 // id out of the open set counts it. KEYS share the task's hash tag; ARGV: id, field, id, field, …
@@ -55,11 +71,16 @@ export class RedisReplayTasks {
   }
 
   /** Notes who started a replay task, before anything is queued. */
-  async begin(taskId: string, vendorId: string, webhookId: string): Promise<void> {
+  async begin(
+    taskId: string,
+    vendorId: string,
+    webhookId: string,
+    kind: ReplayTaskKind = 'dead_letters',
+  ): Promise<void> {
     const state = this.keys.replayTask.state(taskId);
     await this.redis
       .multi()
-      .hset(state, { vendorId, webhookId, delivered: 0, failed: 0 })
+      .hset(state, { vendorId, webhookId, kind, delivered: 0, failed: 0 })
       .pexpire(state, BOOKKEEPING_TTL_MS)
       .exec();
   }
@@ -93,6 +114,33 @@ export class RedisReplayTasks {
     return 'cancelled';
   }
 
+  /** Where a range replay's run stands (see ReplayPlace). */
+  async place(taskId: string): Promise<ReplayPlace> {
+    const [cursor, done, replayed, total] = await this.redis.hmget(
+      this.keys.replayTask.state(taskId),
+      'cursor',
+      'done',
+      'replayed',
+      'total',
+    );
+    return {
+      cursor: cursor ?? undefined,
+      done: Number(done ?? 0),
+      replayed: Number(replayed ?? 0),
+      total: total === null ? undefined : Number(total),
+    };
+  }
+
+  /** Notes where a range replay's run stands, after a page's replays are noted (`queued`). */
+  async savePlace(taskId: string, place: ReplayPlace): Promise<void> {
+    await this.redis.hset(this.keys.replayTask.state(taskId), {
+      done: place.done,
+      replayed: place.replayed,
+      ...(place.cursor === undefined ? {} : { cursor: place.cursor }),
+      ...(place.total === undefined ? {} : { total: place.total }),
+    });
+  }
+
   /** Whether the task was cancelled (its run stops before its next page). */
   async isCancelled(taskId: string): Promise<boolean> {
     return (await this.redis.hget(this.keys.replayTask.state(taskId), 'cancelled')) === '1';
@@ -113,8 +161,9 @@ export class RedisReplayTasks {
     if (task.status === 'success' || task.status === 'failed') return { task, vendorId: state.vendorId };
 
     const webhookId = state.webhookId;
-    const [, open] = await this.redis.sscan(openKey(taskId), 0, 'COUNT', CHECK_PER_READ);
-    if (open.length > 0) {
+    for (let round = 0; round < ROUNDS_PER_READ; round += 1) {
+      const [, open] = await this.redis.sscan(openKey(taskId), 0, 'COUNT', CHECK_PER_ROUND);
+      if (open.length === 0) break;
       const progress = await this.progressOf(open.map((deliveryId) => ({ webhookId, deliveryId })));
       const settled = open.flatMap((id, i) => {
         // No record yet (it is written just after the replay is queued), or a pending one: the
@@ -123,7 +172,8 @@ export class RedisReplayTasks {
         const outcome = status === undefined ? undefined : OUTCOME_OF[status];
         return outcome === undefined ? [] : [id, outcome];
       });
-      if (settled.length > 0) await this.settleScript([openKey(taskId), stateKey(taskId)], ...settled);
+      if (settled.length === 0) break;
+      await this.settleScript([openKey(taskId), stateKey(taskId)], ...settled);
     }
     const [counts, stillOpen] = await Promise.all([
       this.redis.hmget(stateKey(taskId), 'delivered', 'failed', 'queuedAll', 'cancelled'),
@@ -154,7 +204,10 @@ export class RedisReplayTasks {
         ? {
             task_id: taskId,
             status: 'failed',
-            fail_reason: `cancelled after ${queued} of ${progress.total} dead letters were replayed (${outcomes}); the others stay dead letters`,
+            fail_reason:
+              state.kind === 'range'
+                ? `cancelled after ${queued} of ${progress.total} events were replayed (${outcomes})`
+                : `cancelled after ${queued} of ${progress.total} dead letters were replayed (${outcomes}); the others stay dead letters`,
             progress,
           }
         : failed === 0

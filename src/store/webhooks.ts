@@ -61,6 +61,7 @@ const recordSchema = z.object({
   filter: z.custom<FilterNode>((value) => typeof value === 'object' && value !== null).optional(),
   ordering: z.literal('fifo').optional(),
   maxConcurrency: z.number().optional(),
+  retentionMs: z.number().optional(),
   /** Custom headers: the names in the clear (reads need no key), the [name, value] pairs sealed together. */
   headerNames: z.array(z.string()).optional(),
   headersSealed: z.string().optional(),
@@ -143,6 +144,8 @@ export interface WebhookChanges {
   ordering?: WebhookOrdering;
   /** A new ceiling of attempts in flight; null removes it. */
   maxConcurrency?: number | null;
+  /** A new retention (ms); null returns to the installation's. */
+  retentionMs?: number | null;
   /** Merged into the custom headers (names case-insensitive): a value sets one, null removes one; null removes them all. */
   headers?: Record<string, string | null> | null;
   /** New receiver auth; null removes it. */
@@ -162,6 +165,7 @@ export interface WebhookInput {
   filter?: FilterNode;
   ordering?: WebhookOrdering;
   maxConcurrency?: number;
+  retentionMs?: number;
   headers?: Record<string, string>;
   auth?: ReceiverAuth;
   /** Checked by the caller (checkClientCertificate). */
@@ -329,6 +333,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         : {}),
       ...(input.ordering === 'fifo' ? { ordering: 'fifo' as const } : {}),
       ...(input.maxConcurrency === undefined ? {} : { maxConcurrency: input.maxConcurrency }),
+      ...(input.retentionMs === undefined ? {} : { retentionMs: input.retentionMs }),
       createdAt: at,
       updatedAt: at,
     };
@@ -551,6 +556,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     else if (changes.rateLimitPerSecond !== undefined) next.rateLimitPerSecond = changes.rateLimitPerSecond;
     if (changes.maxConcurrency === null) delete next.maxConcurrency;
     else if (changes.maxConcurrency !== undefined) next.maxConcurrency = changes.maxConcurrency;
+    if (changes.retentionMs === null) delete next.retentionMs;
+    else if (changes.retentionMs !== undefined) next.retentionMs = changes.retentionMs;
     if (changes.secret === null) {
       delete next.secretSealed;
       delete next.previousSecretSealed;
@@ -715,6 +722,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         : [],
       ordering: record.ordering ?? 'none',
       maxConcurrency: record.maxConcurrency,
+      retentionMs: record.retentionMs,
       headers: this.box.hasKey
         ? this.openHeaders(record).map(([name, value]) => ({ name, value }))
         : (record.headerNames ?? []).map((name) => ({ name, value: undefined })),

@@ -26,7 +26,8 @@ export type TestApp = Stores & {
   keyFor(roles: Role[], vendorId?: string): Promise<string>;
   /** Registers a webhook (EVENT_TYPE_MACHINE_CREATED) through the API, as a vendor would: its id and the vendor's key. */
   register(vendorId: string, callbackUrl: string, extra?: object): Promise<{ id: string; key: string }>;
-  close(): Promise<void>;
+  /** Stops the engine and deletes the prefix's keys; `keepData`: stops the engine only (a restart on the same data follows). */
+  close(options?: { keepData?: boolean }): Promise<void>;
 };
 
 export interface TestAppOptions {
@@ -53,6 +54,10 @@ export interface TestAppOptions {
   logger?: pino.Logger;
   /** HOOKLINE_OPERATIONAL_WEBHOOK_URL and _SECRET; workers started for the app inherit them. */
   operationalWebhook?: EngineConfig['operationalWebhook'];
+  /** The installation's secret key (default a fresh one): give another app's to start a second engine on its data. */
+  secretKey?: Buffer;
+  /** HOOKLINE_RETENTION (ms); default 7 days. */
+  retentionMs?: number;
   /** The vendor portal's built assets to serve (default: the package's dist/portal/, as in production). */
   portalAssetsDir?: string;
 }
@@ -104,6 +109,8 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
       ? {}
       : { unauthenticatedRateLimitPerSecond: options.unauthenticatedRateLimitPerSecond }),
     ...(options.allowPrivateTargets === undefined ? {} : { allowPrivateTargets: options.allowPrivateTargets }),
+    ...(options.retentionMs === undefined ? {} : { retentionMs: options.retentionMs }),
+    ...(options.secretKey === undefined ? {} : { secretKey: options.secretKey }),
     ...(options.operationalWebhook === undefined ? {} : { operationalWebhook: options.operationalWebhook }),
   });
   const engine = await testEngine(
@@ -138,8 +145,12 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
       if (res.statusCode !== 201) throw new Error(`registration answered ${res.statusCode}: ${res.body}`);
       return { id: res.json<{ webhook_id: string }>().webhook_id, key };
     },
-    async close() {
+    async close(closeOptions: { keepData?: boolean } = {}) {
       await engine.close(0);
+      if (closeOptions.keepData) {
+        await t.redis.quit();
+        return;
+      }
       // Deleted over the helper's own connection: the engine's are closed by now.
       await t.cleanup();
     },

@@ -16,6 +16,7 @@ export function webhookFixture(over: Partial<Webhook> = {}): Webhook {
     filter: undefined,
     ordering: 'none',
     maxConcurrency: undefined,
+    retentionMs: undefined,
     headers: [],
     auth: undefined,
     clientCertificate: undefined,

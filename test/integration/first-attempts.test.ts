@@ -7,7 +7,7 @@ import {
   streamCounts,
   type FirstAttemptBatch,
 } from '../../src/delivery/first-attempts.js';
-import { deliveryIdFor } from '../../src/delivery/jobs.js';
+import { deliveryIdFor } from '../../src/domain/ids.js';
 import { StorageUnavailableError } from '../../src/delivery/signals.js';
 import { redisKeys } from '../../src/store/keys.js';
 import { ensureGroup } from '../../src/store/stream-reads.js';

@@ -38,6 +38,7 @@ describe('toWebhookResource', () => {
       filter: null,
       ordering: 'none',
       max_concurrency: null,
+      retention: null,
       headers: {},
       auth: null,
       tls_client_certificate: null,

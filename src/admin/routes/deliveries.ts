@@ -11,7 +11,7 @@ import type { DeliveryCursor, DeliveryHistory, DeliverySummary } from '../../sto
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { vendorOf, type Authorizer } from '../auth.js';
 import { ApiError, checkedUuid, isoOrNull } from '../errors.js';
-import { errorResponses, noQueryParameters, queryParameters } from '../schemas.js';
+import { errorResponses, isoTime, noQueryParameters, queryParameters } from '../schemas.js';
 
 const iso = isoOrNull;
 
@@ -115,21 +115,6 @@ const limit = z
   .optional()
   .describe('How many, newest first (1-100, default 20).');
 const limitQuery = queryParameters({ limit });
-/** A time bound of the deliveries list: ISO 8601 with a time zone, as the API answers times. */
-const timeBound = (name: string) =>
-  z
-    .string()
-    .refine(
-      (text) =>
-        /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/.test(text) &&
-        Number.isFinite(Date.parse(text)),
-      {
-        message: `${name} must be an ISO 8601 time with a time zone, e.g. 2026-11-24T10:00:00Z`,
-      },
-    )
-    .transform((text) => Date.parse(text))
-    .optional();
-
 const deliveriesQuery = queryParameters({
   limit,
   status: z
@@ -141,8 +126,8 @@ const deliveriesQuery = queryParameters({
     .max(128)
     .optional()
     .describe('Only deliveries of this event type (a test event has the webhook’s).'),
-  since: timeBound('since').describe('Only deliveries accepted at or after this time (ISO 8601).'),
-  until: timeBound('until').describe('Only deliveries accepted at or before this time (ISO 8601).'),
+  since: isoTime('since').optional().describe('Only deliveries accepted at or after this time (ISO 8601).'),
+  until: isoTime('until').optional().describe('Only deliveries accepted at or before this time (ISO 8601).'),
   cursor: z
     .string()
     .max(200)
@@ -163,6 +148,18 @@ function decodeCursor(text: string): DeliveryCursor {
   return { acceptedAtMs: Number(ms), deliveryId: id };
 }
 
+/** The calling vendor's webhook named in a path, or 400 (not a UUID) / 404 (none of the vendor's). */
+export async function vendorWebhook(
+  webhooks: Pick<WebhookRegistry, 'get'>,
+  request: FastifyRequest,
+  webhookId: string,
+): Promise<Webhook> {
+  if (!isUuid(webhookId)) throw new ApiError('invalid_webhook_id');
+  const webhook = await webhooks.get(vendorOf(request), webhookId.toLowerCase());
+  if (!webhook) throw new ApiError('webhook_not_found');
+  return webhook;
+}
+
 export interface DeliveryRouteDeps {
   authorize: Authorizer;
   webhooks: WebhookRegistry;
@@ -176,13 +173,7 @@ export interface DeliveryRouteDeps {
  * `/vendors/v1/webhooks/{webhook_id}/…`, scoped to the key's vendor (role vendor).
  */
 export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
-  /** The vendor's webhook named in the path, or 400/404. */
-  async function ownWebhook(request: FastifyRequest, webhookId: string): Promise<Webhook> {
-    if (!isUuid(webhookId)) throw new ApiError('invalid_webhook_id');
-    const webhook = await deps.webhooks.get(vendorOf(request), webhookId.toLowerCase());
-    if (!webhook) throw new ApiError('webhook_not_found');
-    return webhook;
-  }
+  const ownWebhook = (request: FastifyRequest, webhookId: string) => vendorWebhook(deps.webhooks, request, webhookId);
   const checkedDeliveryId = (deliveryId: string) => checkedUuid(deliveryId, 'invalid_delivery_id');
 
   return async (app) => {

@@ -3,7 +3,9 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import {
   callbackTargetProblem,
+  formatRetention,
   newWebhookSecret,
+  parseRetentionMs,
   toWebhookResource,
   webhookCreateSchema,
   webhookPatchSchema,
@@ -48,6 +50,8 @@ export interface WebhookRouteDeps {
   webhooks: WebhookRegistry;
   /** false: callback URLs that point at loopback, private or reserved addresses are refused (400). */
   allowPrivateTargets: boolean;
+  /** The installation's retention (HOOKLINE_RETENTION): a webhook's own may not be longer. */
+  retentionMs: number;
   nowMs: () => number;
 }
 
@@ -77,6 +81,14 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
     return checked.certificate;
   };
   const invalid = (problem: string) => new ApiError('invalid_request', `Invalid request body: ${problem}`);
+  /** A webhook's retention (ms), within the installation's. */
+  const checkedRetention = (text: string | null): number | null => {
+    if (text === null) return null;
+    const ms = parseRetentionMs(text)!;
+    if (ms > deps.retentionMs)
+      throw invalid(`retention must be at most the installation's retention, ${formatRetention(deps.retentionMs)}`);
+    return ms;
+  };
 
   return async (app) => {
     // Portal sessions: listing needs read; every change needs manage.
@@ -122,6 +134,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.filter === undefined ? {} : { filter: body.filter }),
           ...(body.ordering === undefined ? {} : { ordering: body.ordering }),
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
+          ...(body.retention === undefined ? {} : { retentionMs: checkedRetention(body.retention)! }),
           ...(body.headers === undefined ? {} : { headers: body.headers }),
           ...(body.auth === undefined ? {} : { auth: checkedAuth(body.auth) as ReceiverAuth }),
           ...(body.tls_client_certificate === undefined
@@ -214,6 +227,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.filter === undefined ? {} : { filter: body.filter }),
           ...(body.ordering === undefined ? {} : { ordering: body.ordering }),
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
+          ...(body.retention === undefined ? {} : { retentionMs: checkedRetention(body.retention) }),
           ...(body.headers === undefined ? {} : { headers: body.headers }),
           ...(body.auth === undefined ? {} : { auth: checkedAuth(body.auth) }),
           ...(body.tls_client_certificate === undefined

@@ -1,0 +1,349 @@
+import type { DeliveryStatus } from '../domain/delivery.js';
+import type { RedisKeys } from './keys.js';
+import { slotGroups, type Redis } from './redis.js';
+import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
+
+/** One event in a webhook's log. */
+export interface LoggedEvent {
+  /** Its place in the log: the feed's cursor (a Redis stream id, `<ms>-<n>`). */
+  cursor: string;
+  /** When the engine logged it (Redis's clock, within milliseconds of the accept). */
+  acceptedAtMs: number;
+  /** The delivery ingest made of it (a replay of it gets a new id). */
+  deliveryId: string;
+  eventId: string;
+  eventType: string;
+  /** Its delivery's final status once it has one, else the delivery record's, else pending. */
+  status: DeliveryStatus;
+  /** The body delivered, when asked for. */
+  body?: string;
+}
+
+/** An event ingest matched to a webhook, for the log. */
+export interface EventLogEntry {
+  webhookId: string;
+  deliveryId: string;
+  eventId: string;
+  eventType: string;
+  body: string;
+}
+
+/** Which events of a log a scan takes. */
+export interface EventLogRange {
+  /** Accepted at or after (ms). */
+  sinceMs?: number;
+  /** Accepted at or before (ms). */
+  untilMs?: number;
+  /** Continue after this cursor (exclusive). */
+  after?: string;
+  /** Only these statuses (as the feed shows them). */
+  statuses?: readonly DeliveryStatus[];
+  /** Only these event types. */
+  eventTypes?: readonly string[];
+}
+
+/** How long events and delivery records are kept unless HOOKLINE_RETENTION says otherwise. */
+export const DEFAULT_RETENTION_MS = 7 * 24 * 3_600_000;
+
+/** A stream id as the feed's cursor: `<ms>-<sequence>`. */
+export const LOG_CURSOR_RE = /^\d{1,15}-\d{1,20}$/;
+
+/** Entries appended by one script call at most. */
+const ENTRIES_PER_CALL_MAX = 500;
+/** Entries past the retention one append removes per webhook at most, so a call's work stays bounded. */
+const TRIM_PER_APPEND_MAX = 32;
+/** Entries one maintenance call removes at most; maintenance calls again until nothing is left. */
+const TRIM_PER_CALL_MAX = 1_000;
+/** Entries one counting call reads at most. */
+const COUNT_PER_CALL_MAX = 5_000;
+
+// Shared by the scripts: removes up to `max` entries of a log older than `cutoff` (ms), with their
+// bodies and statuses. XDEL of the oldest entries empties the stream's oldest nodes first, which
+// Redis then frees, so the memory is given back as the log is trimmed.
+const TRIM_FN = `
+local function trimLog(log, bodies, statuses, cutoff, max)
+  local old = redis.call('XRANGE', log, '-', string.format('%.0f', cutoff - 1), 'COUNT', max)
+  if #old == 0 then return 0 end
+  local ids, refs = {}, {}
+  for i, entry in ipairs(old) do
+    ids[i] = entry[1]
+    refs[i] = entry[2][2]
+  end
+  redis.call('HDEL', bodies, unpack(refs))
+  redis.call('HDEL', statuses, unpack(refs))
+  redis.call('XDEL', log, unpack(ids))
+  return #old
+end
+local function nowMs()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end`;
+
+// Appends events to their webhooks' logs, each once however often ingest runs again for it (the
+// body's HSETNX is the guard); trims what the retention has passed and sets the keys' expiry, so an
+// idle webhook's log goes whole. KEYS[1] routes the call. ARGV: retention (ms), trim bound, then
+// per entry: log, bodies, statuses, delivery id, event id, event type, body.
+const APPEND_LUA = `${TRIM_FN}
+local retention, trimMax = tonumber(ARGV[1]), tonumber(ARGV[2])
+local cutoff = nowMs() - retention
+local seen = {}
+for a = 3, #ARGV, 7 do
+  local log, bodies, statuses = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  if redis.call('HSETNX', bodies, ARGV[a + 3], ARGV[a + 6]) == 1 then
+    redis.call('XADD', log, '*', 'd', ARGV[a + 3], 'e', ARGV[a + 4], 't', ARGV[a + 5])
+  end
+  if not seen[log] then
+    seen[log] = true
+    trimLog(log, bodies, statuses, cutoff, trimMax)
+    redis.call('PEXPIRE', log, retention)
+    redis.call('PEXPIRE', bodies, retention)
+  end
+end
+return 0`;
+
+// A page of a log: entries from ARGV[1] to ARGV[2] (stream ids, inclusive), up to ARGV[3], each with
+// its status (the final one, else the delivery record's, else false) and, when ARGV[4] is 1, its
+// body. ARGV[5]: the prefix of the webhook's delivery record keys. Per entry: id, delivery id, event
+// id, event type, status, body.
+const PAGE_LUA = `
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[2], 'COUNT', ARGV[3])
+local out = {}
+for i, entry in ipairs(entries) do
+  local f = entry[2]
+  local d = f[2]
+  local status = redis.call('HGET', KEYS[3], d)
+  if not status then status = redis.call('HGET', ARGV[5] .. d, 'status') end
+  local body = false
+  if ARGV[4] == '1' then body = redis.call('HGET', KEYS[2], d) end
+  out[i] = {entry[1], d, f[4], f[6], status, body}
+end
+return out`;
+
+// Counts the entries from ARGV[1] to ARGV[2] (reading at most ARGV[3]) whose type is among ARGV[5]
+// (a list joined by newlines; empty: any) and whose status is among ARGV[6] (likewise). ARGV[4]: the
+// record key prefix. Returns {count, id of the last entry read or '' when the range ended}.
+const COUNT_LUA = `
+local function setOf(text)
+  if text == '' then return nil end
+  local set = {}
+  for item in string.gmatch(text, '[^\\n]+') do set[item] = true end
+  return set
+end
+local types, statuses = setOf(ARGV[5]), setOf(ARGV[6])
+local max = tonumber(ARGV[3])
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[2], 'COUNT', max)
+local count = 0
+for _, entry in ipairs(entries) do
+  local f = entry[2]
+  if types == nil or types[f[6]] then
+    if statuses == nil then count = count + 1
+    else
+      local status = redis.call('HGET', KEYS[2], f[2])
+      if not status then status = redis.call('HGET', ARGV[4] .. f[2], 'status') or 'pending' end
+      if statuses[status] then count = count + 1 end
+    end
+  end
+end
+local last = ''
+if #entries == max then last = entries[#entries][1] end
+return {count, last}`;
+
+// Maintenance: trims one log to the retention (ARGV[1] ms) by up to ARGV[2] entries. Returns how many went.
+const TRIM_LUA = `${TRIM_FN}
+return trimLog(KEYS[1], KEYS[2], KEYS[3], nowMs() - tonumber(ARGV[1]), tonumber(ARGV[2]))`;
+
+// Erases events from one log: their entries, bodies and statuses. ARGV: delivery ids. Returns how many
+// entries went. The entries are found by reading the log (bounded by its retention).
+const ERASE_LUA = `
+local wanted, n = {}, 0
+for _, d in ipairs(ARGV) do wanted[d] = true end
+redis.call('HDEL', KEYS[2], unpack(ARGV))
+redis.call('HDEL', KEYS[3], unpack(ARGV))
+local cursor = '-'
+while true do
+  local entries = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', 1000)
+  for _, entry in ipairs(entries) do
+    if wanted[entry[2][2]] then
+      redis.call('XDEL', KEYS[1], entry[1])
+      n = n + 1
+    end
+  end
+  if #entries < 1000 then break end
+  cursor = '(' .. entries[#entries][1]
+end
+return n`;
+
+type PageRow = [
+  id: string,
+  deliveryId: string,
+  eventId: string,
+  eventType: string,
+  status: string | null,
+  body: string | null,
+];
+
+/**
+ * Each webhook's event log: every event ingest matched to it, in accept order, with the body it was
+ * delivered, kept for the retention period. The event feed pages it, range replays read it, and
+ * erasure removes from it. Written by ingest beside the batch's enqueue (one script per slot, no
+ * round trip of its own), under the webhook's hash tag with its delivery log.
+ */
+export class RedisEventLog {
+  private readonly appendScript: ScriptCall<[routing: string], ScriptArg[], number>;
+  private readonly pageScript: ScriptCall<[log: string, bodies: string, statuses: string], ScriptArg[], PageRow[]>;
+  private readonly countScript: ScriptCall<[log: string, statuses: string], ScriptArg[], [number, string]>;
+  private readonly trimScript: ScriptCall<[log: string, bodies: string, statuses: string], ScriptArg[], number>;
+  private readonly eraseScript: ScriptCall<[log: string, bodies: string, statuses: string], string[], number>;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Pick<RedisKeys, 'deliveries'>,
+    /** How long events are kept (HOOKLINE_RETENTION); a webhook's own shorter retention is applied by `trim`. */
+    private readonly retentionMs: number,
+  ) {
+    this.appendScript = defineScript(redis, { name: 'hooklineEventLogAppend', keys: 1, lua: APPEND_LUA });
+    this.pageScript = defineScript(redis, { name: 'hooklineEventLogPage', keys: 3, lua: PAGE_LUA });
+    this.countScript = defineScript(redis, { name: 'hooklineEventLogCount', keys: 2, lua: COUNT_LUA });
+    this.trimScript = defineScript(redis, { name: 'hooklineEventLogTrim', keys: 3, lua: TRIM_LUA });
+    this.eraseScript = defineScript(redis, { name: 'hooklineEventLogErase', keys: 3, lua: ERASE_LUA });
+  }
+
+  private keysOf(webhookId: string): [log: string, bodies: string, statuses: string] {
+    const { log, logBodies, logStatuses } = this.keys.deliveries;
+    return [log(webhookId), logBodies(webhookId), logStatuses(webhookId)];
+  }
+
+  /** Appends ingest's matched events; idempotent per delivery id. */
+  async append(entries: readonly EventLogEntry[]): Promise<void> {
+    const rows = entries.map((entry) => ({ entry, keys: this.keysOf(entry.webhookId) }));
+    await Promise.all(
+      slotGroups(this.redis, rows, (row) => row.keys[0], ENTRIES_PER_CALL_MAX).map((group) =>
+        this.appendScript(
+          [group[0]!.keys[0]],
+          this.retentionMs,
+          TRIM_PER_APPEND_MAX,
+          ...group.flatMap(({ entry, keys }) => [
+            ...keys,
+            entry.deliveryId,
+            entry.eventId,
+            entry.eventType,
+            entry.body,
+          ]),
+        ),
+      ),
+    );
+  }
+
+  /**
+   * Up to `limit` events of the range, oldest first, and the cursor after the last one read (absent
+   * when the range has no more). Filters apply to the events read, so a page may hold fewer than
+   * `limit` while `next` is still given.
+   */
+  async page(
+    webhookId: string,
+    range: EventLogRange & { limit: number; withBodies?: boolean },
+  ): Promise<{ events: LoggedEvent[]; next: string | undefined }> {
+    const [start, end] = bounds(range);
+    const rows = await this.pageScript(
+      this.keysOf(webhookId),
+      start,
+      end,
+      range.limit,
+      range.withBodies ? 1 : 0,
+      this.recordPrefix(webhookId),
+    );
+    const types = range.eventTypes ? new Set(range.eventTypes) : undefined;
+    const statuses = range.statuses ? new Set<string>(range.statuses) : undefined;
+    const events = rows.flatMap(([cursor, deliveryId, eventId, eventType, status, body]): LoggedEvent[] => {
+      const shown = (status ?? 'pending') as DeliveryStatus;
+      if (types && !types.has(eventType)) return [];
+      if (statuses && !statuses.has(shown)) return [];
+      return [
+        {
+          cursor,
+          acceptedAtMs: Number(cursor.slice(0, cursor.indexOf('-'))),
+          deliveryId,
+          eventId,
+          eventType,
+          status: shown,
+          ...(range.withBodies && body !== null ? { body } : {}),
+        },
+      ];
+    });
+    const next = rows.length === range.limit ? rows[rows.length - 1]![0] : undefined;
+    return { events, next };
+  }
+
+  /** How many events of the range match its filters (read in bounded calls; nothing held in memory). */
+  async count(webhookId: string, range: EventLogRange): Promise<number> {
+    const [log, , statuses] = this.keysOf(webhookId);
+    let [start] = bounds(range);
+    const [, end] = bounds(range);
+    let total = 0;
+    for (;;) {
+      const [count, last] = await this.countScript(
+        [log, statuses],
+        start,
+        end,
+        COUNT_PER_CALL_MAX,
+        this.recordPrefix(webhookId),
+        (range.eventTypes ?? []).join('\n'),
+        (range.statuses ?? []).join('\n'),
+      );
+      total += Number(count);
+      if (last === '') return total;
+      start = `(${last}`;
+    }
+  }
+
+  /** Removes the log's events older than `retentionMs` (the webhook's own, or the default); returns how many. */
+  async trim(webhookId: string, retentionMs = this.retentionMs): Promise<number> {
+    let removed = 0;
+    // Bounded: a log holds what was appended within its retention, removed a call's worth at a time.
+    for (let calls = 0; calls < 10_000; calls += 1) {
+      const n = Number(
+        await this.trimScript(this.keysOf(webhookId), Math.min(retentionMs, this.retentionMs), TRIM_PER_CALL_MAX),
+      );
+      removed += n;
+      if (n < TRIM_PER_CALL_MAX) break;
+    }
+    return removed;
+  }
+
+  /** Erases deliveries' events from a webhook's log (entries, bodies, statuses); returns how many entries went. */
+  async erase(webhookId: string, deliveryIds: readonly string[]): Promise<number> {
+    if (deliveryIds.length === 0) return 0;
+    return Number(await this.eraseScript(this.keysOf(webhookId), ...deliveryIds));
+  }
+
+  /** Whether the webhook's log holds the delivery's event. */
+  async holds(webhookId: string, deliveryId: string): Promise<boolean> {
+    return (await this.redis.hexists(this.keys.deliveries.logBodies(webhookId), deliveryId)) === 1;
+  }
+
+  /** The default retention (ms). */
+  get defaultRetentionMs(): number {
+    return this.retentionMs;
+  }
+
+  private recordPrefix(webhookId: string): string {
+    return this.keys.deliveries.record(webhookId, '');
+  }
+}
+
+/**
+ * The stream ids a range spans (inclusive; `(` makes the start exclusive after a cursor); a cursor
+ * before `sinceMs` starts at `sinceMs`.
+ */
+function bounds(range: EventLogRange): [start: string, end: string] {
+  const sinceMs = range.sinceMs === undefined ? undefined : Math.max(0, Math.floor(range.sinceMs));
+  const afterMs = range.after === undefined ? undefined : Number(range.after.slice(0, range.after.indexOf('-')));
+  const start =
+    range.after !== undefined && (sinceMs === undefined || afterMs! >= sinceMs)
+      ? `(${range.after}`
+      : sinceMs === undefined
+        ? '-'
+        : `${sinceMs}`;
+  const end = range.untilMs === undefined ? '+' : `${Math.floor(range.untilMs)}`;
+  return [start, end];
+}
