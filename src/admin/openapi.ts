@@ -255,6 +255,16 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     ],
     others: { 200: 'A dry run: how many events a replay would send, per webhook.' },
   },
+  'DELETE /admin/v1/events/{event_id}': {
+    operationId: 'eraseEvent',
+    success: 'Started: the erasure task.',
+    errors: [{ code: 'invalid_request', when: 'event_id is not a UUID.' }],
+  },
+  'DELETE /admin/v1/vendors/{vendor_id}/data': {
+    operationId: 'eraseVendorData',
+    success: 'Started: the erasure task.',
+    errors: [{ code: 'invalid_request', when: 'vendor_id is not a vendor id.' }],
+  },
   'GET /rental/v1/machines/agents/{deployment_id}': {
     operationId: 'getAgentStatus',
     success: 'The agent status of the deployment.',

@@ -1,4 +1,5 @@
 import type { RedisEventLog } from '../store/event-log.js';
+import { erasureRoutes, type ErasureRouteDeps } from './routes/erasure.js';
 import { webhookEventRoutes, type WebhookEventRouteDeps } from './routes/webhook-events.js';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
@@ -69,6 +70,8 @@ export interface AdminDeps {
   recentEvents: FilterTestRouteDeps['recentEvents'];
   /** Each webhook's event log: the event feed; its default retention bounds a webhook's own. */
   eventLog: RedisEventLog;
+  /** Erasure tasks (an event, a vendor). */
+  eraser: ErasureRouteDeps['eraser'];
   /** Replays of a time range of a webhook's event log. */
   rangeReplayer: WebhookEventRouteDeps['rangeReplayer'];
   /** Per-key request limit (429 with Retry-After past it); event ingest is exempt. */
@@ -265,6 +268,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
     }),
   );
   await app.register(deliveryRoutes({ authorize, webhooks: deps.webhooks, ...deps.deliveries }));
+  await app.register(erasureRoutes({ authorize, eraser: deps.eraser, logger: deps.logger }));
   await app.register(
     webhookEventRoutes({
       authorize,

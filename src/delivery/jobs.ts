@@ -42,6 +42,17 @@ export const JOBS = {
       ratePerSecond: z.number().optional(),
     }),
   },
+  /** An erasure (see erasure.ts): one event's data, or a vendor's; run as a task. */
+  erase: {
+    name: 'erase',
+    schema: z.object({
+      taskId: z.string(),
+      kind: z.enum(['event', 'vendor']),
+      id: z.string(),
+      /** The API key id of the operator who asked (logged with the erasure). */
+      requestedBy: z.string(),
+    }),
+  },
   /** The retention pass: trims every webhook's event log and records to its retention (a repeating job). */
   retention: {
     name: 'retention',
@@ -117,6 +128,7 @@ function idsDigest(ids: readonly string[]): string {
 }
 export type ReplayDeadLettersJob = z.infer<typeof JOBS.replayDeadLetters.schema>;
 export type ReplayRangeJob = z.infer<typeof JOBS.replayRange.schema>;
+export type EraseJob = z.infer<typeof JOBS.erase.schema>;
 export type OperationalWebhookJob = z.infer<typeof JOBS.operationalWebhook.schema>;
 
 /** The queue partition of a webhook: a stable hash, so one webhook's deliveries stay in one queue. */

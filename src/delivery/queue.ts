@@ -15,6 +15,7 @@ import {
   type OperationalWebhookJob,
   type ReplayDeadLettersJob,
   type ReplayRangeJob,
+  type EraseJob,
 } from './jobs.js';
 
 /**
@@ -215,6 +216,17 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   /** Queues a range replay's run (its task was created already). */
   async addRangeReplay(job: ReplayRangeJob): Promise<void> {
     await this.control.add(JOBS.replayRange.name, job, {
+      jobId: job.taskId,
+      attempts: 5,
+      backoff: { type: 'exponential', delay: 1_000 },
+      removeOnComplete: true,
+      removeOnFail: { age: FAILED_JOB_RETENTION_S },
+    });
+  }
+
+  /** Queues an erasure's run (its task was created already). */
+  async addErase(job: EraseJob): Promise<void> {
+    await this.control.add(JOBS.erase.name, job, {
       jobId: job.taskId,
       attempts: 5,
       backoff: { type: 'exponential', delay: 1_000 },

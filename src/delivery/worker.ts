@@ -3,7 +3,7 @@ import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import { FirstAttemptReader, type FirstAttemptBatch } from './first-attempts.js';
-import { BATCH_MAX, JOBS } from './jobs.js';
+import { BATCH_MAX, JOBS, type EraseJob } from './jobs.js';
 import { backoffFromError, RetryLaterError, StorageUnavailableError } from './signals.js';
 import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, OPERATIONAL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
 import type { DeadLetterReplayer } from './replay.js';
@@ -29,6 +29,8 @@ export interface DeliveryWorkerPoolOptions {
   rangeReplayer: RangeReplayer;
   /** The retention pass (a repeating control job). */
   retention: { run(): Promise<unknown> };
+  /** Runs erasure tasks. */
+  eraser: { run(job: EraseJob): Promise<unknown> };
   /** Sends operational webhooks; absent (none configured): this process leaves their queue alone. */
   operationalProcessor?: (job: Job) => Promise<unknown>;
   logger: Logger;
@@ -97,6 +99,8 @@ export class DeliveryWorkerPool {
               return options.rangeReplayer.run(JOBS.replayRange.schema.parse(job.data));
             case JOBS.retention.name:
               return options.retention.run();
+            case JOBS.erase.name:
+              return options.eraser.run(JOBS.erase.schema.parse(job.data));
             default: {
               const data = JOBS.replayDeadLetters.schema.parse(job.data);
               return options.replayer.runReplayAll(data.taskId, data.webhookId);

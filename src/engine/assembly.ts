@@ -55,6 +55,7 @@ import { RedisRecentEvents } from '../store/recent-events.js';
 import { DEFAULT_RETENTION_MS, RedisEventLog } from '../store/event-log.js';
 import { RangeReplayer } from '../delivery/range-replay.js';
 import { RetentionPass } from '../delivery/retention.js';
+import { Eraser } from '../delivery/erasure.js';
 import { RedisMachineStore } from '../store/machines.js';
 import { OperatorViews } from '../store/operator-views.js';
 import { RedisEventBudget, RedisRequestCounter } from '../store/rate-limiter.js';
@@ -94,6 +95,10 @@ interface StoreSettings {
   dedupeWindowMs: number;
   /** How long payloads, the event log and delivery records are kept (HOOKLINE_RETENTION); default 7 days. */
   retentionMs?: number;
+  /** HOOKLINE_INGEST_STREAMS (erasure looks through each stream's dead letters); default 1. */
+  ingestStreams?: number;
+  /** How long an erasure waits for attempts in flight before its second pass; default 35 s. */
+  erasureSettleMs?: number;
   /** When given, ingest counts batches into it and logs one line per batch. */
   observability?: { metrics: Metrics; logger: Logger };
   /**
@@ -177,6 +182,21 @@ export function composeStores(settings: StoreSettings) {
   const portalSessions = new RedisPortalSessions(redis, keys, nowMs);
   const recentEvents = new RedisRecentEvents(redis, keys);
   const dedupe = new RedisEventDedupe(redis, settings.redisPrefix, { windowMs: settings.dedupeWindowMs });
+  const apiKeys = new RedisApiKeyStore(redis, keys);
+  const eraser = new Eraser({
+    redis,
+    keys,
+    webhooks,
+    eventLog,
+    queues,
+    apiKeys,
+    portalSessions,
+    tasks,
+    ingestStreams: settings.ingestStreams ?? 1,
+    settleMs: settings.erasureSettleMs ?? 35_000,
+    nowMs,
+    ...(settings.observability ? { logger: settings.observability.logger } : {}),
+  });
   const ingestor = new Ingestor({
     dedupe,
     machines,
@@ -195,9 +215,10 @@ export function composeStores(settings: StoreSettings) {
   return {
     redis,
     keys,
-    apiKeys: new RedisApiKeyStore(redis, keys),
+    apiKeys,
     webhooks,
     tasks,
+    eraser,
     agents,
     machines,
     deliveryLog,
@@ -296,6 +317,7 @@ export function composeStores(settings: StoreSettings) {
         recentEvents,
         eventLog,
         rangeReplayer,
+        eraser,
       };
     },
   };

@@ -63,6 +63,7 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     replayer: stores.replayer,
     rangeReplayer: stores.rangeReplayer,
     retention: stores.retention,
+    eraser: stores.eraser,
     ...(operationalProcessor ? { operationalProcessor } : {}),
     logger: settings.logger,
     lockDurationMs: settings.lockDurationMs ?? 30_000,

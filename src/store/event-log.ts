@@ -54,6 +54,8 @@ const ENTRIES_PER_CALL_MAX = 500;
 const TRIM_PER_APPEND_MAX = 32;
 /** Entries one maintenance call removes at most; maintenance calls again until nothing is left. */
 const TRIM_PER_CALL_MAX = 1_000;
+/** Entries an erasure reads per page. */
+const ERASE_PAGE = 1_000;
 /** Entries one counting call reads at most. */
 const COUNT_PER_CALL_MAX = 5_000;
 
@@ -152,27 +154,6 @@ return {count, last}`;
 const TRIM_LUA = `${TRIM_FN}
 return trimLog(KEYS[1], KEYS[2], KEYS[3], nowMs() - tonumber(ARGV[1]), tonumber(ARGV[2]))`;
 
-// Erases events from one log: their entries, bodies and statuses. ARGV: delivery ids. Returns how many
-// entries went. The entries are found by reading the log (bounded by its retention).
-const ERASE_LUA = `
-local wanted, n = {}, 0
-for _, d in ipairs(ARGV) do wanted[d] = true end
-redis.call('HDEL', KEYS[2], unpack(ARGV))
-redis.call('HDEL', KEYS[3], unpack(ARGV))
-local cursor = '-'
-while true do
-  local entries = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', 1000)
-  for _, entry in ipairs(entries) do
-    if wanted[entry[2][2]] then
-      redis.call('XDEL', KEYS[1], entry[1])
-      n = n + 1
-    end
-  end
-  if #entries < 1000 then break end
-  cursor = '(' .. entries[#entries][1]
-end
-return n`;
-
 type PageRow = [
   id: string,
   deliveryId: string,
@@ -193,7 +174,6 @@ export class RedisEventLog {
   private readonly pageScript: ScriptCall<[log: string, bodies: string, statuses: string], ScriptArg[], PageRow[]>;
   private readonly countScript: ScriptCall<[log: string, statuses: string], ScriptArg[], [number, string]>;
   private readonly trimScript: ScriptCall<[log: string, bodies: string, statuses: string], ScriptArg[], number>;
-  private readonly eraseScript: ScriptCall<[log: string, bodies: string, statuses: string], string[], number>;
 
   constructor(
     private readonly redis: Redis,
@@ -205,7 +185,6 @@ export class RedisEventLog {
     this.pageScript = defineScript(redis, { name: 'hooklineEventLogPage', keys: 3, lua: PAGE_LUA });
     this.countScript = defineScript(redis, { name: 'hooklineEventLogCount', keys: 2, lua: COUNT_LUA });
     this.trimScript = defineScript(redis, { name: 'hooklineEventLogTrim', keys: 3, lua: TRIM_LUA });
-    this.eraseScript = defineScript(redis, { name: 'hooklineEventLogErase', keys: 3, lua: ERASE_LUA });
   }
 
   private keysOf(webhookId: string): [log: string, bodies: string, statuses: string] {
@@ -310,15 +289,32 @@ export class RedisEventLog {
     return removed;
   }
 
-  /** Erases deliveries' events from a webhook's log (entries, bodies, statuses); returns how many entries went. */
+  /**
+   * Erases deliveries' events from a webhook's log: bodies and statuses at once, then the entries
+   * (found by reading the log a page at a time, so no call blocks Redis for long); how many entries went.
+   */
   async erase(webhookId: string, deliveryIds: readonly string[]): Promise<number> {
     if (deliveryIds.length === 0) return 0;
-    return Number(await this.eraseScript(this.keysOf(webhookId), ...deliveryIds));
-  }
-
-  /** Whether the webhook's log holds the delivery's event. */
-  async holds(webhookId: string, deliveryId: string): Promise<boolean> {
-    return (await this.redis.hexists(this.keys.deliveries.logBodies(webhookId), deliveryId)) === 1;
+    const [log, bodies, statuses] = this.keysOf(webhookId);
+    const held = await this.redis.hmget(bodies, ...deliveryIds);
+    if (held.every((body) => body === null)) return 0;
+    await this.redis
+      .multi()
+      .hdel(bodies, ...deliveryIds)
+      .hdel(statuses, ...deliveryIds)
+      .exec();
+    const wanted = new Set(deliveryIds);
+    let erased = 0;
+    let start = '-';
+    // Bounded: the log holds what its retention allows, read ERASE_PAGE entries at a time.
+    for (let pages = 0; pages < 1_000_000; pages += 1) {
+      const entries = await this.redis.xrange(log, start, '+', 'COUNT', ERASE_PAGE);
+      const ids = entries.flatMap(([id, fields]) => (wanted.has(fields[1] ?? '') ? [id] : []));
+      if (ids.length > 0) erased += await this.redis.xdel(log, ...ids);
+      if (entries.length < ERASE_PAGE) break;
+      start = `(${entries.at(-1)![0]}`;
+    }
+    return erased;
   }
 
   /** The default retention (ms). */

@@ -64,6 +64,8 @@ const PROTECTED: ProtectedRoute[] = [
     role: 'vendor',
     payload: { since: '2026-01-01T00:00:00Z', dry_run: true },
   },
+  { method: 'DELETE', route: '/admin/v1/events/:event_id', role: 'admin' },
+  { method: 'DELETE', route: '/admin/v1/vendors/:vendor_id/data', role: 'admin' },
   {
     method: 'POST',
     route: '/admin/v1/replays',

@@ -1,0 +1,369 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Job, Queue } from 'bullmq';
+import type { DeliverJob } from '../domain/delivery.js';
+import type { Logger } from '../logger.js';
+import { endpointKey } from '../domain/endpoint.js';
+import { deliveryIdFor, newId } from '../domain/ids.js';
+import type { Task } from '../domain/task.js';
+import type { RedisApiKeyStore } from '../store/api-keys.js';
+import { endpointDigest } from '../store/endpoints.js';
+import type { RedisEventLog } from '../store/event-log.js';
+import type { RedisKeys } from '../store/keys.js';
+import type { RedisPortalSessions } from '../store/portal-sessions.js';
+import { masterNodes, type Redis } from '../store/redis.js';
+import type { DocWriter } from '../store/versioned-docs.js';
+import type { RedisWebhookStore } from '../store/webhooks.js';
+import { partitionOf, type EraseJob } from './jobs.js';
+import type { DeliveryQueues } from './queue.js';
+
+/** BullMQ job states that may hold a delivery's body. */
+const JOB_STATES = ['waiting', 'delayed', 'prioritized', 'failed', 'completed'] as const;
+/** Jobs read per page when looking through a queue. */
+const JOBS_PER_PAGE = 500;
+/** Keys read per SCAN call. */
+const SCAN_COUNT = 1_000;
+
+export interface ErasureDeps {
+  redis: Redis;
+  keys: RedisKeys;
+  webhooks: Pick<RedisWebhookStore, 'list' | 'delete'>;
+  eventLog: Pick<RedisEventLog, 'erase'>;
+  queues: Pick<DeliveryQueues, 'partitions' | 'addErase'>;
+  apiKeys: Pick<RedisApiKeyStore, 'list' | 'revoke'>;
+  portalSessions: Pick<RedisPortalSessions, 'revokeVendor'>;
+  tasks: DocWriter<Task>;
+  ingestStreams: number;
+  /**
+   * How long attempts in flight may still write after the first pass (a worker's lock and a
+   * delivery's timeout): the second pass, this much later, removes what they wrote.
+   */
+  settleMs: number;
+  nowMs: () => number;
+  logger?: Logger;
+}
+
+/** What an erasure removed. */
+export interface ErasureSummary {
+  webhooks: number;
+  records: number;
+  events: number;
+  jobs: number;
+  keys: number;
+}
+
+/**
+ * Erasure: one event's payload and records everywhere, or everything of a vendor (webhooks,
+ * deliveries, payloads, portal sessions, API keys, replay tasks), each as a task run by a worker,
+ * in two passes: the second, after attempts in flight have finished, removes what they wrote.
+ * What stays, by design: the ingest dedupe mark of an erased event id (64 bits of a digest of the
+ * id, no payload; it keeps a producer's retry from bringing the event back within the window), and
+ * the platform's read models (a machine's, deployment's or task's current state, which is the
+ * platform's own and no event's).
+ */
+export class Eraser {
+  constructor(private readonly deps: ErasureDeps) {}
+
+  /** Starts erasing an event (a task); its id. */
+  async startEvent(eventId: string, requestedBy: string): Promise<string> {
+    return this.start({ kind: 'event', id: eventId, requestedBy });
+  }
+
+  /** Starts erasing a vendor's data (a task); its id. */
+  async startVendor(vendorId: string, requestedBy: string): Promise<string> {
+    return this.start({ kind: 'vendor', id: vendorId, requestedBy });
+  }
+
+  private async start(what: Omit<EraseJob, 'taskId'>): Promise<string> {
+    const taskId = newId();
+    await this.deps.tasks.put({ task_id: taskId, status: 'pending', fail_reason: null }, this.deps.nowMs());
+    await this.deps.queues.addErase({ taskId, ...what });
+    return taskId;
+  }
+
+  /** Runs an erasure task (the control worker). */
+  async run(job: EraseJob): Promise<ErasureSummary> {
+    const put = (status: Task['status'], summary?: ErasureSummary, failReason: string | null = null) =>
+      this.deps.tasks.put(
+        {
+          task_id: job.taskId,
+          status,
+          fail_reason: failReason,
+          // The task's progress counts webhooks; the log line of the erasure has every count.
+          ...(summary ? { progress: { total: summary.webhooks, done: summary.webhooks } } : {}),
+        },
+        this.deps.nowMs(),
+      );
+    try {
+      await put('in_progress');
+      const summary = job.kind === 'event' ? await this.eraseEvent(job.id, true) : await this.eraseVendor(job.id, true);
+      await put('success', summary);
+      this.deps.logger?.info(
+        {
+          event: 'erase.finished',
+          kind: job.kind,
+          taskId: job.taskId,
+          keyId: job.requestedBy,
+          ...summary,
+          [job.kind === 'event' ? 'eventId' : 'vendorId']: job.id,
+        },
+        job.kind === 'event' ? 'an event was erased' : "a vendor's data was erased",
+      );
+      return summary;
+    } catch (error) {
+      await put('failed', undefined, `erasure stopped: ${(error as Error).message}; run it again`);
+      throw error;
+    }
+  }
+
+  /** Erases one event: its log entries, bodies, delivery records (replays too), queued jobs, and copies kept for filters and dead streams. */
+  async eraseEvent(eventId: string, twoPasses = false): Promise<ErasureSummary> {
+    const summary = emptySummary();
+    const hit = new Set<string>();
+    for (const webhookId of await this.webhookIdsInRedis()) {
+      const first = deliveryIdFor(eventId, webhookId);
+      const logged = await this.deps.eventLog.erase(webhookId, [first]);
+      const records = await this.recordsOf(webhookId, (fields) => fields.eventId === eventId);
+      const recent = await this.forgetRecentEvent(webhookId, eventId);
+      if (logged + records.length + recent === 0) continue;
+      hit.add(webhookId);
+      summary.events += logged + recent;
+      summary.jobs += await this.removeJobs(webhookId, (job) => job.eventId === eventId);
+      summary.records += await this.removeRecords(webhookId, records);
+    }
+    summary.events += await this.removeFromStreams(eventId);
+    summary.webhooks = hit.size;
+    if (twoPasses && hit.size > 0) {
+      await sleep(this.deps.settleMs);
+      for (const webhookId of hit) {
+        summary.jobs += await this.removeJobs(webhookId, (job) => job.eventId === eventId);
+        summary.records += await this.removeRecords(
+          webhookId,
+          await this.recordsOf(webhookId, (fields) => fields.eventId === eventId),
+        );
+      }
+    }
+    return summary;
+  }
+
+  /** Erases a vendor: its webhooks with everything under them, its queued jobs, sessions, keys, replay tasks and endpoint state. */
+  async eraseVendor(vendorId: string, twoPasses = false): Promise<ErasureSummary> {
+    const summary = emptySummary();
+    const webhooks = await this.deps.webhooks.list(vendorId);
+    const ids = new Set(webhooks.map((w) => w.id));
+    // Endpoint keys are named by the vendor's origins: read them before the webhooks go.
+    const digests = new Set(webhooks.map((w) => endpointDigest(endpointKey(vendorId, w.callbackUrl))));
+    for (const webhook of webhooks) await this.deps.webhooks.delete(vendorId, webhook.id);
+    summary.webhooks = webhooks.length;
+    const purge = async () => {
+      for (const webhookId of ids) {
+        summary.jobs += await this.removeJobs(webhookId, () => true);
+        summary.keys += await this.deleteMatching(
+          `${this.deps.keys.deliveries.ofWebhook(webhookId).replace(/:deliveries$/, '')}:*`,
+        );
+        summary.keys += await this.removeLine(webhookId);
+      }
+    };
+    await purge();
+    for (const digest of digests) {
+      const { endpointAnswered, endpointFlow } = this.deps.keys;
+      summary.keys += await this.deps.redis.del(endpointAnswered(digest));
+      summary.keys += await this.deps.redis.del(endpointFlow.pause(digest));
+      summary.keys += await this.deps.redis.del(endpointFlow.limits(digest));
+    }
+    summary.keys += await this.deps.portalSessions.revokeVendor(vendorId);
+    for (const key of (await this.deps.apiKeys.list()).filter((k) => k.vendorId === vendorId)) {
+      await this.deps.apiKeys.revoke(key.id);
+      summary.keys += 1;
+    }
+    summary.keys += await this.removeReplayTasks(vendorId);
+    if (twoPasses && ids.size > 0) {
+      // Deliveries in flight when the webhooks went are dropped by their workers, which write a record.
+      await sleep(this.deps.settleMs);
+      await purge();
+    }
+    return summary;
+  }
+
+  /** Ids of every webhook with a log or delivery records in Redis, deleted ones included. */
+  private async webhookIdsInRedis(): Promise<Set<string>> {
+    const ids = new Set<string>();
+    const { ofWebhook, logBodies } = this.deps.keys.deliveries;
+    for (const make of [ofWebhook, logBodies]) {
+      const [before, after] = make('\u0000').split('\u0000') as [string, string];
+      await this.scan(`${before}*${after}`, (keys) => {
+        for (const key of keys) ids.add(key.slice(before.length, key.length - after.length));
+      });
+    }
+    return ids;
+  }
+
+  /** The webhook's delivery record ids whose fields pass `test` (one slot: a SCAN of its record keys). */
+  private async recordsOf(webhookId: string, test: (fields: Record<string, string>) => boolean): Promise<string[]> {
+    const prefix = this.deps.keys.deliveries.record(webhookId, '');
+    const found: string[] = [];
+    await this.scan(`${prefix}*`, async (keys) => {
+      for (const key of keys) {
+        const [eventId, replayOf] = await this.deps.redis.hmget(key, 'eventId', 'replayOf');
+        if (test({ eventId: eventId ?? '', replayOf: replayOf ?? '' })) found.push(key.slice(prefix.length));
+      }
+    });
+    return found;
+  }
+
+  private async removeRecords(webhookId: string, deliveryIds: readonly string[]): Promise<number> {
+    if (deliveryIds.length === 0) return 0;
+    const k = this.deps.keys.deliveries;
+    await this.deps.redis
+      .multi()
+      .del(...deliveryIds.map((id) => k.record(webhookId, id)))
+      .zrem(k.ofWebhook(webhookId), ...deliveryIds)
+      .zrem(k.dead(webhookId), ...deliveryIds)
+      .exec();
+    return deliveryIds.length;
+  }
+
+  /** Takes the event out of the webhook's recent events (the filter dry run's); how many went. */
+  private async forgetRecentEvent(webhookId: string, eventId: string): Promise<number> {
+    const key = this.deps.keys.deliveries.recentEvents(webhookId);
+    let n = 0;
+    for (const body of await this.deps.redis.lrange(key, 0, -1)) {
+      if (eventIdOf(body) === eventId) n += await this.deps.redis.lrem(key, 0, body);
+    }
+    return n;
+  }
+
+  /**
+   * Removes the webhook's queued deliveries that pass `test` from its partition's queues: single
+   * jobs whole, parked batches rewritten without them (removed once empty). A job running now is
+   * left; the second pass finds what it wrote.
+   */
+  private async removeJobs(webhookId: string, test: (job: DeliverJob) => boolean): Promise<number> {
+    const partition = this.deps.queues.partitions[partitionOf(webhookId, this.deps.queues.partitions.length)]!;
+    let removed = 0;
+    const matches = (job: DeliverJob) => job.webhookId === webhookId && test(job);
+    // Found first, then changed: removing while paging would shift the pages.
+    const singles = await this.jobsWhere(partition.singles, (data) => matches(data as DeliverJob));
+    const batches = await this.jobsWhere(partition.batches, (data) =>
+      ((data as { deliveries?: DeliverJob[] }).deliveries ?? []).some(matches),
+    );
+    for (const job of singles) removed += await job.remove().then(ok, failed);
+    for (const job of batches) {
+      const deliveries = (job.data as { deliveries: DeliverJob[] }).deliveries;
+      const kept = deliveries.filter((d) => !matches(d));
+      const done =
+        kept.length === 0
+          ? await job.remove().then(ok, failed)
+          : await job.updateData({ ...(job.data as object), deliveries: kept }).then(ok, failed);
+      if (done === 1) removed += deliveries.length - kept.length;
+    }
+    const line = this.deps.keys.fifo;
+    const n = partitionOf(webhookId, this.deps.queues.partitions.length);
+    const jobs = await this.deps.redis.hgetall(line.jobs(n, webhookId));
+    const lined = Object.entries(jobs).flatMap(([id, json]) => (matches(JSON.parse(json) as DeliverJob) ? [id] : []));
+    if (lined.length > 0) {
+      await this.deps.redis
+        .multi()
+        .hdel(line.jobs(n, webhookId), ...lined)
+        .zrem(line.line(n, webhookId), ...lined)
+        .exec();
+      removed += lined.length;
+    }
+    return removed;
+  }
+
+  /** Deletes a webhook's FIFO line (its keys and its entry in the partition's ready set). */
+  private async removeLine(webhookId: string): Promise<number> {
+    const f = this.deps.keys.fifo;
+    const n = partitionOf(webhookId, this.deps.queues.partitions.length);
+    const [deleted] = await Promise.all([
+      this.deps.redis.del(f.seq(n, webhookId), f.line(n, webhookId), f.jobs(n, webhookId), f.lease(n, webhookId)),
+      this.deps.redis.zrem(f.ready(n), webhookId),
+    ]);
+    return deleted;
+  }
+
+  /** Deletes the entries naming the event from the ingest dead streams and the first-attempt failed streams. */
+  private async removeFromStreams(eventId: string): Promise<number> {
+    const streams = [
+      ...Array.from({ length: this.deps.ingestStreams }, (_, n) => this.deps.keys.events.deadOf(n)),
+      ...this.deps.queues.partitions.map((_, n) => this.deps.keys.firstAttempts.failedOf(n)),
+    ];
+    let removed = 0;
+    for (const stream of streams) {
+      let start = '-';
+      // Bounded: these streams are capped (about 10,000 entries each).
+      for (let pages = 0; pages < 1_000; pages += 1) {
+        const entries = await this.deps.redis.xrange(stream, start, '+', 'COUNT', 1_000);
+        const naming = entries.filter(([, fields]) => fields.some((value) => value.includes(eventId)));
+        if (naming.length > 0) removed += await this.deps.redis.xdel(stream, ...naming.map(([id]) => id));
+        if (entries.length < 1_000) break;
+        start = `(${entries.at(-1)![0]}`;
+      }
+    }
+    return removed;
+  }
+
+  /** Deletes a vendor's replay tasks: their bookkeeping and documents. */
+  private async removeReplayTasks(vendorId: string): Promise<number> {
+    const { state } = this.deps.keys.replayTask;
+    const [before, after] = state('\u0000').split('\u0000') as [string, string];
+    let removed = 0;
+    await this.scan(`${before}*${after}`, async (keys) => {
+      for (const key of keys) {
+        if ((await this.deps.redis.hget(key, 'vendorId')) !== vendorId) continue;
+        const taskId = key.slice(before.length, key.length - after.length);
+        removed += await this.deps.redis.del(key, this.deps.keys.replayTask.open(taskId), this.deps.keys.task(taskId));
+      }
+    });
+    return removed;
+  }
+
+  private async deleteMatching(pattern: string): Promise<number> {
+    let removed = 0;
+    await this.scan(pattern, async (keys) => {
+      // One webhook's keys share its hash tag (one slot), so one UNLINK takes a page of them.
+      if (keys.length > 0) removed += await this.deps.redis.unlink(...keys);
+    });
+    return removed;
+  }
+
+  /** SCANs every master for `pattern`, handing each page of keys to `each`. */
+  private async scan(pattern: string, each: (keys: string[]) => void | Promise<void>): Promise<void> {
+    for (const node of await masterNodes(this.deps.redis)) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
+        cursor = next;
+        if (keys.length > 0) await each(keys);
+      } while (cursor !== '0');
+    }
+  }
+
+  /** The queue's jobs, in the states that may hold a body, whose data passes `test` (read a page at a time). */
+  private async jobsWhere(queue: Queue, test: (data: unknown) => boolean): Promise<Job[]> {
+    const found: Job[] = [];
+    // Bounded: a queue holds what the engine queued; pages of JOBS_PER_PAGE.
+    for (let start = 0; start < 100_000_000; start += JOBS_PER_PAGE) {
+      const jobs = await queue.getJobs([...JOB_STATES], start, start + JOBS_PER_PAGE - 1, true);
+      for (const job of jobs) if (job && test(job.data)) found.push(job);
+      if (jobs.length < JOBS_PER_PAGE) break;
+    }
+    return found;
+  }
+}
+
+const ok = () => 1;
+const failed = () => 0;
+
+function emptySummary(): ErasureSummary {
+  return { webhooks: 0, records: 0, events: 0, jobs: 0, keys: 0 };
+}
+
+function eventIdOf(body: string): string | undefined {
+  try {
+    const parsed = JSON.parse(body) as { event_id?: unknown };
+    return typeof parsed.event_id === 'string' ? parsed.event_id : undefined;
+  } catch {
+    return undefined;
+  }
+}

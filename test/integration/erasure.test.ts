@@ -1,0 +1,153 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { testApp, type TestApp } from '../helpers/app.js';
+import { machineEvent } from '../helpers/events.js';
+import { capturedLogs } from '../helpers/logs.js';
+import { storedText } from '../helpers/redis-dump.js';
+import { TestReceiver } from '../helpers/receiver.js';
+import { queuesDrained, waitFor } from '../helpers/wait.js';
+import { startTestWorker, type TestWorker } from '../helpers/worker.js';
+
+const logs = capturedLogs();
+
+/** An event whose data carries `marker` in a field of its own (delivered as sent; no read model keeps it). */
+const markedEvent = (vendorId: string, marker: string) => {
+  const event = machineEvent(vendorId);
+  return { ...event, data: { ...event.data, note: marker } };
+};
+
+describe('erasure (real Redis, a real receiver, a worker)', () => {
+  let t: TestApp;
+  let receiver: TestReceiver;
+  let worker: TestWorker;
+  let admin: string;
+
+  beforeAll(async () => {
+    // Two attempts: a failing receiver leaves dead letters (bodies kept) after a retry.
+    t = await testApp({ retryScheduleMs: [0, 20], logger: logs.logger() });
+    receiver = new TestReceiver();
+    await receiver.start();
+    worker = await startTestWorker(t);
+    admin = await t.keyFor(['admin']);
+  });
+  afterAll(async () => {
+    await worker.close();
+    await receiver.close();
+    await t.close();
+  });
+
+  const api = (method: 'GET' | 'DELETE' | 'POST', url: string, key = admin, payload?: object) =>
+    t.app.inject({ method, url, headers: { 'x-api-key': key }, ...(payload === undefined ? {} : { payload }) });
+
+  /** Everything stored under the test's prefix: values as commands read them, and each key's DUMP (the bytes Redis keeps, deleted stream entries included). */
+  async function everything(): Promise<string> {
+    const pattern = `*${t.prefix}*`;
+    const dumps: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, keys] = await t.redis.scan(cursor, 'MATCH', pattern, 'COUNT', 500);
+      cursor = next;
+      for (const key of keys) dumps.push(key, ((await t.redis.dumpBuffer(key)) ?? Buffer.alloc(0)).toString('latin1'));
+    } while (cursor !== '0');
+    return `${await storedText(t.redis, pattern)}\n${dumps.join('\n')}`;
+  }
+
+  async function finished(taskId: string): Promise<{ status: string; fail_reason: string | null }> {
+    let task: { status: string; fail_reason: string | null } | undefined;
+    await waitFor(
+      async () => {
+        task = (await api('GET', `/rental/v1/tasks/${taskId}`)).json();
+        return task!.status === 'success' || task!.status === 'failed';
+      },
+      30_000,
+      `task ${taskId} to end`,
+    );
+    return task!;
+  }
+
+  it('erases one event everywhere: feed, records, dead letters and replays, proven by a scan of every key', async () => {
+    const vendor = 'vendor-erase-event';
+    const marker = `MARK-${randomUUID()}`;
+    const kept = `KEEP-${randomUUID()}`;
+    const webhook = await t.register(vendor, `${receiver.base}/failing`);
+    receiver.script('/failing', { status: 500 });
+    const erased = markedEvent(vendor, marker);
+    await t.ingestor.ingest([erased, markedEvent(vendor, kept)], 'http');
+    await waitFor(async () => (await t.deliveryLog.deadLetterCount(webhook.id)) === 2, 15_000, 'two dead letters');
+    // A replay of the dead letter: its record (and the one it replays) hold the event too.
+    const [letter] = (await t.deliveryLog.deadLetters(webhook.id, 10)).filter((d) => d.eventId === erased.event_id);
+    expect(
+      (await api('POST', `/vendors/v1/webhooks/${webhook.id}/dead-letters/${letter!.deliveryId}/replay`, webhook.key))
+        .statusCode,
+    ).toBe(202);
+    await waitFor(async () => (await t.deliveryLog.deadLetterCount(webhook.id)) === 2, 15_000, 'the replay dead again');
+    await queuesDrained(t.queues, 10_000);
+    expect(await everything()).toContain(marker);
+
+    expect((await api('DELETE', '/admin/v1/events/not-a-uuid')).statusCode).toBe(400);
+    expect((await api('DELETE', `/admin/v1/events/${erased.event_id}`, webhook.key)).statusCode).toBe(403);
+    const res = await api('DELETE', `/admin/v1/events/${erased.event_id}`);
+    expect(res.statusCode).toBe(202);
+    const taskId = res.json<{ task_id: string }>().task_id;
+    expect(await finished(taskId)).toMatchObject({ status: 'success', fail_reason: null });
+
+    const stored = await everything();
+    expect(stored).not.toContain(marker);
+    expect(stored).toContain(kept);
+    const feed = (await api('GET', `/vendors/v1/webhooks/${webhook.id}/events`, webhook.key)).json<{
+      events: { event_id: string }[];
+    }>();
+    expect(feed.events.map((e) => e.event_id)).not.toContain(erased.event_id);
+    expect(feed.events).toHaveLength(1);
+    expect(await t.deliveryLog.deadLetterCount(webhook.id)).toBe(1);
+    const logged = logs.lines.find((line) => line.event === 'operator.erase' && line.taskId === taskId);
+    expect(logged).toMatchObject({ kind: 'event', eventId: erased.event_id });
+    expect(typeof logged?.keyId).toBe('string');
+  });
+
+  it('erases a vendor: webhooks, deliveries, payloads, sessions and keys, and nothing of another vendor', async () => {
+    const vendor = 'vendor-erase-all';
+    const other = 'vendor-erase-other';
+    const marker = `MARK-${randomUUID()}`;
+    const otherMarker = `OTHER-${randomUUID()}`;
+    receiver.script('/ok', { status: 200 });
+    const webhook = await t.register(vendor, `${receiver.base}/ok`);
+    const second = await t.register(vendor, `${receiver.base}/failing`, { event_type: 'EVENT_TYPE_MACHINE_UPDATED' });
+    const kept = await t.register(other, `${receiver.base}/ok`);
+    const session = await api('POST', '/admin/v1/portal/sessions', admin, { vendor_id: vendor, permission: 'manage' });
+    expect(session.statusCode).toBe(201);
+    await t.ingestor.ingest(
+      [
+        markedEvent(vendor, marker),
+        { ...markedEvent(vendor, marker), event_type: 'EVENT_TYPE_MACHINE_UPDATED' },
+        markedEvent(other, otherMarker),
+      ],
+      'http',
+    );
+    await waitFor(
+      async () => (await t.deliveryLog.deadLetterCount(second.id)) === 1,
+      15_000,
+      'the failing webhook’s dead letter',
+    );
+    await queuesDrained(t.queues, 10_000);
+    expect(await everything()).toContain(marker);
+
+    const res = await api('DELETE', `/admin/v1/vendors/${vendor}/data`);
+    expect(res.statusCode).toBe(202);
+    expect(await finished(res.json<{ task_id: string }>().task_id)).toMatchObject({ status: 'success' });
+
+    const stored = await everything();
+    expect(stored).not.toContain(marker);
+    expect(stored).not.toContain(webhook.id);
+    expect(stored).not.toContain(second.id);
+    expect(stored).not.toContain(vendor + '"');
+    expect(stored).toContain(otherMarker);
+    // Its key and its portal session no longer open anything; the other vendor's webhook is as it was.
+    expect((await api('GET', '/vendors/v1/webhooks', webhook.key)).statusCode).toBe(401);
+    expect((await api('GET', `/admin/v1/portal/sessions?vendor_id=${vendor}`)).json()).toEqual({ sessions: [] });
+    expect((await api('GET', `/vendors/v1/webhooks/${kept.id}`, kept.key)).statusCode).toBe(200);
+    expect(logs.lines.find((line) => line.event === 'operator.erase' && line.vendorId === vendor)).toMatchObject({
+      kind: 'vendor',
+    });
+  });
+});
