@@ -59,13 +59,19 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     return link;
   }
 
-  /** Opens `url` in a fresh browser (no cookies), watching for problems; `clock`: the page's clock is Playwright's, to move on at will. */
+  /**
+   * Opens `url` in a fresh browser (no cookies), watching for problems; `clock`: the page's clock is
+   * Playwright's, to move on at will; `timezoneId`: the browser's time zone (else the machine's).
+   */
   async function open(
     url: string,
     viewport = { width: 1280, height: 900 },
-    options: { clock?: boolean } = {},
+    options: { clock?: boolean; timezoneId?: string } = {},
   ): Promise<Portal> {
-    const context = await browser.newContext({ viewport });
+    const context = await browser.newContext({
+      viewport,
+      ...(options.timezoneId === undefined ? {} : { timezoneId: options.timezoneId }),
+    });
     contexts.push(context);
     context.setDefaultTimeout(15_000);
     if (options.clock) await context.clock.install();
@@ -558,6 +564,13 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}/${failed}`);
       await page.getByRole('article', { name: 'Attempt 1' }).waitFor();
       await fits('delivery log');
+      // The events table with an event's payload open, and the range replay form.
+      await goTo(page, `#/events/${w.webhooks.deploymentStopped}`);
+      await page.locator('button.event-id').first().click();
+      await page.locator('#event-detail pre.payload').waitFor();
+      await page.getByRole('button', { name: 'Replay a time range' }).click();
+      await page.getByRole('form', { name: 'Replay a time range' }).waitFor();
+      await fits('events, a payload and the range replay form open');
       await tab(page, 'Event catalogue').click();
       await page.getByRole('heading', { name: 'Verify a signature' }).waitFor();
       await page.getByRole('heading', { name: 'Payload filters' }).waitFor();
@@ -792,12 +805,139 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     await page.getByRole('heading', { name: 'Machine created' }).waitFor();
     await page.keyboard.press('Tab');
     expect(await page.evaluate('document.activeElement.textContent')).toBe('Skip to content');
-    // Sign out, then the four tabs: the catalogue is the fourth stop after the skip link.
-    for (let i = 0; i < 4; i++) await page.keyboard.press('Tab');
+    // Sign out, then the tabs: the catalogue is the fifth stop after the skip link.
+    for (let i = 0; i < 5; i++) await page.keyboard.press('Tab');
     expect(await page.evaluate('document.activeElement.textContent')).toBe('Event catalogue');
     await page.keyboard.press('Enter');
     await page.getByRole('heading', { name: 'Verify a signature' }).waitFor();
     expect(problems).toEqual([]);
+  });
+
+  it('replay: the Events view lists a webhook’s feed oldest first and opens a payload; a time range typed in the browser’s zone is counted as the API counts it, replayed with a progress bar, and reaches the receiver', async () => {
+    const path = '/range-replays';
+    const api = (method: 'GET' | 'POST', url: string, payload?: object) =>
+      w.t.app.inject({ method, url, headers: { 'x-api-key': w.vendorKey }, ...(payload ? { payload } : {}) });
+    const created = await api('POST', '/vendors/v1/webhooks', {
+      event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED',
+      callback_url: `${w.good.base}${path}`,
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const webhookId = created.json<{ webhook_id: string }>().webhook_id;
+    try {
+      await w.ingest('EVENT_TYPE_DEPLOYMENT_UPDATED', 5);
+      const feed = (await api('GET', `/vendors/v1/webhooks/${webhookId}/events?limit=200`)).json<{
+        events: { event_id: string; accepted_at: string; payload: unknown }[];
+      }>().events;
+      expect(feed).toHaveLength(5);
+      expect(w.good.at(path)).toHaveLength(5);
+
+      // A zone half an hour off whole hours and without daylight saving: local = UTC + 5:30, always.
+      const { page, problems } = await open((await mint('replay')).url, undefined, { timezoneId: 'Asia/Kolkata' });
+      await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+      await card(page, 'Deployment updated').getByRole('link', { name: 'Events' }).click();
+      const table = page.locator('table.events');
+      await table.getByRole('button', { name: feed[4]!.event_id }).waitFor();
+      expect(await table.locator('button.event-id').allTextContents()).toEqual(feed.map((e) => e.event_id));
+      expect(await table.getByText('Delivered').count()).toBe(5);
+      await table.getByRole('button', { name: feed[0]!.event_id }).click();
+      const detail = page.locator('#event-detail');
+      expect(JSON.parse((await detail.locator('pre.payload').textContent()) ?? '')).toEqual(feed[0]!.payload);
+      await detail.getByRole('button', { name: 'Close' }).click();
+      await detail.waitFor({ state: 'detached' });
+
+      // From the minute before the first event to the minute after the last, typed as local times.
+      const sinceMs = Math.floor(Date.parse(feed[0]!.accepted_at) / 60_000) * 60_000 - 60_000;
+      const untilMs = Math.ceil(Date.parse(feed[4]!.accepted_at) / 60_000) * 60_000 + 60_000;
+      const kolkata = (ms: number) => new Date(ms + 5.5 * 3_600_000).toISOString().slice(0, 16);
+      const utc = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
+      await page.getByRole('button', { name: 'Replay a time range' }).click();
+      const form = page.getByRole('form', { name: 'Replay a time range' });
+      // Chromium may name the zone by its older alias.
+      await form.getByText(/Times are in your time zone \(Asia\/(Kolkata|Calcutta)\)/).waitFor();
+      await form.getByLabel('From').fill(kolkata(sinceMs));
+      await form.getByText(`Sent as ${utc(sinceMs)} (UTC).`).waitFor();
+
+      // The wrong way round: the API's 400 and its words.
+      await form.getByLabel('To (empty: now)').fill(kolkata(sinceMs - 3_600_000));
+      await form.getByRole('button', { name: 'Count events' }).click();
+      await form.getByRole('alert').filter({ hasText: 'Invalid request body: since is after until' }).waitFor();
+
+      await form.getByLabel('To (empty: now)').fill(kolkata(untilMs));
+      await form.getByText(`Sent as ${utc(untilMs)} (UTC).`).waitFor();
+      const range = { since: utc(sinceMs), until: utc(untilMs) };
+      const dryRun = await api('POST', `/vendors/v1/webhooks/${webhookId}/replay`, { ...range, dry_run: true });
+      expect(dryRun.statusCode, dryRun.body).toBe(200);
+      const { count } = dryRun.json<{ count: number }>();
+      expect(count).toBe(5);
+      const counting = page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith('/replay'));
+      await form.getByRole('button', { name: 'Count events' }).click();
+      expect((await counting).postDataJSON()).toEqual({ ...range, dry_run: true });
+      await form.getByText(`${count} events would be sent again.`).waitFor();
+      expect(w.good.at(path)).toHaveLength(5);
+
+      const starting = page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith('/replay'));
+      await form.getByRole('button', { name: `Replay ${count} events` }).click();
+      expect((await starting).postDataJSON()).toEqual(range);
+      const watch = page.locator('.watch', { has: page.locator('progress') });
+      await watch.getByText('✓ Replay finished').waitFor({ timeout: 30_000 });
+      await watch.getByText(`${count} of ${count} settled: ${count} delivered, 0 failed.`).waitFor();
+      const bar = watch.locator('progress');
+      expect(await bar.getAttribute('value')).toBe(String(count));
+      expect(await bar.getAttribute('max')).toBe(String(count));
+      expect(await bar.getAttribute('class')).toBe('ended-ok');
+      // Each event reached the receiver once more, under its own event id (webhook-id).
+      const replays = w.good.at(path).slice(5);
+      expect(replays.map((r) => r.headers['webhook-id']).sort()).toEqual(feed.map((e) => e.event_id).sort());
+      expect(problems).toEqual([]);
+
+      // A read session sees the events, and nothing that replays them.
+      const reader = await open((await mint('read')).url);
+      await goTo(reader.page, `#/events/${webhookId}`);
+      await reader.page.locator('table.events').getByRole('button', { name: feed[4]!.event_id }).waitFor();
+      expect(await reader.page.getByRole('button', { name: 'Replay a time range' }).count()).toBe(0);
+      expect(reader.problems).toEqual([]);
+    } finally {
+      await w.t.webhooks.delete(VENDOR, webhookId);
+    }
+  });
+
+  it('manage: a retention set in the webhook form shows on the card; a refused one says why; emptied, the installation’s applies again', async () => {
+    const { page, problems } = await open((await mint('manage')).url);
+    const stopped = card(page, 'Deployment stopped');
+    const shown = stopped.locator('dt:text-is("Retention") + dd');
+    await shown.filter({ hasText: /^Installation default$/ }).waitFor();
+    const form = stopped.getByRole('form', { name: 'Edit webhook' });
+    const field = form.getByLabel('Retention (empty: the installation’s)');
+    try {
+      await stopped.getByRole('button', { name: 'Edit' }).click();
+      await field.fill('30d');
+      await form.getByRole('button', { name: 'Save' }).click();
+      await form
+        .getByRole('alert')
+        .filter({ hasText: "retention must be at most the installation's retention" })
+        .waitFor();
+      await field.fill('3d');
+      await form.getByRole('button', { name: 'Save' }).click();
+      await shown.filter({ hasText: /^3d$/ }).waitFor();
+      expect((await w.t.webhooks.get(VENDOR, w.webhooks.deploymentStopped))?.retentionMs).toBe(3 * 86_400_000);
+
+      await stopped.getByRole('button', { name: 'Edit' }).click();
+      expect(await field.inputValue()).toBe('3d');
+      await field.fill('');
+      const saving = page.waitForRequest((r) => r.method() === 'PATCH');
+      await form.getByRole('button', { name: 'Save' }).click();
+      expect((await saving).postDataJSON()).toEqual({ retention: null });
+      await shown.filter({ hasText: /^Installation default$/ }).waitFor();
+      expect((await w.t.webhooks.get(VENDOR, w.webhooks.deploymentStopped))?.retentionMs).toBeUndefined();
+      expect(problems).toEqual([]);
+    } finally {
+      await w.t.app.inject({
+        method: 'PATCH',
+        url: `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}`,
+        headers: { 'x-api-key': w.vendorKey },
+        payload: { retention: null },
+      });
+    }
   });
 
   // Last: it changes the Machine created webhook the other tests read.

@@ -5,6 +5,7 @@ import { ExpiresIn, ExpiryWarning } from './expiry';
 import { CataloguePage } from './pages/catalogue';
 import { DeliveriesPage } from './pages/deliveries';
 import { EndpointsPage } from './pages/endpoints';
+import { EventsPage } from './pages/events';
 import { NoticesPage } from './pages/notices';
 import { href, useRoute, type Route } from './router';
 import { openSession, PERMISSION_TEXT, signOut, type Closed } from './session';
@@ -82,6 +83,7 @@ export function App() {
 const NAV: { page: Route['page']; label: string; href: string }[] = [
   { page: 'endpoints', label: 'Endpoints', href: href.endpoints },
   { page: 'deliveries', label: 'Delivery log', href: href.deliveries() },
+  { page: 'events', label: 'Events', href: href.events() },
   { page: 'catalogue', label: 'Event catalogue', href: href.catalogue },
   { page: 'notices', label: 'Notices', href: href.notices },
 ];
@@ -142,6 +144,7 @@ function Shell({ session, route, onSignedOut }: { session: Session; route: Route
         {route.page === 'deliveries' && (
           <DeliveriesPage session={session} webhookId={route.webhookId} deliveryId={route.deliveryId} />
         )}
+        {route.page === 'events' && <EventsPage session={session} webhookId={route.webhookId} />}
         {route.page === 'catalogue' && <CataloguePage />}
         {route.page === 'notices' && <NoticesPage session={session} />}
       </main>

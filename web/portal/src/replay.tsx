@@ -78,17 +78,37 @@ const TASK_ENDED = new Set(['success', 'failed']);
 /** Where cancelling a bulk replay stands: not asked, being confirmed, or sent (the run is stopping). */
 type Cancelling = 'no' | 'asking' | 'sent';
 
+/** What a bulk replay sends again: a webhook's dead letters, or the events of a time range of its feed. */
+type ReplayOf = 'dead letters' | 'events';
+
+/** The words of a bulk replay's progress that name what it replays. */
+const REPLAY_WORDS: Record<ReplayOf, { running: string; none: string; stop: string }> = {
+  'dead letters': {
+    running: 'Replaying dead letters…',
+    none: 'There were no dead letters to replay.',
+    stop: 'Stop this replay? Replays already queued will still be delivered; dead letters not reached stay dead letters.',
+  },
+  events: {
+    running: 'Replaying events…',
+    none: 'There were no events to replay.',
+    stop: 'Stop this replay? Replays already queued will still be delivered; events not reached are not sent again.',
+  },
+};
+
 /**
- * A bulk replay's live progress, read from its task. With `mayCancel` (sessions that may replay), a
- * running replay can be cancelled: it stops before its next page of dead letters, and the polling
- * goes on until the replays it queued have outcomes.
+ * A bulk replay's live progress, read from its task: a replay of dead letters or of a time range
+ * (`of`), whose tasks report the same progress. With `mayCancel` (sessions that may replay), a
+ * running replay can be cancelled: it stops before its next page, and the polling goes on until
+ * the replays it queued have outcomes.
  */
 export function ReplayProgress({
   taskId,
+  of = 'dead letters',
   mayCancel = false,
   onEnded,
 }: {
   taskId: string;
+  of?: ReplayOf;
   mayCancel?: boolean;
   onEnded?: () => void;
 }) {
@@ -119,7 +139,7 @@ export function ReplayProgress({
   const total = progress?.total ?? 0;
   const delivered = progress?.delivered ?? 0;
   const failed = progress?.failed ?? 0;
-  // Replays with an outcome, where the engine counts them; otherwise the dead letters handled so far.
+  // Replays with an outcome, where the engine counts them; otherwise what the run handled so far.
   const settled = progress?.delivered === undefined ? (progress?.done ?? 0) : delivered + failed;
   const ended = task !== undefined && TASK_ENDED.has(task.status);
   const failReason = task?.status === 'failed' ? task.fail_reason : null;
@@ -133,10 +153,11 @@ export function ReplayProgress({
         ? 'cancelled'
         : 'failed';
   const end = ending === undefined ? undefined : replayEndLabel(ending, failed);
+  const words = REPLAY_WORDS[of];
   return (
     <div class="watch" aria-live="polite">
       <label for={`task-${taskId}`}>
-        {end ? `${end.icon} ${end.text}` : cancelling === 'sent' ? 'Stopping the replay…' : 'Replaying dead letters…'}
+        {end ? `${end.icon} ${end.text}` : cancelling === 'sent' ? 'Stopping the replay…' : words.running}
       </label>
       <progress
         id={`task-${taskId}`}
@@ -153,12 +174,13 @@ export function ReplayProgress({
             : task.status === 'pending'
               ? 'Waiting for a worker to start it…'
               : total === 0 && ended
-                ? 'There were no dead letters to replay.'
+                ? words.none
                 : `${settled} of ${total} settled: ${delivered} delivered, ${failed} failed${progress?.pending ? `, ${progress.pending} pending` : ''}.`}
         {ending === 'failed' && failReason ? ` ${failReason}` : ''}
       </p>
       {mayCancel && task !== undefined && !ended && (
         <CancelControl
+          question={words.stop}
           state={cancelling}
           busy={action.busy}
           onAsk={() => setCancelling('asking')}
@@ -174,6 +196,7 @@ export function ReplayProgress({
 
 /** "Cancel replay", asked in the page first; once sent it stays, disabled, until the task ends. */
 function CancelControl(props: {
+  question: string;
   state: Cancelling;
   busy: boolean;
   onAsk: () => void;
@@ -183,7 +206,7 @@ function CancelControl(props: {
   if (props.state === 'asking')
     return (
       <Confirm
-        question="Stop this replay? Replays already queued will still be delivered; dead letters not reached stay dead letters."
+        question={props.question}
         label="Cancel replay"
         action="Confirm"
         back="Keep going"

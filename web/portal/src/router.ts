@@ -1,9 +1,13 @@
 import { useEffect, useState } from 'preact/hooks';
 
-/** The page's place, from the address's fragment: `#/endpoints`, `#/deliveries/<webhook>/<delivery>`, `#/catalogue`, `#/notices`. */
+/**
+ * The page's place, from the address's fragment: `#/endpoints`, `#/deliveries/<webhook>/<delivery>`,
+ * `#/events/<webhook>`, `#/catalogue`, `#/notices`.
+ */
 export type Route =
   | { page: 'endpoints' }
   | { page: 'deliveries'; webhookId: string | undefined; deliveryId: string | undefined }
+  | { page: 'events'; webhookId: string | undefined }
   | { page: 'catalogue' }
   | { page: 'notices' };
 
@@ -12,6 +16,8 @@ function parseRoute(hash: string): Route {
   switch (page) {
     case 'deliveries':
       return { page, webhookId: first || undefined, deliveryId: second || undefined };
+    case 'events':
+      return { page, webhookId: first || undefined };
     case 'catalogue':
     case 'notices':
       return { page };
@@ -35,6 +41,7 @@ export const href = {
   notices: '#/notices',
   deliveries: (webhookId?: string, deliveryId?: string) =>
     `#/deliveries${webhookId === undefined ? '' : `/${encodeURIComponent(webhookId)}`}${deliveryId === undefined ? '' : `/${encodeURIComponent(deliveryId)}`}`,
+  events: (webhookId?: string) => `#/events${webhookId === undefined ? '' : `/${encodeURIComponent(webhookId)}`}`,
 };
 
 /** The current route, following the fragment as links and the back button change it. */

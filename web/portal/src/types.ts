@@ -45,6 +45,8 @@ export interface Webhook {
   auth: ReceiverAuth | null;
   /** The TLS client certificate, described (never its key); null: none. */
   tls_client_certificate: ClientCertificate | null;
+  /** How long its events and delivery records are kept (`24h`, `3d`); null: the installation's retention. */
+  retention: string | null;
   created_at: string;
   updated_at: string;
 }
@@ -129,6 +131,24 @@ export interface Attempt {
 export interface DeliveryPage {
   deliveries: Delivery[];
   next_cursor: string | null;
+}
+
+/** One event of a webhook's event feed (GET …/events), with its delivery's status and the body it was sent. */
+export interface LoggedEvent {
+  cursor: string;
+  event_id: string;
+  event_type: string;
+  delivery_id: string;
+  accepted_at: string;
+  status: DeliveryStatus;
+  payload: Record<string, unknown>;
+}
+
+export interface EventPage {
+  events: LoggedEvent[];
+  /** Where the next page starts (also once has_more is false: newer events come after it); null: none kept yet. */
+  next_cursor: string | null;
+  has_more: boolean;
 }
 
 export interface Task {

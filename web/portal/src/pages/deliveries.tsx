@@ -3,6 +3,7 @@ import { call, query, seg } from '../api';
 import { Badge, Confirm, ErrorText, Loading } from '../components';
 import { eventTypeName, formatMs, formatTime, outcomeLabel, STATUS_LABELS } from '../format';
 import { useAction, useResource } from '../hooks';
+import { isoFromLocal } from '../local-time';
 import { DeliveryWatch, deliveryOf, ReplayProgress } from '../replay';
 import { href } from '../router';
 import { can } from '../session';
@@ -15,6 +16,7 @@ import {
   type Session,
   type Webhook,
 } from '../types';
+import { WebhookPage } from './webhook-page';
 
 interface Filters {
   status: string;
@@ -26,9 +28,6 @@ interface Filters {
 
 const NO_FILTERS: Filters = { status: '', eventType: '', since: '', until: '' };
 
-/** A `datetime-local` value as the ISO 8601 time (with zone) the API takes. */
-const isoOf = (local: string) => (local === '' ? undefined : new Date(local).toISOString());
-
 export function DeliveriesPage({
   session,
   webhookId,
@@ -38,43 +37,16 @@ export function DeliveriesPage({
   webhookId: string | undefined;
   deliveryId: string | undefined;
 }) {
-  const webhooks = useResource('webhooks', () => call<{ webhooks: Webhook[] }>('GET', '/vendors/v1/webhooks'));
-  const list = webhooks.data?.webhooks ?? [];
-  const webhook = list.find((w) => w.webhook_id === webhookId) ?? (webhookId === undefined ? list[0] : undefined);
-
   return (
-    <section aria-labelledby="log-title">
-      <div class="page-head">
-        <h1 id="log-title">Delivery log</h1>
-        {list.length > 0 && (
-          <div class="picker">
-            <label for="log-webhook">Webhook</label>
-            <select
-              id="log-webhook"
-              value={webhook?.webhook_id ?? ''}
-              onChange={(e) => (location.hash = href.deliveries(e.currentTarget.value))}
-            >
-              {webhook === undefined && <option value="">Choose a webhook</option>}
-              {list.map((w) => (
-                <option key={w.webhook_id} value={w.webhook_id}>
-                  {eventTypeName(w.event_type)} → {w.callback_url}
-                </option>
-              ))}
-            </select>
-          </div>
-        )}
-      </div>
-      <ErrorText error={webhooks.error} />
-      {webhooks.data === undefined ? (
-        webhooks.loading && <Loading what="webhooks" />
-      ) : list.length === 0 ? (
-        <p class="empty">No webhooks, so nothing was delivered yet.</p>
-      ) : webhook === undefined ? (
-        <p class="empty">This webhook is not one of yours (or was deleted). Choose one above.</p>
-      ) : (
-        <WebhookLog key={webhook.webhook_id} session={session} webhook={webhook} deliveryId={deliveryId} />
-      )}
-    </section>
+    <WebhookPage
+      name="log"
+      title="Delivery log"
+      webhookId={webhookId}
+      link={(id) => href.deliveries(id)}
+      none="No webhooks, so nothing was delivered yet."
+    >
+      {(webhook) => <WebhookLog key={webhook.webhook_id} session={session} webhook={webhook} deliveryId={deliveryId} />}
+    </WebhookPage>
   );
 }
 
@@ -110,8 +82,8 @@ function WebhookLog({
         limit: '25',
         status: filters.status,
         event_type: filters.eventType,
-        since: isoOf(filters.since),
-        until: isoOf(filters.until),
+        since: isoFromLocal(filters.since),
+        until: isoFromLocal(filters.until),
         cursor,
       })}`,
     );

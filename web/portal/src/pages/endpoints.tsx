@@ -15,6 +15,7 @@ import {
 import { useAction, useEvery, useResource } from '../hooks';
 import { fieldId, ReceiverAuthFacts, ReceiverAuthSection } from '../receiver-auth';
 import { hasReceiverAuth, receiverChanges, receiverForm } from '../receiver-auth-changes';
+import { retentionChange } from '../retention';
 import { href } from '../router';
 import { can } from '../session';
 import {
@@ -360,6 +361,10 @@ function WebhookCard({
             </dd>
           </div>
         )}
+        <div>
+          <dt>Retention</dt>
+          <dd>{webhook.retention ?? 'Installation default'}</dd>
+        </div>
         <ReceiverAuthFacts webhook={webhook} />
         {webhook.signature === 'ed25519' && <SigningKeys webhook={webhook} />}
         {webhook.signature === 'hmac' && !webhook.has_secret && (
@@ -443,6 +448,9 @@ function WebhookCard({
       <div class="actions">
         <a class="button" href={href.deliveries(webhook.webhook_id)}>
           Delivery log
+        </a>
+        <a class="button" href={href.events(webhook.webhook_id)}>
+          Events
         </a>
         {manage && mode === 'view' && (
           <>
@@ -646,6 +654,7 @@ function WebhookForm({
   const [ordering, setOrdering] = useState<Webhook['ordering']>(webhook?.ordering ?? 'none');
   const [maxConcurrency, setMaxConcurrency] = useState(webhook?.max_concurrency?.toString() ?? '');
   const [filterText, setFilterText] = useState(webhook?.filter ? JSON.stringify(webhook.filter, null, 2) : '');
+  const [retention, setRetention] = useState(webhook?.retention ?? '');
   const [dryRun, setDryRun] = useState<DryRun>();
   const [trying, setTrying] = useState(false);
   const [receiver, setReceiver] = useState(() => receiverForm(webhook));
@@ -676,6 +685,7 @@ function WebhookForm({
       const limit = numberOrNull(rateLimit);
       const ceiling = numberOrNull(maxConcurrency);
       const filter = filterOrNull(filterText);
+      const kept = retentionChange(webhook, retention);
       if (webhook) {
         const changes: Record<string, unknown> = {};
         if (eventType !== webhook.event_type) changes.event_type = eventType;
@@ -686,6 +696,7 @@ function WebhookForm({
         if (ordering !== webhook.ordering) changes.ordering = ordering;
         if (ceiling !== webhook.max_concurrency) changes.max_concurrency = ceiling;
         if (JSON.stringify(filter) !== JSON.stringify(webhook.filter)) changes.filter = filter;
+        if (kept !== undefined) changes.retention = kept;
         Object.assign(changes, receiverResult.body);
         if (Object.keys(changes).length === 0) return onDone();
         const saved = await call<Webhook>('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, {
@@ -701,6 +712,7 @@ function WebhookForm({
           ...(signature === 'hmac' ? {} : { signature }),
           ...(ordering === 'none' ? {} : { ordering }),
           ...(filter === null ? {} : { filter }),
+          ...(kept === undefined ? {} : { retention: kept }),
           ...receiverResult.body,
         };
         const created = await call<{ webhook_id: string; secret?: string }>('POST', '/vendors/v1/webhooks', {
@@ -841,6 +853,22 @@ function WebhookForm({
           code.
         </p>
       </fieldset>
+      <label for={`retention-${id}`}>Retention (empty: the installation’s)</label>
+      <input
+        id={`retention-${id}`}
+        type="text"
+        autoComplete="off"
+        spellcheck={false}
+        placeholder="3d"
+        value={retention}
+        aria-describedby={`retention-hint-${id}`}
+        onInput={(e) => setRetention(e.currentTarget.value)}
+      />
+      <p class="hint" id={`retention-hint-${id}`}>
+        How long this webhook’s events, their payloads and delivery records are kept (its event feed and range replays
+        reach that far back): whole hours or days, such as 24h or 3d; at least 1h, at most the installation’s retention
+        (7d unless your platform set another).
+      </p>
       <ReceiverAuthSection
         formId={id}
         webhook={webhook}
