@@ -8,7 +8,9 @@ import { exitQuietlyWhenStdoutCloses, printJson, printRows, say, toApiKeyResourc
 import { startupLine } from './cli/startup.js';
 import { settle, withStores } from './cli/stores.js';
 import { loadConfig, type Config } from './config/env.js';
+import { DELIVERY_STATUSES, type DeliveryStatus } from './domain/delivery.js';
 import { EXTERNAL_ID_RE } from './domain/ids.js';
+import type { RangeReplaySpec } from './delivery/range-replay.js';
 import { portalLinkBase } from './domain/portal-link.js';
 import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';
@@ -306,6 +308,69 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         );
       });
     });
+  program
+    .command('replay')
+    .description(
+      'Replay the events a webhook’s event feed holds in a time range (each as a new delivery), showing progress; a running worker delivers them.',
+    )
+    .requiredOption('--webhook <webhookId>', 'the webhook')
+    .requiredOption('--since <time>', 'events accepted at or after this ISO 8601 time')
+    .option('--until <time>', 'and at or before this ISO 8601 time (default: now)')
+    .option(
+      '--status <statuses>',
+      `only events whose delivery has one of these statuses (comma-separated: ${DELIVERY_STATUSES.join(', ')})`,
+    )
+    .option('--rate <perSecond>', 'replays queued per second at most')
+    .option('--dry-run', 'count the events, replay nothing')
+    .action(
+      async (options: {
+        webhook: string;
+        since: string;
+        until?: string;
+        status?: string;
+        rate?: string;
+        dryRun?: boolean;
+      }) => {
+        const spec = rangeReplaySpec(options);
+        await withStores(config(), async (stores) => {
+          const webhook = await knownWebhook(stores, options.webhook);
+          const count = await stores.rangeReplayer.count(webhook.id, spec);
+          if (options.dryRun) {
+            process.stdout.write(`${count}\n`);
+            return say(`${plural(count, 'event')} would be replayed (dry run: nothing was sent)`);
+          }
+          const taskId = await stores.rangeReplayer.createTask(webhook.vendorId, webhook.id);
+          say(`task ${taskId}: replaying ${plural(count, 'event')}`);
+          const terminal = process.stderr.isTTY;
+          const { replayed } = await stores.rangeReplayer.run(
+            { taskId, vendorId: webhook.vendorId, webhookId: webhook.id, ...spec },
+            {
+              settle: false,
+              ...(terminal
+                ? {
+                    onProgress: (done: number, total: number) => void process.stderr.write(`\rqueued ${done}/${total}`),
+                  }
+                : {}),
+            },
+          );
+          if (terminal) process.stderr.write('\n');
+          process.stdout.write(`${replayed}\n`);
+          operatorContext.audit(
+            {
+              event: 'operator.replay_started',
+              vendorId: webhook.vendorId,
+              webhookId: webhook.id,
+              taskId,
+              count: replayed,
+            },
+            `an operator replayed ${plural(replayed, 'event')} of webhook ${webhook.id}`,
+          );
+          say(
+            `queued ${plural(replayed, 'replay')} for a running worker to deliver; follow them with: hookline deliveries tail --webhook ${webhook.id}`,
+          );
+        });
+      },
+    );
   dlq
     .command('cancel')
     .description(
@@ -343,3 +408,29 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<numb
 }
 
 process.exitCode = await main(process.argv, process.env);
+
+/** The range replay the `replay` command's options ask for; a usage error for a bad time, status or rate. */
+function rangeReplaySpec(options: { since: string; until?: string; status?: string; rate?: string }): RangeReplaySpec {
+  const time = (name: string, text: string) => {
+    const ms = Date.parse(text);
+    if (!/^\d{4}-\d{2}-\d{2}T/.test(text) || !Number.isFinite(ms))
+      throw new UsageError(`--${name} must be an ISO 8601 time, e.g. 2026-11-24T10:00:00Z (got "${text}")`);
+    return ms;
+  };
+  const sinceMs = time('since', options.since);
+  const untilMs = options.until === undefined ? Date.now() : time('until', options.until);
+  if (sinceMs > untilMs) throw new UsageError('--since is after --until');
+  const statuses = options.status?.split(',').map((s) => s.trim());
+  const unknown = statuses?.filter((s) => !(DELIVERY_STATUSES as readonly string[]).includes(s)) ?? [];
+  if (unknown.length > 0)
+    throw new UsageError(`--status: unknown ${unknown.join(', ')} (expected ${DELIVERY_STATUSES.join(', ')})`);
+  const rate = options.rate === undefined ? undefined : Number(options.rate);
+  if (rate !== undefined && !(Number.isInteger(rate) && rate >= 1 && rate <= 10_000))
+    throw new UsageError('--rate must be a whole number from 1 to 10000');
+  return {
+    sinceMs,
+    untilMs,
+    ...(statuses === undefined ? {} : { statuses: statuses as DeliveryStatus[] }),
+    ...(rate === undefined ? {} : { ratePerSecond: rate }),
+  };
+}

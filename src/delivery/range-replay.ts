@@ -58,10 +58,16 @@ export class RangeReplayer {
 
   /** Creates the task and queues its run (a worker's control queue runs it). */
   async start(vendorId: string, webhookId: string, spec: RangeReplaySpec): Promise<string> {
+    const taskId = await this.createTask(vendorId, webhookId);
+    await this.deps.queues.addRangeReplay({ taskId, vendorId, webhookId, ...spec });
+    return taskId;
+  }
+
+  /** A new pending range replay task (run by a worker, or here by the CLI). */
+  async createTask(vendorId: string, webhookId: string): Promise<string> {
     const taskId = newId();
     await this.deps.replayTasks.begin(taskId, vendorId, webhookId, 'range');
     await this.deps.tasks.put({ task_id: taskId, status: 'pending', fail_reason: null }, this.deps.nowMs());
-    await this.deps.queues.addRangeReplay({ taskId, vendorId, webhookId, ...spec });
     return taskId;
   }
 
@@ -70,7 +76,15 @@ export class RangeReplayer {
    * (paced to the rate), and notes its place after each page, so a run that starts again (its
    * worker died) neither repeats nor skips a page. A cancel stops it before its next page.
    */
-  async run(job: ReplayRangeJob, options: { pageSize?: number } = {}): Promise<{ replayed: number }> {
+  async run(
+    job: ReplayRangeJob,
+    options: {
+      pageSize?: number;
+      /** false: end once everything is queued (reads of the task count the outcomes); default true. */
+      settle?: boolean;
+      onProgress?: (done: number, total: number) => void;
+    } = {},
+  ): Promise<{ replayed: number }> {
     const { taskId, webhookId, vendorId } = job;
     const range = rangeOf(job);
     const place = await this.deps.replayTasks.place(taskId);
@@ -135,10 +149,11 @@ export class RangeReplayer {
         if (last !== undefined) place.cursor = last;
         await this.deps.replayTasks.savePlace(taskId, place);
         await report('in_progress');
+        options.onProgress?.(place.done, total);
         if (page.next === undefined) break;
       }
       await this.deps.replayTasks.queuedAll(taskId);
-      await this.settle(taskId);
+      if (options.settle !== false) await this.settle(taskId);
       return { replayed: place.replayed };
     } catch (error) {
       await report('failed', `replay stopped after ${place.done} of ${total}: ${(error as Error).message}`);

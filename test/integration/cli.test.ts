@@ -20,6 +20,7 @@ import { Redis } from 'ioredis';
 import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { EmbeddedState } from '../../src/embedded/defaults.js';
+import { deliveryIdFor } from '../../src/domain/ids.js';
 import { ensureRedisServerBinary, freeLoopbackPort, startRedisServer } from '../../src/embedded/redis-server.js';
 import { RedisApiKeyStore } from '../../src/store/api-keys.js';
 import { redisKeys } from '../../src/store/keys.js';
@@ -786,6 +787,44 @@ describe('hookline dlq', () => {
       expect((await runCli(['dlq', 'replay', '--webhook', webhookId], env)).stderr).toContain(
         'queued 1 replay for a running worker',
       );
+
+      // A range of the event feed: a dry run counts, the replay queues each event again.
+      await t.eventLog.append(
+        ['f0', 'f1', 'f2', 'f3'].map((eventId) => ({
+          webhookId,
+          deliveryId: deliveryIdFor(eventId, webhookId),
+          eventId,
+          eventType: 'EVENT_TYPE_MACHINE_CREATED',
+          body: `{"event_id":"${eventId}"}`,
+        })),
+      );
+      const since = new Date(Date.now() - 60_000).toISOString();
+      const dry = await runCli(['replay', '--webhook', webhookId, '--since', since, '--dry-run'], env);
+      expect(dry.code).toBe(0);
+      expect(dry.stdout).toBe('4\n');
+      expect(dry.stderr).toContain('4 events would be replayed (dry run: nothing was sent)');
+      const queuedBefore = await t.queues.counts();
+      const range = await runCli(['replay', '--webhook', webhookId, '--since', since, '--status', 'pending'], env);
+      expect(range.code).toBe(0);
+      expect(range.stdout).toBe('4\n');
+      expect(range.stderr).toMatch(/^task [0-9a-f-]{36}: replaying 4 events\n/);
+      const queuedAfter = await t.queues.counts();
+      expect((queuedAfter.waiting ?? 0) - (queuedBefore.waiting ?? 0)).toBe(4);
+      const future = await runCli(
+        ['replay', '--webhook', webhookId, '--since', since, '--status', 'delivered', '--dry-run'],
+        env,
+      );
+      expect(future.stdout).toBe('0\n');
+      for (const [args, message] of [
+        [['--since', 'yesterday'], '--since must be an ISO 8601 time'],
+        [['--since', since, '--status', 'lost'], '--status: unknown lost'],
+        [['--since', since, '--rate', '0'], '--rate must be a whole number from 1 to 10000'],
+        [['--since', '2030-01-01T00:00:00Z', '--until', '2029-01-01T00:00:00Z'], '--since is after --until'],
+      ] as const) {
+        const bad = await runCli(['replay', '--webhook', webhookId, ...args], env);
+        expect(bad.code).toBe(2);
+        expect(bad.stderr).toContain(message);
+      }
 
       const malformed = await runCli(['dlq', 'list', '--webhook', 'nope'], env);
       expect(malformed.code).toBe(2);
