@@ -56,3 +56,17 @@ export function orderingBucketOf(envelope: unknown, orderingKey: string): number
   const value = orderingKeyValue(envelope, orderingKey);
   return value === undefined ? undefined : bucketOfKeyValue(value);
 }
+
+/**
+ * As orderingBucketOf, for a delivery's body (the envelope's JSON, as a replay carries it); a body
+ * that is not JSON has no key value.
+ */
+export function orderingBucketOfBody(body: string, orderingKey: string): number | undefined {
+  let envelope: unknown;
+  try {
+    envelope = JSON.parse(body);
+  } catch {
+    return undefined;
+  }
+  return orderingBucketOf(envelope, orderingKey);
+}
