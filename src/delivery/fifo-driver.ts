@@ -2,7 +2,7 @@ import { raceTimer, wakeableSleep } from '../lib/timer-race.js';
 import { randomUUID } from 'node:crypto';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { DeliveryProgress } from '../store/delivery-log.js';
-import type { FifoLineStore } from '../store/fifo-lines.js';
+import { webhookOfLine, type FifoLineStore } from '../store/fifo-lines.js';
 import { isRedisUnavailable } from '../store/redis.js';
 import { finish, FINISHED, recheckHold, runDelivery, type DeliveryProcessorDeps } from './attempt.js';
 import { StorageUnavailableError } from './signals.js';
@@ -10,13 +10,16 @@ import { dueAtOf } from './single-processor.js';
 import { GIVE_UP_NOW } from './endpoints/admission.js';
 
 /**
- * FIFO webhooks (`ordering: fifo`): their deliveries go out one at a time, in the order ingest
- * accepted them, over all workers. Ingest appends them to the webhook's line (store/fifo-lines.ts)
- * instead of a batch job. Each worker runs one driver: it takes webhooks whose head is due from the
- * ready sets, claims a line's lease, and drives its head through the run every delivery takes
- * (attempt.ts). The head leaves the line only once it is delivered, dead-lettered or dropped, by a
- * write fenced with the lease and the head's id; a retry or a deferral leaves it at the head and
- * marks the webhook ready at that time, so whatever is behind it waits.
+ * FIFO webhooks (`ordering: fifo`): their deliveries go out one at a time per line, in the order
+ * ingest accepted them, over all workers. Ingest appends them to a line of the webhook
+ * (store/fifo-lines.ts) instead of a batch job: its own line, or with an ordering key the line of
+ * the key value's bucket, so lines of one webhook go out in parallel. Each worker runs one driver:
+ * it takes lines whose head is due from the ready sets, claims a line's lease, and drives its head
+ * through the run every delivery takes (attempt.ts). Which line a delivery waits in is settled at
+ * ingest; the driver reads no webhook's ordering. The head leaves the line only once it is
+ * delivered, dead-lettered or dropped, by a write fenced with the lease and the head's id; a retry
+ * or a deferral leaves it at the head and marks the line ready at that time, so whatever is behind
+ * it waits, and nothing in the webhook's other lines.
  *
  * Why the order holds through crashes and lost leases: the only way past a head is its removal,
  * and its removal follows its final record. A worker killed mid-attempt leaves the head in place
@@ -67,7 +70,7 @@ export function nextIdleMs(previousMs: number, nextReadyInMs: number | undefined
 
 /** The first wait of an idle poll; it doubles while nothing is due. */
 export const IDLE_MIN_MS = 20;
-/** The longest wait of an idle poll: a delivery to an idle FIFO webhook starts at most this late. */
+/** The longest wait of an idle poll: a delivery to an idle FIFO line starts at most this late. */
 export const IDLE_MAX_MS = 500;
 /** Heads one turn drives at most before the line goes back to the ready set, so a busy line cannot hold a driver's room. */
 const TURN_HEADS_MAX = 100;
@@ -139,20 +142,20 @@ export class FifoDriver {
             const nowMs = deps.nowMs();
             const due = await lines.due(partition, nowMs, linesMax - this.turns.size);
             if (due.nextAtMs !== undefined) nextAtMs = Math.min(nextAtMs ?? Infinity, due.nextAtMs);
-            for (const webhookId of due.webhookIds) {
-              if (this.stopped || this.turns.has(webhookId) || this.turns.size >= linesMax) continue;
+            for (const lineId of due.lineIds) {
+              if (this.stopped || this.turns.has(lineId) || this.turns.size >= linesMax) continue;
               const token = randomUUID();
               let taken: boolean;
               try {
-                taken = await lines.claim(webhookId, token, nowMs, leaseMs);
+                taken = await lines.claim(lineId, token, nowMs, leaseMs);
               } catch (error) {
                 // The lease may have been taken without the answer coming back: give it back once storage answers.
-                this.track(webhookId, this.giveBack(webhookId, token));
+                this.track(lineId, this.giveBack(lineId, token));
                 throw error;
               }
               if (!taken) continue;
               claimed += 1;
-              this.track(webhookId, this.turn(webhookId, token));
+              this.track(lineId, this.turn(lineId, token));
             }
           }
         } catch (error) {
@@ -185,52 +188,52 @@ export class FifoDriver {
   }
 
   /** Keeps `work` on a line as this process's, until it settles. */
-  private track(webhookId: string, work: Promise<void>): void {
+  private track(lineId: string, work: Promise<void>): void {
     const turn = work
       .catch((error: Error) => {
         // An outage is logged once by the connection watcher and the storage gate.
         const level = isRedisUnavailable(error) ? 'debug' : 'warn';
         this.options.deps.logger[level](
-          { webhookId, err: error.message },
+          { webhookId: webhookOfLine(lineId), lineId, err: error.message },
           'fifo turn stopped; the line is taken up again when its lease ends',
         );
       })
       .finally(() => {
-        this.turns.delete(webhookId);
+        this.turns.delete(lineId);
         this.wake();
       });
-    this.turns.set(webhookId, turn);
+    this.turns.set(lineId, turn);
   }
 
   /**
    * One turn on a line: heads one after another while the lease holds, until the line is empty, a
-   * head must wait, or the turn's bound; then the webhook goes back to the ready set at the time
-   * its head is due, and the lease is given back. When storage fails meanwhile, the lease is given
+   * head must wait, or the turn's bound; then the line goes back to the ready set at the time its
+   * head is due, and the lease is given back. When storage fails meanwhile, the lease is given
    * back once it answers again, so the line does not stand still until the lease would end.
    */
-  private async turn(webhookId: string, token: string): Promise<void> {
+  private async turn(lineId: string, token: string): Promise<void> {
     const { deps, lines, leaseMs } = this.options;
     // Sends stop for good in this turn once storage has failed since it began (its lease may have expired meanwhile).
     const epoch = deps.gate.epoch;
     const lease = { held: true };
     const renewal = setInterval(
       () =>
-        void lines.renew(webhookId, token, deps.nowMs(), leaseMs).then(
+        void lines.renew(lineId, token, deps.nowMs(), leaseMs).then(
           (ok) => (lease.held &&= ok),
           () => undefined,
         ),
       Math.floor(leaseMs / 3),
     );
     try {
-      const end = await this.driveLine(webhookId, token, epoch, lease);
+      const end = await this.driveLine(lineId, token, epoch, lease);
       if (end !== 'lost') {
-        await lines.release(webhookId, token, end.readyAtMs);
+        await lines.release(lineId, token, end.readyAtMs);
         // An enable that came before the release made the line due, and the release put it back to the hold's end.
-        if (end.held) await recheckHold(this.options.deps, webhookId, []);
+        if (end.held) await recheckHold(this.options.deps, webhookOfLine(lineId), []);
       }
     } catch (error) {
       if (deps.gate.allows(epoch) && !isRedisUnavailable(error as Error)) throw error;
-      await this.giveBack(webhookId, token);
+      await this.giveBack(lineId, token);
     } finally {
       clearInterval(renewal);
     }
@@ -241,13 +244,13 @@ export class FifoDriver {
    * IDLE_MAX_MS while it still fails, until given back or the driver stops (then the lease ends by
    * itself). Without this, the line would stand still until the lease's end after every outage.
    */
-  private async giveBack(webhookId: string, token: string): Promise<void> {
+  private async giveBack(lineId: string, token: string): Promise<void> {
     const { deps, lines } = this.options;
     while (!this.stopped) {
       await Promise.race([deps.gate.whenOpen(), this.stopping]);
       if (this.stopped) return;
       try {
-        return await lines.release(webhookId, token, deps.nowMs());
+        return await lines.release(lineId, token, deps.nowMs());
       } catch (error) {
         if (!isRedisUnavailable(error as Error)) throw error;
         await raceTimer(this.stopping, IDLE_MAX_MS, undefined);
@@ -259,17 +262,17 @@ export class FifoDriver {
    * Drives a line's heads while the lease holds, within a turn's bounds; answers when the line is
    * ready again (undefined: it is empty), or `lost` when another worker holds it now.
    */
-  private async driveLine(webhookId: string, token: string, epoch: number, lease: { held: boolean }): Promise<LineEnd> {
+  private async driveLine(lineId: string, token: string, epoch: number, lease: { held: boolean }): Promise<LineEnd> {
     const { deps, lines } = this.options;
     const endsAtMs = deps.nowMs() + TURN_MS_MAX;
-    let head = await lines.head(webhookId);
+    let head = await lines.head(lineId);
     for (let n = 0; n < TURN_HEADS_MAX && deps.nowMs() < endsAtMs && !this.stopped; n++) {
       if (!lease.held) return 'lost';
       if (head === undefined) return { readyAtMs: undefined, held: false };
       const end = await this.driveHead(head.job, epoch);
       if (end.kind === 'storage') throw new StorageUnavailableError();
       if (end.kind === 'wait') return { readyAtMs: end.untilMs, held: end.held === true };
-      const advanced = await lines.advance(webhookId, token, head.job.deliveryId);
+      const advanced = await lines.advance(lineId, token, head.job.deliveryId);
       // Not removed: the lease was lost, and its new holder goes on from this head.
       if (!advanced.removed) return 'lost';
       head = advanced.next;

@@ -1,5 +1,6 @@
 import { Job, Queue, type JobsOptions } from 'bullmq';
-import type { RedisFifoLines } from '../store/fifo-lines.js';
+import type { LineEntry, RedisFifoLines } from '../store/fifo-lines.js';
+import { orderingBucketOfBody } from '../domain/ordering-key.js';
 import type { RedisKeys } from '../store/keys.js';
 import type { Redis } from '../store/redis.js';
 import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
@@ -40,7 +41,7 @@ export interface DeliveryQueueOptions {
   partitions: number;
   retryScheduleMs: readonly number[];
   /** The lines of FIFO webhooks: their deliveries go there instead of the queues. */
-  lines: Pick<RedisFifoLines, 'append' | 'areFifo'>;
+  lines: Pick<RedisFifoLines, 'append' | 'orderingOf'>;
   nowMs: () => number;
   /** Queue errors (connection trouble); BullMQ would print them to the console otherwise. */
   onError?: (error: Error) => void;
@@ -98,17 +99,21 @@ export class DeliveryQueues implements DeliveryEnqueuer {
    * Ingest's deliveries: grouped by partition into batches (see batchesOf), each appended to its
    * partition's first-attempt stream on its own (a delayed batch job when the schedule's first
    * attempt waits), so no write to Redis carries more than one; those of FIFO webhooks are appended
-   * to their lines instead, in the order given (the accept order).
+   * to their lines instead (the webhook's own, or the bucket ingest found for their ordering key), in
+   * the order given (the accept order): one script per partition for all of them.
    */
   async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
     // A schedule whose first attempt waits (HOOKLINE_RETRY_SCHEDULE not starting at 0s) needs a
     // delayed job; a stream entry is read at once.
     const firstDelayMs = this.options.retryScheduleMs[0] ?? 0;
-    const deliveries = requests.map(({ fifo: _fifo, ...r }) => ({
+    const deliveries = requests.map(({ fifo: _fifo, orderingBucket: _bucket, ...r }) => ({
       ...r,
       deliveryId: deliveryIdFor(r.eventId, r.webhookId),
     }));
-    const lined = deliveries.filter((_, i) => requests[i]!.fifo === true);
+    const lined: LineEntry[] = deliveries.flatMap((job, i) => {
+      const { fifo, orderingBucket } = requests[i]!;
+      return fifo === true ? [{ job, bucket: orderingBucket }] : [];
+    });
     const unordered = deliveries.filter((_, i) => requests[i]!.fifo !== true);
     await Promise.all([
       lined.length === 0 ? undefined : this.options.lines.append(lined, this.options.nowMs()),
@@ -130,15 +135,22 @@ export class DeliveryQueues implements DeliveryEnqueuer {
 
   /**
    * Adds deliveries that run on their own (replays and test events carry fresh delivery ids). A
-   * replay to a FIFO webhook joins the end of its line; a test event does not wait in it.
+   * replay to a FIFO webhook joins the end of its line (by its body's key value when the webhook
+   * has an ordering key now); a test event does not wait in it.
    */
   async add(jobs: readonly DeliverJob[]): Promise<void> {
     const delayMs = this.options.retryScheduleMs[0] ?? 0;
     const replays = jobs.filter((job) => job.replayOf !== undefined);
-    const fifo = await this.options.lines.areFifo(replays.map((job) => job.webhookId));
-    const lined = new Set(replays.filter((_, i) => fifo[i]));
-    if (lined.size > 0) await this.options.lines.append([...lined], this.options.nowMs());
-    await this.addSingles(jobs.filter((job) => !lined.has(job)).map((job) => ({ job, delayMs })));
+    const orderings = await this.options.lines.orderingOf(replays.map((job) => job.webhookId));
+    const lined = replays.flatMap((job, i): LineEntry[] => {
+      const ordering = orderings[i];
+      if (ordering === undefined) return [];
+      const { orderingKey } = ordering;
+      return [{ job, bucket: orderingKey === undefined ? undefined : orderingBucketOfBody(job.body, orderingKey) }];
+    });
+    if (lined.length > 0) await this.options.lines.append(lined, this.options.nowMs());
+    const linedJobs = new Set(lined.map((entry) => entry.job));
+    await this.addSingles(jobs.filter((job) => !linedJobs.has(job)).map((job) => ({ job, delayMs })));
   }
 
   /**

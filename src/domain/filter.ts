@@ -183,12 +183,26 @@ function parseScalar(input: unknown, at: string): Scalar {
   throw new FilterProblem(`${at}: must be a string, number, boolean or null (not a list or object)`);
 }
 
+/**
+ * Why `input` is not a path as filters name them (`data.metadata.machine_id`: a root, then keys of
+ * letters, digits, _ and -), with the problem naming it `at`; undefined when it is one.
+ */
+export function pathProblem(input: unknown, at: string): string | undefined {
+  try {
+    parsePath(input, at);
+    return undefined;
+  } catch (error) {
+    if (error instanceof FilterProblem) return error.message;
+    throw error;
+  }
+}
+
 function clip(text: string): string {
   return text.length > 40 ? `${text.slice(0, 40)}…` : text;
 }
 
-/** A value found at a path, or `undefined` when the path leads nowhere. */
-function resolve(event: unknown, segments: readonly string[]): unknown {
+/** The value a checked path (split at its dots) leads to in an event, or `undefined` when it leads nowhere. */
+export function valueAt(event: unknown, segments: readonly string[]): unknown {
   let value: unknown = event;
   for (const segment of segments) {
     if (typeof value !== 'object' || value === null) return undefined;
@@ -222,7 +236,7 @@ export function compileFilter(node: FilterNode): CompiledFilter {
   }
   const segments = node.path.split('.');
   const test = comparisonOf(node);
-  return (event) => test(resolve(event, segments));
+  return (event) => test(valueAt(event, segments));
 }
 
 function comparisonOf(
@@ -266,7 +280,7 @@ export function explainFilter(node: FilterNode, event: unknown): FilterExplanati
     const part = explainFilter(node.not, event);
     return { matched: !part.matched, test: 'not', parts: [part] };
   }
-  const value = resolve(event, node.path.split('.'));
+  const value = valueAt(event, node.path.split('.'));
   const op = COMPARISONS.find((c) => c in node)!;
   const operand = (node as Record<string, unknown>)[op];
   return {

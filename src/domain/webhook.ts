@@ -4,6 +4,7 @@ import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
 import { parseFilter, type FilterNode } from './filter.js';
 import { MAX_CONCURRENCY_MAX } from './concurrency-limit.js';
+import { ORDERING_KEY_BUCKETS, orderingKeyProblem } from './ordering-key.js';
 import { RATE_LIMIT_PER_SECOND_MAX } from './rate-limit.js';
 import { SIGNATURE_SCHEMES, signingKeysAt, type SignatureScheme, type SigningKey } from './signing-keys.js';
 import {
@@ -203,32 +204,51 @@ export type WebhookOrdering = (typeof WEBHOOK_ORDERINGS)[number];
 const orderingSchema = z
   .enum(WEBHOOK_ORDERINGS, { error: 'ordering must be "fifo" or "none"' })
   .describe(
-    'fifo: deliveries go out one at a time, in the order the events were accepted, over all workers; a delivery that fails ' +
-      'holds back the ones behind it until it is delivered or dead-lettered. none (the default): deliveries go out concurrently.',
+    'fifo: deliveries go out one at a time, in the order the events were accepted, over all workers (with ordering_key: one ' +
+      'at a time per line of key values); a delivery that fails holds back the ones behind it until it is delivered or ' +
+      'dead-lettered. none (the default): deliveries go out concurrently.',
   );
 
-export const webhookCreateSchema = z.strictObject(
-  {
-    event_type: eventTypeSchema,
-    callback_url: callbackUrlSchema,
-    secret: secretSchema.optional(),
-    rate_limit_per_second: rateLimitSchema.optional(),
-    signature: signatureSchema.optional(),
-    filter: filterSchema.optional(),
-    ordering: orderingSchema.optional(),
-    max_concurrency: maxConcurrencySchema.optional(),
-    retention: retentionSchema.optional(),
-    headers: headersInputSchema.optional(),
-    auth: authInputSchema.optional(),
-    tls_client_certificate: clientCertificateInputSchema.optional(),
-  },
-  {
-    error: (issue) =>
-      issue.code === 'unrecognized_keys'
-        ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}`
-        : 'the body must be a JSON object',
-  },
+/** The rule across fields of ordering_key, on registration and on the webhook a PATCH would leave. */
+export const ORDERING_KEY_NEEDS_FIFO = 'ordering_key needs ordering fifo (set ordering_key null to switch to none)';
+
+const orderingKeySchema = withProblem(requiredString('ordering_key'), orderingKeyProblem).describe(
+  'With ordering fifo only (400 otherwise): a path into the delivered envelope, named as payload filters name paths ' +
+    '(data.metadata.machine_id), whose value splits the webhook’s deliveries into lines: order is kept among the deliveries ' +
+    'of one value, different values go out in parallel, and a delivery that fails holds back only its own line. Values are ' +
+    `hashed into ${ORDERING_KEY_BUCKETS} lines per webhook, so values that share a line keep order with each other too. ` +
+    'An event without a string, number or boolean at the path goes to one line of its own for such events. ' +
+    'Absent: one line for the whole webhook.',
 );
+
+export const webhookCreateSchema = z
+  .strictObject(
+    {
+      event_type: eventTypeSchema,
+      callback_url: callbackUrlSchema,
+      secret: secretSchema.optional(),
+      rate_limit_per_second: rateLimitSchema.optional(),
+      signature: signatureSchema.optional(),
+      filter: filterSchema.optional(),
+      ordering: orderingSchema.optional(),
+      ordering_key: orderingKeySchema.optional(),
+      max_concurrency: maxConcurrencySchema.optional(),
+      retention: retentionSchema.optional(),
+      headers: headersInputSchema.optional(),
+      auth: authInputSchema.optional(),
+      tls_client_certificate: clientCertificateInputSchema.optional(),
+    },
+    {
+      error: (issue) =>
+        issue.code === 'unrecognized_keys'
+          ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(', ')}`
+          : 'the body must be a JSON object',
+    },
+  )
+  .superRefine((body, ctx) => {
+    if (body.ordering_key !== undefined && body.ordering !== 'fifo')
+      ctx.addIssue({ code: 'custom', message: ORDERING_KEY_NEEDS_FIFO, path: ['ordering_key'] });
+  });
 
 export const webhookPatchSchema = z
   .strictObject(
@@ -273,6 +293,14 @@ export const webhookPatchSchema = z
           'fifo or none. Deliveries already queued keep the way they were queued: after a switch to fifo, those queued before ' +
             'it may still go out beside the line; after a switch to none, the line still goes out in order, and new ones concurrently.',
         ),
+      ordering_key: orderingKeySchema
+        .nullable()
+        .optional()
+        .describe(
+          'A new ordering key; null removes it (one line for the whole webhook). Deliveries already in a line stay in it and go ' +
+            'out in its order; new ones join the lines of the new key at once, beside them, so until the old lines are empty a ' +
+            'delivery accepted after the change may go out before an older one of the same value. None is lost or sent twice.',
+        ),
       max_concurrency: maxConcurrencySchema
         .nullable()
         .optional()
@@ -302,7 +330,7 @@ export const webhookPatchSchema = z
   )
   .refine(
     (body) => Object.keys(body).length > 0,
-    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, ordering, signature, filter, headers, auth, tls_client_certificate',
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, ordering, ordering_key, signature, filter, headers, auth, tls_client_certificate',
   );
 
 export const webhookResourceSchema = z
@@ -345,7 +373,15 @@ export const webhookResourceSchema = z
     filter: filterViewSchema.nullable().describe('The payload filter; null: every event of the type is delivered.'),
     ordering: z
       .enum(WEBHOOK_ORDERINGS)
-      .describe('fifo: one delivery at a time, in accept order; none: concurrent deliveries.'),
+      .describe(
+        'fifo: one delivery at a time (per line of ordering_key values), in accept order; none: concurrent deliveries.',
+      ),
+    ordering_key: z
+      .string()
+      .nullable()
+      .describe(
+        'The path whose value splits a FIFO webhook’s deliveries into lines kept in order each; null: one line for the webhook.',
+      ),
     max_concurrency: z
       .number()
       .int()
@@ -389,6 +425,8 @@ export interface Webhook {
   filter: FilterNode | undefined;
   /** fifo: one delivery at a time, in accept order (see delivery/fifo-driver.ts). */
   ordering: WebhookOrdering;
+  /** With `ordering: fifo`: the path whose value picks the line of each delivery (domain/ordering-key.ts); undefined: one line. */
+  orderingKey: string | undefined;
   /** Attempts in flight to its endpoint at most, per worker; undefined: the worker's send slots. */
   maxConcurrency: number | undefined;
   /** How long its events and delivery records are kept (ms); undefined: the installation's retention. */
@@ -438,6 +476,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     signature: webhook.signature,
     filter: webhook.filter ?? null,
     ordering: webhook.ordering,
+    ordering_key: webhook.orderingKey ?? null,
     max_concurrency: webhook.maxConcurrency ?? null,
     retention: webhook.retentionMs === undefined ? null : formatRetention(webhook.retentionMs),
     headers: maskedHeaders(webhook.headers),

@@ -10,6 +10,7 @@ import {
 } from '../domain/event.js';
 import type { WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
+import { orderingBucketOf } from '../domain/ordering-key.js';
 import type { Task } from '../domain/task.js';
 import type { EventDedupe } from '../store/event-dedupe.js';
 import type { RedisEventLog } from '../store/event-log.js';
@@ -29,8 +30,13 @@ export interface DeliveryRequest {
   /** The exact JSON body vendors receive. */
   body: string;
   acceptedAtMs: number;
-  /** The webhook has `ordering: fifo`: the delivery joins the end of its line, in accept order. */
+  /** The webhook has `ordering: fifo`: the delivery joins the end of one of its lines, in accept order. */
   fifo?: true;
+  /**
+   * With `fifo`: the bucket of the webhook's ordering key that the event's key value falls in, whose
+   * line the delivery joins; absent: the webhook's own line (no ordering key, or no value at its path).
+   */
+  orderingBucket?: number;
 }
 
 /** The delivery side's intake. Durable when it resolves; idempotent per (eventId, webhookId). */
@@ -38,10 +44,12 @@ export interface DeliveryEnqueuer {
   enqueue(requests: readonly DeliveryRequest[]): Promise<void>;
 }
 
-/** A subscription found: the webhook, and whether its deliveries keep accept order. */
+/** A subscription found: the webhook, whether its deliveries keep accept order, and by which key when it has one. */
 export interface Subscription {
   webhookId: string;
   fifo: boolean;
+  /** With `fifo`: the path into the envelope whose value picks a delivery's line (domain/ordering-key.ts). */
+  orderingKey?: string;
 }
 
 /** Finds the webhook of each (vendor, event type), in one round trip for the whole batch at most. */
@@ -209,7 +217,7 @@ export class Ingestor {
         }
         // The envelope the filter saw is the body: serialised once, for the delivery and the dry run.
         if (check !== undefined) recent.set(subscription.webhookId, { envelope, body });
-        requests.push(deliveryRequest(event, subscription, acceptedAtMs, body));
+        requests.push(deliveryRequest(event, subscription, acceptedAtMs, body, envelope));
         deliveriesOf.set(index, (deliveriesOf.get(index) ?? 0) + 1);
       });
       taken = unserialisable.size === 0 ? fresh : fresh.filter(({ index }) => !unserialisable.has(index));
@@ -320,19 +328,28 @@ function serialised(envelope: ReturnType<typeof envelopeOf>): string | Error {
   }
 }
 
-/** `body`: the event's envelope as JSON (the envelope of sentEnvelopeSource), the data as the producer sent it. */
+/**
+ * `body`: the event's envelope as JSON (the envelope of sentEnvelopeSource), the data as the producer
+ * sent it; `envelope`, the same not serialised, where a FIFO webhook's ordering key is read.
+ */
 function deliveryRequest(
   event: WebhookEvent,
   subscription: Subscription,
   acceptedAtMs: number,
   body: string,
+  envelope: unknown,
 ): DeliveryRequest {
+  const bucket =
+    subscription.fifo && subscription.orderingKey !== undefined
+      ? orderingBucketOf(envelope, subscription.orderingKey)
+      : undefined;
   return {
     eventId: event.event_id,
     eventType: event.event_type,
     vendorId: event.vendor_id,
     webhookId: subscription.webhookId,
     ...(subscription.fifo ? { fifo: true as const } : {}),
+    ...(bucket === undefined ? {} : { orderingBucket: bucket }),
     body,
     acceptedAtMs,
   };

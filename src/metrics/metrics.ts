@@ -153,7 +153,7 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
     }),
     fifoLines: new Gauge({
       name: 'hookline_fifo_lines',
-      help: 'FIFO webhooks (ordering fifo) with deliveries waiting in their line, read from Redis at scrape time.',
+      help: 'FIFO lines with deliveries waiting (a webhook’s own line, or one bucket of its ordering key), read from Redis at scrape time.',
       registers,
     }),
     fifoHeadsBlocked: new Counter({

@@ -1,80 +1,129 @@
 import { deliverySchema, type DeliverJob } from '../domain/delivery.js';
+import { ORDERING_KEY_BUCKETS } from '../domain/ordering-key.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import { defineScript, type ScriptCall } from './scripts.js';
 
 /**
- * The lines of FIFO webhooks in Redis. Per webhook: a sorted set of delivery ids scored by an
- * accept sequence (INCR), the jobs in a hash beside it, and a lease (a random token with a TTL)
- * held by the one worker driving the line. Per queue partition: the ready set, FIFO webhook id →
- * when its head is due (or its lease ends). All of a webhook's keys live under the hash tag of its
- * queue partition, beside the ready set, as its BullMQ jobs do: each change of a line and of its
- * ready entry is one script, atomic, on one Redis Cluster slot, so no crash between two writes
- * can leave a line without its ready entry (never driven) or a lease without its hidden entry.
+ * The lines of FIFO webhooks in Redis. A line is a sorted set of delivery ids scored by an accept
+ * sequence (INCR), the jobs in a hash beside it, and a lease (a random token with a TTL) held by the
+ * one worker driving the line. A webhook has its own line and, once it has an ordering key, one line
+ * per bucket of the key's values (domain/ordering-key.ts): at most ORDERING_KEY_BUCKETS + 1 lines
+ * whatever the values. Per queue partition: the ready set, line id → when its head is due (or its
+ * lease ends). All of a webhook's lines live under the hash tag of its queue partition, beside the
+ * ready set, as its BullMQ jobs do: each change of a line and of its ready entry is one script,
+ * atomic, on one Redis Cluster slot, so no crash between two writes can leave a line without its
+ * ready entry (never driven) or a lease without its hidden entry; and one script appends to every
+ * line of a partition that an ingest batch reaches.
+ *
+ * Why an empty line leaves no key: the sorted set and the hash go with their last member, and the
+ * script that removes the last delivery deletes the sequence with it, so a line idle after a burst of
+ * key values costs nothing. Deleting the sequence keeps the order: it only orders the deliveries
+ * waiting in its line, and there are none; the next append starts it again.
  */
+
+/** The id of a line (its ready-set member and the infix of its keys): the webhook's own line, or bucket `bucket` of its ordering key. */
+export function lineIdOf(webhookId: string, bucket?: number): string {
+  return bucket === undefined ? webhookId : `${webhookId}:k${bucket}`;
+}
+
+/** The webhook whose line `lineId` is. */
+export function webhookOfLine(lineId: string): string {
+  const at = lineId.search(/:k\d+$/);
+  return at < 0 ? lineId : lineId.slice(0, at);
+}
+
+/** Every line a webhook can have: its own, then its ordering key's buckets. */
+function linesOf(webhookId: string): string[] {
+  return [webhookId, ...Array.from({ length: ORDERING_KEY_BUCKETS }, (_, bucket) => lineIdOf(webhookId, bucket))];
+}
+
+/** A delivery to append: its job, and the bucket of its webhook's ordering key it falls in (undefined: the webhook's own line). */
+export interface LineEntry {
+  job: DeliverJob;
+  bucket?: number;
+}
+
+/** How a webhook's deliveries are lined (undefined where a webhook is not FIFO). */
+export interface FifoOrdering {
+  /** The path whose value picks a delivery's bucket; undefined: every delivery in the webhook's own line. */
+  orderingKey: string | undefined;
+}
 
 /** The head of a line: its delivery and the job to send. */
 export interface LineHead {
   job: DeliverJob;
 }
 
-/** What the FIFO driver needs of the lines. */
+/** What the FIFO driver needs of the lines; a line is named by its id (lineIdOf). */
 export interface FifoLineStore {
-  /** Webhooks of `partition` whose ready time has come (at most `limit`), and the earliest ready time of the rest (ms). */
-  due(partition: number, nowMs: number, limit: number): Promise<{ webhookIds: string[]; nextAtMs: number | undefined }>;
+  /** Lines of `partition` whose ready time has come (at most `limit`), and the earliest ready time of the rest (ms). */
+  due(partition: number, nowMs: number, limit: number): Promise<{ lineIds: string[]; nextAtMs: number | undefined }>;
   /** Takes the line's lease for `leaseMs` when nobody holds it, and hides its ready entry until the lease ends. */
-  claim(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
+  claim(lineId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
   /** Extends a lease still held with `token` (and its ready entry with it); false when it was lost. */
-  renew(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
+  renew(lineId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
   /** The line's head, or undefined when the line is empty. */
-  head(webhookId: string): Promise<LineHead | undefined>;
+  head(lineId: string): Promise<LineHead | undefined>;
   /**
    * Removes the head `deliveryId`, only while `token` holds the lease and it is still the head, and
    * answers the next head (undefined: the line is empty); `removed: false` otherwise.
    */
   advance(
-    webhookId: string,
+    lineId: string,
     token: string,
     deliveryId: string,
   ): Promise<{ removed: false } | { removed: true; next: LineHead | undefined }>;
   /**
-   * Ends a turn while `token` holds the lease: the webhook is ready again at `atMs` (undefined: the
-   * line is empty, unless a delivery came meanwhile), and the lease is given back.
+   * Ends a turn while `token` holds the lease: the line is ready again at `atMs` (undefined: it is
+   * empty, unless a delivery came meanwhile), and the lease is given back.
    */
-  release(webhookId: string, token: string, atMs: number | undefined): Promise<void>;
+  release(lineId: string, token: string, atMs: number | undefined): Promise<void>;
 }
 
-/** What the stats endpoint shows of a line. */
+/** What the stats endpoint shows of a webhook's lines. */
 export interface LineSummary {
   length: number;
-  /** When the head (the oldest delivery waiting) was accepted; undefined when the line is empty. */
+  /** When the oldest head (the oldest delivery waiting) was accepted; undefined when the lines are empty. */
   headAcceptedAtMs: number | undefined;
 }
 
-// Appends deliveries (ARGV[3..]: id, job JSON, id, job JSON, …) in the order given, and marks the
-// webhook (ARGV[2]) ready at ARGV[1] unless it is marked already (a head waiting for its retry keeps
-// its time). A delivery already in the line keeps its place (an ingest repeated after a crash
-// appends nothing). Replies how many were new.
+// Appends deliveries to the lines of one partition, each in the order given, and marks each line
+// ready at ARGV[1] unless it is marked already (a head waiting for its retry keeps its time). KEYS[1]
+// is the ready set, then three keys a line: its sequence, its sorted set, its jobs. ARGV after the
+// time, a line after another: its id, how many deliveries follow, then id, job JSON, id, job JSON, ….
+// A delivery already in its line keeps its place (an ingest repeated after a crash appends nothing).
+// Replies how many were new.
 const APPEND_LUA = `
 local added = 0
-for i = 3, #ARGV, 2 do
-  if not redis.call('ZSCORE', KEYS[2], ARGV[i]) then
-    local seq = redis.call('INCR', KEYS[1])
-    redis.call('ZADD', KEYS[2], seq, ARGV[i])
-    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-    added = added + 1
+local at = 2
+for k = 2, #KEYS, 3 do
+  local lineId, count = ARGV[at], tonumber(ARGV[at + 1])
+  at = at + 2
+  for _ = 1, count do
+    if not redis.call('ZSCORE', KEYS[k + 1], ARGV[at]) then
+      local seq = redis.call('INCR', KEYS[k])
+      redis.call('ZADD', KEYS[k + 1], seq, ARGV[at])
+      redis.call('HSET', KEYS[k + 2], ARGV[at], ARGV[at + 1])
+      added = added + 1
+    end
+    at = at + 2
   end
+  redis.call('ZADD', KEYS[1], 'NX', ARGV[1], lineId)
 end
-redis.call('ZADD', KEYS[4], 'NX', ARGV[1], ARGV[2])
 return added`;
 
 // The head's id and job of a line (its sorted set and jobs hash); a head whose job is missing
-// (never written by APPEND_LUA) is dropped.
+// (never written by APPEND_LUA) is dropped. A line found empty has its sequence deleted: it was the
+// line's last key.
 const HEAD_OF = `
-local function headOf(line, jobs)
+local function headOf(line, jobs, seq)
   for _ = 1, 100 do
     local ids = redis.call('ZRANGE', line, 0, 0)
-    if #ids == 0 then return false end
+    if #ids == 0 then
+      redis.call('DEL', seq)
+      return false
+    end
     local job = redis.call('HGET', jobs, ids[1])
     if job then return {ids[1], job} end
     redis.call('ZREM', line, ids[1])
@@ -83,7 +132,7 @@ local function headOf(line, jobs)
 end`;
 
 const HEAD_LUA = `${HEAD_OF}
-return headOf(KEYS[1], KEYS[2])`;
+return headOf(KEYS[1], KEYS[2], KEYS[3])`;
 
 // Removes the head ARGV[2] and answers {1, the next head's id, its job} ({1} when the line is now
 // empty), in one round trip. Fenced by the lease and the head's id: a worker whose lease expired
@@ -94,7 +143,7 @@ local ids = redis.call('ZRANGE', KEYS[2], 0, 0)
 if ids[1] ~= ARGV[2] then return {0} end
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('HDEL', KEYS[3], ARGV[2])
-local following = headOf(KEYS[2], KEYS[3])
+local following = headOf(KEYS[2], KEYS[3], KEYS[4])
 if following then return {1, following[1], following[2]} end
 return {1}`;
 
@@ -111,8 +160,8 @@ end
 redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[5])
 return 1`;
 
-// Fenced by the lease: the ready entry at ARGV[2] (empty: removed when the line is empty, else due
-// now), then the lease deleted.
+// Fenced by the lease: the ready entry (ARGV[3], the line id) at ARGV[2] (empty: removed when the
+// line is empty, else due now), then the lease deleted.
 const RELEASE_LUA = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
@@ -121,24 +170,30 @@ else redis.call('ZADD', KEYS[2], 0, ARGV[3]) end
 redis.call('DEL', KEYS[1])
 return 1`;
 
+// Over the lines of a webhook (KEYS: each line's sorted set, then its jobs): the deliveries waiting
+// in all, and when the oldest head was accepted (false: no head).
 const SUMMARY_LUA = `
-local n = redis.call('ZCARD', KEYS[1])
-if n == 0 then return {0, false} end
-local ids = redis.call('ZRANGE', KEYS[1], 0, 0)
-return {n, redis.call('HGET', KEYS[2], ids[1])}`;
+local n, oldest = 0, false
+for k = 1, #KEYS, 2 do
+  local count = redis.call('ZCARD', KEYS[k])
+  if count > 0 then
+    n = n + count
+    local job = redis.call('HGET', KEYS[k + 1], redis.call('ZRANGE', KEYS[k], 0, 0)[1])
+    local at = job and cjson.decode(job).acceptedAtMs
+    if type(at) == 'number' and (not oldest or at < oldest) then oldest = at end
+  end
+end
+return {n, oldest}`;
 
-type LineKeys = [line: string, jobs: string];
-type FencedKeys = [lease: string, line: string, jobs: string];
+type HeadKeys = [line: string, jobs: string, seq: string];
+type FencedKeys = [lease: string, line: string, jobs: string, seq: string];
 type LeaseKeys = [lease: string, ready: string];
 
 /** The FIFO lines in Redis; `partitionOf` maps a webhook to its queue partition (jobs.ts). */
 export class RedisFifoLines implements FifoLineStore {
-  private readonly appendScript: ScriptCall<
-    [seq: string, line: string, jobs: string, ready: string],
-    (string | number)[],
-    number
-  >;
-  private readonly headScript: ScriptCall<LineKeys, [], [string, string] | null>;
+  /** KEYS: the ready set, then each line's sequence, sorted set and jobs; see APPEND_LUA. */
+  private readonly appendScript: ScriptCall<string[], (string | number)[], number>;
+  private readonly headScript: ScriptCall<HeadKeys, [], [string, string] | null>;
   private readonly advanceScript: ScriptCall<
     FencedKeys,
     [token: string, deliveryId: string],
@@ -146,15 +201,16 @@ export class RedisFifoLines implements FifoLineStore {
   >;
   private readonly leaseScript: ScriptCall<
     LeaseKeys,
-    [token: string, leaseMs: number, hiddenUntilMs: number, mode: 'claim' | 'renew', webhookId: string],
+    [token: string, leaseMs: number, hiddenUntilMs: number, mode: 'claim' | 'renew', lineId: string],
     number
   >;
   private readonly releaseScript: ScriptCall<
     [lease: string, ready: string, line: string],
-    [token: string, atMs: number | '', webhookId: string],
+    [token: string, atMs: number | '', lineId: string],
     number
   >;
-  private readonly summaryScript: ScriptCall<LineKeys, [], [number, string | null]>;
+  /** KEYS: each line's sorted set, then its jobs. */
+  private readonly summaryScript: ScriptCall<string[], [], [number, number | null]>;
 
   constructor(
     private readonly redis: Redis,
@@ -163,83 +219,95 @@ export class RedisFifoLines implements FifoLineStore {
     private readonly partitionOf: (webhookId: string) => number,
     private readonly partitions: number,
   ) {
-    this.appendScript = defineScript(redis, { name: 'hooklineFifoAppend', keys: 4, lua: APPEND_LUA });
-    this.headScript = defineScript(redis, { name: 'hooklineFifoHead', keys: 2, lua: HEAD_LUA });
-    this.advanceScript = defineScript(redis, { name: 'hooklineFifoAdvance', keys: 3, lua: ADVANCE_LUA });
+    this.appendScript = defineScript(redis, { name: 'hooklineFifoAppend', keys: 'varying', lua: APPEND_LUA });
+    this.headScript = defineScript(redis, { name: 'hooklineFifoHead', keys: 3, lua: HEAD_LUA });
+    this.advanceScript = defineScript(redis, { name: 'hooklineFifoAdvance', keys: 4, lua: ADVANCE_LUA });
     this.leaseScript = defineScript(redis, { name: 'hooklineFifoLease', keys: 2, lua: LEASE_LUA });
     this.releaseScript = defineScript(redis, { name: 'hooklineFifoRelease', keys: 3, lua: RELEASE_LUA });
-    this.summaryScript = defineScript(redis, { name: 'hooklineFifoSummary', keys: 2, lua: SUMMARY_LUA });
+    this.summaryScript = defineScript(redis, { name: 'hooklineFifoSummary', keys: 'varying', lua: SUMMARY_LUA });
   }
 
-  /** Appends deliveries to their webhooks' lines in the order given, and marks each webhook ready (one script per webhook). */
-  async append(jobs: readonly DeliverJob[], nowMs: number): Promise<void> {
-    const byWebhook = new Map<string, DeliverJob[]>();
-    for (const job of jobs) {
-      const list = byWebhook.get(job.webhookId);
+  /**
+   * Appends deliveries to their lines (a webhook's own, or a bucket of its ordering key), each line
+   * in the order given, and marks each line ready: one script per queue partition, however many
+   * webhooks and lines the deliveries reach, so a batch costs one round trip.
+   */
+  async append(entries: readonly LineEntry[], nowMs: number): Promise<void> {
+    const byPartition = new Map<number, Map<string, DeliverJob[]>>();
+    for (const { job, bucket } of entries) {
+      const n = this.partitionOf(job.webhookId);
+      let lines = byPartition.get(n);
+      if (!lines) {
+        lines = new Map<string, DeliverJob[]>();
+        byPartition.set(n, lines);
+      }
+      const lineId = lineIdOf(job.webhookId, bucket);
+      const list = lines.get(lineId);
       if (list) list.push(job);
-      else byWebhook.set(job.webhookId, [job]);
+      else lines.set(lineId, [job]);
     }
+    const { fifo } = this.keys;
     await Promise.all(
-      [...byWebhook].map(([webhookId, list]) => {
-        const { fifo } = this.keys;
-        const n = this.partitionOf(webhookId);
-        return this.appendScript(
-          [fifo.seq(n, webhookId), fifo.line(n, webhookId), fifo.jobs(n, webhookId), fifo.ready(n)],
-          nowMs,
-          webhookId,
-          ...list.flatMap((job) => [job.deliveryId, JSON.stringify(job)]),
-        );
+      [...byPartition].map(([n, lines]) => {
+        const keys = [fifo.ready(n)];
+        const argv: (string | number)[] = [nowMs];
+        for (const [lineId, jobs] of lines) {
+          keys.push(fifo.seq(n, lineId), fifo.line(n, lineId), fifo.jobs(n, lineId));
+          argv.push(lineId, jobs.length, ...jobs.flatMap((job) => [job.deliveryId, JSON.stringify(job)]));
+        }
+        return this.appendScript(keys, ...argv);
       }),
     );
   }
 
-  /** Whether each webhook has `ordering: fifo` (for replays, which come without the matcher's answer). */
-  async areFifo(webhookIds: readonly string[]): Promise<boolean[]> {
+  /** Each webhook's FIFO ordering, undefined where it is not FIFO (for replays, which come without the matcher's answer). */
+  async orderingOf(webhookIds: readonly string[]): Promise<(FifoOrdering | undefined)[]> {
     if (webhookIds.length === 0) return [];
-    const found = await this.redis.smismember(this.keys.webhooks.fifo, ...webhookIds);
-    return found.map((n) => n === 1);
+    const { fifo, orderingKeys } = this.keys.webhooks;
+    const [found, keys] = await Promise.all([
+      this.redis.smismember(fifo, ...webhookIds),
+      this.redis.hmget(orderingKeys, ...webhookIds),
+    ]);
+    return found.map((n, i) => (n === 1 ? { orderingKey: keys[i] ?? undefined } : undefined));
   }
 
   async due(
     partition: number,
     nowMs: number,
     limit: number,
-  ): Promise<{ webhookIds: string[]; nextAtMs: number | undefined }> {
+  ): Promise<{ lineIds: string[]; nextAtMs: number | undefined }> {
     const ready = this.keys.fifo.ready(partition);
-    const [webhookIds, next] = await Promise.all([
+    const [lineIds, next] = await Promise.all([
       limit > 0 ? this.redis.zrangebyscore(ready, '-inf', nowMs, 'LIMIT', 0, limit) : Promise.resolve([]),
       this.redis.zrangebyscore(ready, `(${nowMs}`, '+inf', 'WITHSCORES', 'LIMIT', 0, 1),
     ]);
-    return { webhookIds, nextAtMs: next[1] === undefined ? undefined : Number(next[1]) };
+    return { lineIds, nextAtMs: next[1] === undefined ? undefined : Number(next[1]) };
   }
 
-  async claim(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean> {
-    return (
-      (await this.leaseScript(this.leaseKeys(webhookId), token, leaseMs, nowMs + leaseMs, 'claim', webhookId)) === 1
-    );
+  async claim(lineId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean> {
+    return (await this.leaseScript(this.leaseKeys(lineId), token, leaseMs, nowMs + leaseMs, 'claim', lineId)) === 1;
   }
 
-  async renew(webhookId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean> {
-    return (
-      (await this.leaseScript(this.leaseKeys(webhookId), token, leaseMs, nowMs + leaseMs, 'renew', webhookId)) === 1
-    );
+  async renew(lineId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean> {
+    return (await this.leaseScript(this.leaseKeys(lineId), token, leaseMs, nowMs + leaseMs, 'renew', lineId)) === 1;
   }
 
-  async head(webhookId: string): Promise<LineHead | undefined> {
-    const n = this.partitionOf(webhookId);
-    const found = await this.headScript([this.keys.fifo.line(n, webhookId), this.keys.fifo.jobs(n, webhookId)]);
+  async head(lineId: string): Promise<LineHead | undefined> {
+    const { fifo } = this.keys;
+    const n = this.partitionOfLine(lineId);
+    const found = await this.headScript([fifo.line(n, lineId), fifo.jobs(n, lineId), fifo.seq(n, lineId)]);
     return found === null ? undefined : { job: deliverySchema.parse(JSON.parse(found[1])) };
   }
 
   async advance(
-    webhookId: string,
+    lineId: string,
     token: string,
     deliveryId: string,
   ): Promise<{ removed: false } | { removed: true; next: LineHead | undefined }> {
     const { fifo } = this.keys;
-    const n = this.partitionOf(webhookId);
+    const n = this.partitionOfLine(lineId);
     const [removed, , job] = await this.advanceScript(
-      [fifo.lease(n, webhookId), fifo.line(n, webhookId), fifo.jobs(n, webhookId)],
+      [fifo.lease(n, lineId), fifo.line(n, lineId), fifo.jobs(n, lineId), fifo.seq(n, lineId)],
       token,
       deliveryId,
     );
@@ -247,43 +315,49 @@ export class RedisFifoLines implements FifoLineStore {
     return { removed: true, next: job === undefined ? undefined : { job: deliverySchema.parse(JSON.parse(job)) } };
   }
 
-  async release(webhookId: string, token: string, atMs: number | undefined): Promise<void> {
+  async release(lineId: string, token: string, atMs: number | undefined): Promise<void> {
     const { fifo } = this.keys;
-    const n = this.partitionOf(webhookId);
-    await this.releaseScript(
-      [fifo.lease(n, webhookId), fifo.ready(n), fifo.line(n, webhookId)],
-      token,
-      atMs ?? '',
-      webhookId,
-    );
+    const n = this.partitionOfLine(lineId);
+    await this.releaseScript([fifo.lease(n, lineId), fifo.ready(n), fifo.line(n, lineId)], token, atMs ?? '', lineId);
   }
 
   /**
-   * Makes a webhook's line due at `nowMs` if it has one that waits longer (its head held for a
-   * pause). A line being driven shows as due at once; others' claims fail until its turn ends and
-   * sets its time.
+   * Makes every line of a webhook due at `nowMs` if it waits longer (its head held for a pause). A
+   * line being driven shows as due at once; others' claims fail until its turn ends and sets its
+   * time. One command: a webhook's lines share its partition's ready set.
    */
   async wake(webhookId: string, nowMs: number): Promise<void> {
-    await this.redis.zadd(this.keys.fifo.ready(this.partitionOf(webhookId)), 'XX', 'LT', nowMs, webhookId);
+    await this.redis.zadd(
+      this.keys.fifo.ready(this.partitionOf(webhookId)),
+      'XX',
+      'LT',
+      ...linesOf(webhookId).flatMap((lineId) => [nowMs, lineId]),
+    );
   }
 
-  private leaseKeys(webhookId: string): LeaseKeys {
-    const n = this.partitionOf(webhookId);
-    return [this.keys.fifo.lease(n, webhookId), this.keys.fifo.ready(n)];
+  private partitionOfLine(lineId: string): number {
+    return this.partitionOf(webhookOfLine(lineId));
   }
 
-  /** The length of a webhook's line and when its head was accepted (the stats endpoint). */
+  private leaseKeys(lineId: string): LeaseKeys {
+    const n = this.partitionOfLine(lineId);
+    return [this.keys.fifo.lease(n, lineId), this.keys.fifo.ready(n)];
+  }
+
+  /**
+   * The deliveries waiting in a webhook's lines, all of them (those left from before a change of its
+   * ordering key or ordering included), and when the oldest head was accepted (the stats endpoint).
+   */
   async summary(webhookId: string): Promise<LineSummary> {
+    const { fifo } = this.keys;
     const n = this.partitionOf(webhookId);
-    const [length, head] = await this.summaryScript([
-      this.keys.fifo.line(n, webhookId),
-      this.keys.fifo.jobs(n, webhookId),
-    ]);
-    const job = head === null ? undefined : deliverySchema.safeParse(JSON.parse(head));
-    return { length, headAcceptedAtMs: job?.success ? job.data.acceptedAtMs : undefined };
+    const [length, oldest] = await this.summaryScript(
+      linesOf(webhookId).flatMap((lineId) => [fifo.line(n, lineId), fifo.jobs(n, lineId)]),
+    );
+    return { length, headAcceptedAtMs: oldest ?? undefined };
   }
 
-  /** FIFO webhooks with deliveries in their line, over all partitions (a gauge read at scrape time). */
+  /** Lines with deliveries waiting, over all partitions and webhooks (a gauge read at scrape time). */
   async linesWaiting(): Promise<number> {
     const counts = await Promise.all(
       Array.from({ length: this.partitions }, (_, n) => this.redis.zcard(this.keys.fifo.ready(n))),

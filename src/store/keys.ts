@@ -23,6 +23,8 @@ export function redisKeys(prefix: string) {
       ofVendor: (vendorId: string) => `${tag('webhooks')}:vendor:${vendorId}`,
       /** set of the ids of webhooks with `ordering: fifo`; the matcher's lookup reads it beside the index */
       fifo: `${tag('webhooks')}:fifo`,
+      /** hash: FIFO webhook id → its ordering key (a path into the envelope), for those that have one; read beside the FIFO set */
+      orderingKeys: `${tag('webhooks')}:ordering-keys`,
       /** pub/sub channel: a webhook was created, changed or deleted, so processes drop their copies of it */
       changes: `${tag('webhooks')}:changes`,
     },
@@ -100,18 +102,20 @@ export function redisKeys(prefix: string) {
     /**
      * FIFO webhooks' lines (see store/fifo-lines.ts), under the hash tag of the webhook's queue
      * partition, beside the partition's ready set, so that one script writes a line and its ready
-     * entry together (one Redis Cluster slot).
+     * entry together (one Redis Cluster slot). `line` is a line id (lineIdOf): the webhook id for
+     * the webhook's own line, `<webhook id>:k<n>` for bucket n of its ordering key. Every key of a
+     * line goes with its last delivery (the lease with its turn), so an empty line has none.
      */
     fifo: {
-      /** counter: a line's accept sequence (INCR), the score of each delivery appended */
-      seq: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:seq`,
+      /** counter: a line's accept sequence (INCR), the score of each delivery appended; deleted when the line empties */
+      seq: (partition: number, line: string) => `${tag(`q${partition}`)}:fifo:${line}:seq`,
       /** sorted set: delivery id → accept sequence; the head is the lowest */
-      line: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:line`,
+      line: (partition: number, line: string) => `${tag(`q${partition}`)}:fifo:${line}:line`,
       /** hash: delivery id → its DeliverJob JSON, while it is in the line */
-      jobs: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:jobs`,
+      jobs: (partition: number, line: string) => `${tag(`q${partition}`)}:fifo:${line}:jobs`,
       /** string with a TTL: the random token of the worker driving the line; absent: nobody */
-      lease: (partition: number, webhookId: string) => `${tag(`q${partition}`)}:fifo:${webhookId}:lease`,
-      /** sorted set: the partition's FIFO webhook ids with a line → when its head is due or its lease ends (ms) */
+      lease: (partition: number, line: string) => `${tag(`q${partition}`)}:fifo:${line}:lease`,
+      /** sorted set: the partition's line ids with deliveries → when the line's head is due or its lease ends (ms) */
       ready: (partition: number) => `${tag(`q${partition}`)}:fifo-ready`,
     },
     /** A webhook's delivery stats (see endpoint-stats.ts), under the hash tag of its delivery log. */

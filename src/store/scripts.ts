@@ -9,10 +9,11 @@ export interface LuaScript<Keys extends readonly string[]> {
   /** Its command name on the connection: one name, one script. */
   name: string;
   /**
-   * How many KEYS it takes; the rest of a call is ARGV. Every key of one call shares one hash tag,
-   * so the script touches one Redis Cluster slot.
+   * How many KEYS it takes; the rest of a call is ARGV. `varying` (a script typed with `string[]`
+   * keys): each call names as many as it needs. Every key of one call shares one hash tag, so the
+   * script touches one Redis Cluster slot.
    */
-  keys: Keys['length'];
+  keys: number extends Keys['length'] ? number | 'varying' : Keys['length'];
   lua: string;
 }
 
@@ -23,7 +24,7 @@ export type ScriptCall<Keys extends readonly string[], Argv extends readonly Scr
 ) => Promise<Reply>;
 
 /** What each connection has registered through defineScript: name → the script's text and key count. */
-const registered = new WeakMap<Redis, Map<string, { lua: string; keys: number }>>();
+const registered = new WeakMap<Redis, Map<string, { lua: string; keys: number | 'varying' }>>();
 
 /** Redis's answer to EVALSHA of a script its cache does not hold (a restart, SCRIPT FLUSH, a new node). */
 const isNoScript = (error: unknown) => error instanceof Error && error.message.startsWith('NOSCRIPT');
@@ -50,8 +51,9 @@ export function defineScript<Keys extends readonly string[], Argv extends readon
   else if (known.lua !== script.lua || known.keys !== script.keys)
     throw new Error(`another script is already registered as ${script.name} on this connection`);
   const sha = createHash('sha1').update(script.lua).digest('hex');
-  const { lua, keys: keyCount } = script;
+  const { lua } = script;
   return async (keys, ...argv) => {
+    const keyCount = script.keys === 'varying' ? keys.length : script.keys;
     try {
       return (await redis.evalsha(sha, keyCount, ...keys, ...argv)) as Reply;
     } catch (error) {

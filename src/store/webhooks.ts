@@ -22,6 +22,7 @@ import {
 import {
   DISABLED_REASONS,
   newWebhookSecret,
+  ORDERING_KEY_NEEDS_FIFO,
   type DisabledReason,
   type Webhook,
   type WebhookOrdering,
@@ -60,6 +61,8 @@ const recordSchema = z.object({
   /** Checked when it was stored (parseFilter); kept as given. */
   filter: z.custom<FilterNode>((value) => typeof value === 'object' && value !== null).optional(),
   ordering: z.literal('fifo').optional(),
+  /** Only beside `ordering: fifo` (orderingProblem). */
+  orderingKey: z.string().optional(),
   maxConcurrency: z.number().optional(),
   retentionMs: z.number().optional(),
   /** Custom headers: the names in the clear (reads need no key), the [name, value] pairs sealed together. */
@@ -142,6 +145,8 @@ export interface WebhookChanges {
   /** A new payload filter; null removes it. */
   filter?: FilterNode | null;
   ordering?: WebhookOrdering;
+  /** A new ordering key (checked by the caller); null removes it. */
+  orderingKey?: string | null;
   /** A new ceiling of attempts in flight; null removes it. */
   maxConcurrency?: number | null;
   /** A new retention (ms); null returns to the installation's. */
@@ -164,6 +169,8 @@ export interface WebhookInput {
   signature?: SignatureScheme;
   filter?: FilterNode;
   ordering?: WebhookOrdering;
+  /** Checked by the caller (orderingKeyProblem); only with `ordering: fifo`. */
+  orderingKey?: string;
   maxConcurrency?: number;
   retentionMs?: number;
   headers?: Record<string, string>;
@@ -194,7 +201,8 @@ export interface WebhookRegistry {
 /** A public key of a webhook signing with Ed25519. */
 export type PublicSigningKey = Omit<SigningKey, 'privateKey'> & { webhookId: string };
 
-// One webhook per (vendor, event type): the index field is claimed atomically with the record.
+// One webhook per (vendor, event type): the index field is claimed atomically with the record, and
+// the FIFO set and the ordering keys (ARGV[5], empty: none) written with it.
 const CREATE_LUA = `
 local holder = redis.call('HGET', KEYS[2], ARGV[2])
 if holder then return holder end
@@ -202,6 +210,7 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[1])
 if ARGV[4] == 'fifo' then redis.call('SADD', KEYS[4], ARGV[1]) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[1], ARGV[5]) end
 return false`;
 
 // Compare-and-set: the caller computed ARGV[3] from ARGV[2]; if the record moved meanwhile, it retries.
@@ -217,6 +226,7 @@ if ARGV[4] ~= ARGV[5] then
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 if ARGV[6] == 'fifo' then redis.call('SADD', KEYS[3], ARGV[1]) else redis.call('SREM', KEYS[3], ARGV[1]) end
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[4], ARGV[1], ARGV[7]) else redis.call('HDEL', KEYS[4], ARGV[1]) end
 return 'ok'`;
 
 const DELETE_LUA = `
@@ -229,14 +239,22 @@ local field = record.vendorId .. '\\n' .. record.eventType
 if redis.call('HGET', KEYS[2], field) == ARGV[1] then redis.call('HDEL', KEYS[2], field) end
 redis.call('SREM', KEYS[3], ARGV[1])
 redis.call('SREM', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
 return 1`;
 
-// Each (vendor, event type)'s webhook id, and whether it is in the FIFO set: the matcher's one round trip.
+// Each (vendor, event type)'s webhook id, whether it is in the FIFO set, and a FIFO webhook's
+// ordering key when it has one: the matcher's one round trip.
 const MATCH_LUA = `
 local ids = redis.call('HMGET', KEYS[1], unpack(ARGV))
 local reply = {}
 for i, id in ipairs(ids) do
-  if id then reply[i] = {id, redis.call('SISMEMBER', KEYS[2], id)} else reply[i] = false end
+  if id then
+    local fifo = redis.call('SISMEMBER', KEYS[2], id)
+    local key = fifo == 1 and redis.call('HGET', KEYS[3], id)
+    if key then reply[i] = {id, fifo, key} else reply[i] = {id, fifo} end
+  else
+    reply[i] = false
+  end
 end
 return reply`;
 
@@ -245,9 +263,9 @@ local ids = redis.call('SMEMBERS', KEYS[2])
 if #ids == 0 then return {} end
 return redis.call('HMGET', KEYS[1], unpack(ids))`;
 
-// The scripts' KEYS: the registry's hashes, a vendor's set and the FIFO set, all under the webhooks hash tag.
-type VendorKeys = [byId: string, byVendorType: string, ofVendor: string, fifo: string];
-type UpdateKeys = [byId: string, byVendorType: string, fifo: string];
+// The scripts' KEYS: the registry's hashes, a vendor's set, the FIFO set and the ordering keys, all under the webhooks hash tag.
+type VendorKeys = [byId: string, byVendorType: string, ofVendor: string, fifo: string, orderingKeys: string];
+type UpdateKeys = [byId: string, byVendorType: string, fifo: string, orderingKeys: string];
 
 const indexField = (vendorId: string, eventType: string) => `${vendorId}\n${eventType}`;
 
@@ -268,6 +286,11 @@ function mergeHeaders(current: [string, string][], patch: Record<string, string 
 }
 const CAS_ATTEMPTS = 8;
 
+/** The problem of a record whose ordering key is not beside `ordering: fifo`, or undefined. */
+function orderingProblem(record: WebhookRecord): string | undefined {
+  return record.orderingKey !== undefined && record.ordering !== 'fifo' ? ORDERING_KEY_NEEDS_FIFO : undefined;
+}
+
 /**
  * Webhooks in Redis under one hash tag; secrets sealed with AES-256-GCM bound to the webhook id. It
  * also answers ingest's SubscriptionLookup (`matchMany`): the composition root checks that fit, so
@@ -277,19 +300,31 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   /** The id holding the (vendor, event type) already, or null once created. */
   private readonly createScript: ScriptCall<
     VendorKeys,
-    [id: string, field: string, json: string, ordering: WebhookOrdering],
+    [id: string, field: string, json: string, ordering: WebhookOrdering, orderingKey: string],
     string | null
   >;
   /** 'ok', 'not_found', 'changed' (the record moved since it was read) or 'conflict'. */
   private readonly updateScript: ScriptCall<
     UpdateKeys,
-    [id: string, expected: string, next: string, oldField: string, newField: string, ordering: WebhookOrdering],
+    [
+      id: string,
+      expected: string,
+      next: string,
+      oldField: string,
+      newField: string,
+      ordering: WebhookOrdering,
+      orderingKey: string,
+    ],
     string
   >;
   /** 1 when deleted, 0 when absent or another vendor's. */
   private readonly deleteScript: ScriptCall<VendorKeys, [id: string, vendorId: string], number>;
   private readonly listScript: ScriptCall<[byId: string, ofVendor: string], [], (string | null)[]>;
-  private readonly matchScript: ScriptCall<[byVendorType: string, fifo: string], string[], ([string, number] | null)[]>;
+  private readonly matchScript: ScriptCall<
+    [byVendorType: string, fifo: string, orderingKeys: string],
+    string[],
+    ([webhookId: string, fifo: number, orderingKey?: string] | null)[]
+  >;
 
   constructor(
     private readonly redis: Redis,
@@ -308,10 +343,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
      */
     private readonly releaseHeld?: (webhookId: string) => Promise<void>,
   ) {
-    this.createScript = defineScript(redis, { name: 'hooklineWebhookCreate', keys: 4, lua: CREATE_LUA });
-    this.updateScript = defineScript(redis, { name: 'hooklineWebhookUpdate', keys: 3, lua: UPDATE_LUA });
-    this.deleteScript = defineScript(redis, { name: 'hooklineWebhookDelete', keys: 4, lua: DELETE_LUA });
-    this.matchScript = defineScript(redis, { name: 'hooklineWebhookMatch', keys: 2, lua: MATCH_LUA });
+    this.createScript = defineScript(redis, { name: 'hooklineWebhookCreate', keys: 5, lua: CREATE_LUA });
+    this.updateScript = defineScript(redis, { name: 'hooklineWebhookUpdate', keys: 4, lua: UPDATE_LUA });
+    this.deleteScript = defineScript(redis, { name: 'hooklineWebhookDelete', keys: 5, lua: DELETE_LUA });
+    this.matchScript = defineScript(redis, { name: 'hooklineWebhookMatch', keys: 3, lua: MATCH_LUA });
     this.listScript = defineScript(redis, { name: 'hooklineWebhookList', keys: 2, lua: LIST_LUA });
   }
 
@@ -332,24 +367,28 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         ? { signature: 'ed25519' as const, signingKeys: [this.sealKey(newSigningKey(id, 1, Date.parse(at)), id)] }
         : {}),
       ...(input.ordering === 'fifo' ? { ordering: 'fifo' as const } : {}),
+      ...(input.orderingKey === undefined ? {} : { orderingKey: input.orderingKey }),
       ...(input.maxConcurrency === undefined ? {} : { maxConcurrency: input.maxConcurrency }),
       ...(input.retentionMs === undefined ? {} : { retentionMs: input.retentionMs }),
       createdAt: at,
       updatedAt: at,
     };
-    const problem = this.applyReceiverChanges(record, {
-      ...(input.headers === undefined ? {} : { headers: input.headers }),
-      ...(input.auth === undefined ? {} : { auth: input.auth }),
-      ...(input.clientCertificate === undefined ? {} : { clientCertificate: input.clientCertificate }),
-    });
+    const problem =
+      orderingProblem(record) ??
+      this.applyReceiverChanges(record, {
+        ...(input.headers === undefined ? {} : { headers: input.headers }),
+        ...(input.auth === undefined ? {} : { auth: input.auth }),
+        ...(input.clientCertificate === undefined ? {} : { clientCertificate: input.clientCertificate }),
+      });
     if (problem !== undefined) return { ok: false, reason: 'invalid', problem };
-    const { byId, byVendorType, ofVendor, fifo } = this.keys.webhooks;
+    const { byId, byVendorType, ofVendor, fifo, orderingKeys } = this.keys.webhooks;
     const holder = await this.createScript(
-      [byId, byVendorType, ofVendor(vendorId), fifo],
+      [byId, byVendorType, ofVendor(vendorId), fifo, orderingKeys],
       id,
       indexField(vendorId, input.eventType),
       JSON.stringify(record),
       record.ordering ?? 'none',
+      record.orderingKey ?? '',
     );
     if (holder !== null) return { ok: false, reason: 'conflict', existingId: holder };
     this.onChange?.({ webhookId: id, vendorId });
@@ -421,6 +460,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         indexField(vendorId, record.eventType),
         indexField(vendorId, next.eventType),
         next.ordering ?? 'none',
+        next.orderingKey ?? '',
       );
       if (outcome === 'ok') {
         this.onChange?.({ webhookId, vendorId });
@@ -452,13 +492,22 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
 
   async matchMany(
     pairs: readonly { vendorId: string; eventType: WebhookEventType }[],
-  ): Promise<({ webhookId: string; fifo: boolean } | undefined)[]> {
+  ): Promise<({ webhookId: string; fifo: boolean; orderingKey?: string } | undefined)[]> {
     if (pairs.length === 0) return [];
+    const { byVendorType, fifo, orderingKeys } = this.keys.webhooks;
     const found = await this.matchScript(
-      [this.keys.webhooks.byVendorType, this.keys.webhooks.fifo],
+      [byVendorType, fifo, orderingKeys],
       ...pairs.map((p) => indexField(p.vendorId, p.eventType)),
     );
-    return found.map((match) => (match === null ? undefined : { webhookId: match[0], fifo: match[1] === 1 }));
+    return found.map((match) =>
+      match === null
+        ? undefined
+        : {
+            webhookId: match[0],
+            fifo: match[1] === 1,
+            ...(match[2] === undefined ? {} : { orderingKey: match[2] }),
+          },
+    );
   }
 
   async getById(webhookId: string): Promise<Webhook | undefined> {
@@ -496,6 +545,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
         field,
         field,
         next.ordering ?? 'none',
+        next.orderingKey ?? '',
       );
       if (outcome === 'ok') {
         this.onChange?.({ webhookId, vendorId: record.vendorId });
@@ -508,9 +558,10 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   }
 
   async delete(vendorId: string, webhookId: string): Promise<boolean> {
-    const { byId, byVendorType, ofVendor, fifo } = this.keys.webhooks;
+    const { byId, byVendorType, ofVendor, fifo, orderingKeys } = this.keys.webhooks;
     const deleted =
-      (await this.deleteScript([byId, byVendorType, ofVendor(vendorId), fifo], webhookId, vendorId)) === 1;
+      (await this.deleteScript([byId, byVendorType, ofVendor(vendorId), fifo, orderingKeys], webhookId, vendorId)) ===
+      1;
     if (deleted) {
       this.onChange?.({ webhookId, vendorId });
       // Dropped now rather than when their holds end.
@@ -520,7 +571,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   }
 
   private updateKeys(): UpdateKeys {
-    return [this.keys.webhooks.byId, this.keys.webhooks.byVendorType, this.keys.webhooks.fifo];
+    const { byId, byVendorType, fifo, orderingKeys } = this.keys.webhooks;
+    return [byId, byVendorType, fifo, orderingKeys];
   }
 
   private async readRecord(
@@ -552,6 +604,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     };
     if (changes.ordering === 'fifo') next.ordering = 'fifo';
     else if (changes.ordering === 'none') delete next.ordering;
+    if (changes.orderingKey === null) delete next.orderingKey;
+    else if (changes.orderingKey !== undefined) next.orderingKey = changes.orderingKey;
     if (changes.rateLimitPerSecond === null) delete next.rateLimitPerSecond;
     else if (changes.rateLimitPerSecond !== undefined) next.rateLimitPerSecond = changes.rateLimitPerSecond;
     if (changes.maxConcurrency === null) delete next.maxConcurrency;
@@ -612,7 +666,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       next.disabledReason = 'paused';
       next.disabledAtMs = now.getTime();
     }
-    const problem = this.applyReceiverChanges(next, changes);
+    const problem = orderingProblem(next) ?? this.applyReceiverChanges(next, changes);
     return problem === undefined ? next : { problem };
   }
 
@@ -721,6 +775,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
           }))
         : [],
       ordering: record.ordering ?? 'none',
+      orderingKey: record.orderingKey,
       maxConcurrency: record.maxConcurrency,
       retentionMs: record.retentionMs,
       headers: this.box.hasKey

@@ -1009,6 +1009,38 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       .getByText('No rate limit; one at a time, in order (FIFO); signed with Ed25519 (v1a)')
       .waitFor();
     expect((await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated))?.rateLimitPerSecond).toBeUndefined();
+
+    // An ordering key: shown only with FIFO; a bad path is refused with the API's words; a good one is on the card.
+    await machineCreated.getByRole('button', { name: 'Edit' }).click();
+    const keyField = form.getByLabel('Keep order per (a path into the event; empty: one order for all)');
+    await keyField.fill('metadata.machine_id');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await form
+      .getByRole('alert')
+      .getByText(/ordering_key: must start with data/)
+      .waitFor();
+    await keyField.fill('data.metadata.machine_id');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await machineCreated
+      .getByText(
+        'No rate limit; one at a time per data.metadata.machine_id, in order (FIFO by key); signed with Ed25519 (v1a)',
+      )
+      .waitFor();
+    expect(await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated)).toMatchObject({
+      ordering: 'fifo',
+      orderingKey: 'data.metadata.machine_id',
+    });
+    // Concurrent again: the key field goes, and the key with it.
+    await machineCreated.getByRole('button', { name: 'Edit' }).click();
+    expect(await keyField.inputValue()).toBe('data.metadata.machine_id');
+    await form.getByLabel('Order', { exact: true }).selectOption('none');
+    expect(await keyField.count()).toBe(0);
+    await form.getByRole('button', { name: 'Save' }).click();
+    await machineCreated.getByText(/^No rate limit; up to 4 at once per worker;/).waitFor();
+    expect(await w.t.webhooks.get(VENDOR, w.webhooks.machineCreated)).toMatchObject({
+      ordering: 'none',
+      orderingKey: undefined,
+    });
     expect(problems).toEqual([]);
   });
 

@@ -12,7 +12,9 @@ import {
 } from '../../src/embedded/redis-server.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startCli } from '../helpers/cli.js';
-import { machineEvent } from '../helpers/events.js';
+import { machineEvent, machineEventFor } from '../helpers/events.js';
+import { KeyedReceiver, machineIdsOfDistinctLines } from '../helpers/keyed-receiver.js';
+import { lcg } from '../helpers/random.js';
 import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
 import { settles, waitFor } from '../helpers/wait.js';
 import { workerProcessEnv } from '../helpers/worker.js';
@@ -110,12 +112,15 @@ function ownsLocalPort(pid: number, port: number): boolean {
 describe('FIFO webhook across worker processes', () => {
   let t: TestApp;
   let receiver: FlakyReceiver;
+  /** The receiver of the running test (a FlakyReceiver or a KeyedReceiver), closed after it. */
+  let serving: { close(): Promise<void> } | undefined;
   const children: { kill(signal: NodeJS.Signals): boolean }[] = [];
   let afterAll: (() => Promise<void>) | undefined;
 
   afterEach(async () => {
     for (const child of children.splice(0)) child.kill('SIGKILL');
-    await receiver.close();
+    await serving?.close();
+    serving = undefined;
     await t.close();
     await afterAll?.();
     afterAll = undefined;
@@ -124,14 +129,16 @@ describe('FIFO webhook across worker processes', () => {
   /**
    * A FIFO webhook at `flaky`, two worker processes (with `workerEnv` on top of the test
    * environment) and `total` events ingested 100 a call, one call after another; answers the
-   * workers and the event ids in accept order.
+   * workers and the event ids in accept order. `keyed`: the webhook's ordering key, and the machine
+   * id of the i-th event (else each event has a machine of its own, and the webhook one line).
    */
   async function startLine(options: {
-    flaky: FlakyReceiver;
+    flaky: FlakyReceiver | KeyedReceiver;
     retryScheduleMs: number[];
     workerEnv: Record<string, string>;
     total: number;
     redisUrl?: string;
+    keyed?: { orderingKey: string; machineIdOf: (i: number) => string };
   }) {
     const { retryScheduleMs, total } = options;
     t = await testApp({
@@ -139,14 +146,16 @@ describe('FIFO webhook across worker processes', () => {
       queuePartitions: 2,
       ...(options.redisUrl === undefined ? {} : { redisUrl: options.redisUrl }),
     });
-    receiver = options.flaky;
-    const base = await receiver.start();
+    serving = options.flaky;
+    if (options.flaky instanceof FlakyReceiver) receiver = options.flaky;
+    const base = await options.flaky.start();
     expect(
       (
         await t.webhooks.create('v', {
           eventType: 'EVENT_TYPE_MACHINE_CREATED',
           callbackUrl: `${base}/in`,
           ordering: 'fifo',
+          ...(options.keyed === undefined ? {} : { orderingKey: options.keyed.orderingKey }),
         })
       ).ok,
     ).toBe(true);
@@ -157,8 +166,11 @@ describe('FIFO webhook across worker processes', () => {
     );
     children.push(...workers.map((w) => w.child));
     const acceptOrder: string[] = [];
+    const { keyed } = options;
     for (let i = 0; i < total; i += 100) {
-      const events = Array.from({ length: Math.min(100, total - i) }, () => machineEvent('v'));
+      const events = Array.from({ length: Math.min(100, total - i) }, (_, j) =>
+        keyed === undefined ? machineEvent('v') : machineEventFor('v', keyed.machineIdOf(i + j)),
+      );
       expect((await t.ingestor.ingest(events, 'http')).every((r) => r.status === 'accepted')).toBe(true);
       acceptOrder.push(...events.map((e) => e.event_id));
     }
@@ -301,4 +313,56 @@ describe('FIFO webhook across worker processes', () => {
     expect(firsts(receiver.succeeded)).toEqual(acceptOrder);
     expect(gapMs, 'the lease was given back, not left to expire').toBeLessThan(1_000 + 2_000);
   }, 90_000);
+  it('an ordering key: 800 events over 8 machine ids, a receiver failing 20 % at random, two workers, one SIGKILLed mid-run: first successes in accept order per machine id, none lost', async () => {
+    const startedMs = Date.now();
+    const TOTAL = 800;
+    const machineIds = machineIdsOfDistinctLines(8);
+    const pick = lcg(3);
+    const keyOf = Array.from({ length: TOTAL }, () => machineIds[Math.floor(pick() * machineIds.length)]!);
+    const keyed = new KeyedReceiver(0.2);
+    const { workers, acceptOrder } = await startLine({
+      flaky: keyed,
+      // As the single line above: ten attempts 20 ms apart; a killed worker's leases end within 4 s.
+      retryScheduleMs: [0, 20, 20, 20, 20, 20, 20, 20, 20, 20],
+      workerEnv: { HOOKLINE_DELIVERY_TIMEOUT: '2s' },
+      total: TOTAL,
+      keyed: { orderingKey: 'data.metadata.machine_id', machineIdOf: (i) => keyOf[i]! },
+    });
+
+    // About a third of the way, one request is held and the worker that sent it killed, holding the
+    // lease of that line (and of any other line it drove) with a head in flight.
+    const HOLD_AT = Math.round((TOTAL * 1.25) / 3);
+    keyed.holdAt(HOLD_AT, 3_000);
+    const held = await waitFor(() => keyed.held, 40_000, 'the held request');
+    const victim = workers.find((w) => ownsLocalPort(w.child.pid!, held.remotePort));
+    expect(victim, 'the worker that sent the held request').toBeDefined();
+    const killedAtMs = Date.now();
+    victim!.child.kill('SIGKILL');
+    expect(await victim!.exited).toBeNull();
+    const atKill = new Set(keyed.succeeded.map((r) => r.eventId)).size;
+
+    await settles(() => new Set(keyed.succeeded.map((r) => r.eventId)).size >= TOTAL, 45_000);
+    const tally = tallyDeliveries(
+      new Set(acceptOrder),
+      keyed.succeeded.map((r) => r.eventId),
+    );
+    const acceptOrderOf = (machineId: string) => acceptOrder.filter((_, i) => keyOf[i] === machineId);
+    const outOfOrder = machineIds.filter(
+      (machineId) => JSON.stringify(keyed.firstSuccessesOf(machineId)) !== JSON.stringify(acceptOrderOf(machineId)),
+    ).length;
+    reportFault('fifo-key-sigkill', tally, startedMs, {
+      machine_ids: machineIds.length,
+      delivered_before_kill: atKill,
+      failed_answers: keyed.received.length - keyed.succeeded.length,
+      machine_ids_out_of_order: outOfOrder,
+      longest_gap_after_kill_ms: longestGapMs(keyed.arrivedAtMs, killedAtMs),
+    });
+    expect(tally.lost, 'every accepted event delivered').toBe(0);
+    for (const machineId of machineIds)
+      expect(keyed.firstSuccessesOf(machineId), `${machineId}: first successful receipts in accept order`).toEqual(
+        acceptOrderOf(machineId),
+      );
+    // The killed worker's head in flight was sent again, after the kill.
+    expect(keyed.received.slice(HOLD_AT).map((r) => r.eventId)).toContain(held.eventId);
+  }, 120_000);
 });

@@ -15,6 +15,7 @@ export function webhookFixture(over: Partial<Webhook> = {}): Webhook {
     signingKeys: [],
     filter: undefined,
     ordering: 'none',
+    orderingKey: undefined,
     maxConcurrency: undefined,
     retentionMs: undefined,
     headers: [],

@@ -59,17 +59,19 @@ describe('FIFO ordering per webhook', () => {
     t = await testApp();
     const lines = t.fifoLines;
     const job = (n: number, webhookId = 'w-lines') => ({
-      deliveryId: `d-${n}`,
-      eventId: `e-${n}`,
-      eventType: 'EVENT_TYPE_MACHINE_CREATED' as const,
-      vendorId: 'v',
-      webhookId,
-      body: '{}',
-      acceptedAtMs: 1_000 + n,
+      job: {
+        deliveryId: `d-${n}`,
+        eventId: `e-${n}`,
+        eventType: 'EVENT_TYPE_MACHINE_CREATED' as const,
+        vendorId: 'v',
+        webhookId,
+        body: '{}',
+        acceptedAtMs: 1_000 + n,
+      },
     });
     const NOW = 5_000;
     const partition = partitionOf('w-lines', t.queues.partitions.length);
-    const due = async (atMs: number) => (await lines.due(partition, atMs, 10)).webhookIds;
+    const due = async (atMs: number) => (await lines.due(partition, atMs, 10)).lineIds;
 
     await lines.append([job(1), job(2)], NOW);
     // Appended again (an ingest repeated after a crash): same places, nothing added.
@@ -113,6 +115,13 @@ describe('FIFO ordering per webhook', () => {
     expect(await due(Number.MAX_SAFE_INTEGER)).toEqual([]);
     expect(await lines.linesWaiting()).toBe(0);
     expect(await lines.summary('w-lines')).toEqual({ length: 0, headAcceptedAtMs: undefined });
+    // Emptied, the line left no key behind: its sequence went with its last delivery.
+    const { fifo } = t.keys;
+    const lineKeys = [fifo.seq, fifo.line, fifo.jobs, fifo.lease].map((key) => key(partition, 'w-lines'));
+    expect(await t.redis.exists(...lineKeys)).toBe(0);
+    // A later append starts the line again, in order.
+    await lines.append([job(5), job(6)], NOW);
+    expect((await lines.head('w-lines'))?.job.deliveryId).toBe('d-5');
   });
 
   it('a failing head holds back the rest until it is delivered, then they go in accept order; the stats show the line', async () => {

@@ -62,6 +62,16 @@ describe('Lua scripts run by their SHA', () => {
     expect(() => defineScript(redis, COUNTER)).not.toThrow();
   });
 
+  it('takes as many KEYS as each call names when its key count is varying', async () => {
+    const sum = defineScript<string[], [], number>(redis, {
+      name: 'hooklineTestSumKeys',
+      keys: 'varying',
+      lua: "local n = 0 for _, key in ipairs(KEYS) do n = n + redis.call('INCR', key) end return n",
+    });
+    expect(await sum(['{v}:a'])).toBe(1);
+    expect(await sum(['{v}:a', '{v}:b', '{v}:c'])).toBe(2 + 1 + 1);
+  });
+
   it('defines no command on the connection, so the pipelines ioredis builds carry none', () => {
     defineScript(redis, COUNTER);
     expect(Object.keys((redis as unknown as { scriptsSet: object }).scriptsSet)).toEqual([]);

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   callbackTargetProblem,
   callbackUrlProblem,
+  ORDERING_KEY_NEEDS_FIFO,
   secretProblem,
   webhookCreateSchema,
   webhookPatchSchema,
@@ -133,5 +134,50 @@ describe('ordering', () => {
   });
   it('is absent on create unless given', () => {
     expect(webhookCreateSchema.parse(base)).not.toHaveProperty('ordering');
+  });
+});
+
+describe('ordering_key', () => {
+  const base = { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://a.example/' };
+  const messages = (result: { error?: { issues: { message: string }[] } }) =>
+    result.error?.issues.map((issue) => issue.message);
+
+  it('accepts a path into the envelope beside ordering fifo on create, and on PATCH (null removes it)', () => {
+    expect(webhookCreateSchema.parse({ ...base, ordering: 'fifo', ordering_key: 'data.metadata.machine_id' })).toEqual({
+      ...base,
+      ordering: 'fifo',
+      ordering_key: 'data.metadata.machine_id',
+    });
+    expect(webhookPatchSchema.parse({ ordering_key: 'data.gpus.0.name' })).toEqual({
+      ordering_key: 'data.gpus.0.name',
+    });
+    expect(webhookPatchSchema.parse({ ordering_key: null })).toEqual({ ordering_key: null });
+    expect(webhookCreateSchema.parse({ ...base, ordering: 'fifo' })).not.toHaveProperty('ordering_key');
+  });
+
+  it.each([undefined, 'none'])('refuses it on create with ordering %j: the rule is named', (ordering) => {
+    const result = webhookCreateSchema.safeParse({
+      ...base,
+      ...(ordering === undefined ? {} : { ordering }),
+      ordering_key: 'data.metadata.machine_id',
+    });
+    expect(result.success).toBe(false);
+    expect(messages(result)).toEqual([ORDERING_KEY_NEEDS_FIFO]);
+  });
+
+  it.each([
+    ['metadata.machine_id', 'ordering_key: must start with data, event_type, event_id, timestamp or version'],
+    ['data.machine id', 'ordering_key: "machine id" is not a key'],
+    ['', 'ordering_key: must be a dotted path into the event'],
+    [7, 'ordering_key must be a string'],
+    [{ path: 'data.x' }, 'ordering_key must be a string'],
+  ])('refuses the path %j on create and PATCH, naming the field', (orderingKey, problem) => {
+    for (const result of [
+      webhookCreateSchema.safeParse({ ...base, ordering: 'fifo', ordering_key: orderingKey }),
+      webhookPatchSchema.safeParse({ ordering_key: orderingKey }),
+    ]) {
+      expect(result.success).toBe(false);
+      expect(messages(result)?.[0]).toContain(problem);
+    }
   });
 });

@@ -37,6 +37,7 @@ describe('toWebhookResource', () => {
       signature: 'hmac',
       filter: null,
       ordering: 'none',
+      ordering_key: null,
       max_concurrency: null,
       retention: null,
       headers: {},

@@ -76,17 +76,25 @@ const statsSchema = z
       .describe('The webhook’s ordering: fifo (one delivery at a time, in accept order) or none.'),
     fifo_line: z
       .object({
-        length: z.number().int().describe('Deliveries waiting in the line, the one in flight included.'),
+        length: z
+          .number()
+          .int()
+          .describe(
+            'Deliveries waiting in the webhook’s lines (all of them, with an ordering key), those in flight included.',
+          ),
         oldest_waiting_ms: z
           .number()
           .int()
           .nullable()
           .describe(
-            'How long ago the head (the oldest delivery waiting) was accepted, in ms; null when the line is empty.',
+            'How long ago the oldest head (the oldest delivery waiting) was accepted, in ms; null when the lines are empty.',
           ),
       })
       .nullable()
-      .describe('The FIFO line of deliveries; null for a webhook whose ordering is none (and whose line is empty).'),
+      .describe(
+        'The FIFO lines of deliveries, summed (one line, or with an ordering key one per bucket of its values and one for ' +
+          'events without a value); null for a webhook whose ordering is none (and whose lines are empty).',
+      ),
     max_concurrency: z
       .number()
       .int()

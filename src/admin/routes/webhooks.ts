@@ -133,6 +133,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.signature === undefined ? {} : { signature: body.signature }),
           ...(body.filter === undefined ? {} : { filter: body.filter }),
           ...(body.ordering === undefined ? {} : { ordering: body.ordering }),
+          ...(body.ordering_key === undefined ? {} : { orderingKey: body.ordering_key }),
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
           ...(body.retention === undefined ? {} : { retentionMs: checkedRetention(body.retention)! }),
           ...(body.headers === undefined ? {} : { headers: body.headers }),
@@ -203,7 +204,8 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           summary: 'Update a webhook',
           description:
             'Any of event_type, callback_url, secret (null removes it), enabled, rate_limit_per_second (null removes the limit), ' +
-            'max_concurrency (null removes the ceiling), ordering, signature, filter (null removes it), with the rules of ' +
+            'max_concurrency (null removes the ceiling), ordering, ordering_key (null removes it), signature, filter (null removes ' +
+            'it), with the rules of ' +
             'registration. Answers the whole webhook. ' +
             'A new secret starts a rotation (see secret and previous_secret_expires_at). A webhook that signs with hmac keeps a ' +
             'secret: secret null on it answers 400.',
@@ -226,6 +228,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.signature === undefined ? {} : { signature: body.signature }),
           ...(body.filter === undefined ? {} : { filter: body.filter }),
           ...(body.ordering === undefined ? {} : { ordering: body.ordering }),
+          ...(body.ordering_key === undefined ? {} : { orderingKey: body.ordering_key }),
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
           ...(body.retention === undefined ? {} : { retentionMs: checkedRetention(body.retention) }),
           ...(body.headers === undefined ? {} : { headers: body.headers }),

@@ -35,6 +35,8 @@ export interface Webhook {
   signature: 'hmac' | 'ed25519';
   /** fifo: one delivery at a time, in the order the events were accepted. */
   ordering: 'fifo' | 'none';
+  /** With fifo: the path whose value splits the deliveries into lines kept in order each; null: one line. */
+  ordering_key: string | null;
   /** Requests in flight at most, per worker; null: the worker's send slots. */
   max_concurrency: number | null;
   /** The payload filter (docs/receiving-webhooks.md, "Payload filters"); null: every event of the type. */

@@ -203,7 +203,9 @@ function controlsText(webhook: Webhook): string {
       ? 'No rate limit'
       : `At most ${webhook.rate_limit_per_second} requests a second`,
     webhook.ordering === 'fifo'
-      ? 'one at a time, in order (FIFO)'
+      ? webhook.ordering_key === null
+        ? 'one at a time, in order (FIFO)'
+        : `one at a time per ${webhook.ordering_key}, in order (FIFO by key)`
       : webhook.max_concurrency === null
         ? 'concurrent'
         : `up to ${webhook.max_concurrency} at once per worker`,
@@ -652,6 +654,7 @@ function WebhookForm({
   const [rateLimit, setRateLimit] = useState(webhook?.rate_limit_per_second?.toString() ?? '');
   const [signature, setSignature] = useState<Webhook['signature']>(webhook?.signature ?? 'hmac');
   const [ordering, setOrdering] = useState<Webhook['ordering']>(webhook?.ordering ?? 'none');
+  const [orderingKey, setOrderingKey] = useState(webhook?.ordering_key ?? '');
   const [maxConcurrency, setMaxConcurrency] = useState(webhook?.max_concurrency?.toString() ?? '');
   const [filterText, setFilterText] = useState(webhook?.filter ? JSON.stringify(webhook.filter, null, 2) : '');
   const [retention, setRetention] = useState(webhook?.retention ?? '');
@@ -686,6 +689,8 @@ function WebhookForm({
       const ceiling = numberOrNull(maxConcurrency);
       const filter = filterOrNull(filterText);
       const kept = retentionChange(webhook, retention);
+      // A key orders FIFO deliveries only: switching to concurrent removes it.
+      const key = ordering === 'fifo' && orderingKey.trim() !== '' ? orderingKey.trim() : null;
       if (webhook) {
         const changes: Record<string, unknown> = {};
         if (eventType !== webhook.event_type) changes.event_type = eventType;
@@ -694,6 +699,7 @@ function WebhookForm({
         if (limit !== webhook.rate_limit_per_second) changes.rate_limit_per_second = limit;
         if (signature !== webhook.signature) changes.signature = signature;
         if (ordering !== webhook.ordering) changes.ordering = ordering;
+        if (key !== webhook.ordering_key) changes.ordering_key = key;
         if (ceiling !== webhook.max_concurrency) changes.max_concurrency = ceiling;
         if (JSON.stringify(filter) !== JSON.stringify(webhook.filter)) changes.filter = filter;
         if (kept !== undefined) changes.retention = kept;
@@ -711,6 +717,7 @@ function WebhookForm({
           ...(ceiling === null ? {} : { max_concurrency: ceiling }),
           ...(signature === 'hmac' ? {} : { signature }),
           ...(ordering === 'none' ? {} : { ordering }),
+          ...(key === null ? {} : { ordering_key: key }),
           ...(filter === null ? {} : { filter }),
           ...(kept === undefined ? {} : { retention: kept }),
           ...receiverResult.body,
@@ -810,6 +817,25 @@ function WebhookForm({
         <p class="hint">
           FIFO: a delivery that keeps failing holds the ones behind it until it succeeds or is dead-lettered.
         </p>
+        {ordering === 'fifo' && (
+          <>
+            <label for={`order-key-${id}`}>Keep order per (a path into the event; empty: one order for all)</label>
+            <input
+              id={`order-key-${id}`}
+              type="text"
+              spellcheck={false}
+              autoComplete="off"
+              placeholder="data.metadata.machine_id"
+              value={orderingKey}
+              onInput={(e) => setOrderingKey(e.currentTarget.value)}
+            />
+            <p class="hint">
+              With a path such as data.metadata.machine_id, each machine's deliveries keep their order, different
+              machines go out side by side, and a failing one holds back only its own. Values share 64 lines, so a few
+              others may wait with it; events without a value there keep one order of their own.
+            </p>
+          </>
+        )}
         <label for={`filter-${id}`}>Payload filter (JSON; empty: every event of the type)</label>
         <textarea
           id={`filter-${id}`}
