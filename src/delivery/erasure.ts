@@ -11,6 +11,7 @@ import type { RedisEventLog } from '../store/event-log.js';
 import type { RedisKeys } from '../store/keys.js';
 import type { RedisPortalSessions } from '../store/portal-sessions.js';
 import { masterNodes, type Redis } from '../store/redis.js';
+import { linesOf } from '../store/fifo-lines.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { RedisWebhookStore } from '../store/webhooks.js';
 import { partitionOf, type EraseJob } from './jobs.js';
@@ -256,28 +257,33 @@ export class Eraser {
           : await job.updateData({ ...(job.data as object), deliveries: kept }).then(ok, failed);
       if (done === 1) removed += deliveries.length - kept.length;
     }
-    const line = this.deps.keys.fifo;
+    const f = this.deps.keys.fifo;
     const n = partitionOf(webhookId, this.deps.queues.partitions.length);
-    const jobs = await this.deps.redis.hgetall(line.jobs(n, webhookId));
-    const lined = Object.entries(jobs).flatMap(([id, json]) => (matches(JSON.parse(json) as DeliverJob) ? [id] : []));
-    if (lined.length > 0) {
+    // Its own line and each of its ordering key's (all under the partition's tag: one slot).
+    for (const line of linesOf(webhookId)) {
+      const jobs = await this.deps.redis.hgetall(f.jobs(n, line));
+      const lined = Object.entries(jobs).flatMap(([id, json]) => (matches(JSON.parse(json) as DeliverJob) ? [id] : []));
+      if (lined.length === 0) continue;
       await this.deps.redis
         .multi()
-        .hdel(line.jobs(n, webhookId), ...lined)
-        .zrem(line.line(n, webhookId), ...lined)
+        .hdel(f.jobs(n, line), ...lined)
+        .zrem(f.line(n, line), ...lined)
         .exec();
       removed += lined.length;
     }
     return removed;
   }
 
-  /** Deletes a webhook's FIFO line (its keys and its entry in the partition's ready set). */
+  /** Deletes a webhook's FIFO lines (their keys and their entries in the partition's ready set). */
   private async removeLine(webhookId: string): Promise<number> {
     const f = this.deps.keys.fifo;
     const n = partitionOf(webhookId, this.deps.queues.partitions.length);
+    const lines = linesOf(webhookId);
     const [deleted] = await Promise.all([
-      this.deps.redis.del(f.seq(n, webhookId), f.line(n, webhookId), f.jobs(n, webhookId), f.lease(n, webhookId)),
-      this.deps.redis.zrem(f.ready(n), webhookId),
+      this.deps.redis.del(
+        ...lines.flatMap((line) => [f.seq(n, line), f.line(n, line), f.jobs(n, line), f.lease(n, line)]),
+      ),
+      this.deps.redis.zrem(f.ready(n), ...lines),
     ]);
     return deleted;
   }

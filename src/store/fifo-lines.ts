@@ -34,7 +34,7 @@ export function webhookOfLine(lineId: string): string {
 }
 
 /** Every line a webhook can have: its own, then its ordering key's buckets. */
-function linesOf(webhookId: string): string[] {
+export function linesOf(webhookId: string): string[] {
   return [webhookId, ...Array.from({ length: ORDERING_KEY_BUCKETS }, (_, bucket) => lineIdOf(webhookId, bucket))];
 }
 

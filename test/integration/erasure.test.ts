@@ -114,12 +114,30 @@ describe('erasure (real Redis, a real receiver, a worker)', () => {
     const webhook = await t.register(vendor, `${receiver.base}/ok`);
     const second = await t.register(vendor, `${receiver.base}/failing`, { event_type: 'EVENT_TYPE_MACHINE_UPDATED' });
     const kept = await t.register(other, `${receiver.base}/ok`);
+    // A paused FIFO webhook keyed by machine: its deliveries wait in its ordering key's lines.
+    const lined = await t.register(vendor, `${receiver.base}/ok`, {
+      event_type: 'EVENT_TYPE_MACHINE_REMOVED',
+      ordering: 'fifo',
+      ordering_key: 'data.metadata.machine_id',
+    });
+    expect(
+      (
+        await t.app.inject({
+          method: 'PATCH',
+          url: `/vendors/v1/webhooks/${lined.id}`,
+          headers: { 'x-api-key': lined.key },
+          payload: { enabled: false },
+        })
+      ).statusCode,
+    ).toBe(200);
     const session = await api('POST', '/admin/v1/portal/sessions', admin, { vendor_id: vendor, permission: 'manage' });
     expect(session.statusCode).toBe(201);
     await t.ingestor.ingest(
       [
         markedEvent(vendor, marker),
         { ...markedEvent(vendor, marker), event_type: 'EVENT_TYPE_MACHINE_UPDATED' },
+        { ...markedEvent(vendor, marker), event_type: 'EVENT_TYPE_MACHINE_REMOVED' },
+        { ...markedEvent(vendor, marker), event_type: 'EVENT_TYPE_MACHINE_REMOVED' },
         markedEvent(other, otherMarker),
       ],
       'http',
@@ -130,6 +148,8 @@ describe('erasure (real Redis, a real receiver, a worker)', () => {
       'the failing webhook’s dead letter',
     );
     await queuesDrained(t.queues, 10_000);
+    // The keyed line holds the paused webhook's two deliveries.
+    expect(await everything()).toContain(`${lined.id}:k`);
     expect(await everything()).toContain(marker);
 
     const res = await api('DELETE', `/admin/v1/vendors/${vendor}/data`);
@@ -140,6 +160,7 @@ describe('erasure (real Redis, a real receiver, a worker)', () => {
     expect(stored).not.toContain(marker);
     expect(stored).not.toContain(webhook.id);
     expect(stored).not.toContain(second.id);
+    expect(stored).not.toContain(lined.id);
     expect(stored).not.toContain(vendor + '"');
     expect(stored).toContain(otherMarker);
     // Its key and its portal session no longer open anything; the other vendor's webhook is as it was.
