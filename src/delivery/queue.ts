@@ -31,6 +31,7 @@ export const CONTROL_QUEUE_NAME = 'control';
 export const OPERATIONAL_QUEUE_NAME = 'operational';
 /** Spare attempts for unexpected processor errors (a Redis blip while recording), beyond the schedule. */
 const SPARE_ATTEMPTS = 10;
+/** Failed jobs are kept for a look at most this long (less when the retention is shorter: delivery jobs hold bodies). */
 const FAILED_JOB_RETENTION_S = 7 * 24 * 3_600;
 /** BullMQ's event stream per queue, trimmed to about this many entries (nothing in Hookline reads it). */
 const EVENTS_MAX_LEN = 1_000;
@@ -43,6 +44,8 @@ export interface DeliveryQueueOptions {
   /** The lines of FIFO webhooks: their deliveries go there instead of the queues. */
   lines: Pick<RedisFifoLines, 'append' | 'orderingOf'>;
   nowMs: () => number;
+  /** HOOKLINE_RETENTION (ms): failed jobs, which hold bodies, are kept no longer. */
+  retentionMs?: number;
   /** Queue errors (connection trouble); BullMQ would print them to the console otherwise. */
   onError?: (error: Error) => void;
 }
@@ -69,8 +72,12 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   readonly operational: Queue;
   readonly retryScheduleMs: readonly number[];
 
+  /** How long a failed job is kept (s): a week, or the retention when that is shorter. */
+  private readonly failedJobRetentionS: number;
+
   constructor(private readonly options: DeliveryQueueOptions) {
     this.retryScheduleMs = options.retryScheduleMs;
+    this.failedJobRetentionS = Math.min(FAILED_JOB_RETENTION_S, Math.ceil((options.retentionMs ?? Infinity) / 1_000));
     const queue = (name: string, prefix: string) =>
       new Queue(name, { connection: options.connection, prefix, streams: { events: { maxLen: EVENTS_MAX_LEN } } });
     this.partitions = Array.from({ length: options.partitions }, (_, n) => ({
@@ -91,7 +98,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       backoff: { type: 'hookline' },
       delay: delayMs,
       removeOnComplete: true,
-      removeOnFail: { age: FAILED_JOB_RETENTION_S },
+      removeOnFail: { age: this.failedJobRetentionS },
     };
   }
 
@@ -221,7 +228,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       attempts: 5,
       backoff: { type: 'exponential', delay: 1_000 },
       removeOnComplete: true,
-      removeOnFail: { age: FAILED_JOB_RETENTION_S },
+      removeOnFail: { age: this.failedJobRetentionS },
     });
   }
 
@@ -232,7 +239,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       attempts: 5,
       backoff: { type: 'exponential', delay: 1_000 },
       removeOnComplete: true,
-      removeOnFail: { age: FAILED_JOB_RETENTION_S },
+      removeOnFail: { age: this.failedJobRetentionS },
     });
   }
 
@@ -243,7 +250,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       attempts: 5,
       backoff: { type: 'exponential', delay: 1_000 },
       removeOnComplete: true,
-      removeOnFail: { age: FAILED_JOB_RETENTION_S },
+      removeOnFail: { age: this.failedJobRetentionS },
     });
   }
 

@@ -1,6 +1,7 @@
 import type { Logger } from '../logger.js';
 import type { RedisDeliveryLog } from '../store/delivery-log.js';
 import type { RedisEventLog } from '../store/event-log.js';
+import type { Redis } from '../store/redis.js';
 import type { RedisWebhookStore } from '../store/webhooks.js';
 
 /** How often a worker runs the retention pass (one schedule for every worker: one of them runs it). */
@@ -26,6 +27,11 @@ export class RetentionPass {
       webhooks: Pick<RedisWebhookStore, 'listAll'>;
       log: Pick<RedisEventLog, 'trim' | 'defaultRetentionMs'>;
       history: Pick<RedisDeliveryLog, 'forgetBefore'>;
+      /**
+       * Streams that keep whole events or bodies until their count cap (the ingest streams' dead
+       * letters, the first-attempt streams' set-aside entries): trimmed to the retention too.
+       */
+      streams: { redis: Redis; keys: readonly string[] };
       nowMs: () => number;
       logger?: Logger;
     },
@@ -40,6 +46,10 @@ export class RetentionPass {
       if (retentionMs < this.deps.log.defaultRetentionMs)
         summary.records += await this.deps.history.forgetBefore(webhook.id, this.deps.nowMs() - retentionMs);
     }
+    // Stream ids are Redis's clock in ms: MINID removes the entries older than the retention.
+    const minId = `${Math.max(0, Math.floor(this.deps.nowMs() - this.deps.log.defaultRetentionMs))}`;
+    for (const key of this.deps.streams.keys)
+      summary.events += Number(await this.deps.streams.redis.xtrim(key, 'MINID', minId));
     if (summary.events > 0 || summary.records > 0)
       this.deps.logger?.info(summary, 'retention: removed events and delivery records past their retention');
     return summary;

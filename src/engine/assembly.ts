@@ -127,6 +127,7 @@ export function composeStores(settings: StoreSettings) {
     retryScheduleMs: settings.retryScheduleMs,
     lines: fifoLines,
     nowMs,
+    ...(settings.retentionMs === undefined ? {} : { retentionMs: settings.retentionMs }),
     // Connection trouble is logged once per outage by the connection watcher; this keeps BullMQ quiet.
     onError: (error) => settings.observability?.logger.debug({ err: error.message }, 'delivery queue error'),
   });
@@ -153,6 +154,13 @@ export function composeStores(settings: StoreSettings) {
     webhooks,
     log: eventLog,
     history: deliveryLog,
+    streams: {
+      redis,
+      keys: [
+        ...Array.from({ length: settings.ingestStreams ?? 1 }, (_, n) => keys.events.deadOf(n)),
+        ...Array.from({ length: settings.queuePartitions }, (_, n) => keys.firstAttempts.failedOf(n)),
+      ],
+    },
     nowMs,
     ...(settings.observability ? { logger: settings.observability.logger } : {}),
   });

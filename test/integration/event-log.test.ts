@@ -8,6 +8,7 @@ import { deliveryIdFor } from '../../src/domain/ids.js';
 import { RedisEventLog, type EventLogEntry } from '../../src/store/event-log.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { waitFor } from '../helpers/wait.js';
+import { startTestWorker } from '../helpers/worker.js';
 
 /** Entries for one webhook's log with bodies of `bodyBytes`. */
 function entries(webhookId: string, count: number, bodyBytes: number): EventLogEntry[] {
@@ -131,6 +132,7 @@ describe('the event log: retention, its memory, and a range replay of 100,000 ev
       webhooks: { listAll: async () => [{ id: webhookId, retentionMs: 200 }] as never },
       log,
       history: t.deliveryLog,
+      streams: { redis: t.redis, keys: [] },
       nowMs: Date.now,
     });
     let removed = { events: 0, records: 0 };
@@ -145,6 +147,28 @@ describe('the event log: retention, its memory, and a range replay of 100,000 ev
     );
     expect(await t.deliveryLog.recent(webhookId, 10)).toEqual([]);
     // The feed's status came from the records while they lived.
+  });
+
+  it('a worker runs the retention pass on its schedule; it also trims the dead-letter streams past the retention', async () => {
+    // HOOKLINE_RETENTION's floor is 1h; the assembly takes any value, so a second here.
+    const app = await testApp({ retentionMs: 1_000 });
+    const worker = await startTestWorker(app);
+    try {
+      await waitFor(
+        async () => (await app.queues.control.getJobScheduler('retention'))?.every === 60_000,
+        10_000,
+        'the worker to schedule the pass every minute',
+      );
+      const dead = app.keys.events.deadOf(0);
+      await app.redis.xadd(dead, '*', 'reason', 'unreadable', 'event', '{"event_id":"kept-past-retention"}');
+      // Sooner, so the test need not wait a minute: the schedule is replaced, not added to.
+      await app.queues.scheduleRetention(250);
+      await waitFor(async () => (await app.redis.xlen(dead)) === 0, 15_000, 'the pass to trim the dead stream');
+      expect(await app.queues.control.getJobSchedulersCount()).toBe(1);
+    } finally {
+      await worker.close();
+      await app.close();
+    }
   });
 
   it('replays a range of 100,000 events a page at a time: the count, every replay queued once, memory bounded', async () => {
