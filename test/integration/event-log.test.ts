@@ -171,6 +171,42 @@ describe('the event log: retention, its memory, and a range replay of 100,000 ev
     }
   });
 
+  it('a range replay whose run died goes on from its last page when run again: every event replayed once', async () => {
+    const webhook = await t.register('vendor-resume', 'http://127.0.0.1:9/never');
+    await appendAll(t.eventLog, entries(webhook.id, 55, 200));
+    const replayer = new RangeReplayer({
+      log: t.eventLog,
+      history: t.deliveryLog,
+      queues: t.queues,
+      tasks: t.tasks,
+      replayTasks: t.replayTasks,
+      nowMs: Date.now,
+      settleForMs: 0,
+    });
+    const job = { vendorId: 'vendor-resume', webhookId: webhook.id, sinceMs: 0, untilMs: Date.now() + 1_000 };
+    const taskId = await replayer.createTask(job.vendorId, job.webhookId);
+    const before = await t.queues.counts();
+    // The first run dies after its second page (as its worker would), the next one goes on.
+    let pages = 0;
+    await expect(
+      replayer.run(
+        { taskId, ...job },
+        {
+          pageSize: 10,
+          onProgress: () => {
+            if (++pages === 2) throw new Error('worker killed');
+          },
+        },
+      ),
+    ).rejects.toThrow('worker killed');
+    expect(await replayer.run({ taskId, ...job }, { pageSize: 10 })).toEqual({ replayed: 55 });
+    const after = await t.queues.counts();
+    expect((after.waiting ?? 0) - (before.waiting ?? 0)).toBe(55);
+    const replayOf = (await t.deliveryLog.recent(webhook.id, 200)).flatMap((d) => (d.replayOf ? [d.replayOf] : []));
+    expect(new Set(replayOf).size).toBe(55);
+    expect(replayOf).toHaveLength(55);
+  });
+
   it('replays a range of 100,000 events a page at a time: the count, every replay queued once, memory bounded', async () => {
     const webhook = await t.register('vendor-100k', 'http://127.0.0.1:9/never');
     const total = 100_000;
