@@ -39,6 +39,18 @@ describe('the event log: retention, its memory, and a range replay of 100,000 ev
     await t.close();
   });
 
+  /** A range replayer over the app's stores whose runs end once everything is queued (no worker here counts outcomes). */
+  const queueingReplayer = () =>
+    new RangeReplayer({
+      log: t.eventLog,
+      history: t.deliveryLog,
+      queues: t.queues,
+      tasks: t.tasks,
+      replayTasks: t.replayTasks,
+      nowMs: Date.now,
+      settleForMs: 0,
+    });
+
   /** Bytes Redis holds for the webhook's log keys (MEMORY USAGE, every element sampled). */
   async function logBytes(webhookId: string): Promise<number> {
     const { log, logBodies, logStatuses } = t.keys.deliveries;
@@ -174,15 +186,7 @@ describe('the event log: retention, its memory, and a range replay of 100,000 ev
   it('a range replay whose run died goes on from its last page when run again: every event replayed once', async () => {
     const webhook = await t.register('vendor-resume', 'http://127.0.0.1:9/never');
     await appendAll(t.eventLog, entries(webhook.id, 55, 200));
-    const replayer = new RangeReplayer({
-      log: t.eventLog,
-      history: t.deliveryLog,
-      queues: t.queues,
-      tasks: t.tasks,
-      replayTasks: t.replayTasks,
-      nowMs: Date.now,
-      settleForMs: 0,
-    });
+    const replayer = queueingReplayer();
     const job = { vendorId: 'vendor-resume', webhookId: webhook.id, sinceMs: 0, untilMs: Date.now() + 1_000 };
     const taskId = await replayer.createTask(job.vendorId, job.webhookId);
     const before = await t.queues.counts();
@@ -213,16 +217,7 @@ describe('the event log: retention, its memory, and a range replay of 100,000 ev
     const started = Date.now();
     for (let i = 0; i < total; i += 5_000) await appendAll(t.eventLog, entries(webhook.id, 5_000, 200));
     console.log(`range replay: 100,000 events logged in ${Date.now() - started} ms`);
-    const replayer = new RangeReplayer({
-      log: t.eventLog,
-      history: t.deliveryLog,
-      queues: t.queues,
-      tasks: t.tasks,
-      replayTasks: t.replayTasks,
-      nowMs: Date.now,
-      // No worker here: the run ends once everything is queued.
-      settleForMs: 0,
-    });
+    const replayer = queueingReplayer();
     const spec = { sinceMs: 0, untilMs: Date.now() + 1_000 };
     expect(await replayer.count(webhook.id, spec)).toBe(total);
 

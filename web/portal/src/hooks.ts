@@ -125,3 +125,72 @@ export function useAction(): Action {
   }, []);
   return { busy, error, run };
 }
+
+/** A page of a cursor-paged list, as the pages hook reads it. */
+export interface CursorPage<T> {
+  items: T[];
+  next: string | null;
+  /** Whether more may follow (absent: whenever `next` is given). */
+  hasMore?: boolean;
+}
+
+export interface Pages<T> {
+  items: T[] | undefined;
+  hasMore: boolean;
+  loading: boolean;
+  error: Error | undefined;
+  /** Appends the next page. */
+  more: () => Promise<void>;
+}
+
+/**
+ * A list the API answers a page at a time (the delivery log, the event feed): the first page loaded
+ * again whenever a value in `deps` changes, later ones appended by `more`. A first page that arrives
+ * after a newer one was asked for is dropped.
+ */
+export function usePages<T>(load: (cursor?: string) => Promise<CursorPage<T>>, deps: readonly unknown[]): Pages<T> {
+  const [items, setItems] = useState<T[]>();
+  const [next, setNext] = useState<string | null>(null);
+  const [hasMore, setHasMore] = useState(false);
+  const [loading, setLoading] = useState(false);
+  const [error, setError] = useState<Error>();
+  const took = (answer: CursorPage<T>) => {
+    setNext(answer.next);
+    setHasMore(answer.hasMore ?? answer.next !== null);
+  };
+  useEffect(() => {
+    let current = true;
+    setLoading(true);
+    setError(undefined);
+    load().then(
+      (answer) => {
+        if (!current) return;
+        setItems(answer.items);
+        took(answer);
+        setLoading(false);
+      },
+      (e: Error) => {
+        if (!current) return;
+        setError(e);
+        setLoading(false);
+      },
+    );
+    return () => {
+      current = false;
+    };
+  }, deps);
+  const more = async () => {
+    if (next === null) return;
+    setLoading(true);
+    try {
+      const answer = await load(next);
+      setItems((old) => [...(old ?? []), ...answer.items]);
+      took(answer);
+    } catch (e) {
+      setError(e as Error);
+    } finally {
+      setLoading(false);
+    }
+  };
+  return { items, hasMore, loading, error, more };
+}

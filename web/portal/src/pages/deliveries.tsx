@@ -1,21 +1,13 @@
-import { useEffect, useState } from 'preact/hooks';
+import { useState } from 'preact/hooks';
 import { call, query, seg } from '../api';
 import { Badge, Confirm, ErrorText, Loading } from '../components';
 import { eventTypeName, formatMs, formatTime, outcomeLabel, STATUS_LABELS } from '../format';
-import { useAction, useResource } from '../hooks';
+import { useAction, usePages, useResource } from '../hooks';
 import { isoFromLocal } from '../local-time';
 import { DeliveryWatch, deliveryOf, ReplayProgress } from '../replay';
 import { href } from '../router';
 import { can } from '../session';
-import {
-  DELIVERY_STATUSES,
-  EVENT_TYPES,
-  type Attempt,
-  type Delivery,
-  type DeliveryPage,
-  type Session,
-  type Webhook,
-} from '../types';
+import { DELIVERY_STATUSES, EVENT_TYPES, type Attempt, type DeliveryPage, type Session, type Webhook } from '../types';
 import { WebhookPage } from './webhook-page';
 
 interface Filters {
@@ -61,10 +53,6 @@ function WebhookLog({
 }) {
   const [filters, setFilters] = useState<Filters>(NO_FILTERS);
   const [draft, setDraft] = useState<Filters>(NO_FILTERS);
-  const [items, setItems] = useState<Delivery[]>();
-  const [next, setNext] = useState<string | null>(null);
-  const [loading, setLoading] = useState(false);
-  const [error, setError] = useState<Error>();
   const [version, setVersion] = useState(0);
   const [testId, setTestId] = useState<string>();
   const [taskId, setTaskId] = useState<string>();
@@ -88,41 +76,13 @@ function WebhookLog({
       })}`,
     );
 
-  useEffect(() => {
-    let current = true;
-    setLoading(true);
-    setError(undefined);
-    page().then(
-      (answer) => {
-        if (!current) return;
-        setItems(answer.deliveries);
-        setNext(answer.next_cursor);
-        setLoading(false);
-      },
-      (e: Error) => {
-        if (!current) return;
-        setError(e);
-        setLoading(false);
-      },
-    );
-    return () => {
-      current = false;
-    };
-  }, [filters, version]);
-
-  const more = async () => {
-    if (next === null) return;
-    setLoading(true);
-    try {
-      const answer = await page(next);
-      setItems((old) => [...(old ?? []), ...answer.deliveries]);
-      setNext(answer.next_cursor);
-    } catch (e) {
-      setError(e as Error);
-    } finally {
-      setLoading(false);
-    }
-  };
+  const { items, hasMore, loading, error, more } = usePages(
+    async (cursor) => {
+      const answer = await page(cursor);
+      return { items: answer.deliveries, next: answer.next_cursor };
+    },
+    [filters, version],
+  );
 
   const sendTest = () =>
     action.run(async () => {
@@ -292,7 +252,7 @@ function WebhookLog({
               ))}
             </ul>
           )}
-          {next !== null && (
+          {hasMore && (
             <button type="button" class="more" disabled={loading} onClick={() => void more()}>
               Load more
             </button>

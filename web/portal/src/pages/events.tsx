@@ -1,5 +1,5 @@
 import { Fragment } from 'preact';
-import { useEffect, useState } from 'preact/hooks';
+import { useState } from 'preact/hooks';
 import { call, query, seg } from '../api';
 import { Badge, CopyButton, ErrorText, Loading } from '../components';
 import { eventTypeName, formatTime, STATUS_LABELS } from '../format';
@@ -9,6 +9,7 @@ import { href } from '../router';
 import { can } from '../session';
 import type { EventPage, LoggedEvent, Session, Webhook } from '../types';
 import { WebhookPage } from './webhook-page';
+import { usePages } from '../hooks';
 
 /** Events a page of the feed asks for. */
 const PAGE_SIZE = 50;
@@ -33,11 +34,6 @@ export function EventsPage({ session, webhookId }: { session: Session; webhookId
  * replay a time range of it from here.
  */
 function EventFeed({ session, webhook }: { session: Session; webhook: Webhook }) {
-  const [items, setItems] = useState<LoggedEvent[]>();
-  const [next, setNext] = useState<string | null>(null);
-  const [hasMore, setHasMore] = useState(false);
-  const [loading, setLoading] = useState(false);
-  const [error, setError] = useState<Error>();
   const [version, setVersion] = useState(0);
   /** The cursor of the event whose body is shown. */
   const [shown, setShown] = useState<string>();
@@ -52,43 +48,13 @@ function EventFeed({ session, webhook }: { session: Session; webhook: Webhook })
       `/vendors/v1/webhooks/${seg(webhook.webhook_id)}/events${query({ limit: String(PAGE_SIZE), after })}`,
     );
 
-  useEffect(() => {
-    let current = true;
-    setLoading(true);
-    setError(undefined);
-    page().then(
-      (answer) => {
-        if (!current) return;
-        setItems(answer.events);
-        setNext(answer.next_cursor);
-        setHasMore(answer.has_more);
-        setLoading(false);
-      },
-      (e: Error) => {
-        if (!current) return;
-        setError(e);
-        setLoading(false);
-      },
-    );
-    return () => {
-      current = false;
-    };
-  }, [version]);
-
-  const more = async () => {
-    if (next === null) return;
-    setLoading(true);
-    try {
-      const answer = await page(next);
-      setItems((old) => [...(old ?? []), ...answer.events]);
-      setNext(answer.next_cursor);
-      setHasMore(answer.has_more);
-    } catch (e) {
-      setError(e as Error);
-    } finally {
-      setLoading(false);
-    }
-  };
+  const { items, hasMore, loading, error, more } = usePages(
+    async (after) => {
+      const answer = await page(after);
+      return { items: answer.events, next: answer.next_cursor, hasMore: answer.has_more };
+    },
+    [version],
+  );
 
   return (
     <>
