@@ -29,6 +29,11 @@ export const SINGLE_QUEUE_NAME = 'retries';
 export const CONTROL_QUEUE_NAME = 'control';
 /** Operational webhooks to the operator's receiver; beside the control queue, under its hash tag. */
 export const OPERATIONAL_QUEUE_NAME = 'operational';
+/**
+ * The retention pass and erasures: apart from the control queue, so replays (a paced range replay
+ * may run for hours) never hold them back.
+ */
+export const MAINTENANCE_QUEUE_NAME = 'maintenance';
 /** Spare attempts for unexpected processor errors (a Redis blip while recording), beyond the schedule. */
 const SPARE_ATTEMPTS = 10;
 /** Failed jobs are kept for a look at most this long (less when the retention is shorter: delivery jobs hold bodies). */
@@ -69,6 +74,7 @@ export interface SingleDelivery {
 export class DeliveryQueues implements DeliveryEnqueuer {
   readonly partitions: DeliveryPartition[];
   readonly control: Queue;
+  readonly maintenance: Queue;
   readonly operational: Queue;
   readonly retryScheduleMs: readonly number[];
 
@@ -86,6 +92,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
     }));
     this.control = queue(CONTROL_QUEUE_NAME, options.keys.controlQueuePrefix);
     this.operational = queue(OPERATIONAL_QUEUE_NAME, options.keys.controlQueuePrefix);
+    this.maintenance = queue(MAINTENANCE_QUEUE_NAME, options.keys.controlQueuePrefix);
     const onError = options.onError ?? (() => undefined);
     for (const q of this.allQueues()) q.on('error', onError);
   }
@@ -245,7 +252,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
 
   /** Queues an erasure's run (its task was created already). */
   async addErase(job: EraseJob): Promise<void> {
-    await this.control.add(JOBS.erase.name, job, {
+    await this.maintenance.add(JOBS.erase.name, job, {
       jobId: job.taskId,
       attempts: 5,
       backoff: { type: 'exponential', delay: 1_000 },
@@ -256,7 +263,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
 
   /** Makes sure the retention pass runs every `everyMs` on some worker (one schedule for all of them). */
   async scheduleRetention(everyMs: number): Promise<void> {
-    await this.control.upsertJobScheduler(
+    await this.maintenance.upsertJobScheduler(
       JOBS.retention.name,
       { every: everyMs },
       { name: JOBS.retention.name, data: {}, opts: { removeOnComplete: true, removeOnFail: 100 } },
@@ -294,7 +301,12 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   }
 
   private allQueues(): Queue[] {
-    return [...this.partitions.flatMap((p) => [p.batches, p.singles]), this.control, this.operational];
+    return [
+      ...this.partitions.flatMap((p) => [p.batches, p.singles]),
+      this.control,
+      this.operational,
+      this.maintenance,
+    ];
   }
 
   private byPartition<T>(items: readonly T[], jobOf: (item: T) => { webhookId: string }): Map<number, T[]> {

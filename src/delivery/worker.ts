@@ -5,7 +5,13 @@ import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import { FirstAttemptReader, type FirstAttemptBatch } from './first-attempts.js';
 import { BATCH_MAX, JOBS, type EraseJob } from './jobs.js';
 import { backoffFromError, RetryLaterError, StorageUnavailableError } from './signals.js';
-import { BATCH_QUEUE_NAME, CONTROL_QUEUE_NAME, OPERATIONAL_QUEUE_NAME, SINGLE_QUEUE_NAME } from './queue.js';
+import {
+  BATCH_QUEUE_NAME,
+  CONTROL_QUEUE_NAME,
+  MAINTENANCE_QUEUE_NAME,
+  OPERATIONAL_QUEUE_NAME,
+  SINGLE_QUEUE_NAME,
+} from './queue.js';
 import type { DeadLetterReplayer } from './replay.js';
 import type { RangeReplayer } from './range-replay.js';
 import { raceTimer } from '../lib/timer-race.js';
@@ -94,21 +100,21 @@ export class DeliveryWorkerPool {
       new Worker(
         CONTROL_QUEUE_NAME,
         async (job) => {
-          switch (job.name) {
-            case JOBS.replayRange.name:
-              return options.rangeReplayer.run(JOBS.replayRange.schema.parse(job.data));
-            case JOBS.retention.name:
-              return options.retention.run();
-            case JOBS.erase.name:
-              return options.eraser.run(JOBS.erase.schema.parse(job.data));
-            default: {
-              const data = JOBS.replayDeadLetters.schema.parse(job.data);
-              return options.replayer.runReplayAll(data.taskId, data.webhookId);
-            }
-          }
+          if (job.name === JOBS.replayRange.name)
+            return options.rangeReplayer.run(JOBS.replayRange.schema.parse(job.data));
+          const data = JOBS.replayDeadLetters.schema.parse(job.data);
+          return options.replayer.runReplayAll(data.taskId, data.webhookId);
         },
-        // A few at once: a paced range replay must not hold back the others or the retention pass.
+        // A few at once: a paced range replay must not hold back the others.
         { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 4 },
+      ),
+      new Worker(
+        MAINTENANCE_QUEUE_NAME,
+        async (job) =>
+          job.name === JOBS.retention.name
+            ? options.retention.run()
+            : options.eraser.run(JOBS.erase.schema.parse(job.data)),
+        { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 2 },
       ),
     );
     // A few at once: one operator receiver that hangs must not hold back every other message.

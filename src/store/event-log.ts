@@ -45,8 +45,12 @@ export interface EventLogRange {
 /** How long events and delivery records are kept unless HOOKLINE_RETENTION says otherwise. */
 export const DEFAULT_RETENTION_MS = 7 * 24 * 3_600_000;
 
-/** A stream id as the feed's cursor: `<ms>-<sequence>`. */
-export const LOG_CURSOR_RE = /^\d{1,15}-\d{1,20}$/;
+/** Whether `text` is a feed cursor: a stream id, `<ms>-<sequence>`, each part within Redis's 64 bits. */
+export function isLogCursor(text: string): boolean {
+  const match = /^(\d{1,20})-(\d{1,20})$/.exec(text);
+  return match !== null && BigInt(match[1]!) <= UINT64_MAX && BigInt(match[2]!) <= UINT64_MAX;
+}
+const UINT64_MAX = 2n ** 64n - 1n;
 
 /** Entries appended by one script call at most. */
 const ENTRIES_PER_CALL_MAX = 500;

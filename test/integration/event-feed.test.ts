@@ -100,6 +100,13 @@ describe('the event feed and range replays (real Redis, a real receiver, a worke
 
   it('answers 400 for a bad cursor or limit and 404 for another vendor’s webhook', async () => {
     expect((await api('GET', `/vendors/v1/webhooks/${webhook.id}/events?after=abc`)).statusCode).toBe(400);
+    // Digits, but past what a stream id holds (Redis would refuse it): 400, not 500.
+    expect(
+      (await api('GET', `/vendors/v1/webhooks/${webhook.id}/events?after=1-99999999999999999999`)).statusCode,
+    ).toBe(400);
+    expect(
+      (await api('GET', `/vendors/v1/webhooks/${webhook.id}/events?after=18446744073709551615-0`)).statusCode,
+    ).toBe(200);
     expect((await api('GET', `/vendors/v1/webhooks/${webhook.id}/events?limit=0`)).statusCode).toBe(400);
     expect((await api('GET', `/vendors/v1/webhooks/${webhook.id}/events?limit=201`)).statusCode).toBe(400);
     const other = await t.keyFor(['vendor'], 'someone-else');

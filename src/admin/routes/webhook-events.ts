@@ -6,7 +6,7 @@ import { WEBHOOK_EVENT_TYPES } from '../../domain/events.js';
 import { externalIdSchema } from '../../domain/ids.js';
 import type { Webhook } from '../../domain/webhook.js';
 import type { RangeReplayer, RangeReplaySpec } from '../../delivery/range-replay.js';
-import { LOG_CURSOR_RE, type LoggedEvent, type RedisEventLog } from '../../store/event-log.js';
+import { isLogCursor, type LoggedEvent, type RedisEventLog } from '../../store/event-log.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import type { Logger } from '../../logger.js';
 import { principalOf, type Authorizer } from '../auth.js';
@@ -187,7 +187,7 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
       async (request) => {
         const webhook = await vendorWebhook(deps.webhooks, request, request.params.webhook_id);
         const { after, limit = 50 } = request.query;
-        if (after !== undefined && !LOG_CURSOR_RE.test(after))
+        if (after !== undefined && !isLogCursor(after))
           throw new ApiError('invalid_request', 'Invalid query parameters: after is not a cursor this API answered');
         const page = await deps.log.page(webhook.id, {
           ...(after === undefined ? {} : { after }),
