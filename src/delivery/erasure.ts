@@ -123,9 +123,11 @@ export class Eraser {
     for (const webhookId of await this.webhookIdsInRedis()) {
       const first = deliveryIdFor(eventId, webhookId);
       const logged = await this.deps.eventLog.erase(webhookId, [first]);
-      const records = await this.recordsOf(webhookId, (fields) => fields.eventId === eventId);
       const recent = await this.forgetRecentEvent(webhookId, eventId);
-      if (logged + records.length + recent === 0) continue;
+      const recorded = await this.deps.redis.exists(this.deps.keys.deliveries.record(webhookId, first));
+      // A webhook the event never reached has none of it: its records are not read one by one.
+      if (logged + recent + recorded === 0) continue;
+      const records = await this.recordsOf(webhookId, (fields) => fields.eventId === eventId);
       hit.add(webhookId);
       summary.events += logged + recent;
       summary.jobs += await this.removeJobs(webhookId, (job) => job.eventId === eventId);
