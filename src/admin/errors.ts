@@ -11,6 +11,10 @@ export const ERRORS = {
   events_rejected: { status: 400, message: 'Every event of the request was rejected; see results' },
   invalid_task_id: { status: 400, message: 'Invalid task_id format' },
   task_not_found: { status: 404, message: 'Task not found' },
+  event_log_disabled: {
+    status: 409,
+    message: 'This installation keeps no event log (HOOKLINE_EVENT_LOG=false): no event feed or range replays',
+  },
   task_finished: { status: 409, message: 'This task has ended already; there is nothing to cancel' },
   invalid_deployment_id: { status: 400, message: 'Invalid deployment_id format' },
   deployment_not_found: { status: 404, message: 'Deployment not found' },

@@ -142,6 +142,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     errors: [
       ...webhookLookup,
       { code: 'invalid_request', when: 'after is not a cursor this API answered, or limit is out of range.' },
+      'event_log_disabled',
     ],
   },
   'POST /vendors/v1/webhooks/{webhook_id}/replay': {
@@ -150,6 +151,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     errors: [
       ...webhookLookup,
       { code: 'invalid_request', when: 'A field is missing or wrong, or since is after until.' },
+      'event_log_disabled',
     ],
     others: { 200: 'A dry run: how many events a replay would send.' },
   },
@@ -252,6 +254,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
       'invalid_webhook_id',
       { code: 'webhook_not_found', when: 'The vendor has no webhook of that id.' },
       { code: 'invalid_request', when: 'A field is missing or wrong, or since is after until.' },
+      'event_log_disabled',
     ],
     others: { 200: 'A dry run: how many events a replay would send, per webhook.' },
   },

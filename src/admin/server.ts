@@ -72,6 +72,8 @@ export interface AdminDeps {
   eventLog: RedisEventLog;
   /** Erasure tasks (an event, a vendor). */
   eraser: ErasureRouteDeps['eraser'];
+  /** false (HOOKLINE_EVENT_LOG=false): the event feed and range replays answer 409 event_log_disabled. */
+  eventLogOn: boolean;
   /** Replays of a time range of a webhook's event log. */
   rangeReplayer: WebhookEventRouteDeps['rangeReplayer'];
   /** Per-key request limit (429 with Retry-After past it); event ingest is exempt. */
@@ -274,6 +276,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
       authorize,
       webhooks: deps.webhooks,
       log: deps.eventLog,
+      logOn: deps.eventLogOn,
       rangeReplayer: deps.rangeReplayer,
       logger: deps.logger,
       nowMs: deps.nowMs ?? Date.now,

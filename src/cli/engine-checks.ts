@@ -96,6 +96,7 @@ function sharedSettings(config: Config): Record<string, string> {
     HOOKLINE_SUSTAINED_FAILURE_WINDOW: formatDurationMs(config.sustainedFailureWindowMs),
     HOOKLINE_DEDUPE_WINDOW: formatDurationMs(config.dedupeWindowMs),
     HOOKLINE_RETENTION: formatDurationMs(config.retentionMs),
+    HOOKLINE_EVENT_LOG: String(config.eventLog),
     HOOKLINE_SECRET_ROTATION_OVERLAP: formatDurationMs(config.secretRotationOverlapMs),
     HOOKLINE_WORKER_LOCK_DURATION: formatDurationMs(config.workerLockDurationMs),
     HOOKLINE_INGEST_STREAMS: String(config.ingestStreams),

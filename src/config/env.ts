@@ -179,6 +179,8 @@ export const envSchema = z.object({
   HOOKLINE_RETENTION: duration('7d')
     .refine((ms) => ms >= 3_600_000, 'expected at least 1h')
     .refine((ms) => ms <= 366 * 24 * 3_600_000, 'expected at most 366d'),
+  // false: no event log (no event feed, no range replays), for installations whose rate would make it too large.
+  HOOKLINE_EVENT_LOG: boolean(true),
   HOOKLINE_SHUTDOWN_GRACE: duration('30s'),
   HOOKLINE_WORKER_LOCK_DURATION: duration('30s'),
   HOOKLINE_INGEST_STREAM: boolean(true),
@@ -306,6 +308,8 @@ export interface Config {
   readonly dedupeWindowMs: number;
   /** How long payloads, the event log and delivery records are kept (a webhook's `retention` may shorten it). */
   readonly retentionMs: number;
+  /** Whether ingest keeps each webhook's event log (the event feed, range replays). */
+  readonly eventLog: boolean;
   /** How long SIGTERM waits for in-flight attempts. */
   readonly shutdownGraceMs: number;
   /** How long a worker's claim on a job lasts unrenewed: a killed worker's deliveries run again after it. */
@@ -387,6 +391,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     sustainedFailureWindowMs: e.HOOKLINE_SUSTAINED_FAILURE_WINDOW,
     dedupeWindowMs: e.HOOKLINE_DEDUPE_WINDOW,
     retentionMs: e.HOOKLINE_RETENTION,
+    eventLog: e.HOOKLINE_EVENT_LOG,
     shutdownGraceMs: e.HOOKLINE_SHUTDOWN_GRACE,
     workerLockDurationMs: e.HOOKLINE_WORKER_LOCK_DURATION,
     ingestStream: e.HOOKLINE_INGEST_STREAM,

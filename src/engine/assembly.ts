@@ -95,6 +95,8 @@ interface StoreSettings {
   dedupeWindowMs: number;
   /** How long payloads, the event log and delivery records are kept (HOOKLINE_RETENTION); default 7 days. */
   retentionMs?: number;
+  /** HOOKLINE_EVENT_LOG: false, and ingest keeps no event log (no feed, no range replays); default true. */
+  eventLog?: boolean;
   /** HOOKLINE_INGEST_STREAMS (erasure looks through each stream's dead letters); default 1. */
   ingestStreams?: number;
   /** How long an erasure waits for attempts in flight before its second pass; default 35 s. */
@@ -214,7 +216,7 @@ export function composeStores(settings: StoreSettings) {
     deliveries: queues,
     filters: webhookCopies.add(new IngestFilters(webhooks, webhookCopies.ttlMs, nowMs)),
     recentEvents,
-    eventLog,
+    ...(settings.eventLog === false ? {} : { eventLog }),
     nowMs,
     ...(settings.observability
       ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) }
@@ -324,6 +326,7 @@ export function composeStores(settings: StoreSettings) {
         stats: { stats: endpointStats, circuits, lines: fifoLines, flow: endpointFlow },
         recentEvents,
         eventLog,
+        eventLogOn: settings.eventLog !== false,
         rangeReplayer,
         eraser,
       };

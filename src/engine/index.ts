@@ -142,6 +142,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     secretRotationOverlapMs: config.secretRotationOverlapMs,
     dedupeWindowMs: config.dedupeWindowMs,
     retentionMs: config.retentionMs,
+    eventLog: config.eventLog,
     ingestStreams: config.ingestStreams,
     // A killed worker's attempts return to the queue after its lock, and then end within the timeout.
     erasureSettleMs: config.workerLockDurationMs + config.deliveryTimeoutMs + 1_000,

@@ -58,6 +58,8 @@ export interface TestAppOptions {
   secretKey?: Buffer;
   /** HOOKLINE_RETENTION (ms); default 7 days. */
   retentionMs?: number;
+  /** HOOKLINE_EVENT_LOG; default true. */
+  eventLog?: boolean;
   /** The vendor portal's built assets to serve (default: the package's dist/portal/, as in production). */
   portalAssetsDir?: string;
 }
@@ -110,6 +112,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
       : { unauthenticatedRateLimitPerSecond: options.unauthenticatedRateLimitPerSecond }),
     ...(options.allowPrivateTargets === undefined ? {} : { allowPrivateTargets: options.allowPrivateTargets }),
     ...(options.retentionMs === undefined ? {} : { retentionMs: options.retentionMs }),
+    ...(options.eventLog === undefined ? {} : { eventLog: options.eventLog }),
     ...(options.secretKey === undefined ? {} : { secretKey: options.secretKey }),
     ...(options.operationalWebhook === undefined ? {} : { operationalWebhook: options.operationalWebhook }),
   });

@@ -249,4 +249,29 @@ describe('the event feed and range replays (real Redis, a real receiver, a worke
       await restarted.close({ keepData: true });
     }
   });
+
+  it('with HOOKLINE_EVENT_LOG=false ingest keeps no log, and the feed and range replays say so with 409', async () => {
+    const off = await testApp({ eventLog: false });
+    try {
+      const hook = await off.register('vendor-no-log', `${receiver.base}/hook`);
+      await off.ingestor.ingest([machineEvent('vendor-no-log')], 'http');
+      expect(await off.redis.exists(off.keys.deliveries.log(hook.id), off.keys.deliveries.logBodies(hook.id))).toBe(0);
+      const call = (method: 'GET' | 'POST', url: string, payload?: object, key = hook.key) =>
+        off.app.inject({ method, url, headers: { 'x-api-key': key }, ...(payload === undefined ? {} : { payload }) });
+      const since = '2026-01-01T00:00:00Z';
+      const answers = [
+        await call('GET', `/vendors/v1/webhooks/${hook.id}/events`),
+        await call('POST', `/vendors/v1/webhooks/${hook.id}/replay`, { since, dry_run: true }),
+        await call('POST', '/admin/v1/replays', { vendor_id: 'vendor-no-log', since }, await off.keyFor(['admin'])),
+      ];
+      for (const answer of answers) {
+        expect(answer.statusCode).toBe(409);
+        expect(answer.json()).toMatchObject({ code: 'event_log_disabled' });
+      }
+      // Authentication still comes first.
+      expect((await call('GET', `/vendors/v1/webhooks/${hook.id}/events`, undefined, 'hk_wrong')).statusCode).toBe(401);
+    } finally {
+      await off.close();
+    }
+  });
 });

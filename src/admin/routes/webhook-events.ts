@@ -122,6 +122,8 @@ export interface WebhookEventRouteDeps {
   authorize: Authorizer;
   webhooks: WebhookRegistry;
   log: Pick<RedisEventLog, 'page' | 'defaultRetentionMs'>;
+  /** false: HOOKLINE_EVENT_LOG=false, and every route here answers 409 event_log_disabled. */
+  logOn: boolean;
   rangeReplayer: Pick<RangeReplayer, 'count' | 'start'>;
   /** Operator replays are logged, with the key that started them. */
   logger: Logger;
@@ -151,9 +153,15 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
   };
 
   return async (app) => {
-    const onRead = deps.authorize('vendor', { portal: 'read' });
-    const onReplay = deps.authorize('vendor', { portal: 'replay' });
-    const onAdmin = deps.authorize('admin');
+    const logged = (check: ReturnType<Authorizer>): ReturnType<Authorizer>[] => [
+      check,
+      async () => {
+        if (!deps.logOn) throw new ApiError('event_log_disabled');
+      },
+    ];
+    const onRead = logged(deps.authorize('vendor', { portal: 'read' }));
+    const onReplay = logged(deps.authorize('vendor', { portal: 'replay' }));
+    const onAdmin = logged(deps.authorize('admin'));
 
     app.get(
       '/vendors/v1/webhooks/:webhook_id/events',
@@ -180,7 +188,7 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
                 ),
               has_more: z.boolean().describe('true: more events follow now.'),
             }),
-            ...errorResponses(400, 401, 403, 404),
+            ...errorResponses(400, 401, 403, 404, 409),
           },
         },
       },
@@ -224,7 +232,7 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
               task_id: z.string(),
               count: z.number().int().describe('Events the range held when the replay was started.'),
             }),
-            ...errorResponses(400, 401, 403, 404, 413, 415),
+            ...errorResponses(400, 401, 403, 404, 409, 413, 415),
           },
         },
       },
@@ -259,7 +267,7 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
               count: z.number().int(),
               tasks: z.array(z.object({ webhook_id: z.string(), task_id: z.string(), count: z.number().int() })),
             }),
-            ...errorResponses(400, 401, 403, 404, 413, 415),
+            ...errorResponses(400, 401, 403, 404, 409, 413, 415),
           },
         },
       },
