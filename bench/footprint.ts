@@ -17,6 +17,11 @@ export interface PendingFootprint {
   dedupeMarkBytes: number;
   /** Growth of the BullMQ queues' keys (wait lists, event streams: first attempts add none), per pending delivery. */
   queueBytesPerDelivery: number;
+  /**
+   * Growth of the webhooks' event logs per delivery, the payload's copy included: kept for the
+   * retention whether the delivery is pending or done, so apart from the pending overhead.
+   */
+  eventLogBytesPerDelivery: number;
 }
 
 /** Lets Redis release idle client buffers before a memory reading. */
@@ -52,6 +57,7 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
     const { prefix } = engine;
     const partitions = Array.from({ length: setup.config.queuePartitions }, (_, n) => n);
     const queueBytes = async () => (await patternBytes(engine.redis, `{${prefix}:q*}:deliveries:*`)).bytes;
+    const logBytes = async () => (await patternBytes(engine.redis, `{${prefix}:wh:*}:log*`)).bytes;
     const streamBytes = async () => {
       let total = 0;
       for (const n of partitions) total += await keyBytes(engine.redis, engine.stores.keys.firstAttempts.streamOf(n));
@@ -59,22 +65,24 @@ export async function pendingFootprint(setup: DeliveryBenchSetup, pending: numbe
     };
     await sleep(SETTLE_MS);
     const before = await redisMemory(engine.redis);
-    const [queuesBefore, streamsBefore] = [await queueBytes(), await streamBytes()];
+    const [queuesBefore, streamsBefore, logBefore] = [await queueBytes(), await streamBytes(), await logBytes()];
     await runParallel(bodies, setup.posters, async ({ body, count }) => {
       await engine.post(body, count);
     });
     await sleep(SETTLE_MS);
     const after = await redisMemory(engine.redis);
-    const [queuesAfter, streamsAfter] = [await queueBytes(), await streamBytes()];
+    const [queuesAfter, streamsAfter, logAfter] = [await queueBytes(), await streamBytes(), await logBytes()];
+    const logGrowth = logAfter - logBefore;
     const marked = Math.max(setup.vendors, 200) + pending;
     const perDelivery = (used: number) => used / pending - factory.envelopeBytes;
     return {
       pending,
       payloadBytes: factory.envelopeBytes,
-      overheadBytesPerDelivery: perDelivery(after.usedBytes - before.usedBytes),
+      overheadBytesPerDelivery: perDelivery(after.usedBytes - before.usedBytes - logGrowth),
       overheadBytesPerDeliveryNoClients: perDelivery(
-        after.usedBytes - after.clientsBytes - (before.usedBytes - before.clientsBytes),
+        after.usedBytes - after.clientsBytes - (before.usedBytes - before.clientsBytes) - logGrowth,
       ),
+      eventLogBytesPerDelivery: logGrowth / pending,
       streamOverheadBytes: (streamsAfter - streamsBefore) / pending - factory.envelopeBytes,
       dedupeMarkBytes: (await patternBytes(engine.redis, `{${prefix}:dd*`)).bytes / marked,
       queueBytesPerDelivery: (queuesAfter - queuesBefore) / pending,

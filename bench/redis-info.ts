@@ -70,6 +70,7 @@ export async function patternBytes(redis: Redis, pattern: string): Promise<{ key
 /** What a key of a prefix holds, by its name (the layout of src/store/keys.ts). */
 function categoryOf(key: string): string {
   if (/^\{[^:}]+:dd\d+\./.test(key)) return 'dedupe marks';
+  if (/\}:log(:bodies|:status)?$/.test(key)) return 'event log';
   if (/:delivery:/.test(key)) return 'delivery records';
   if (/\}:deliveries$/.test(key)) return 'recent lists';
   if (/\}:dead$/.test(key)) return 'dead-letter sets';

@@ -572,7 +572,10 @@ const SCENARIOS: Scenario[] = [
       const rssAtLoad = s.workerRssMedianBytes;
       // Each delivery leaves its dedupe mark (for the dedupe window, 48 h) and, in a soak too short for
       // the tombstones to be steady, a status tombstone for 5 minutes; everything else must be flat.
-      const growthLimit = s.dedupeMarkBytes + (tombstonesSteady ? 10 : s.tombstoneBytes + 10);
+      // The event log keeps each event for the retention (7 days by default): growth by design,
+      // measured and reported apart (its category below), so it is allowed for here.
+      const eventLogBytes = Math.max(0, s.steady.categories['event log']?.bytesPerDelivery ?? 0);
+      const growthLimit = s.dedupeMarkBytes + eventLogBytes + (tombstonesSteady ? 10 : s.tombstoneBytes + 10);
       const heapSlopeLimit = 1024 * 1024;
       const w = s.steady;
       const categories = Object.entries(w.categories)
@@ -606,7 +609,7 @@ const SCENARIOS: Scenario[] = [
             met: s.retainedHeapSlopeBytesPerMinute <= heapSlopeLimit,
           },
           {
-            target: `steady window (from ${w.fromSeconds.toFixed(0)} s): Redis growth ≤ the dedupe mark + ${tombstonesSteady ? '' : 'a tombstone + '}10 B (${bytes(growthLimit)})/delivery${tombstonesSteady ? '' : ' (judged in a soak of ≥ 600 s)'}`,
+            target: `steady window (from ${w.fromSeconds.toFixed(0)} s): Redis growth ≤ the dedupe mark + the event log's entry + ${tombstonesSteady ? '' : 'a tombstone + '}10 B (${bytes(growthLimit)})/delivery${tombstonesSteady ? '' : ' (judged in a soak of ≥ 600 s)'}`,
             value: bytes(w.redisGrowthBytesPerDelivery),
             met: tombstonesSteady ? w.redisGrowthBytesPerDelivery <= growthLimit : undefined,
           },
@@ -624,6 +627,7 @@ const SCENARIOS: Scenario[] = [
           'dedupe mark': bytes(p.dedupeMarkBytes),
           'BullMQ queues': bytes(p.queueBytesPerDelivery),
           'without client buffers': bytes(p.overheadBytesPerDeliveryNoClients),
+          'event log (payload copy included, kept for the retention)': `${bytes(p.eventLogBytesPerDelivery)}/delivery`,
           'delivery records kept': `${w.categories['delivery records']?.keysTo ?? 0} (log cap ${s.deliveryRecordsCap}), and ${w.categories['record tombstones']?.keysTo ?? 0} tombstones`,
           'Redis max': mb(s.redisMaxBytes),
           'Redis slope': `${mb(s.redisSlopeBytesPerMinute)}/min`,
