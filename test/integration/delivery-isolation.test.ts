@@ -165,6 +165,12 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
         'http',
       );
       await waitFor(() => shared.at('/ok').length === 5, 10_000, 'vendor B’s five deliveries at /ok');
+      // The receiver has a request before its attempt is recorded: wait for the outcomes too.
+      await waitFor(
+        () => worker!.outcomes.filter((o) => o.job.webhookId === bId && o.kind === 'attempted').length >= 5,
+        10_000,
+        'vendor B’s five attempts recorded',
+      );
       const ofB = worker!.outcomes.filter((o) => o.job.webhookId === bId);
       return {
         attempts: ofB.flatMap((o) => (o.kind === 'attempted' ? [{ attempt: o.attempt, outcome: o.outcome }] : [])),
