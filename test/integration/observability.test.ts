@@ -1,6 +1,6 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
@@ -18,11 +18,12 @@ import { cleanEnv } from '../helpers/processes.js';
 import { TestReceiver } from '../helpers/receiver.js';
 import { waitFor } from '../helpers/wait.js';
 
-/** `promtool` on PATH, if any. */
-function promtool(): string | undefined {
-  const found = spawnSync('sh', ['-c', 'command -v promtool'], { encoding: 'utf8' });
+/** `name` (promtool, prometheus) on PATH, if any. */
+function onPath(name: string): string | undefined {
+  const found = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' });
   return found.status === 0 ? found.stdout.trim() : undefined;
 }
+const promtool = () => onPath('promtool');
 
 const SECRET = 'observability-canary-secret-5d1e';
 const ROTATED_SECRET = 'observability-rotated-secret-77a0';
@@ -270,6 +271,135 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
     expect(names.length).toBeGreaterThan(10);
     expect(names.filter((name) => !exported.has(name))).toEqual([]);
   });
+
+  it('answers every dashboard panel’s and alert rule’s query on a real Prometheus that scraped this engine', async (ctx) => {
+    const binary = onPath('prometheus');
+    if (binary === undefined) {
+      if (process.env.CI) throw new Error('prometheus is required in CI (apt-get install prometheus)');
+      return ctx.skip('prometheus not installed (Debian: apt-get install -y prometheus); skipping');
+    }
+    // Traffic for the vendor portal row: a link issued, traded for a session, refused the second
+    // time, and the session signed out; another link issued and revoked.
+    const issuerKey = await t.keyFor(['portal:issue']);
+    const issue = async () => {
+      const res = await fetch(`${base}/admin/v1/portal/sessions`, {
+        method: 'POST',
+        headers: { 'x-api-key': issuerKey, 'content-type': 'application/json' },
+        body: JSON.stringify({ vendor_id: 'v-obs' }),
+      });
+      expect(res.status).toBe(201);
+      return (await res.json()) as { session_id: string; url: string };
+    };
+    const token = new URL((await issue()).url).hash.replace('#token=', '');
+    const revoked = await fetch(`${base}/admin/v1/portal/sessions/${(await issue()).session_id}`, {
+      method: 'DELETE',
+      headers: { 'x-api-key': issuerKey },
+    });
+    expect(revoked.status).toBe(204);
+    const signIn = () =>
+      fetch(`${base}/portal/v1/session`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'sec-fetch-site': 'same-origin' },
+        body: JSON.stringify({ token }),
+      });
+    const opened = await signIn();
+    expect(opened.status).toBe(200);
+    const { csrf_token: csrf } = (await opened.json()) as { csrf_token: string };
+    expect((await signIn()).status).toBe(401);
+    const signedOut = await fetch(`${base}/portal/v1/session`, {
+      method: 'DELETE',
+      headers: {
+        cookie: (opened.headers.get('set-cookie') ?? '').split(';')[0] ?? '',
+        'x-csrf-token': csrf,
+        'sec-fetch-site': 'same-origin',
+      },
+    });
+    expect(signedOut.status).toBe(204);
+
+    const { dashboardExpressions, dashboardFiles, ruleExpressions, ALERT_RULES_FILE } =
+      await import('../helpers/dashboard-metrics.js');
+    const dir = mkdtempSync(path.join(tmpdir(), 'hookline-prometheus-'));
+    const port = await freeLoopbackPort();
+    writeFileSync(
+      path.join(dir, 'prometheus.yml'),
+      JSON.stringify({
+        global: { scrape_interval: '1s' },
+        scrape_configs: [
+          { job_name: 'hookline-api', static_configs: [{ targets: [new URL(base).host] }] },
+          { job_name: 'hookline-worker', static_configs: [{ targets: [new URL(workerMetricsUrl).host] }] },
+        ],
+      }),
+    );
+    const prometheus = spawn(
+      binary,
+      [
+        `--config.file=${path.join(dir, 'prometheus.yml')}`,
+        `--storage.tsdb.path=${path.join(dir, 'data')}`,
+        `--web.listen-address=127.0.0.1:${port}`,
+        '--log.level=warn',
+      ],
+      { stdio: 'ignore' },
+    );
+    const query = async (expr: string) => {
+      const res = await fetch(`http://127.0.0.1:${port}/api/v1/query?query=${encodeURIComponent(expr)}`).catch(
+        () => undefined,
+      );
+      return (await res?.json()) as { status: string; error?: string; data?: { result: unknown[] } } | undefined;
+    };
+    try {
+      // Both processes scraped a few times, so that a rate over a few seconds has samples.
+      await waitFor(
+        async () => {
+          const scrapes = await query('count_over_time(up[1m]) >= 4 and up == 1');
+          return scrapes?.data?.result.length === 2;
+        },
+        30_000,
+        'four scrapes of the API and the worker',
+        250,
+      );
+      const expressions = [
+        ...dashboardFiles().flatMap((file) => dashboardExpressions(JSON.parse(readFileSync(file, 'utf8')))),
+        ...ruleExpressions(readFileSync(ALERT_RULES_FILE, 'utf8')),
+      ].filter((e) => !e.startsWith('label_values('));
+      const answers = await Promise.all(
+        expressions.map(async (expr) => {
+          const promql = expr
+            .replace(/\$__(rate_interval|interval|range)\b/g, '4s')
+            .replace(/\$\{?job\}?/g, 'hookline-api|hookline-worker');
+          const answer = await query(promql);
+          return { expr, status: answer?.status, error: answer?.error, series: answer?.data?.result.length ?? 0 };
+        }),
+      );
+      const empty = answers.filter((a) => a.status === 'success' && a.series === 0).map((a) => a.expr);
+      console.log(`prometheus: ${answers.length} queries, ${empty.length} without series:\n${empty.join('\n')}`);
+      expect(answers.filter((a) => a.status !== 'success')).toEqual([]);
+      // The panels this run gives traffic to show it: a query that matches nothing is a wrong
+      // name, label or value, which Prometheus answers with an empty result rather than an error.
+      const shown = (title: RegExp) => {
+        const dashboard = JSON.parse(readFileSync(dashboardFiles()[0] ?? '', 'utf8')) as {
+          panels: { title?: string; targets?: { expr: string }[] }[];
+        };
+        const panel = dashboard.panels.find((p) => title.test(p.title ?? ''));
+        expect(panel, String(title)).toBeDefined();
+        return (panel?.targets ?? []).map((target) => target.expr);
+      };
+      for (const expr of [
+        ...shown(/^Ingest rate by result$/),
+        ...shown(/^Attempts by outcome$/),
+        ...shown(/^Webhooks disabled$/),
+        ...shown(/^Portal sessions issued and revoked$/),
+        ...shown(/^Portal sign-ins$/),
+      ])
+        expect(empty, expr).not.toContain(expr);
+    } finally {
+      const exited = new Promise((resolve) => prometheus.once('exit', resolve));
+      if (prometheus.exitCode === null && prometheus.signalCode === null) {
+        prometheus.kill('SIGKILL');
+        await exited;
+      }
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it('logs one wide line per attempt and per batch, with no key, secret or signature', () => {
     const lines = jsonLines(`${engine.output()}${worker.output()}`);
