@@ -230,35 +230,28 @@ export class DeliveryQueues implements DeliveryEnqueuer {
   }
 
   async addReplayAll(job: ReplayDeadLettersJob): Promise<void> {
-    await this.control.add(JOBS.replayDeadLetters.name, job, {
-      jobId: job.taskId,
+    await this.control.add(JOBS.replayDeadLetters.name, job, this.taskJobOptions(job.taskId));
+  }
+
+  /** Options of a job that runs a task (a bulk replay, a range replay, an erasure): its id is the task's. */
+  private taskJobOptions(taskId: string): JobsOptions {
+    return {
+      jobId: taskId,
       attempts: 5,
       backoff: { type: 'exponential', delay: 1_000 },
       removeOnComplete: true,
       removeOnFail: { age: this.failedJobRetentionS },
-    });
+    };
   }
 
   /** Queues a range replay's run (its task was created already). */
   async addRangeReplay(job: ReplayRangeJob): Promise<void> {
-    await this.control.add(JOBS.replayRange.name, job, {
-      jobId: job.taskId,
-      attempts: 5,
-      backoff: { type: 'exponential', delay: 1_000 },
-      removeOnComplete: true,
-      removeOnFail: { age: this.failedJobRetentionS },
-    });
+    await this.control.add(JOBS.replayRange.name, job, this.taskJobOptions(job.taskId));
   }
 
   /** Queues an erasure's run (its task was created already). */
   async addErase(job: EraseJob): Promise<void> {
-    await this.maintenance.add(JOBS.erase.name, job, {
-      jobId: job.taskId,
-      attempts: 5,
-      backoff: { type: 'exponential', delay: 1_000 },
-      removeOnComplete: true,
-      removeOnFail: { age: this.failedJobRetentionS },
-    });
+    await this.maintenance.add(JOBS.erase.name, job, this.taskJobOptions(job.taskId));
   }
 
   /** Makes sure the retention pass runs every `everyMs` on some worker (one schedule for all of them). */
