@@ -7,7 +7,6 @@ import type { DeliveryEnqueuer, DeliveryRequest } from '../ingest/ingest.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { DeferredRef } from './endpoints/wakeups.js';
 import { appendBatch, streamCounts } from './first-attempts.js';
-import { deliveryIdFor } from '../domain/ids.js';
 import {
   batchesOf,
   batchIdOf,
@@ -120,10 +119,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
     // A schedule whose first attempt waits (HOOKLINE_RETRY_SCHEDULE not starting at 0s) needs a
     // delayed job; a stream entry is read at once.
     const firstDelayMs = this.options.retryScheduleMs[0] ?? 0;
-    const deliveries = requests.map(({ fifo: _fifo, orderingBucket: _bucket, ...r }) => ({
-      ...r,
-      deliveryId: deliveryIdFor(r.eventId, r.webhookId),
-    }));
+    const deliveries = requests.map(({ fifo: _fifo, orderingBucket: _bucket, ...r }) => r);
     const lined: LineEntry[] = deliveries.flatMap((job, i) => {
       const { fifo, orderingBucket } = requests[i]!;
       return fifo === true ? [{ job, bucket: orderingBucket }] : [];

@@ -23,6 +23,8 @@ export type { EventResult } from '../domain/event.js';
 
 /** One delivery to create: an event matched to one webhook. */
 export interface DeliveryRequest {
+  /** deliveryIdFor(eventId, webhookId), worked out once for the queues and the event log. */
+  deliveryId: string;
   eventId: string;
   eventType: WebhookEventType;
   vendorId: string;
@@ -241,7 +243,7 @@ export class Ingestor {
           ? this.deps.eventLog.append(
               requests.map((r) => ({
                 webhookId: r.webhookId,
-                deliveryId: deliveryIdFor(r.eventId, r.webhookId),
+                deliveryId: r.deliveryId,
                 eventId: r.eventId,
                 eventType: r.eventType,
                 body: r.body,
@@ -344,6 +346,7 @@ function deliveryRequest(
       ? orderingBucketOf(envelope, subscription.orderingKey)
       : undefined;
   return {
+    deliveryId: deliveryIdFor(event.event_id, subscription.webhookId),
     eventId: event.event_id,
     eventType: event.event_type,
     vendorId: event.vendor_id,
