@@ -274,4 +274,17 @@ describe('the event feed and range replays (real Redis, a real receiver, a worke
       await off.close();
     }
   });
+
+  it('takes a webhook’s own retention within the installation’s, shows it, and returns it to the default with null', async () => {
+    const url = `/vendors/v1/webhooks/${webhook.id}`;
+    const patch = (payload: object) =>
+      t.app.inject({ method: 'PATCH', url, headers: { 'x-api-key': webhook.key }, payload });
+    const longer = await patch({ retention: '30d' });
+    expect(longer.statusCode).toBe(400);
+    expect(longer.json<{ error: string }>().error).toContain("at most the installation's retention, 7d");
+    expect((await patch({ retention: '90m' })).statusCode).toBe(400);
+    expect((await patch({ retention: '36h' })).json()).toMatchObject({ retention: '36h' });
+    expect((await patch({ retention: '2d' })).json()).toMatchObject({ retention: '2d' });
+    expect((await patch({ retention: null })).json()).toMatchObject({ retention: null });
+  });
 });
