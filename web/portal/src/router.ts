@@ -1,4 +1,4 @@
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useMemo, useState } from 'preact/hooks';
 
 /**
  * The page's place, from the address's fragment: `#/endpoints`, `#/deliveries/<webhook>/<delivery>`,
@@ -46,11 +46,13 @@ export const href = {
 
 /** The current route, following the fragment as links and the back button change it. */
 export function useRoute(): Route {
-  const [route, setRoute] = useState(() => parseRoute(location.hash));
+  const [hash, setHash] = useState(() => location.hash);
   useEffect(() => {
-    const follow = () => setRoute(parseRoute(location.hash));
+    const follow = () => setHash(location.hash);
     addEventListener('hashchange', follow);
+    // A change between the first render and this effect fired no listener of ours: read it now.
+    follow();
     return () => removeEventListener('hashchange', follow);
   }, []);
-  return route;
+  return useMemo(() => parseRoute(hash), [hash]);
 }
