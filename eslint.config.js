@@ -20,6 +20,8 @@ const LAYERS = {
   delivery: ['./domain', './store', './ingest', './logger.ts'],
   metrics: ['./domain', './delivery', './ingest', './logger.ts'],
   admin: ['./domain', './store', './ingest', './delivery', './metrics', './logger.ts', './version.ts'],
+  // The OpenTelemetry adapter behind domain/trace.ts's port: only the composition root loads it.
+  tracing: ['./domain', './config'],
 };
 const layerZones = Object.entries(LAYERS).map(([layer, allowed]) => ({
   target: `./src/${layer}`,

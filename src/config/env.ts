@@ -5,6 +5,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { parseDurationMs } from './duration.js';
 import { parseRedisUrl } from './redis-url.js';
+import { tracingConfigFrom, type TracingConfig } from './otel.js';
 
 const DEFAULT_RETRY_SCHEDULE = '0s,5s,5m,30m,2h,5h,10h,14h,20h,24h';
 
@@ -237,6 +238,18 @@ export const envSchema = z.object({
       'expected a Standard Webhooks secret: whsec_ followed by base64 of at least 16 random bytes (echo "whsec_$(openssl rand -base64 32)")',
     )
     .optional(),
+  // OpenTelemetry trace export: the standard variables, read as they are by every SDK (see config/otel.ts).
+  OTEL_EXPORTER_OTLP_ENDPOINT: z.string().optional(),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: z.string().optional(),
+  OTEL_EXPORTER_OTLP_PROTOCOL: z.string().optional(),
+  OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: z.string().optional(),
+  OTEL_EXPORTER_OTLP_HEADERS: z.string().optional(),
+  OTEL_EXPORTER_OTLP_TRACES_HEADERS: z.string().optional(),
+  OTEL_SERVICE_NAME: z.string().optional(),
+  OTEL_TRACES_SAMPLER: z.string().optional(),
+  OTEL_TRACES_SAMPLER_ARG: z.string().optional(),
+  OTEL_TRACES_EXPORTER: z.string().optional(),
+  OTEL_SDK_DISABLED: z.string().optional(),
 });
 
 /** Why `text` cannot be the operational webhook URL, or undefined when it can. */
@@ -268,6 +281,8 @@ function crossFieldProblems(e: z.infer<typeof envSchema>): { variable: string; m
         'required when HOOKLINE_OPERATIONAL_WEBHOOK_URL is set: operational webhooks are always signed, so their receiver can tell them from forgeries',
     });
   }
+  const tracing = tracingConfigFrom(e);
+  if (Array.isArray(tracing)) problems.push(...tracing);
   return problems;
 }
 
@@ -336,6 +351,8 @@ export interface Config {
    * them; undefined: none are sent.
    */
   readonly operationalWebhook: { readonly url: string; readonly secret: string } | undefined;
+  /** OpenTelemetry trace export (the OTEL_* variables); undefined: off, and none of it is loaded. */
+  readonly tracing: TracingConfig | undefined;
 }
 
 /**
@@ -408,5 +425,12 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
       e.HOOKLINE_OPERATIONAL_WEBHOOK_URL === undefined || e.HOOKLINE_OPERATIONAL_WEBHOOK_SECRET === undefined
         ? undefined
         : Object.freeze({ url: e.HOOKLINE_OPERATIONAL_WEBHOOK_URL, secret: e.HOOKLINE_OPERATIONAL_WEBHOOK_SECRET }),
+    // Checked with the rules between variables above: an array here cannot happen.
+    tracing: tracingSettings(e),
   });
+}
+
+function tracingSettings(e: z.infer<typeof envSchema>): TracingConfig | undefined {
+  const tracing = tracingConfigFrom(e);
+  return Array.isArray(tracing) ? undefined : tracing;
 }

@@ -19,6 +19,8 @@ import { Lease, type AdmitOptions, type EndpointAdmission } from './endpoints/ad
 import type { DeferReason, NotAdmitted } from './endpoints/deferral.js';
 import { pauseHoldEndMs, type PauseHolds } from './pause-holds.js';
 import type { HeldJob } from '../store/held-deliveries.js';
+import { deliveryTraceContext, parseTraceparent, traceparentOf, type TraceContext } from '../domain/trace.js';
+import type { AttemptSpan, Tracing } from '../domain/trace.js';
 
 /**
  * One delivery run, the steps every delivery shares whether it runs in a batch, on its own or at the
@@ -68,6 +70,8 @@ export interface DeliveryProcessorDeps {
   random: () => number;
   /** Called once per finished attempt or drop (metrics). */
   onOutcome?: (outcome: FinishedOutcome) => void;
+  /** Attempt spans (trace export on); absent: none are made. */
+  tracing?: Pick<Tracing, 'startAttempt'>;
 }
 
 /** Why a delivery was dead-lettered without a request: its webhook disabled by the engine, or paused past the delivery's retry window. */
@@ -318,12 +322,21 @@ async function send(
     // so the delivery log rebuilds the exact webhook-timestamp from the record.
     const startedMs = deps.nowMs();
     const request = buildRequest(data, webhook, attemptNo, startedMs, deps.deliveryTimeoutMs);
+    const span = deps.tracing?.startAttempt({
+      job: data,
+      attempt: attemptNo,
+      url: webhook.callbackUrl,
+      startMs: startedMs,
+    });
+    const trace = attemptTrace(data, webhook, span);
+    if (trace !== undefined && webhook.propagateTrace) request.headers.traceparent = traceparentOf(trace);
     let result: SendResult;
     try {
       result = await sendAuthorized(deps.sender, deps.receiverTokens, webhook, request);
     } catch (error) {
       // send() reports failures as values; an exception is a bug, but must not leave the endpoint waiting.
       lease.settle(SEND_THREW, deps.nowMs());
+      span?.end({ outcome: 'network', decision: 'unrecorded', error: (error as Error).message, endMs: deps.nowMs() });
       throw error;
     }
     const endedMs = deps.nowMs();
@@ -331,10 +344,31 @@ async function send(
     lease.settle(answer, endedMs);
     // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
     // at most as many attempts as it has slots (sent or answered, but not yet recorded).
-    return await conclude(deps, data, webhook, attemptNo, result, answer, startedMs, endedMs, {
-      ...sentRequest(request, deps.sender.userAgent),
-      ...receiverCredentialFacts(webhook),
-    });
+    let concluded: Concluded | undefined;
+    try {
+      concluded = await conclude(
+        deps,
+        data,
+        webhook,
+        attemptNo,
+        result,
+        answer,
+        startedMs,
+        endedMs,
+        { ...sentRequest(request, deps.sender.userAgent), ...receiverCredentialFacts(webhook) },
+        trace?.traceId,
+      );
+      return concluded;
+    } finally {
+      span?.end({
+        outcome: answer.outcome,
+        // Unrecorded: storage failed, and the attempt will be made again.
+        decision: concluded?.finished.kind === 'attempted' ? concluded.finished.decision : 'unrecorded',
+        ...(result.kind === 'response' ? { statusCode: result.status } : { error: result.message }),
+        ...(concluded?.retryDelayMs === undefined ? {} : { retryInMs: concluded.retryDelayMs }),
+        endMs: endedMs,
+      });
+    }
   } finally {
     lease.end();
   }
@@ -362,6 +396,7 @@ async function conclude(
   startedMs: number,
   endedMs: number,
   sent?: SentRequest,
+  traceId?: string,
 ): Promise<Concluded> {
   const decision = decide({ answer, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, random: deps.random });
   const { outcome } = answer;
@@ -378,6 +413,7 @@ async function conclude(
           ? { statusCode: result.status, responseSnippet: result.bodySnippet }
           : { error: result.message }),
         ...(sent === undefined ? {} : { sent }),
+        ...(traceId === undefined ? {} : { traceId }),
       },
       status: STATUS_OF[decision.action],
       ...(decision.action === 'retry' ? { nextAttemptAtMs: endedMs + decision.delayMs } : {}),
@@ -396,6 +432,7 @@ async function conclude(
     decision: decision.action,
     ...(decision.action === 'retry' ? { retryInMs: decision.delayMs } : {}),
     ...(disabled === undefined ? {} : { webhookDisabled: disabled }),
+    ...(traceId === undefined ? {} : { traceId }),
   });
   const finished = finish(deps, {
     kind: 'attempted',
@@ -428,6 +465,18 @@ async function disableIfDue(
   )
     return undefined;
   return (await deps.webhooks.disable(webhookId, 'failing')) ? 'failing' : undefined;
+}
+
+/**
+ * The trace an attempt is part of: its span's (export on); else the delivery's carried context, as
+ * it came (export off); else, for a webhook that asked for `traceparent`, one derived from the
+ * delivery (the same trace for all its attempts). Undefined: the attempt has no trace.
+ */
+function attemptTrace(data: DeliverJob, webhook: Webhook, span: AttemptSpan | undefined): TraceContext | undefined {
+  if (span !== undefined) return span.context;
+  const carried = data.traceparent === undefined ? undefined : parseTraceparent(data.traceparent);
+  if (carried !== undefined || !webhook.propagateTrace) return carried;
+  return deliveryTraceContext(data.deliveryId);
 }
 
 /** The signed request of one attempt (DESIGN "What a vendor receives"). */
@@ -473,5 +522,6 @@ function sentRequest(request: SendRequest, userAgent: string): SentRequest {
     signatures: entries.length - keySignatures,
     ...(keySignatures === 0 ? {} : { keySignatures }),
     userAgent,
+    ...(request.headers.traceparent === undefined ? {} : { traceparent: request.headers.traceparent }),
   };
 }

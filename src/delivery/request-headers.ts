@@ -59,6 +59,7 @@ export function attemptRequestHeaders(input: AttemptHeadersInput): Record<string
   // The webhook's custom headers and auth follow, masked: their values are never recorded.
   for (const name of sent.headerNames ?? []) own[name] = SECRET_MASK;
   if (sent.authScheme !== undefined) own.authorization = `${sent.authScheme} ${SECRET_MASK}`;
+  if (sent.traceparent !== undefined) own.traceparent = sent.traceparent;
   return {
     host: sent.host,
     connection: 'keep-alive',

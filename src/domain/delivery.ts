@@ -22,6 +22,11 @@ export const deliverySchema = z.object({
    * it at once instead of at the end of its open period.
    */
   manual: z.literal(true).optional(),
+  /**
+   * The W3C `traceparent` of the event's trace (the ingest span's, or the producer's when trace
+   * export is off): attempts are spans under it, and it is what `propagate_trace` sends on.
+   */
+  traceparent: z.string().max(256).optional(),
 });
 
 export type DeliverJob = z.infer<typeof deliverySchema>;
@@ -59,6 +64,8 @@ export interface SentRequest {
   headerNames?: string[];
   /** The Authorization scheme `auth` sent (its credentials are never recorded). */
   authScheme?: 'Basic' | 'Bearer';
+  /** The W3C traceparent sent (a webhook with `propagate_trace`). */
+  traceparent?: string;
 }
 
 /** One attempt as recorded (and shown to vendors). */
@@ -74,4 +81,6 @@ export interface AttemptRecord {
   responseSnippet?: string;
   /** Absent when no request was made (`circuit_open`, `webhook_disabled`) and on attempts recorded before it was. */
   sent?: SentRequest;
+  /** The trace the attempt belongs to (32 hex digits), when the delivery had one or the receiver was sent one. */
+  traceId?: string;
 }

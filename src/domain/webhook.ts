@@ -190,6 +190,13 @@ export function formatRetention(ms: number): string {
   return ms % 86_400_000 === 0 ? `${ms / 86_400_000}d` : `${Math.round(ms / 3_600_000)}h`;
 }
 
+const propagateTraceSchema = z
+  .boolean()
+  .describe(
+    'Send a W3C traceparent header with each attempt, naming the attempt’s span in the event’s trace (the producer’s ' +
+      'when it sent one), so the receiver’s own spans join it. Default false.',
+  );
+
 const retentionSchema = z
   .string({ error: RETENTION_PROBLEM })
   .refine((text) => parseRetentionMs(text) !== undefined, { error: RETENTION_PROBLEM })
@@ -234,6 +241,7 @@ export const webhookCreateSchema = z
       ordering_key: orderingKeySchema.optional(),
       max_concurrency: maxConcurrencySchema.optional(),
       retention: retentionSchema.optional(),
+      propagate_trace: propagateTraceSchema.optional(),
       headers: headersInputSchema.optional(),
       auth: authInputSchema.optional(),
       tls_client_certificate: clientCertificateInputSchema.optional(),
@@ -311,6 +319,7 @@ export const webhookPatchSchema = z
         .describe(
           'A new retention; null returns to the installation’s. A shorter one removes what it no longer covers within minutes.',
         ),
+      propagate_trace: propagateTraceSchema.optional(),
       headers: headersPatchSchema.nullable().optional(),
       auth: authInputSchema
         .nullable()
@@ -330,7 +339,7 @@ export const webhookPatchSchema = z
   )
   .refine(
     (body) => Object.keys(body).length > 0,
-    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, ordering, ordering_key, signature, filter, headers, auth, tls_client_certificate',
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, propagate_trace, ordering, ordering_key, signature, filter, headers, auth, tls_client_certificate',
   );
 
 export const webhookResourceSchema = z
@@ -391,6 +400,9 @@ export const webhookResourceSchema = z
       .string()
       .nullable()
       .describe('How long its events, payloads and delivery records are kept; null: the installation’s retention.'),
+    propagate_trace: z
+      .boolean()
+      .describe('Each request carries a W3C traceparent header naming the attempt in the event’s trace.'),
     headers: z
       .record(z.string(), z.string())
       .describe('The custom request headers, each value masked (••••); {} when there are none.'),
@@ -431,6 +443,8 @@ export interface Webhook {
   maxConcurrency: number | undefined;
   /** How long its events and delivery records are kept (ms); undefined: the installation's retention. */
   retentionMs: number | undefined;
+  /** Each attempt's request carries a W3C `traceparent` (the attempt's span in the event's trace). */
+  propagateTrace: boolean;
   /** Custom request headers in the order given; values undefined in a process without the key. */
   headers: { name: string; value: string | undefined }[];
   auth: ReceiverAuth | undefined;
@@ -479,6 +493,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     ordering_key: webhook.orderingKey ?? null,
     max_concurrency: webhook.maxConcurrency ?? null,
     retention: webhook.retentionMs === undefined ? null : formatRetention(webhook.retentionMs),
+    propagate_trace: webhook.propagateTrace,
     headers: maskedHeaders(webhook.headers),
     auth: webhook.auth === undefined ? null : toAuthView(webhook.auth),
     tls_client_certificate:

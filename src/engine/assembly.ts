@@ -69,7 +69,8 @@ import { ReceiverTokens } from '../delivery/receiver-tokens.js';
 import { RedisWebhookChanges } from '../store/webhook-changes.js';
 import { RedisWebhookStore } from '../store/webhooks.js';
 import { VERSION } from '../version.js';
-import { circuitObserver, feedObserver, statsObserver } from './observers.js';
+import { circuitObserver, feedObserver, statsObserver, tracingObserver } from './observers.js';
+import type { Tracing } from '../domain/trace.js';
 import { webhookCopyCaches } from './webhook-copies.js';
 
 /**
@@ -108,6 +109,8 @@ interface StoreSettings {
    * re-enable of such a webhook queues an operational webhook, whichever process makes the change.
    */
   operationalWebhooks?: { logger: Logger };
+  /** Spans of ingest calls (trace export on). */
+  tracing?: Tracing;
   nowMs?: () => number;
 }
 
@@ -221,6 +224,7 @@ export function composeStores(settings: StoreSettings) {
     ...(settings.observability
       ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) }
       : {}),
+    ...(settings.tracing === undefined ? {} : { tracing: settings.tracing }),
   });
   return {
     redis,
@@ -357,6 +361,8 @@ export interface DeliverySettings {
   /** Counts attempts, outcomes and circuit changes. */
   metrics?: Metrics;
   onOutcome?: (outcome: FinishedOutcome) => void;
+  /** Spans of attempts and of the steps that send nothing (trace export on). */
+  tracing?: Tracing;
   nowMs?: () => number;
 }
 
@@ -475,6 +481,7 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     feedObserver(stores.attemptFeed),
     statsObserver(stores.endpointStats),
     settings.onOutcome,
+    settings.tracing === undefined ? undefined : tracingObserver(settings.tracing, nowMs),
   ].filter((o) => o !== undefined);
   const deps: DeliveryProcessorDeps = {
     webhooks: stores.webhookCopies.add(
@@ -522,6 +529,7 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     onOutcome: (outcome) => {
       for (const observe of observers) observe(outcome);
     },
+    ...(settings.tracing === undefined ? {} : { tracing: settings.tracing }),
   };
   const detach = () => {
     listening.abort();

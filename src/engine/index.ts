@@ -11,6 +11,9 @@ import { createMetrics, type Metrics } from '../metrics/metrics.js';
 import { scrapeCollector, seriesAtStart, streamDeadLetterObserver } from '../metrics/observers.js';
 import { connectRedis, isRedisUnavailable, pingRedis } from '../store/redis.js';
 import { VERSION } from '../version.js';
+import { hostname } from 'node:os';
+import { startTracing } from '../tracing/tracing.js';
+import type { Tracing } from '../domain/trace.js';
 import { composeStores, type Stores } from './assembly.js';
 import {
   outageLog,
@@ -54,6 +57,8 @@ export interface EngineOptions {
   worker?: Pick<WorkerSettings, 'breaker' | 'webhookCacheTtlMs' | 'onOutcome' | 'extraCa'>;
   /** Where the vendor portal's built browser app is; default the package's `dist/portal/`. */
   portalAssetsDir?: string;
+  /** Spans go here instead of to the exporter config.tracing describes (tests). */
+  tracing?: Tracing;
 }
 
 /** A running (or ready to run) Hookline process. */
@@ -131,6 +136,14 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
   // 2. Metrics and stores.
   const metrics = tools ? undefined : (options.metrics ?? createMetrics({ role }));
   if (metrics) seriesAtStart(metrics, VERSION);
+  // Trace export: the SDK loaded only when an endpoint is configured (config/otel.ts).
+  const tracing = tools
+    ? undefined
+    : (options.tracing ??
+      (await startTracing(config.tracing, {
+        serviceVersion: VERSION,
+        instanceId: `${hostname()}:${process.pid}:${role}`,
+      })));
   const stores = composeStores({
     ...(metrics ? { observability: { metrics, logger } } : {}),
     redis,
@@ -147,6 +160,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     // A killed worker's attempts return to the queue after its lock, and then end within the timeout.
     erasureSettleMs: config.workerLockDurationMs + config.deliveryTimeoutMs + 1_000,
     ...(config.operationalWebhook ? { operationalWebhooks: { logger } } : {}),
+    ...(tracing === undefined ? {} : { tracing }),
     nowMs,
   });
 
@@ -167,6 +181,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           watchConnection: (connection) => outages.watch(connection, 'first attempts'),
           ...(metrics ? { metrics } : {}),
           ...(config.operationalWebhook ? { operationalWebhook: config.operationalWebhook } : {}),
+          ...(tracing === undefined ? {} : { tracing }),
           ...options.worker,
           nowMs,
         })
@@ -308,6 +323,8 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           steps.closeConnection(connection),
         ),
       );
+      // Last: the spans of the final attempts are exported (bounded by the exporter's timeout).
+      if (options.tracing === undefined) await steps.run(tracing?.shutdown());
       return ended;
     },
   };

@@ -11,6 +11,7 @@ import type { Logger } from '../logger.js';
 import type { FeedEntry, RedisAttemptFeed } from '../store/attempt-feed.js';
 import type { RedisCircuitLog } from '../store/circuits.js';
 import type { EndpointStatsRecorder } from '../store/endpoint-stats.js';
+import type { Tracing } from '../domain/trace.js';
 
 /** Logs a circuit's changes (open and close at warn, with the vendor and webhooks behind the endpoint) and shares them with the operator views. */
 export function circuitObserver(
@@ -84,5 +85,42 @@ export function statsObserver(stats: EndpointStatsRecorder): (outcome: FinishedO
     if (o.kind !== 'attempted') return;
     const { outcome, statusCode, startedAtMs, endedAtMs, durationMs } = o;
     stats.observe({ webhookId: o.job.webhookId, outcome, statusCode, startedAtMs, endedAtMs, durationMs });
+  };
+}
+
+/** Outcomes of attempts that sent nothing: each a zero-length span in the event's trace. */
+const UNSENT: ReadonlySet<string> = new Set(['circuit_open', 'webhook_disabled', 'paused_expired']);
+
+/**
+ * The spans of a delivery's steps that send nothing (sent attempts make their own CLIENT spans):
+ * each deferral (`hookline.delivery.deferred`, with its reason), each attempt not sent
+ * (`hookline.delivery.not_sent`: circuit open, webhook disabled or paused past the retry window),
+ * and a drop (`hookline.delivery.dropped`: its webhook was deleted).
+ */
+export function tracingObserver(
+  tracing: Pick<Tracing, 'note'>,
+  nowMs: () => number,
+): (outcome: FinishedOutcome) => void {
+  return (outcome) => {
+    switch (outcome.kind) {
+      case 'deferred':
+        tracing.note(outcome.job, 'hookline.delivery.deferred', nowMs(), {
+          'hookline.deferral.reason': outcome.reason,
+        });
+        return;
+      case 'dropped':
+        tracing.note(outcome.job, 'hookline.delivery.dropped', nowMs(), {});
+        return;
+      case 'attempted':
+        if (UNSENT.has(outcome.outcome))
+          tracing.note(outcome.job, 'hookline.delivery.not_sent', outcome.startedAtMs, {
+            'hookline.attempt': outcome.attempt,
+            'hookline.outcome': outcome.outcome,
+            'hookline.decision': outcome.decision,
+          });
+        return;
+      case 'skipped':
+        return;
+    }
   };
 }

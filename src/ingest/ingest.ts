@@ -18,6 +18,8 @@ import { deliveryIdFor } from '../domain/ids.js';
 import type { MachineChange, MachineWriter } from '../store/machines.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { IngestFilters } from './filters.js';
+import { traceparentOf, type TraceContext } from '../domain/trace.js';
+import type { Tracing } from '../domain/trace.js';
 
 export type { EventResult } from '../domain/event.js';
 
@@ -32,6 +34,8 @@ export interface DeliveryRequest {
   /** The exact JSON body vendors receive. */
   body: string;
   acceptedAtMs: number;
+  /** The event's trace (see DeliverJob.traceparent). */
+  traceparent?: string;
   /** The webhook has `ordering: fifo`: the delivery joins the end of one of its lines, in accept order. */
   fifo?: true;
   /**
@@ -61,6 +65,17 @@ export interface SubscriptionLookup {
 
 /** Where a batch came from; only reported to `observe`. */
 export type IngestSource = 'http' | 'stream';
+
+/** The trace context a batch came with. */
+export interface IngestTrace {
+  /** The HTTP request's `traceparent` (and its `tracestate`, passed on as given). */
+  parent?: TraceContext;
+  traceState?: string;
+  /** A stream batch's: each event's `traceparent` field, by input index (absent: none has one). */
+  perEvent?: readonly (TraceContext | undefined)[];
+  /** A stream batch's stream key (the span's name). */
+  stream?: string;
+}
 
 /** Counts of one ingested batch, for metrics. */
 export interface IngestBatchSummary {
@@ -96,6 +111,8 @@ export interface IngestorDeps {
   newId?: () => string;
   /** Called once per successfully ingested batch (metrics). */
   observe?: (summary: IngestBatchSummary) => void;
+  /** Spans of ingest calls (trace export on); absent: the producers' contexts are carried as they came. */
+  tracing?: Pick<Tracing, 'startIngest'>;
 }
 
 /**
@@ -126,7 +143,46 @@ export class Ingestor {
    * any whose envelope cannot be serialised) are rejected with a reason while the rest proceed. Rejects (and acknowledges nothing) when Redis or
    * the enqueuer fails; calling again with the same events is then safe.
    */
-  async ingest(rawEvents: readonly unknown[], source: IngestSource): Promise<EventResult[]> {
+  async ingest(rawEvents: readonly unknown[], source: IngestSource, trace?: IngestTrace): Promise<EventResult[]> {
+    const span = this.deps.tracing?.startIngest({
+      source,
+      ...(trace?.stream === undefined ? {} : { stream: trace.stream }),
+      ...(trace?.parent === undefined ? {} : { parent: trace.parent }),
+      ...(trace?.traceState === undefined ? {} : { traceState: trace.traceState }),
+      ...(trace?.perEvent === undefined ? {} : { links: trace.perEvent.filter((context) => context !== undefined) }),
+      events: rawEvents.length,
+      startMs: this.nowMs(),
+    });
+    // What deliveries carry: their event's own context (a stream entry's), else the ingest span's,
+    // else (export off) the request's.
+    const batchContext = span?.context ?? trace?.parent;
+    const contexts = { batch: batchContext && traceparentOf(batchContext), perEvent: trace?.perEvent };
+    if (span === undefined) return this.run(rawEvents, source, contexts);
+    try {
+      const results = await this.run(rawEvents, source, contexts);
+      let deliveries = 0;
+      for (const result of results) deliveries += result.deliveries ?? 0;
+      span.end(
+        {
+          accepted: results.filter((r) => r.status === 'accepted').length,
+          duplicates: results.filter((r) => r.status === 'duplicate').length,
+          rejected: results.filter((r) => r.status === 'rejected').length,
+          deliveries,
+        },
+        this.nowMs(),
+      );
+      return results;
+    } catch (error) {
+      span.fail(error as Error, this.nowMs());
+      throw error;
+    }
+  }
+
+  private async run(
+    rawEvents: readonly unknown[],
+    source: IngestSource,
+    contexts: { batch: string | undefined; perEvent: readonly (TraceContext | undefined)[] | undefined },
+  ): Promise<EventResult[]> {
     const acceptedAtMs = this.nowMs();
     const results: EventResult[] = new Array<EventResult>(rawEvents.length);
 
@@ -219,7 +275,9 @@ export class Ingestor {
         }
         // The envelope the filter saw is the body: serialised once, for the delivery and the dry run.
         if (check !== undefined) recent.set(subscription.webhookId, { envelope, body });
-        requests.push(deliveryRequest(event, subscription, acceptedAtMs, body, envelope));
+        const own = contexts.perEvent?.[index];
+        const traceparent = own === undefined ? contexts.batch : traceparentOf(own);
+        requests.push(deliveryRequest(event, subscription, acceptedAtMs, body, envelope, traceparent));
         deliveriesOf.set(index, (deliveriesOf.get(index) ?? 0) + 1);
       });
       taken = unserialisable.size === 0 ? fresh : fresh.filter(({ index }) => !unserialisable.has(index));
@@ -340,6 +398,7 @@ function deliveryRequest(
   acceptedAtMs: number,
   body: string,
   envelope: unknown,
+  traceparent: string | undefined,
 ): DeliveryRequest {
   const bucket =
     subscription.fifo && subscription.orderingKey !== undefined
@@ -351,6 +410,7 @@ function deliveryRequest(
     eventType: event.event_type,
     vendorId: event.vendor_id,
     webhookId: subscription.webhookId,
+    ...(traceparent === undefined ? {} : { traceparent }),
     ...(subscription.fifo ? { fifo: true as const } : {}),
     ...(bucket === undefined ? {} : { orderingBucket: bucket }),
     body,

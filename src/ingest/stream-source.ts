@@ -15,11 +15,14 @@ import {
   type StreamEntry,
 } from '../store/stream-reads.js';
 import type { Ingestor } from './ingest.js';
+import { parseTraceparent, type TraceContext } from '../domain/trace.js';
 
 /** The consumer group Hookline reads the ingest stream with. */
 export const STREAM_GROUP_DEFAULT = 'hookline-ingest';
 /** The entry field that holds one event as JSON: `XADD <stream> * event '{"event_type":…}'`. */
 const STREAM_EVENT_FIELD = 'event';
+/** An optional field beside it: the W3C traceparent of the producer's trace, continued by the event's spans. */
+const STREAM_TRACEPARENT_FIELD = 'traceparent';
 
 export interface StreamIngestSourceOptions {
   /** Commands (XACK, XAUTOCLAIM, XTRIM, …); a duplicate of it is opened for the blocking reads. */
@@ -82,7 +85,7 @@ const CLAIM_ROUNDS_MAX = 10;
 /** Consumers removed per maintenance pass. */
 const CONSUMERS_PRUNED_MAX = 100;
 
-type Decoded = { ok: true; event: unknown } | { ok: false; reason: string };
+type Decoded = { ok: true; event: unknown; trace: TraceContext | undefined } | { ok: false; reason: string };
 
 /** Reads the event of one entry; never throws. */
 function decodeEntry(fields: Buffer[] | null): Decoded {
@@ -92,7 +95,10 @@ function decodeEntry(fields: Buffer[] | null): Decoded {
   const json = decodeUtf8(bytes);
   if (json === undefined) return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field ${NOT_UTF8}` };
   try {
-    return { ok: true, event: JSON.parse(json) as unknown };
+    const event = JSON.parse(json) as unknown;
+    // A traceparent that is not valid is ignored (a new trace starts), as the W3C rule has it.
+    const traceparent = fieldOf(fields, STREAM_TRACEPARENT_FIELD);
+    return { ok: true, event, trace: traceparent === undefined ? undefined : parseTraceparent(traceparent.toString()) };
   } catch {
     // Without JSON.parse's message: it quotes the text, and reasons are logged (the dead-letter stream keeps the text).
     return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field is not valid JSON` };
@@ -296,16 +302,23 @@ export class StreamIngestSource {
     const aside: (SetAside | undefined)[] = new Array<SetAside | undefined>(entries.length);
     const events: unknown[] = [];
     const eventAt: number[] = [];
+    const traces: (TraceContext | undefined)[] = [];
+    let traced = false;
     entries.forEach(([entryId, fields], i) => {
       const decoded = decodeEntry(fields);
       if (!decoded.ok) aside[i] = { entryId, fields, cause: 'unreadable', reason: decoded.reason };
       else {
         events.push(decoded.event);
         eventAt.push(i);
+        traces.push(decoded.trace);
+        if (decoded.trace !== undefined) traced = true;
       }
     });
     if (events.length > 0) {
-      const results = await this.options.ingestor.ingest(events, 'stream');
+      const results = await this.options.ingestor.ingest(events, 'stream', {
+        stream: this.stream,
+        ...(traced ? { perEvent: traces } : {}),
+      });
       results.forEach((result, j) => {
         const i = eventAt[j]!;
         const [entryId, fields] = entries[i]!;

@@ -65,6 +65,7 @@ const recordSchema = z.object({
   orderingKey: z.string().optional(),
   maxConcurrency: z.number().optional(),
   retentionMs: z.number().optional(),
+  propagateTrace: z.literal(true).optional(),
   /** Custom headers: the names in the clear (reads need no key), the [name, value] pairs sealed together. */
   headerNames: z.array(z.string()).optional(),
   headersSealed: z.string().optional(),
@@ -151,6 +152,7 @@ export interface WebhookChanges {
   maxConcurrency?: number | null;
   /** A new retention (ms); null returns to the installation's. */
   retentionMs?: number | null;
+  propagateTrace?: boolean;
   /** Merged into the custom headers (names case-insensitive): a value sets one, null removes one; null removes them all. */
   headers?: Record<string, string | null> | null;
   /** New receiver auth; null removes it. */
@@ -173,6 +175,7 @@ export interface WebhookInput {
   orderingKey?: string;
   maxConcurrency?: number;
   retentionMs?: number;
+  propagateTrace?: boolean;
   headers?: Record<string, string>;
   auth?: ReceiverAuth;
   /** Checked by the caller (checkClientCertificate). */
@@ -370,6 +373,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       ...(input.orderingKey === undefined ? {} : { orderingKey: input.orderingKey }),
       ...(input.maxConcurrency === undefined ? {} : { maxConcurrency: input.maxConcurrency }),
       ...(input.retentionMs === undefined ? {} : { retentionMs: input.retentionMs }),
+      ...(input.propagateTrace === true ? { propagateTrace: true as const } : {}),
       createdAt: at,
       updatedAt: at,
     };
@@ -612,6 +616,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     else if (changes.maxConcurrency !== undefined) next.maxConcurrency = changes.maxConcurrency;
     if (changes.retentionMs === null) delete next.retentionMs;
     else if (changes.retentionMs !== undefined) next.retentionMs = changes.retentionMs;
+    if (changes.propagateTrace === true) next.propagateTrace = true;
+    else if (changes.propagateTrace === false) delete next.propagateTrace;
     if (changes.secret === null) {
       delete next.secretSealed;
       delete next.previousSecretSealed;
@@ -778,6 +784,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       orderingKey: record.orderingKey,
       maxConcurrency: record.maxConcurrency,
       retentionMs: record.retentionMs,
+      propagateTrace: record.propagateTrace === true,
       headers: this.box.hasKey
         ? this.openHeaders(record).map(([name, value]) => ({ name, value }))
         : (record.headerNames ?? []).map((name) => ({ name, value: undefined })),

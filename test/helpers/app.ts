@@ -62,6 +62,8 @@ export interface TestAppOptions {
   eventLog?: boolean;
   /** The vendor portal's built assets to serve (default: the package's dist/portal/, as in production). */
   portalAssetsDir?: string;
+  /** Trace export (the OTEL_* variables' settings); workers started for the app inherit it. */
+  tracing?: EngineConfig['tracing'];
 }
 
 /** An engine's configuration with its secret key, as every role but the CLI's tools has one. */
@@ -115,6 +117,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.eventLog === undefined ? {} : { eventLog: options.eventLog }),
     ...(options.secretKey === undefined ? {} : { secretKey: options.secretKey }),
     ...(options.operationalWebhook === undefined ? {} : { operationalWebhook: options.operationalWebhook }),
+    ...(options.tracing === undefined ? {} : { tracing: options.tracing }),
   });
   const engine = await testEngine(
     config,

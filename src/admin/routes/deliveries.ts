@@ -54,6 +54,13 @@ const attemptSchema = z
     duration_ms: z.number(),
     error: z.string().nullable(),
     response_snippet: z.string().nullable().describe('The first 4 KiB of the response body.'),
+    trace_id: z
+      .string()
+      .nullable()
+      .describe(
+        'The trace the attempt belongs to (W3C trace id, 32 hex digits): the event’s trace, from the producer’s traceparent or ' +
+          'the engine’s ingest span; null when the delivery had none.',
+      ),
     request_headers: z
       .record(z.string(), z.string())
       .nullable()
@@ -92,6 +99,7 @@ function toAttempt(a: AttemptRecord, delivery: DeliverySummary): z.infer<typeof 
     duration_ms: Math.round(a.durationMs),
     error: a.error ?? null,
     response_snippet: a.responseSnippet ?? null,
+    trace_id: a.traceId ?? null,
     request_headers:
       a.sent === undefined
         ? null

@@ -1,7 +1,8 @@
 import { validatorCompiler, type FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { EVENT_BATCH_SIZE_MAX, eventResultSchema, ingestEventSchema } from '../../domain/event.js';
-import type { Ingestor } from '../../ingest/ingest.js';
+import type { Ingestor, IngestTrace } from '../../ingest/ingest.js';
+import { parseTraceparent } from '../../domain/trace.js';
 import type { EventBudget } from '../../store/rate-limiter.js';
 import { principalOf, type Authorizer } from '../auth.js';
 import { ApiError, errorBody } from '../errors.js';
@@ -133,7 +134,7 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsyncZod {
             `Ingest rate limit of ${limit.perSecond} events per second for this API key exceeded; retry after 1 s`,
           );
         }
-        const results = await deps.ingestor.ingest(events, 'http');
+        const results = await deps.ingestor.ingest(events, 'http', requestTrace(request.headers));
         const count = (status: string) => results.filter((r) => r.status === status).length;
         const answer = {
           results,
@@ -153,4 +154,18 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsyncZod {
       },
     );
   };
+}
+
+/**
+ * The producer's trace from the W3C Trace Context headers: ingest's span continues it, and the
+ * deliveries carry it. One `traceparent` only (a repeated header is invalid, so ignored, as is a
+ * malformed one); `tracestate` is passed on as given, up to the specification's 512 characters.
+ */
+function requestTrace(headers: Record<string, string | string[] | undefined>): IngestTrace | undefined {
+  const parent = parseTraceparent(headers.traceparent);
+  if (parent === undefined) return undefined;
+  const state = headers.tracestate;
+  return typeof state === 'string' && state.length > 0 && state.length <= 512
+    ? { parent, traceState: state }
+    : { parent };
 }

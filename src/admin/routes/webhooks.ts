@@ -136,6 +136,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.ordering_key === undefined ? {} : { orderingKey: body.ordering_key }),
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
           ...(body.retention === undefined ? {} : { retentionMs: checkedRetention(body.retention)! }),
+          ...(body.propagate_trace === undefined ? {} : { propagateTrace: body.propagate_trace }),
           ...(body.headers === undefined ? {} : { headers: body.headers }),
           ...(body.auth === undefined ? {} : { auth: checkedAuth(body.auth) as ReceiverAuth }),
           ...(body.tls_client_certificate === undefined
@@ -231,6 +232,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.ordering_key === undefined ? {} : { orderingKey: body.ordering_key }),
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
           ...(body.retention === undefined ? {} : { retentionMs: checkedRetention(body.retention) }),
+          ...(body.propagate_trace === undefined ? {} : { propagateTrace: body.propagate_trace }),
           ...(body.headers === undefined ? {} : { headers: body.headers }),
           ...(body.auth === undefined ? {} : { auth: checkedAuth(body.auth) }),
           ...(body.tls_client_certificate === undefined
