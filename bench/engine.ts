@@ -19,7 +19,7 @@ import { procStatCpuUs, wallMs } from './measure.js';
 import { deleteKeys } from './redis-info.js';
 import { BENCH_EVENT_TYPE, vendorId } from './workload.js';
 
-/** Hookline's configuration as `hookline start` would read it: defaults plus any HOOKLINE_* variable set. */
+/** Hookline's configuration as `hookline start` would read it: defaults plus any HOOKLINE_* variable set (trace export stays off: the traces scenario turns it on). */
 export function engineConfig(env: NodeJS.ProcessEnv): Config {
   return loadConfig(Object.fromEntries(Object.entries(env).filter(([name]) => name.startsWith('HOOKLINE_'))));
 }

@@ -35,6 +35,7 @@ import {
   type ProfiledRun,
 } from './cpu-profile.js';
 import { engineConfig } from './engine.js';
+import { traceCost } from './traces.js';
 import { pendingFootprint, soak } from './footprint.js';
 import { ingestFilterCost, ingestThroughput } from './ingest.js';
 import { benchMachineListing } from './machines.js';
@@ -291,6 +292,27 @@ const SCENARIOS: Scenario[] = [
             .join(', '),
         },
         raw: { hookline },
+      };
+    },
+  },
+  {
+    id: 'traces',
+    name: 'e2e with OpenTelemetry trace export on, against the same run with it off',
+    async run(context) {
+      const setup = await context.delivery();
+      const { off, on, exported } = await traceCost(setup);
+      const overOff = ratio(on.processCpuUsPerDelivery, off.processCpuUsPerDelivery);
+      return {
+        size: `${setup.events} events → ${setup.vendors} webhooks, http/protobuf to a local OTLP sink, every trace sampled (parentbased_always_on)`,
+        figures: `off ${perSecond(off.perSecond)}, on ${perSecond(on.perSecond)}`,
+        checks: [],
+        notes: {
+          'CPU per delivery, process + Redis, off': cpuCost(off),
+          'CPU per delivery, process + Redis, on': cpuCost(on),
+          'process CPU on ÷ off': times(overOff),
+          'spans exported': `${exported.requests} requests, ${mb(exported.bytes)}`,
+        },
+        raw: { off, on, exported },
       };
     },
   },
