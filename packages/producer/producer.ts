@@ -123,15 +123,24 @@ export class HooklineProducer {
    * Publishes `events` and resolves with one result per event, in order. Events without an
    * `event_id` get one before the first request, so every retry re-sends the same ids and Hookline
    * treats repeats as duplicates. Throws HooklinePublishError when a batch fails for good.
+   * `trace`: the W3C Trace Context of the caller's span (what an OpenTelemetry propagator's
+   * `inject` writes), sent as the `traceparent` and `tracestate` headers, so the events' ingest and
+   * deliveries join the caller's trace.
    */
-  async publish(events: readonly ProducerEvent[]): Promise<EventResult[]> {
+  async publish(
+    events: readonly ProducerEvent[],
+    trace?: { traceparent?: string; tracestate?: string },
+  ): Promise<EventResult[]> {
     const identified: ProducerEvent[] = events.map((event) =>
       event.event_id === undefined ? { ...event, event_id: randomUUID() } : event,
     );
     const results: EventResult[] = [];
+    const headers: Record<string, string> = { 'content-type': 'application/json', 'x-api-key': this.apiKey };
+    if (trace?.traceparent) headers.traceparent = trace.traceparent;
+    if (trace?.traceparent && trace.tracestate) headers.tracestate = trace.tracestate;
     for (const batch of this.batches(identified)) {
       try {
-        results.push(...(await this.send(batch)));
+        results.push(...(await this.send(batch, headers)));
       } catch (error) {
         const failure = error instanceof AttemptFailure ? error : new AttemptFailure(String(error), undefined, false);
         throw new HooklinePublishError(failure.message, failure.status, failure.retryable, identified, results, {
@@ -164,14 +173,14 @@ export class HooklineProducer {
   }
 
   /** POSTs one batch, retrying network errors, 429 and 5xx; never other 4xx. */
-  private async send(batch: { body: string; count: number }): Promise<EventResult[]> {
+  private async send(batch: { body: string; count: number }, headers: Record<string, string>): Promise<EventResult[]> {
     for (let attempt = 0; ; attempt += 1) {
       let failure: AttemptFailure;
       let retryAfterMs: number | undefined;
       try {
         const response = await this.fetch(this.url, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', 'x-api-key': this.apiKey },
+          headers,
           body: batch.body,
           signal: AbortSignal.timeout(this.timeoutMs),
         });

@@ -901,6 +901,44 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     }
   });
 
+  it('manage: trace propagation turned on in the webhook form; the receiver gets a traceparent, and the attempt shows its trace id', async () => {
+    const { page, problems } = await open((await mint('manage')).url);
+    const stopped = card(page, 'Deployment stopped');
+    const form = stopped.getByRole('form', { name: 'Edit webhook' });
+    try {
+      await stopped.getByRole('button', { name: 'Edit' }).click();
+      await form.getByLabel('Send a traceparent header (W3C Trace Context)').check();
+      const saving = page.waitForRequest((r) => r.method() === 'PATCH');
+      await form.getByRole('button', { name: 'Save' }).click();
+      expect((await saving).postDataJSON()).toEqual({ propagate_trace: true });
+      await stopped.locator('dt:text-is("Trace propagation") + dd').waitFor();
+      expect((await w.t.webhooks.get(VENDOR, w.webhooks.deploymentStopped))?.propagateTrace).toBe(true);
+
+      // One delivery answered 200, then the receiver fails again as the other tests expect.
+      w.bad.script(
+        '/deployments',
+        { status: 200 },
+        { status: 500, headers: { 'content-type': 'text/html' }, body: HOSTILE_BODY },
+      );
+      const before = w.bad.at('/deployments').length;
+      await w.ingest('EVENT_TYPE_DEPLOYMENT_STOPPED');
+      const header = String(w.bad.at('/deployments')[before]?.headers.traceparent);
+      expect(header).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/);
+      const traceId = header.split('-')[1]!;
+      const [latest] = await w.t.deliveryLog.recent(w.webhooks.deploymentStopped, 1);
+      await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}/${latest!.deliveryId}`);
+      await page.getByRole('article', { name: 'Attempt 1' }).locator('.trace code', { hasText: traceId }).waitFor();
+      expect(problems).toEqual([]);
+    } finally {
+      await w.t.app.inject({
+        method: 'PATCH',
+        url: `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}`,
+        headers: { 'x-api-key': w.vendorKey },
+        payload: { propagate_trace: false },
+      });
+    }
+  });
+
   it('manage: a retention set in the webhook form shows on the card; a refused one says why; emptied, the installation’s applies again', async () => {
     const { page, problems } = await open((await mint('manage')).url);
     const stopped = card(page, 'Deployment stopped');

@@ -298,6 +298,54 @@ describe('OpenTelemetry traces from the producer to the receiver (real Redis, re
     expect(exports.map((e) => e.contentType)).toEqual(exports.map(() => 'application/json'));
   });
 
+  it('a deferral is a zero-length span in the event’s trace, with its reason; a FIFO webhook’s attempts join the trace too', async () => {
+    const app = await start(config('http/protobuf'));
+    const limited = await register(app, '/limited', { rate_limit_per_second: 1 });
+    const producer = producerSpan();
+    const events = [deploymentEvent(), deploymentEvent(), deploymentEvent()];
+    await ingestOverHttp(app, events, { traceparent: traceparent(producer) });
+    for (const event of events) await attemptsOf(app, limited, event.event_id, 1);
+    const deferred = await waitFor(
+      () => {
+        const found = spansOf(producer.traceId).filter((s) => s.name === 'hookline.delivery.deferred');
+        return found.length > 0 && found;
+      },
+      15_000,
+      'a deferral span',
+    );
+    const ingest = spansOf(producer.traceId).find((s) => s.kind === SERVER)!;
+    for (const span of deferred) {
+      expect(span.parentSpanId).toBe(ingest.spanId);
+      expect(span.attributes['hookline.deferral.reason']).toBe('rate_limited');
+      expect(span.endMs).toBe(span.startMs);
+    }
+
+    const fifo = await register(app, '/fifo', { ordering: 'fifo', event_type: 'EVENT_TYPE_DEPLOYMENT_STOPPED' });
+    const inLine = producerSpan();
+    const stopped = { ...deploymentEvent(), event_type: 'EVENT_TYPE_DEPLOYMENT_STOPPED' };
+    await ingestOverHttp(app, [stopped], { traceparent: traceparent(inLine) });
+    const list = await waitFor(
+      async () => {
+        const res = await app.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${fifo}/deliveries?status=delivered`,
+          headers: { 'x-api-key': key },
+        });
+        const found = res.json<{ deliveries: { event_id: string }[] }>().deliveries;
+        return found.length === 1 && found;
+      },
+      15_000,
+      'the FIFO delivery',
+    );
+    expect(list[0]!.event_id).toBe(stopped.event_id);
+    const attempt = await waitFor(
+      () => spansOf(inLine.traceId).find((s) => s.kind === CLIENT),
+      15_000,
+      'the FIFO attempt span',
+    );
+    expect(attempt.attributes['hookline.webhook.id']).toBe(fifo);
+  });
+
   it('export off: nothing is exported, the producer’s context is still carried to the receiver and the delivery log, and a delivery without one gets a trace of its own', async () => {
     const app = await start(undefined);
     const webhookId = await register(app, '/off', { propagate_trace: true });

@@ -91,6 +91,18 @@ describe('HooklineProducer', () => {
     );
   });
 
+  it('sends the caller’s trace context as traceparent and tracestate, on every request and retry', async () => {
+    script = [status(503), accept];
+    const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    await producer().publish([taskEvent()], { traceparent, tracestate: 'vendor=abc' });
+    expect(received.map((r) => [r.headers.traceparent, r.headers.tracestate])).toEqual([
+      [traceparent, 'vendor=abc'],
+      [traceparent, 'vendor=abc'],
+    ]);
+    await producer().publish([taskEvent()]);
+    expect(received[2]!.headers.traceparent).toBeUndefined();
+  });
+
   it('retries 503, 429 and network errors with the same event ids', async () => {
     script = [status(503), hangUp, status(429), accept];
     const events = [taskEvent(), taskEvent(), taskEvent({ event_id: GIVEN_ID })];

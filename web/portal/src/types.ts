@@ -49,6 +49,8 @@ export interface Webhook {
   tls_client_certificate: ClientCertificate | null;
   /** How long its events and delivery records are kept (`24h`, `3d`); null: the installation's retention. */
   retention: string | null;
+  /** Each request carries a W3C traceparent (engines from the version that traces; absent before). */
+  propagate_trace?: boolean;
   created_at: string;
   updated_at: string;
 }
@@ -128,6 +130,8 @@ export interface Attempt {
   response_snippet: string | null;
   /** The headers sent, signature values masked (engines from the version that records them). */
   request_headers?: Record<string, string> | null;
+  /** The trace the attempt belongs to (W3C trace id); null or absent: none. */
+  trace_id?: string | null;
 }
 
 export interface DeliveryPage {

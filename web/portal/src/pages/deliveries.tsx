@@ -382,6 +382,15 @@ function AttemptView({ attempt }: { attempt: Attempt }) {
         <time dateTime={attempt.attempted_at}>{formatTime(attempt.attempted_at)}</time>
       </p>
       {attempt.error && <p class="muted">{attempt.error}</p>}
+      {attempt.trace_id ? (
+        <p class="trace">
+          Trace <code>{attempt.trace_id}</code>
+          <span class="hint">
+            {' '}
+            (find it in your tracing tool; with trace propagation on, your receiver got it in traceparent)
+          </span>
+        </p>
+      ) : null}
       {attempt.response_snippet !== null && attempt.response_snippet !== '' ? (
         <>
           <p class="label">Response body (first 4 KiB, shown as text)</p>

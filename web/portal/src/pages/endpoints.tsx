@@ -367,6 +367,12 @@ function WebhookCard({
           <dt>Retention</dt>
           <dd>{webhook.retention ?? 'Installation default'}</dd>
         </div>
+        {webhook.propagate_trace === true && (
+          <div>
+            <dt>Trace propagation</dt>
+            <dd>On: each request carries a traceparent header</dd>
+          </div>
+        )}
         <ReceiverAuthFacts webhook={webhook} />
         {webhook.signature === 'ed25519' && <SigningKeys webhook={webhook} />}
         {webhook.signature === 'hmac' && !webhook.has_secret && (
@@ -658,6 +664,7 @@ function WebhookForm({
   const [maxConcurrency, setMaxConcurrency] = useState(webhook?.max_concurrency?.toString() ?? '');
   const [filterText, setFilterText] = useState(webhook?.filter ? JSON.stringify(webhook.filter, null, 2) : '');
   const [retention, setRetention] = useState(webhook?.retention ?? '');
+  const [propagateTrace, setPropagateTrace] = useState(webhook?.propagate_trace === true);
   const [dryRun, setDryRun] = useState<DryRun>();
   const [trying, setTrying] = useState(false);
   const [receiver, setReceiver] = useState(() => receiverForm(webhook));
@@ -703,6 +710,7 @@ function WebhookForm({
         if (ceiling !== webhook.max_concurrency) changes.max_concurrency = ceiling;
         if (JSON.stringify(filter) !== JSON.stringify(webhook.filter)) changes.filter = filter;
         if (kept !== undefined) changes.retention = kept;
+        if (propagateTrace !== (webhook.propagate_trace === true)) changes.propagate_trace = propagateTrace;
         Object.assign(changes, receiverResult.body);
         if (Object.keys(changes).length === 0) return onDone();
         const saved = await call<Webhook>('PATCH', `/vendors/v1/webhooks/${seg(webhook.webhook_id)}`, {
@@ -720,6 +728,7 @@ function WebhookForm({
           ...(key === null ? {} : { ordering_key: key }),
           ...(filter === null ? {} : { filter }),
           ...(kept === undefined ? {} : { retention: kept }),
+          ...(propagateTrace ? { propagate_trace: true } : {}),
           ...receiverResult.body,
         };
         const created = await call<{ webhook_id: string; secret?: string }>('POST', '/vendors/v1/webhooks', {
@@ -894,6 +903,19 @@ function WebhookForm({
         How long this webhook’s events, their payloads and delivery records are kept (its event feed and range replays
         reach that far back): whole hours or days, such as 24h or 3d; at least 1h, at most the installation’s retention
         (7d unless your platform set another).
+      </p>
+      <label class="check">
+        <input
+          type="checkbox"
+          checked={propagateTrace}
+          aria-describedby={`trace-hint-${id}`}
+          onChange={(e) => setPropagateTrace(e.currentTarget.checked)}
+        />{' '}
+        Send a traceparent header (W3C Trace Context)
+      </label>
+      <p class="hint" id={`trace-hint-${id}`}>
+        Each request names its attempt in the event’s trace, so your receiver’s spans join the platform’s trace of the
+        event. The delivery log shows each attempt’s trace id either way.
       </p>
       <ReceiverAuthSection
         formId={id}
