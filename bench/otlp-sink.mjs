@@ -2,6 +2,7 @@
 // engine's: takes every POST, counts requests and bytes, answers 200. Prints its port, then on
 // stdin's end prints the counts as JSON and exits.
 import { createServer } from 'node:http';
+import process from 'node:process';
 
 let requests = 0;
 let bytes = 0;
