@@ -199,6 +199,7 @@ export function composeStores(settings: StoreSettings) {
     webhooks,
     eventLog,
     queues,
+    lines: fifoLines,
     apiKeys,
     portalSessions,
     tasks,
