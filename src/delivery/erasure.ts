@@ -11,7 +11,7 @@ import type { RedisEventLog } from '../store/event-log.js';
 import type { RedisKeys } from '../store/keys.js';
 import type { RedisPortalSessions } from '../store/portal-sessions.js';
 import { masterNodes, type Redis } from '../store/redis.js';
-import { linesOf } from '../store/fifo-lines.js';
+import { linesOf, type RedisFifoLines } from '../store/fifo-lines.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { RedisWebhookStore } from '../store/webhooks.js';
 import { partitionOf, type EraseJob } from './jobs.js';
@@ -30,6 +30,8 @@ export interface ErasureDeps {
   webhooks: Pick<RedisWebhookStore, 'list' | 'delete'>;
   eventLog: Pick<RedisEventLog, 'erase'>;
   queues: Pick<DeliveryQueues, 'partitions' | 'addErase'>;
+  /** FIFO lines: deliveries are taken out of them by their store, which keeps each line's ready and heads entries with it. */
+  lines: Pick<RedisFifoLines, 'remove' | 'drop'>;
   apiKeys: Pick<RedisApiKeyStore, 'list' | 'revoke'>;
   portalSessions: Pick<RedisPortalSessions, 'revokeVendor'>;
   tasks: DocWriter<Task>;
@@ -163,7 +165,7 @@ export class Eraser {
         summary.keys += await this.deleteMatching(
           `${this.deps.keys.deliveries.ofWebhook(webhookId).replace(/:deliveries$/, '')}:*`,
         );
-        summary.keys += await this.removeLine(webhookId);
+        summary.keys += await this.deps.lines.drop(webhookId);
       }
     };
     await purge();
@@ -265,29 +267,9 @@ export class Eraser {
     for (const line of linesOf(webhookId)) {
       const jobs = await this.deps.redis.hgetall(f.jobs(n, line));
       const lined = Object.entries(jobs).flatMap(([id, json]) => (matches(JSON.parse(json) as DeliverJob) ? [id] : []));
-      if (lined.length === 0) continue;
-      await this.deps.redis
-        .multi()
-        .hdel(f.jobs(n, line), ...lined)
-        .zrem(f.line(n, line), ...lined)
-        .exec();
-      removed += lined.length;
+      removed += await this.deps.lines.remove(line, lined, this.deps.nowMs());
     }
     return removed;
-  }
-
-  /** Deletes a webhook's FIFO lines (their keys and their entries in the partition's ready set). */
-  private async removeLine(webhookId: string): Promise<number> {
-    const f = this.deps.keys.fifo;
-    const n = partitionOf(webhookId, this.deps.queues.partitions.length);
-    const lines = linesOf(webhookId);
-    const [deleted] = await Promise.all([
-      this.deps.redis.del(
-        ...lines.flatMap((line) => [f.seq(n, line), f.line(n, line), f.jobs(n, line), f.lease(n, line)]),
-      ),
-      this.deps.redis.zrem(f.ready(n), ...lines),
-    ]);
-    return deleted;
   }
 
   /** Deletes the entries naming the event from the ingest dead streams and the first-attempt failed streams. */

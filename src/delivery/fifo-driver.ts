@@ -227,7 +227,7 @@ export class FifoDriver {
     try {
       const end = await this.driveLine(lineId, token, epoch, lease);
       if (end !== 'lost') {
-        await lines.release(lineId, token, end.readyAtMs);
+        await lines.release(lineId, token, end.readyAtMs, end.held);
         // An enable that came before the release made the line due, and the release put it back to the hold's end.
         if (end.held) await recheckHold(this.options.deps, webhookOfLine(lineId), []);
       }
@@ -265,14 +265,14 @@ export class FifoDriver {
   private async driveLine(lineId: string, token: string, epoch: number, lease: { held: boolean }): Promise<LineEnd> {
     const { deps, lines } = this.options;
     const endsAtMs = deps.nowMs() + TURN_MS_MAX;
-    let head = await lines.head(lineId);
+    let head = await lines.head(lineId, deps.nowMs());
     for (let n = 0; n < TURN_HEADS_MAX && deps.nowMs() < endsAtMs && !this.stopped; n++) {
       if (!lease.held) return 'lost';
       if (head === undefined) return { readyAtMs: undefined, held: false };
       const end = await this.driveHead(head.job, epoch);
       if (end.kind === 'storage') throw new StorageUnavailableError();
       if (end.kind === 'wait') return { readyAtMs: end.untilMs, held: end.held === true };
-      const advanced = await lines.advance(lineId, token, head.job.deliveryId);
+      const advanced = await lines.advance(lineId, token, head.job.deliveryId, deps.nowMs());
       // Not removed: the lease was lost, and its new holder goes on from this head.
       if (!advanced.removed) return 'lost';
       head = advanced.next;

@@ -202,6 +202,7 @@ export function composeStores(settings: StoreSettings) {
     webhooks,
     eventLog,
     queues,
+    lines: fifoLines,
     apiKeys,
     portalSessions,
     tasks,

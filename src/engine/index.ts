@@ -211,6 +211,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         ping: isReady,
         circuitsOpen: () => worker?.endpoints.openEndpoints(nowMs()).length ?? 0,
         fifoLines: () => stores.fifoLines.linesWaiting(),
+        fifoOldestHeadAgeMs: () => stores.fifoLines.oldestHeadAgeMs(nowMs()),
       })
     : undefined;
   const scraped = metrics && collect ? { ...metrics, collect } : undefined;

@@ -156,6 +156,11 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
       help: 'FIFO lines with deliveries waiting (a webhook’s own line, or one bucket of its ordering key), read from Redis at scrape time.',
       registers,
     }),
+    fifoOldestHeadAge: new Gauge({
+      name: 'hookline_fifo_oldest_head_age_seconds',
+      help: 'How long the FIFO line head that has waited longest has been at the head of its line (since it joined an empty line or the delivery before it left; a paused webhook’s heads left out), read from Redis at scrape time; 0 when no line waits.',
+      registers,
+    }),
     fifoHeadsBlocked: new Counter({
       name: 'hookline_fifo_heads_blocked_total',
       help: 'Times the head of a FIFO line had to wait (a retry or a deferral), holding back the deliveries behind it.',

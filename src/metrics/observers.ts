@@ -122,6 +122,8 @@ export function scrapeCollector(
     circuitsOpen?: () => number;
     /** FIFO webhooks with deliveries in their line. */
     fifoLines?: () => Promise<number>;
+    /** How long the longest-waiting FIFO line head has been its line's head (ms; 0: none waits). */
+    fifoOldestHeadAgeMs?: () => Promise<number>;
   },
 ): () => Promise<void> {
   return async () => {
@@ -134,6 +136,7 @@ export function scrapeCollector(
       for (const state of ['waiting', 'delayed', 'active', 'prioritized', 'failed'])
         metrics.queueJobs.set({ state }, counts[state] ?? 0);
       if (sources.fifoLines) metrics.fifoLines.set(await sources.fifoLines());
+      if (sources.fifoOldestHeadAgeMs) metrics.fifoOldestHeadAge.set((await sources.fifoOldestHeadAgeMs()) / 1_000);
     } catch {
       metrics.redisUp.set(0);
     }

@@ -20,6 +20,20 @@ import { defineScript, type ScriptCall } from './scripts.js';
  * script that removes the last delivery deletes the sequence with it, so a line idle after a burst of
  * key values costs nothing. Deleting the sequence keeps the order: it only orders the deliveries
  * waiting in its line, and there are none; the next append starts it again.
+ *
+ * How long heads wait (the gauge hookline_fifo_oldest_head_age_seconds): per queue partition, the
+ * heads index, line id → since when its head has been the head: since it was appended to an empty
+ * line, or since the delivery before it left the line. That is the time the line has stood on one
+ * delivery, whatever the delivery's own age: a long line whose heads go out one after another keeps
+ * it short, a head that keeps failing or is held back (breaker, rate limit, Retry-After, no worker
+ * free to drive it) makes it grow. The scripts that set or remove a head keep the entry with it, in
+ * the same call: an append to an empty line adds it, a removal sets it to the next head or removes
+ * it with the last delivery, so an empty line has no entry either. A paused webhook's heads are left
+ * out: a turn that finds its head held for the pause removes the entry, and the next turn after
+ * the enable (or at the hold's end) adds it again, from then; a pause is the webhook owner's choice,
+ * not a line held back. A line with no entry (paused, or waiting from before the index existed)
+ * gets one at its next turn. Reading the oldest is one ZRANGE (and one EXISTS of its line) per
+ * partition, however many lines wait.
  */
 
 /** The id of a line (its ready-set member and the infix of its keys): the webhook's own line, or bucket `bucket` of its ordering key. */
@@ -63,22 +77,24 @@ export interface FifoLineStore {
   claim(lineId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
   /** Extends a lease still held with `token` (and its ready entry with it); false when it was lost. */
   renew(lineId: string, token: string, nowMs: number, leaseMs: number): Promise<boolean>;
-  /** The line's head, or undefined when the line is empty. */
-  head(lineId: string): Promise<LineHead | undefined>;
+  /** The line's head, or undefined when the line is empty; a head not counted as waiting (see the top of this file) waits from `nowMs`. */
+  head(lineId: string, nowMs: number): Promise<LineHead | undefined>;
   /**
    * Removes the head `deliveryId`, only while `token` holds the lease and it is still the head, and
-   * answers the next head (undefined: the line is empty); `removed: false` otherwise.
+   * answers the next head (undefined: the line is empty), which waits from `nowMs`; `removed: false` otherwise.
    */
   advance(
     lineId: string,
     token: string,
     deliveryId: string,
+    nowMs: number,
   ): Promise<{ removed: false } | { removed: true; next: LineHead | undefined }>;
   /**
    * Ends a turn while `token` holds the lease: the line is ready again at `atMs` (undefined: it is
-   * empty, unless a delivery came meanwhile), and the lease is given back.
+   * empty, unless a delivery came meanwhile), and the lease is given back. `paused`: the head is
+   * held for its webhook's pause, and is not counted as waiting until the line's next turn.
    */
-  release(lineId: string, token: string, atMs: number | undefined): Promise<void>;
+  release(lineId: string, token: string, atMs: number | undefined, paused?: boolean): Promise<void>;
 }
 
 /** What the stats endpoint shows of a webhook's lines. */
@@ -89,17 +105,19 @@ export interface LineSummary {
 }
 
 // Appends deliveries to the lines of one partition, each in the order given, and marks each line
-// ready at ARGV[1] unless it is marked already (a head waiting for its retry keeps its time). KEYS[1]
-// is the ready set, then three keys a line: its sequence, its sorted set, its jobs. ARGV after the
-// time, a line after another: its id, how many deliveries follow, then id, job JSON, id, job JSON, ….
+// ready at ARGV[1] unless it is marked already (a head waiting for its retry keeps its time); a line
+// that was empty has a new head, waiting from ARGV[1]. KEYS[1] is the ready set, KEYS[2] the heads
+// index, then three keys a line: its sequence, its sorted set, its jobs. ARGV after the time, a line
+// after another: its id, how many deliveries follow, then id, job JSON, id, job JSON, ….
 // A delivery already in its line keeps its place (an ingest repeated after a crash appends nothing).
 // Replies how many were new.
 const APPEND_LUA = `
 local added = 0
 local at = 2
-for k = 2, #KEYS, 3 do
+for k = 3, #KEYS, 3 do
   local lineId, count = ARGV[at], tonumber(ARGV[at + 1])
   at = at + 2
+  if redis.call('EXISTS', KEYS[k + 1]) == 0 then redis.call('ZADD', KEYS[2], ARGV[1], lineId) end
   for _ = 1, count do
     if not redis.call('ZSCORE', KEYS[k + 1], ARGV[at]) then
       local seq = redis.call('INCR', KEYS[k])
@@ -131,12 +149,19 @@ local function headOf(line, jobs, seq)
   return false
 end`;
 
+// The head of a line (KEYS: its sorted set, jobs, sequence, then the heads index; ARGV: the time,
+// the line id). A head without an entry in the index (its webhook was paused, or the line waits from
+// before the index) waits from now; an empty line has none.
 const HEAD_LUA = `${HEAD_OF}
-return headOf(KEYS[1], KEYS[2], KEYS[3])`;
+local found = headOf(KEYS[1], KEYS[2], KEYS[3])
+if found then redis.call('ZADD', KEYS[4], 'NX', ARGV[1], ARGV[2])
+else redis.call('ZREM', KEYS[4], ARGV[2]) end
+return found`;
 
 // Removes the head ARGV[2] and answers {1, the next head's id, its job} ({1} when the line is now
-// empty), in one round trip. Fenced by the lease and the head's id: a worker whose lease expired
-// (another took the line) can never remove what it no longer owns ({0}).
+// empty), in one round trip; the next head waits from ARGV[3] in the heads index (KEYS[5], line id
+// ARGV[4]), and an emptied line leaves it. Fenced by the lease and the head's id: a worker whose
+// lease expired (another took the line) can never remove what it no longer owns ({0}).
 const ADVANCE_LUA = `${HEAD_OF}
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
 local ids = redis.call('ZRANGE', KEYS[2], 0, 0)
@@ -144,7 +169,11 @@ if ids[1] ~= ARGV[2] then return {0} end
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('HDEL', KEYS[3], ARGV[2])
 local following = headOf(KEYS[2], KEYS[3], KEYS[4])
-if following then return {1, following[1], following[2]} end
+if following then
+  redis.call('ZADD', KEYS[5], ARGV[3], ARGV[4])
+  return {1, following[1], following[2]}
+end
+redis.call('ZREM', KEYS[5], ARGV[4])
 return {1}`;
 
 // Claim (ARGV[4] = 'claim': SET NX) or renew (the token must hold): the lease for ARGV[2] ms, and the
@@ -161,14 +190,48 @@ redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[5])
 return 1`;
 
 // Fenced by the lease: the ready entry (ARGV[3], the line id) at ARGV[2] (empty: removed when the
-// line is empty, else due now), then the lease deleted.
+// line is empty, else due now), then the lease deleted. A head held for its webhook's pause
+// (ARGV[4] = 'paused') leaves the heads index (KEYS[4]); an empty line left it when it emptied.
 const RELEASE_LUA = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
 elseif redis.call('ZCARD', KEYS[3]) == 0 then redis.call('ZREM', KEYS[2], ARGV[3])
 else redis.call('ZADD', KEYS[2], 0, ARGV[3]) end
+if ARGV[4] == 'paused' then redis.call('ZREM', KEYS[4], ARGV[3]) end
 redis.call('DEL', KEYS[1])
 return 1`;
+
+// Removes deliveries ARGV[3…] from a line (an erasure; KEYS: the ready set, the heads index, the
+// line's sequence, sorted set and jobs; ARGV[1] the time, ARGV[2] the line id), whoever drives it.
+// A line left empty goes whole (sequence, ready entry, heads entry), as when its last delivery is
+// delivered; a line whose head went has its next head due now, waiting from now (not at the time
+// the removed head was to be retried). A driver that was on a removed head finds it gone when it
+// tries to remove it and leaves the line to its lease's end. Replies how many were removed.
+const REMOVE_LUA = `
+local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+local removed = 0
+for i = 3, #ARGV do
+  removed = removed + redis.call('ZREM', KEYS[4], ARGV[i])
+  redis.call('HDEL', KEYS[5], ARGV[i])
+end
+local after = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+if not after then
+  redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[1], ARGV[2])
+  redis.call('ZREM', KEYS[2], ARGV[2])
+elseif after ~= head then
+  redis.call('ZADD', KEYS[1], 'XX', 'LT', ARGV[1], ARGV[2])
+  redis.call('ZADD', KEYS[2], 'XX', ARGV[1], ARGV[2])
+end
+return removed`;
+
+// Removes the heads-index entry ARGV[1] (KEYS[1]) while its score is still ARGV[2] and its line's
+// sorted set (KEYS[2]) does not exist: an entry its line outlived (written by a version that kept
+// the index and then removed by one that did not). Fenced so that an append that started the line
+// again meanwhile keeps its entry.
+const CLEAR_STALE_HEAD_LUA = `
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('ZSCORE', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+return redis.call('ZREM', KEYS[1], ARGV[1])`;
 
 // Over the lines of a webhook (KEYS: each line's sorted set, then its jobs): the deliveries waiting
 // in all, and when the oldest head was accepted (false: no head).
@@ -185,18 +248,18 @@ for k = 1, #KEYS, 2 do
 end
 return {n, oldest}`;
 
-type HeadKeys = [line: string, jobs: string, seq: string];
-type FencedKeys = [lease: string, line: string, jobs: string, seq: string];
+type HeadKeys = [line: string, jobs: string, seq: string, heads: string];
+type FencedKeys = [lease: string, line: string, jobs: string, seq: string, heads: string];
 type LeaseKeys = [lease: string, ready: string];
 
 /** The FIFO lines in Redis; `partitionOf` maps a webhook to its queue partition (jobs.ts). */
 export class RedisFifoLines implements FifoLineStore {
-  /** KEYS: the ready set, then each line's sequence, sorted set and jobs; see APPEND_LUA. */
+  /** KEYS: the ready set, the heads index, then each line's sequence, sorted set and jobs; see APPEND_LUA. */
   private readonly appendScript: ScriptCall<string[], (string | number)[], number>;
-  private readonly headScript: ScriptCall<HeadKeys, [], [string, string] | null>;
+  private readonly headScript: ScriptCall<HeadKeys, [nowMs: number, lineId: string], [string, string] | null>;
   private readonly advanceScript: ScriptCall<
     FencedKeys,
-    [token: string, deliveryId: string],
+    [token: string, deliveryId: string, nowMs: number, lineId: string],
     [number, string?, string?]
   >;
   private readonly leaseScript: ScriptCall<
@@ -205,8 +268,19 @@ export class RedisFifoLines implements FifoLineStore {
     number
   >;
   private readonly releaseScript: ScriptCall<
-    [lease: string, ready: string, line: string],
-    [token: string, atMs: number | '', lineId: string],
+    [lease: string, ready: string, line: string, heads: string],
+    [token: string, atMs: number | '', lineId: string, paused: 'paused' | ''],
+    number
+  >;
+  /** ARGV after the time and the line id: the delivery ids to remove. */
+  private readonly removeScript: ScriptCall<
+    [ready: string, heads: string, seq: string, line: string, jobs: string],
+    [nowMs: number, lineId: string, ...deliveryIds: string[]],
+    number
+  >;
+  private readonly clearStaleHeadScript: ScriptCall<
+    [heads: string, line: string],
+    [lineId: string, since: string],
     number
   >;
   /** KEYS: each line's sorted set, then its jobs. */
@@ -220,10 +294,16 @@ export class RedisFifoLines implements FifoLineStore {
     private readonly partitions: number,
   ) {
     this.appendScript = defineScript(redis, { name: 'hooklineFifoAppend', keys: 'varying', lua: APPEND_LUA });
-    this.headScript = defineScript(redis, { name: 'hooklineFifoHead', keys: 3, lua: HEAD_LUA });
-    this.advanceScript = defineScript(redis, { name: 'hooklineFifoAdvance', keys: 4, lua: ADVANCE_LUA });
+    this.headScript = defineScript(redis, { name: 'hooklineFifoHead', keys: 4, lua: HEAD_LUA });
+    this.advanceScript = defineScript(redis, { name: 'hooklineFifoAdvance', keys: 5, lua: ADVANCE_LUA });
     this.leaseScript = defineScript(redis, { name: 'hooklineFifoLease', keys: 2, lua: LEASE_LUA });
-    this.releaseScript = defineScript(redis, { name: 'hooklineFifoRelease', keys: 3, lua: RELEASE_LUA });
+    this.releaseScript = defineScript(redis, { name: 'hooklineFifoRelease', keys: 4, lua: RELEASE_LUA });
+    this.removeScript = defineScript(redis, { name: 'hooklineFifoRemove', keys: 5, lua: REMOVE_LUA });
+    this.clearStaleHeadScript = defineScript(redis, {
+      name: 'hooklineFifoClearStaleHead',
+      keys: 2,
+      lua: CLEAR_STALE_HEAD_LUA,
+    });
     this.summaryScript = defineScript(redis, { name: 'hooklineFifoSummary', keys: 'varying', lua: SUMMARY_LUA });
   }
 
@@ -249,7 +329,7 @@ export class RedisFifoLines implements FifoLineStore {
     const { fifo } = this.keys;
     await Promise.all(
       [...byPartition].map(([n, lines]) => {
-        const keys = [fifo.ready(n)];
+        const keys = [fifo.ready(n), fifo.heads(n)];
         const argv: (string | number)[] = [nowMs];
         for (const [lineId, jobs] of lines) {
           keys.push(fifo.seq(n, lineId), fifo.line(n, lineId), fifo.jobs(n, lineId));
@@ -292,10 +372,14 @@ export class RedisFifoLines implements FifoLineStore {
     return (await this.leaseScript(this.leaseKeys(lineId), token, leaseMs, nowMs + leaseMs, 'renew', lineId)) === 1;
   }
 
-  async head(lineId: string): Promise<LineHead | undefined> {
+  async head(lineId: string, nowMs: number): Promise<LineHead | undefined> {
     const { fifo } = this.keys;
     const n = this.partitionOfLine(lineId);
-    const found = await this.headScript([fifo.line(n, lineId), fifo.jobs(n, lineId), fifo.seq(n, lineId)]);
+    const found = await this.headScript(
+      [fifo.line(n, lineId), fifo.jobs(n, lineId), fifo.seq(n, lineId), fifo.heads(n)],
+      nowMs,
+      lineId,
+    );
     return found === null ? undefined : { job: deliverySchema.parse(JSON.parse(found[1])) };
   }
 
@@ -303,22 +387,62 @@ export class RedisFifoLines implements FifoLineStore {
     lineId: string,
     token: string,
     deliveryId: string,
+    nowMs: number,
   ): Promise<{ removed: false } | { removed: true; next: LineHead | undefined }> {
     const { fifo } = this.keys;
     const n = this.partitionOfLine(lineId);
     const [removed, , job] = await this.advanceScript(
-      [fifo.lease(n, lineId), fifo.line(n, lineId), fifo.jobs(n, lineId), fifo.seq(n, lineId)],
+      [fifo.lease(n, lineId), fifo.line(n, lineId), fifo.jobs(n, lineId), fifo.seq(n, lineId), fifo.heads(n)],
       token,
       deliveryId,
+      nowMs,
+      lineId,
     );
     if (removed !== 1) return { removed: false };
     return { removed: true, next: job === undefined ? undefined : { job: deliverySchema.parse(JSON.parse(job)) } };
   }
 
-  async release(lineId: string, token: string, atMs: number | undefined): Promise<void> {
+  async release(lineId: string, token: string, atMs: number | undefined, paused = false): Promise<void> {
     const { fifo } = this.keys;
     const n = this.partitionOfLine(lineId);
-    await this.releaseScript([fifo.lease(n, lineId), fifo.ready(n), fifo.line(n, lineId)], token, atMs ?? '', lineId);
+    await this.releaseScript(
+      [fifo.lease(n, lineId), fifo.ready(n), fifo.line(n, lineId), fifo.heads(n)],
+      token,
+      atMs ?? '',
+      lineId,
+      paused ? 'paused' : '',
+    );
+  }
+
+  /**
+   * Removes deliveries from a line, whoever drives it (an erasure), and answers how many were in
+   * it; see REMOVE_LUA for what becomes of the line and its head.
+   */
+  async remove(lineId: string, deliveryIds: readonly string[], nowMs: number): Promise<number> {
+    if (deliveryIds.length === 0) return 0;
+    const { fifo } = this.keys;
+    const n = this.partitionOfLine(lineId);
+    return this.removeScript(
+      [fifo.ready(n), fifo.heads(n), fifo.seq(n, lineId), fifo.line(n, lineId), fifo.jobs(n, lineId)],
+      nowMs,
+      lineId,
+      ...deliveryIds,
+    );
+  }
+
+  /** Deletes every line of a webhook: their keys and their entries in the ready set and the heads index; answers how many keys went. */
+  async drop(webhookId: string): Promise<number> {
+    const { fifo } = this.keys;
+    const n = this.partitionOf(webhookId);
+    const lines = linesOf(webhookId);
+    // One slot (the partition's tag): one transaction.
+    const results = await this.redis
+      .multi()
+      .del(...lines.flatMap((line) => [fifo.seq(n, line), fifo.line(n, line), fifo.jobs(n, line), fifo.lease(n, line)]))
+      .zrem(fifo.ready(n), ...lines)
+      .zrem(fifo.heads(n), ...lines)
+      .exec();
+    return Number(results?.[0]?.[1] ?? 0);
   }
 
   /**
@@ -363,5 +487,33 @@ export class RedisFifoLines implements FifoLineStore {
       Array.from({ length: this.partitions }, (_, n) => this.redis.zcard(this.keys.fifo.ready(n))),
     );
     return counts.reduce((sum, n) => sum + n, 0);
+  }
+
+  /**
+   * How long the head that has waited longest, over all partitions and webhooks, has been its
+   * line's head at `nowMs` (0 when none waits; a gauge read at scrape time). Each partition's
+   * oldest entry of the heads index, checked against its line: one ZRANGE and one EXISTS a
+   * partition, however many lines wait.
+   */
+  async oldestHeadAgeMs(nowMs: number): Promise<number> {
+    const oldest = await Promise.all(Array.from({ length: this.partitions }, (_, n) => this.oldestHeadSince(n)));
+    const sinceMs = Math.min(...oldest.filter((ms) => ms !== undefined));
+    // Another process's clock may be ahead of this one's.
+    return Number.isFinite(sinceMs) ? Math.max(0, nowMs - sinceMs) : 0;
+  }
+
+  /** Since when the oldest head of partition `n` has waited; an entry whose line is gone is cleared on the way. */
+  private async oldestHeadSince(n: number): Promise<number | undefined> {
+    const { fifo } = this.keys;
+    // Bounded: each round clears one stale entry; there are none unless a version without the
+    // index emptied lines (a rolling upgrade, or a downgrade and upgrade).
+    for (let round = 0; round < 100; round++) {
+      const [lineId, since] = await this.redis.zrange(fifo.heads(n), 0, 0, 'WITHSCORES');
+      if (lineId === undefined || since === undefined) return undefined;
+      const line = fifo.line(n, lineId);
+      if ((await this.redis.exists(line)) === 1) return Number(since);
+      await this.clearStaleHeadScript([fifo.heads(n), line], lineId, since);
+    }
+    return undefined;
   }
 }

@@ -117,6 +117,11 @@ export function redisKeys(prefix: string) {
       lease: (partition: number, line: string) => `${tag(`q${partition}`)}:fifo:${line}:lease`,
       /** sorted set: the partition's line ids with deliveries → when the line's head is due or its lease ends (ms) */
       ready: (partition: number) => `${tag(`q${partition}`)}:fifo-ready`,
+      /**
+       * sorted set: the partition's line ids with deliveries → since when the line's head has been
+       * its head (ms); a paused webhook's lines are left out (see store/fifo-lines.ts)
+       */
+      heads: (partition: number) => `${tag(`q${partition}`)}:fifo-heads`,
     },
     /** A webhook's delivery stats (see endpoint-stats.ts), under the hash tag of its delivery log. */
     endpointStats: {

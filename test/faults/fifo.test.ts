@@ -109,6 +109,14 @@ function ownsLocalPort(pid: number, port: number): boolean {
   });
 }
 
+/** Waits until no FIFO line waits, then checks that none left an entry in its partition's heads index. */
+async function noHeadLeft(t: TestApp): Promise<void> {
+  await waitFor(async () => (await t.fifoLines.linesWaiting()) === 0, 10_000, 'every line empty');
+  const heads = await Promise.all(t.queues.partitions.map((_, n) => t.redis.zcard(t.keys.fifo.heads(n))));
+  expect(heads, 'heads index entries per partition').toEqual(heads.map(() => 0));
+  expect(await t.fifoLines.oldestHeadAgeMs(Date.now())).toBe(0);
+}
+
 describe('FIFO webhook across worker processes', () => {
   let t: TestApp;
   let receiver: FlakyReceiver;
@@ -223,6 +231,8 @@ describe('FIFO webhook across worker processes', () => {
     expect(receiver.received[receivedAtKill]).toBe(held.eventId);
     // Retries happened (a fifth fail), and the line went on past them.
     expect(failures).toBeGreaterThan(100);
+    // The head the killed worker held was removed by the next holder: the heads index is left empty.
+    await noHeadLeft(t);
   }, 120_000);
 
   it('a Redis outage mid-run (SIGKILL, 5 s): nothing sent meanwhile, then the line goes on from its head, in order, none lost', async () => {
@@ -364,5 +374,6 @@ describe('FIFO webhook across worker processes', () => {
       );
     // The killed worker's head in flight was sent again, after the kill.
     expect(keyed.received.slice(HOLD_AT).map((r) => r.eventId)).toContain(held.eventId);
+    await noHeadLeft(t);
   }, 120_000);
 });

@@ -201,7 +201,7 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     expect(receiver.at('/hooks')).toHaveLength(2);
   });
 
-  it('delivers a FIFO webhook’s events one at a time in accept order, its line and ready set on their own slots', async () => {
+  it('delivers a FIFO webhook’s events one at a time in accept order, its line, ready set and heads index on their own slots', async () => {
     const app = await engine();
     // The first delivery fails once: the rest wait behind it.
     receiver.script('/fifo', { status: 500 }, { status: 200 });
@@ -220,7 +220,7 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       ids[0],
       ...ids,
     ]);
-    // The line and its lease live in the slot of the webhook's queue partition, beside the ready set and its BullMQ jobs.
+    // The line and its lease live in the slot of the webhook's queue partition, beside the ready set, the heads index and its BullMQ jobs.
     const n = partitionOf(webhookId, 4);
     const slot = keySlot(`${app.keys.deliveryQueuePrefix(n)}:x`);
     for (const key of [
@@ -228,6 +228,7 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       app.keys.fifo.jobs(n, webhookId),
       app.keys.fifo.lease(n, webhookId),
       app.keys.fifo.ready(n),
+      app.keys.fifo.heads(n),
     ]) {
       expect(keySlot(key)).toBe(slot);
     }
@@ -243,6 +244,8 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       'an empty line',
     );
     expect(stats.ordering).toBe('fifo');
+    // The oldest head's age, read over every partition's master: none waits.
+    expect(await app.fifoLines.oldestHeadAgeMs(Date.now())).toBe(0);
   });
 
   it('holds the deliveries of paused webhooks (batches and a FIFO line) and sends them on enable, the line in order', async () => {

@@ -38,6 +38,12 @@ async function readyLinesOf(t: TestApp, webhookId: string): Promise<string[]> {
   return (await t.redis.zrange(t.keys.fifo.ready(n), 0, -1)).filter((line) => webhookOfLine(line) === webhookId);
 }
 
+/** The ids of a webhook's lines in its partition's heads index (lines whose head is counted as waiting). */
+async function headLinesOf(t: TestApp, webhookId: string): Promise<string[]> {
+  const n = partitionOf(webhookId, t.queues.partitions.length);
+  return (await t.redis.zrange(t.keys.fifo.heads(n), 0, -1)).filter((line) => webhookOfLine(line) === webhookId);
+}
+
 /** Bytes Redis holds for `keys`, by MEMORY USAGE (every element counted: SAMPLES 0). */
 async function memoryOf(t: TestApp, keys: readonly string[]): Promise<number> {
   const sizes = await Promise.all(keys.map((key) => t.redis.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')));
@@ -170,11 +176,14 @@ describe('FIFO ordering per ordering key', () => {
     // The ready set of the webhook's partition, by entry (the line by itself above may share it).
     const ready = fifo.ready(n);
     const readyBytes = Math.round((await memoryOf(t, [ready])) / (await t.redis.zcard(ready)));
+    const heads = fifo.heads(n);
+    const headsBytes = Math.round((await memoryOf(t, [heads])) / (await t.redis.zcard(heads)));
     console.log(
       `fifo-key lines: ${VALUES} key values → ${lines.size} lines, ${keys.length} keys, ${held} bytes ` +
         `(${jobsJson} of them job JSON: ${((held - jobsJson) / VALUES).toFixed(0)} bytes a delivery beside its job); ` +
         `one line holding one delivery: ${lineBytes - jobBytes} bytes beside its ${jobBytes}-byte job, ` +
-        `its lease ${leaseBytes} bytes, an entry of a ready set of ${await t.redis.zcard(ready)} about ${readyBytes} bytes`,
+        `its lease ${leaseBytes} bytes, an entry of a ready set of ${await t.redis.zcard(ready)} about ${readyBytes} bytes, ` +
+        `of its heads index about ${headsBytes} bytes`,
     );
     expect(lines.size).toBeLessThanOrEqual(ORDERING_KEY_BUCKETS);
     // Every value had a key: the webhook's own line was never made.
@@ -182,6 +191,8 @@ describe('FIFO ordering per ordering key', () => {
     // Sequence, sorted set and jobs a line; no lease before a worker takes one.
     expect(keys.length).toBeLessThanOrEqual(3 * ORDERING_KEY_BUCKETS);
     expect((await readyLinesOf(t, webhook.id)).length).toBe(lines.size);
+    // Every line's head is counted as waiting, from the append that started its line.
+    expect((await headLinesOf(t, webhook.id)).sort()).toEqual((await readyLinesOf(t, webhook.id)).sort());
     expect(lineBytes - jobBytes).toBeLessThan(1_024);
 
     workers.push(await startTestWorker(t), await startTestWorker(t));
@@ -191,12 +202,13 @@ describe('FIFO ordering per ordering key', () => {
       'every delivery',
     );
     expect(receiver.requests).toHaveLength(VALUES);
-    // Drained: no key of any line is left, and no entry in the ready set.
+    // Drained: no key of any line is left, and no entry in the ready set or the heads index.
     await waitFor(
       async () => (await lineKeysOf(t!, webhook.id)).length === 0 && (await readyLinesOf(t!, webhook.id)).length === 0,
       10_000,
       'no line key left',
     );
+    expect(await headLinesOf(t, webhook.id)).toEqual([]);
     expect(await t.fifoLines.summary(webhook.id)).toEqual({ length: 0, headAcceptedAtMs: undefined });
   }, 90_000);
 
@@ -253,6 +265,8 @@ describe('FIFO ordering per ordering key', () => {
     }
     expect(order(byStatus)).toEqual(ids(byStatus));
     await waitFor(async () => (await lineKeysOf(t!, webhook.id)).length === 0, 5_000, 'no line key left');
+    // The lines of every key the webhook had left no entry in the heads index either.
+    expect(await headLinesOf(t, webhook.id)).toEqual([]);
   });
 
   it('ingest appends to every line of a partition in one script; a replay joins its key value’s line', async () => {
@@ -328,6 +342,8 @@ describe('FIFO ordering per ordering key', () => {
     const held = worker.outcomes.filter((o) => o.kind === 'deferred').map((o) => o.job.eventId);
     expect(new Set(held)).toEqual(heads);
     expect(await quiescent(() => receiver.requests.length, 500, 10_000, 'nothing sent while paused')).toBe(0);
+    // No line's head held for the pause is counted as waiting.
+    expect(await headLinesOf(t, webhook.id)).toEqual([]);
 
     expect((await patch({ enabled: true })).statusCode).toBe(200);
     await waitFor(() => receiver.requests.length >= events.length, 10_000, 'every line after enable');
@@ -336,6 +352,9 @@ describe('FIFO ordering per ordering key', () => {
       const ofKey: string[] = events.filter((e) => e.data.metadata.machine_id === key).map((e) => e.event_id);
       expect(arrived.filter((id) => ofKey.includes(id))).toEqual(ofKey);
     }
+    // Counted again from the enable, then gone with their lines.
+    await waitFor(async () => (await lineKeysOf(t!, webhook.id)).length === 0, 5_000, 'no line key left');
+    expect(await headLinesOf(t, webhook.id)).toEqual([]);
   });
 
   it('ordering_key on the API: set on POST and PATCH (null removes it), shown on GET and list and in the OpenAPI document; refused without fifo or with a bad path', async () => {

@@ -6,6 +6,8 @@ import { receiverPool, type TestReceiver } from '../helpers/receiver.js';
 import { quiescent, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
+/** [a, 1, b, 2] → [[a, 1], [b, 2]] (a ZRANGE WITHSCORES reply). */
+const toPairs = (flat: string[]) => flat.flatMap((value, i) => (i % 2 === 0 ? [[value, flat[i + 1]!] as const] : []));
 const eventIdOf = (body: string) => (JSON.parse(body) as { event_id: string }).event_id;
 /** The event ids a receiver got, in arrival order. */
 const arrivals = (receiver: TestReceiver) => receiver.requests.map((r) => eventIdOf(r.body));
@@ -55,7 +57,7 @@ describe('FIFO ordering per webhook', () => {
     return res.json<{ ordering: string; fifo_line: { length: number; oldest_waiting_ms: number | null } | null }>();
   }
 
-  it('the line store: idempotent appends in order, an exclusive lease, removal fenced by the lease and the head, no line left unmarked', async () => {
+  it('the line store: idempotent appends in order, an exclusive lease, removal fenced by the lease and the head, no line left unmarked, each head’s wait indexed', async () => {
     t = await testApp();
     const lines = t.fifoLines;
     const job = (n: number, webhookId = 'w-lines') => ({
@@ -72,12 +74,21 @@ describe('FIFO ordering per webhook', () => {
     const NOW = 5_000;
     const partition = partitionOf('w-lines', t.queues.partitions.length);
     const due = async (atMs: number) => (await lines.due(partition, atMs, 10)).lineIds;
+    const { fifo } = t.keys;
+    /** Since when the line's head has been its head, by the heads index (null: no entry). */
+    const headSince = async () => {
+      const score = await t!.redis.zscore(fifo.heads(partition), 'w-lines');
+      return score === null ? null : Number(score);
+    };
 
+    expect(await lines.oldestHeadAgeMs(NOW)).toBe(0);
     await lines.append([job(1), job(2)], NOW);
-    // Appended again (an ingest repeated after a crash): same places, nothing added.
-    await lines.append([job(2), job(1), job(3)], NOW);
+    // Appended again (an ingest repeated after a crash): same places, nothing added; the head still waits from the first.
+    await lines.append([job(2), job(1), job(3)], NOW + 500);
     expect(await lines.summary('w-lines')).toEqual({ length: 3, headAcceptedAtMs: 1_001 });
     expect(await due(NOW)).toEqual(['w-lines']);
+    expect(await headSince()).toBe(NOW);
+    expect(await lines.oldestHeadAgeMs(NOW + 1_500)).toBe(1_500);
 
     // One holder at a time; the line is hidden from the others until the lease would end.
     expect(await lines.claim('w-lines', 'token-a', NOW, 10_000)).toBe(true);
@@ -86,42 +97,123 @@ describe('FIFO ordering per webhook', () => {
     expect(await due(NOW + 10_000)).toEqual(['w-lines']);
     expect(await lines.renew('w-lines', 'token-b', NOW, 10_000)).toBe(false);
 
-    expect((await lines.head('w-lines'))?.job.deliveryId).toBe('d-1');
+    // Reading the head (a turn's start) leaves its wait as it was.
+    expect((await lines.head('w-lines', NOW + 2_000))?.job.deliveryId).toBe('d-1');
+    expect(await headSince()).toBe(NOW);
     // Only the holder removes, and only the head.
-    expect((await lines.advance('w-lines', 'token-b', 'd-1')).removed).toBe(false);
-    expect((await lines.advance('w-lines', 'token-a', 'd-2')).removed).toBe(false);
-    // The next head comes with the removal.
-    const advanced = await lines.advance('w-lines', 'token-a', 'd-1');
+    expect((await lines.advance('w-lines', 'token-b', 'd-1', NOW + 3_000)).removed).toBe(false);
+    expect((await lines.advance('w-lines', 'token-a', 'd-2', NOW + 3_000)).removed).toBe(false);
+    expect(await headSince()).toBe(NOW);
+    // The next head comes with the removal, and waits from then.
+    const advanced = await lines.advance('w-lines', 'token-a', 'd-1', NOW + 3_000);
     expect(advanced.removed && advanced.next?.job.deliveryId).toBe('d-2');
-    expect((await lines.head('w-lines'))?.job.deliveryId).toBe('d-2');
+    expect((await lines.head('w-lines', NOW + 3_500))?.job.deliveryId).toBe('d-2');
+    expect(await headSince()).toBe(NOW + 3_000);
+    expect(await lines.oldestHeadAgeMs(NOW + 4_000)).toBe(1_000);
 
-    // A release by a worker that lost the lease changes nothing; the holder's marks the line due at its head's time.
+    // A release by a worker that lost the lease changes nothing; the holder's marks the line due at
+    // its head's time (a retry), and the head goes on waiting.
     await lines.release('w-lines', 'token-b', NOW + 60_000);
     expect(await lines.claim('w-lines', 'token-c', NOW, 10_000)).toBe(false);
     await lines.release('w-lines', 'token-a', NOW + 60_000);
     expect(await due(NOW + 59_999)).toEqual([]);
     expect(await due(NOW + 60_000)).toEqual(['w-lines']);
+    expect(await headSince()).toBe(NOW + 3_000);
 
-    // Emptied and released: the line leaves the ready set, unless a delivery came meanwhile.
+    // Emptied and released: the line leaves the ready set and the heads index, unless a delivery came meanwhile.
     expect(await lines.claim('w-lines', 'token-d', NOW, 10_000)).toBe(true);
-    expect((await lines.advance('w-lines', 'token-d', 'd-2')).removed).toBe(true);
-    expect(await lines.advance('w-lines', 'token-d', 'd-3')).toEqual({ removed: true, next: undefined });
-    await lines.append([job(4)], NOW);
+    expect((await lines.advance('w-lines', 'token-d', 'd-2', NOW + 5_000)).removed).toBe(true);
+    expect(await lines.advance('w-lines', 'token-d', 'd-3', NOW + 6_000)).toEqual({ removed: true, next: undefined });
+    expect(await headSince()).toBe(null);
+    expect(await lines.oldestHeadAgeMs(NOW + 7_000)).toBe(0);
+    await lines.append([job(4)], NOW + 7_000);
+    expect(await headSince()).toBe(NOW + 7_000);
     await lines.release('w-lines', 'token-d', undefined);
     expect(await due(NOW)).toEqual(['w-lines']);
+    expect(await headSince()).toBe(NOW + 7_000);
     expect(await lines.claim('w-lines', 'token-e', NOW, 10_000)).toBe(true);
-    expect((await lines.advance('w-lines', 'token-e', 'd-4')).removed).toBe(true);
+    expect((await lines.advance('w-lines', 'token-e', 'd-4', NOW + 8_000)).removed).toBe(true);
     await lines.release('w-lines', 'token-e', undefined);
     expect(await due(Number.MAX_SAFE_INTEGER)).toEqual([]);
     expect(await lines.linesWaiting()).toBe(0);
     expect(await lines.summary('w-lines')).toEqual({ length: 0, headAcceptedAtMs: undefined });
-    // Emptied, the line left no key behind: its sequence went with its last delivery.
-    const { fifo } = t.keys;
+    // Emptied, the line left no key behind (its sequence went with its last delivery), and no entry in the heads index.
     const lineKeys = [fifo.seq, fifo.line, fifo.jobs, fifo.lease].map((key) => key(partition, 'w-lines'));
     expect(await t.redis.exists(...lineKeys)).toBe(0);
-    // A later append starts the line again, in order.
-    await lines.append([job(5), job(6)], NOW);
-    expect((await lines.head('w-lines'))?.job.deliveryId).toBe('d-5');
+    expect(await t.redis.exists(fifo.heads(partition))).toBe(0);
+    expect(await lines.oldestHeadAgeMs(Number.MAX_SAFE_INTEGER)).toBe(0);
+    // A later append starts the line again, in order, its head waiting from then.
+    await lines.append([job(5), job(6)], NOW + 9_000);
+    expect((await lines.head('w-lines', NOW + 9_500))?.job.deliveryId).toBe('d-5');
+    expect(await headSince()).toBe(NOW + 9_000);
+  });
+
+  it('the heads index: a paused head is left out until its next turn, an erasure and a drop leave no entry, an entry its line outlived is cleared when read', async () => {
+    t = await testApp({ queuePartitions: 1 });
+    const lines = t.fifoLines;
+    const { fifo } = t.keys;
+    const job = (n: number, webhookId = 'w-heads') => ({
+      job: {
+        deliveryId: `d-${n}`,
+        eventId: `e-${n}`,
+        eventType: 'EVENT_TYPE_MACHINE_CREATED' as const,
+        vendorId: 'v',
+        webhookId,
+        body: '{}',
+        acceptedAtMs: 1_000 + n,
+      },
+    });
+    const NOW = 5_000;
+    const index = async () => Object.fromEntries(toPairs(await t!.redis.zrange(fifo.heads(0), 0, -1, 'WITHSCORES')));
+
+    // Two lines: the oldest head is the gauge's.
+    await lines.append([job(1), job(2), job(3)], NOW);
+    await lines.append([job(9, 'w-other')], NOW + 1_000);
+    expect(await index()).toEqual({ 'w-heads': String(NOW), 'w-other': String(NOW + 1_000) });
+    expect(await lines.oldestHeadAgeMs(NOW + 2_000)).toBe(2_000);
+
+    // A turn that finds its head held for a pause gives the line back unindexed: the head waits for
+    // its webhook's owner, not for the engine; an append behind it does not count it again.
+    expect(await lines.claim('w-heads', 'token-a', NOW, 10_000)).toBe(true);
+    expect((await lines.head('w-heads', NOW + 2_000))?.job.deliveryId).toBe('d-1');
+    await lines.release('w-heads', 'token-a', NOW + 60_000, true);
+    await lines.append([job(4)], NOW + 3_000);
+    expect(await index()).toEqual({ 'w-other': String(NOW + 1_000) });
+    expect(await lines.oldestHeadAgeMs(NOW + 4_000)).toBe(3_000);
+    // Enabled: the next turn counts the head again, from then.
+    expect(await lines.claim('w-heads', 'token-b', NOW + 5_000, 10_000)).toBe(true);
+    expect((await lines.head('w-heads', NOW + 5_000))?.job.deliveryId).toBe('d-1');
+    expect(await index()).toEqual({ 'w-heads': String(NOW + 5_000), 'w-other': String(NOW + 1_000) });
+    await lines.release('w-heads', 'token-b', NOW + 60_000);
+
+    // An erasure of the head: the next head waits from then, and is due then, not at the removed head's retry.
+    expect(await lines.remove('w-heads', ['d-1', 'd-404'], NOW + 6_000)).toBe(1);
+    expect(await index()).toEqual({ 'w-heads': String(NOW + 6_000), 'w-other': String(NOW + 1_000) });
+    expect((await lines.due(0, NOW + 5_999, 10)).lineIds).not.toContain('w-heads');
+    expect((await lines.due(0, NOW + 6_000, 10)).lineIds).toContain('w-heads');
+    // Of a delivery behind the head: the head's wait stays.
+    expect(await lines.remove('w-heads', ['d-3'], NOW + 7_000)).toBe(1);
+    expect(await index()).toEqual({ 'w-heads': String(NOW + 6_000), 'w-other': String(NOW + 1_000) });
+    // Of the rest: the line goes whole, keys, ready entry and heads entry.
+    expect(await lines.remove('w-heads', ['d-2', 'd-4'], NOW + 8_000)).toBe(2);
+    expect(await index()).toEqual({ 'w-other': String(NOW + 1_000) });
+    expect((await lines.due(0, Number.MAX_SAFE_INTEGER, 10)).lineIds).toEqual(['w-other']);
+    const keysOf = (lineId: string) => [fifo.seq, fifo.line, fifo.jobs].map((key) => key(0, lineId));
+    expect(await t.redis.exists(...keysOf('w-heads'))).toBe(0);
+
+    // A dropped webhook's lines (its erasure): nothing of them is left, ordering-key lines included.
+    await lines.append([{ ...job(10, 'w-other'), bucket: 7 }], NOW + 9_000);
+    expect(await lines.claim('w-other', 'token-c', NOW + 9_000, 10_000)).toBe(true);
+    expect(await lines.drop('w-other')).toBe(7);
+    expect(await t.redis.exists(fifo.heads(0), fifo.ready(0))).toBe(0);
+    expect(await lines.oldestHeadAgeMs(NOW + 10_000)).toBe(0);
+
+    // An entry whose line is gone (a version without the index emptied it) is cleared when read, not
+    // shown as a head waiting for ever; one whose line exists is kept.
+    await lines.append([job(11, 'w-live')], NOW + 10_000);
+    await t.redis.zadd(fifo.heads(0), NOW, 'w-gone');
+    expect(await lines.oldestHeadAgeMs(NOW + 12_000)).toBe(2_000);
+    expect(await index()).toEqual({ 'w-live': String(NOW + 10_000) });
   });
 
   it('a failing head holds back the rest until it is delivered, then they go in accept order; the stats show the line', async () => {
@@ -147,6 +239,63 @@ describe('FIFO ordering per webhook', () => {
     expect(deliveries.every((d) => d.status === 'delivered')).toBe(true);
     await waitFor(async () => (await stats(t!, webhook)).fifo_line?.length === 0, 5_000, 'an empty line');
     expect((await stats(t, webhook)).fifo_line).toEqual({ length: 0, oldest_waiting_ms: null });
+  });
+
+  it('the oldest head’s age: grows while a head keeps failing, starts again when an erasure takes the head, and is 0 with no index entry once the line empties', async () => {
+    // Fifty retries 200 ms apart: a head keeps failing for about ten seconds before it would be dead-lettered.
+    t = await testApp({ retryScheduleMs: [0, ...Array.from({ length: 50 }, () => 200)] });
+    const receiver = await receivers.start();
+    receiver.script('/in', { status: 500 });
+    await t.register('aging', `${receiver.base}/in`, { ordering: 'fifo' });
+    // The circuit stays closed: the head is attempted again and again rather than held by it.
+    workers.push(await startTestWorker(t, { breaker: { failureThreshold: 1_000, openMs: 200, openMsMax: 200 } }));
+    const startedMs = Date.now();
+    const events = [machineEvent('aging'), machineEvent('aging'), machineEvent('aging')];
+    expect((await t.ingestor.ingest(events, 'http')).every((r) => r.status === 'accepted')).toBe(true);
+    const [first, second] = events.map((e) => e.event_id);
+
+    // The gauge as a scrape reads it, from the API's /metrics.
+    const app = t;
+    const age = async () => {
+      const text = (await app.app.inject({ method: 'GET', url: '/metrics' })).body;
+      const value = /^hookline_fifo_oldest_head_age_seconds\{[^}]*\} (\S+)$/m.exec(text)?.[1];
+      expect(value, 'the gauge is exported').toBeDefined();
+      return Number(value);
+    };
+    const heads = async () =>
+      (await Promise.all(app.queues.partitions.map((_, n) => app.redis.zrange(app.keys.fifo.heads(n), 0, -1)))).flat();
+
+    await waitFor(() => receiver.requests.length >= 3, 10_000, 'the head failing three times');
+    expect(new Set(arrivals(receiver))).toEqual(new Set([first]));
+    const early = await age();
+    // The head has waited since its ingest, not since its last attempt.
+    expect(early).toBeGreaterThanOrEqual(0.3);
+    expect(early).toBeLessThanOrEqual((Date.now() - startedMs) / 1_000);
+    const later = await waitFor(
+      async () => {
+        const now = await age();
+        return now >= early + 0.5 && now;
+      },
+      10_000,
+      'the age growing while the head keeps failing',
+    );
+    console.log(`fifo head age: ${early.toFixed(3)} s, then ${later.toFixed(3)} s, the head still failing`);
+
+    // The failing head erased: the next head waits from then, not from its ingest, and goes at once (it fails too).
+    const sentBefore = receiver.requests.length;
+    const erasedAtMs = Date.now();
+    await t.eraser.eraseEvent(first!);
+    const afterErasure = await age();
+    expect(afterErasure).toBeLessThan(later);
+    expect(afterErasure).toBeLessThanOrEqual((Date.now() - erasedAtMs) / 1_000);
+    await waitFor(() => arrivals(receiver).slice(sentBefore).includes(second!), 5_000, 'the next head sent');
+
+    // Delivered: the line empties, the gauge is 0 and the index holds nothing.
+    receiver.script('/in', { status: 200 });
+    await waitFor(() => new Set(arrivals(receiver)).size >= 3, 10_000, 'the rest delivered');
+    await waitFor(async () => (await age()) === 0, 5_000, 'the gauge back to 0');
+    expect(await heads()).toEqual([]);
+    expect(await t.fifoLines.linesWaiting()).toBe(0);
   });
 
   it('a head that dead-letters lets the next go; its replay joins the end of the line; a test event does not wait in it', async () => {
@@ -246,7 +395,7 @@ describe('FIFO ordering per webhook', () => {
     await waitFor(async () => (await stats(t!, webhook)).fifo_line === null, 5_000, 'no line shown once it is empty');
   });
 
-  it('a paused FIFO webhook’s line holds its head and everything behind it, unsent; enabled, it goes on from the head, in order', async () => {
+  it('a paused FIFO webhook’s line holds its head and everything behind it, unsent, not counted as a head waiting; enabled, it goes on from the head, in order', async () => {
     t = await testApp({ retryScheduleMs: [0, 300, 60_000] });
     const receiver = await receivers.start();
     receiver.script('/in', { status: 500 });
@@ -267,6 +416,10 @@ describe('FIFO ordering per webhook', () => {
     expect(await quiescent(() => receiver.requests.length, 1_000, 10_000, 'nothing sent while paused')).toBe(1);
     expect(await t.deliveryLog.deadLetters(webhook.id, 10)).toEqual([]);
     expect((await stats(t, webhook)).fifo_line?.length).toBe(5);
+    // Held for the pause, the head is not one waiting on the engine: the gauge leaves it out.
+    const heads = t.keys.fifo.heads(partitionOf(webhook.id, t.queues.partitions.length));
+    expect(await t.redis.zscore(heads, webhook.id)).toBe(null);
+    expect(await t.fifoLines.oldestHeadAgeMs(Date.now())).toBe(0);
 
     receiver.script('/in', { status: 200 });
     expect((await patch({ enabled: true })).statusCode).toBe(200);
@@ -274,6 +427,9 @@ describe('FIFO ordering per webhook', () => {
     expect(arrivals(receiver)).toEqual([ids[0], ...ids]);
     // The head goes on with its second attempt, the rest with their first.
     expect(receiver.requests.map((r) => r.headers['x-webhook-attempt'])).toEqual(['1', '2', '1', '1', '1', '1']);
+    // Emptied: no entry is left in the heads index.
+    await waitFor(async () => (await t!.fifoLines.linesWaiting()) === 0, 5_000, 'an empty line');
+    expect(await t.redis.exists(heads)).toBe(0);
   });
 
   it('a FIFO line paused past its retry window is dead-lettered head by head as paused_expired, unsent; re-enabled, a bulk replay sends it through the line again', async () => {
@@ -330,6 +486,7 @@ describe('FIFO ordering per webhook', () => {
     expect(receiver.requests).toHaveLength(1);
     await waitFor(async () => (await t!.fifoLines.summary(webhook.id)).length === 0, 5_000, 'an empty line');
     expect(await t.fifoLines.linesWaiting()).toBe(0);
+    expect(await t.fifoLines.oldestHeadAgeMs(Date.now())).toBe(0);
   });
 
   it.each([5, 20])(

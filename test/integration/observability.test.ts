@@ -389,6 +389,9 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
         ...shown(/^Webhooks disabled$/),
         ...shown(/^Portal sessions issued and revoked$/),
         ...shown(/^Portal sign-ins$/),
+        // Read from Redis at every scrape, 0 with no FIFO line: they answer without FIFO traffic.
+        ...shown(/^FIFO lines waiting$/),
+        ...shown(/^FIFO oldest head waiting$/),
       ])
         expect(empty, expr).not.toContain(expr);
     } finally {
