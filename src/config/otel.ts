@@ -4,9 +4,9 @@
  * exporter's): no endpoint, no tracing, and nothing of it is loaded.
  */
 
-export type OtlpProtocol = 'http/protobuf' | 'http/json';
+type OtlpProtocol = 'http/protobuf' | 'http/json';
 
-export const SAMPLERS = [
+const SAMPLERS = [
   'always_on',
   'always_off',
   'traceidratio',
@@ -14,7 +14,7 @@ export const SAMPLERS = [
   'parentbased_always_off',
   'parentbased_traceidratio',
 ] as const;
-export type SamplerName = (typeof SAMPLERS)[number];
+type SamplerName = (typeof SAMPLERS)[number];
 
 export interface TracingConfig {
   /** Where spans are POSTed: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, or OTEL_EXPORTER_OTLP_ENDPOINT plus `/v1/traces`. */
