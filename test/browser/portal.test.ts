@@ -103,6 +103,15 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
   const card = (page: Page, name: string): Locator =>
     page.locator('article.card', { has: page.getByRole('heading', { name }) });
 
+  /** PATCHes the Deployment stopped webhook through the API with the vendor's key (a test's clean-up). */
+  const patchStopped = (payload: object) =>
+    w.t.app.inject({
+      method: 'PATCH',
+      url: `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}`,
+      headers: { 'x-api-key': w.vendorKey },
+      payload,
+    });
+
   /** Makes the failing receiver fail the next event (500 and HOSTILE_BODY), ingests one, and answers its dead letter's id. */
   async function deadLetter(): Promise<string> {
     w.bad.script('/deployments', { status: 500, headers: { 'content-type': 'text/html' }, body: HOSTILE_BODY });
@@ -930,12 +939,7 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       await page.getByRole('article', { name: 'Attempt 1' }).locator('.trace code', { hasText: traceId }).waitFor();
       expect(problems).toEqual([]);
     } finally {
-      await w.t.app.inject({
-        method: 'PATCH',
-        url: `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}`,
-        headers: { 'x-api-key': w.vendorKey },
-        payload: { propagate_trace: false },
-      });
+      await patchStopped({ propagate_trace: false });
     }
   });
 
@@ -969,12 +973,7 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       expect((await w.t.webhooks.get(VENDOR, w.webhooks.deploymentStopped))?.retentionMs).toBeUndefined();
       expect(problems).toEqual([]);
     } finally {
-      await w.t.app.inject({
-        method: 'PATCH',
-        url: `/vendors/v1/webhooks/${w.webhooks.deploymentStopped}`,
-        headers: { 'x-api-key': w.vendorKey },
-        payload: { retention: null },
-      });
+      await patchStopped({ retention: null });
     }
   });
 

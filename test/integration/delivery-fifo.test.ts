@@ -14,6 +14,18 @@ const arrivals = (receiver: TestReceiver) => receiver.requests.map((r) => eventI
 /** Each event id once, at its first arrival. */
 const firstArrivals = (receiver: TestReceiver) => [...new Set(arrivals(receiver))];
 
+/** A line entry for the store's own tests: delivery n of a webhook, accepted at 1,000 + n ms. */
+const lineEntry = (n: number, webhookId: string) => ({
+  job: {
+    deliveryId: `d-${n}`,
+    eventId: `e-${n}`,
+    eventType: 'EVENT_TYPE_MACHINE_CREATED' as const,
+    vendorId: 'v',
+    webhookId,
+    body: '{}',
+    acceptedAtMs: 1_000 + n,
+  },
+});
 describe('FIFO ordering per webhook', () => {
   let t: TestApp | undefined;
   const workers: TestWorker[] = [];
@@ -60,17 +72,7 @@ describe('FIFO ordering per webhook', () => {
   it('the line store: idempotent appends in order, an exclusive lease, removal fenced by the lease and the head, no line left unmarked, each head’s wait indexed', async () => {
     t = await testApp();
     const lines = t.fifoLines;
-    const job = (n: number, webhookId = 'w-lines') => ({
-      job: {
-        deliveryId: `d-${n}`,
-        eventId: `e-${n}`,
-        eventType: 'EVENT_TYPE_MACHINE_CREATED' as const,
-        vendorId: 'v',
-        webhookId,
-        body: '{}',
-        acceptedAtMs: 1_000 + n,
-      },
-    });
+    const job = (n: number, webhookId = 'w-lines') => lineEntry(n, webhookId);
     const NOW = 5_000;
     const partition = partitionOf('w-lines', t.queues.partitions.length);
     const due = async (atMs: number) => (await lines.due(partition, atMs, 10)).lineIds;
@@ -152,17 +154,7 @@ describe('FIFO ordering per webhook', () => {
     t = await testApp({ queuePartitions: 1 });
     const lines = t.fifoLines;
     const { fifo } = t.keys;
-    const job = (n: number, webhookId = 'w-heads') => ({
-      job: {
-        deliveryId: `d-${n}`,
-        eventId: `e-${n}`,
-        eventType: 'EVENT_TYPE_MACHINE_CREATED' as const,
-        vendorId: 'v',
-        webhookId,
-        body: '{}',
-        acceptedAtMs: 1_000 + n,
-      },
-    });
+    const job = (n: number, webhookId = 'w-heads') => lineEntry(n, webhookId);
     const NOW = 5_000;
     const index = async () => Object.fromEntries(toPairs(await t!.redis.zrange(fifo.heads(0), 0, -1, 'WITHSCORES')));
 
