@@ -45,6 +45,8 @@ export function startupLine(input: {
     ...(embedded ? { dataDir: config.dataDir } : {}),
     redisPrefix: config.redisPrefix,
     ssrfGuard: config.allowPrivateTargets ? 'off' : 'on',
+    // Where spans go (origin and path only: an endpoint's query or credentials are not logged).
+    traces: config.tracing === undefined ? 'off' : `${tracesTarget(config.tracing.url)} (${config.tracing.protocol})`,
     ...(worker
       ? {
           workerConcurrency: config.workerConcurrency,
@@ -66,4 +68,13 @@ export function startupLine(input: {
       'SSRF guard OFF (HOOKLINE_ALLOW_PRIVATE_TARGETS=true): callbacks may target private and loopback addresses',
     );
   return { level: config.allowPrivateTargets ? 'warn' : 'info', fields, msg: parts.join('; ') };
+}
+
+function tracesTarget(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.protocol}//${parsed.host}${parsed.pathname}`;
+  } catch {
+    return 'the configured endpoint';
+  }
 }

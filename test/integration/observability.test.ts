@@ -493,6 +493,7 @@ describe('a live engine’s metrics and logs after real deliveries', () => {
       redis: t.url,
       redisSource: 'REDIS_URL',
       ssrfGuard: 'off',
+      traces: 'off',
       retrySchedule: '0s,200ms,200ms',
       attempts: 3,
       partitions: 2,

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config/env.js';
 import { tracingConfigFrom } from '../../src/config/otel.js';
+import { startupLine } from '../../src/cli/startup.js';
 
 describe('trace export settings from the OTEL_* variables', () => {
   it('is off without an endpoint, and when disabled or with the exporter none', () => {
@@ -88,5 +89,24 @@ describe('trace export settings from the OTEL_* variables', () => {
     expect(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).tracing?.url).toBe(
       'http://collector:4318/v1/traces',
     );
+  });
+});
+
+describe('the start-up line names where traces go', () => {
+  it('origin and path with the protocol, never the endpoint’s credentials or query; off without one', () => {
+    const line = (env: Record<string, string>) =>
+      startupLine({
+        role: 'all',
+        config: { ...loadConfig(env), redisUrl: 'redis://127.0.0.1:6379' },
+        redis: { url: 'redis://127.0.0.1:6379', origin: 'configured' },
+        addresses: {},
+      }).fields.traces;
+    expect(line({})).toBe('off');
+    expect(
+      line({
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://user:pa55@traces.example/v1/traces?api_key=k3y',
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      }),
+    ).toBe('https://traces.example/v1/traces (http/json)');
   });
 });
