@@ -110,7 +110,9 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsyncZod {
             'sending the request again cannot help. On 202 the accepted events are durable and their deliveries exist; on a 5xx nothing ' +
             'was acknowledged and re-sending the same events (same event_id) is safe. Not subject to the per-key request ' +
             'limit: a request whose events would take its key past the ingest limit (events per second) answers 429 ' +
-            'with Retry-After: 1 and none of its events is ingested (a request into an otherwise empty second always passes).',
+            'with Retry-After: 1 and none of its events is ingested (a request into an otherwise empty second always passes). ' +
+            'A W3C traceparent header (and tracestate) puts the events’ ingest and deliveries in the caller’s trace; one that ' +
+            'is not valid is ignored.',
           querystring: noQueryParameters,
           body: documentedBody,
           response: {
