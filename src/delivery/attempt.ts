@@ -19,8 +19,14 @@ import { Lease, type AdmitOptions, type EndpointAdmission } from './endpoints/ad
 import type { DeferReason, NotAdmitted } from './endpoints/deferral.js';
 import { pauseHoldEndMs, type PauseHolds } from './pause-holds.js';
 import type { HeldJob } from '../store/held-deliveries.js';
-import { deliveryTraceContext, parseTraceparent, traceparentOf, type TraceContext } from '../domain/trace.js';
-import type { AttemptSpan, Tracing } from '../domain/trace.js';
+import {
+  deliveryTraceContext,
+  parseTraceparent,
+  traceparentOf,
+  type AttemptSpan,
+  type TraceContext,
+  type Tracing,
+} from '../domain/trace.js';
 
 /**
  * One delivery run, the steps every delivery shares whether it runs in a batch, on its own or at the

@@ -18,8 +18,7 @@ import { deliveryIdFor } from '../domain/ids.js';
 import type { MachineChange, MachineWriter } from '../store/machines.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { IngestFilters } from './filters.js';
-import { traceparentOf, type TraceContext } from '../domain/trace.js';
-import type { Tracing } from '../domain/trace.js';
+import { traceparentOf, type TraceContext, type Tracing } from '../domain/trace.js';
 
 export type { EventResult } from '../domain/event.js';
 

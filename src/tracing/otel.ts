@@ -25,8 +25,16 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import type { TracingConfig } from '../config/otel.js';
 import type { DeliverJob } from '../domain/delivery.js';
-import { parseTraceparent, type TraceContext } from '../domain/trace.js';
-import type { AttemptEnd, AttemptSpan, AttemptStart, IngestSpan, IngestStart, Tracing } from '../domain/trace.js';
+import {
+  parseTraceparent,
+  type AttemptEnd,
+  type AttemptSpan,
+  type AttemptStart,
+  type IngestSpan,
+  type IngestStart,
+  type TraceContext,
+  type Tracing,
+} from '../domain/trace.js';
 
 /**
  * The Tracing of an engine that exports: OpenTelemetry's SDK, its batch span processor (spans leave
