@@ -910,6 +910,23 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     }
   });
 
+  it('a link followed by a change of the fragment before the page’s first effects run still opens its session, on the page asked for', async () => {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    contexts.push(context);
+    context.setDefaultTimeout(15_000);
+    // The page's timers and animation frames wait while the clock is paused: the session opens in an
+    // effect, which runs only once the clock resumes, after the fragment changed.
+    await context.clock.install();
+    await context.clock.pauseAt(Date.now() + 60_000);
+    const page = await context.newPage();
+    await page.goto((await mint('read')).url);
+    await goTo(page, `#/events/${w.webhooks.machineCreated}`);
+    await context.clock.resume();
+    await page.getByRole('navigation', { name: 'Portal' }).waitFor();
+    await page.getByRole('heading', { name: 'Events' }).waitFor();
+    expect(await page.getByText(LINK_INVALID_TEXT).count()).toBe(0);
+  });
+
   it('manage: trace propagation turned on in the webhook form; the receiver gets a traceparent, and the attempt shows its trace id', async () => {
     const { page, problems } = await open((await mint('manage')).url);
     const stopped = card(page, 'Deployment stopped');

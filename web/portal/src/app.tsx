@@ -32,7 +32,8 @@ const CLOSED_TEXT: Record<Closed, { title: string; text: string }> = {
   signed_out: { title: 'Signed out', text: 'You signed out of the portal. Open a new link to come back.' },
 };
 
-export function App() {
+/** `linkToken`: the token main.tsx took from the address bar before the first render, if the page was opened by a link. */
+export function App({ linkToken }: { linkToken: string | undefined }) {
   const [state, setState] = useState<State>({ kind: 'opening' });
   const route = useRoute();
 
@@ -41,7 +42,7 @@ export function App() {
     const unsubscribe = onAccessLost(() =>
       setState((old) => (old.kind === 'closed' ? old : { kind: 'closed', why: 'expired' })),
     );
-    openSession().then(
+    openSession(linkToken).then(
       (opened) =>
         setState(typeof opened === 'string' ? { kind: 'closed', why: opened } : { kind: 'open', session: opened }),
       (error: Error) => setState({ kind: 'failed', error }),

@@ -5,16 +5,25 @@ import type { Permission, Session } from './types';
 export type Closed = 'link_invalid' | 'no_link' | 'expired' | 'signed_out';
 
 /**
- * Opens the page's session. A link carries a one-time token in its fragment (`#token=…`), which
- * browsers never send to a server: it is taken out of the address bar first (so it is in no
- * history entry, bookmark or screenshot), then exchanged for the session cookie. Without a token,
- * the cookie of an earlier visit (a reload) is asked for its session.
+ * Takes a link's one-time token out of the address bar (`#token=…`, a fragment browsers never send
+ * to a server), so it is in no history entry, bookmark or screenshot; the page then shows the
+ * endpoints. Called once, as the script starts and before anything renders: read any later (the
+ * session opens in an effect, after the first paint), a fragment changed meanwhile (a link
+ * followed, a script's navigation) would have replaced the token, and the session would not open.
  */
-export async function openSession(): Promise<Session | Closed> {
+export function takeLinkToken(): string | undefined {
   // Tokens are URL-safe text; anything else in the fragment is not part of one.
   const token = /^#token=([^&]+)/.exec(location.hash)?.[1];
+  if (token !== undefined) history.replaceState(null, '', `${location.pathname}${location.search}#/endpoints`);
+  return token;
+}
+
+/**
+ * Opens the page's session: exchanges the link's token (see takeLinkToken) for the session
+ * cookie; without one, asks the cookie of an earlier visit (a reload) for its session.
+ */
+export async function openSession(token: string | undefined): Promise<Session | Closed> {
   if (token !== undefined) {
-    history.replaceState(null, '', `${location.pathname}${location.search}#/endpoints`);
     try {
       return accept(await call<Session>('POST', '/portal/v1/session', { body: { token }, own401: true }));
     } catch (error) {
