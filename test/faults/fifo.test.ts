@@ -1,6 +1,5 @@
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -18,6 +17,7 @@ import { lcg } from '../helpers/random.js';
 import { reportFault, tallyDeliveries } from '../helpers/fault-summary.js';
 import { settles, waitFor } from '../helpers/wait.js';
 import { workerProcessEnv } from '../helpers/worker.js';
+import { closeServer, listenOnLoopback } from '../helpers/http-server.js';
 
 /**
  * A receiver that fails a share of the requests at random (500) and records, in order, the event
@@ -65,14 +65,12 @@ class FlakyReceiver {
     this.hold = { at, ms };
   }
 
-  async start(): Promise<string> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  start(): Promise<string> {
+    return listenOnLoopback(this.server);
   }
 
-  async close(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  close(): Promise<void> {
+    return closeServer(this.server);
   }
 }
 

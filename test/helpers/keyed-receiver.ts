@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { bucketOfKeyValue } from '../../src/domain/ordering-key.js';
+import { closeServer, listenOnLoopback } from './http-server.js';
 
 /** One request as a keyed receiver saw it: the event id (`webhook-id`) and the machine id of its body. */
 export interface KeyedReceipt {
@@ -66,14 +66,12 @@ export class KeyedReceiver {
     return [...new Set(this.succeeded.filter((r) => r.key === key).map((r) => r.eventId))];
   }
 
-  async start(): Promise<string> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  start(): Promise<string> {
+    return listenOnLoopback(this.server);
   }
 
-  async close(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  close(): Promise<void> {
+    return closeServer(this.server);
   }
 }
 

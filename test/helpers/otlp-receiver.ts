@@ -1,6 +1,6 @@
 import { createServer, type IncomingHttpHeaders } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { gunzipSync } from 'node:zlib';
+import { closeServer, listenOnLoopback } from './http-server.js';
 
 /** One span as an OTLP/HTTP receiver decoded it, ids in hex, attributes flattened. */
 export interface ReceivedSpan {
@@ -58,14 +58,12 @@ export class OtlpReceiver {
     return this.exports.flatMap((e) => e.spans);
   }
 
-  async start(): Promise<string> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  start(): Promise<string> {
+    return listenOnLoopback(this.server);
   }
 
-  async close(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  close(): Promise<void> {
+    return closeServer(this.server);
   }
 }
 

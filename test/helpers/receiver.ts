@@ -1,5 +1,6 @@
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { closeServer, listenOnLoopback } from './http-server.js';
 
 export interface ReceivedRequest {
   path: string;
@@ -46,15 +47,8 @@ export class TestReceiver {
    * Starts listening on 127.0.0.1 (a free port by default); resolves with the base URL. A receiver
    * closed earlier may start again, on the same port to come back where its webhooks point.
    */
-  async start(port = 0): Promise<string> {
-    await new Promise<void>((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(port, '127.0.0.1', () => {
-        this.server.off('error', reject);
-        resolve();
-      });
-    });
-    return this.base;
+  start(port = 0): Promise<string> {
+    return listenOnLoopback(this.server, port);
   }
 
   get base(): string {
@@ -73,8 +67,7 @@ export class TestReceiver {
   async close(): Promise<void> {
     for (const response of this.hanging) response.destroy();
     this.hanging.clear();
-    this.server.closeAllConnections();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    await closeServer(this.server);
   }
 }
 
