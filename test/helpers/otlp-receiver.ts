@@ -8,6 +8,8 @@ export interface ReceivedSpan {
   spanId: string;
   /** '' for a root span. */
   parentSpanId: string;
+  /** The W3C tracestate the span carries ('' when none). */
+  traceState: string;
   name: string;
   /** OTLP's SpanKind: 1 internal, 2 server, 3 client, 4 producer, 5 consumer. */
   kind: number;
@@ -83,6 +85,7 @@ interface JsonSpan {
   traceId: string;
   spanId: string;
   parentSpanId?: string;
+  traceState?: string;
   name: string;
   kind: number;
   startTimeUnixNano: string | number;
@@ -116,6 +119,7 @@ function fromJson(request: JsonRequest): ReceivedSpan[] {
         traceId: s.traceId,
         spanId: s.spanId,
         parentSpanId: s.parentSpanId ?? '',
+        traceState: s.traceState ?? '',
         name: s.name,
         kind: s.kind,
         startMs: Number(BigInt(s.startTimeUnixNano) / 1_000_000n),
@@ -206,6 +210,7 @@ function fromProtobuf(body: Buffer): ReceivedSpan[] {
           traceId: hex(one(s, 1)),
           spanId: hex(one(s, 2)),
           parentSpanId: hex(one(s, 4)),
+          traceState: text(one(s, 3)),
           name: text(one(s, 5)),
           kind: Number(one(s, 6)?.varint ?? 0n),
           startMs: nanosMs(one(s, 7)),

@@ -174,6 +174,8 @@ describe('OpenTelemetry traces from the producer to the receiver (real Redis, re
     expect(ingest).toMatchObject({
       name: 'POST /internal/v1/events',
       parentSpanId: producer.spanId,
+      // The producer's tracestate is continued as given.
+      traceState: 'vendor=abc',
       attributes: {
         'http.request.method': 'POST',
         'http.route': '/internal/v1/events',
