@@ -33,7 +33,10 @@ process.once('exit', () => {
 export function spawnCli(args: string[], env: NodeJS.ProcessEnv, options: CliOptions = {}): ChildProcess {
   const child = spawn(process.execPath, [...CLI, ...args], {
     cwd: options.cwd ?? REPO_ROOT,
-    env,
+    // The repository's tsconfig whatever the working folder: tsx reads the one of the folder it
+    // starts in, and only this one maps the client packages (@hookline/*) to their sources, so the
+    // CLI runs from source on a clean clone, before anything is built.
+    env: { ...env, TSX_TSCONFIG_PATH: path.join(REPO_ROOT, 'tsconfig.json') },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   running.add(child);
