@@ -2,7 +2,7 @@ import net, { type LookupFunction } from 'node:net';
 import tls from 'node:tls';
 import { errors, type buildConnector } from 'undici';
 import { LruMap } from '../lib/lru-map.js';
-import { connectThroughProxy, type EgressProxy } from './egress-proxy.js';
+import { connectThroughProxy, unbracketed, type EgressProxy } from './egress-proxy.js';
 
 /** How a new connection to a receiver was made: plain TCP, or TLS with a full handshake or a resumed session. */
 export type ConnectionKind = 'plain' | 'tls_full' | 'tls_resumed';
@@ -79,7 +79,9 @@ export function createConnector(options: ConnectorOptions): buildConnector.conne
               ...(localAddress ? { localAddress } : {}),
               ...(lookup ? { lookup } : {}),
             }
-          : { socket: transport }),
+          : // Over a tunnel, `host` is only what the certificate is checked against: without it (an
+            // IP literal sends no server name), Node would check it against "localhost".
+            { socket: transport, host: unbracketed(hostname) }),
         ...(name === undefined ? {} : { servername: name }),
         session: sessions.get(sessionKey),
         secureContext,

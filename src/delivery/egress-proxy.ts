@@ -103,6 +103,11 @@ export function connectThroughProxy(
   return socket;
 }
 
+/** A host as undici hands it over (a URL's hostname), an IPv6 literal without its brackets. */
+export function unbracketed(hostname: string): string {
+  return hostname.startsWith('[') && hostname.endsWith(']') ? hostname.slice(1, -1) : hostname;
+}
+
 /**
  * The one IP address to tunnel to: an IP literal as it is, a name through `lookup`. Whatever the
  * lookup answers must be an IP address: a name handed on would be resolved by the proxy, unchecked.
@@ -112,7 +117,7 @@ function resolveAddress(
   lookup: LookupFunction = dns.lookup,
   callback: (error: Error | null, address: string) => void,
 ): void {
-  const name = hostname.startsWith('[') && hostname.endsWith(']') ? hostname.slice(1, -1) : hostname;
+  const name = unbracketed(hostname);
   if (net.isIP(name) !== 0) return callback(null, name);
   // The single-address form; the guard's own errors (ERR_HOOKLINE_SSRF_BLOCKED) pass through unchanged.
   lookup(name, {}, (error, address) => {

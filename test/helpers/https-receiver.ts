@@ -21,7 +21,8 @@ export interface SeenRequest {
 /**
  * A real HTTPS receiver on 127.0.0.1 serving the run's CA's certificate. `requireClientCert` makes
  * it a mutual-TLS receiver that refuses handshakes without a certificate of that CA; `answer`
- * writes each response (default 200); idle connections close after `idleMs` (default 5 s).
+ * writes each response (default 200); idle connections close after `idleMs` (default 5 s);
+ * `certificate` replaces the run's server certificate (one the CA issued for other names).
  */
 export async function startHttpsReceiver(
   ca: TestCa,
@@ -29,14 +30,15 @@ export async function startHttpsReceiver(
     requireClientCert?: boolean;
     idleMs?: number;
     answer?: (seen: SeenRequest, res: ServerResponse) => void;
+    certificate?: { cert: string; key: string };
   } = {},
 ) {
   const seen: SeenRequest[] = [];
   const answer = options.answer ?? ((_seen, res) => res.writeHead(200).end('ok'));
   const server: Server = createServer(
     {
-      cert: ca.cert,
-      key: ca.key,
+      cert: options.certificate?.cert ?? ca.cert,
+      key: options.certificate?.key ?? ca.key,
       ...(options.requireClientCert
         ? { requestCert: true, rejectUnauthorized: true, ca: readFileSync(ca.caPath, 'utf8') }
         : {}),

@@ -101,9 +101,35 @@ export function issueClientCertificate(
   commonName: string,
   options: { expired?: boolean } = {},
 ): { cert: string; key: string } {
+  return issueCertificate(ca, `/CN=${commonName}/O=Hookline Tests`, ['extendedKeyUsage=clientAuth'], options);
+}
+
+/**
+ * A server certificate issued by the run's CA for exactly `subjectAltName` (e.g. `IP:127.0.0.1`),
+ * its CN `commonName`: a receiver whose certificate names only what it says, unlike the run's own
+ * server certificate, which also names `localhost`.
+ */
+export function issueServerCertificate(
+  ca: Pick<TestCa, 'caPath'>,
+  commonName: string,
+  subjectAltName: string,
+): { cert: string; key: string } {
+  return issueCertificate(ca, `/CN=${commonName}/O=Hookline Tests`, [
+    'extendedKeyUsage=serverAuth',
+    `subjectAltName=${subjectAltName}`,
+  ]);
+}
+
+/** A P-256 certificate for `subject` with `extensions` (besides a leaf's basic constraints and key usage), signed by the run's CA. */
+function issueCertificate(
+  ca: Pick<TestCa, 'caPath'>,
+  subject: string,
+  extensions: string[],
+  options: { expired?: boolean } = {},
+): { cert: string; key: string } {
   const caDir = path.dirname(ca.caPath);
   issued += 1;
-  const dir = path.join(caDir, `client-${process.pid}-${issued}`);
+  const dir = path.join(caDir, `issued-${process.pid}-${issued}`);
   mkdirSync(dir, { recursive: true });
   const caKey = path.join(caDir, 'ca.key');
   openssl(
@@ -115,17 +141,17 @@ export function issueClientCertificate(
       'ec_paramgen_curve:prime256v1',
       '-nodes',
       '-keyout',
-      'client.key',
+      'leaf.key',
       '-out',
-      'client.csr',
+      'leaf.csr',
       '-subj',
-      `/CN=${commonName}/O=Hookline Tests`,
+      subject,
     ],
     dir,
   );
   writeFileSync(
-    path.join(dir, 'client.ext'),
-    ['basicConstraints=CA:FALSE', 'keyUsage=critical,digitalSignature', 'extendedKeyUsage=clientAuth'].join('\n'),
+    path.join(dir, 'leaf.ext'),
+    ['basicConstraints=CA:FALSE', 'keyUsage=critical,digitalSignature', ...extensions].join('\n'),
   );
   if (options.expired) {
     writeFileSync(path.join(dir, 'index.txt'), '');
@@ -157,11 +183,11 @@ export function issueClientCertificate(
         '-keyfile',
         caKey,
         '-in',
-        'client.csr',
+        'leaf.csr',
         '-out',
-        'client.pem',
+        'leaf.pem',
         '-extfile',
-        'client.ext',
+        'leaf.ext',
         '-startdate',
         '20200101000000Z',
         '-enddate',
@@ -176,7 +202,7 @@ export function issueClientCertificate(
         'x509',
         '-req',
         '-in',
-        'client.csr',
+        'leaf.csr',
         '-CA',
         ca.caPath,
         '-CAkey',
@@ -185,17 +211,17 @@ export function issueClientCertificate(
         '-set_serial',
         String(randomInt(1, 2 ** 47)),
         '-out',
-        'client.pem',
+        'leaf.pem',
         '-days',
         '2',
         '-extfile',
-        'client.ext',
+        'leaf.ext',
       ],
       dir,
     );
   }
   return {
-    cert: readFileSync(path.join(dir, 'client.pem'), 'utf8'),
-    key: readFileSync(path.join(dir, 'client.key'), 'utf8'),
+    cert: readFileSync(path.join(dir, 'leaf.pem'), 'utf8'),
+    key: readFileSync(path.join(dir, 'leaf.key'), 'utf8'),
   };
 }

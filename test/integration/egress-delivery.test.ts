@@ -6,7 +6,7 @@ import { HttpSender, type HttpSenderOptions } from '../../src/delivery/http-send
 import { testApp } from '../helpers/app.js';
 import { startHttpsReceiver } from '../helpers/https-receiver.js';
 import { machineEvent } from '../helpers/events.js';
-import { issueClientCertificate, TEST_DOMAIN } from '../helpers/test-ca.js';
+import { issueClientCertificate, issueServerCertificate, TEST_DOMAIN } from '../helpers/test-ca.js';
 import { hasTinyproxy, startTinyproxy, type TestTinyproxy } from '../helpers/tinyproxy.js';
 import { quiescent, waitFor } from '../helpers/wait.js';
 import { startTestWorker } from '../helpers/worker.js';
@@ -87,6 +87,29 @@ describe.skipIf(testCa === undefined || tinyproxyHere === undefined)(
       expect(proxy.log()).not.toContain(RECEIVER);
       // The line the SSRF test below looks for is the one tinyproxy writes per client connection.
       expect(proxy.log()).toContain('Connect (file descriptor');
+    });
+
+    it('an HTTPS receiver at an IP literal, its certificate for that IP alone: verified against the IP through the tunnel, no SNI', async () => {
+      // Named for 127.0.0.1 only: a check against any default name (Node's is localhost) fails.
+      const certificate = issueServerCertificate(testCa!, 'ip-only receiver', 'IP:127.0.0.1');
+      const receiver = await startHttpsReceiver(testCa!, { certificate });
+      closers.push(receiver.close);
+      const { s, kinds } = sender();
+      const url = `https://127.0.0.1:${receiver.port}/hook`;
+      const result = await s.send({ url, headers: {}, body: '{}', timeoutMs: 5_000 });
+      expect(result).toMatchObject({ kind: 'response', status: 200 });
+      expect(receiver.seen.map((r) => [r.headers.host, r.servername])).toEqual([[`127.0.0.1:${receiver.port}`, false]]);
+      expect(kinds).toEqual(['tls_full']);
+      expect(connects(proxy)).toContain(`127.0.0.1:${receiver.port}`);
+      // And a name the certificate does not carry is still refused through the tunnel.
+      const wrongName = await s.send({
+        url: `https://${RECEIVER}:${receiver.port}/hook`,
+        headers: {},
+        body: '{}',
+        timeoutMs: 5_000,
+      });
+      expect(wrongName).toMatchObject({ kind: 'error', errorClass: 'tls' });
+      expect(receiver.seen).toHaveLength(1);
     });
 
     it('the SSRF guard decides before the proxy: a name resolving to a private address is blocked, and the proxy is never asked', async () => {
