@@ -241,6 +241,8 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       : undefined;
 
   let closing = false;
+  // Whether the worker took work: one that never started (a start that failed, e.g. a port in use) has nothing to drain.
+  let workerStarted = false;
   // The change feed keeps this process's copies of webhooks current (the CLI's tools keep none).
   const feedStop = new AbortController();
   return {
@@ -272,6 +274,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       }
       if (health && options.listen) addresses.health = await quietListen(health, config.apiHost, config.metricsPort);
       if (worker) {
+        workerStarted = true;
         worker.pool.start();
         worker.pool.readers.forEach((reader, n) =>
           startWhenRedisAnswers(
@@ -306,13 +309,15 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       await steps.run(api?.close());
       if (worker) {
         await steps.run(Promise.all(streams.map((stream) => stream.stop())));
-        ended = await worker.close(graceMs);
-        logger.info(
-          { ended },
-          ended === 'drained'
-            ? 'in-flight deliveries finished'
-            : 'grace period over; unfinished deliveries return to the queue',
-        );
+        if (workerStarted) {
+          ended = await worker.close(graceMs);
+          logger.info(
+            { ended },
+            ended === 'drained'
+              ? 'in-flight deliveries finished'
+              : 'grace period over; unfinished deliveries return to the queue',
+          );
+        } else await worker.close(0);
       }
       // After the worker: the counts of its last attempts are in the buffer.
       await steps.run(stores.endpointStats.close());

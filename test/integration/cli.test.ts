@@ -524,6 +524,8 @@ describe('the embedded Redis is the data folder’s own', () => {
       `hookline: cannot listen on 127.0.0.1:${port}: another process holds the port; stop it, or set HOOKLINE_API_PORT to a free port\n`,
     );
     expect(result.code).toBe(1);
+    // Its worker never started: no shutdown line may speak of deliveries it never had.
+    expect(result.stdout).not.toMatch(/grace period|in-flight deliveries|unfinished deliveries/);
     expect(redisServersOf(dataDir)).toEqual([]);
     expect(readState(dataDir).pid).toBeUndefined();
   }, 90_000);
