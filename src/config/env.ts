@@ -177,8 +177,9 @@ export const envSchema = z.object({
     'expected at least 24h (re-sent events are ignored for at least that long)',
   ),
   // How long event payloads, the event log and delivery records (dead letters too) are kept.
+  // Whole minutes from 1m: installations that keep payloads only until they are delivered ask for minutes.
   HOOKLINE_RETENTION: duration('7d')
-    .refine((ms) => ms >= 3_600_000, 'expected at least 1h')
+    .refine((ms) => ms >= 60_000 && ms % 60_000 === 0, 'expected whole minutes, at least 1m')
     .refine((ms) => ms <= 366 * 24 * 3_600_000, 'expected at most 366d'),
   // false: no event log (no event feed, no range replays), for installations whose rate would make it too large.
   HOOKLINE_EVENT_LOG: boolean(true),

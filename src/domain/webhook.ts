@@ -175,19 +175,22 @@ export const nullableFilterSchema = z
   .transform((input, ctx) => (input === null ? null : checkedFilter(input, ctx)))
   .meta(FILTER_META);
 
-const RETENTION_RE = /^([1-9][0-9]{0,4})(h|d)$/;
-const RETENTION_PROBLEM = 'retention must be a whole number of hours or days, such as "24h" or "3d", at least 1h';
+const RETENTION_RE = /^([1-9][0-9]{0,5})(m|h|d)$/;
+const RETENTION_PROBLEM =
+  'retention must be a whole number of minutes, hours or days, such as "30m", "24h" or "3d", at least 1m';
+const RETENTION_UNIT_MS = { m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
 
-/** Milliseconds of a retention as the API writes it (`24h`, `3d`), or undefined when it is not one. */
+/** Milliseconds of a retention as the API writes it (`30m`, `24h`, `3d`), or undefined when it is not one. */
 export function parseRetentionMs(text: string): number | undefined {
   const match = RETENTION_RE.exec(text);
   if (!match) return undefined;
-  return Number(match[1]) * (match[2] === 'd' ? 86_400_000 : 3_600_000);
+  return Number(match[1]) * RETENTION_UNIT_MS[match[2] as keyof typeof RETENTION_UNIT_MS];
 }
 
-/** A retention as the API writes it: whole days when it is some, else hours. */
+/** A retention as the API writes it: whole days when it is some, else whole hours, else minutes. */
 export function formatRetention(ms: number): string {
-  return ms % 86_400_000 === 0 ? `${ms / 86_400_000}d` : `${Math.round(ms / 3_600_000)}h`;
+  if (ms % 86_400_000 === 0) return `${ms / 86_400_000}d`;
+  return ms % 3_600_000 === 0 ? `${ms / 3_600_000}h` : `${Math.round(ms / 60_000)}m`;
 }
 
 const propagateTraceSchema = z
@@ -201,8 +204,9 @@ const retentionSchema = z
   .string({ error: RETENTION_PROBLEM })
   .refine((text) => parseRetentionMs(text) !== undefined, { error: RETENTION_PROBLEM })
   .describe(
-    'How long this webhook’s events (the event feed, range replays), payloads and delivery records are kept, such as "24h" ' +
-      'or "3d": at least 1h and at most the installation’s retention (HOOKLINE_RETENTION, 7d by default); absent: that retention.',
+    'How long this webhook’s events (the event feed, range replays), payloads and delivery records are kept, such as "30m", ' +
+      '"24h" or "3d": at least 1m and at most the installation’s retention (HOOKLINE_RETENTION, 7d by default); absent: that ' +
+      'retention. A delivery still being tried keeps its record until its retention after its last attempt.',
   );
 
 export const WEBHOOK_ORDERINGS = ['fifo', 'none'] as const;

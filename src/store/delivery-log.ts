@@ -274,10 +274,15 @@ while a <= #ARGV do
     fields[i + 1], fields[i + 2] = 'body', body
   end
   redis.call('HSET', record, unpack(fields))
-  redis.call('PEXPIRE', record, dead and deadRetention or retention)
+  -- A delivery still being tried keeps its record for the retention after its next attempt: a
+  -- retention shorter than a gap of the schedule must not take the attempts made (the next would
+  -- then start the schedule over). Its webhook's recent list lives as long.
+  local retryUntil = status == 'retrying' and nextAt ~= '' and tonumber(retention) + math.max(0, tonumber(nextAt) - tonumber(atMs))
+  redis.call('PEXPIRE', record, retryUntil or (dead and deadRetention or retention))
 
   -- The recent list holds dead letters' ids too, so it lives as long as they do after its last addition.
   if redis.call('ZADD', w.recent, acceptedAtMs, deliveryId) == 1 then redis.call('PEXPIRE', w.recent, deadRetention) end
+  if retryUntil and retryUntil > tonumber(deadRetention) then redis.call('PEXPIRE', w.recent, retryUntil, 'GT') end
   -- Trimmed after this record's write, so its new status counts should it be among the oldest.
   local over = redis.call('ZCARD', w.recent) - recentMax
   if over > 0 then
@@ -341,9 +346,14 @@ return out`;
 // parkedIn (the parked batch job holding it, or '').
 const RECORD_DEFERRED_LUA = `
 local retention, deadRetention = ARGV[1], ARGV[2]
+local t = redis.call('TIME')
+local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for a = 3, #ARGV, 13 do
   local record, recent, nextAt, dueAt, deliveryId, acceptedAtMs = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 9]
+  -- Kept for the retention after the attempt it waits for (see RECORD_ATTEMPTS_LUA), never less than it had.
+  local keepMs = tonumber(retention) + math.max(0, tonumber(nextAt) - nowMs)
   if redis.call('EXISTS', record) == 1 then
+    redis.call('PEXPIRE', record, keepMs, 'GT')
     if ARGV[a + 11] ~= '1' then
       local attempt = tostring(tonumber(redis.call('HGET', record, 'attempts') or '0') + 1) .. ':'
       local due = redis.call('HGET', record, 'dueAt')
@@ -355,9 +365,10 @@ for a = 3, #ARGV, 13 do
     redis.call('HSET', record, 'deliveryId', deliveryId, 'eventId', ARGV[a + 5], 'eventType', ARGV[a + 6], 'webhookId', ARGV[a + 7],
       'vendorId', ARGV[a + 8], 'acceptedAtMs', acceptedAtMs, 'replayOf', ARGV[a + 10], 'status', 'pending', 'attempts', '0',
       'updatedAtMs', acceptedAtMs, 'nextAttemptAtMs', nextAt, 'dueAt', '1:' .. dueAt, 'parkedIn', ARGV[a + 12])
-    redis.call('PEXPIRE', record, retention)
+    redis.call('PEXPIRE', record, keepMs)
     if redis.call('ZADD', recent, acceptedAtMs, deliveryId) == 1 then redis.call('PEXPIRE', recent, deadRetention) end
   end
+  if keepMs > tonumber(deadRetention) then redis.call('PEXPIRE', recent, keepMs, 'GT') end
 end
 return 1`;
 

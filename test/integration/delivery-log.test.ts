@@ -161,6 +161,19 @@ describe('RedisDeliveryLog.recordAttempt', () => {
     });
   });
 
+  it('keeps a delivery still being tried for the retention after its next attempt, however short the retention', async () => {
+    // A retry due 10 h after an attempt, with a 2 h retention: the record (its attempts) and the
+    // webhook's recent list outlive that attempt, so it is made as the second, not a new first.
+    const d = job('d-slow');
+    const attempt = write(d, 1, 'retrying', { nextAttemptAtMs: T0 + 1_000 + 10 * HOUR_MS });
+    await log.recordAttempt(attempt);
+    await expectTtl(keys.deliveries.record('wh-1', 'd-slow'), 12 * HOUR_MS);
+    await expectTtl(keys.deliveries.ofWebhook('wh-1'), 12 * HOUR_MS);
+    // Delivered at last: the retention from then.
+    await log.recordAttempt(write(d, 2, 'delivered'));
+    await expectTtl(keys.deliveries.record('wh-1', 'd-slow'), OPTIONS.retentionMs);
+  });
+
   it('keeps the body of a dead letter, adds it to the dead set and keeps it for the dead-letter retention', async () => {
     const d = job('d-1');
     await log.recordAttempt(write(d, 1, 'retrying', { nextAttemptAtMs: T0 + 5_000 }));
@@ -371,6 +384,22 @@ describe('RedisDeliveryLog.recordDeferred', () => {
     // Held back again: the next attempt moves, the time it was due does not.
     await log.recordDeferred([{ job: d, nextAttemptAtMs: T0 + 34_000, dueAtMs: T0 + 30_000 }]);
     expect((await log.progressOf([d]))[0]).toMatchObject({ nextAttemptAtMs: T0 + 34_000, dueAtMs: T0 });
+  });
+
+  it('keeps a delivery held back past the retention for the retention after the attempt it waits for', async () => {
+    // Held 10 h (a webhook paused by its vendor) with a 2 h retention, new and then already recorded.
+    const nowMs = Date.now();
+    const fresh = job('d-new', { acceptedAtMs: nowMs });
+    await log.recordDeferred([{ job: fresh, nextAttemptAtMs: nowMs + 10 * HOUR_MS, dueAtMs: nowMs }]);
+    await expectTtl(keys.deliveries.record('wh-1', 'd-new'), 12 * HOUR_MS);
+    await expectTtl(keys.deliveries.ofWebhook('wh-1'), 12 * HOUR_MS);
+    const tried = job('d-tried', { acceptedAtMs: nowMs });
+    await log.recordAttempt({ ...write(tried, 1, 'retrying'), nextAttemptAtMs: nowMs + 5_000 });
+    await log.recordDeferred([{ job: tried, nextAttemptAtMs: nowMs + 10 * HOUR_MS, dueAtMs: nowMs + 5_000 }]);
+    await expectTtl(keys.deliveries.record('wh-1', 'd-tried'), 12 * HOUR_MS);
+    // A shorter hold never shortens what it has.
+    await log.recordDeferred([{ job: tried, nextAttemptAtMs: nowMs + HOUR_MS, dueAtMs: nowMs + 5_000 }]);
+    await expectTtl(keys.deliveries.record('wh-1', 'd-tried'), 12 * HOUR_MS);
   });
 
   it('belongs to the attempt it held back: after the next attempt is recorded, its due time is the schedule again', async () => {

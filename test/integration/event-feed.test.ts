@@ -282,7 +282,12 @@ describe('the event feed and range replays (real Redis, a real receiver, a worke
     const longer = await patch({ retention: '30d' });
     expect(longer.statusCode).toBe(400);
     expect(longer.json<{ error: string }>().error).toContain("at most the installation's retention, 7d");
-    expect((await patch({ retention: '90m' })).statusCode).toBe(400);
+    // Whole minutes from 1m, for installations that keep payloads only until they are delivered.
+    for (const refused of ['0m', '30s', '1.5h', '5 m'])
+      expect((await patch({ retention: refused })).json<{ error: string }>().error).toContain('at least 1m');
+    expect((await patch({ retention: '1m' })).json()).toMatchObject({ retention: '1m' });
+    expect((await patch({ retention: '90m' })).json()).toMatchObject({ retention: '90m' });
+    expect((await patch({ retention: '120m' })).json()).toMatchObject({ retention: '2h' });
     expect((await patch({ retention: '36h' })).json()).toMatchObject({ retention: '36h' });
     expect((await patch({ retention: '2d' })).json()).toMatchObject({ retention: '2d' });
     expect((await patch({ retention: null })).json()).toMatchObject({ retention: null });

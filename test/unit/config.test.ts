@@ -107,6 +107,11 @@ describe('loadConfig', () => {
     );
   });
 
+  it('takes a retention of whole minutes from 1m', () => {
+    expect(loadConfig({ HOOKLINE_RETENTION: '1m' }).retentionMs).toBe(60_000);
+    expect(loadConfig({ HOOKLINE_RETENTION: '45m' }).retentionMs).toBe(45 * 60_000);
+  });
+
   it('treats empty strings as unset', () => {
     expect(loadConfig({ REDIS_URL: '', HOOKLINE_API_PORT: '' }).apiPort).toBe(8080);
   });
@@ -123,6 +128,8 @@ describe('loadConfig', () => {
     [{ HOOKLINE_LOG_LEVEL: 'loud' }, 'HOOKLINE_LOG_LEVEL'],
     [{ HOOKLINE_REDIS_PREFIX: 'a b' }, 'HOOKLINE_REDIS_PREFIX'],
     [{ HOOKLINE_DEDUPE_WINDOW: '12h' }, 'HOOKLINE_DEDUPE_WINDOW: expected at least 24h'],
+    [{ HOOKLINE_RETENTION: '30s' }, 'HOOKLINE_RETENTION: expected whole minutes, at least 1m'],
+    [{ HOOKLINE_RETENTION: '90s' }, 'HOOKLINE_RETENTION: expected whole minutes, at least 1m'],
     [
       { HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '-1' },
       'HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: expected 0 (off) or more',

@@ -901,8 +901,8 @@ function WebhookForm({
       />
       <p class="hint" id={`retention-hint-${id}`}>
         How long this webhook’s events, their payloads and delivery records are kept (its event feed and range replays
-        reach that far back): whole hours or days, such as 24h or 3d; at least 1h, at most the installation’s retention
-        (7d unless your platform set another).
+        reach that far back): whole minutes, hours or days, such as 30m, 24h or 3d; at least 1m, at most the
+        installation’s retention (7d unless your platform set another).
       </p>
       <label class="check">
         <input
