@@ -185,8 +185,12 @@ export async function admitAndSend(
   attemptNo: number,
   options: RunOptions,
 ): Promise<DeliveryRun> {
-  // Awaited only when admission had to wait: most deliveries are admitted synchronously.
-  let admitted = deps.admission.admit(webhook, options);
+  // Awaited only when admission had to wait: most deliveries are admitted synchronously. A last
+  // attempt is always sent (see AdmitOptions.lastAttempt).
+  let admitted = deps.admission.admit(
+    webhook,
+    attemptNo >= deps.retryScheduleMs.length ? { ...options, lastAttempt: true } : options,
+  );
   if (admitted instanceof Promise) admitted = await admitted;
   if (admitted instanceof Lease) {
     const { tracker } = options;

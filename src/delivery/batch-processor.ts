@@ -4,7 +4,7 @@ import type { DeferralWrite } from '../store/delivery-log.js';
 import { admitAndSend, finish, prepare, recheckHold, type DeliveryProcessorDeps, type SendTracker } from './attempt.js';
 import { BatchHolds, type BatchHoldRules } from './batch-holds.js';
 import type { DeferredRef } from './endpoints/wakeups.js';
-import type { GiveUp } from './endpoints/admission.js';
+import { giveUpRound } from './endpoints/admission.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { FirstAttemptBatch } from './first-attempts.js';
 import { JOBS, parkIdOf } from './jobs.js';
@@ -18,17 +18,6 @@ export interface BatchSummary {
   /** Left the batch for jobs of their own: retries and hand-offs as single jobs, deferrals parked. */
   handedOff: number;
   skipped: number;
-}
-
-/** One round of waiting for first contacts: the deliveries that began admission in it give up together. */
-function giveUpRound(): GiveUp & { giveUp(): void } {
-  let resolve: () => void = () => undefined;
-  const round = { given: false, when: new Promise<void>((r) => (resolve = r)), giveUp: () => undefined as void };
-  round.giveUp = () => {
-    round.given = true;
-    resolve();
-  };
-  return round;
 }
 
 /** How long a batch waits once only deliveries to suspect endpoints are left in it. */
@@ -223,7 +212,6 @@ class BatchRun implements SendTracker {
             onWaiting: this.onWaiting,
             deferJitterMs: 0,
             roomWaitMs: 0,
-            wokenByWakeups: true,
             tracker: this,
           });
     switch (run.kind) {

@@ -7,7 +7,7 @@ import { isRedisUnavailable } from '../store/redis.js';
 import { finish, FINISHED, recheckHold, runDelivery, type DeliveryProcessorDeps } from './attempt.js';
 import { StorageUnavailableError } from './signals.js';
 import { dueAtOf } from './single-processor.js';
-import { GIVE_UP_NOW } from './endpoints/admission.js';
+import { giveUpAfter } from './endpoints/admission.js';
 
 /**
  * FIFO webhooks (`ordering: fifo`): their deliveries go out one at a time per line, in the order
@@ -91,12 +91,16 @@ export interface FifoDriverOptions {
 
 /**
  * What a head's drive ends in: the next head may go; the line waits until `untilMs` (`held`: for its
- * webhook's pause); or storage failed.
+ * webhook's pause; `wakeOn`: held back behind that endpoint, and woken as soon as it takes
+ * deliveries again); or storage failed.
  */
-type HeadEnd = { kind: 'next' } | { kind: 'wait'; untilMs: number; held?: true } | { kind: 'storage' };
+type HeadEnd = { kind: 'next' } | { kind: 'wait'; untilMs: number; held?: true; wakeOn?: string } | { kind: 'storage' };
 
-/** Where a turn left its line: ready again at `readyAtMs` (undefined: empty), `held` for a pause; or `lost` to another worker. */
-type LineEnd = { readyAtMs: number | undefined; held: boolean } | 'lost';
+/**
+ * Where a turn left its line: ready again at `readyAtMs` (undefined: empty), `held` for a pause,
+ * woken early by `wakeOn`'s endpoint; or `lost` to another worker.
+ */
+type LineEnd = { readyAtMs: number | undefined; held: boolean; wakeOn?: string } | 'lost';
 
 /** The FIFO driver of one worker process (see the top of this file). */
 export class FifoDriver {
@@ -230,6 +234,13 @@ export class FifoDriver {
         await lines.release(lineId, token, end.readyAtMs, end.held);
         // An enable that came before the release made the line due, and the release put it back to the hold's end.
         if (end.held) await recheckHold(this.options.deps, webhookOfLine(lineId), []);
+        // Only once released: a wake before the release would be undone by the ready time it sets.
+        if (end.wakeOn !== undefined && end.readyAtMs !== undefined)
+          deps.wakeups.register(
+            end.wakeOn,
+            [{ webhookId: webhookOfLine(lineId), jobId: lineId, deliveries: 1, parked: false, line: true }],
+            end.readyAtMs,
+          );
       }
     } catch (error) {
       if (deps.gate.allows(epoch) && !isRedisUnavailable(error as Error)) throw error;
@@ -271,7 +282,12 @@ export class FifoDriver {
       if (head === undefined) return { readyAtMs: undefined, held: false };
       const end = await this.driveHead(head.job, epoch);
       if (end.kind === 'storage') throw new StorageUnavailableError();
-      if (end.kind === 'wait') return { readyAtMs: end.untilMs, held: end.held === true };
+      if (end.kind === 'wait')
+        return {
+          readyAtMs: end.untilMs,
+          held: end.held === true,
+          ...(end.wakeOn === undefined ? {} : { wakeOn: end.wakeOn }),
+        };
       const advanced = await lines.advance(lineId, token, head.job.deliveryId, deps.nowMs());
       // Not removed: the lease was lost, and its new holder goes on from this head.
       if (!advanced.removed) return 'lost';
@@ -293,24 +309,27 @@ export class FifoDriver {
     const run = await runDelivery(deps, job, plan.attemptNo, {
       dueAtMs: plan.dueAtMs,
       epoch,
-      giveUp: GIVE_UP_NOW,
+      // A first contact to its endpoint in flight (another line's head, often: a new keyed webhook's
+      // lines start together) is waited for as a batch waits, when it is answered that soon.
+      giveUp: giveUpAfter(deps.suspectHoldMs),
       forceProbe: job.manual === true,
       deferJitterMs: 0,
       // A head waits for room at its endpoint's concurrency limit as a single job does.
       roomWaitMs: deps.suspectHoldMs,
-      // The line's ready set, not the wakeups, brings its head back.
-      wokenByWakeups: false,
     });
     if (run.kind === 'storage') return { kind: 'storage' };
     if (run.kind === 'held' || run.kind === 'deferred') {
       // Paused: the head, and the line behind it, waits for the enable (its turn's end wakes it
       // again if one came meanwhile), or until its hold ends. Held back without an attempt
-      // (breaker, rate limit): the record says when it will be tried.
+      // (breaker, rate limit): the record says when it will be tried; held back behind its
+      // endpoint, the line is woken as soon as the endpoint takes deliveries again (the wakeups,
+      // registered at the turn's end), its ready time only the bound if this process dies meanwhile.
       const untilMs = run.kind === 'held' ? run.heldUntilMs : run.retryAtMs;
       await deps.recorder.recordDeferred([{ job, nextAttemptAtMs: untilMs, dueAtMs: plan.dueAtMs }]);
       finish(deps, { kind: 'deferred', job, reason: run.kind === 'held' ? 'webhook_paused' : run.reason });
       onHeadBlocked?.();
-      return run.kind === 'held' ? { kind: 'wait', untilMs, held: true } : { kind: 'wait', untilMs };
+      if (run.kind === 'held') return { kind: 'wait', untilMs, held: true };
+      return { kind: 'wait', untilMs, ...(run.wakeOn === undefined ? {} : { wakeOn: run.wakeOn }) };
     }
     const { finished, retryDelayMs } = run;
     if (retryDelayMs === undefined) return { kind: 'next' };

@@ -195,7 +195,8 @@ const ERROR_ROWS: Record<AttemptErrorClass, Reading> = {
     health: 'healthy',
     flow: 'neutral',
     description:
-      'Not sent: the attempt came due while the endpoint’s circuit was open; recorded, it counts on the schedule.',
+      'Not sent: the attempt came due while the endpoint’s circuit was open; recorded, it counts on the schedule. ' +
+      'Never a delivery’s last attempt: that one is sent, as the circuit’s probe if need be.',
   }),
 };
 

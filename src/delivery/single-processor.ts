@@ -78,7 +78,6 @@ export function createSingleProcessor(
       forceProbe: data.manual === true,
       deferJitterMs: 1_000,
       roomWaitMs: deps.suspectHoldMs,
-      wokenByWakeups: true,
     });
 
     // 3. Steer the queue.

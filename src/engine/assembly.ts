@@ -450,7 +450,19 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
   flow.start();
   const wakeups = new DeferralWakeups(
     endpoints,
-    (refs) => stores.queues.promote(refs),
+    // Jobs are moved to the front of their queue; FIFO lines are made due.
+    async (refs) => {
+      const lines = refs.filter((ref) => ref.line === true);
+      await Promise.all([
+        stores.queues.promote(lines.length === 0 ? refs : refs.filter((ref) => ref.line !== true)),
+        lines.length === 0
+          ? undefined
+          : stores.fifoLines.wakeLines(
+              lines.map((ref) => ref.jobId),
+              nowMs(),
+            ),
+      ]);
+    },
     nowMs,
     undefined,
     // An endpoint held back only by the slots takes them all back at once, as before it had a limit.

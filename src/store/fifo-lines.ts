@@ -451,11 +451,23 @@ export class RedisFifoLines implements FifoLineStore {
    * time. One command: a webhook's lines share its partition's ready set.
    */
   async wake(webhookId: string, nowMs: number): Promise<void> {
-    await this.redis.zadd(
-      this.keys.fifo.ready(this.partitionOf(webhookId)),
-      'XX',
-      'LT',
-      ...linesOf(webhookId).flatMap((lineId) => [nowMs, lineId]),
+    await this.wakeLines(linesOf(webhookId), nowMs);
+  }
+
+  /**
+   * Makes lines due at `nowMs` if they wait longer (their heads were held back behind an endpoint
+   * that takes deliveries again), as `wake` does: one command per queue partition.
+   */
+  async wakeLines(lineIds: readonly string[], nowMs: number): Promise<void> {
+    const byPartition = new Map<number, string[]>();
+    for (const lineId of lineIds) {
+      const n = this.partitionOfLine(lineId);
+      byPartition.set(n, [...(byPartition.get(n) ?? []), lineId]);
+    }
+    await Promise.all(
+      [...byPartition].map(([n, lines]) =>
+        this.redis.zadd(this.keys.fifo.ready(n), 'XX', 'LT', ...lines.flatMap((lineId) => [nowMs, lineId])),
+      ),
     );
   }
 

@@ -128,6 +128,50 @@ describe('FIFO ordering per ordering key', () => {
     expect(await t.deliveryLog.deadLetters(webhook.id, 10)).toEqual([]);
   }, 60_000);
 
+  /**
+   * A new keyed webhook: its lines all start at once, toward an endpoint no attempt has answered yet,
+   * so every head but one finds the first contact in flight. With a delivery timeout of 30 s, a line
+   * that waited for the contact's timeout (or for the deferral's hold) would take 30 s or more; each
+   * must follow the contact's answer instead. `firstAnswerMs`: how long the receiver holds that first
+   * contact's answer (0: answered at once, waited for in the process; 1 s: the heads are deferred,
+   * and woken when it answers).
+   */
+  it.each([
+    ['at once', 0],
+    ['after 1 s', 1_000],
+  ])(
+    'a new keyed webhook’s lines all start when its first contact is answered (%s), not a timeout later',
+    async (_name, firstAnswerMs) => {
+      t = await testApp({ retryScheduleMs: [0, 1_000] });
+      keyed = new KeyedReceiver(0);
+      if (firstAnswerMs > 0) keyed.holdAt(1, firstAnswerMs);
+      const base = await keyed.start();
+      await t.register('fresh', `${base}/in`, { ordering: 'fifo', ordering_key: ORDERING_KEY });
+      const outcomes: string[] = [];
+      workers.push(
+        await startTestWorker(t, {
+          deliveryTimeoutMs: 30_000,
+          onOutcome: (o) => outcomes.push(o.kind === 'deferred' ? `deferred:${o.reason}` : o.kind),
+        }),
+      );
+      const machines = machineIdsOfDistinctLines(3);
+      const events = Array.from({ length: 30 }, (_, i) => machineEventFor('fresh', machines[i % 3]!));
+      const startedMs = Date.now();
+      await ingest(t, events);
+      await waitFor(() => keyed!.succeeded.length >= 30, 10_000, 'all 30 deliveries, well before a timeout');
+      const tookMs = Date.now() - startedMs;
+      console.log(
+        `fifo-key first contact answered ${firstAnswerMs} ms late: 30 deliveries on 3 lines in ${tookMs} ms; ` +
+          `held back ${outcomes.filter((o) => o.startsWith('deferred')).length} times`,
+      );
+      for (const machine of machines)
+        expect(keyed.firstSuccessesOf(machine)).toEqual(
+          events.filter((e) => e.data.metadata.machine_id === machine).map((e) => e.event_id),
+        );
+      expect(keyed.received).toHaveLength(30);
+    },
+  );
+
   it('5,000 key values make at most 64 lines, whose keys are bounded, measured, and gone once drained', async () => {
     t = await testApp({ retryScheduleMs: [0, 1_000] });
     const receiver = await receivers.start();

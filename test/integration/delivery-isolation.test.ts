@@ -120,6 +120,56 @@ describe('delivery isolation, SSRF guard and sustained failures', () => {
     expect(worker.outcomes.some((o) => o.kind === 'deferred' && o.reason === 'open')).toBe(true);
   });
 
+  it('a delivery’s last attempt is sent through an open circuit: a path that answers is never dead-lettered unsent', async () => {
+    // One vendor, two webhooks on one origin: /down answers 503 and keeps its circuit open (an
+    // event every 0.5 s, failed probes doubling the open period), /ok answers 200. With a short
+    // schedule, every /ok delivery's attempts come due while the circuit is open; the last one
+    // is sent all the same, as the probe, and its answer closes the circuit for both paths.
+    t = await testApp({ retryScheduleMs: [0, 2_000, 4_000] });
+    const origin = await receiver();
+    origin.script('/down', { status: 503 });
+    const downHook = await t.register('v', `${origin.base}/down`);
+    const ok = await t.register('v', `${origin.base}/ok`, { event_type: 'EVENT_TYPE_DEPLOYMENT_UPDATED' });
+    worker = await startTestWorker(t, { breaker: { openMs: 2_000, openMsMax: 16_000 } });
+    const ingested = async (type: WebhookEventType) => {
+      const e = event(type, 'v');
+      expect(await t!.ingestor.ingest([e], 'http')).toMatchObject([{ status: 'accepted', deliveries: 1 }]);
+      return e.event_id;
+    };
+    const down = () => ingested('EVENT_TYPE_MACHINE_CREATED');
+    for (let i = 0; i < 6; i++) await down();
+    await waitFor(
+      () => worker!.breakers.openEndpoints(Date.now()).includes(endpointKey('v', origin.base)),
+      5_000,
+      'the origin’s circuit open',
+    );
+    // For 10 s: /down an event every 0.5 s, /ok one every second.
+    const okEvents: string[] = [];
+    for (let tick = 0; tick < 20; tick++) {
+      await down();
+      if (tick % 2 === 0) okEvents.push(await ingested('EVENT_TYPE_DEPLOYMENT_UPDATED'));
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    const okDeliveries = () => t!.deliveryLog.recent(ok.id, 100);
+    await waitFor(
+      async () => (await okDeliveries()).filter((d) => d.status === 'delivered' || d.status === 'dead').length === 10,
+      30_000,
+      'every /ok delivery finished',
+    );
+    const okPaths = origin.requests.filter((r) => r.path === '/ok');
+    const finished = await okDeliveries();
+    const dead = await t.deliveryLog.recent(downHook.id, 100);
+    console.log(
+      `last attempt through an open circuit: /ok ${finished.filter((d) => d.status === 'delivered').length} of 10 ` +
+        `delivered, ${okPaths.length} requests; /down ${origin.requests.length - okPaths.length} requests, ` +
+        `${dead.filter((d) => d.status === 'dead').length} dead letters`,
+    );
+    expect(finished.map((d) => d.status)).toEqual(Array<string>(10).fill('delivered'));
+    expect(new Set(okPaths.map((r) => r.headers['webhook-id']))).toEqual(new Set(okEvents));
+    // A dead letter of /down was tried at its last attempt, never recorded unsent.
+    for (const d of dead.filter((d) => d.status === 'dead')) expect(d.lastOutcome).not.toBe('circuit_open');
+  }, 60_000);
+
   describe('two vendors on one receiver origin', () => {
     interface Stats {
       circuit: string;

@@ -35,7 +35,6 @@ const batch = (over: Partial<AdmitOptions> = {}): AdmitOptions => ({
   giveUp: { given: false, when: new Promise<void>(() => undefined) },
   deferJitterMs: 0,
   roomWaitMs: 0,
-  wokenByWakeups: true,
   ...over,
 });
 /** A single job's. */
@@ -197,6 +196,37 @@ describe('EndpointAdmission (fixed clock)', () => {
     expect(w.endpoints.openEndpoints(NOW + 1)).toEqual([]);
   });
 
+  it('sends a last attempt past the circuit’s hold as its probe, or after the probe in flight; never records it unsent', () => {
+    const w = world();
+    w.answered('failed');
+    w.answered('failed');
+    // Within the hold, a last attempt waits for the open period's end like any other.
+    expect(w.admission.admit(w.hook, batch({ lastAttempt: true }))).toMatchObject({ kind: 'deferred', reason: 'open' });
+    // Past it: an earlier attempt is recorded circuit_open; the last one is sent as the probe.
+    expect(w.admission.admit(w.hook, batch({ dueAtMs: NOW - 1 }))).toEqual({ kind: 'circuit_open' });
+    const probe = lease(w.admission.admit(w.hook, batch({ dueAtMs: NOW - 1, lastAttempt: true })));
+    expect(probe.slot).toBe('suspect');
+    // Another last attempt past the hold while it is in flight is deferred until that probe has its
+    // answer (woken then), holding nothing meanwhile; the probe failed, it is the next probe at once.
+    expect(w.admission.admit(w.hook, batch({ dueAtMs: NOW - 30_000, lastAttempt: true }))).toEqual({
+      kind: 'deferred',
+      wakeOn: w.endpoint.key,
+      retryAtMs: NOW + 4_000,
+      reason: 'probing',
+    });
+    expect(w.slots.inFlight).toBe(1);
+    probe.settle({ ...OK, health: 'failed' }, NOW + 1);
+    probe.end();
+    expect(w.endpoint.circuit.isOpen(NOW + 2)).toBe(true);
+    expect(w.admission.admit(w.hook, batch({ dueAtMs: NOW - 1 }))).toEqual({ kind: 'circuit_open' });
+    const secondProbe = lease(w.admission.admit(w.hook, batch({ dueAtMs: NOW - 30_000, lastAttempt: true })));
+    // Answered: the circuit closes, whichever of the origin's webhooks and paths it came from.
+    secondProbe.settle(OK, NOW + 2);
+    secondProbe.end();
+    expect(w.endpoints.openEndpoints(NOW + 2)).toEqual([]);
+    expect(lease(w.admission.admit(w.hook, batch())).slot).toBe('healthy');
+  });
+
   it('defers behind a slow endpoint', () => {
     const w = world();
     w.answered();
@@ -273,12 +303,6 @@ describe('EndpointAdmission (fixed clock)', () => {
       kind: 'deferred',
       wakeOn: w.endpoint.key,
       retryAtMs: NOW + 40_500,
-      reason: 'slow',
-    });
-    expect(w.admission.admit(w.hook, batch({ wokenByWakeups: false }))).toEqual({
-      kind: 'deferred',
-      wakeOn: w.endpoint.key,
-      retryAtMs: NOW + 625,
       reason: 'slow',
     });
     expect(w.slots.inFlight).toBe(1);

@@ -9,12 +9,10 @@ import {
 const NOW = 1_764_000_000_000;
 const RULES = { circuitHoldMs: 30_000, unprovenHoldMs: 40_000 };
 const E = 'v-1 https://receiver.example';
-/** A batch's delivery: woken by the wakeups, not spread. */
-const BATCH: DeferralCase = { endpoint: E, dueAtMs: NOW, deferJitterMs: 0, wokenByWakeups: true };
-/** A single job's: woken by the wakeups, spread over 1 s. */
-const SINGLE: DeferralCase = { endpoint: E, dueAtMs: NOW, deferJitterMs: 1_000, wokenByWakeups: true };
-/** A FIFO head's: the line's ready time brings it back. */
-const HEAD: DeferralCase = { endpoint: E, dueAtMs: NOW, deferJitterMs: 0, wokenByWakeups: false };
+/** A batch's delivery or a FIFO head: not spread. */
+const BATCH: DeferralCase = { endpoint: E, dueAtMs: NOW, deferJitterMs: 0 };
+/** A single job's: spread over 1 s. */
+const SINGLE: DeferralCase = { endpoint: E, dueAtMs: NOW, deferJitterMs: 1_000 };
 
 const deferred = (wakeOn: string | undefined, retryAtMs: number, reason: string): NotAdmitted =>
   ({ kind: 'deferred', wakeOn, retryAtMs, reason }) as NotAdmitted;
@@ -64,7 +62,7 @@ describe('planDeferral: when a delivery admission holds back comes back', () => 
       0.5,
       deferred(E, NOW + 4_000, 'probing'),
     ],
-    // Unproven: held for long when the wakeups bring it back, else back when the contact in flight has ended.
+    // Unproven: held for long (the wakeups bring it back as soon as the endpoint answers), or until the contact in flight has ended.
     ['unproven, a batch', { by: 'unproven', retryAtMs: NOW + 5_100 }, BATCH, 0.5, deferred(E, NOW + 40_000, 'slow')],
     [
       'unproven, a single job',
@@ -80,11 +78,8 @@ describe('planDeferral: when a delivery admission holds back comes back', () => 
       0.5,
       deferred(E, NOW + 50_000, 'slow'),
     ],
-    ['unproven, a FIFO head', { by: 'unproven', retryAtMs: NOW + 5_100 }, HEAD, 0.5, deferred(E, NOW + 5_100, 'slow')],
-    // The suspect share taken: the hold plus up to 1 s, or 0.25 to 1 s for a FIFO head.
+    // The suspect share taken: the hold plus up to 1 s.
     ['suspect share, a batch', { by: 'suspect_share' }, BATCH, 0.5, deferred(E, NOW + 40_500, 'slow')],
-    ['suspect share, a FIFO head', { by: 'suspect_share' }, HEAD, 0, deferred(E, NOW + 250, 'slow')],
-    ['suspect share, a FIFO head, at most', { by: 'suspect_share' }, HEAD, 0.999, deferred(E, NOW + 999, 'slow')],
     // A pause: its end, spread by at least 1 s; nothing to wake it.
     ['paused, a batch', { by: 'paused', untilMs: NOW + 3_000 }, BATCH, 0.5, deferred(undefined, NOW + 3_500, 'paused')],
     [

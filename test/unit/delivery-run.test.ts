@@ -36,7 +36,6 @@ const options: RunOptions = {
   giveUp: GIVE_UP_NOW,
   deferJitterMs: 0,
   roomWaitMs: 0,
-  wokenByWakeups: true,
 };
 
 /** What the lease gave back: each answer settled, and how many times it was ended. */

@@ -44,8 +44,40 @@ export interface GiveUp {
   readonly when: Promise<void>;
 }
 
-/** Never waits for a first contact: single jobs and FIFO heads are deferred instead. */
+/** Never waits for a first contact: single jobs are deferred instead. */
 export const GIVE_UP_NOW: GiveUp = { given: true, when: Promise.resolve() };
+
+/** One round of waiting for first contacts: the deliveries that began admission in it give up together (a batch's). */
+export function giveUpRound(): GiveUp & { giveUp(): void } {
+  let resolve: () => void = () => undefined;
+  const round = { given: false, when: new Promise<void>((r) => (resolve = r)), giveUp: () => undefined as void };
+  round.giveUp = () => {
+    round.given = true;
+    resolve();
+  };
+  return round;
+}
+
+/**
+ * Gives up `ms` after admission first waits on it (a FIFO head's: a first contact answered within
+ * that is waited for in the process, not deferred); the timer starts only when a wait does.
+ */
+export function giveUpAfter(ms: number): GiveUp {
+  const round = giveUpRound();
+  let timed = false;
+  return {
+    get given() {
+      return round.given;
+    },
+    get when() {
+      if (!timed) {
+        timed = true;
+        setTimeout(() => round.giveUp(), ms).unref();
+      }
+      return round.when;
+    },
+  };
+}
 
 export interface AdmitOptions {
   /** When the retry schedule made this attempt due. */
@@ -55,6 +87,12 @@ export interface AdmitOptions {
   giveUp: GiveUp;
   /** A replay or test event: probe an open circuit now. */
   forceProbe?: boolean;
+  /**
+   * The delivery's last attempt by the schedule: never recorded `circuit_open` unsent. Where an
+   * earlier attempt would be, it is sent as the circuit's probe (deferred until the probe in flight
+   * has its answer, if one is), so a dead letter always means the receiver was tried and failed.
+   */
+  lastAttempt?: boolean;
   /**
    * Spreads deliveries the breaker defers over this much past their retry time, so a herd held back
    * behind one endpoint does not come back at one instant (0: not spread).
@@ -67,13 +105,6 @@ export interface AdmitOptions {
    * a single job 250 ms, rather than going back to the queue at once to find the endpoint full again).
    */
   roomWaitMs: number;
-  /**
-   * The caller registers a deferral behind an endpoint with the wakeups (batches and single jobs
-   * do): one behind an unproven endpoint is then held for long (`unprovenHoldMs`), the wakeups
-   * bringing it back. Without (a FIFO line's head), it looks again when the attempt in flight has
-   * ended, or in 0.25 to 1 s when only the suspect share of the slots was taken.
-   */
-  wokenByWakeups: boolean;
   /** Told when the delivery starts (true) and stops (false) waiting for a first contact's answer. */
   onWaiting?: (waiting: boolean) => void;
 }
@@ -143,6 +174,8 @@ const SETTLED = Symbol('settled');
 export type Admitted = Lease | NotAdmitted;
 
 const STORAGE: NotAdmitted = { kind: 'storage' };
+/** A last attempt that would be recorded `circuit_open`: admission starts over, probing the circuit now. */
+const PROBE_NOW = Symbol('probe now');
 /** The breaker's or the slots' state changed while a slot was waited for: start over. */
 const AGAIN = Symbol('again');
 
@@ -176,6 +209,7 @@ export class EndpointAdmission {
     const reserved = this.reserve(endpoint, webhook, options, roomWaitEndMs);
     if (reserved instanceof Promise)
       return reserved.then(() => this.admitOn(endpoint, webhook, options, roomWaitEndMs));
+    if (reserved === PROBE_NOW) return this.admitOn(endpoint, webhook, { ...options, forceProbe: true }, roomWaitEndMs);
     if (!(reserved instanceof Lease)) return reserved;
     // 5. A slot.
     if (!this.deps.slots.tryAcquire())
@@ -213,7 +247,7 @@ export class EndpointAdmission {
     webhook: Webhook,
     options: AdmitOptions,
     roomWaitEndMs: number,
-  ): Lease | NotAdmitted | Promise<void> {
+  ): Lease | NotAdmitted | Promise<void> | typeof PROBE_NOW {
     const { deps } = this;
     // 2. The gate.
     if (!deps.gate.allows(options.epoch)) return STORAGE;
@@ -223,12 +257,16 @@ export class EndpointAdmission {
     if (!pre.admitted) {
       // A contact unanswered for longer than a batch may wait is not worth waiting for any more.
       const { retryAtMs } = pre;
-      if (pre.reason !== 'first_contact')
-        return this.plan(
-          pre.reason === 'slow' ? { by: 'unproven', retryAtMs } : { by: 'circuit', reason: pre.reason, retryAtMs },
-          endpoint,
-          options,
-        );
+      if (pre.reason === 'slow') return this.plan({ by: 'unproven', retryAtMs }, endpoint, options);
+      if (pre.reason !== 'first_contact') {
+        const held = this.plan({ by: 'circuit', reason: pre.reason, retryAtMs }, endpoint, options);
+        if (held.kind !== 'circuit_open' || options.lastAttempt !== true) return held;
+        // A last attempt is sent all the same: as the probe now; or, while a probe is in flight,
+        // deferred (holding no slot while it hangs) until that probe has its answer, the wakeups
+        // bringing it back then, past the hold that its due time would otherwise set.
+        if (pre.reason === 'open') return PROBE_NOW;
+        return this.plan({ by: 'circuit', reason: 'probing', retryAtMs }, endpoint, { ...options, dueAtMs: nowMs });
+      }
       if (options.giveUp.given || nowMs - pre.contactStartedMs >= deps.suspectHoldMs)
         return this.plan({ by: 'unproven', retryAtMs }, endpoint, options);
       options.onWaiting?.(true);
@@ -305,7 +343,6 @@ export class EndpointAdmission {
       endpoint: endpoint.key,
       dueAtMs: options.dueAtMs,
       deferJitterMs: options.deferJitterMs,
-      wokenByWakeups: options.wokenByWakeups,
     };
     return planDeferral(hold, delivery, deps.rules, deps.nowMs(), deps.random);
   }

@@ -48,8 +48,6 @@ export interface DeferralCase {
   dueAtMs: number;
   /** Spreads a herd held back behind one endpoint over this much past its time (0: not spread). */
   deferJitterMs: number;
-  /** The wakeups bring it back (batches and single jobs); without (a FIFO line's head), it looks again by itself. */
-  wokenByWakeups: boolean;
 }
 
 /** The worker's side of it. */
@@ -72,9 +70,8 @@ const CIRCUIT_OPEN: NotAdmitted = { kind: 'circuit_open' };
  * Where a held-back delivery goes. Behind an open circuit: back when it ends, unless that is more
  * than one open period past the attempt's due time (then the attempt is recorded as `circuit_open`,
  * so a circuit never stretches a delivery's life past its schedule). Behind an unproven endpoint or
- * a full suspect share: for the unproven hold when the wakeups bring it back (they send the
- * endpoint one contact at a time and the rest the moment one is answered in time), else soon (a
- * FIFO head looks again when the attempt in flight has ended, or in 0.25 to 1 s). Behind a pause:
+ * a full suspect share: for the unproven hold, since the wakeups bring it back (they send the
+ * endpoint one contact at a time and the rest the moment one is answered in time). Behind a pause:
  * its end; a concurrency limit: at most 1 to 2 s (woken as attempts end); a rate limit: its place
  * in the line. Pauses and limits are spread by at least 1 s, so a herd does not come back at once.
  */
@@ -85,21 +82,21 @@ export function planDeferral(
   nowMs: number,
   random: () => number,
 ): NotAdmitted {
-  const { endpoint, deferJitterMs, wokenByWakeups } = delivery;
+  const { endpoint, deferJitterMs } = delivery;
   switch (hold.by) {
     case 'circuit':
       if (hold.retryAtMs > delivery.dueAtMs + rules.circuitHoldMs) return CIRCUIT_OPEN;
       return deferred(endpoint, Math.round(hold.retryAtMs + random() * deferJitterMs), hold.reason);
     case 'unproven': {
-      const heldUntilMs = wokenByWakeups ? Math.max(hold.retryAtMs, nowMs + rules.unprovenHoldMs) : hold.retryAtMs;
+      const heldUntilMs = Math.max(hold.retryAtMs, nowMs + rules.unprovenHoldMs);
       return deferred(endpoint, Math.round(heldUntilMs + random() * deferJitterMs), 'slow');
     }
-    case 'suspect_share': {
-      const heldMs = wokenByWakeups
-        ? rules.unprovenHoldMs + random() * Math.max(1_000, deferJitterMs)
-        : 250 + random() * 750;
-      return deferred(endpoint, Math.round(nowMs + heldMs), 'slow');
-    }
+    case 'suspect_share':
+      return deferred(
+        endpoint,
+        Math.round(nowMs + rules.unprovenHoldMs + random() * Math.max(1_000, deferJitterMs)),
+        'slow',
+      );
     case 'paused':
       return deferred(undefined, Math.round(hold.untilMs + random() * Math.max(1_000, deferJitterMs)), 'paused');
     case 'concurrency':

@@ -10,6 +10,8 @@ export interface DeferredRef {
   /** Deliveries the job holds: 1 for a single job. */
   deliveries: number;
   parked: boolean;
+  /** A FIFO line whose head waits (`jobId` is the line's id): woken by making the line due now. */
+  line?: true;
 }
 
 /** Moves deferred jobs back to the front of their queue (a job no longer delayed is left alone). */
