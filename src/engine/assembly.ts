@@ -359,12 +359,19 @@ export interface DeliverySettings {
   egressProxy?: EgressProxy;
   /** Circuit-breaker tuning; defaults in DEFAULT_BREAKER_OPTIONS. */
   breaker?: Partial<BreakerOptions>;
+  /** A killed worker's in-flight jobs run again after this (HOOKLINE_WORKER_LOCK_DURATION); default 30 s. */
+  lockDurationMs?: number;
   /** Counts attempts, outcomes and circuit changes. */
   metrics?: Metrics;
   onOutcome?: (outcome: FinishedOutcome) => void;
   /** Spans of attempts and of the steps that send nothing (trace export on). */
   tracing?: Tracing;
   nowMs?: () => number;
+}
+
+/** How long a killed worker's work waits before others take it over: its jobs' locks, its FIFO leases' floor. */
+export function lockDurationMsOf(settings: Pick<DeliverySettings, 'lockDurationMs'>): number {
+  return settings.lockDurationMs ?? 30_000;
 }
 
 /** The delivery sender's options for a worker of these settings. */
@@ -483,9 +490,10 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
     endpointMemory: new RedisEndpointMemory(stores.redis, stores.keys),
     suspectHoldMs,
     // A delivery held back behind an endpoint that has not proven itself comes back by itself after
-    // twice the delivery timeout plus one open period (the time two contacts and the circuit's first
-    // open period take); the wakeups bring it back as soon as the endpoint answers in time.
-    rules: { circuitHoldMs, unprovenHoldMs: 2 * settings.deliveryTimeoutMs + circuitHoldMs },
+    // the lock duration (or once the contact in flight has ended, if later); the wakeups bring it
+    // back as soon as the endpoint answers in time. The hold only matters when this process dies
+    // before it wakes them: they then run again when everything else it held does, not later.
+    rules: { circuitHoldMs, unprovenHoldMs: lockDurationMsOf(settings) },
     nowMs,
     random: Math.random,
   });

@@ -6,7 +6,13 @@ import { FifoDriver, fifoLeaseMs } from '../delivery/fifo-driver.js';
 import { DeliveryWorkerPool } from '../delivery/worker.js';
 import { fifoObserver } from '../metrics/observers.js';
 import type { Redis } from '../store/redis.js';
-import { composeDeliveryDeps, senderOptions, type DeliverySettings, type Stores } from './assembly.js';
+import {
+  composeDeliveryDeps,
+  lockDurationMsOf,
+  senderOptions,
+  type DeliverySettings,
+  type Stores,
+} from './assembly.js';
 import { raceTimer } from '../lib/timer-race.js';
 
 export interface WorkerSettings extends DeliverySettings {
@@ -14,8 +20,6 @@ export interface WorkerSettings extends DeliverySettings {
   workerConnection: Redis;
   /** Told about the worker's own connections (the first-attempt readers'), so their outages are logged. */
   watchConnection?: (connection: Redis) => void;
-  /** A killed worker's in-flight jobs run again after this. */
-  lockDurationMs?: number;
   /** The operator's receiver of operational webhooks and its secret; absent: this worker sends none. */
   operationalWebhook?: { url: string; secret: string };
 }
@@ -47,7 +51,7 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     lines: stores.fifoLines,
     deps,
     partitions: stores.queues.partitions.length,
-    leaseMs: fifoLeaseMs(settings.deliveryTimeoutMs, settings.lockDurationMs ?? 30_000),
+    leaseMs: fifoLeaseMs(settings.deliveryTimeoutMs, lockDurationMsOf(settings)),
     linesMax: settings.concurrency,
     ...(settings.metrics ? { onHeadBlocked: fifoObserver(settings.metrics) } : {}),
   });
@@ -66,7 +70,7 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     eraser: stores.eraser,
     ...(operationalProcessor ? { operationalProcessor } : {}),
     logger: settings.logger,
-    lockDurationMs: settings.lockDurationMs ?? 30_000,
+    lockDurationMs: lockDurationMsOf(settings),
   });
   return {
     pool,

@@ -149,4 +149,49 @@ describe('standalone hookline worker processes', () => {
     expect(tally.delivered, 'second batch delivered after the kill').toBe(FIRST + SECOND);
     expect(tally.duplicated).toBeLessThanOrEqual(10);
   }, 120_000);
+
+  it('a worker killed while deliveries wait behind its first contact: they go out within the lock duration', async () => {
+    // A new endpoint whose first request takes 2.5 s: the rest of the burst is deferred behind it,
+    // and the worker is killed before that answer wakes them. Their deferral, not the killed
+    // worker, brings them back: within the lock duration (8 s here), the time after which
+    // everything else a killed worker held runs again, not two timeouts and an open period later.
+    const LOCK_MS = 8_000;
+    const startedMs = Date.now();
+    t = await testApp({ retryScheduleMs: [0, 60_000], queuePartitions: 1 });
+    receiver = new TestReceiver();
+    await receiver.start();
+    receiver.script('/first', { status: 200, delayMs: 2_500 }, { status: 200 });
+    await t.webhooks.create('v', { eventType: 'EVENT_TYPE_MACHINE_UPDATED', callbackUrl: `${receiver.base}/first` });
+    const env = await workerProcessEnv(t, { HOOKLINE_WORKER_LOCK_DURATION: '8s', HOOKLINE_DELIVERY_TIMEOUT: '3s' });
+    const first = await startCli(['worker'], env, /delivery worker running/);
+    children.push(first.child);
+    const accepted = new Set(acceptedIds(await t.ingestor.ingest(events(5), 'http')));
+    const ingestedMs = Date.now();
+    const deferred = async () =>
+      (await t.deliveryLog.recent((await t.webhooks.list('v'))[0]!.id, 10)).filter(
+        (d) => d.status === 'pending' && d.nextAttemptAtMs !== undefined,
+      );
+    const held = await waitFor(
+      async () => ((await deferred()).length >= 4 ? deferred() : undefined),
+      10_000,
+      'the deferrals',
+    );
+    first.child.kill('SIGKILL');
+    expect(await first.exited).toBeNull();
+    const second = await startCli(
+      ['worker'],
+      await workerProcessEnv(t, { HOOKLINE_WORKER_LOCK_DURATION: '8s' }),
+      /delivery worker running/,
+    );
+    children.push(second.child);
+    const inTime = await settles(() => distinctEvents() === 5, LOCK_MS + 6_000);
+    const tally = tallyDeliveries(accepted, receivedIds());
+    reportFault('worker-sigkill-behind-first-contact', tally, startedMs, {
+      deferred_for_ms: Math.max(...held.map((d) => d.nextAttemptAtMs! - ingestedMs)),
+      delivered_after_ms: Date.now() - ingestedMs,
+    });
+    expect(inTime, 'every delivery within the lock duration of the kill').toBe(true);
+    expect(tally.delivered).toBe(5);
+    for (const d of held) expect(d.nextAttemptAtMs! - d.acceptedAtMs).toBeLessThanOrEqual(LOCK_MS + 1_000);
+  }, 60_000);
 });
