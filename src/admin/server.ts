@@ -35,6 +35,7 @@ import { ApiError, errorBody, type ErrorCode } from './errors.js';
 import { swaggerOptions } from './openapi.js';
 import { DOCS_CSP, secureEveryAnswer } from './security-headers.js';
 import { keepResponseForLog, logRequestNow, RequestLogController } from './request-log.js';
+import { discardRestOfBody } from './refused-body.js';
 import { agentRoutes } from './routes/agents.js';
 import { deliveryRoutes, type DeliveryRouteDeps } from './routes/deliveries.js';
 import { eventRoutes, type IngestRateLimit } from './routes/events.js';
@@ -205,7 +206,9 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   app.setSerializerCompiler(serializerCompiler);
   keepResponseForLog(app);
 
-  app.setErrorHandler((error: FastifyError, request, reply) => {
+  app.setErrorHandler(async (error: FastifyError, request, reply) => {
+    // Refused unread: the rest is read first, so the producer can read the 413 (see refused-body.ts).
+    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') await discardRestOfBody(request.raw);
     if (error instanceof ApiError)
       return reply.code(error.statusCode).send({ ...errorBody(error.code, error.message), ...error.details });
     if (hasZodFastifySchemaValidationErrors(error))

@@ -1,3 +1,4 @@
+import { connect, type AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EVENTS_BODY_LIMIT_BYTES } from '../../src/admin/routes/events.js';
 import type { DeliverJob } from '../../src/domain/delivery.js';
@@ -245,6 +246,41 @@ describe('POST /internal/v1/events', () => {
     const padding = 'x'.repeat(EVENTS_BODY_LIMIT_BYTES);
     const res = await post({ events: [{ event_type: 'TASK_UPDATED', padding }] });
     expect(res.statusCode).toBe(413);
+    expect(await queued()).toEqual([]);
+  });
+
+  it('answers every oversized body with a 413 the producer can read, even one that writes it all before reading', async () => {
+    // Many producers write the whole body before they read the answer. A 6 MB body is refused
+    // before it is read (from its Content-Length, or at 5 MiB when chunked): closing the connection
+    // with its bytes unread resets it, and the producer never sees the 413.
+    await t.app.listen({ host: '127.0.0.1', port: 0 });
+    const { port } = t.app.server.address() as AddressInfo;
+    const body = Buffer.from(
+      JSON.stringify({ events: [{ event_type: 'TASK_UPDATED', padding: 'x'.repeat(6_000_000) }] }),
+    );
+    const head = (framing: string) =>
+      `POST ${URL} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\nx-api-key: ${key}\r\n${framing}\r\n\r\n`;
+    /** The status line and the JSON body's code, or the socket's error; reading starts once the request is written. */
+    const send = (chunked: boolean) =>
+      new Promise<string>((resolve) => {
+        const socket = connect(port, '127.0.0.1');
+        socket.pause();
+        let text = '';
+        socket.on('data', (chunk: Buffer) => (text += chunk.toString()));
+        socket.on('error', (error: NodeJS.ErrnoException) => resolve(`${error.code} after ${text.length} bytes`));
+        socket.on('end', () => resolve(`${text.split('\r\n')[0]} ${/"code":"(\w+)"/.exec(text)?.[1] ?? ''}`));
+        socket.write(head(chunked ? 'transfer-encoding: chunked' : `content-length: ${body.length}`));
+        if (chunked) socket.write(`${body.length.toString(16)}\r\n`);
+        socket.write(body);
+        socket.write(chunked ? '\r\n0\r\n\r\n' : '', () => socket.resume());
+      });
+    const answers: string[] = [];
+    for (const chunked of [false, true])
+      for (let round = 0; round < 2; round++)
+        answers.push(...(await Promise.all(Array.from({ length: 6 }, () => send(chunked)))));
+    const tally = answers.reduce<Record<string, number>>((counts, a) => ({ ...counts, [a]: (counts[a] ?? 0) + 1 }), {});
+    console.log(`oversized bodies, written whole before reading: ${JSON.stringify(tally)}`);
+    expect(tally).toEqual({ 'HTTP/1.1 413 Payload Too Large body_too_large': 24 });
     expect(await queued()).toEqual([]);
   });
 

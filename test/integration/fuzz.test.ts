@@ -1,7 +1,9 @@
+import { rmSync } from 'node:fs';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WEBHOOK_EVENT_TYPES } from '../../src/domain/events.js';
 import { testApp, type TestApp } from '../helpers/app.js';
+import { fakePortalBuild } from '../helpers/portal-build.js';
 import { servedRoutes } from '../helpers/openapi.js';
 
 /** The long variant (HOOKLINE_LONG_TESTS=1) runs ≥ 10,000 cases in all; the default is a short one. */
@@ -63,9 +65,12 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
   let vendorKey: string;
   let adminKey: string;
   let webhookId: string;
+  // The portal's routes are fuzzed too: served from a build of their own, whether or not this
+  // checkout was built (unbuilt, they answer their documented 503).
+  const portalDir = fakePortalBuild();
 
   beforeAll(async () => {
-    t = await testApp();
+    t = await testApp({ portalAssetsDir: portalDir });
     vendorKey = await t.keyFor(['vendor'], 'fuzz-vendor');
     adminKey = await t.keyFor(['admin'], 'fuzz-vendor');
     const created = await t.webhooks.create('fuzz-vendor', {
@@ -91,6 +96,7 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
   afterAll(async () => {
     console.log(`fuzz: ${casesRun} generated cases, none answered 5xx`);
     await t.close();
+    rmSync(portalDir, { recursive: true, force: true });
   });
 
   it('webhook bodies: any JSON, odd strings and URLs → 2xx/4xx with a message, never 5xx', async () => {

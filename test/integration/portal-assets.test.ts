@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -6,24 +6,9 @@ import { WEBHOOK_EVENT_TYPES } from '../../src/domain/events.js';
 import { PORTAL_CSP } from '../../src/admin/routes/portal-assets.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { servedDocument } from '../helpers/openapi.js';
+import { FAKE_PORTAL, fakePortalBuild } from '../helpers/portal-build.js';
 
-const SCRIPT = 'export const portal = 1;\n';
-const STYLES = 'body { color: black; }\n';
-const INDEX =
-  '<!doctype html><html><head><script type="module" src="assets/app-ABCD1234.js"></script></head><body></body></html>\n';
-
-/** A build as web/portal/build.mjs writes one, plus files the server must not serve. */
-function fakeBuild(): string {
-  const dir = mkdtempSync(path.join(tmpdir(), 'hookline-portal-assets-'));
-  mkdirSync(path.join(dir, 'assets'));
-  writeFileSync(path.join(dir, 'index.html'), INDEX);
-  writeFileSync(path.join(dir, 'assets', 'app-ABCD1234.js'), SCRIPT);
-  writeFileSync(path.join(dir, 'assets', 'app-EFGH5678.css'), STYLES);
-  writeFileSync(path.join(dir, 'assets', 'unhashed.js'), SCRIPT);
-  writeFileSync(path.join(dir, 'assets', 'notes.txt'), 'not an asset type');
-  writeFileSync(path.join(dir, 'secret.json'), '{"outside": "assets/"}');
-  return dir;
-}
+const { script: SCRIPT, styles: STYLES, index: INDEX } = FAKE_PORTAL;
 
 function expectSecurityHeaders(headers: Record<string, unknown>): void {
   expect(headers['content-security-policy']).toBe(PORTAL_CSP);
@@ -35,7 +20,7 @@ describe('the portal’s page and assets, served from a build', () => {
   let t: TestApp;
   let dir: string;
   beforeAll(async () => {
-    dir = fakeBuild();
+    dir = fakePortalBuild();
     t = await testApp({ portalAssetsDir: dir });
   });
   afterAll(async () => {
