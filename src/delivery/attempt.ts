@@ -339,7 +339,12 @@ async function send(
       startMs: startedMs,
     });
     const trace = attemptTrace(data, webhook, span);
-    if (trace !== undefined && webhook.propagateTrace) request.headers.traceparent = traceparentOf(trace);
+    if (trace !== undefined && webhook.propagateTrace) {
+      request.headers.traceparent = traceparentOf(trace);
+      // The producer's state of its trace goes with it (W3C Trace Context), as it came.
+      if (data.tracestate !== undefined && trace.traceId === carriedTraceId(data))
+        request.headers.tracestate = data.tracestate;
+    }
     let result: SendResult;
     try {
       result = await sendAuthorized(deps.sender, deps.receiverTokens, webhook, request);
@@ -489,6 +494,11 @@ function attemptTrace(data: DeliverJob, webhook: Webhook, span: AttemptSpan | un
   return deliveryTraceContext(data.deliveryId);
 }
 
+/** The trace id of the context a delivery carries, if it carries one. */
+function carriedTraceId(data: DeliverJob): string | undefined {
+  return data.traceparent === undefined ? undefined : parseTraceparent(data.traceparent)?.traceId;
+}
+
 /** The signed request of one attempt (DESIGN "What a vendor receives"). */
 function buildRequest(
   job: DeliverJob,
@@ -533,5 +543,6 @@ function sentRequest(request: SendRequest, userAgent: string): SentRequest {
     ...(keySignatures === 0 ? {} : { keySignatures }),
     userAgent,
     ...(request.headers.traceparent === undefined ? {} : { traceparent: request.headers.traceparent }),
+    ...(request.headers.tracestate === undefined ? {} : { tracestate: request.headers.tracestate }),
   };
 }

@@ -60,6 +60,7 @@ export function attemptRequestHeaders(input: AttemptHeadersInput): Record<string
   for (const name of sent.headerNames ?? []) own[name] = SECRET_MASK;
   if (sent.authScheme !== undefined) own.authorization = `${sent.authScheme} ${SECRET_MASK}`;
   if (sent.traceparent !== undefined) own.traceparent = sent.traceparent;
+  if (sent.tracestate !== undefined) own.tracestate = sent.tracestate;
   return {
     host: sent.host,
     connection: 'keep-alive',

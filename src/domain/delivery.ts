@@ -27,6 +27,8 @@ export const deliverySchema = z.object({
    * export is off): attempts are spans under it, and it is what `propagate_trace` sends on.
    */
   traceparent: z.string().max(256).optional(),
+  /** The producer's W3C `tracestate` beside its traceparent, passed on as given with `propagate_trace`. */
+  tracestate: z.string().max(512).optional(),
 });
 
 export type DeliverJob = z.infer<typeof deliverySchema>;
@@ -66,6 +68,8 @@ export interface SentRequest {
   authScheme?: 'Basic' | 'Bearer';
   /** The W3C traceparent sent (a webhook with `propagate_trace`). */
   traceparent?: string;
+  /** The producer's tracestate sent beside it. */
+  tracestate?: string;
 }
 
 /** One attempt as recorded (and shown to vendors). */

@@ -33,8 +33,9 @@ export interface DeliveryRequest {
   /** The exact JSON body vendors receive. */
   body: string;
   acceptedAtMs: number;
-  /** The event's trace (see DeliverJob.traceparent). */
+  /** The event's trace (see DeliverJob.traceparent), and the producer's state of it (DeliverJob.tracestate). */
   traceparent?: string;
+  tracestate?: string;
   /** The webhook has `ordering: fifo`: the delivery joins the end of one of its lines, in accept order. */
   fifo?: true;
   /**
@@ -72,6 +73,8 @@ export interface IngestTrace {
   traceState?: string;
   /** A stream batch's: each event's `traceparent` field, by input index (absent: none has one). */
   perEvent?: readonly (TraceContext | undefined)[];
+  /** A stream batch's: each event's `tracestate` field beside its traceparent, by input index. */
+  perEventState?: readonly (string | undefined)[];
   /** A stream batch's stream key (the span's name). */
   stream?: string;
 }
@@ -155,7 +158,12 @@ export class Ingestor {
     // What deliveries carry: their event's own context (a stream entry's), else the ingest span's,
     // else (export off) the request's.
     const batchContext = span?.context ?? trace?.parent;
-    const contexts = { batch: batchContext && traceparentOf(batchContext), perEvent: trace?.perEvent };
+    const contexts = {
+      batch: batchContext && traceparentOf(batchContext),
+      batchState: trace?.traceState,
+      perEvent: trace?.perEvent,
+      perEventState: trace?.perEventState,
+    };
     if (span === undefined) return this.run(rawEvents, source, contexts);
     try {
       const results = await this.run(rawEvents, source, contexts);
@@ -180,7 +188,12 @@ export class Ingestor {
   private async run(
     rawEvents: readonly unknown[],
     source: IngestSource,
-    contexts: { batch: string | undefined; perEvent: readonly (TraceContext | undefined)[] | undefined },
+    contexts: {
+      batch: string | undefined;
+      batchState: string | undefined;
+      perEvent: readonly (TraceContext | undefined)[] | undefined;
+      perEventState: readonly (string | undefined)[] | undefined;
+    },
   ): Promise<EventResult[]> {
     const acceptedAtMs = this.nowMs();
     const results: EventResult[] = new Array<EventResult>(rawEvents.length);
@@ -275,8 +288,11 @@ export class Ingestor {
         // The envelope the filter saw is the body: serialised once, for the delivery and the dry run.
         if (check !== undefined) recent.set(subscription.webhookId, { envelope, body });
         const own = contexts.perEvent?.[index];
-        const traceparent = own === undefined ? contexts.batch : traceparentOf(own);
-        requests.push(deliveryRequest(event, subscription, acceptedAtMs, body, envelope, traceparent));
+        const trace =
+          own === undefined
+            ? { traceparent: contexts.batch, tracestate: contexts.batchState }
+            : { traceparent: traceparentOf(own), tracestate: contexts.perEventState?.[index] };
+        requests.push(deliveryRequest(event, subscription, acceptedAtMs, body, envelope, trace));
         deliveriesOf.set(index, (deliveriesOf.get(index) ?? 0) + 1);
       });
       taken = unserialisable.size === 0 ? fresh : fresh.filter(({ index }) => !unserialisable.has(index));
@@ -397,7 +413,7 @@ function deliveryRequest(
   acceptedAtMs: number,
   body: string,
   envelope: unknown,
-  traceparent: string | undefined,
+  { traceparent, tracestate }: { traceparent: string | undefined; tracestate: string | undefined },
 ): DeliveryRequest {
   const bucket =
     subscription.fifo && subscription.orderingKey !== undefined
@@ -410,6 +426,7 @@ function deliveryRequest(
     vendorId: event.vendor_id,
     webhookId: subscription.webhookId,
     ...(traceparent === undefined ? {} : { traceparent }),
+    ...(traceparent === undefined || tracestate === undefined ? {} : { tracestate }),
     ...(subscription.fifo ? { fifo: true as const } : {}),
     ...(bucket === undefined ? {} : { orderingBucket: bucket }),
     body,

@@ -23,6 +23,9 @@ export const STREAM_GROUP_DEFAULT = 'hookline-ingest';
 const STREAM_EVENT_FIELD = 'event';
 /** An optional field beside it: the W3C traceparent of the producer's trace, continued by the event's spans. */
 const STREAM_TRACEPARENT_FIELD = 'traceparent';
+/** And its W3C tracestate, passed on with it as given (up to the specification's 512 characters). */
+const STREAM_TRACESTATE_FIELD = 'tracestate';
+const TRACESTATE_LENGTH_MAX = 512;
 
 export interface StreamIngestSourceOptions {
   /** Commands (XACK, XAUTOCLAIM, XTRIM, …); a duplicate of it is opened for the blocking reads. */
@@ -85,7 +88,9 @@ const CLAIM_ROUNDS_MAX = 10;
 /** Consumers removed per maintenance pass. */
 const CONSUMERS_PRUNED_MAX = 100;
 
-type Decoded = { ok: true; event: unknown; trace: TraceContext | undefined } | { ok: false; reason: string };
+type Decoded =
+  | { ok: true; event: unknown; trace: TraceContext | undefined; traceState: string | undefined }
+  | { ok: false; reason: string };
 
 /** Reads the event of one entry; never throws. */
 function decodeEntry(fields: Buffer[] | null): Decoded {
@@ -98,7 +103,11 @@ function decodeEntry(fields: Buffer[] | null): Decoded {
     const event = JSON.parse(json) as unknown;
     // A traceparent that is not valid is ignored (a new trace starts), as the W3C rule has it.
     const traceparent = fieldOf(fields, STREAM_TRACEPARENT_FIELD);
-    return { ok: true, event, trace: traceparent === undefined ? undefined : parseTraceparent(traceparent.toString()) };
+    const trace = traceparent === undefined ? undefined : parseTraceparent(traceparent.toString());
+    const state = trace === undefined ? undefined : fieldOf(fields, STREAM_TRACESTATE_FIELD)?.toString();
+    const traceState =
+      state !== undefined && state.length > 0 && state.length <= TRACESTATE_LENGTH_MAX ? state : undefined;
+    return { ok: true, event, trace, traceState };
   } catch {
     // Without JSON.parse's message: it quotes the text, and reasons are logged (the dead-letter stream keeps the text).
     return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field is not valid JSON` };
@@ -303,6 +312,7 @@ export class StreamIngestSource {
     const events: unknown[] = [];
     const eventAt: number[] = [];
     const traces: (TraceContext | undefined)[] = [];
+    const states: (string | undefined)[] = [];
     let traced = false;
     entries.forEach(([entryId, fields], i) => {
       const decoded = decodeEntry(fields);
@@ -311,13 +321,14 @@ export class StreamIngestSource {
         events.push(decoded.event);
         eventAt.push(i);
         traces.push(decoded.trace);
+        states.push(decoded.traceState);
         if (decoded.trace !== undefined) traced = true;
       }
     });
     if (events.length > 0) {
       const results = await this.options.ingestor.ingest(events, 'stream', {
         stream: this.stream,
-        ...(traced ? { perEvent: traces } : {}),
+        ...(traced ? { perEvent: traces, perEventState: states } : {}),
       });
       results.forEach((result, j) => {
         const i = eventAt[j]!;

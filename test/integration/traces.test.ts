@@ -226,6 +226,9 @@ describe('OpenTelemetry traces from the producer to the receiver (real Redis, re
       sent.map((s) => `00-${producer.traceId}-${s.spanId}-01`),
     );
     expect(attempts.map((a) => a.request_headers?.traceparent)).toEqual(received.map((r) => r.headers.traceparent));
+    // With the producer's tracestate beside it, as given (W3C: the state travels with the trace).
+    expect(received.map((r) => r.headers.tracestate)).toEqual(['vendor=abc', 'vendor=abc']);
+    expect(attempts.map((a) => a.request_headers?.tracestate)).toEqual(['vendor=abc', 'vendor=abc']);
 
     // The attempt's log line (the failed one is logged at warn) names the trace.
     const line = await waitFor(() =>
@@ -266,11 +269,24 @@ describe('OpenTelemetry traces from the producer to the receiver (real Redis, re
     const traced = deploymentEvent();
     const untraced = deploymentEvent();
     const stream = app.keys.events.streamOf(0);
-    await app.redis.xadd(stream, '*', 'event', JSON.stringify(traced), 'traceparent', traceparent(producer));
+    await app.redis.xadd(
+      stream,
+      '*',
+      'event',
+      JSON.stringify(traced),
+      'traceparent',
+      traceparent(producer),
+      'tracestate',
+      'congo=t61rcWkgMzE',
+    );
     await app.redis.xadd(stream, '*', 'event', JSON.stringify(untraced), 'traceparent', 'not-a-traceparent');
     const [tracedAttempt] = await attemptsOf(app, webhookId, traced.event_id, 1);
     const [untracedAttempt] = await attemptsOf(app, webhookId, untraced.event_id, 1);
     expect(tracedAttempt!.trace_id).toBe(producer.traceId);
+    // The entry's tracestate goes with its trace to the receiver; the other entry had none.
+    const stateOf = (eventId: string) =>
+      receiver.at('/streamed').find((r) => r.headers['webhook-id'] === eventId)?.headers.tracestate;
+    expect([stateOf(traced.event_id), stateOf(untraced.event_id)]).toEqual(['congo=t61rcWkgMzE', undefined]);
 
     const batches = await waitFor(
       () => {
@@ -355,13 +371,13 @@ describe('OpenTelemetry traces from the producer to the receiver (real Redis, re
     const before = collector.spans.length;
     const producer = producerSpan();
     const event = deploymentEvent();
-    await ingestOverHttp(app, [event], { traceparent: traceparent(producer) });
+    await ingestOverHttp(app, [event], { traceparent: traceparent(producer), tracestate: 'rojo=00f067aa0ba902b7' });
     const traced = await attemptsOf(app, webhookId, event.event_id, 2);
     expect(traced.map((a) => a.trace_id)).toEqual([producer.traceId, producer.traceId]);
-    // Passed on as it came: the receiver's span is a child of the producer's.
-    expect(receiver.at('/off').map((r) => r.headers.traceparent)).toEqual([
-      traceparent(producer),
-      traceparent(producer),
+    // Passed on as it came: the receiver's span is a child of the producer's, with its state.
+    expect(receiver.at('/off').map((r) => [r.headers.traceparent, r.headers.tracestate])).toEqual([
+      [traceparent(producer), 'rojo=00f067aa0ba902b7'],
+      [traceparent(producer), 'rojo=00f067aa0ba902b7'],
     ]);
 
     receiver.script('/off', { status: 500 }, { status: 200 });
@@ -377,6 +393,8 @@ describe('OpenTelemetry traces from the producer to the receiver (real Redis, re
     expect(traceIdOf(first!)).toBe(traceIdOf(second!));
     expect(first).not.toBe(second);
     expect(first).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/);
+    // No producer's trace, no state to pass on.
+    expect(receiver.at('/off').slice(2).map((r) => r.headers.tracestate)).toEqual([undefined, undefined]);
     expect(own.map((a) => a.trace_id)).toEqual([traceIdOf(first!), traceIdOf(first!)]);
     expect(collector.spans.length).toBe(before);
   });
