@@ -394,7 +394,12 @@ describe('OpenTelemetry traces from the producer to the receiver (real Redis, re
     expect(first).not.toBe(second);
     expect(first).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/);
     // No producer's trace, no state to pass on.
-    expect(receiver.at('/off').slice(2).map((r) => r.headers.tracestate)).toEqual([undefined, undefined]);
+    expect(
+      receiver
+        .at('/off')
+        .slice(2)
+        .map((r) => r.headers.tracestate),
+    ).toEqual([undefined, undefined]);
     expect(own.map((a) => a.trace_id)).toEqual([traceIdOf(first!), traceIdOf(first!)]);
     expect(collector.spans.length).toBe(before);
   });
