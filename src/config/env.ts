@@ -216,6 +216,13 @@ export const envSchema = z.object({
     .int('expected a whole number of events')
     .min(0, 'expected 0 (off) or more')
     .default(10_000),
+  // 1 MiB, the limit receivers commonly have; at most the ingest request's own 5 MiB.
+  HOOKLINE_MAX_EVENT_BYTES: z.coerce
+    .number({ message: 'expected a number of bytes' })
+    .int('expected an integer number of bytes')
+    .min(1024, 'expected at least 1024 bytes')
+    .max(5 * 1024 * 1024, 'expected at most 5 MiB (the largest ingest request)')
+    .default(1024 * 1024),
   HOOKLINE_API_BODY_LIMIT_BYTES: z.coerce
     .number({ message: 'expected a number of bytes' })
     .int('expected an integer number of bytes')
@@ -341,6 +348,8 @@ export interface Config {
   readonly dataDir: string;
   readonly embeddedRedisPort: number;
   readonly apiBodyLimitBytes: number;
+  /** A webhook event larger than this as delivered (its envelope's JSON) is rejected at ingest. */
+  readonly maxEventBytes: number;
   /** Admin API requests per second per API key (0: no limit); event ingest is exempt. */
   readonly rateLimitPerSecond: number;
   /** Events ingested over HTTP per second per API key (0: no limit). */
@@ -419,6 +428,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     dataDir: path.resolve(e.HOOKLINE_DATA_DIR ?? defaultDataDir(env)),
     embeddedRedisPort: e.HOOKLINE_EMBEDDED_REDIS_PORT,
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
+    maxEventBytes: e.HOOKLINE_MAX_EVENT_BYTES,
     rateLimitPerSecond: e.HOOKLINE_RATE_LIMIT_PER_SECOND,
     ingestRateLimitPerSecond: e.HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND,
     unauthenticatedRateLimitPerSecond: e.HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND,

@@ -94,6 +94,8 @@ interface StoreSettings {
   secretRotationOverlapMs: number;
   /** How long ingest remembers an event id (HOOKLINE_DEDUPE_WINDOW). */
   dedupeWindowMs: number;
+  /** HOOKLINE_MAX_EVENT_BYTES: ingest rejects a webhook event larger than this as delivered; absent: no limit. */
+  maxEventBytes?: number;
   /** How long payloads, the event log and delivery records are kept (HOOKLINE_RETENTION); default 7 days. */
   retentionMs?: number;
   /** HOOKLINE_EVENT_LOG: false, and ingest keeps no event log (no feed, no range replays); default true. */
@@ -226,6 +228,7 @@ export function composeStores(settings: StoreSettings) {
       ? { observe: ingestObserver(settings.observability.metrics, settings.observability.logger) }
       : {}),
     ...(settings.tracing === undefined ? {} : { tracing: settings.tracing }),
+    ...(settings.maxEventBytes === undefined ? {} : { eventBytesMax: settings.maxEventBytes }),
   });
   return {
     redis,

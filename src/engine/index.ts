@@ -154,6 +154,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     queuePartitions: config.queuePartitions,
     secretRotationOverlapMs: config.secretRotationOverlapMs,
     dedupeWindowMs: config.dedupeWindowMs,
+    maxEventBytes: config.maxEventBytes,
     retentionMs: config.retentionMs,
     eventLog: config.eventLog,
     ingestStreams: config.ingestStreams,

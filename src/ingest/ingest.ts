@@ -115,6 +115,11 @@ export interface IngestorDeps {
   observe?: (summary: IngestBatchSummary) => void;
   /** Spans of ingest calls (trace export on); absent: the producers' contexts are carried as they came. */
   tracing?: Pick<Tracing, 'startIngest'>;
+  /**
+   * HOOKLINE_MAX_EVENT_BYTES: a webhook event whose body as delivered (the envelope's JSON, in
+   * UTF-8 bytes) is larger is rejected alone, whether a webhook takes it or not; absent: no limit.
+   */
+  eventBytesMax?: number;
 }
 
 /**
@@ -183,6 +188,26 @@ export class Ingestor {
       span.fail(error as Error, this.nowMs());
       throw error;
     }
+  }
+
+  /**
+   * Why an event's body as delivered (`body`, or the envelope to serialise) is too large to take,
+   * or undefined: within HOOKLINE_MAX_EVENT_BYTES, or no limit, or a body that cannot be written
+   * (no delivery, so nothing to refuse; one with a delivery is refused for that).
+   */
+  private sizeProblem(body: string | ReturnType<typeof envelopeOf>): string | undefined {
+    const max = this.deps.eventBytesMax;
+    if (max === undefined) return undefined;
+    const json = typeof body === 'string' ? body : serialised(body);
+    if (typeof json !== 'string') return undefined;
+    // Most bodies are far below, which their length alone tells: a UTF-16 unit is at most three UTF-8 bytes.
+    if (json.length * 3 <= max) return undefined;
+    const bytes = Buffer.byteLength(json);
+    if (bytes <= max) return undefined;
+    return (
+      `the event is ${bytes.toLocaleString('en-US')} bytes as delivered, over the limit of ${max.toLocaleString('en-US')} ` +
+      '(HOOKLINE_MAX_EVENT_BYTES): receivers commonly refuse larger requests, so it is not accepted'
+    );
   }
 
   private async run(
@@ -255,36 +280,39 @@ export class Ingestor {
       let checked = 0;
 
       // 4. Build each delivery's body, once, so every attempt sends the same bytes; before anything
-      // is written, so that an event whose envelope cannot be serialised is rejected alone, with
-      // nothing of it stored, while the rest of the batch goes on. A filter that does not match the
-      // event means no delivery, not a failure.
+      // is written, so that an event whose envelope cannot be serialised, or is larger than a
+      // receiver would take, is rejected alone, with nothing of it stored, while the rest of the
+      // batch goes on. A filter that does not match the event means no delivery, not a failure.
       const deliveriesOf = new Map<number, number>();
       const requests: DeliveryRequest[] = [];
-      const unserialisable = new Set<number>();
+      const refused = new Set<number>();
+      const refuse = (index: number, event: WebhookEvent, reason: string) => {
+        refused.add(index);
+        results[index] = { event_id: event.event_id, status: 'rejected', reason };
+      };
       // Of each webhook with a filter, the batch's last event, kept for the filter dry run: its
       // envelope, and its JSON when a delivery was made of it. An event held back is serialised at
       // the end, and only if no later event of the batch replaced it.
       const recent = new Map<string, { envelope: ReturnType<typeof envelopeOf>; body?: string }>();
       webhookEvents.forEach(({ index, event }, i) => {
         const subscription = subscriptions[i];
-        if (subscription === undefined) return;
-        const check = checks[checked++];
+        const check = subscription === undefined ? undefined : checks[checked++];
+        if (subscription === undefined && this.deps.eventBytesMax === undefined) return;
         const envelope = envelopeOf(sentEnvelopeSource(event));
-        if (check !== undefined && !check(envelope)) {
+        if (subscription === undefined || (check !== undefined && !check(envelope))) {
+          // No delivery, but measured all the same: whether an event is taken never depends on who subscribes.
+          const tooLarge = this.sizeProblem(envelope);
+          if (tooLarge !== undefined) return refuse(index, event, tooLarge);
+          if (subscription === undefined) return;
           recent.set(subscription.webhookId, { envelope });
           filtered += 1;
           return;
         }
         const body = serialised(envelope);
-        if (typeof body !== 'string') {
-          unserialisable.add(index);
-          results[index] = {
-            event_id: event.event_id,
-            status: 'rejected',
-            reason: `data: cannot be serialised as JSON (${body.message})`,
-          };
-          return;
-        }
+        if (typeof body !== 'string')
+          return refuse(index, event, `data: cannot be serialised as JSON (${body.message})`);
+        const tooLarge = this.sizeProblem(body);
+        if (tooLarge !== undefined) return refuse(index, event, tooLarge);
         // The envelope the filter saw is the body: serialised once, for the delivery and the dry run.
         if (check !== undefined) recent.set(subscription.webhookId, { envelope, body });
         const own = contexts.perEvent?.[index];
@@ -295,7 +323,7 @@ export class Ingestor {
         requests.push(deliveryRequest(event, subscription, acceptedAtMs, body, envelope, trace));
         deliveriesOf.set(index, (deliveriesOf.get(index) ?? 0) + 1);
       });
-      taken = unserialisable.size === 0 ? fresh : fresh.filter(({ index }) => !unserialisable.has(index));
+      taken = refused.size === 0 ? fresh : fresh.filter(({ index }) => !refused.has(index));
 
       // 5. Project into the read models (versioned by event time, so a late older event is ignored).
       await this.project(taken.map(({ event }) => event));

@@ -58,8 +58,8 @@ export interface IngestFixture {
   cleanup(): Promise<void>;
 }
 
-/** An Ingestor over the suite's real Redis (fresh key prefix), real stores and a recording enqueuer. */
-export function ingestFixture(): IngestFixture {
+/** An Ingestor over the suite's real Redis (fresh key prefix), real stores and a recording enqueuer; `eventBytesMax`: HOOKLINE_MAX_EVENT_BYTES. */
+export function ingestFixture(options: { eventBytesMax?: number } = {}): IngestFixture {
   const t = testRedis();
   const keys = redisKeys(t.prefix);
   const machines = new RedisMachineStore(t.redis, keys);
@@ -77,6 +77,7 @@ export function ingestFixture(): IngestFixture {
     subscriptions: webhooks,
     deliveries: enqueuer,
     nowMs: () => clock.nowMs,
+    ...(options.eventBytesMax === undefined ? {} : { eventBytesMax: options.eventBytesMax }),
   });
   return {
     t,

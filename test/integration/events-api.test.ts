@@ -249,6 +249,25 @@ describe('POST /internal/v1/events', () => {
     expect(await queued()).toEqual([]);
   });
 
+  it('rejects an event over HOOKLINE_MAX_EVENT_BYTES (1 MiB by default) alone, with its reason; the rest of the request is ingested', async () => {
+    await subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    const large = sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(1) });
+    const res = await post({
+      events: [
+        { ...large, data: { ...large.data, notes: 'x'.repeat(1024 * 1024) } },
+        sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(2) }),
+      ],
+    });
+    expect(res.statusCode).toBe(202);
+    const [refused, taken] = res.json<Answer>().results;
+    expect(refused).toMatchObject({ event_id: id(1), status: 'rejected' });
+    expect(refused!.reason).toMatch(
+      /^the event is 1,04\d,\d{3} bytes as delivered, over the limit of 1,048,576 \(HOOKLINE_MAX_EVENT_BYTES\)/,
+    );
+    expect(taken).toEqual({ event_id: id(2), status: 'accepted', deliveries: 1 });
+    expect((await queued()).map((d) => d.eventId)).toEqual([id(2)]);
+  });
+
   it('answers every oversized body with a 413 the producer can read, even one that writes it all before reading', async () => {
     // Many producers write the whole body before they read the answer. A 6 MB body is refused
     // before it is read (from its Content-Length, or at 5 MiB when chunked): closing the connection

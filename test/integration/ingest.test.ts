@@ -163,6 +163,38 @@ describe('Ingestor: matching and the envelope', () => {
     expect(await f.seen(id(1), id(2))).toEqual([false, true]);
   });
 
+  it('rejects an event larger than HOOKLINE_MAX_EVENT_BYTES as delivered alone, subscribed to or not, storing nothing of it', async () => {
+    await f.cleanup();
+    f = ingestFixture({ eventBytesMax: 4_096 });
+    await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
+    const big = (n: number, vendorId: string) =>
+      sampleEvent('EVENT_TYPE_MACHINE_CREATED', vendorId, {
+        event_id: id(n),
+        data: Object.assign(machine(`m-${n}`), { notes: 'ü'.repeat(2_000) }),
+      });
+    const results = await f.ingest([
+      big(1, 'v-1'),
+      // No webhook takes it today: refused all the same, so the answer never depends on who subscribes.
+      big(2, 'v-2'),
+      sampleEvent('EVENT_TYPE_MACHINE_CREATED', 'v-1', { event_id: id(3), data: machine('m-3') }),
+    ]);
+    // Counted in UTF-8 bytes, as sent: 2,000 two-byte characters.
+    const bytes = (n: number) =>
+      Buffer.byteLength(JSON.stringify({ data: big(n, 'v-1').data })) - Buffer.byteLength('{"data":}');
+    expect(results[2]).toEqual({ event_id: id(3), status: 'accepted', deliveries: 1 });
+    for (const [i, n] of [1, 2].entries()) {
+      expect(results[i]).toMatchObject({ event_id: id(n), status: 'rejected' });
+      expect(results[i]!.reason).toMatch(
+        /^the event is [\d,]+ bytes as delivered, over the limit of 4,096 \(HOOKLINE_MAX_EVENT_BYTES\)/,
+      );
+      expect(Number(/is ([\d,]+) bytes/.exec(results[i]!.reason!)![1]!.replaceAll(',', ''))).toBeGreaterThan(bytes(n));
+    }
+    expect(f.enqueuer.requests.map((r) => r.eventId)).toEqual([id(3)]);
+    expect(await f.machines.get('m-1')).toBeUndefined();
+    expect(await f.machines.get('m-2')).toBeUndefined();
+    expect(await f.seen(id(1), id(2), id(3))).toEqual([false, false, true]);
+  });
+
   it('accepts an event for a vendor without a webhook, with 0 deliveries and no enqueue', async () => {
     await f.subscribe('v-1', 'EVENT_TYPE_MACHINE_CREATED');
     const results = await f.ingest([

@@ -54,6 +54,7 @@ describe('loadConfig', () => {
       rateLimitPerSecond: 100,
       ingestRateLimitPerSecond: 10_000,
       unauthenticatedRateLimitPerSecond: 10,
+      maxEventBytes: 1024 * 1024,
     });
     expect(config.retryScheduleMs).toEqual([
       0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000,
@@ -129,6 +130,7 @@ describe('loadConfig', () => {
     [{ HOOKLINE_REDIS_PREFIX: 'a b' }, 'HOOKLINE_REDIS_PREFIX'],
     [{ HOOKLINE_DEDUPE_WINDOW: '12h' }, 'HOOKLINE_DEDUPE_WINDOW: expected at least 24h'],
     [{ HOOKLINE_RETENTION: '30s' }, 'HOOKLINE_RETENTION: expected whole minutes, at least 1m'],
+    [{ HOOKLINE_MAX_EVENT_BYTES: '6000000' }, 'HOOKLINE_MAX_EVENT_BYTES: expected at most 5 MiB'],
     [{ HOOKLINE_RETENTION: '90s' }, 'HOOKLINE_RETENTION: expected whole minutes, at least 1m'],
     [
       { HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND: '-1' },
