@@ -154,5 +154,6 @@ describe('bench targets block', () => {
     expect(run.status).toBe(0);
     expect(run.stdout).toMatch(/^usage: npm run bench/);
     expect(run.stdout).toContain('--smoke');
-  });
+    // A process loading the bench through tsx: seconds on a busy machine, past vitest's 5 s default.
+  }, 30_000);
 });
