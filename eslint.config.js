@@ -5,7 +5,7 @@ import importX from 'eslint-plugin-import-x';
 import tseslint from 'typescript-eslint';
 
 /**
- * Dependencies point one way, along the data flow (README "Layout"): each folder of src/ may import
+ * Dependencies point one way, along the data flow (docs/architecture.md "Layout"): each folder of src/ may import
  * only the folders named in `except` (besides itself). domain/ and config/ import nothing else of
  * ours; stores know the domain, never a stage; only the composition root (src/engine/) and the CLI
  * (cli.ts and its helpers in src/cli/) wire stages together, and nothing imports those.
@@ -28,7 +28,7 @@ const layerZones = Object.entries(LAYERS).map(([layer, allowed]) => ({
   from: './src',
   // Every layer may use the shared helpers in src/lib/, which import nothing of ours.
   except: [`./${layer}`, ...(layer === 'lib' ? [] : ['./lib']), ...allowed],
-  message: `src/${layer}/ may import only ${allowed.length === 0 ? 'itself' : allowed.join(', ')} (README "Layout")`,
+  message: `src/${layer}/ may import only ${allowed.length === 0 ? 'itself' : allowed.join(', ')} (docs/architecture.md "Layout")`,
 }));
 const belowTheCli = [
   ...Object.keys(LAYERS).map((layer) => `./src/${layer}`),

@@ -171,7 +171,7 @@ export const envSchema = z.object({
     .default(4),
   HOOKLINE_SECRET_ROTATION_OVERLAP: duration('24h'),
   HOOKLINE_SUSTAINED_FAILURE_WINDOW: duration('5d'),
-  // DESIGN promises a re-sent event id is a no-op for at least 24 h.
+  // A re-sent event id is promised to be a no-op for at least 24 h (docs/api.md "Ingest").
   HOOKLINE_DEDUPE_WINDOW: duration('48h').refine(
     (ms) => ms >= 24 * 3_600_000,
     'expected at least 24h (re-sent events are ignored for at least that long)',

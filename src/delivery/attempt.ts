@@ -499,7 +499,7 @@ function carriedTraceId(data: DeliverJob): string | undefined {
   return data.traceparent === undefined ? undefined : parseTraceparent(data.traceparent)?.traceId;
 }
 
-/** The signed request of one attempt (DESIGN "What a vendor receives"). */
+/** The signed request of one attempt (docs/receiving-webhooks.md "What a vendor receives"). */
 function buildRequest(
   job: DeliverJob,
   webhook: Webhook,

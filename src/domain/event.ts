@@ -8,7 +8,7 @@ import { machineSchema } from './machine.js';
 import { taskSchema } from './task.js';
 
 /**
- * The events ingest accepts (DESIGN "Where read models come from", "Ingest"): the six webhook event
+ * The events ingest accepts (docs/api.md "Ingest"): the six webhook event
  * types, which are projected into the read models and delivered, and `TASK_UPDATED`, which only
  * updates the task read model and is never delivered.
  */
@@ -354,7 +354,7 @@ export interface EnvelopeSource {
 }
 
 /**
- * The exact JSON body a vendor receives (DESIGN "What a vendor receives"):
+ * The exact JSON body a vendor receives (docs/receiving-webhooks.md "What a vendor receives"):
  * `{"version":"1.0","event_id":…,"event_type":…,"timestamp":…,"data":…}`, in this key order.
  */
 export function buildEnvelope(event: EnvelopeSource): string {

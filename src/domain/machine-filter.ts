@@ -1,7 +1,7 @@
 /**
  * The machine listing's `filter` query parameter: `name:value` clauses separated by commas, all of
- * which a machine must satisfy. The grammar and the matching rule of each name are decided in
- * DESIGN.md ("Seed endpoints"); this module only parses; the machine index (machine-index.ts) does the matching.
+ * which a machine must satisfy. The grammar and the matching rule of each name are documented in
+ * docs/api.md ("The machine listing"); this module only parses; the machine index (machine-index.ts) does the matching.
  */
 
 /** The conditions of one listing query; empty lists and absent minimums mean "no condition". */

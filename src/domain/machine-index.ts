@@ -2,8 +2,7 @@
  * The machine listing's in-memory index: what the listing needs of every machine, kept sorted by
  * machine id in columns, answering a `MachineFilter` with the number of matches and one page of
  * machine ids. Pure: no I/O. The machine store loads it from Redis and keeps it in step with the
- * change stream; the matching rules are those of DESIGN.md ("Seed endpoints") and docs/api.md
- * ("The machine listing").
+ * change stream; the matching rules are those of docs/api.md ("The machine listing").
  */
 import type { Machine } from './machine.js';
 import type { MachineFilter } from './machine-filter.js';

@@ -123,7 +123,7 @@ export interface IngestorDeps {
 }
 
 /**
- * Validates, dedupes, projects, matches and enqueues batches of events (DESIGN "Data flow").
+ * Validates, dedupes, projects, matches and enqueues batches of events (docs/architecture.md "The data flow").
  *
  * Why the order of the steps is safe: an event id is marked seen (step 7) only after its read-model
  * writes (5) and its deliveries (6) are durable in Redis. A crash or a Redis error anywhere before
