@@ -21,6 +21,11 @@ export const ERRORS = {
   invalid_webhook_id: { status: 400, message: 'Invalid webhook_id format' },
   webhook_not_found: { status: 404, message: 'Webhook not found' },
   webhook_conflict: { status: 409, message: 'A webhook for this event_type is already registered' },
+  credentials_not_restated: {
+    status: 409,
+    message:
+      'callback_url moves to another origin, where the webhook’s stored credentials would go: send them again in the same request, or null to drop them',
+  },
   webhook_not_ed25519: { status: 409, message: 'This webhook signs with hmac only; PATCH signature to ed25519 first' },
   invalid_delivery_id: { status: 400, message: 'Invalid delivery_id format' },
   delivery_not_found: { status: 404, message: 'Delivery not found' },

@@ -93,6 +93,10 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
         when: 'The vendor already has another webhook for the new event_type.',
         message: 'A webhook for EVENT_TYPE_MACHINE_CREATED is already registered for this vendor',
       },
+      {
+        code: 'credentials_not_restated',
+        when: 'callback_url moves to another origin while custom headers or auth would follow it unrestated.',
+      },
     ],
   },
   'DELETE /vendors/v1/webhooks/{webhook_id}': {

@@ -347,6 +347,32 @@ export const headersPatchSchema = z
       `the result has at most ${CUSTOM_HEADERS_MAX}. headers null removes them all.`,
   });
 
+/**
+ * What a change of `callback_url` from `fromUrl` to `toUrl` would send to a new origin (scheme,
+ * host, port) without the request saying so: the stored custom headers whose values it does not
+ * give again (nor remove), and `auth` unless it gives a new one or null. Reads never show these
+ * values, so whoever moves the URL cannot see what the new host would get: the request must restate
+ * them or drop them. The client certificate is not among them: its private key never leaves the
+ * engine, and the certificate is what the engine shows every server it connects to. Nothing when
+ * the origin stays (a new path or query).
+ */
+export function credentialsToRestate(
+  fromUrl: string,
+  toUrl: string,
+  stored: { headerNames: readonly string[]; hasAuth: boolean },
+  patch: { headers?: Record<string, string | null> | null; auth?: unknown },
+): { headers: string[]; auth: boolean } | undefined {
+  if (new URL(fromUrl).origin === new URL(toUrl).origin) return undefined;
+  const given = new Set(
+    patch.headers === undefined || patch.headers === null
+      ? []
+      : Object.keys(patch.headers).map((name) => name.toLowerCase()),
+  );
+  const headers = patch.headers === null ? [] : stored.headerNames.filter((name) => !given.has(name.toLowerCase()));
+  const auth = stored.hasAuth && patch.auth === undefined;
+  return headers.length === 0 && !auth ? undefined : { headers, auth };
+}
+
 /** Custom headers as reads show them: each name with its value masked. */
 export function maskedHeaders(headers: readonly { name: string }[]): Record<string, string> {
   return Object.fromEntries(headers.map(({ name }) => [name, SECRET_MASK]));

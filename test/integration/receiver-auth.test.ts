@@ -178,6 +178,58 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
     expect(res.json()).toMatchObject({ auth: null });
   });
 
+  it('a callback_url moved to another origin needs its headers and auth again (409 otherwise, nothing changed); a new path keeps them', async () => {
+    const first = new TestReceiver();
+    const second = new TestReceiver();
+    await first.start();
+    await second.start();
+    closers.push(
+      () => first.close(),
+      () => second.close(),
+    );
+    const id = await register(`${first.base}/hook`, {
+      headers: { 'X-Api-Key': 'old-gateway-key-1234', 'X-Tenant': 'old-tenant-5678' },
+      auth: { type: 'basic', username: 'hookline', password: 'old-password-9012' },
+    });
+    const patch = (body: object) => api('PATCH', `/vendors/v1/webhooks/${id}`, body);
+
+    // The second receiver listens on another port of 127.0.0.1: another origin.
+    let res = await patch({ callback_url: `${second.base}/hook`, headers: { 'X-Api-Key': 'new-gateway-key-1234' } });
+    expect(res.statusCode, res.body).toBe(409);
+    expect(res.json()).toMatchObject({ code: 'credentials_not_restated' });
+    const { error } = res.json<{ error: string }>();
+    expect(error).toContain('headers "X-Tenant" (their values) and auth');
+    expect(error).not.toContain('X-Api-Key');
+    const unchanged = await t.webhooks.get(VENDOR, id);
+    expect(unchanged!.callbackUrl).toBe(`${first.base}/hook`);
+    expect(unchanged!.headers[0]).toEqual({ name: 'X-Api-Key', value: 'old-gateway-key-1234' });
+
+    // The same origin, another path and a query: the credentials stay.
+    res = await patch({ callback_url: `${first.base}/moved?v=2` });
+    expect(res.statusCode, res.body).toBe(200);
+
+    // Restated (one header given again, one dropped, auth given again): moved, and the new host gets the new values only.
+    res = await patch({
+      callback_url: `${second.base}/hook`,
+      headers: { 'x-api-key': 'new-gateway-key-1234', 'X-Tenant': null },
+      auth: { type: 'bearer', token: 'new-bearer-token-3456' },
+    });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ headers: { 'x-api-key': '••••' }, auth: { type: 'bearer' } });
+    await t.ingestor.ingest([machineEvent(VENDOR)], 'http');
+    await waitFor(() => second.requests.length >= 1, 10_000, 'the delivery to the new origin');
+    const headers = second.requests[0]!.headers;
+    expect(headers['x-api-key']).toBe('new-gateway-key-1234');
+    expect(headers.authorization).toBe('Bearer new-bearer-token-3456');
+    expect(JSON.stringify(headers)).not.toMatch(/old-(gateway-key|tenant|password)/);
+    expect(first.requests).toHaveLength(0);
+
+    // Dropped with null: moved back without them.
+    res = await patch({ callback_url: `${first.base}/hook`, headers: null, auth: null });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ headers: {}, auth: null });
+  });
+
   it('refuses bad auth: a colon in a basic username, a token URL that is not https, unknown fields', async () => {
     const url = 'https://receiver.example/hook';
     expect(await refusal({ callback_url: url, auth: { type: 'basic', username: 'a:b', password: 'p' } })).toContain(
@@ -252,8 +304,12 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
     const keyBody = good.key.split('\n').slice(1, -2).join('');
     expect(await everythingStored()).not.toContain(keyBody.slice(0, 40));
     // A callback URL turned to http while a certificate is set is refused too.
-    const res = await api('PATCH', `/vendors/v1/webhooks/${id}`, { callback_url: 'http://receiver.example/hook' });
+    let res = await api('PATCH', `/vendors/v1/webhooks/${id}`, { callback_url: 'http://receiver.example/hook' });
     expect(res.statusCode).toBe(400);
+    // Another https host keeps it: its key is never sent, so there is nothing to restate.
+    res = await api('PATCH', `/vendors/v1/webhooks/${id}`, { callback_url: 'https://elsewhere.example/hook' });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ tls_client_certificate: { subject: 'CN=vendor-a-client, O=Hookline Tests' } });
     expect((await api('PATCH', `/vendors/v1/webhooks/${id}`, { tls_client_certificate: null })).json()).toMatchObject({
       tls_client_certificate: null,
     });

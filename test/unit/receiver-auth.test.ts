@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  credentialsToRestate,
   headerNameProblem,
   headersAuthProblem,
   headersProblem,
@@ -45,6 +46,34 @@ describe('custom header rules', () => {
   it('refuses an authorization header only beside auth', () => {
     expect(headersAuthProblem(['AUTHORIZATION'], true)).toContain('"AUTHORIZATION"');
     expect(headersAuthProblem(['AUTHORIZATION'], false)).toBeUndefined();
+  });
+});
+
+describe('credentials a callback URL on another origin would carry', () => {
+  const stored = { headerNames: ['X-Api-Key', 'X-Tenant'], hasAuth: true };
+  const from = 'https://a.example/hook';
+
+  it('names every header not given again and auth, for a new scheme, host or port; none for a new path or query', () => {
+    for (const to of ['https://b.example/hook', 'http://a.example/hook', 'https://a.example:8443/hook'])
+      expect(credentialsToRestate(from, to, stored, {}), to).toEqual({
+        headers: ['X-Api-Key', 'X-Tenant'],
+        auth: true,
+      });
+    for (const to of ['https://A.EXAMPLE:443/other?tenant=1', 'https://a.example/hook#x'])
+      expect(credentialsToRestate(from, to, stored, {}), to).toBeUndefined();
+  });
+
+  it('counts a header given anew or removed (names case-insensitive), headers null, and auth given or null', () => {
+    const to = 'https://b.example/hook';
+    expect(credentialsToRestate(from, to, stored, { headers: { 'x-api-key': 'new' } })).toEqual({
+      headers: ['X-Tenant'],
+      auth: true,
+    });
+    expect(
+      credentialsToRestate(from, to, stored, { headers: { 'X-Api-Key': 'new', 'x-tenant': null }, auth: null }),
+    ).toBeUndefined();
+    expect(credentialsToRestate(from, to, stored, { headers: null, auth: { type: 'bearer' } })).toBeUndefined();
+    expect(credentialsToRestate(from, to, { headerNames: [], hasAuth: false }, {})).toBeUndefined();
   });
 });
 
