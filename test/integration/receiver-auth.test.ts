@@ -239,6 +239,22 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
     expect(await refusal({ callback_url: url, auth: { ...oauth, token_url: 'http://tokens.example/t' } })).toContain(
       'https',
     );
+    // Stored and shown as it is: no credentials or secrets in it.
+    expect(
+      await refusal({ callback_url: url, auth: { ...oauth, token_url: 'https://client:pw-in-url@tokens.example/t' } }),
+    ).toContain('auth.token_url must not contain credentials');
+    expect(
+      await refusal({
+        callback_url: url,
+        auth: { ...oauth, token_url: 'https://tokens.example/t?tenant=a&client_secret=in-query' },
+      }),
+    ).toContain('auth.token_url must not carry secrets in its query ("client_secret")');
+    const id = await register(url, { auth: { ...oauth, token_url: 'https://tokens.example/t?tenant=a&p=policy' } });
+    const patched = await api('PATCH', `/vendors/v1/webhooks/${id}`, {
+      auth: { ...oauth, token_url: 'https://tokens.example/t?api_key=k' },
+    });
+    expect(patched.statusCode).toBe(400);
+    expect(patched.json<{ error: string }>().error).toContain('("api_key")');
     expect(await refusal({ callback_url: url, auth: { type: 'bearer', token: 't', extra: 1 } })).toContain(
       '"auth.extra"',
     );

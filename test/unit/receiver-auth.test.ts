@@ -5,6 +5,8 @@ import {
   headersAuthProblem,
   headersProblem,
   staticAuthorization,
+  toAuthView,
+  tokenUrlProblem,
 } from '../../src/domain/receiver-auth.js';
 import { readTokenResponse, tokenRequest } from '../../src/delivery/receiver-tokens.js';
 import type { SendResult } from '../../src/delivery/http-sender.js';
@@ -74,6 +76,58 @@ describe('credentials a callback URL on another origin would carry', () => {
     ).toBeUndefined();
     expect(credentialsToRestate(from, to, stored, { headers: null, auth: { type: 'bearer' } })).toBeUndefined();
     expect(credentialsToRestate(from, to, { headerNames: [], hasAuth: false }, {})).toBeUndefined();
+  });
+});
+
+describe('token URL rules', () => {
+  it('refuses credentials, a fragment and secret-named query parameters, naming them; keeps the rest', () => {
+    expect(tokenUrlProblem('https://client:s3cret@auth.example/token')).toContain('must not contain credentials');
+    expect(tokenUrlProblem('https://client@auth.example/token')).toContain('must not contain credentials');
+    expect(tokenUrlProblem('https://auth.example/token#x')).toContain('fragment');
+    expect(tokenUrlProblem('http://auth.example/token')).toContain('https URL');
+    const refused = [
+      'client_secret',
+      'Client-Secret',
+      'secret',
+      'password',
+      'access_token',
+      'token',
+      'api_key',
+      'apikey',
+      'key',
+      'auth',
+      'credentials',
+      'sig',
+      'code',
+      'client_assertion',
+    ];
+    for (const name of refused)
+      expect(tokenUrlProblem(`https://auth.example/token?tenant=t&${name}=v`), name).toContain(`("${name}")`);
+    expect(tokenUrlProblem('https://auth.example/token?client_secret=a&token=b&client_secret=c')).toContain(
+      '("client_secret", "token")',
+    );
+    for (const kept of [
+      'https://auth.example/oauth2/v2.0/token',
+      'https://auth.example/token?p=B2C_1_signin&api-version=1.0&tenant=acme&client_id=c&resource=api',
+    ])
+      expect(tokenUrlProblem(kept), kept).toBeUndefined();
+  });
+
+  it('reads mask what such a URL stored before the rule carries; others are shown as they are', () => {
+    const view = (tokenUrl: string) =>
+      toAuthView({
+        type: 'oauth2_client_credentials',
+        tokenUrl,
+        clientId: 'c',
+        clientSecret: 's',
+        scope: undefined,
+        audience: undefined,
+        tokenAuthMethod: 'client_secret_basic',
+      }).token_url;
+    expect(view('https://user:pw@auth.example/token?tenant=a%20b&client_secret=s3cret')).toBe(
+      'https://••••@auth.example/token?tenant=a%20b&client_secret=••••',
+    );
+    expect(view('https://auth.example/token?tenant=a+b')).toBe('https://auth.example/token?tenant=a+b');
   });
 });
 
