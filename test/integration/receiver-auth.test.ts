@@ -380,7 +380,7 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
 
   describe('oauth2_client_credentials', () => {
     /** A token endpoint: counts requests, checks the client, issues `tok-<n>` tokens. */
-    async function tokenEndpoint(options: { refuse?: boolean; expiresIn?: number } = {}) {
+    async function tokenEndpoint(options: { refuse?: boolean; expiresIn?: number; echo?: boolean } = {}) {
       let issued = 0;
       const requests: SeenRequest[] = [];
       const server = await httpsServer((seen, res) => {
@@ -397,8 +397,12 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
           decodeURIComponent(client ?? '') !== 'hookline-client' ||
           decodeURIComponent(clientSecret ?? '') !== 'client-secret-5555'
         ) {
+          // `echo`: an endpoint that quotes the request it refused, credentials and all.
+          const description = options.echo
+            ? `Client authentication failed for ${seen.headers.authorization ?? ''} with ${seen.body}`
+            : 'Client authentication failed';
           res.writeHead(401, { 'content-type': 'application/json' });
-          res.end(JSON.stringify({ error: 'invalid_client', error_description: 'Client authentication failed' }));
+          res.end(JSON.stringify({ error: 'invalid_client', error_description: description }));
           return;
         }
         issued += 1;
@@ -508,6 +512,42 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
       expect(attempt!.error).toContain('answered 401 (invalid_client: Client authentication failed)');
       expect(attempt!.error).not.toContain('client-secret-5555');
       expect(receiver.seen).toHaveLength(0);
+    });
+
+    it('a token endpoint that echoes the request it refused: its text reaches the delivery log, the logs and Redis redacted', async () => {
+      for (const [method, event] of [
+        ['client_secret_basic', 'EVENT_TYPE_MACHINE_CREATED'],
+        ['client_secret_post', 'EVENT_TYPE_MACHINE_UPDATED'],
+      ] as const) {
+        const tokens = await tokenEndpoint({ refuse: true, echo: true });
+        const receiver = await bearerReceiver(new Set());
+        const res = await api('POST', '/vendors/v1/webhooks', {
+          event_type: event,
+          callback_url: `${receiver.base}/hook`,
+          headers: { 'X-Api-Key': 'gateway-key-echo-7777' },
+          ...oauth(tokens.base, { token_auth_method: method, client_secret: 'client-secret-5555&echo' }),
+        });
+        expect(res.statusCode, res.body).toBe(201);
+        const id = res.json<{ webhook_id: string }>().webhook_id;
+        await t.ingestor.ingest([{ ...machineEvent(VENDOR), event_type: event }], 'http');
+        let delivery: { delivery_id: string; last_outcome: string } | undefined;
+        await waitFor(
+          async () => ([delivery] = await deliveriesOf(id)) && delivery?.last_outcome === 'auth',
+          10_000,
+          `an auth failure (${method})`,
+        );
+        const [attempt] = await attemptsOf(id, delivery!.delivery_id);
+        expect(attempt!.error, method).toContain('Client authentication failed for ');
+        expect(attempt!.error).toContain('••••');
+        const basic = Buffer.from('hookline-client:client-secret-5555%26echo').toString('base64');
+        const places = [JSON.stringify(attempt), JSON.stringify(logs.lines), await everythingStored()];
+        for (const place of places)
+          for (const secret of ['client-secret-5555', basic.slice(0, 20)]) expect(place, method).not.toContain(secret);
+        // The endpoint did get the secret: what was redacted was really there.
+        expect(JSON.stringify(tokens.requests)).toMatch(
+          method === 'client_secret_post' ? /client-secret-5555/ : /Basic /,
+        );
+      }
     });
   });
 });
