@@ -25,11 +25,19 @@ export function addReceiverCredentials(request: SendRequest, webhook: Webhook): 
   return request;
 }
 
-/** What the attempt record keeps of them, to show the request's headers masked: names and the scheme, no value. */
-export function receiverCredentialFacts(webhook: Webhook): Pick<SentRequest, 'headerNames' | 'authScheme'> {
-  const scheme = authorizationScheme(webhook.auth);
+/**
+ * What the attempt record keeps of them, to show the request's headers masked: the names and the
+ * scheme, no value, of those `request` really carried as it was sent (an OAuth2 token that never
+ * came, a secret this process cannot open, adds no header, so none is shown).
+ */
+export function receiverCredentialFacts(
+  webhook: Webhook,
+  request: SendRequest,
+): Pick<SentRequest, 'headerNames' | 'authScheme'> {
+  const headerNames = webhook.headers.map(({ name }) => name).filter((name) => request.headers[name] !== undefined);
+  const scheme = request.headers.authorization === undefined ? undefined : authorizationScheme(webhook.auth);
   return {
-    ...(webhook.headers.length === 0 ? {} : { headerNames: webhook.headers.map(({ name }) => name) }),
+    ...(headerNames.length === 0 ? {} : { headerNames }),
     ...(scheme === undefined ? {} : { authScheme: scheme }),
   };
 }

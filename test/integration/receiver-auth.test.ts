@@ -77,7 +77,7 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
 
   const attemptsOf = async (webhookId: string, deliveryId: string) =>
     (await api('GET', `/vendors/v1/webhooks/${webhookId}/deliveries/${deliveryId}`)).json<{
-      attempts: { outcome: string; error: string | null; request_headers: Record<string, string> }[];
+      attempts: { outcome: string; error: string | null; request_headers: Record<string, string> | null }[];
     }>().attempts;
 
   it('sends custom headers and basic auth; reads, the delivery log, logs and Redis never show their values', async () => {
@@ -488,10 +488,23 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
     it('sends the client in the body with client_secret_post', async () => {
       const tokens = await tokenEndpoint();
       const receiver = await bearerReceiver(new Set(['tok-1']));
-      await register(`${receiver.base}/hook`, oauth(tokens.base, { token_auth_method: 'client_secret_post' }));
+      const id = await register(
+        `${receiver.base}/hook`,
+        oauth(tokens.base, { token_auth_method: 'client_secret_post' }),
+      );
       await t.ingestor.ingest([machineEvent(VENDOR)], 'http');
       await waitFor(() => receiver.seen.length >= 1, 10_000, 'the delivery');
       expect(receiver.seen[0]!.headers.authorization).toBe('Bearer tok-1');
+      let delivery: { delivery_id: string; status: string } | undefined;
+      await waitFor(
+        async () => ([delivery] = await deliveriesOf(id)) && delivery?.status === 'delivered',
+        10_000,
+        'the delivery recorded',
+      );
+      // The token went with the request, so the attempt shows its scheme.
+      expect((await attemptsOf(id, delivery!.delivery_id))[0]!.request_headers).toMatchObject({
+        authorization: 'Bearer ••••',
+      });
       const form = new URLSearchParams(tokens.requests[0]!.body);
       expect(form.get('client_id')).toBe('hookline-client');
       expect(tokens.requests[0]!.headers.authorization).toBeUndefined();
@@ -512,6 +525,8 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
       expect(attempt!.error).toContain('answered 401 (invalid_client: Client authentication failed)');
       expect(attempt!.error).not.toContain('client-secret-5555');
       expect(receiver.seen).toHaveLength(0);
+      // Nothing was sent, so no request headers are shown (no `authorization: Bearer ••••` that never went).
+      expect(attempt!.request_headers).toBeNull();
     });
 
     it('a token endpoint that echoes the request it refused: its text reaches the delivery log, the logs and Redis redacted', async () => {
