@@ -46,7 +46,7 @@ export const ERRORS = {
   public_url_required: {
     status: 409,
     message:
-      'Portal links need HOOKLINE_PUBLIC_URL (where browsers reach this API) when the API does not listen on loopback; ask the operator to set it',
+      'Portal links need HOOKLINE_PUBLIC_URL, the https address where browsers reach this API, unless the API is reached on loopback (the portal’s session cookie is Secure: browsers keep it over https and on localhost only); ask the operator to set it',
   },
   invalid_session_id: { status: 400, message: 'Invalid session_id format' },
   portal_session_not_found: { status: 404, message: 'Portal session not found (revoked, expired or never issued)' },

@@ -822,6 +822,22 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     }
   });
 
+  it('over plain http off loopback (where the Secure cookie would be dropped) says so, and leaves the link unspent', async () => {
+    // A name that is not loopback to the browser, mapped to the API's 127.0.0.1: no secure context.
+    const insecure = await launchChromium(['--host-resolver-rules=MAP portal.test 127.0.0.1']);
+    try {
+      const link = await mint('manage');
+      const page = await (await insecure.newContext()).newPage();
+      await page.goto(link.url.replace(/^http:\/\/127\.0\.0\.1:/, 'http://portal.test:'));
+      await page.getByRole('heading', { name: 'The portal needs a secure connection' }).waitFor();
+      expect(await page.evaluate('window.isSecureContext')).toBe(false);
+      const session = (await w.t.portalSessions.list(VENDOR)).find((s) => s.id === link.session_id);
+      expect(session).toMatchObject({ opened: false });
+    } finally {
+      await insecure.close();
+    }
+  });
+
   it('warns five minutes before the session ends, with the time left', async () => {
     // The shortest session a link can have: the warning is there from the start.
     const short = await open((await mint('read', '5m')).url);
