@@ -71,7 +71,7 @@ export async function sendAuthorized(
 
 /**
  * The `auth` failure of an attempt that got no token. Its message is the one value the delivery
- * log, the attempt feed and the span all read, so the endpoint's text is redacted of every secret
+ * log (in Redis, shown to vendors) and the attempt's span both read, so the endpoint's text is redacted of every secret
  * the webhook holds (an endpoint that echoes its request would quote the client secret) and capped
  * here, once.
  */

@@ -89,7 +89,8 @@ const strictAuth = <T extends z.core.$ZodLooseShape>(shape: T) =>
 
 /**
  * Words that mark a query parameter as a secret in a token URL: any name holding one (lower-cased,
- * `-` read as `_`), and `sig` and `code` as whole names. The URL is stored in the clear and shown to
+ * `-` read as `_`), and the whole names of SECRET_QUERY_NAMES (too short, or too common inside other
+ * words, to look for within names). The URL is stored in the clear and shown to
  * every read, read-only portal sessions included, while the client secret has a sealed field of its
  * own; RFC 6749 §2.3.1 forbids client credentials in the request URI anyway. Other parameters (an
  * Azure AD B2C policy `p`, an `api-version`, a `tenant`) stay, as token endpoints may need them.
