@@ -255,7 +255,9 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
       const base = portalLinkBase(c.publicUrl, { host: c.apiHost, port: c.apiPort });
       if (base === undefined) {
         throw new CliError(
-          `HOOKLINE_PUBLIC_URL is not set and the API listens on ${c.apiHost}, not on loopback: set it to where vendors' browsers reach the API (e.g. https://hooks.example.com)`,
+          c.publicUrl === undefined
+            ? `HOOKLINE_PUBLIC_URL is not set and the API listens on ${c.apiHost}, not on loopback: set it to where vendors' browsers reach the API (e.g. https://hooks.example.com)`
+            : `HOOKLINE_PUBLIC_URL is ${c.publicUrl}: portal links need an https address (plain http only on loopback), since browsers keep the portal's Secure session cookie only there`,
         );
       }
       return base;

@@ -97,8 +97,12 @@ async function countRefusal(
   if (error instanceof ApiError && error.statusCode === 401) await guard(request, reply);
 }
 
-/** The cookie that carries a vendor portal session. */
-export const PORTAL_COOKIE = 'hookline_portal';
+/**
+ * The cookie that carries a vendor portal session. The `__Host-` prefix makes browsers take it only
+ * when it is Secure, has Path=/ and no Domain: no sibling subdomain (a vendor-hosted page under the
+ * same site) and no plain-http page can set or shadow it, so a session cannot be planted.
+ */
+export const PORTAL_COOKIE = '__Host-hookline_portal';
 
 /** The request header a portal session's requests echo its CSRF token in. */
 export const CSRF_HEADER = 'x-csrf-token';

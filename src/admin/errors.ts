@@ -21,6 +21,11 @@ export const ERRORS = {
   invalid_webhook_id: { status: 400, message: 'Invalid webhook_id format' },
   webhook_not_found: { status: 404, message: 'Webhook not found' },
   webhook_conflict: { status: 409, message: 'A webhook for this event_type is already registered' },
+  credentials_not_restated: {
+    status: 409,
+    message:
+      'callback_url moves to another origin, where the webhook’s stored credentials would go: send them again in the same request, or null to drop them',
+  },
   webhook_not_ed25519: { status: 409, message: 'This webhook signs with hmac only; PATCH signature to ed25519 first' },
   invalid_delivery_id: { status: 400, message: 'Invalid delivery_id format' },
   delivery_not_found: { status: 404, message: 'Delivery not found' },
@@ -41,7 +46,7 @@ export const ERRORS = {
   public_url_required: {
     status: 409,
     message:
-      'Portal links need HOOKLINE_PUBLIC_URL (where browsers reach this API) when the API does not listen on loopback; ask the operator to set it',
+      'Portal links need HOOKLINE_PUBLIC_URL, the https address where browsers reach this API, unless the API is reached on loopback (the portal’s session cookie is Secure: browsers keep it over https and on localhost only); ask the operator to set it',
   },
   invalid_session_id: { status: 400, message: 'Invalid session_id format' },
   portal_session_not_found: { status: 404, message: 'Portal session not found (revoked, expired or never issued)' },

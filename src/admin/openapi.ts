@@ -5,7 +5,7 @@ import { deliveryHeadersSchema, RECEIVER_ANSWERS } from '../delivery/callback-co
 import { envelopeSchema } from '../domain/event.js';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../domain/events.js';
 import { VERSION } from '../version.js';
-import { authorizationOf, type Authorization } from './auth.js';
+import { authorizationOf, PORTAL_COOKIE, type Authorization } from './auth.js';
 import { ERRORS, errorBody, type ErrorCode } from './errors.js';
 import { errorSchema } from './schemas.js';
 
@@ -92,6 +92,10 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
         code: 'webhook_conflict',
         when: 'The vendor already has another webhook for the new event_type.',
         message: 'A webhook for EVENT_TYPE_MACHINE_CREATED is already registered for this vendor',
+      },
+      {
+        code: 'credentials_not_restated',
+        when: 'callback_url moves to another origin while custom headers or auth would follow it unrestated.',
       },
     ],
   },
@@ -284,7 +288,9 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
     errors: [
       {
         code: 'public_url_required',
-        when: 'HOOKLINE_PUBLIC_URL is unset and the API listens on an address other than loopback.',
+        when:
+          'HOOKLINE_PUBLIC_URL is unset and the API listens on an address other than loopback, or it is plain http on a host ' +
+          'other than loopback, where browsers would drop the Secure session cookie.',
       },
     ],
   },
@@ -623,7 +629,7 @@ export function swaggerOptions(): FastifyDynamicSwaggerOptions {
           portalSession: {
             type: 'apiKey',
             in: 'cookie',
-            name: 'hookline_portal',
+            name: PORTAL_COOKIE,
             description:
               'The vendor portal’s session cookie (POST /portal/v1/session sets it). Requests made with it also carry the ' +
               'session’s X-CSRF-Token header, and may do what the session’s permission allows (read, replay or manage).',

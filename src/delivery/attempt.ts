@@ -370,7 +370,11 @@ async function send(
         answer,
         startedMs,
         endedMs,
-        { ...sentRequest(request, deps.sender.userAgent), ...receiverCredentialFacts(webhook) },
+        // An `auth` failure before any token came sent nothing: no request to show. (One whose token
+        // was refused, and no new one came, did send that request: sendAuthorized set its header.)
+        result.kind === 'error' && result.errorClass === 'auth' && request.headers.authorization === undefined
+          ? undefined
+          : { ...sentRequest(request, deps.sender.userAgent), ...receiverCredentialFacts(webhook, request) },
         trace?.traceId,
       );
       return concluded;

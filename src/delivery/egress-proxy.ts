@@ -30,6 +30,28 @@ class ProxyConnectError extends Error {
   }
 }
 
+/**
+ * The egress proxy itself could not be reached: the connection to it failed before it was up
+ * (refused, no route, its name unresolved). The message is the attempt's, shown to vendors, so it
+ * says what happened without the proxy's address, which maps the installation's network; the
+ * address and the socket's own error are kept for the operator's log line (`address`, `reason`).
+ * The socket's error is no `cause`: the sender would read it into the vendor's message and class.
+ */
+export class ProxyUnreachableError extends Error {
+  override name = 'ProxyUnreachableError';
+  readonly code = 'ERR_HOOKLINE_PROXY_UNREACHABLE';
+
+  constructor(
+    /** `host:port` of the proxy. */
+    readonly address: string,
+    /** The socket's error, as Node words it (with the address). */
+    readonly reason: string,
+    socketCode: string | undefined,
+  ) {
+    super(`the installation's egress proxy is unreachable${socketCode === undefined ? '' : ` (${socketCode})`}`);
+  }
+}
+
 interface ProxyConnectOptions {
   proxy: EgressProxy;
   /** The receiver's name (or IP literal), resolved here with `lookup`. */
@@ -62,13 +84,20 @@ export function connectThroughProxy(
   let target = '';
   let head = Buffer.alloc(0);
   let pending = true;
+  /** Whether the connection to the proxy is up: an error before it is the proxy being unreachable. */
+  let connected = false;
   const settle = (error: Error | null) => {
     if (!pending) return;
     pending = false;
-    socket.off('readable', onReadable).off('error', settle).off('close', onClose);
+    socket.off('readable', onReadable).off('error', onError).off('close', onClose);
     if (error === null) return callback(null, socket);
     socket.destroy();
     callback(error, null);
+  };
+  const onError = (error: NodeJS.ErrnoException) => {
+    if (connected) return settle(error);
+    const address = proxy.host.includes(':') ? `[${proxy.host}]:${proxy.port}` : `${proxy.host}:${proxy.port}`;
+    settle(new ProxyUnreachableError(address, error.message, error.code));
   };
   const onClose = () => settle(new ProxyConnectError('egress proxy closed the connection before answering CONNECT'));
   const onReadable = () => {
@@ -84,7 +113,8 @@ export function connectThroughProxy(
     }
   };
   // Listening from the start: a caller that destroys the socket while the name resolves is told once, through 'close'.
-  socket.on('readable', onReadable).on('error', settle).on('close', onClose);
+  socket.on('readable', onReadable).on('error', onError).on('close', onClose);
+  socket.once('connect', () => (connected = true));
 
   // The proxy is not asked anything before the name has passed the guard: a blocked name costs no connection.
   resolveAddress(options.hostname, options.lookup, (error, address) => {

@@ -7,7 +7,7 @@ import type { AttemptErrorClass } from '../domain/delivery.js';
 import { blockedAddressReason, parseIpLiteralHost } from '../domain/ip-policy.js';
 import { raceTimer } from '../lib/timer-race.js';
 import { LruMap } from '../lib/lru-map.js';
-import type { EgressProxy } from './egress-proxy.js';
+import { ProxyUnreachableError, type EgressProxy } from './egress-proxy.js';
 import { createConnector, type ConnectionKind, type ConnectorOptions } from './connector.js';
 
 export interface SendRequest {
@@ -52,6 +52,12 @@ export interface HttpSenderOptions {
   extraCa?: string;
   /** Every connection through this HTTP proxy (CONNECT to the address the lookup checked); default direct. */
   egressProxy?: EgressProxy;
+  /**
+   * Told when an attempt failed because the egress proxy itself could not be reached, with its
+   * address and the socket's error: the operator's to see (the attempt's message, which vendors
+   * read, names neither).
+   */
+  onEgressProxyUnreachable?: (failure: { proxy: string; reason: string }) => void;
 }
 
 /** At ~1–2 KB a session, at most ~20 MB: room for every endpoint a large installation delivers to. */
@@ -220,6 +226,7 @@ export class HttpSender {
  * connecting or queued takes effect then (or when the connection fails), as with an AbortSignal.
  */
 class Attempt implements Dispatcher.DispatchHandler {
+  readonly #options: HttpSenderOptions;
   readonly #request: SendRequest;
   readonly #started: number;
   readonly #resolve: (result: SendResult) => void;
@@ -244,6 +251,7 @@ class Attempt implements Dispatcher.DispatchHandler {
     started: number,
     resolve: (result: SendResult) => void,
   ) {
+    this.#options = options;
     this.#request = request;
     this.#started = started;
     this.#resolve = resolve;
@@ -300,6 +308,9 @@ class Attempt implements Dispatcher.DispatchHandler {
       return this.#settle(
         failure(this.#request, this.#started, 'timeout', `no response within ${this.#request.timeoutMs} ms`),
       );
+    const unreachable = errorChain(error).find((item) => item instanceof ProxyUnreachableError);
+    if (unreachable !== undefined)
+      this.#options.onEgressProxyUnreachable?.({ proxy: unreachable.address, reason: unreachable.reason });
     this.#settle(failure(this.#request, this.#started, attemptErrorClass(error), describe(error)));
   }
 
@@ -411,6 +422,8 @@ const CONNECT_CODES = new Set([
   'UND_ERR_CONNECT_TIMEOUT',
   // The egress proxy did not open the tunnel (refused, or could not reach the receiver).
   'ERR_HOOKLINE_PROXY_CONNECT',
+  // The egress proxy itself could not be reached (its socket's error is kept apart: see egress-proxy.ts).
+  'ERR_HOOKLINE_PROXY_UNREACHABLE',
 ]);
 const TLS_CODE =
   /^(ERR_TLS_|ERR_SSL_|ERR_OSSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|HOSTNAME_MISMATCH|EPROTO)/;

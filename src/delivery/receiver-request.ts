@@ -1,3 +1,4 @@
+import { credentialForms, redactCredentials } from '../domain/credential-redaction.js';
 import { authorizationScheme, staticAuthorization } from '../domain/receiver-auth.js';
 import type { SentRequest } from '../domain/delivery.js';
 import type { Webhook } from '../domain/webhook.js';
@@ -24,14 +25,25 @@ export function addReceiverCredentials(request: SendRequest, webhook: Webhook): 
   return request;
 }
 
-/** What the attempt record keeps of them, to show the request's headers masked: names and the scheme, no value. */
-export function receiverCredentialFacts(webhook: Webhook): Pick<SentRequest, 'headerNames' | 'authScheme'> {
-  const scheme = authorizationScheme(webhook.auth);
+/**
+ * What the attempt record keeps of them, to show the request's headers masked: the names and the
+ * scheme, no value, of those `request` really carried as it was sent (an OAuth2 token that never
+ * came, a secret this process cannot open, adds no header, so none is shown).
+ */
+export function receiverCredentialFacts(
+  webhook: Webhook,
+  request: SendRequest,
+): Pick<SentRequest, 'headerNames' | 'authScheme'> {
+  const headerNames = webhook.headers.map(({ name }) => name).filter((name) => request.headers[name] !== undefined);
+  const scheme = request.headers.authorization === undefined ? undefined : authorizationScheme(webhook.auth);
   return {
-    ...(webhook.headers.length === 0 ? {} : { headerNames: webhook.headers.map(({ name }) => name) }),
+    ...(headerNames.length === 0 ? {} : { headerNames }),
     ...(scheme === undefined ? {} : { authScheme: scheme }),
   };
 }
+
+/** A token request's failure kept in the attempt at most (the endpoint's URL and its error text). */
+const TOKEN_ERROR_MAX_CHARS = 300;
 
 /**
  * Sends an attempt, first getting the webhook's OAuth2 token when it has one: no token is an `auth`
@@ -47,12 +59,27 @@ export async function sendAuthorized(
   const auth = webhook.auth;
   if (auth?.type !== 'oauth2_client_credentials' || tokens === undefined) return sender.send(request);
   let token = await tokens.get(auth);
-  if (!token.ok) return { kind: 'error', errorClass: 'auth', message: token.message, durationMs: token.durationMs };
+  if (!token.ok) return noToken(webhook, token);
   request.headers.authorization = `Bearer ${token.token}`;
   const result = await sender.send(request);
   if (result.kind !== 'response' || result.status !== 401 || token.fresh) return result;
   token = await tokens.refresh(auth, token);
-  if (!token.ok) return { kind: 'error', errorClass: 'auth', message: token.message, durationMs: token.durationMs };
+  if (!token.ok) return noToken(webhook, token);
   request.headers.authorization = `Bearer ${token.token}`;
   return sender.send(request);
+}
+
+/**
+ * The `auth` failure of an attempt that got no token. Its message is the one value the delivery
+ * log (in Redis, shown to vendors) and the attempt's span both read, so the endpoint's text is redacted of every secret
+ * the webhook holds (an endpoint that echoes its request would quote the client secret) and capped
+ * here, once.
+ */
+function noToken(webhook: Webhook, failure: { message: string; durationMs: number }): SendResult {
+  const message = redactCredentials(
+    failure.message,
+    credentialForms(webhook.auth, webhook.headers),
+    TOKEN_ERROR_MAX_CHARS,
+  );
+  return { kind: 'error', errorClass: 'auth', message, durationMs: failure.durationMs };
 }

@@ -1,3 +1,4 @@
+import { formEncode } from '../domain/credential-redaction.js';
 import type { ReceiverAuth } from '../domain/receiver-auth.js';
 import { LruMap } from '../lib/lru-map.js';
 import type { CachedToken } from '../store/receiver-tokens.js';
@@ -23,7 +24,12 @@ export type TokenResult =
       /** The shared cache's raw value it came from ('' when it is not there), for forgetting it. */
       stored: string;
     }
-  | { ok: false; message: string; durationMs: number };
+  | {
+      ok: false;
+      /** Why there is none; it may quote the endpoint's error text, which sendAuthorized redacts and caps. */
+      message: string;
+      durationMs: number;
+    };
 
 export interface ReceiverTokensDeps {
   cache: SharedTokenCache;
@@ -43,8 +49,6 @@ const MAX_EXPIRY_MARGIN_MS = 60_000;
 const DEFAULT_TOKEN_LIFE_S = 300;
 /** A token endpoint's answer is read up to this (JWT access tokens run to a few KiB). */
 const TOKEN_RESPONSE_MAX_BYTES = 64 * 1024;
-/** The error text of a refusal kept in the attempt log at most. */
-const ERROR_TEXT_MAX_CHARS = 200;
 
 /**
  * OAuth2 client-credentials tokens for receivers (RFC 6749 §4.4): fetched from the webhook's token
@@ -126,9 +130,6 @@ export class ReceiverTokens {
   }
 }
 
-/** `application/x-www-form-urlencoded` of one value (RFC 6749 §2.3.1 encodes client credentials so before Basic). */
-const formEncode = (value: string) => new URLSearchParams({ v: value }).toString().slice(2);
-
 /** The client-credentials grant request: the client authenticated by Basic (the default) or in the body. */
 export function tokenRequest(auth: OAuth2Auth, timeoutMs: number): SendRequest {
   const form = new URLSearchParams({ grant_type: 'client_credentials' });
@@ -149,7 +150,11 @@ export function tokenRequest(auth: OAuth2Auth, timeoutMs: number): SendRequest {
   return { url: auth.tokenUrl, headers, body: form.toString(), timeoutMs, keepBytes: TOKEN_RESPONSE_MAX_BYTES };
 }
 
-/** The token in a token endpoint's answer, or why there is none (never quoting a token or secret). */
+/**
+ * The token in a token endpoint's answer, or why there is none: never quoting a token, but quoting
+ * the endpoint's `error` and `error_description` whole, which may echo what it was sent (the
+ * caller redacts and caps the message, see sendAuthorized).
+ */
 export function readTokenResponse(
   result: SendResult,
   tokenUrl: string,
@@ -166,10 +171,10 @@ export function readTokenResponse(
   }
   if (result.status < 200 || result.status > 299) {
     // RFC 6749 §5.2: `error` and `error_description` say why; nothing else of the body is repeated.
+    // Not cut here: a secret cut in two would no longer be recognised by the redaction.
     const why = [body?.error, body?.error_description]
       .filter((part): part is string => typeof part === 'string')
-      .join(': ')
-      .slice(0, ERROR_TEXT_MAX_CHARS);
+      .join(': ');
     return {
       ok: false,
       message: `token endpoint ${endpoint} answered ${result.status}${why === '' ? '' : ` (${why})`}`,
@@ -182,7 +187,7 @@ export function readTokenResponse(
   if (typeof type === 'string' && type.toLowerCase() !== 'bearer')
     return {
       ok: false,
-      message: `token endpoint ${endpoint} issued a ${type.slice(0, 40)} token; only Bearer is supported`,
+      message: `token endpoint ${endpoint} issued a ${type} token; only Bearer is supported`,
     };
   const expiresIn = Number(body?.expires_in);
   return {

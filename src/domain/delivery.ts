@@ -83,7 +83,7 @@ export interface AttemptRecord {
   durationMs: number;
   error?: string;
   responseSnippet?: string;
-  /** Absent when no request was made (`circuit_open`, `webhook_disabled`) and on attempts recorded before it was. */
+  /** Absent when no request was made (`circuit_open`, `webhook_disabled`, `auth` without a token) and on attempts recorded before it was. */
   sent?: SentRequest;
   /** The trace the attempt belongs to (32 hex digits), when the delivery had one or the receiver was sent one. */
   traceId?: string;

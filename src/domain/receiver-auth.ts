@@ -87,6 +87,62 @@ const strictAuth = <T extends z.core.$ZodLooseShape>(shape: T) =>
         : 'auth must be an object',
   });
 
+/**
+ * Words that mark a query parameter as a secret in a token URL: any name holding one (lower-cased,
+ * `-` read as `_`), and the whole names of SECRET_QUERY_NAMES (too short, or too common inside other
+ * words, to look for within names). The URL is stored in the clear and shown to
+ * every read, read-only portal sessions included, while the client secret has a sealed field of its
+ * own; RFC 6749 §2.3.1 forbids client credentials in the request URI anyway. Other parameters (an
+ * Azure AD B2C policy `p`, an `api-version`, a `tenant`) stay, as token endpoints may need them.
+ */
+const SECRET_QUERY_WORDS = ['secret', 'password', 'passwd', 'pwd', 'token', 'key', 'auth', 'credential', 'signature'];
+const SECRET_QUERY_NAMES = new Set(['sig', 'code', 'assertion', 'client_assertion']);
+
+/** The query parameter names of `url` that look like secrets (see SECRET_QUERY_WORDS), each once. */
+function secretQueryNames(url: URL): string[] {
+  const names = [...new Set(url.searchParams.keys())];
+  return names.filter((name) => {
+    const normal = name.toLowerCase().replace(/-/g, '_');
+    return SECRET_QUERY_NAMES.has(normal) || SECRET_QUERY_WORDS.some((word) => normal.includes(word));
+  });
+}
+
+/**
+ * Why `text` is not an acceptable OAuth2 token URL, or undefined: https, no credentials
+ * (`user:pass@`) and no query parameter named like a secret, since the URL is stored and shown as
+ * it is; no fragment (never sent). Its target is checked by the caller (the SSRF rules).
+ */
+export function tokenUrlProblem(text: string): string | undefined {
+  if (!/^https:\/\/[^\s]+$/.test(text) || !URL.canParse(text)) return 'auth.token_url must be an https URL';
+  const url = new URL(text);
+  if (url.username !== '' || url.password !== '')
+    return 'auth.token_url must not contain credentials (user:password@): give them as auth.client_id and auth.client_secret, which is sealed';
+  if (url.hash !== '') return 'auth.token_url must not contain a fragment';
+  const secrets = secretQueryNames(url);
+  if (secrets.length > 0)
+    return (
+      `auth.token_url must not carry secrets in its query (${secrets.map((name) => `"${name}"`).join(', ')}): ` +
+      'the URL is stored and shown as it is; give the client secret as auth.client_secret, which is sealed'
+    );
+  return undefined;
+}
+
+/**
+ * A token URL as reads show it: credentials and the values of secret-named query parameters
+ * masked. Only a URL stored before tokenUrlProblem refused them has any.
+ */
+function shownTokenUrl(text: string): string {
+  if (!URL.canParse(text)) return text;
+  const url = new URL(text);
+  const secrets = new Set(secretQueryNames(url));
+  const credentials = url.username !== '' || url.password !== '';
+  if (!credentials && secrets.size === 0) return text;
+  const query = [...url.searchParams].map(
+    ([name, value]) => `${encodeURIComponent(name)}=${secrets.has(name) ? SECRET_MASK : encodeURIComponent(value)}`,
+  );
+  return `${url.protocol}//${credentials ? `${SECRET_MASK}@` : ''}${url.host}${url.pathname}${query.length === 0 ? '' : `?${query.join('&')}`}`;
+}
+
 export const TOKEN_AUTH_METHODS = ['client_secret_basic', 'client_secret_post'] as const;
 type TokenAuthMethod = (typeof TOKEN_AUTH_METHODS)[number];
 
@@ -110,10 +166,10 @@ export const authInputSchema = z
       }),
       strictAuth({
         type: z.literal('oauth2_client_credentials'),
-        token_url: boundedString('auth.token_url', 2048).refine(
-          (text) => /^https:\/\/[^\s]+$/.test(text) && URL.canParse(text),
-          { error: 'auth.token_url must be an https URL' },
-        ),
+        token_url: boundedString('auth.token_url', 2048).superRefine((text, ctx) => {
+          const problem = tokenUrlProblem(text);
+          if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+        }),
         client_id: boundedString('auth.client_id', 256),
         client_secret: boundedString('auth.client_secret'),
         scope: boundedString('auth.scope').optional(),
@@ -128,7 +184,8 @@ export const authInputSchema = z
   .meta({
     description:
       'How each request authenticates to the receiver, in its Authorization header. basic: {"type": "basic", "username", "password"}; ' +
-      'bearer: {"type": "bearer", "token"}; oauth2_client_credentials: {"type": "oauth2_client_credentials", "token_url" (https), ' +
+      'bearer: {"type": "bearer", "token"}; oauth2_client_credentials: {"type": "oauth2_client_credentials", "token_url" (https, ' +
+      'without user:password@ or secret-named query parameters such as client_secret, token or key: it is shown as it is), ' +
       '"client_id", "client_secret", "scope"?, "audience"?, "token_auth_method"? (client_secret_basic, the default, or ' +
       'client_secret_post)}: Hookline fetches a token from token_url (under the SSRF guard), keeps it until shortly before it ' +
       'expires, shares it among its workers, and fetches a new one once when the receiver answers 401. Secrets are sealed at ' +
@@ -195,7 +252,7 @@ export function toAuthView(auth: ReceiverAuth): z.infer<typeof authViewSchema> {
     case 'oauth2_client_credentials':
       return {
         type: auth.type,
-        token_url: auth.tokenUrl,
+        token_url: shownTokenUrl(auth.tokenUrl),
         client_id: auth.clientId,
         ...(auth.scope === undefined ? {} : { scope: auth.scope }),
         ...(auth.audience === undefined ? {} : { audience: auth.audience }),
@@ -346,6 +403,32 @@ export const headersPatchSchema = z
       'Merged into the webhook’s headers: a value adds or replaces that header (names are case-insensitive), null removes it; ' +
       `the result has at most ${CUSTOM_HEADERS_MAX}. headers null removes them all.`,
   });
+
+/**
+ * What a change of `callback_url` from `fromUrl` to `toUrl` would send to a new origin (scheme,
+ * host, port) without the request saying so: the stored custom headers whose values it does not
+ * give again (nor remove), and `auth` unless it gives a new one or null. Reads never show these
+ * values, so whoever moves the URL cannot see what the new host would get: the request must restate
+ * them or drop them. The client certificate is not among them: its private key never leaves the
+ * engine, and the certificate is what the engine shows every server it connects to. Nothing when
+ * the origin stays (a new path or query).
+ */
+export function credentialsToRestate(
+  fromUrl: string,
+  toUrl: string,
+  stored: { headerNames: readonly string[]; hasAuth: boolean },
+  patch: { headers?: Record<string, string | null> | null; auth?: unknown },
+): { headers: string[]; auth: boolean } | undefined {
+  if (new URL(fromUrl).origin === new URL(toUrl).origin) return undefined;
+  const given = new Set(
+    patch.headers === undefined || patch.headers === null
+      ? []
+      : Object.keys(patch.headers).map((name) => name.toLowerCase()),
+  );
+  const headers = patch.headers === null ? [] : stored.headerNames.filter((name) => !given.has(name.toLowerCase()));
+  const auth = stored.hasAuth && patch.auth === undefined;
+  return headers.length === 0 && !auth ? undefined : { headers, auth };
+}
 
 /** Custom headers as reads show them: each name with its value masked. */
 export function maskedHeaders(headers: readonly { name: string }[]): Record<string, string> {

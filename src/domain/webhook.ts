@@ -266,7 +266,12 @@ export const webhookPatchSchema = z
   .strictObject(
     {
       event_type: eventTypeSchema.optional(),
-      callback_url: callbackUrlSchema.optional(),
+      callback_url: callbackUrlSchema
+        .optional()
+        .describe(
+          'A new callback URL. On another origin (scheme, host or port), the webhook’s custom headers and auth must be given ' +
+            'again in the same request, or null to drop them (409 credentials_not_restated otherwise).',
+        ),
       secret: secretSchema
         .nullable()
         .optional()

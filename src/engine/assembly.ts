@@ -69,7 +69,7 @@ import { ReceiverTokens } from '../delivery/receiver-tokens.js';
 import { RedisWebhookChanges } from '../store/webhook-changes.js';
 import { RedisWebhookStore } from '../store/webhooks.js';
 import { VERSION } from '../version.js';
-import { circuitObserver, feedObserver, statsObserver, tracingObserver } from './observers.js';
+import { circuitObserver, egressProxyObserver, feedObserver, statsObserver, tracingObserver } from './observers.js';
 import type { Tracing } from '../domain/trace.js';
 import { webhookCopyCaches } from './webhook-copies.js';
 
@@ -401,7 +401,12 @@ export function composeDeliveryDeps(stores: Stores, settings: DeliverySettings) 
   const nowMs = settings.nowMs ?? Date.now;
   const sender = new HttpSender({
     ...senderOptions(settings),
-    ...(settings.egressProxy === undefined ? {} : { egressProxy: settings.egressProxy }),
+    ...(settings.egressProxy === undefined
+      ? {}
+      : {
+          egressProxy: settings.egressProxy,
+          onEgressProxyUnreachable: egressProxyObserver(settings.logger, nowMs),
+        }),
     ...(settings.metrics ? { onConnected: connectionObserver(settings.metrics) } : {}),
   });
   const breakerOptions = {

@@ -124,3 +124,30 @@ export function tracingObserver(
     }
   };
 }
+
+/** Egress-proxy failures logged at most once per this: while it is down, every attempt meets it. */
+const EGRESS_PROXY_LOG_EVERY_MS = 10_000;
+
+/**
+ * Logs the egress proxy being unreachable at warn, with its address and the socket's error, which
+ * the attempts' messages leave out (vendors read those): at most one line per 10 s, saying how many
+ * attempts met it since the last line.
+ */
+export function egressProxyObserver(
+  logger: Logger,
+  nowMs: () => number,
+): (failure: { proxy: string; reason: string }) => void {
+  let loggedAtMs = -Infinity;
+  let unlogged = 0;
+  return ({ proxy, reason }) => {
+    unlogged += 1;
+    const now = nowMs();
+    if (now - loggedAtMs < EGRESS_PROXY_LOG_EVERY_MS) return;
+    logger.warn(
+      { event: 'delivery.egress_proxy_unreachable', proxy, err: reason, attempts: unlogged },
+      'egress proxy unreachable: deliveries and token requests cannot leave (repeats within 10 s are counted in the next line)',
+    );
+    loggedAtMs = now;
+    unlogged = 0;
+  };
+}

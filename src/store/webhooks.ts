@@ -13,6 +13,7 @@ import {
 } from '../domain/signing-keys.js';
 import type { FilterNode } from '../domain/filter.js';
 import {
+  credentialsToRestate,
   headersAuthProblem,
   headersProblem,
   TOKEN_AUTH_METHODS,
@@ -120,12 +121,15 @@ export type CreateResult =
   | { ok: false; reason: 'invalid'; problem: string };
 /**
  * `unsigned`: the change would leave a webhook that signs with hmac without a secret (see applyChanges);
- * `invalid`: the webhook it would leave breaks a rule across fields (`problem` says which).
+ * `invalid`: the webhook it would leave breaks a rule across fields (`problem` says which);
+ * `credentials_not_restated`: it moves the callback URL to another origin, where these stored
+ * credentials would go unless restated (see credentialsToRestate).
  */
 export type UpdateResult =
   | { ok: true; webhook: Webhook }
   | { ok: false; reason: 'not_found' | 'conflict' | 'unsigned' }
-  | { ok: false; reason: 'invalid'; problem: string };
+  | { ok: false; reason: 'invalid'; problem: string }
+  | { ok: false; reason: 'credentials_not_restated'; headers: string[]; auth: boolean };
 
 export interface WebhookChanges {
   eventType?: WebhookEventType;
@@ -456,6 +460,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       const next = this.applyChanges(record, changes);
       if (next === 'unsigned') return { ok: false, reason: 'unsigned' };
       if ('problem' in next) return { ok: false, reason: 'invalid', problem: next.problem };
+      if ('restate' in next) return { ok: false, reason: 'credentials_not_restated', ...next.restate };
       const outcome = await this.updateScript(
         this.updateKeys(),
         webhookId,
@@ -593,12 +598,25 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
    * The record after a PATCH: a new secret rotates, `enabled` toggles the pause. A webhook that signs
    * with hmac afterwards keeps a secret: removing it is refused (`unsigned`), and a switch to hmac
    * without one generates one. One stored without a secret before secrets were generated is left as
-   * it is by other changes: signing it unasked would fail receivers that verify what they get.
+   * it is by other changes: signing it unasked would fail receivers that verify what they get. A
+   * callback URL moved to another origin is refused (`restate`) while stored credentials would
+   * follow it unrestated; judged against the record this compare-and-set read, so a header another
+   * request added meanwhile is counted too.
    */
   private applyChanges(
     record: WebhookRecord,
     changes: WebhookChanges,
-  ): WebhookRecord | 'unsigned' | { problem: string } {
+  ): WebhookRecord | 'unsigned' | { problem: string } | { restate: { headers: string[]; auth: boolean } } {
+    const restate =
+      changes.callbackUrl === undefined
+        ? undefined
+        : credentialsToRestate(
+            record.callbackUrl,
+            changes.callbackUrl,
+            { headerNames: record.headerNames ?? [], hasAuth: record.auth !== undefined },
+            changes,
+          );
+    if (restate !== undefined) return { restate };
     const now = this.now();
     const next: WebhookRecord = {
       ...record,

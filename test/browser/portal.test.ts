@@ -490,8 +490,44 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
         expect(await keyField.getAttribute('spellcheck')).toBe('false');
         expect(await keyField.getAttribute('autocomplete')).toBe('off');
         await keyField.fill(certificate.key_pem);
+        // Another host: the saved header value and password would go there unseen, so the form asks for them first.
+        const sentBeforeMove = sent.length;
+        await edit.getByRole('button', { name: 'Save' }).click();
+        await edit
+          .getByRole('alert')
+          .filter({ hasText: 'Type the value of X-Api-Key again, or remove the header' })
+          .waitFor();
+        await edit
+          .getByRole('alert')
+          .filter({ hasText: 'Type the password again, or set Authentication to None' })
+          .waitFor();
+        expect(sent.length).toBe(sentBeforeMove);
+        await edit.getByLabel('Header 1 value').fill(apiKey);
+        await edit.getByLabel('Password', { exact: true }).fill(password);
+        // A header added elsewhere after the form opened is one the form cannot restate: the API's 409 says which.
+        const late = await w.t.app.inject({
+          method: 'PATCH',
+          url: `/vendors/v1/webhooks/${afterEdit!.webhook_id as string}`,
+          headers: { 'x-api-key': w.vendorKey },
+          payload: { headers: { 'X-Late': 'late-value-1' } },
+        });
+        expect(late.statusCode, late.body).toBe(200);
+        await edit.getByRole('button', { name: 'Save' }).click();
+        await edit.getByRole('alert').filter({ hasText: 'headers "X-Late" (their values)' }).waitFor();
+        expect((await stored())!.callback_url).toBe(`${w.good.base}/updated`);
+        await w.t.app.inject({
+          method: 'PATCH',
+          url: `/vendors/v1/webhooks/${afterEdit!.webhook_id as string}`,
+          headers: { 'x-api-key': w.vendorKey },
+          payload: { headers: { 'X-Late': null } },
+        });
         await edit.getByRole('button', { name: 'Save' }).click();
         await updated.getByText('CN=portal-client, O=Hookline Tests').waitFor();
+        expect(sent.at(-1)).toMatchObject({
+          callback_url: 'https://localhost:9/updated',
+          headers: { 'X-Api-Key': apiKey },
+          auth: { type: 'basic', username: 'portal-user', password },
+        });
         await updated
           .locator('.badge.tone-warn')
           .filter({ hasText: /^⚠ Expires in \d+ h$/ })
@@ -783,6 +819,22 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       expect(await page.getByText('Access ended').count()).toBe(0);
       expect(await page.getByText(EXPIRED_TEXT).count()).toBe(0);
       expect(problems).toEqual([]);
+    }
+  });
+
+  it('over plain http off loopback (where the Secure cookie would be dropped) says so, and leaves the link unspent', async () => {
+    // A name that is not loopback to the browser, mapped to the API's 127.0.0.1: no secure context.
+    const insecure = await launchChromium(['--host-resolver-rules=MAP portal.test 127.0.0.1']);
+    try {
+      const link = await mint('manage');
+      const page = await (await insecure.newContext()).newPage();
+      await page.goto(link.url.replace(/^http:\/\/127\.0\.0\.1:/, 'http://portal.test:'));
+      await page.getByRole('heading', { name: 'The portal needs a secure connection' }).waitFor();
+      expect(await page.evaluate('window.isSecureContext')).toBe(false);
+      const session = (await w.t.portalSessions.list(VENDOR)).find((s) => s.id === link.session_id);
+      expect(session).toMatchObject({ opened: false });
+    } finally {
+      await insecure.close();
     }
   });
 

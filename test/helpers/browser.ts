@@ -24,7 +24,10 @@ export function chromiumMissing(): string | undefined {
   return `${CHROMIUM_PATH} not found (Debian: apt-get install chromium); skipping the browser tests`;
 }
 
-/** A headless Chromium with no background traffic: the only requests are the ones the tests cause. */
-export function launchChromium(): Promise<Browser> {
-  return chromium.launch({ executablePath: CHROMIUM_PATH, headless: true, args: CHROMIUM_ARGS });
+/**
+ * A headless Chromium with no background traffic: the only requests are the ones the tests cause.
+ * `extraArgs`: switches of one test's own (a host name mapped to 127.0.0.1, say).
+ */
+export function launchChromium(extraArgs: readonly string[] = []): Promise<Browser> {
+  return chromium.launch({ executablePath: CHROMIUM_PATH, headless: true, args: [...CHROMIUM_ARGS, ...extraArgs] });
 }

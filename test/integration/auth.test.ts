@@ -308,8 +308,8 @@ describe('per-address limit on requests that authenticate nothing', () => {
       const refused = () => [
         from(attacker),
         from(attacker, { headers: { 'x-api-key': 'hk_guess' } }),
-        from(attacker, { url: '/vendors/v1/webhooks', headers: { cookie: 'hookline_portal=ps_guess.guess' } }),
-        from(attacker, { url: '/portal/v1/session', headers: { cookie: 'hookline_portal=ps_guess.guess' } }),
+        from(attacker, { url: '/vendors/v1/webhooks', headers: { cookie: '__Host-hookline_portal=ps_guess.guess' } }),
+        from(attacker, { url: '/portal/v1/session', headers: { cookie: '__Host-hookline_portal=ps_guess.guess' } }),
         from(attacker, { method: 'POST', url: '/portal/v1/session', payload: { token: 'ps_guess.guess' } }),
         from(attacker, {
           method: 'POST',

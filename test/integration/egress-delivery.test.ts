@@ -6,6 +6,7 @@ import { HttpSender, type HttpSenderOptions } from '../../src/delivery/http-send
 import { testApp } from '../helpers/app.js';
 import { startHttpsReceiver } from '../helpers/https-receiver.js';
 import { machineEvent } from '../helpers/events.js';
+import { capturedLogs } from '../helpers/logs.js';
 import { issueClientCertificate, issueServerCertificate, TEST_DOMAIN } from '../helpers/test-ca.js';
 import { hasTinyproxy, startTinyproxy, type TestTinyproxy } from '../helpers/tinyproxy.js';
 import { quiescent, waitFor } from '../helpers/wait.js';
@@ -149,6 +150,59 @@ describe.skipIf(testCa === undefined || tinyproxyHere === undefined)(
         timeoutMs: 3_000,
       });
       expect(ok).toMatchObject({ kind: 'response', status: 200 });
+    });
+
+    it('a proxy that is down fails the attempt as connect, saying so without its address; the worker’s warn line has it', async () => {
+      const stopped = await startTinyproxy();
+      await stopped.stop();
+      const { port } = new URL(stopped.url);
+      const told: { proxy: string; reason: string }[] = [];
+      const { s } = sender({
+        egressProxy: parseEgressProxyUrl(stopped.url),
+        onEgressProxyUnreachable: (failure) => told.push(failure),
+      });
+      const result = await s.send({ url: `https://${RECEIVER}:9/hook`, headers: {}, body: '{}', timeoutMs: 3_000 });
+      expect(result).toMatchObject({
+        kind: 'error',
+        errorClass: 'connect',
+        message: "ERR_HOOKLINE_PROXY_UNREACHABLE: the installation's egress proxy is unreachable (ECONNREFUSED)",
+      });
+      expect(told).toEqual([{ proxy: `127.0.0.1:${port}`, reason: expect.stringContaining('ECONNREFUSED') as string }]);
+
+      // Through a worker: the attempt the vendor reads names no address; the operator's log line does.
+      const logs = capturedLogs();
+      const t = await testApp();
+      closers.push(() => t.close());
+      const worker = await startTestWorker(t, { egressProxy: parseEgressProxyUrl(stopped.url), logger: logs.logger() });
+      closers.unshift(() => worker.close());
+      // An IP address: the worker resolves no name, and goes straight to the proxy.
+      const { id, key } = await t.register('vendor-proxy-down', 'https://127.0.0.1:9/hook');
+      await t.ingestor.ingest([machineEvent('vendor-proxy-down')], 'http');
+      let attempt: { outcome: string; error: string } | undefined;
+      await waitFor(
+        async () => {
+          const list = await t.app.inject({
+            url: `/vendors/v1/webhooks/${id}/deliveries`,
+            headers: { 'x-api-key': key },
+          });
+          const [delivery] = list.json<{ deliveries: { delivery_id: string; attempts: number }[] }>().deliveries;
+          if (delivery === undefined || delivery.attempts === 0) return false;
+          const one = await t.app.inject({
+            url: `/vendors/v1/webhooks/${id}/deliveries/${delivery.delivery_id}`,
+            headers: { 'x-api-key': key },
+          });
+          [attempt] = one.json<{ attempts: { outcome: string; error: string }[] }>().attempts;
+          return attempt !== undefined;
+        },
+        10_000,
+        'the failed attempt recorded',
+      );
+      expect(attempt).toMatchObject({ outcome: 'connect' });
+      expect(attempt!.error).toContain("the installation's egress proxy is unreachable");
+      expect(attempt!.error).not.toContain(port);
+      const line = logs.lines.find((l) => l.event === 'delivery.egress_proxy_unreachable');
+      expect(line).toMatchObject({ level: 40, proxy: `127.0.0.1:${port}`, attempts: 1 });
+      expect(String(line!.err)).toContain('ECONNREFUSED');
     });
 
     it('a worker with HOOKLINE_EGRESS_PROXY sends the OAuth2 token request and the mutual-TLS delivery through it', async () => {

@@ -265,10 +265,16 @@ describe('a proxy that does not open the tunnel properly', () => {
     return { host: '127.0.0.1', port: (server.address() as AddressInfo).port };
   }
 
-  it('fails with ECONNREFUSED when nothing listens at the proxy’s address', async () => {
+  it('fails as the proxy being unreachable when nothing listens at its address: the message without it, the address and ECONNREFUSED apart', async () => {
     const proxy = { host: '127.0.0.1', port: await freeLoopbackPort() };
     const t = tunnel(proxy, 443, loopbackLookup());
-    expect((await failure(t)).code).toBe('ECONNREFUSED');
+    const error = (await failure(t)) as Error & { code?: string; address?: string; reason?: string };
+    expect(error).toMatchObject({
+      code: 'ERR_HOOKLINE_PROXY_UNREACHABLE',
+      message: "the installation's egress proxy is unreachable (ECONNREFUSED)",
+      address: `127.0.0.1:${proxy.port}`,
+    });
+    expect(error.reason).toContain('ECONNREFUSED');
     expect(t.returned.destroyed).toBe(true);
   });
 

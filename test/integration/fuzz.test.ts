@@ -90,7 +90,7 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
     });
     const opened = await t.portalSessions.exchange(token);
     if (!opened) throw new Error('setup: the portal session did not open');
-    return { cookie: `hookline_portal=${opened.cookieValue}`, csrf: opened.csrfToken };
+    return { cookie: `__Host-hookline_portal=${opened.cookieValue}`, csrf: opened.csrfToken };
   }
 
   afterAll(async () => {
@@ -268,7 +268,7 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
       { 'x-api-key': vendorKey },
       { 'x-api-key': 'hk_guess' },
       { cookie: cookie.cookie, 'x-csrf-token': cookie.csrf, 'sec-fetch-site': 'same-origin' },
-      { cookie: 'hookline_portal=ps_guess.guess', 'x-csrf-token': 'x' },
+      { cookie: '__Host-hookline_portal=ps_guess.guess', 'x-csrf-token': 'x' },
     );
     const parameter = fc
       .oneof(fc.constantFrom(webhookId, 'dep-1', `ps_${'0'.repeat(24)}`), fc.uuid(), oddStrings)

@@ -66,10 +66,10 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     });
     expect(res.statusCode, res.body).toBe(200);
     const setCookie = String(res.headers['set-cookie']);
-    const cookie = /^hookline_portal=([^;]+)/.exec(setCookie)?.[1];
+    const cookie = /^__Host-hookline_portal=([^;]+)/.exec(setCookie)?.[1];
     if (!cookie) throw new Error(`no cookie in ${setCookie}`);
     const opened = res.json<Opened>();
-    return { cookie: `hookline_portal=${cookie}`, csrf: opened.csrf_token, opened, setCookie };
+    return { cookie: `__Host-hookline_portal=${cookie}`, csrf: opened.csrf_token, opened, setCookie };
   };
 
   /** A request as the portal's page makes it: the cookie, the CSRF header, same-origin. */
@@ -102,7 +102,7 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     }>();
   };
 
-  it('issues a link with the token in the fragment, opens it once into an HttpOnly SameSite=Strict cookie, and never logs the token', async () => {
+  it('issues a link with the token in the fragment, opens it once into a __Host- cookie (Secure, Path=/, no Domain, HttpOnly, SameSite=Strict), and never logs the token', async () => {
     const app = await start();
     const before = Date.now();
     const link = await linkFor(app, 'vendor-a', 'manage', '2h');
@@ -119,8 +119,11 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     expect(unopened).toContain(sha256(token.split('.')[1]!));
     expect(unopened).not.toContain(token.split('.')[1]!);
     const b = await open(app, token);
-    expect(b.setCookie).toMatch(/; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/);
-    expect(b.setCookie).not.toContain('Secure');
+    // Secure even over the test's plain http on loopback, where browsers keep Secure cookies too.
+    expect(b.setCookie).toMatch(
+      /^__Host-hookline_portal=[^;]+; Path=\/; Secure; HttpOnly; SameSite=Strict; Max-Age=\d+$/,
+    );
+    expect(b.setCookie).not.toMatch(/Domain=/i);
     expect(b.opened).toMatchObject({ session_id: link.session_id, vendor_id: 'vendor-a', permission: 'manage' });
 
     // The second use of the same link fails, and so does a made-up one.
@@ -162,7 +165,7 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     expect(output).not.toContain(b.csrf);
   });
 
-  it('links use HOOKLINE_PUBLIC_URL when set, and an https one makes the cookie Secure', async () => {
+  it('links use HOOKLINE_PUBLIC_URL when set, and the cookie is Secure there too', async () => {
     const app = await start();
     const { buildAdminServer } = await import('../../src/admin/server.js');
     const deps = app.adminDeps({
@@ -199,7 +202,7 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
   /** An admin API over the test app's stores, configured with `extra` (the test app's own is not). */
   const serverWith = async (
     app: TestApp,
-    extra: { listenAddress?: { host: string; port: number }; trustProxy?: string[] },
+    extra: { listenAddress?: { host: string; port: number }; trustProxy?: string[]; publicUrl?: string },
   ) => {
     const { buildAdminServer } = await import('../../src/admin/server.js');
     return buildAdminServer(
@@ -260,7 +263,40 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     expect(await app.portalSessions.list('vendor-links')).toHaveLength(before);
   });
 
-  it('believes X-Forwarded-Proto only from a proxy HOOKLINE_TRUST_PROXY names: behind a TLS proxy the cookie is Secure', async () => {
+  it('mints no link for a plain-http HOOKLINE_PUBLIC_URL off loopback, where browsers would drop the Secure cookie', async () => {
+    const app = await start();
+    const admin = await app.keyFor(['admin']);
+    const cases: [string, number][] = [
+      ['http://hooks.internal:8080', 409],
+      ['http://10.1.2.3', 409],
+      ['http://localhost:8080', 201],
+      ['http://127.0.0.1:8080', 201],
+      ['http://[::1]:8080', 201],
+      ['https://hooks.example.com', 201],
+    ];
+    for (const [publicUrl, status] of cases) {
+      const server = await serverWith(app, { publicUrl });
+      try {
+        const res = await server.inject({
+          method: 'POST',
+          url: '/admin/v1/portal/sessions',
+          headers: { 'x-api-key': admin },
+          payload: { vendor_id: 'vendor-http' },
+        });
+        expect(res.statusCode, publicUrl).toBe(status);
+        if (status === 201)
+          expect(res.json<{ url: string }>().url.startsWith(`${publicUrl}/portal/#token=`)).toBe(true);
+        else {
+          expect(res.json()).toMatchObject({ code: 'public_url_required' });
+          expect(res.json<{ error: string }>().error).toContain('https');
+        }
+      } finally {
+        await server.close();
+      }
+    }
+  });
+
+  it('believes X-Forwarded-Proto only from a proxy HOOKLINE_TRUST_PROXY names (HSTS); the cookie is Secure whatever the proxy says', async () => {
     const app = await start();
     const cases: [string[] | undefined, boolean][] = [
       [undefined, false],
@@ -268,7 +304,7 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
       [['127.0.0.1'], true],
       [['loopback'], true],
     ];
-    for (const [trustProxy, secure] of cases) {
+    for (const [trustProxy, https] of cases) {
       const server = await serverWith(app, trustProxy === undefined ? {} : { trustProxy });
       try {
         const token = tokenOf((await linkFor(app, 'vendor-a', 'read')).url);
@@ -280,7 +316,8 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
           payload: { token },
         });
         expect(res.statusCode, res.body).toBe(200);
-        expect(String(res.headers['set-cookie']).includes('; Secure'), JSON.stringify(trustProxy)).toBe(secure);
+        expect(res.headers['strict-transport-security'] !== undefined, JSON.stringify(trustProxy)).toBe(https);
+        expect(String(res.headers['set-cookie'])).toContain('; Secure;');
       } finally {
         await server.close();
       }
@@ -614,7 +651,7 @@ describe('vendor portal sessions: magic links, cookie + CSRF, permissions, revoc
     expect(noCsrf.statusCode).toBe(403);
     const out = await asPortal(app, other, 'DELETE', '/portal/v1/session');
     expect(out.statusCode).toBe(204);
-    expect(String(out.headers['set-cookie'])).toMatch(/^hookline_portal=; .*Max-Age=0/);
+    expect(String(out.headers['set-cookie'])).toMatch(/^__Host-hookline_portal=; Path=\/; Secure; .*Max-Age=0/);
     expect((await asPortal(app, other, 'GET', '/vendors/v1/webhooks')).statusCode).toBe(401);
   });
 

@@ -77,7 +77,7 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
 
   const attemptsOf = async (webhookId: string, deliveryId: string) =>
     (await api('GET', `/vendors/v1/webhooks/${webhookId}/deliveries/${deliveryId}`)).json<{
-      attempts: { outcome: string; error: string | null; request_headers: Record<string, string> }[];
+      attempts: { outcome: string; error: string | null; request_headers: Record<string, string> | null }[];
     }>().attempts;
 
   it('sends custom headers and basic auth; reads, the delivery log, logs and Redis never show their values', async () => {
@@ -178,6 +178,58 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
     expect(res.json()).toMatchObject({ auth: null });
   });
 
+  it('a callback_url moved to another origin needs its headers and auth again (409 otherwise, nothing changed); a new path keeps them', async () => {
+    const first = new TestReceiver();
+    const second = new TestReceiver();
+    await first.start();
+    await second.start();
+    closers.push(
+      () => first.close(),
+      () => second.close(),
+    );
+    const id = await register(`${first.base}/hook`, {
+      headers: { 'X-Api-Key': 'old-gateway-key-1234', 'X-Tenant': 'old-tenant-5678' },
+      auth: { type: 'basic', username: 'hookline', password: 'old-password-9012' },
+    });
+    const patch = (body: object) => api('PATCH', `/vendors/v1/webhooks/${id}`, body);
+
+    // The second receiver listens on another port of 127.0.0.1: another origin.
+    let res = await patch({ callback_url: `${second.base}/hook`, headers: { 'X-Api-Key': 'new-gateway-key-1234' } });
+    expect(res.statusCode, res.body).toBe(409);
+    expect(res.json()).toMatchObject({ code: 'credentials_not_restated' });
+    const { error } = res.json<{ error: string }>();
+    expect(error).toContain('headers "X-Tenant" (their values) and auth');
+    expect(error).not.toContain('X-Api-Key');
+    const unchanged = await t.webhooks.get(VENDOR, id);
+    expect(unchanged!.callbackUrl).toBe(`${first.base}/hook`);
+    expect(unchanged!.headers[0]).toEqual({ name: 'X-Api-Key', value: 'old-gateway-key-1234' });
+
+    // The same origin, another path and a query: the credentials stay.
+    res = await patch({ callback_url: `${first.base}/moved?v=2` });
+    expect(res.statusCode, res.body).toBe(200);
+
+    // Restated (one header given again, one dropped, auth given again): moved, and the new host gets the new values only.
+    res = await patch({
+      callback_url: `${second.base}/hook`,
+      headers: { 'x-api-key': 'new-gateway-key-1234', 'X-Tenant': null },
+      auth: { type: 'bearer', token: 'new-bearer-token-3456' },
+    });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ headers: { 'x-api-key': '••••' }, auth: { type: 'bearer' } });
+    await t.ingestor.ingest([machineEvent(VENDOR)], 'http');
+    await waitFor(() => second.requests.length >= 1, 10_000, 'the delivery to the new origin');
+    const headers = second.requests[0]!.headers;
+    expect(headers['x-api-key']).toBe('new-gateway-key-1234');
+    expect(headers.authorization).toBe('Bearer new-bearer-token-3456');
+    expect(JSON.stringify(headers)).not.toMatch(/old-(gateway-key|tenant|password)/);
+    expect(first.requests).toHaveLength(0);
+
+    // Dropped with null: moved back without them.
+    res = await patch({ callback_url: `${first.base}/hook`, headers: null, auth: null });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ headers: {}, auth: null });
+  });
+
   it('refuses bad auth: a colon in a basic username, a token URL that is not https, unknown fields', async () => {
     const url = 'https://receiver.example/hook';
     expect(await refusal({ callback_url: url, auth: { type: 'basic', username: 'a:b', password: 'p' } })).toContain(
@@ -187,6 +239,22 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
     expect(await refusal({ callback_url: url, auth: { ...oauth, token_url: 'http://tokens.example/t' } })).toContain(
       'https',
     );
+    // Stored and shown as it is: no credentials or secrets in it.
+    expect(
+      await refusal({ callback_url: url, auth: { ...oauth, token_url: 'https://client:pw-in-url@tokens.example/t' } }),
+    ).toContain('auth.token_url must not contain credentials');
+    expect(
+      await refusal({
+        callback_url: url,
+        auth: { ...oauth, token_url: 'https://tokens.example/t?tenant=a&client_secret=in-query' },
+      }),
+    ).toContain('auth.token_url must not carry secrets in its query ("client_secret")');
+    const id = await register(url, { auth: { ...oauth, token_url: 'https://tokens.example/t?tenant=a&p=policy' } });
+    const patched = await api('PATCH', `/vendors/v1/webhooks/${id}`, {
+      auth: { ...oauth, token_url: 'https://tokens.example/t?api_key=k' },
+    });
+    expect(patched.statusCode).toBe(400);
+    expect(patched.json<{ error: string }>().error).toContain('("api_key")');
     expect(await refusal({ callback_url: url, auth: { type: 'bearer', token: 't', extra: 1 } })).toContain(
       '"auth.extra"',
     );
@@ -252,8 +320,12 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
     const keyBody = good.key.split('\n').slice(1, -2).join('');
     expect(await everythingStored()).not.toContain(keyBody.slice(0, 40));
     // A callback URL turned to http while a certificate is set is refused too.
-    const res = await api('PATCH', `/vendors/v1/webhooks/${id}`, { callback_url: 'http://receiver.example/hook' });
+    let res = await api('PATCH', `/vendors/v1/webhooks/${id}`, { callback_url: 'http://receiver.example/hook' });
     expect(res.statusCode).toBe(400);
+    // Another https host keeps it: its key is never sent, so there is nothing to restate.
+    res = await api('PATCH', `/vendors/v1/webhooks/${id}`, { callback_url: 'https://elsewhere.example/hook' });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ tls_client_certificate: { subject: 'CN=vendor-a-client, O=Hookline Tests' } });
     expect((await api('PATCH', `/vendors/v1/webhooks/${id}`, { tls_client_certificate: null })).json()).toMatchObject({
       tls_client_certificate: null,
     });
@@ -308,7 +380,7 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
 
   describe('oauth2_client_credentials', () => {
     /** A token endpoint: counts requests, checks the client, issues `tok-<n>` tokens. */
-    async function tokenEndpoint(options: { refuse?: boolean; expiresIn?: number } = {}) {
+    async function tokenEndpoint(options: { refuse?: boolean; expiresIn?: number; echo?: boolean } = {}) {
       let issued = 0;
       const requests: SeenRequest[] = [];
       const server = await httpsServer((seen, res) => {
@@ -325,8 +397,12 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
           decodeURIComponent(client ?? '') !== 'hookline-client' ||
           decodeURIComponent(clientSecret ?? '') !== 'client-secret-5555'
         ) {
+          // `echo`: an endpoint that quotes the request it refused, credentials and all.
+          const description = options.echo
+            ? `Client authentication failed for ${seen.headers.authorization ?? ''} with ${seen.body}`
+            : 'Client authentication failed';
           res.writeHead(401, { 'content-type': 'application/json' });
-          res.end(JSON.stringify({ error: 'invalid_client', error_description: 'Client authentication failed' }));
+          res.end(JSON.stringify({ error: 'invalid_client', error_description: description }));
           return;
         }
         issued += 1;
@@ -412,10 +488,23 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
     it('sends the client in the body with client_secret_post', async () => {
       const tokens = await tokenEndpoint();
       const receiver = await bearerReceiver(new Set(['tok-1']));
-      await register(`${receiver.base}/hook`, oauth(tokens.base, { token_auth_method: 'client_secret_post' }));
+      const id = await register(
+        `${receiver.base}/hook`,
+        oauth(tokens.base, { token_auth_method: 'client_secret_post' }),
+      );
       await t.ingestor.ingest([machineEvent(VENDOR)], 'http');
       await waitFor(() => receiver.seen.length >= 1, 10_000, 'the delivery');
       expect(receiver.seen[0]!.headers.authorization).toBe('Bearer tok-1');
+      let delivery: { delivery_id: string; status: string } | undefined;
+      await waitFor(
+        async () => ([delivery] = await deliveriesOf(id)) && delivery?.status === 'delivered',
+        10_000,
+        'the delivery recorded',
+      );
+      // The token went with the request, so the attempt shows its scheme.
+      expect((await attemptsOf(id, delivery!.delivery_id))[0]!.request_headers).toMatchObject({
+        authorization: 'Bearer ••••',
+      });
       const form = new URLSearchParams(tokens.requests[0]!.body);
       expect(form.get('client_id')).toBe('hookline-client');
       expect(tokens.requests[0]!.headers.authorization).toBeUndefined();
@@ -436,6 +525,44 @@ describe.skipIf(testCa === undefined)('receiver authentication: headers, auth, c
       expect(attempt!.error).toContain('answered 401 (invalid_client: Client authentication failed)');
       expect(attempt!.error).not.toContain('client-secret-5555');
       expect(receiver.seen).toHaveLength(0);
+      // Nothing was sent, so no request headers are shown (no `authorization: Bearer ••••` that never went).
+      expect(attempt!.request_headers).toBeNull();
+    });
+
+    it('a token endpoint that echoes the request it refused: its text reaches the delivery log, the logs and Redis redacted', async () => {
+      for (const [method, event] of [
+        ['client_secret_basic', 'EVENT_TYPE_MACHINE_CREATED'],
+        ['client_secret_post', 'EVENT_TYPE_MACHINE_UPDATED'],
+      ] as const) {
+        const tokens = await tokenEndpoint({ refuse: true, echo: true });
+        const receiver = await bearerReceiver(new Set());
+        const res = await api('POST', '/vendors/v1/webhooks', {
+          event_type: event,
+          callback_url: `${receiver.base}/hook`,
+          headers: { 'X-Api-Key': 'gateway-key-echo-7777' },
+          ...oauth(tokens.base, { token_auth_method: method, client_secret: 'client-secret-5555&echo' }),
+        });
+        expect(res.statusCode, res.body).toBe(201);
+        const id = res.json<{ webhook_id: string }>().webhook_id;
+        await t.ingestor.ingest([{ ...machineEvent(VENDOR), event_type: event }], 'http');
+        let delivery: { delivery_id: string; last_outcome: string } | undefined;
+        await waitFor(
+          async () => ([delivery] = await deliveriesOf(id)) && delivery?.last_outcome === 'auth',
+          10_000,
+          `an auth failure (${method})`,
+        );
+        const [attempt] = await attemptsOf(id, delivery!.delivery_id);
+        expect(attempt!.error, method).toContain('Client authentication failed for ');
+        expect(attempt!.error).toContain('••••');
+        const basic = Buffer.from('hookline-client:client-secret-5555%26echo').toString('base64');
+        const places = [JSON.stringify(attempt), JSON.stringify(logs.lines), await everythingStored()];
+        for (const place of places)
+          for (const secret of ['client-secret-5555', basic.slice(0, 20)]) expect(place, method).not.toContain(secret);
+        // The endpoint did get the secret: what was redacted was really there.
+        expect(JSON.stringify(tokens.requests)).toMatch(
+          method === 'client_secret_post' ? /client-secret-5555/ : /Basic /,
+        );
+      }
     });
   });
 });

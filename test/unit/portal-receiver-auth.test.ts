@@ -81,6 +81,39 @@ describe('what the portal’s webhook form sends of receiver authentication', ()
     expect(problems.map((p) => p.field)).toEqual(['key-pem']);
   });
 
+  it('a callback URL on another host asks for every kept header value and the auth secret again; a new path does not', () => {
+    const saved = webhook({
+      callback_url: 'https://a.example/hook',
+      headers: { 'X-Api-Key': '••••', 'X-Tenant': '••••' },
+      auth: { type: 'bearer' },
+      tls_client_certificate: {
+        subject: 'CN=c',
+        issuer: 'CN=ca',
+        fingerprint_sha256: 'AA',
+        not_after: '2030-01-01T00:00:00Z',
+      },
+    });
+    const form = receiverForm(saved);
+    expect(receiverChanges(saved, form, 'https://a.example/other?x=1')).toEqual({ body: {}, problems: [] });
+    for (const moved of ['https://b.example/hook', 'http://a.example/hook', 'https://a.example:8443/hook']) {
+      const { problems } = receiverChanges(saved, form, moved);
+      expect(
+        problems.map((p) => p.field),
+        moved,
+      ).toEqual(['value-0', 'value-1', 'token']);
+      expect(problems[0]!.message).toContain('moves to another host');
+    }
+    expect(secretState(saved.auth, form.auth, true)).toBe('moved');
+    // Typed again or dropped: the body restates them, and the certificate is left as it is.
+    form.headers[0]!.value = 'new-key';
+    form.headers = form.headers.filter((row) => row.name !== 'X-Tenant');
+    form.auth.token = 'new-token';
+    expect(receiverChanges(saved, form, 'https://b.example/hook')).toEqual({
+      body: { headers: { 'X-Tenant': null, 'X-Api-Key': 'new-key' }, auth: { type: 'bearer', token: 'new-token' } },
+      problems: [],
+    });
+  });
+
   it('warns about a certificate from 30 days before it expires', () => {
     const now = Date.UTC(2026, 10, 27);
     const inDays = (days: number) => new Date(now + days * 86_400_000).toISOString();

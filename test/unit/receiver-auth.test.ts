@@ -1,9 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import {
+  credentialsToRestate,
   headerNameProblem,
   headersAuthProblem,
   headersProblem,
   staticAuthorization,
+  toAuthView,
+  tokenUrlProblem,
 } from '../../src/domain/receiver-auth.js';
 import { readTokenResponse, tokenRequest } from '../../src/delivery/receiver-tokens.js';
 import type { SendResult } from '../../src/delivery/http-sender.js';
@@ -45,6 +48,86 @@ describe('custom header rules', () => {
   it('refuses an authorization header only beside auth', () => {
     expect(headersAuthProblem(['AUTHORIZATION'], true)).toContain('"AUTHORIZATION"');
     expect(headersAuthProblem(['AUTHORIZATION'], false)).toBeUndefined();
+  });
+});
+
+describe('credentials a callback URL on another origin would carry', () => {
+  const stored = { headerNames: ['X-Api-Key', 'X-Tenant'], hasAuth: true };
+  const from = 'https://a.example/hook';
+
+  it('names every header not given again and auth, for a new scheme, host or port; none for a new path or query', () => {
+    for (const to of ['https://b.example/hook', 'http://a.example/hook', 'https://a.example:8443/hook'])
+      expect(credentialsToRestate(from, to, stored, {}), to).toEqual({
+        headers: ['X-Api-Key', 'X-Tenant'],
+        auth: true,
+      });
+    for (const to of ['https://A.EXAMPLE:443/other?tenant=1', 'https://a.example/hook#x'])
+      expect(credentialsToRestate(from, to, stored, {}), to).toBeUndefined();
+  });
+
+  it('counts a header given anew or removed (names case-insensitive), headers null, and auth given or null', () => {
+    const to = 'https://b.example/hook';
+    expect(credentialsToRestate(from, to, stored, { headers: { 'x-api-key': 'new' } })).toEqual({
+      headers: ['X-Tenant'],
+      auth: true,
+    });
+    expect(
+      credentialsToRestate(from, to, stored, { headers: { 'X-Api-Key': 'new', 'x-tenant': null }, auth: null }),
+    ).toBeUndefined();
+    expect(credentialsToRestate(from, to, stored, { headers: null, auth: { type: 'bearer' } })).toBeUndefined();
+    expect(credentialsToRestate(from, to, { headerNames: [], hasAuth: false }, {})).toBeUndefined();
+  });
+});
+
+describe('token URL rules', () => {
+  it('refuses credentials, a fragment and secret-named query parameters, naming them; keeps the rest', () => {
+    expect(tokenUrlProblem('https://client:s3cret@auth.example/token')).toContain('must not contain credentials');
+    expect(tokenUrlProblem('https://client@auth.example/token')).toContain('must not contain credentials');
+    expect(tokenUrlProblem('https://auth.example/token#x')).toContain('fragment');
+    expect(tokenUrlProblem('http://auth.example/token')).toContain('https URL');
+    const refused = [
+      'client_secret',
+      'Client-Secret',
+      'secret',
+      'password',
+      'access_token',
+      'token',
+      'api_key',
+      'apikey',
+      'key',
+      'auth',
+      'credentials',
+      'sig',
+      'code',
+      'client_assertion',
+    ];
+    for (const name of refused)
+      expect(tokenUrlProblem(`https://auth.example/token?tenant=t&${name}=v`), name).toContain(`("${name}")`);
+    expect(tokenUrlProblem('https://auth.example/token?client_secret=a&token=b&client_secret=c')).toContain(
+      '("client_secret", "token")',
+    );
+    for (const kept of [
+      'https://auth.example/oauth2/v2.0/token',
+      'https://auth.example/token?p=B2C_1_signin&api-version=1.0&tenant=acme&client_id=c&resource=api',
+    ])
+      expect(tokenUrlProblem(kept), kept).toBeUndefined();
+  });
+
+  it('reads mask what such a URL stored before the rule carries; others are shown as they are', () => {
+    const view = (tokenUrl: string) =>
+      toAuthView({
+        type: 'oauth2_client_credentials',
+        tokenUrl,
+        clientId: 'c',
+        clientSecret: 's',
+        scope: undefined,
+        audience: undefined,
+        tokenAuthMethod: 'client_secret_basic',
+      }).token_url;
+    expect(view('https://user:pw@auth.example/token?tenant=a%20b&client_secret=s3cret')).toBe(
+      'https://••••@auth.example/token?tenant=a%20b&client_secret=••••',
+    );
+    expect(view('https://auth.example/token?tenant=a+b')).toBe('https://auth.example/token?tenant=a+b');
   });
 });
 

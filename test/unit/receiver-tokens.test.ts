@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { SendRequest, SendResult } from '../../src/delivery/http-sender.js';
+import { sendAuthorized } from '../../src/delivery/receiver-request.js';
 import { ReceiverTokens } from '../../src/delivery/receiver-tokens.js';
+import type { Webhook } from '../../src/domain/webhook.js';
 import type { CachedToken } from '../../src/store/receiver-tokens.js';
 
 const AUTH = {
@@ -100,5 +102,49 @@ describe('OAuth2 tokens for receivers', () => {
     w.shared.set('client-1', { cached: { token: 'from-another-worker', useUntilMs: 2_000_000 }, stored: 'x' });
     expect(await w.tokens.get(AUTH)).toMatchObject({ token: 'from-another-worker', fresh: false });
     expect(w.issued()).toBe(0);
+  });
+
+  it('a refusal that echoes the token request reaches the attempt redacted of every secret of the webhook, and capped', async () => {
+    for (const tokenAuthMethod of ['client_secret_basic', 'client_secret_post'] as const) {
+      const auth = { ...AUTH, clientId: 'hookline-client', clientSecret: 'client-secret-5555&x', tokenAuthMethod };
+      const webhook = { auth, headers: [{ name: 'X-Api-Key', value: 'gateway-key-1234' }] } as unknown as Webhook;
+      const tokens = new ReceiverTokens({
+        cache: {
+          get: () => Promise.resolve(undefined),
+          set: () => Promise.resolve(''),
+          forget: () => Promise.resolve(),
+        },
+        // An endpoint that quotes what it got: the Authorization header, the form body, and the header value besides.
+        sender: {
+          send: (request: SendRequest): Promise<SendResult> => {
+            const description = `bad client gateway-key-1234; you sent ${JSON.stringify(request.headers)} ${request.body} ${'z'.repeat(400)}`;
+            const body = JSON.stringify({ error: 'invalid_client', error_description: description });
+            return Promise.resolve({
+              kind: 'response',
+              status: 401,
+              retryAfter: undefined,
+              bodySnippet: body,
+              durationMs: 2,
+            });
+          },
+        },
+        clientIdOf: () => 'client-1',
+        nowMs: () => 1_000,
+        timeoutMs: 1_000,
+      });
+      let sent = 0;
+      const receiver = { send: () => ((sent += 1), Promise.reject(new Error('not to be sent'))) };
+      const request: SendRequest = { url: 'https://receiver.example/hook', headers: {}, body: '{}', timeoutMs: 1_000 };
+      const result = await sendAuthorized(receiver, tokens, webhook, request);
+      expect(result).toMatchObject({ kind: 'error', errorClass: 'auth' });
+      const message = result.kind === 'error' ? result.message : '';
+      expect(message, tokenAuthMethod).toContain('answered 401 (invalid_client: bad client ••••; you sent');
+      expect(message).toContain('••••');
+      expect(message).toHaveLength(300);
+      const basic = Buffer.from('hookline-client:client-secret-5555%26x').toString('base64');
+      for (const secret of ['client-secret-5555', basic, basic.slice(0, 16), 'gateway-key-1234'])
+        expect(message, tokenAuthMethod).not.toContain(secret);
+      expect(sent).toBe(0);
+    }
   });
 });

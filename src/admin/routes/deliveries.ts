@@ -69,7 +69,7 @@ const attemptSchema = z
           '(host, connection, webhook-id, webhook-timestamp, webhook-signature, x-webhook-signature, x-webhook-event, ' +
           'x-webhook-attempt, content-type, user-agent, content-length). Signature values are masked to their scheme ' +
           'prefix (`v1,••••`, two entries during a secret rotation; `sha256=••••`). null when no request was made ' +
-          '(circuit_open, webhook_disabled, paused_expired); for a connection that failed (dns, connect, tls, ssrf_blocked), the headers it would have sent.',
+          '(circuit_open, webhook_disabled, paused_expired, and auth when no token came for it); for a connection that failed (dns, connect, tls, ssrf_blocked), the headers it would have sent.',
       ),
   })
   .meta({ id: 'DeliveryAttempt' });

@@ -1,4 +1,4 @@
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import {
@@ -90,13 +90,18 @@ export interface PortalRouteDeps {
  * a session cookie, reading the session, signing out.
  */
 export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZod {
-  const secure = deps.publicUrl?.startsWith('https:') ?? false;
-  /** The session cookie: HttpOnly (no script reads it), SameSite=Strict (no cross-site request carries it), Secure over https. */
-  const setCookie = (request: FastifyRequest, reply: FastifyReply, value: string, maxAgeSec: number) => {
-    const flags = ['Path=/', 'HttpOnly', 'SameSite=Strict', `Max-Age=${maxAgeSec}`];
-    if (secure || request.protocol === 'https') flags.push('Secure');
+  /**
+   * The session cookie: HttpOnly (no script reads it), SameSite=Strict (no cross-site request
+   * carries it), and always Secure with Path=/ and no Domain, as its `__Host-` name requires.
+   * Browsers keep a Secure cookie over https and on loopback (http://localhost, 127.0.0.1), which is
+   * where links point (portalLinkBase), so it is never sent in clear.
+   */
+  const setCookie = (reply: FastifyReply, value: string, maxAgeSec: number) => {
     void reply
-      .header('set-cookie', `${PORTAL_COOKIE}=${value}; ${flags.join('; ')}`)
+      .header(
+        'set-cookie',
+        `${PORTAL_COOKIE}=${value}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSec}`,
+      )
       .header('cache-control', 'no-store');
   };
   const log = (event: string, session: PortalSession, fields: Record<string, unknown>, message: string) =>
@@ -118,9 +123,9 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
           summary: 'Issue a vendor portal link',
           description:
             'Mints a session for one vendor and answers its link: `<HOOKLINE_PUBLIC_URL>/portal/#token=<one-time token>` (without ' +
-            'the setting, the API’s own address when it listens on loopback; never the request’s Host header). The token ' +
-            'sits in the URL fragment, which browsers never send to a server, and works once: the page trades it for an HttpOnly, ' +
-            'SameSite=Strict session cookie. The session lasts ttl (5m to 7d, default 24h) unless revoked. Hand the url to the vendor ' +
+            'the setting, the API’s own address when it listens on loopback; never the request’s Host header; https, or http on ' +
+            'loopback only). The token sits in the URL fragment, which browsers never send to a server, and works once: the page ' +
+            'trades it for the __Host-hookline_portal session cookie (Secure, HttpOnly, SameSite=Strict). The session lasts ttl (5m to 7d, default 24h) unless revoked. Hand the url to the vendor ' +
             'only; it is not shown again.',
           querystring: noQueryParameters,
           body: z
@@ -241,8 +246,8 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
           tags,
           summary: 'Open a portal session with a link’s token',
           description:
-            'Trades the one-time token from the link’s fragment for the session cookie (HttpOnly, SameSite=Strict, Secure over ' +
-            'https) and answers the CSRF token the portal must echo in X-CSRF-Token. A token works once; a used, expired or revoked ' +
+            'Trades the one-time token from the link’s fragment for the session cookie, __Host-hookline_portal (Secure, Path=/, no ' +
+            'Domain, HttpOnly, SameSite=Strict: browsers keep it over https and on loopback) and answers the CSRF token the portal must echo in X-CSRF-Token. A token works once; a used, expired or revoked ' +
             'one answers 401.',
           querystring: noQueryParameters,
           body: z.object({ token: z.string().max(200).describe('The value after `#token=` in the link.') }).strict(),
@@ -256,7 +261,6 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
         if (!opened) throw new ApiError('portal_token_invalid');
         log('portal.session_opened', opened.session, {}, 'portal link opened');
         setCookie(
-          request,
           reply,
           opened.cookieValue,
           Math.max(1, Math.floor((opened.session.expiresAtMs - deps.nowMs()) / 1000)),
@@ -303,7 +307,7 @@ export function portalSessionRoutes(deps: PortalRouteDeps): FastifyPluginAsyncZo
         const { session } = request.portalSession!;
         await deps.sessions.revoke(session.id);
         log('portal.session_closed', session, {}, 'portal session signed out');
-        setCookie(request, reply, '', 0);
+        setCookie(reply, '', 0);
         return reply.code(204).send(null);
       },
     );

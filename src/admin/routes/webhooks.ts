@@ -38,6 +38,22 @@ function conflict(eventType: string, existingId?: string): ApiError {
       );
 }
 
+/** 409 for a callback URL moved to another origin while stored credentials would follow it unrestated, naming them. */
+function credentialsNotRestated(unrestated: { headers: string[]; auth: boolean }): ApiError {
+  const named = [
+    ...(unrestated.headers.length === 0
+      ? []
+      : [`headers ${unrestated.headers.map((name) => `"${name}"`).join(', ')} (their values)`]),
+    ...(unrestated.auth ? ['auth'] : []),
+  ];
+  return new ApiError(
+    'credentials_not_restated',
+    `callback_url moves to another origin (scheme, host or port), where the webhook’s stored credentials would go: ` +
+      `${named.join(' and ')}. Reads never show them, so send them again in the same request, or null to drop them ` +
+      '(a path or query change on the same origin keeps them; the client certificate stays)',
+  );
+}
+
 /** A webhook as `request` may see it: a portal session below manage sees no secret, since whoever holds the secret can sign as the platform. */
 function shownTo(request: FastifyRequest, webhook: WebhookResource): WebhookResource {
   if (request.principal?.portal === undefined || request.principal.portal.permission === 'manage') return webhook;
@@ -209,7 +225,11 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
             'it), with the rules of ' +
             'registration. Answers the whole webhook. ' +
             'A new secret starts a rotation (see secret and previous_secret_expires_at). A webhook that signs with hmac keeps a ' +
-            'secret: secret null on it answers 400.',
+            'secret: secret null on it answers 400. A callback_url on another origin (scheme, host or port) while the webhook ' +
+            'has custom headers or auth answers 409 credentials_not_restated unless the same request gives them again (every ' +
+            'header’s value, a new auth) or drops them (null): their values are never shown, and would otherwise go to the new ' +
+            'host unseen. A new path or query on the same origin keeps them; so does the client certificate, whose key is ' +
+            'never sent.',
           params: idParams,
           querystring: noQueryParameters,
           body: webhookPatchSchema,
@@ -242,6 +262,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
         if (result.ok) return toWebhookResource(result.webhook, deps.nowMs());
         if (result.reason === 'invalid') throw invalid(result.problem);
         if (result.reason === 'conflict') throw conflict(body.event_type ?? 'this event_type');
+        if (result.reason === 'credentials_not_restated') throw credentialsNotRestated(result);
         if (result.reason === 'unsigned')
           throw new ApiError(
             'invalid_request',

@@ -30,6 +30,12 @@ const CLOSED_TEXT: Record<Closed, { title: string; text: string }> = {
   },
   expired: { title: 'Access ended', text: 'This portal link has expired or was revoked. Ask for a new link.' },
   signed_out: { title: 'Signed out', text: 'You signed out of the portal. Open a new link to come back.' },
+  insecure: {
+    title: 'The portal needs a secure connection',
+    text:
+      'This page was opened over plain http, where browsers do not keep the portal’s session. Your link was not used: ' +
+      'ask the operator who runs Hookline to serve the portal over https (HOOKLINE_PUBLIC_URL), then open the link there.',
+  },
 };
 
 /** `linkToken`: the token main.tsx took from the address bar before the first render, if the page was opened by a link. */

@@ -7,7 +7,9 @@
  * what is sent. Headers are merged by the API (a JSON merge patch), so an edit sends only the rows
  * that changed, and `name: null` for a removed one. `auth` is replaced whole, so a change to its
  * other fields needs its secret typed again: sending the change without it is refused here, with
- * words that say why, rather than by the API.
+ * words that say why, rather than by the API. So is a callback URL moved to another origin while a
+ * saved header value or secret would follow it unseen: the API refuses that too (409
+ * credentials_not_restated), and here the fields to type again say so.
  */
 
 import type { AuthType, ClientCertificate, ReceiverAuth, TokenAuthMethod, Webhook } from './types.js';
@@ -130,11 +132,32 @@ function authSettingsChanged(saved: ReceiverAuth, fields: AuthFields): boolean {
   );
 }
 
-/** What a saved auth's secret field says while it is empty: kept, or to be typed again. */
-export function secretState(saved: ReceiverAuth | null | undefined, fields: AuthFields): 'new' | 'kept' | 'retype' {
+/**
+ * Whether a new callback URL is on another origin (scheme, host, port) than the saved one: the
+ * saved credentials then go with it only when typed again. False while either does not parse (the
+ * URL field and the API say what is wrong with it).
+ */
+export function originMoved(saved: string | undefined, next: string): boolean {
+  if (saved === undefined || !URL.canParse(saved) || !URL.canParse(next)) return false;
+  return new URL(saved).origin !== new URL(next).origin;
+}
+
+/**
+ * What a saved auth's secret field says while it is empty: kept, or to be typed again, because its
+ * settings changed (`retype`) or the callback URL moves to another origin (`moved`).
+ */
+export function secretState(
+  saved: ReceiverAuth | null | undefined,
+  fields: AuthFields,
+  moved = false,
+): 'new' | 'kept' | 'retype' | 'moved' {
   if (!saved || fields.type !== saved.type) return 'new';
+  if (moved) return 'moved';
   return authSettingsChanged(saved, fields) ? 'retype' : 'kept';
 }
+
+/** Why a saved value must be typed again when the callback URL moves, ahead of the value's name. */
+const MOVED_WORDS = 'the callback URL moves to another host, and the saved';
 
 /** The whole `auth` object the fields make, or the problems that keep it from being sent. */
 function authObject(fields: AuthFields, type: AuthType, problems: FieldProblem[]): Record<string, string> {
@@ -168,28 +191,37 @@ function authObject(fields: AuthFields, type: AuthType, problems: FieldProblem[]
 function authChange(
   saved: ReceiverAuth | null | undefined,
   fields: AuthFields,
+  moved: boolean,
   problems: FieldProblem[],
 ): Record<string, string> | null | undefined {
   const type = fields.type;
   if (type === 'none') return saved ? null : undefined;
-  const state = secretState(saved, fields);
+  const state = secretState(saved, fields, moved);
   const secretTyped = secretOf(fields, type) !== '';
   if (state === 'kept' && !secretTyped) return undefined;
-  if (state === 'retype' && !secretTyped) {
+  if ((state === 'retype' || state === 'moved') && !secretTyped) {
     const { field, words } = SECRET_OF[type];
     problems.push({
       field,
-      message: `Type the ${words} again: a change here replaces the whole authentication, and the saved ${words} is never shown.`,
+      message:
+        state === 'moved'
+          ? `Type the ${words} again, or set Authentication to None: ${MOVED_WORDS} ${words} is never shown.`
+          : `Type the ${words} again: a change here replaces the whole authentication, and the saved ${words} is never shown.`,
     });
     return undefined;
   }
   return authObject(fields, type, problems);
 }
 
-/** The `headers` to send: every row on a new webhook; on an edit, only the rows changed or removed (merged by the API). */
+/**
+ * The `headers` to send: every row on a new webhook; on an edit, only the rows changed or removed
+ * (merged by the API), and, when the callback URL moves to another origin, every kept row's value
+ * typed again.
+ */
 function headersChange(
   saved: Record<string, string> | undefined,
   rows: HeaderRow[],
+  moved: boolean,
   problems: FieldProblem[],
 ): Record<string, string | null> | undefined {
   const removed: string[] = Object.keys(saved ?? {}).filter((name) => !rows.some((row) => row.saved === name));
@@ -217,6 +249,11 @@ function headersChange(
         field: `value-${row.key}`,
         message: `Type the value of ${name} again: a renamed header needs its value, and the saved one is never shown.`,
       });
+    else if (moved)
+      problems.push({
+        field: `value-${row.key}`,
+        message: `Type the value of ${name} again, or remove the header: ${MOVED_WORDS} value is never shown.`,
+      });
   }
   // Removals first: a header removed and added again under the same name ends up set.
   const change: Record<string, string | null> = {};
@@ -240,16 +277,19 @@ function certificateChange(
 }
 
 /**
- * The receiver fields of the body that registers (no `webhook`) or edits a webhook, or the problems
- * to fix first, each with its field. Nothing in `body` is to be sent while there are problems.
+ * The receiver fields of the body that registers (no `webhook`) or edits a webhook, saved with
+ * `callbackUrl` (default: its own), or the problems to fix first, each with its field. Nothing in
+ * `body` is to be sent while there are problems.
  */
 export function receiverChanges(
   webhook: Webhook | undefined,
   form: ReceiverForm,
+  callbackUrl = webhook?.callback_url ?? '',
 ): { body: ReceiverBody; problems: FieldProblem[] } {
   const problems: FieldProblem[] = [];
-  const headers = headersChange(webhook?.headers, form.headers, problems);
-  const auth = authChange(webhook?.auth, form.auth, problems);
+  const moved = originMoved(webhook?.callback_url, callbackUrl);
+  const headers = headersChange(webhook?.headers, form.headers, moved, problems);
+  const auth = authChange(webhook?.auth, form.auth, moved, problems);
   const certificate = certificateChange(webhook?.tls_client_certificate, form, problems);
   return {
     body: {

@@ -43,6 +43,8 @@ interface SectionProps {
   onChange: (form: ReceiverForm) => void;
   /** The problems to show, each next to its field (none until the vendor first tries to save). */
   problems: FieldProblem[];
+  /** The callback URL being saved is on another origin: saved secrets must be typed again. */
+  originMoved: boolean;
   open: boolean;
   onToggle: (open: boolean) => void;
 }
@@ -80,6 +82,7 @@ export function ReceiverAuthSection(props: SectionProps) {
         <Authorization
           formId={formId}
           saved={props.webhook?.auth ?? null}
+          moved={props.originMoved}
           fields={form.auth}
           onChange={(auth) => onChange({ ...form, auth })}
           field={field}
@@ -191,7 +194,7 @@ function CustomHeaders({
 function SecretField(props: {
   label: string;
   words: string;
-  state: 'new' | 'kept' | 'retype';
+  state: ReturnType<typeof secretState>;
   value: string;
   onInput: (value: string) => void;
   field: FieldParts;
@@ -206,7 +209,7 @@ function SecretField(props: {
         autoComplete="new-password"
         spellcheck={false}
         placeholder={
-          props.state === 'kept' ? 'unchanged' : props.state === 'retype' ? `type the ${props.words} again` : ''
+          props.state === 'kept' ? 'unchanged' : props.state === 'new' ? '' : `type the ${props.words} again`
         }
         value={props.value}
         onInput={(e) => props.onInput(e.currentTarget.value)}
@@ -215,6 +218,9 @@ function SecretField(props: {
       {props.state === 'retype' && !problem && props.value === '' && (
         <p class="hint">Saving a change here replaces the whole authentication: type the {props.words} again.</p>
       )}
+      {props.state === 'moved' && !problem && props.value === '' && (
+        <p class="hint">The callback URL moves to another host: type the {props.words} again to send it there.</p>
+      )}
     </>
   );
 }
@@ -222,18 +228,20 @@ function SecretField(props: {
 function Authorization({
   formId,
   saved,
+  moved,
   fields,
   onChange,
   field,
 }: {
   formId: string;
   saved: ReceiverAuth | null;
+  moved: boolean;
   fields: AuthFields;
   onChange: (fields: AuthFields) => void;
   field: FieldOf;
 }) {
   const set = (change: Partial<AuthFields>) => onChange({ ...fields, ...change });
-  const state = secretState(saved, fields);
+  const state = secretState(saved, fields, moved);
   const text = (name: ProblemField, label: string, value: string, onInput: (value: string) => void, hint?: string) => {
     const { input, error } = field(name);
     return (

@@ -1,8 +1,11 @@
 import { ApiError, call, setCsrfToken } from './api';
 import type { Permission, Session } from './types';
 
-/** Why the page has no session: a link that does not open, a visit without one (a bookmark), or a session that ended. */
-export type Closed = 'link_invalid' | 'no_link' | 'expired' | 'signed_out';
+/**
+ * Why the page has no session: a link that does not open, a visit without one (a bookmark), a
+ * session that ended, or a page on plain http, where the browser would not keep the session cookie.
+ */
+export type Closed = 'link_invalid' | 'no_link' | 'expired' | 'signed_out' | 'insecure';
 
 /**
  * Takes a link's one-time token out of the address bar (`#token=…`, a fragment browsers never send
@@ -23,6 +26,9 @@ export function takeLinkToken(): string | undefined {
  * cookie; without one, asks the cookie of an earlier visit (a reload) for its session.
  */
 export async function openSession(token: string | undefined): Promise<Session | Closed> {
+  // The cookie is Secure (`__Host-`): outside a secure context (https, or localhost) the browser
+  // would drop it, and the link's one-time token would be spent for nothing. Checked before it is.
+  if (!window.isSecureContext) return 'insecure';
   if (token !== undefined) {
     try {
       return accept(await call<Session>('POST', '/portal/v1/session', { body: { token }, own401: true }));

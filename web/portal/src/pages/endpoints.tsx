@@ -14,7 +14,7 @@ import {
 } from '../format';
 import { useAction, useEvery, useResource } from '../hooks';
 import { fieldId, ReceiverAuthFacts, ReceiverAuthSection } from '../receiver-auth';
-import { hasReceiverAuth, receiverChanges, receiverForm } from '../receiver-auth-changes';
+import { hasReceiverAuth, originMoved, receiverChanges, receiverForm } from '../receiver-auth-changes';
 import { retentionChange } from '../retention';
 import { href } from '../router';
 import { can } from '../session';
@@ -674,7 +674,7 @@ function WebhookForm({
   const [focusRequest, setFocusRequest] = useState(0);
   const { busy, error, run } = useAction();
   const id = webhook?.webhook_id ?? 'new';
-  const receiverResult = receiverChanges(webhook, receiver);
+  const receiverResult = receiverChanges(webhook, receiver, url);
   const receiverProblems = checkReceiver ? receiverResult.problems : [];
   const firstProblem = receiverProblems[0]?.field;
   // A save held back by a problem in the receiver section takes the focus to its first field (and
@@ -923,6 +923,7 @@ function WebhookForm({
         form={receiver}
         onChange={setReceiver}
         problems={receiverProblems}
+        originMoved={originMoved(webhook?.callback_url, url)}
         open={receiverOpen}
         onToggle={setReceiverOpen}
       />
