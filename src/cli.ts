@@ -247,7 +247,7 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     return webhook;
   };
   const operatorContext = {
-    withStores: <T>(body: (stores: Stores) => Promise<T>) => withStores(config(), body),
+    withStores: <T>(body: (stores: Stores, redisUrl: string) => Promise<T>) => withStores(config(), body),
     usageError: (message: string) => new UsageError(message),
     interrupted: shutdownSignal,
     publicBaseUrl: () => {

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { printJson, say } from './output.js';
+import { outageNotices } from './stores.js';
 import { toDelivery } from '../admin/routes/deliveries.js';
 import { toWebhookStatus } from '../admin/routes/operator.js';
 import { EXTERNAL_ID_RE, isUuid } from '../domain/ids.js';
@@ -12,7 +13,7 @@ import { WEBHOOK_STATES, type WebhookState } from '../store/operator-views.js';
 
 /** What the operator commands need from the CLI around them. */
 export interface OperatorCommandContext {
-  withStores<T>(body: (stores: Stores) => Promise<T>): Promise<T>;
+  withStores<T>(body: (stores: Stores, redisUrl: string) => Promise<T>): Promise<T>;
   /** An error whose message is the whole story for the user (exit 2). */
   usageError(message: string): Error;
   /** Resolves when the user interrupts (SIGINT/SIGTERM). */
@@ -185,7 +186,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
     .description('Watch deliveries as they happen.')
     .command('tail')
     .description(
-      'Print every delivery attempt as it finishes (outcome, status, duration) until Ctrl-C; for watching a fix land.',
+      'Print every delivery attempt as it finishes (outcome, status, duration) until Ctrl-C; for watching a fix land. A Redis restart is reported in one line, its end in another.',
     )
     .option('--vendor <vendorId>', 'only this vendor’s attempts')
     .option('--webhook <webhookId>', 'only this webhook’s attempts')
@@ -218,14 +219,16 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
                 e.delivery_id,
               ].join('  '),
             );
-      await ctx.withStores(async (stores) => {
+      await ctx.withStores(async (stores, redisUrl) => {
         const stop = new AbortController();
         void ctx.interrupted().then(() => stop.abort());
-        await stores.attemptFeed.listen(
-          (entries) => entries.filter(wanted).forEach(print),
-          stop.signal,
-          () => say('watching delivery attempts (Ctrl-C to stop)'),
-        );
+        // Redis restarting under a tail that runs for hours is expected: a line when it goes, one when it is back.
+        const notices = outageNotices(redisUrl);
+        notices.watch(stores.redis, 'app');
+        await stores.attemptFeed.listen((entries) => entries.filter(wanted).forEach(print), stop.signal, {
+          onListening: () => say('watching delivery attempts (Ctrl-C to stop)'),
+          watch: (connection) => notices.watch(connection, 'feed'),
+        });
       });
     });
 }
