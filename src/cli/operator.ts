@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { printJson, say } from './output.js';
+import { printJson, printTable, say } from './output.js';
 import { outageNotices } from './stores.js';
 import { toDelivery } from '../admin/routes/deliveries.js';
 import { toWebhookStatus } from '../admin/routes/operator.js';
@@ -42,13 +42,6 @@ function checkWebhookId(id: string | undefined, usageError: OperatorCommandConte
   if (id === undefined) return undefined;
   if (!isUuid(id)) throw usageError(`--webhook must be a webhook id (a UUID), not "${id.slice(0, 64)}"`);
   return id.toLowerCase();
-}
-
-/** A table of rows, each column as wide as its widest cell. */
-function table(header: string[], rows: string[][]): void {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  for (const row of [header, ...rows])
-    out(row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  '));
 }
 
 const ago = (iso: string | null, nowMs: number) => {
@@ -98,7 +91,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
         if (found.length === 0)
           return say(options.failing || states || options.vendor ? 'no webhooks match' : 'no webhooks');
         const nowMs = Date.now();
-        table(
+        printTable(
           ['STATE', 'DEAD', 'LAST', 'FAILING SINCE', 'VENDOR', 'EVENT TYPE', 'WEBHOOK', 'CALLBACK'],
           found.map((w) => [
             w.state === 'disabled' ? `disabled (${w.disabled_reason})` : w.state,
@@ -166,7 +159,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
             dead_letters: dead.map((d) => ({ ...toDelivery(d), webhook_id: d.webhookId, vendor_id: d.vendorId })),
           });
         if (dead.length === 0) return say('no dead letters');
-        table(
+        printTable(
           ['DEAD SINCE', 'DELIVERY', 'EVENT TYPE', 'ATTEMPTS', 'LAST', 'VENDOR', 'WEBHOOK'],
           dead.map((d) => [
             new Date(d.updatedAtMs).toISOString(),
