@@ -1,8 +1,7 @@
 import type { Command } from 'commander';
 import { printJson, printTable, say } from './output.js';
 import { outageNotices } from './stores.js';
-import { toDelivery } from '../admin/routes/deliveries.js';
-import { toWebhookStatus } from '../admin/routes/operator.js';
+import { operatorDeadLetters, toWebhookStatus } from '../admin/routes/operator.js';
 import { EXTERNAL_ID_RE, isUuid } from '../domain/ids.js';
 import { PORTAL_PERMISSIONS, type PortalPermission } from '../domain/roles.js';
 import { portalLink } from '../domain/portal-link.js';
@@ -154,10 +153,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
           ...(webhookId === undefined ? {} : { webhookId }),
           ...(options.vendor === undefined ? {} : { vendorId: options.vendor }),
         });
-        if (options.json)
-          return printJson({
-            dead_letters: dead.map((d) => ({ ...toDelivery(d), webhook_id: d.webhookId, vendor_id: d.vendorId })),
-          });
+        if (options.json) return printJson({ dead_letters: await operatorDeadLetters(stores.deliveryLog, dead) });
         if (dead.length === 0) return say('no dead letters');
         printTable(
           ['DEAD SINCE', 'DELIVERY', 'EVENT TYPE', 'ATTEMPTS', 'LAST', 'VENDOR', 'WEBHOOK'],

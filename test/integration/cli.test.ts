@@ -756,6 +756,8 @@ describe('hookline dlq', () => {
             updated_at: expect.any(String) as unknown,
             next_attempt_at: null,
             replay_of: null,
+            machine_id: null,
+            deployment_id: null,
             webhook_id: webhookId,
             vendor_id: 'v',
           },
