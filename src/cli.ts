@@ -4,8 +4,9 @@ import { Command, Option } from 'commander';
 import { addOperatorCommands, addPortalCommands } from './cli/operator.js';
 import { checkSecretKeyAtStart, engineEntry, joinRunningEngines, secondStartRefusal } from './cli/engine-checks.js';
 import { CliError, failure, listenFailure, UsageError } from './cli/errors.js';
-import { exitQuietlyWhenStdoutCloses, printJson, printRows, say, toApiKeyResource } from './cli/output.js';
+import { exitQuietlyWhenStdoutCloses, printJson, printTable, say, toApiKeyResource } from './cli/output.js';
 import { startupLine } from './cli/startup.js';
+import { TIME_OPTION_FORMS, timeOptionMs } from './cli/time-option.js';
 import { settle, withStores } from './cli/stores.js';
 import { loadConfig, type Config } from './config/env.js';
 import { DELIVERY_STATUSES, type DeliveryStatus } from './domain/delivery.js';
@@ -220,7 +221,10 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         const records = await apiKeys.list();
         if (options.json) return printJson({ api_keys: records.map(toApiKeyResource) });
         if (records.length === 0) return void say('no API keys');
-        printRows(records.map((r) => [r.id, r.name, r.vendorId ?? '-', r.roles.join(','), r.createdAt]));
+        printTable(
+          ['KEY', 'NAME', 'VENDOR', 'ROLES', 'CREATED'],
+          records.map((r) => [r.id, r.name, r.vendorId ?? '-', r.roles.join(','), r.createdAt]),
+        );
       });
     });
   keysCommand
@@ -247,7 +251,7 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
     return webhook;
   };
   const operatorContext = {
-    withStores: <T>(body: (stores: Stores) => Promise<T>) => withStores(config(), body),
+    withStores: <T>(body: (stores: Stores, redisUrl: string) => Promise<T>) => withStores(config(), body),
     usageError: (message: string) => new UsageError(message),
     interrupted: shutdownSignal,
     publicBaseUrl: () => {
@@ -316,8 +320,11 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
       'Replay the events a webhook’s event feed holds in a time range (each as a new delivery), showing progress; a running worker delivers them.',
     )
     .requiredOption('--webhook <webhookId>', 'the webhook')
-    .requiredOption('--since <time>', 'events accepted at or after this ISO 8601 time')
-    .option('--until <time>', 'and at or before this ISO 8601 time (default: now)')
+    .requiredOption(
+      '--since <time>',
+      'events accepted at or after this time: ISO 8601 (2026-11-24T10:00:00Z), or a time ago (30m, 2h, 3d)',
+    )
+    .option('--until <time>', 'and at or before this time, in the same forms (default: now)')
     .option(
       '--status <statuses>',
       `only events whose delivery has one of these statuses (comma-separated: ${DELIVERY_STATUSES.join(', ')})`,
@@ -413,14 +420,15 @@ process.exitCode = await main(process.argv, process.env);
 
 /** The range replay the `replay` command's options ask for; a usage error for a bad time, status or rate. */
 function rangeReplaySpec(options: { since: string; until?: string; status?: string; rate?: string }): RangeReplaySpec {
+  // One now for both: `--since 2h --until 0s` is exactly two hours.
+  const nowMs = Date.now();
   const time = (name: string, text: string) => {
-    const ms = Date.parse(text);
-    if (!/^\d{4}-\d{2}-\d{2}T/.test(text) || !Number.isFinite(ms))
-      throw new UsageError(`--${name} must be an ISO 8601 time, e.g. 2026-11-24T10:00:00Z (got "${text}")`);
+    const ms = timeOptionMs(text, nowMs);
+    if (ms === undefined) throw new UsageError(`--${name} must be ${TIME_OPTION_FORMS}, not "${text.slice(0, 64)}"`);
     return ms;
   };
   const sinceMs = time('since', options.since);
-  const untilMs = options.until === undefined ? Date.now() : time('until', options.until);
+  const untilMs = options.until === undefined ? nowMs : time('until', options.until);
   if (sinceMs > untilMs) throw new UsageError('--since is after --until');
   const statuses = options.status?.split(',').map((s) => s.trim());
   const unknown = statuses?.filter((s) => !(DELIVERY_STATUSES as readonly string[]).includes(s)) ?? [];

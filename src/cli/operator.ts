@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
-import { printJson, say } from './output.js';
-import { toDelivery } from '../admin/routes/deliveries.js';
-import { toWebhookStatus } from '../admin/routes/operator.js';
+import { printJson, printTable, say } from './output.js';
+import { outageNotices } from './stores.js';
+import { operatorDeadLetters, toWebhookStatus } from '../admin/routes/operator.js';
 import { EXTERNAL_ID_RE, isUuid } from '../domain/ids.js';
 import { PORTAL_PERMISSIONS, type PortalPermission } from '../domain/roles.js';
 import { portalLink } from '../domain/portal-link.js';
@@ -12,7 +12,7 @@ import { WEBHOOK_STATES, type WebhookState } from '../store/operator-views.js';
 
 /** What the operator commands need from the CLI around them. */
 export interface OperatorCommandContext {
-  withStores<T>(body: (stores: Stores) => Promise<T>): Promise<T>;
+  withStores<T>(body: (stores: Stores, redisUrl: string) => Promise<T>): Promise<T>;
   /** An error whose message is the whole story for the user (exit 2). */
   usageError(message: string): Error;
   /** Resolves when the user interrupts (SIGINT/SIGTERM). */
@@ -41,13 +41,6 @@ function checkWebhookId(id: string | undefined, usageError: OperatorCommandConte
   if (id === undefined) return undefined;
   if (!isUuid(id)) throw usageError(`--webhook must be a webhook id (a UUID), not "${id.slice(0, 64)}"`);
   return id.toLowerCase();
-}
-
-/** A table of rows, each column as wide as its widest cell. */
-function table(header: string[], rows: string[][]): void {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  for (const row of [header, ...rows])
-    out(row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  '));
 }
 
 const ago = (iso: string | null, nowMs: number) => {
@@ -97,7 +90,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
         if (found.length === 0)
           return say(options.failing || states || options.vendor ? 'no webhooks match' : 'no webhooks');
         const nowMs = Date.now();
-        table(
+        printTable(
           ['STATE', 'DEAD', 'LAST', 'FAILING SINCE', 'VENDOR', 'EVENT TYPE', 'WEBHOOK', 'CALLBACK'],
           found.map((w) => [
             w.state === 'disabled' ? `disabled (${w.disabled_reason})` : w.state,
@@ -160,12 +153,9 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
           ...(webhookId === undefined ? {} : { webhookId }),
           ...(options.vendor === undefined ? {} : { vendorId: options.vendor }),
         });
-        if (options.json)
-          return printJson({
-            dead_letters: dead.map((d) => ({ ...toDelivery(d), webhook_id: d.webhookId, vendor_id: d.vendorId })),
-          });
+        if (options.json) return printJson({ dead_letters: await operatorDeadLetters(stores.deliveryLog, dead) });
         if (dead.length === 0) return say('no dead letters');
-        table(
+        printTable(
           ['DEAD SINCE', 'DELIVERY', 'EVENT TYPE', 'ATTEMPTS', 'LAST', 'VENDOR', 'WEBHOOK'],
           dead.map((d) => [
             new Date(d.updatedAtMs).toISOString(),
@@ -185,7 +175,7 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
     .description('Watch deliveries as they happen.')
     .command('tail')
     .description(
-      'Print every delivery attempt as it finishes (outcome, status, duration) until Ctrl-C; for watching a fix land.',
+      'Print every delivery attempt as it finishes (outcome, status, duration) until Ctrl-C; for watching a fix land. A Redis restart is reported in one line, its end in another.',
     )
     .option('--vendor <vendorId>', 'only this vendor’s attempts')
     .option('--webhook <webhookId>', 'only this webhook’s attempts')
@@ -218,14 +208,16 @@ export function addOperatorCommands(program: Command, dlq: Command, ctx: Operato
                 e.delivery_id,
               ].join('  '),
             );
-      await ctx.withStores(async (stores) => {
+      await ctx.withStores(async (stores, redisUrl) => {
         const stop = new AbortController();
         void ctx.interrupted().then(() => stop.abort());
-        await stores.attemptFeed.listen(
-          (entries) => entries.filter(wanted).forEach(print),
-          stop.signal,
-          () => say('watching delivery attempts (Ctrl-C to stop)'),
-        );
+        // Redis restarting under a tail that runs for hours is expected: a line when it goes, one when it is back.
+        const notices = outageNotices(redisUrl);
+        notices.watch(stores.redis, 'app');
+        await stores.attemptFeed.listen((entries) => entries.filter(wanted).forEach(print), stop.signal, {
+          onListening: () => say('watching delivery attempts (Ctrl-C to stop)'),
+          watch: (connection) => notices.watch(connection, 'feed'),
+        });
       });
     });
 }

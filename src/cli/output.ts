@@ -14,9 +14,16 @@ export function say(line: string): void {
   process.stderr.write(`${line}\n`);
 }
 
-/** What a listing prints without `--json`: one tab-separated line per row on stdout. */
-export function printRows(rows: readonly (readonly (string | number)[])[]): void {
-  for (const row of rows) process.stdout.write(`${row.join('\t')}\n`);
+/**
+ * What a listing prints without `--json`: a header of column names, then a line per row on stdout,
+ * each column as wide as its widest cell (the last one unpadded).
+ */
+export function printTable(header: readonly string[], rows: readonly (readonly string[])[]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  for (const row of [header, ...rows])
+    process.stdout.write(
+      `${row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  ')}\n`,
+    );
 }
 
 /** An API key as `--json` shows it, named as the API names its resources; never the key itself. */

@@ -2,6 +2,7 @@ import type { Config } from '../config/env.js';
 import { redisUrlForLog } from '../config/redis-url.js';
 import { resolveRedis, resolveSecretKey, type RedisEndpoint } from '../embedded/defaults.js';
 import { createEngine, type EngineConfig, type Stores } from '../engine/index.js';
+import { outageWatcher } from '../engine/lifecycle.js';
 import { createLogger } from '../logger.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import { CliError, redisFailureReason } from './errors.js';
@@ -46,6 +47,20 @@ function unreachable(url: string, cause: Error): CliError {
 }
 
 /**
+ * What a command that runs until interrupted (`deliveries tail`) says while Redis goes away and comes
+ * back: one line when the first of the connections it watches is lost, one when all are back, and
+ * nothing else (no stack trace for each reconnect attempt). Every connection such a command opens
+ * must be watched.
+ */
+export function outageNotices(url: string) {
+  const where = redisUrlForLog(url);
+  return outageWatcher({
+    lost: () => say(`hookline: lost the connection to Redis at ${where}; reconnecting…`),
+    restored: () => say(`hookline: reconnected to Redis at ${where}`),
+  });
+}
+
+/**
  * Resolves once `redis` is ready; rejects with the connection's first error (on a cluster, the
  * last error of a node, which says more than the cluster's own), or after `timeoutMs` when nothing
  * answers at all (a host that drops packets). A command does not retry: it says why.
@@ -73,7 +88,8 @@ function reach(redis: Redis, timeoutMs: number): Promise<void> {
 }
 
 /**
- * Runs `body` with the stores of the engine's `tools` role, then releases them and the embedded
+ * Runs `body` with the stores of the engine's `tools` role (and the URL of the Redis they use, which
+ * may be the embedded one), then releases them and the embedded
  * Redis if the command started it. By default the command reads what an engine wrote (no data
  * folder is created); `createData` lets it start the embedded Redis on a new data folder. The
  * stores open no webhook secret (webhooks come without them), so no command needs the secret key.
@@ -82,7 +98,7 @@ function reach(redis: Redis, timeoutMs: number): Promise<void> {
  */
 export async function withStores<T>(
   config: Config,
-  body: (stores: Stores) => Promise<T>,
+  body: (stores: Stores, redisUrl: string) => Promise<T>,
   options: { createData?: boolean } = {},
 ): Promise<T> {
   // Installing redis-server (as root on Debian) is announced on stderr, so stdout stays the result.
@@ -102,7 +118,7 @@ export async function withStores<T>(
       } catch (error) {
         throw unreachable(url, error as Error);
       }
-      return await body(engine.stores);
+      return await body(engine.stores, url);
     } catch (error) {
       // Redis went away during the command: say so, rather than ioredis's MaxRetriesPerRequestError.
       if (!(error instanceof CliError) && error instanceof Error && isRedisUnavailable(error))

@@ -329,7 +329,7 @@ export function composeStores(settings: StoreSettings) {
         machines,
         ingestor,
         deliveries: { history: deliveryLog, replayer, testEvents },
-        operator: { views: operatorViews, replayer },
+        operator: { views: operatorViews, history: deliveryLog, replayer },
         portal: { sessions: portalSessions, publicUrl, ...(listenAddress === undefined ? {} : { listenAddress }) },
         stats: { stats: endpointStats, circuits, lines: fifoLines, flow: endpointFlow },
         recentEvents,

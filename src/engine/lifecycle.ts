@@ -39,15 +39,20 @@ export class ShutdownSteps {
   }
 }
 
+/** What an outage watcher says: the first connection lost, and every lost connection back. */
+export interface OutageReport {
+  lost(connection: string, error: Error): void;
+  restored(downForMs: number): void;
+}
+
 /**
- * Logs a Redis outage once when the first of the process's connections fails and once when every
+ * Reports a Redis outage once when the first of the watched connections fails and once when every
  * connection that failed is back, however many connections (and reconnect attempts) there are.
  * Every connection must be watched: ioredis prints an error event nobody listens to as a raw stack
- * trace on stderr, outside the JSON log.
+ * trace on stderr.
  */
-export function outageLog(logger: Logger, redisUrl: string) {
+export function outageWatcher(report: OutageReport) {
   const down = new Set<string>();
-  const redis = redisUrlForLog(redisUrl);
   let sinceMs = 0;
   return {
     watch(connection: Redis, name: string): void {
@@ -56,17 +61,27 @@ export function outageLog(logger: Logger, redisUrl: string) {
         down.add(name);
         if (down.size > 1) return;
         sinceMs = Date.now();
-        logger.warn(
-          { event: 'redis.unreachable', redis, connection: name, err: error.message },
-          'Redis connection lost; retrying in the background',
-        );
+        report.lost(name, error);
       });
       connection.on('ready', () => {
         if (!down.delete(name) || down.size > 0) return;
-        logger.info({ event: 'redis.restored', redis, downForMs: Date.now() - sinceMs }, 'Redis connection restored');
+        report.restored(Date.now() - sinceMs);
       });
     },
   };
+}
+
+/** The process's outage log (see outageWatcher): a warning when Redis goes away, a line when it is back. */
+export function outageLog(logger: Logger, redisUrl: string) {
+  const redis = redisUrlForLog(redisUrl);
+  return outageWatcher({
+    lost: (connection, error) =>
+      logger.warn(
+        { event: 'redis.unreachable', redis, connection, err: error.message },
+        'Redis connection lost; retrying in the background',
+      ),
+    restored: (downForMs) => logger.info({ event: 'redis.restored', redis, downForMs }, 'Redis connection restored'),
+  });
 }
 
 /**

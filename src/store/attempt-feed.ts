@@ -95,14 +95,18 @@ export class RedisAttemptFeed {
   /**
    * Listens until `signal` aborts: calls `onListening` once every worker sees it (a second after it
    * subscribed), and `onEntries` with each batch published. Uses a connection of its own (a
-   * subscribed connection can do nothing else).
+   * subscribed connection can do nothing else), which `watch` is told about so that its errors are
+   * heard (else they are ignored). After a reconnect it marks itself again at once, rather than at
+   * the next refresh of its mark: a Redis that restarted without its data has lost the mark.
    */
   async listen(
     onEntries: (entries: FeedEntry[]) => void,
     signal: AbortSignal,
-    onListening: () => void = () => undefined,
+    options: { onListening?: () => void; watch?: (connection: Redis) => void } = {},
   ): Promise<void> {
     const subscriber = this.redis.duplicate();
+    if (options.watch) options.watch(subscriber);
+    else subscriber.on('error', () => undefined);
     const mark = () => this.redis.set(this.keys.attemptFeed.listening, '1', 'PX', LISTENING_TTL_MS);
     const keepMarked = setInterval(() => void mark().catch(() => undefined), LISTENING_TTL_MS / 2);
     try {
@@ -114,9 +118,11 @@ export class RedisAttemptFeed {
         }
       });
       await subscriber.subscribe(this.keys.attemptFeed.channel);
+      // Subscribed again by ioredis itself on each later 'ready'.
+      subscriber.on('ready', () => void mark().catch(() => undefined));
       await mark();
       await new Promise((resolve) => setTimeout(resolve, WATCHING_AFTER_MS));
-      onListening();
+      options.onListening?.();
       await new Promise<void>((resolve) => {
         if (signal.aborted) return resolve();
         signal.addEventListener('abort', () => resolve(), { once: true });

@@ -132,6 +132,11 @@ export interface DeliveryHistory {
     deliveryId: string,
   ): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined>;
   deadLetters(webhookId: string, limit: number): Promise<DeliverySummary[]>;
+  /**
+   * The body each delivery was sent with, where one is still kept (see eventBodies below); in
+   * input order, undefined where none is.
+   */
+  eventBodies(deliveries: readonly DeliverySummary[]): Promise<(string | undefined)[]>;
   /** How many dead letters the webhook has: the ones a bulk replay would replay now. */
   deadLetterCount(webhookId: string): Promise<number>;
   /** Dead-letter ids oldest first, after `afterScore` (for paging through a bulk replay). */
@@ -749,6 +754,30 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   async deadLetters(webhookId: string, limit: number): Promise<DeliverySummary[]> {
     const ids = await this.redis.zrevrange(this.keys.deliveries.dead(webhookId), 0, limit - 1);
     return this.summaries(webhookId, ids);
+  }
+
+  /**
+   * The body each delivery was sent with, where one is still kept: the webhook's event log holds it
+   * under the delivery ingest made (for a replay, the one it replays); a dead letter's record holds
+   * its own, and a replayed dead letter's still does. Undefined for a test event, an erased event,
+   * one past the retention, or with the event log turned off a delivery that never died. One HGET
+   * per delivery (pipelined, each to its webhook's slot), and more only for those the log lacks.
+   */
+  async eventBodies(deliveries: readonly DeliverySummary[]): Promise<(string | undefined)[]> {
+    const k = this.keys.deliveries;
+    const bodyOf = (webhookId: string, deliveryId: string) => this.redis.hget(k.record(webhookId, deliveryId), 'body');
+    const logged = await Promise.all(
+      deliveries.map((d) => this.redis.hget(k.logBodies(d.webhookId), d.replayOf ?? d.deliveryId)),
+    );
+    return Promise.all(
+      deliveries.map(
+        async (d, i) =>
+          logged[i] ??
+          (await bodyOf(d.webhookId, d.deliveryId)) ??
+          (d.replayOf === undefined ? null : await bodyOf(d.webhookId, d.replayOf)) ??
+          undefined,
+      ),
+    );
   }
 
   async deadLetterCount(webhookId: string): Promise<number> {

@@ -124,6 +124,9 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     return res.json<{ dead_letters: { delivery_id: string }[] }>().dead_letters[0]!.delivery_id;
   }
 
+  /** How long a poll waits for the page to show something (its own fetches and renders, on a busy machine). */
+  const SHOWN = { timeout: 15_000 };
+
   const scrollWidth = (page: Page) => page.evaluate<number>('document.scrollingElement.scrollWidth');
 
   /** How many dead letters a webhook (by default the failing receiver's) has, as the API counts them. */
@@ -628,6 +631,87 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       await w.t.circuits.changed([w.webhooks.deploymentStopped], undefined, Date.now());
       await patchStopped({ headers: null, auth: null });
     }
+  });
+
+  it('at 375 px the tabs scroll sideways, never the page: a fade and an arrow show where more tabs lie, and the last tab is reached and shown', async () => {
+    const { page, problems } = await open((await mint('read')).url, { width: 375, height: 800 });
+    await page.getByRole('heading', { name: 'Machine created' }).waitFor();
+    /** Whether the frame's fade on that side shows: its arrow drawn and fully opaque. */
+    const fade = (side: 'before' | 'after') =>
+      page.evaluate<boolean>(
+        `(() => { const style = getComputedStyle(document.querySelector('.tabs-frame'), '::${side}'); ` +
+          `return style.content !== 'none' && style.opacity === '1'; })()`,
+      );
+    const widths = await page.evaluate<{ scroll: number; client: number }>(
+      `(() => { const nav = document.querySelector('nav.tabs'); return { scroll: nav.scrollWidth, client: nav.clientWidth }; })()`,
+    );
+    // The tabs do not fit (else there would be nothing to hint at), and the page does not scroll sideways.
+    expect(widths.scroll).toBeGreaterThan(widths.client);
+    expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
+    await expect.poll(() => fade('after'), SHOWN).toBe(true);
+    expect(await fade('before')).toBe(false);
+
+    await tab(page, 'Notices').click();
+    await page.getByRole('heading', { name: 'Notices' }).waitFor();
+    await expect.poll(() => tab(page, 'Notices').getAttribute('aria-current'), SHOWN).toBe('page');
+    // Scrolled to the end: the last tab in full view, the fade now on the other side.
+    const last = (await tab(page, 'Notices').boundingBox())!;
+    expect(last.x).toBeGreaterThanOrEqual(0);
+    expect(last.x + last.width).toBeLessThanOrEqual(375);
+    await expect.poll(() => fade('before'), SHOWN).toBe(true);
+    await expect.poll(() => fade('after'), SHOWN).toBe(false);
+    expect(await scrollWidth(page)).toBeLessThanOrEqual(375);
+
+    // Followed from a link elsewhere, the page's tab is brought into view too.
+    await goTo(page, '#/endpoints');
+    await expect.poll(() => fade('after'), SHOWN).toBe(true);
+    const first = (await tab(page, 'Endpoints').boundingBox())!;
+    expect(first.x).toBeGreaterThanOrEqual(0);
+    expect(problems).toEqual([]);
+  });
+
+  it('the delivery log tells its rows apart: each shows its event id (whole on hover), the machine or deployment it concerns, and the time', async () => {
+    await deadLetter();
+    const { page, problems } = await open((await mint('read')).url);
+    for (const webhookId of [w.webhooks.machineCreated, w.webhooks.deploymentStopped]) {
+      const listed = (
+        await w.t.app.inject({
+          method: 'GET',
+          url: `/vendors/v1/webhooks/${webhookId}/deliveries?limit=25`,
+          headers: { 'x-api-key': w.vendorKey },
+        })
+      ).json<{
+        deliveries: {
+          delivery_id: string;
+          event_id: string;
+          created_at: string;
+          machine_id: string | null;
+          deployment_id: string | null;
+        }[];
+      }>().deliveries;
+      await goTo(page, `#/deliveries/${webhookId}`);
+      await page.getByRole('list', { name: 'Deliveries, newest first' }).waitFor();
+      const rows = page.locator('ul.deliveries a.delivery-row');
+      await expect.poll(() => rows.count(), SHOWN).toBe(listed.length);
+      // The fixture's events: three machines created, and at least one deployment stopped.
+      const named = listed.filter((d) =>
+        webhookId === w.webhooks.machineCreated ? d.machine_id !== null : d.deployment_id !== null,
+      );
+      expect(named.length).toBeGreaterThanOrEqual(webhookId === w.webhooks.machineCreated ? 3 : 1);
+      const texts = await rows.allInnerTexts();
+      // No two rows read alike, however many share a type and a status.
+      expect(new Set(texts).size).toBe(texts.length);
+      for (const [i, d] of listed.entries()) {
+        const row = rows.nth(i);
+        expect(await row.getAttribute('href')).toContain(d.delivery_id);
+        expect(await row.locator(`code[title="${d.event_id}"]`).innerText()).toBe(d.event_id.slice(0, 8));
+        // A test event (other tests send some) concerns no machine.
+        if (d.machine_id !== null) expect(texts[i]).toContain(`machine ${d.machine_id}`);
+        if (d.deployment_id !== null) expect(texts[i]).toContain(`deployment ${d.deployment_id}`);
+        expect(await row.locator('time').getAttribute('datetime')).toBe(d.created_at);
+      }
+    }
+    expect(problems).toEqual([]);
   });
 
   it('the filter editor: a changed filter clears the last dry run, and a dry run’s error shows next to the filter', async () => {

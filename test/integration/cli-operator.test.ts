@@ -1,5 +1,12 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { ensureRedisServerBinary, startRedisServer } from '../../src/embedded/redis-server.js';
+import { RedisAttemptFeed, type FeedEntry } from '../../src/store/attempt-feed.js';
+import { redisKeys } from '../../src/store/keys.js';
+import { connectRedis } from '../../src/store/redis.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { runCli, startCli } from '../helpers/cli.js';
 import { machineEvent } from '../helpers/events.js';
@@ -19,7 +26,9 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     await worker?.close();
     worker = undefined;
     await receivers.closeAll();
+    // Undefined after: a test without an app of its own must not close the previous test's again.
     await t?.close();
+    t = undefined;
   });
 
   async function setup() {
@@ -199,6 +208,71 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
     expect(await tail.exited).toBe(0);
   }, 60_000);
 
+  it('deliveries tail rides out a Redis restart with one line when the connection is lost and one when it is back, never a stack trace', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'hookline-tail-'));
+    const binary = await ensureRedisServerBinary(() => undefined);
+    let server = await startRedisServer({ binary, port: 0, dir, appendOnly: false });
+    const where = `redis://127.0.0.1:${server.port}`;
+    const publisher = connectRedis(server.url, { connectionName: 'test-feed-publisher', maxRetriesPerRequest: 1 });
+    publisher.on('error', () => undefined);
+    try {
+      const tail = await startCli(
+        ['deliveries', 'tail', '--json'],
+        { ...cleanEnv(), REDIS_URL: server.url },
+        /watching delivery attempts/,
+      );
+      children.push(tail.child);
+      let stderr = '';
+      tail.child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      const said = (text: string) =>
+        waitFor(() => stderr.includes(text), 15_000, `"${text}" on stderr; stderr so far:\n${stderr}`);
+
+      await server.stop();
+      await said('lost the connection');
+      server = await startRedisServer({ binary, port: server.port, dir, appendOnly: false });
+      await said('reconnected');
+
+      // A delivery attempt published after the restart shows in the tail.
+      const feed = new RedisAttemptFeed(publisher, redisKeys('hl'));
+      const entry: FeedEntry = {
+        at: new Date().toISOString(),
+        vendor_id: 'vendor-after-restart',
+        webhook_id: randomUUID(),
+        event_type: 'EVENT_TYPE_MACHINE_CREATED',
+        event_id: randomUUID(),
+        delivery_id: randomUUID(),
+        attempt: 1,
+        outcome: 'delivered',
+        status_code: 200,
+        duration_ms: 4,
+        decision: 'delivered',
+      };
+      await waitFor(
+        () => {
+          feed.publish(entry);
+          feed.flush();
+          return tail.output().includes(entry.delivery_id);
+        },
+        15_000,
+        'an attempt published after the restart in the tail',
+        300,
+      );
+      tail.child.kill('SIGINT');
+      expect(await tail.exited).toBe(0);
+      console.log(`deliveries tail across a restart, stderr:\n${stderr}`);
+      expect(stderr).not.toContain('Unhandled error event');
+      expect(stderr).not.toMatch(/^\s+at /m);
+      expect(stderr.split('\n').filter((line) => line.startsWith('hookline:'))).toEqual([
+        `hookline: lost the connection to Redis at ${where}; reconnecting…`,
+        `hookline: reconnected to Redis at ${where}`,
+      ]);
+    } finally {
+      publisher.disconnect();
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
   it('runs without HOOKLINE_SECRET_KEY, since no command opens a webhook secret, and ignores a wrong one', async () => {
     t = await testApp();
     const created = await t.webhooks.create('vendor-a', {
@@ -319,5 +393,6 @@ describe('the operator CLI: webhooks list, webhooks enable, dlq list across webh
       expect(bad.code, args.join(' ')).toBe(2);
       expect(bad.stderr, args.join(' ')).toMatch(/vendor|permission|ttl|session/);
     }
-  });
+    // Eleven CLI processes, each starting Node with TypeScript from source.
+  }, 90_000);
 });

@@ -129,6 +129,16 @@ describe('hookline keys (against REDIS_URL)', () => {
     ]);
     expect(new Date(String(records[0]?.created_at)).toISOString()).toBe(records[0]?.created_at);
     expect(listed.stdout).not.toContain(key);
+    // Without --json: a header, then a row per key, as the other lists print them.
+    const table = (await runCli(['keys', 'list'], env)).stdout.trimEnd().split('\n');
+    expect(table).toHaveLength(2);
+    expect(table[0]).toMatch(/^KEY\s+NAME\s+VENDOR\s+ROLES\s+CREATED$/);
+    expect(table[1]).toMatch(
+      new RegExp(
+        `^${String(createdLine.keyId)}\\s+acme prod\\s+acme\\s+vendor,machines:read\\s+${String(records[0]?.created_at)}$`,
+      ),
+    );
+    expect(table[1]!.indexOf('acme prod')).toBe(table[0]!.indexOf('NAME'));
 
     const revoked = await runCli(['keys', 'revoke', String(createdLine.keyId)], env);
     expect(revoked.code).toBe(0);
@@ -748,6 +758,8 @@ describe('hookline dlq', () => {
             updated_at: expect.any(String) as unknown,
             next_attempt_at: null,
             replay_of: null,
+            machine_id: null,
+            deployment_id: null,
             webhook_id: webhookId,
             vendor_id: 'v',
           },
@@ -817,8 +829,19 @@ describe('hookline dlq', () => {
         env,
       );
       expect(future.stdout).toBe('0\n');
+      // A time ago: the last hour holds the four events, the range up to two hours ago none.
+      const lastHour = await runCli(['replay', '--webhook', webhookId, '--since', '1h', '--dry-run'], env);
+      expect(lastHour.stdout, lastHour.stderr).toBe('4\n');
+      const older = await runCli(
+        ['replay', '--webhook', webhookId, '--since', '3d', '--until', '2h', '--dry-run'],
+        env,
+      );
+      expect(older.stdout, older.stderr).toBe('0\n');
+      const forms = 'an ISO 8601 time (e.g. 2026-11-24T10:00:00Z) or a time ago (30m, 2h, 3d)';
       for (const [args, message] of [
-        [['--since', 'yesterday'], '--since must be an ISO 8601 time'],
+        [['--since', 'yesterday'], `hookline: --since must be ${forms}, not "yesterday"\n`],
+        [['--since', '2h', '--until', '5x'], `hookline: --until must be ${forms}, not "5x"\n`],
+        [['--since', '30m', '--until', '1h'], '--since is after --until'],
         [['--since', since, '--status', 'lost'], '--status: unknown lost'],
         [['--since', since, '--rate', '0'], '--rate must be a whole number from 1 to 10000'],
         [['--since', '2030-01-01T00:00:00Z', '--until', '2029-01-01T00:00:00Z'], '--since is after --until'],
@@ -837,7 +860,8 @@ describe('hookline dlq', () => {
     } finally {
       await t.close();
     }
-  }, 120_000);
+    // Twenty CLI processes, each starting Node with TypeScript from source.
+  }, 180_000);
 });
 
 describe('npm start', () => {

@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { DeliverJob } from '../../src/domain/delivery.js';
 import type { AttemptRecord } from '../../src/domain/delivery.js';
 import { RedisDeliveryLog, type AttemptWrite, type DeliveryLogOptions } from '../../src/store/delivery-log.js';
+import { RedisEventLog } from '../../src/store/event-log.js';
 import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
 import { testRedis, type TestRedis } from '../helpers/redis.js';
 
@@ -298,6 +299,44 @@ describe('RedisDeliveryLog.progressOf', () => {
       { status: 'dropped', attempts: 0, nextAttemptAtMs: undefined },
     ]);
     expect(await log.progressOf([])).toEqual([]);
+  });
+});
+
+describe('RedisDeliveryLog.eventBodies', () => {
+  it('answers the body each delivery was sent with from the event log or a dead letter’s record, in order, across webhooks', async () => {
+    const eventLog = new RedisEventLog(t.redis, keys, OPTIONS.retentionMs);
+    const logged = job('d-1', { webhookId: 'wh-2', body: '{"data":"logged"}' });
+    await eventLog.append([logged]);
+    await log.recordAttempt(write(logged, 1, 'delivered'));
+    // Dead, and not in the event log (as with HOOKLINE_EVENT_LOG=false): its record keeps its body.
+    const dead = job('d-2', { body: '{"data":"dead"}' });
+    await log.recordAttempt(write(dead, 1, 'dead'));
+    await log.markReplayed('wh-1', 'd-2', T0 + 10);
+    const replays = [
+      job('r-1', { webhookId: 'wh-2', replayOf: 'd-1', body: logged.body }),
+      job('r-2', { replayOf: 'd-2', body: dead.body }),
+    ];
+    await log.recordQueued(replays);
+    // A test event: in no log, never dead.
+    await log.recordAttempt(write(job('t-1', { body: '{"data":"test"}' }), 1, 'delivered'));
+
+    const summaries = await Promise.all(
+      [
+        ['wh-1', 't-1'],
+        ['wh-2', 'r-1'],
+        ['wh-1', 'd-2'],
+        ['wh-2', 'd-1'],
+        ['wh-1', 'r-2'],
+      ].map(async ([webhookId, deliveryId]) => (await log.get(webhookId!, deliveryId!))!.delivery),
+    );
+    expect(await log.eventBodies(summaries)).toEqual([
+      undefined,
+      '{"data":"logged"}',
+      '{"data":"dead"}',
+      '{"data":"logged"}',
+      '{"data":"dead"}',
+    ]);
+    expect(await log.eventBodies([])).toEqual([]);
   });
 });
 

@@ -98,7 +98,16 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
         headers: { 'x-api-key': key },
       })
     ).json<{
-      deliveries: { delivery_id: string; status: string; attempts: number; last_outcome: string }[];
+      deliveries: {
+        delivery_id: string;
+        event_id: string;
+        status: string;
+        attempts: number;
+        last_outcome: string;
+        replay_of: string | null;
+        machine_id: string | null;
+        deployment_id: string | null;
+      }[];
     }>().deliveries;
 
   const attemptsOf = async (webhookId: string, deliveryId: string) =>
@@ -657,6 +666,53 @@ describe('signed delivery pipeline (real Redis, real receiver on 127.0.0.1)', ()
       data: { test: true },
     });
     expect(request!.headers['webhook-id']).toBe(res.json<{ event_id: string }>().event_id);
+  });
+
+  it('names in the delivery log the machine and deployment each event concerns, a replay’s and a dead letter’s too; a test event none', async () => {
+    receiver.script('/deployments', { status: 503 });
+    const machines = await register('EVENT_TYPE_MACHINE_CREATED', '/machines');
+    const deployments = await register('EVENT_TYPE_DEPLOYMENT_STOPPED', '/deployments');
+    const [machineId, deploymentId] = [`m-${randomUUID().slice(0, 8)}`, `d-${randomUUID().slice(0, 8)}`];
+    const created = eventOf('EVENT_TYPE_MACHINE_CREATED', { data: machine(machineId) });
+    const stopped = eventOf('EVENT_TYPE_DEPLOYMENT_STOPPED', { data: agent(deploymentId) });
+    await ingest(created, stopped);
+    const get = async (url: string) =>
+      (await t.app.inject({ method: 'GET', url, headers: { 'x-api-key': key } })).json<Record<string, unknown>>();
+    const dead = await waitFor(
+      async () => (await deliveries(deployments)).find((d) => d.status === 'dead'),
+      15_000,
+      'the dead letter',
+    );
+    const subjectOfStopped = { machine_id: 'm-1', deployment_id: deploymentId };
+    expect(dead).toMatchObject({ event_id: stopped.event_id, ...subjectOfStopped });
+    expect(await get(`/vendors/v1/webhooks/${deployments}/dead-letters`)).toMatchObject({
+      dead_letters: [{ delivery_id: dead.delivery_id, ...subjectOfStopped }],
+    });
+
+    receiver.script('/deployments', { status: 204 });
+    const replayed = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${deployments}/dead-letters/${dead.delivery_id}/replay`,
+      headers: { 'x-api-key': key },
+    });
+    expect(replayed.statusCode).toBe(202);
+    const test = await t.app.inject({
+      method: 'POST',
+      url: `/vendors/v1/webhooks/${machines}/test`,
+      headers: { 'x-api-key': key },
+    });
+    expect(test.statusCode).toBe(202);
+    await waitFor(() => receiver.at('/machines').length === 2 && receiver.at('/deployments').length === 5);
+
+    const replayId = replayed.json<{ delivery_id: string }>().delivery_id;
+    expect(await get(`/vendors/v1/webhooks/${deployments}/deliveries/${replayId}`)).toMatchObject({
+      delivery: { replay_of: dead.delivery_id, ...subjectOfStopped },
+    });
+    const machineRows = await deliveries(machines);
+    expect(machineRows.map((d) => [d.event_id, d.machine_id, d.deployment_id])).toEqual([
+      [test.json<{ event_id: string }>().event_id, null, null],
+      [created.event_id, machineId, null],
+    ]);
   });
 
   it('a bulk replay drops dead letters whose records expired and replays the rest', async () => {

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import { eventSubjectOf, type EventSubject } from '../../domain/event-subject.js';
 import { isUuid } from '../../domain/ids.js';
 import type { Webhook } from '../../domain/webhook.js';
 import type { DeadLetterReplayer } from '../../delivery/replay.js';
@@ -42,6 +43,20 @@ export const deliverySchema = z
           'While its webhook is paused: when its hold ends (the end of its retry window), unless the webhook is enabled before.',
       ),
     replay_of: z.string().nullable().describe('The dead letter this delivery replays.'),
+    machine_id: z
+      .string()
+      .nullable()
+      .describe(
+        'The machine the event concerns: data.machine_id of a deployment event, data.metadata.machine_id of a machine event. ' +
+          'Read from the body the delivery sent while it is kept (the event log, a dead letter); null when the body names none ' +
+          '(a test event) or is no longer kept.',
+      ),
+    deployment_id: z
+      .string()
+      .nullable()
+      .describe(
+        'The deployment a deployment event concerns (data.deployment_id), read as machine_id is; null otherwise.',
+      ),
   })
   .meta({ id: 'Delivery' });
 
@@ -74,7 +89,9 @@ const attemptSchema = z
   })
   .meta({ id: 'DeliveryAttempt' });
 
-export function toDelivery(d: DeliverySummary): z.infer<typeof deliverySchema> {
+type DeliveryResource = z.infer<typeof deliverySchema>;
+
+function toDelivery(d: DeliverySummary, subject: EventSubject): DeliveryResource {
   return {
     delivery_id: d.deliveryId,
     event_id: d.eventId,
@@ -87,7 +104,21 @@ export function toDelivery(d: DeliverySummary): z.infer<typeof deliverySchema> {
     updated_at: iso(d.updatedAtMs) ?? '',
     next_attempt_at: d.status === 'retrying' || d.status === 'pending' ? iso(d.nextAttemptAtMs) : null,
     replay_of: d.replayOf ?? null,
+    machine_id: subject.machineId ?? null,
+    deployment_id: subject.deploymentId ?? null,
   };
+}
+
+/**
+ * Deliveries as the API shows them, each with the machine and deployment its event concerns (read
+ * from the bodies kept: one read for the lot, nothing parsed but what is shown).
+ */
+export async function deliveryResources(
+  history: Pick<DeliveryHistory, 'eventBodies'>,
+  deliveries: readonly DeliverySummary[],
+): Promise<DeliveryResource[]> {
+  const bodies = await history.eventBodies(deliveries);
+  return deliveries.map((d, i) => toDelivery(d, eventSubjectOf(bodies[i])));
 }
 
 function toAttempt(a: AttemptRecord, delivery: DeliverySummary): z.infer<typeof attemptSchema> {
@@ -225,7 +256,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
           ...(cursor === undefined ? {} : { after: decodeCursor(cursor) }),
         });
         return {
-          deliveries: page.deliveries.map(toDelivery),
+          deliveries: await deliveryResources(deps.history, page.deliveries),
           next_cursor: page.next === undefined ? null : encodeCursor(page.next),
         };
       },
@@ -252,8 +283,9 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
         const webhook = await ownWebhook(request, request.params.webhook_id);
         const found = await deps.history.get(webhook.id, checkedDeliveryId(request.params.delivery_id));
         if (!found) throw new ApiError('delivery_not_found');
+        const [delivery] = await deliveryResources(deps.history, [found.delivery]);
         return {
-          delivery: toDelivery(found.delivery),
+          delivery: delivery!,
           attempts: found.attempts.map((a) => toAttempt(a, found.delivery)),
         };
       },
@@ -287,7 +319,7 @@ export function deliveryRoutes(deps: DeliveryRouteDeps): FastifyPluginAsyncZod {
           deps.history.deadLetters(webhook.id, request.query.limit ?? 20),
           deps.history.deadLetterCount(webhook.id),
         ]);
-        return { dead_letters: deadLetters.map(toDelivery), total };
+        return { dead_letters: await deliveryResources(deps.history, deadLetters), total };
       },
     );
 

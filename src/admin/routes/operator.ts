@@ -10,11 +10,12 @@ import {
   type WebhookState,
   type WebhookStatus,
 } from '../../store/operator-views.js';
+import type { DeliveryHistory, DeliverySummary } from '../../store/delivery-log.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import { principalOf, type Authorizer } from '../auth.js';
 import { ApiError, checkedUuid, isoOrNull } from '../errors.js';
 import { errorResponses, noQueryParameters, queryParameters } from '../schemas.js';
-import { deliverySchema, toDelivery } from './deliveries.js';
+import { deliveryResources, deliverySchema } from './deliveries.js';
 
 const iso = isoOrNull;
 
@@ -95,6 +96,15 @@ const operatorDeadLetterSchema = deliverySchema
   .extend({ webhook_id: z.string(), vendor_id: z.string() })
   .meta({ id: 'OperatorDeadLetter' });
 
+/** Dead letters across webhooks as GET /admin/v1/dead-letters answers them (and `hookline dlq list --json` prints them). */
+export async function operatorDeadLetters(
+  history: Pick<DeliveryHistory, 'eventBodies'>,
+  dead: readonly DeliverySummary[],
+): Promise<z.infer<typeof operatorDeadLetterSchema>[]> {
+  const shown = await deliveryResources(history, dead);
+  return dead.map((d, i) => ({ ...shown[i]!, webhook_id: d.webhookId, vendor_id: d.vendorId }));
+}
+
 const vendorFilter = z
   .string()
   .regex(EXTERNAL_ID_RE, 'vendor_id must be 1-128 characters: letters, digits and . _ : @ -')
@@ -141,6 +151,8 @@ export interface OperatorRouteDeps {
   authorize: Authorizer;
   webhooks: WebhookRegistry;
   views: OperatorViews;
+  /** Where the dead letters' machine and deployment ids are read from. */
+  history: Pick<DeliveryHistory, 'eventBodies'>;
   replayer: Pick<DeadLetterReplayer, 'replayOne' | 'startReplayAll'>;
   /** Operator actions are logged, with the key that took them. */
   logger: Logger;
@@ -234,9 +246,7 @@ export function operatorRoutes(deps: OperatorRouteDeps): FastifyPluginAsyncZod {
           ...(vendorId === undefined ? {} : { vendorId }),
           ...(webhookId === undefined ? {} : { webhookId: webhookId.toLowerCase() }),
         });
-        return {
-          dead_letters: dead.map((d) => ({ ...toDelivery(d), webhook_id: d.webhookId, vendor_id: d.vendorId })),
-        };
+        return { dead_letters: await operatorDeadLetters(deps.history, dead) };
       },
     );
 

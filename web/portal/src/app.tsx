@@ -9,6 +9,7 @@ import { EventsPage } from './pages/events';
 import { NoticesPage } from './pages/notices';
 import { href, useRoute, type Route } from './router';
 import { openSession, PERMISSION_TEXT, signOut, type Closed } from './session';
+import { TabBar, type Tab } from './tabs';
 import type { Session } from './types';
 
 type State =
@@ -87,12 +88,12 @@ export function App({ linkToken }: { linkToken: string | undefined }) {
   );
 }
 
-const NAV: { page: Route['page']; label: string; href: string }[] = [
-  { page: 'endpoints', label: 'Endpoints', href: href.endpoints },
-  { page: 'deliveries', label: 'Delivery log', href: href.deliveries() },
-  { page: 'events', label: 'Events', href: href.events() },
-  { page: 'catalogue', label: 'Event catalogue', href: href.catalogue },
-  { page: 'notices', label: 'Notices', href: href.notices },
+const NAV: (Tab & { key: Route['page'] })[] = [
+  { key: 'endpoints', label: 'Endpoints', href: href.endpoints },
+  { key: 'deliveries', label: 'Delivery log', href: href.deliveries() },
+  { key: 'events', label: 'Events', href: href.events() },
+  { key: 'catalogue', label: 'Event catalogue', href: href.catalogue },
+  { key: 'notices', label: 'Notices', href: href.notices },
 ];
 
 function Shell({ session, route, onSignedOut }: { session: Session; route: Route; onSignedOut: () => void }) {
@@ -137,13 +138,7 @@ function Shell({ session, route, onSignedOut }: { session: Session; route: Route
           Sign out
         </button>
       </header>
-      <nav class="tabs" aria-label="Portal">
-        {NAV.map((item) => (
-          <a key={item.page} href={item.href} aria-current={route.page === item.page ? 'page' : undefined}>
-            {item.label}
-          </a>
-        ))}
-      </nav>
+      <TabBar label="Portal" tabs={NAV} current={route.page} />
       <main id="main" tabIndex={-1}>
         <ExpiryWarning expiresAt={session.expires_at} />
         <ErrorText error={error} />

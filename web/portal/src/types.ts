@@ -118,6 +118,10 @@ export interface Delivery {
   updated_at: string;
   next_attempt_at: string | null;
   replay_of: string | null;
+  /** The machine the event concerns, read from its body while that is kept. */
+  machine_id: string | null;
+  /** The deployment a deployment event concerns. */
+  deployment_id: string | null;
 }
 
 export interface Attempt {

@@ -1,3 +1,4 @@
+import { Fragment } from 'preact';
 import { useState } from 'preact/hooks';
 import { call, query, seg } from '../api';
 import { Badge, Confirm, ErrorText, Loading } from '../components';
@@ -7,7 +8,15 @@ import { isoFromLocal } from '../local-time';
 import { DeliveryWatch, deliveryOf, ReplayProgress } from '../replay';
 import { href } from '../router';
 import { can } from '../session';
-import { DELIVERY_STATUSES, EVENT_TYPES, type Attempt, type DeliveryPage, type Session, type Webhook } from '../types';
+import {
+  DELIVERY_STATUSES,
+  EVENT_TYPES,
+  type Attempt,
+  type Delivery,
+  type DeliveryPage,
+  type Session,
+  type Webhook,
+} from '../types';
 import { WebhookPage } from './webhook-page';
 
 interface Filters {
@@ -240,8 +249,11 @@ function WebhookLog({
                     <span class="row-type">{eventTypeName(d.event_type)}</span>
                     <time dateTime={d.created_at}>{formatTime(d.created_at)}</time>
                     <span class="muted">
-                      {d.attempts} {d.attempts === 1 ? 'attempt' : 'attempts'}
-                      {d.last_status_code !== null && ` · HTTP ${d.last_status_code}`}
+                      <Subject delivery={d} />
+                      {' · '}
+                      {/* No break inside "1 attempt" or "HTTP 200" on a narrow row. */}
+                      {`${d.attempts}\u00a0${d.attempts === 1 ? 'attempt' : 'attempts'}`}
+                      {d.last_status_code !== null && ` · HTTP\u00a0${d.last_status_code}`}
                       {d.last_status_code === null &&
                         d.last_outcome !== null &&
                         d.last_outcome !== 'delivered' &&
@@ -264,6 +276,33 @@ function WebhookLog({
 }
 
 const deadLetters = (count: number) => (count === 1 ? '1 dead letter' : `${count} dead letters`);
+
+/** The deployment and machine a delivery's event concerns: those its body names, as [term, id]. */
+const subjectsOf = (delivery: Delivery): [string, string][] =>
+  (
+    [
+      ['Deployment', delivery.deployment_id],
+      ['Machine', delivery.machine_id],
+    ] as const
+  ).flatMap(([term, id]) => (id === null ? [] : [[term, id]]));
+
+/**
+ * What tells a row from the others of its type: the start of its event id (the whole id on hover and
+ * in the delivery), and the deployment and machine the event concerns when its body names them.
+ */
+function Subject({ delivery }: { delivery: Delivery }) {
+  return (
+    <>
+      event <code title={delivery.event_id}>{delivery.event_id.slice(0, 8)}</code>
+      {subjectsOf(delivery).map(([term, id]) => (
+        <Fragment key={term}>
+          {` · ${term.toLowerCase()} `}
+          <code class="wrap">{id}</code>
+        </Fragment>
+      ))}
+    </>
+  );
+}
 
 function DeliveryDetail({
   session,
@@ -320,6 +359,14 @@ function DeliveryDetail({
                 {eventTypeName(delivery.event_type)} <code class="wrap">{delivery.event_id}</code>
               </dd>
             </div>
+            {subjectsOf(delivery).map(([term, id]) => (
+              <div key={term}>
+                <dt>{term}</dt>
+                <dd>
+                  <code class="wrap">{id}</code>
+                </dd>
+              </div>
+            ))}
             <div>
               <dt>Accepted</dt>
               <dd>{formatTime(delivery.created_at)}</dd>
