@@ -56,6 +56,11 @@ export function redisKeys(prefix: string) {
        */
       deadOf: (n: number) => `${ingestTag(n)}:dead`,
     },
+    /**
+     * The scratch keys of a stream's compaction (see stream-erasure.ts), beside it in its hash tag:
+     * `copy`, the fresh stream that takes its place; `lock`, string with a TTL, the compaction's token
+     */
+    streamCompaction: (stream: string) => ({ copy: `${stream}:compacting`, lock: `${stream}:compacting:lock` }),
     /** BullMQ prefix of delivery queue partition `n`: every key of one queue shares this hash tag */
     deliveryQueuePrefix: (partition: number) => tag(`q${partition}`),
     firstAttempts: {
