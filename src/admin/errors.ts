@@ -46,6 +46,11 @@ export const ERRORS = {
   invalid_session_id: { status: 400, message: 'Invalid session_id format' },
   portal_session_not_found: { status: 404, message: 'Portal session not found (revoked, expired or never issued)' },
   rate_limited: { status: 429, message: 'Too many requests for this API key' },
+  replay_count_limited: {
+    status: 429,
+    message:
+      'This vendor’s range counts read as many events this second as they may (HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND); retry after 1 s',
+  },
   storage_unavailable: { status: 503, message: 'Storage is unreachable; try again shortly' },
   internal: { status: 500, message: 'Internal server error' },
 } as const satisfies Record<string, { status: number; message: string }>;

@@ -147,13 +147,19 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
   },
   'POST /vendors/v1/webhooks/{webhook_id}/replay': {
     operationId: 'replayEventRange',
-    success: 'Started: the task that replays the range, and how many events it held.',
+    success: 'Started: the task that replays the range, and how many events it held (capped: at least that many).',
     errors: [
       ...webhookLookup,
       { code: 'invalid_request', when: 'A field is missing or wrong, or since is after until.' },
       'event_log_disabled',
+      {
+        code: 'replay_count_limited',
+        when:
+          'The vendor’s range counts read more events this second than HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND allows ' +
+          '(a count takes the webhook’s log size, or HOOKLINE_REPLAY_COUNT_MAX when smaller, before reading).',
+      },
     ],
-    others: { 200: 'A dry run: how many events a replay would send.' },
+    others: { 200: 'A dry run: how many events a replay would send (capped: at least that many).' },
   },
   'GET /vendors/v1/webhooks/{webhook_id}/stats': {
     operationId: 'getWebhookStats',
@@ -256,7 +262,7 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
       { code: 'invalid_request', when: 'A field is missing or wrong, or since is after until.' },
       'event_log_disabled',
     ],
-    others: { 200: 'A dry run: how many events a replay would send, per webhook.' },
+    others: { 200: 'A dry run: how many events a replay would send, per webhook (capped: at least that many).' },
   },
   'DELETE /admin/v1/events/{event_id}': {
     operationId: 'eraseEvent',

@@ -206,8 +206,11 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   keepResponseForLog(app);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    if (error instanceof ApiError)
+    if (error instanceof ApiError) {
+      // A route's own 429 says when to come back, as the request limits' do (they refill each second).
+      if (error.statusCode === 429) void reply.header('retry-after', '1');
       return reply.code(error.statusCode).send({ ...errorBody(error.code, error.message), ...error.details });
+    }
     if (hasZodFastifySchemaValidationErrors(error))
       return reply.code(400).send(errorBody('invalid_request', validationMessage(error)));
     const mapped = error.code ? FASTIFY_CODES[error.code] : undefined;

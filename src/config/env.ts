@@ -215,6 +215,20 @@ export const envSchema = z.object({
     .int('expected a whole number of events')
     .min(0, 'expected 0 (off) or more')
     .default(10_000),
+  // A range count (a replay's dry run) costs Redis 3-5 µs per event of the range it reads: one count
+  // reads at most this many (answering a lower bound past it)…
+  HOOKLINE_REPLAY_COUNT_MAX: z.coerce
+    .number({ message: 'expected a whole number of events' })
+    .int('expected a whole number of events')
+    .min(100, 'expected at least 100')
+    .max(1_000_000, 'expected at most 1000000')
+    .default(10_000),
+  // …and one vendor's counts read at most this many per second (about 50 ms of Redis at the default).
+  HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND: z.coerce
+    .number({ message: 'expected a whole number of events' })
+    .int('expected a whole number of events')
+    .min(0, 'expected 0 (off) or more')
+    .default(10_000),
   HOOKLINE_API_BODY_LIMIT_BYTES: z.coerce
     .number({ message: 'expected a number of bytes' })
     .int('expected an integer number of bytes')
@@ -340,6 +354,10 @@ export interface Config {
   readonly dataDir: string;
   readonly embeddedRedisPort: number;
   readonly apiBodyLimitBytes: number;
+  /** Events of a range one count (a dry run) reads at most; past it the count answers a lower bound. */
+  readonly replayCountMax: number;
+  /** Events of ranges one vendor's counts read per second at most (0: no limit). */
+  readonly replayCountBudgetPerSecond: number;
   /** Admin API requests per second per API key (0: no limit); event ingest is exempt. */
   readonly rateLimitPerSecond: number;
   /** Events ingested over HTTP per second per API key (0: no limit). */
@@ -418,6 +436,8 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     dataDir: path.resolve(e.HOOKLINE_DATA_DIR ?? defaultDataDir(env)),
     embeddedRedisPort: e.HOOKLINE_EMBEDDED_REDIS_PORT,
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
+    replayCountMax: e.HOOKLINE_REPLAY_COUNT_MAX,
+    replayCountBudgetPerSecond: e.HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND,
     rateLimitPerSecond: e.HOOKLINE_RATE_LIMIT_PER_SECOND,
     ingestRateLimitPerSecond: e.HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND,
     unauthenticatedRateLimitPerSecond: e.HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND,

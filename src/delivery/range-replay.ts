@@ -4,6 +4,7 @@ import { newId } from '../domain/ids.js';
 import type { Task } from '../domain/task.js';
 import type { DeliveryHistory } from '../store/delivery-log.js';
 import type { EventLogRange, RedisEventLog } from '../store/event-log.js';
+import type { RedisEventBudget } from '../store/rate-limiter.js';
 import type { RedisReplayTasks } from '../store/replay-tasks.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { ReplayRangeJob } from './jobs.js';
@@ -21,13 +22,35 @@ export interface RangeReplaySpec {
   ratePerSecond?: number;
 }
 
+/** A count of a replay's range, as the API answers it. */
+export interface RangeCount {
+  count: number;
+  /** The count stopped after CountLimits.readMax events of the range: `count` is a lower bound. */
+  capped: boolean;
+}
+
+/**
+ * What bounds the counts the API makes (dry runs, and the count a replay answers with): a count costs
+ * Redis time in proportion to the entries it reads (HOOKLINE_REPLAY_COUNT_MAX,
+ * HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND).
+ */
+export interface CountLimits {
+  /** Entries one count reads at most. */
+  readMax: number;
+  /** Entries one vendor's counts read per second at most; 0: no budget. */
+  budgetPerSecond: number;
+  /** The vendors' budgets, by vendor id. */
+  budget: Pick<RedisEventBudget, 'take' | 'giveBack'>;
+}
+
 /** Events read per page of a run (fewer when the rate is lower: a page never runs ahead of it). */
 const PAGE_SIZE = 200;
 /** How often a run that queued everything looks at its replays' outcomes, and for how long at most. */
 const SETTLE_EVERY_MS = 1_000;
 
 export interface RangeReplayerDeps {
-  log: Pick<RedisEventLog, 'page' | 'count'>;
+  log: Pick<RedisEventLog, 'page' | 'count' | 'size'>;
+  countLimits: CountLimits;
   history: Pick<DeliveryHistory, 'recordQueued' | 'markReplayed'>;
   queues: Pick<DeliveryQueues, 'add' | 'addRangeReplay'>;
   tasks: DocWriter<Task>;
@@ -51,9 +74,29 @@ export interface RangeReplayerDeps {
 export class RangeReplayer {
   constructor(private readonly deps: RangeReplayerDeps) {}
 
-  /** How many events a replay of the range would send (a dry run). */
-  async count(webhookId: string, spec: RangeReplaySpec): Promise<number> {
-    return this.deps.log.count(webhookId, rangeOf(spec));
+  /**
+   * How many events a replay of the range would send (a dry run), reading at most `readMax` entries
+   * of it (CountLimits.readMax unless given): an operator's count.
+   */
+  async count(webhookId: string, spec: RangeReplaySpec, readMax = this.deps.countLimits.readMax): Promise<RangeCount> {
+    const { count, capped } = await this.deps.log.count(webhookId, rangeOf(spec), readMax);
+    return { count, capped };
+  }
+
+  /**
+   * A vendor's count: as `count`, after taking what it may read from the vendor's budget of this
+   * second (the log's size, or readMax when smaller: it never reads more), giving back what it did
+   * not read; 'limited' when the budget is spent.
+   */
+  async vendorCount(vendorId: string, webhookId: string, spec: RangeReplaySpec): Promise<RangeCount | 'limited'> {
+    const { readMax, budgetPerSecond, budget } = this.deps.countLimits;
+    if (budgetPerSecond <= 0) return this.count(webhookId, spec);
+    const atMs = this.deps.nowMs();
+    const taken = Math.min(readMax, await this.deps.log.size(webhookId));
+    if (!(await budget.take(vendorId, taken, budgetPerSecond, atMs))) return 'limited';
+    const { count, read, capped } = await this.deps.log.count(webhookId, rangeOf(spec), readMax);
+    await budget.giveBack(vendorId, taken - read, atMs);
+    return { count, capped };
   }
 
   /** Creates the task and queues its run (a worker's control queue runs it). */
@@ -88,7 +131,8 @@ export class RangeReplayer {
     const { taskId, webhookId, vendorId } = job;
     const range = rangeOf(job);
     const place = await this.deps.replayTasks.place(taskId);
-    const total = place.total ?? (await this.deps.log.count(webhookId, range));
+    // The whole range, however long (its run reads all of it anyway), in bounded calls.
+    const total = place.total ?? (await this.deps.log.count(webhookId, range)).count;
     const report = async (status: Task['status'], failReason: string | null = null) =>
       this.deps.tasks.put(
         {

@@ -100,6 +100,10 @@ interface StoreSettings {
   eventLog?: boolean;
   /** HOOKLINE_INGEST_STREAMS (erasure looks through each stream's dead letters); default 1. */
   ingestStreams?: number;
+  /** HOOKLINE_REPLAY_COUNT_MAX: events of a range one count reads at most. */
+  replayCountMax: number;
+  /** HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND: events of ranges one vendor's counts read per second at most (0: off). */
+  replayCountBudgetPerSecond: number;
   /** How long an erasure waits for attempts in flight before its second pass; default 35 s. */
   erasureSettleMs?: number;
   /** When given, ingest counts batches into it and logs one line per batch. */
@@ -173,6 +177,11 @@ export function composeStores(settings: StoreSettings) {
   const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, replayTasks, nowMs });
   const rangeReplayer = new RangeReplayer({
     log: eventLog,
+    countLimits: {
+      readMax: settings.replayCountMax,
+      budgetPerSecond: settings.replayCountBudgetPerSecond,
+      budget: new RedisEventBudget(redis, keys, keys.replayCountWindow),
+    },
     history: deliveryLog,
     queues,
     tasks,

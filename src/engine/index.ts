@@ -157,6 +157,8 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     retentionMs: config.retentionMs,
     eventLog: config.eventLog,
     ingestStreams: config.ingestStreams,
+    replayCountMax: config.replayCountMax,
+    replayCountBudgetPerSecond: config.replayCountBudgetPerSecond,
     // A killed worker's attempts return to the queue after its lock, and then end within the timeout.
     erasureSettleMs: config.workerLockDurationMs + config.deliveryTimeoutMs + 1_000,
     ...(config.operationalWebhook ? { operationalWebhooks: { logger } } : {}),

@@ -160,6 +160,8 @@ export function redisKeys(prefix: string) {
     addressRateWindow: (address: string, second: number) => `${tag(`arl:${address}`)}:${second}`,
     /** counter with a 2 s TTL: events ingested with one API key (by key id) in one second */
     ingestRateWindow: (keyId: string, second: number) => `${tag(`irl:${keyId}`)}:${second}`,
+    /** counter with a 2 s TTL: event log entries one vendor's range counts (dry runs) took in one second */
+    replayCountWindow: (vendorId: string, second: number) => `${tag(`rcl:${vendorId}`)}:${second}`,
     task: (taskId: string) => tag(`task:${taskId}`),
     /** A bulk replay task's bookkeeping, beside its task document (same slot). */
     replayTask: {
