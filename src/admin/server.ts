@@ -207,8 +207,8 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error instanceof ApiError) {
-      // A route's own 429 says when to come back, as the request limits' do (they refill each second).
-      if (error.statusCode === 429) void reply.header('retry-after', '1');
+      // A route's own 429 says when to come back, as the request limits' do.
+      if (error.statusCode === 429) void reply.header('retry-after', String(error.retryAfterS));
       return reply.code(error.statusCode).send({ ...errorBody(error.code, error.message), ...error.details });
     }
     if (hasZodFastifySchemaValidationErrors(error))

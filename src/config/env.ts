@@ -229,6 +229,20 @@ export const envSchema = z.object({
     .int('expected a whole number of events')
     .min(0, 'expected 0 (off) or more')
     .default(10_000),
+  // Range replays of one vendor running at once (each holds a worker's replay slot while it runs,
+  // and sends a delivery per event), and accepted but not ended, waiting or running.
+  HOOKLINE_REPLAY_RUNNING_MAX: z.coerce
+    .number({ message: 'expected a whole number of replays' })
+    .int('expected a whole number of replays')
+    .min(1, 'expected at least 1')
+    .max(1_000, 'expected at most 1000')
+    .default(2),
+  HOOKLINE_REPLAY_QUEUED_MAX: z.coerce
+    .number({ message: 'expected a whole number of replays' })
+    .int('expected a whole number of replays')
+    .min(1, 'expected at least 1')
+    .max(10_000, 'expected at most 10000')
+    .default(10),
   HOOKLINE_API_BODY_LIMIT_BYTES: z.coerce
     .number({ message: 'expected a number of bytes' })
     .int('expected an integer number of bytes')
@@ -295,6 +309,12 @@ function crossFieldProblems(e: z.infer<typeof envSchema>): { variable: string; m
         'required when HOOKLINE_OPERATIONAL_WEBHOOK_URL is set: operational webhooks are always signed, so their receiver can tell them from forgeries',
     });
   }
+  if (e.HOOKLINE_REPLAY_RUNNING_MAX > e.HOOKLINE_REPLAY_QUEUED_MAX) {
+    problems.push({
+      variable: 'HOOKLINE_REPLAY_RUNNING_MAX',
+      message: `expected at most HOOKLINE_REPLAY_QUEUED_MAX (${e.HOOKLINE_REPLAY_QUEUED_MAX}): the replays a vendor holds, running ones included`,
+    });
+  }
   const tracing = tracingConfigFrom(e);
   if (Array.isArray(tracing)) problems.push(...tracing);
   return problems;
@@ -358,6 +378,10 @@ export interface Config {
   readonly replayCountMax: number;
   /** Events of ranges one vendor's counts read per second at most (0: no limit). */
   readonly replayCountBudgetPerSecond: number;
+  /** Range replays of one vendor running at once, at most. */
+  readonly replayRunningMax: number;
+  /** Range replays of one vendor accepted and not ended (waiting or running), at most. */
+  readonly replayQueuedMax: number;
   /** Admin API requests per second per API key (0: no limit); event ingest is exempt. */
   readonly rateLimitPerSecond: number;
   /** Events ingested over HTTP per second per API key (0: no limit). */
@@ -438,6 +462,8 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
     replayCountMax: e.HOOKLINE_REPLAY_COUNT_MAX,
     replayCountBudgetPerSecond: e.HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND,
+    replayRunningMax: e.HOOKLINE_REPLAY_RUNNING_MAX,
+    replayQueuedMax: e.HOOKLINE_REPLAY_QUEUED_MAX,
     rateLimitPerSecond: e.HOOKLINE_RATE_LIMIT_PER_SECOND,
     ingestRateLimitPerSecond: e.HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND,
     unauthenticatedRateLimitPerSecond: e.HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND,

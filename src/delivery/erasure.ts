@@ -10,6 +10,7 @@ import { endpointDigest } from '../store/endpoints.js';
 import type { RedisEventLog } from '../store/event-log.js';
 import type { RedisKeys } from '../store/keys.js';
 import type { RedisPortalSessions } from '../store/portal-sessions.js';
+import type { RedisReplayQueue } from '../store/replay-queue.js';
 import { masterNodes, type Redis } from '../store/redis.js';
 import { linesOf, type RedisFifoLines } from '../store/fifo-lines.js';
 import { entriesWhere, eraseFromGroupStream, StreamCompactor, type EntryFields } from '../store/stream-erasure.js';
@@ -36,6 +37,8 @@ export interface ErasureDeps {
   lines: Pick<RedisFifoLines, 'remove' | 'drop'>;
   apiKeys: Pick<RedisApiKeyStore, 'list' | 'revoke'>;
   portalSessions: Pick<RedisPortalSessions, 'revokeVendor'>;
+  /** The range replays' queue: a vendor's replays waiting there (their jobs name its webhooks) leave it. */
+  replayQueue: Pick<RedisReplayQueue, 'withdrawVendor'>;
   tasks: DocWriter<Task>;
   ingestStreams: number;
   /**
@@ -220,6 +223,7 @@ export class Eraser {
       await this.deps.apiKeys.revoke(key.id);
       summary.keys += 1;
     }
+    summary.keys += await this.deps.replayQueue.withdrawVendor(vendorId);
     summary.keys += await this.removeReplayTasks(vendorId);
     if (twoPasses && ids.size > 0) {
       // Deliveries in flight when the webhooks went are dropped by their workers, which write a record.

@@ -5,6 +5,7 @@ import type { Task } from '../domain/task.js';
 import type { DeliveryHistory } from '../store/delivery-log.js';
 import type { EventLogRange, RedisEventLog } from '../store/event-log.js';
 import type { RedisEventBudget } from '../store/rate-limiter.js';
+import type { RedisReplayQueue } from '../store/replay-queue.js';
 import type { RedisReplayTasks } from '../store/replay-tasks.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { ReplayRangeJob } from './jobs.js';
@@ -34,7 +35,7 @@ export interface RangeCount {
  * Redis time in proportion to the entries it reads (HOOKLINE_REPLAY_COUNT_MAX,
  * HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND).
  */
-export interface CountLimits {
+interface CountLimits {
   /** Entries one count reads at most. */
   readMax: number;
   /** Entries one vendor's counts read per second at most; 0: no budget. */
@@ -52,11 +53,13 @@ export interface RangeReplayerDeps {
   log: Pick<RedisEventLog, 'page' | 'count' | 'size'>;
   countLimits: CountLimits;
   history: Pick<DeliveryHistory, 'recordQueued' | 'markReplayed'>;
-  queues: Pick<DeliveryQueues, 'add' | 'addRangeReplay'>;
+  queues: Pick<DeliveryQueues, 'add'>;
+  /** The range replays' queue: a vendor's replays wait there for a worker, within its caps, in turn with other vendors'. */
+  queue: Pick<RedisReplayQueue, 'admit' | 'withdraw'>;
   tasks: DocWriter<Task>;
   replayTasks: Pick<
     RedisReplayTasks,
-    'begin' | 'queued' | 'queuedAll' | 'isCancelled' | 'place' | 'savePlace' | 'view'
+    'begin' | 'queued' | 'queuedAll' | 'isCancelled' | 'place' | 'savePlace' | 'view' | 'forget' | 'cancel'
   >;
   nowMs: () => number;
   /**
@@ -99,11 +102,37 @@ export class RangeReplayer {
     return { count, capped };
   }
 
-  /** Creates the task and queues its run (a worker's control queue runs it). */
-  async start(vendorId: string, webhookId: string, spec: RangeReplaySpec): Promise<string> {
-    const taskId = await this.createTask(vendorId, webhookId);
-    await this.deps.queues.addRangeReplay({ taskId, vendorId, webhookId, ...spec });
-    return taskId;
+  /**
+   * Creates a task for each replay and puts them in the vendor's line of the replays' queue (the
+   * workers take them in turn with other vendors'), all or none: `full` with what the vendor holds
+   * when they would take it past its cap (the tasks made are deleted again).
+   */
+  async start(
+    vendorId: string,
+    replays: readonly { webhookId: string; spec: RangeReplaySpec }[],
+  ): Promise<{ taskIds: string[] } | { full: number }> {
+    const jobs: ReplayRangeJob[] = [];
+    for (const { webhookId, spec } of replays)
+      jobs.push({ taskId: await this.createTask(vendorId, webhookId), vendorId, webhookId, ...spec });
+    const admitted = await this.deps.queue.admit(
+      vendorId,
+      jobs.map((job) => ({ taskId: job.taskId, job: JSON.stringify(job) })),
+    );
+    if (admitted.admitted) return { taskIds: jobs.map((job) => job.taskId) };
+    await Promise.all(jobs.map((job) => this.deps.replayTasks.forget(job.taskId)));
+    return { full: admitted.held };
+  }
+
+  /**
+   * Cancels a bulk replay of `vendorId`'s (any vendor's when undefined; see RedisReplayTasks.cancel).
+   * A range replay still waiting for a worker leaves the queue at once, so it frees its vendor's
+   * place, and ends as cancelled with nothing replayed.
+   */
+  async cancel(taskId: string, vendorId: string | undefined): Promise<'cancelled' | 'not_found' | 'finished'> {
+    const outcome = await this.deps.replayTasks.cancel(taskId, vendorId);
+    if (outcome === 'cancelled' && (await this.deps.queue.withdraw(taskId)))
+      await this.deps.replayTasks.queuedAll(taskId);
+    return outcome;
   }
 
   /** A new pending range replay task (run by a worker, or here by the CLI). */
@@ -117,7 +146,9 @@ export class RangeReplayer {
   /**
    * Reads the range a page at a time from where the task last stood, queues each page's replays
    * (paced to the rate), and notes its place after each page, so a run that starts again (its
-   * worker died) neither repeats nor skips a page. A cancel stops it before its next page.
+   * worker died, or it gave its slot back) neither repeats nor skips a page. A cancel stops it
+   * before its next page. `finished` is false when `shouldStop` stopped it first (between pages, or
+   * while it counted outcomes): another run goes on from its place.
    */
   async run(
     job: ReplayRangeJob,
@@ -126,8 +157,11 @@ export class RangeReplayer {
       /** false: end once everything is queued (reads of the task count the outcomes); default true. */
       settle?: boolean;
       onProgress?: (done: number, total: number) => void;
+      /** Asked before each page and each look at the outcomes: true stops the run there, unfinished. */
+      shouldStop?: () => boolean;
     } = {},
-  ): Promise<{ replayed: number }> {
+  ): Promise<{ replayed: number; finished: boolean }> {
+    const shouldStop = options.shouldStop ?? (() => false);
     const { taskId, webhookId, vendorId } = job;
     const range = rangeOf(job);
     const place = await this.deps.replayTasks.place(taskId);
@@ -151,6 +185,7 @@ export class RangeReplayer {
       await report('in_progress');
       // Bounded: each page moves the cursor on through a log that holds what its retention allows.
       for (let pages = 0; pages < 10_000_000; pages += 1) {
+        if (shouldStop()) return { replayed: place.replayed, finished: false };
         if (await this.deps.replayTasks.isCancelled(taskId)) break;
         const page = await this.deps.log.page(webhookId, {
           ...range,
@@ -197,8 +232,13 @@ export class RangeReplayer {
         if (page.next === undefined) break;
       }
       await this.deps.replayTasks.queuedAll(taskId);
-      if (options.settle !== false) await this.settle(taskId);
-      return { replayed: place.replayed };
+      if (options.settle === false) return { replayed: place.replayed, finished: true };
+      // Its deadline is kept with its place: a run that gave its slot back keeps the first one's.
+      if (place.settleUntilMs === undefined) {
+        place.settleUntilMs = this.deps.nowMs() + this.deps.settleForMs;
+        await this.deps.replayTasks.savePlace(taskId, place);
+      }
+      return { replayed: place.replayed, finished: await this.settle(taskId, place.settleUntilMs, shouldStop) };
     } catch (error) {
       await report('failed', `replay stopped after ${place.done} of ${total}: ${(error as Error).message}`);
       throw error;
@@ -214,17 +254,18 @@ export class RangeReplayer {
   }
 
   /**
-   * Counts the replays' outcomes until each has one (or `settleForMs` passes): a delivered replay's
+   * Counts the replays' outcomes until each has one (or `untilMs` passes): a delivered replay's
    * record may fall off the webhook's recent list soon after, and reads of the task find only what
-   * is still there.
+   * is still there. false when `shouldStop` stopped it first.
    */
-  private async settle(taskId: string): Promise<void> {
-    const untilMs = this.deps.nowMs() + this.deps.settleForMs;
+  private async settle(taskId: string, untilMs: number, shouldStop: () => boolean): Promise<boolean> {
     while (this.deps.nowMs() < untilMs) {
+      if (shouldStop()) return false;
       const view = await this.deps.replayTasks.view(taskId);
-      if (view === undefined || view.task.status === 'success' || view.task.status === 'failed') return;
+      if (view === undefined || view.task.status === 'success' || view.task.status === 'failed') return true;
       await sleep(SETTLE_EVERY_MS);
     }
+    return true;
   }
 }
 

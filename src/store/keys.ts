@@ -170,6 +170,29 @@ export function redisKeys(prefix: string) {
       /** set of `<deliveryId>` replays still without an outcome */
       open: (taskId: string) => `${tag(`task:${taskId}`)}:open`,
     },
+    /**
+     * The range replays' queue (see domain/replay-queue.ts), every key under one hash tag so one
+     * script changes any of them. `vendors` is the turn order; each vendor's line and running set are
+     * named by its id.
+     */
+    replayQueue: {
+      /** list: vendor ids with replays waiting, in turn order */
+      vendors: `${tag('replays')}:vendors`,
+      /** list: one vendor's waiting replays (task ids), oldest first */
+      waiting: (vendorId: string) => `${tag('replays')}:waiting:${vendorId}`,
+      /** sorted set: one vendor's running replays (task id → when its lease ends, ms) */
+      running: (vendorId: string) => `${tag('replays')}:running:${vendorId}`,
+      /** sorted set: every running replay (task id → when its lease ends, ms), soonest first */
+      leases: `${tag('replays')}:leases`,
+      /** hash: running task id → the token of its lease */
+      tokens: `${tag('replays')}:tokens`,
+      /** hash: task id → vendor id, while waiting or running */
+      owners: `${tag('replays')}:owners`,
+      /** hash: task id → its lapsed leases, when it had some */
+      tries: `${tag('replays')}:tries`,
+      /** hash: task id → its run's job (JSON of a replay-range job), while waiting or running */
+      jobs: `${tag('replays')}:jobs`,
+    },
     agent: (deploymentId: string) => tag(`agent:${deploymentId}`),
     /** string: a known value sealed under the installation's secret key, which every start opens to check its key (see secret-probe.ts) */
     secretProbe: `${tag('meta')}:secret-probe`,

@@ -232,7 +232,10 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
             'count reads at most HOOKLINE_REPLAY_COUNT_MAX events of the range (capped: true past it, count a lower bound), ' +
             'and a vendor’s counts share a budget of events read per second (429 replay_count_limited past it). ' +
             'Otherwise it runs as a task (GET /rental/v1/tasks/{task_id}, with progress; POST /vendors/v1/tasks/{task_id}/cancel ' +
-            'stops it, and what was sent stays sent). A dead letter replayed this way leaves the dead letters.',
+            'stops it, and what was sent stays sent). A dead letter replayed this way leaves the dead letters. A vendor holds ' +
+            'HOOKLINE_REPLAY_QUEUED_MAX range replays at most, waiting or running (429 replay_queue_full past it), and ' +
+            'HOOKLINE_REPLAY_RUNNING_MAX of them run at once; workers take the vendors’ replays in turn, so the task stays ' +
+            'pending until its turn.',
           params: webhookParams,
           querystring: noQueryParameters,
           body: replayBody,
@@ -253,8 +256,9 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
         const counted = await deps.rangeReplayer.vendorCount(webhook.vendorId, webhook.id, spec);
         if (counted === 'limited') throw new ApiError('replay_count_limited');
         if (request.body.dry_run === true) return reply.code(200).send(counted);
-        const taskId = await deps.rangeReplayer.start(webhook.vendorId, webhook.id, spec);
-        return reply.code(202).send({ task_id: taskId, ...counted });
+        const started = await deps.rangeReplayer.start(webhook.vendorId, [{ webhookId: webhook.id, spec }]);
+        if ('full' in started) throw queueFull(started.full, 1);
+        return reply.code(202).send({ task_id: started.taskIds[0]!, ...counted });
       },
     );
 
@@ -267,7 +271,8 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
           summary: 'Replay the events of a time range for any vendor',
           description:
             'As POST /vendors/v1/webhooks/{webhook_id}/replay, for the vendor’s webhook named, or each of its webhooks (a task ' +
-            'each, for those with events to replay). Logged with the key as operator.replay_started.',
+            'each, for those with events to replay). They count toward the vendor’s replay caps, all or none (429 ' +
+            'replay_queue_full). Logged with the key as operator.replay_started.',
           querystring: noQueryParameters,
           body: adminReplayBody,
           response: {
@@ -283,7 +288,7 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
                 z.object({ webhook_id: z.string(), task_id: z.string(), count: z.number().int(), capped }),
               ),
             }),
-            ...errorResponses(400, 401, 403, 404, 409, 413, 415),
+            ...errorResponses(400, 401, 403, 404, 409, 413, 415, 429),
           },
         },
       },
@@ -304,11 +309,22 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
             capped: anyCapped,
             webhooks: counted.map((c) => ({ webhook_id: c.webhook.id, count: c.count, capped: c.capped })),
           });
-        const tasks = [];
-        for (const c of counted.filter((c) => c.count > 0)) {
-          const taskId = await deps.rangeReplayer.start(vendorId, c.webhook.id, c.spec);
-          tasks.push({ webhook_id: c.webhook.id, task_id: taskId, count: c.count, capped: c.capped });
-        }
+        // The vendor's replays all, within its caps, or none.
+        const starting = counted.filter((c) => c.count > 0);
+        const started =
+          starting.length === 0
+            ? { taskIds: [] }
+            : await deps.rangeReplayer.start(
+                vendorId,
+                starting.map((c) => ({ webhookId: c.webhook.id, spec: c.spec })),
+              );
+        if ('full' in started) throw queueFull(started.full, starting.length);
+        const tasks = starting.map((c, i) => ({
+          webhook_id: c.webhook.id,
+          task_id: started.taskIds[i]!,
+          count: c.count,
+          capped: c.capped,
+        }));
         logOperator(deps.logger, request, {
           vendorId,
           webhookId: webhookId ?? null,
@@ -319,6 +335,20 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
       },
     );
   };
+}
+
+/** How long a client refused for a full replay queue waits before asking again: replays take a while. */
+const QUEUE_FULL_RETRY_AFTER_S = 10;
+
+/** 429 replay_queue_full: the vendor holds `held` replays, and `more` would take it past its cap. */
+function queueFull(held: number, more: number): ApiError {
+  return new ApiError(
+    'replay_queue_full',
+    `This vendor has ${held} range replays waiting or running; ${more === 1 ? 'one more' : `${more} more`} would pass ` +
+      'its cap (HOOKLINE_REPLAY_QUEUED_MAX). Wait for one to end, or cancel one (POST /vendors/v1/tasks/{task_id}/cancel)',
+    {},
+    QUEUE_FULL_RETRY_AFTER_S,
+  );
 }
 
 /** The vendor's webhook named, or all of its webhooks; 400/404 for a bad or unknown id. */
