@@ -343,7 +343,8 @@ function buildProgram(env: NodeJS.ProcessEnv): Command {
         const spec = rangeReplaySpec(options);
         await withStores(config(), async (stores) => {
           const webhook = await knownWebhook(stores, options.webhook);
-          const count = await stores.rangeReplayer.count(webhook.id, spec);
+          // The operator's own process: the whole range, however long (the API's counts are capped).
+          const { count } = await stores.rangeReplayer.count(webhook.id, spec, Infinity);
           if (options.dryRun) {
             process.stdout.write(`${count}\n`);
             return say(`${plural(count, 'event')} would be replayed (dry run: nothing was sent)`);

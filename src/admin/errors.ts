@@ -51,6 +51,16 @@ export const ERRORS = {
   invalid_session_id: { status: 400, message: 'Invalid session_id format' },
   portal_session_not_found: { status: 404, message: 'Portal session not found (revoked, expired or never issued)' },
   rate_limited: { status: 429, message: 'Too many requests for this API key' },
+  replay_queue_full: {
+    status: 429,
+    message:
+      'This vendor has as many range replays waiting or running as it may (HOOKLINE_REPLAY_QUEUED_MAX); wait for one to end, or cancel one',
+  },
+  replay_count_limited: {
+    status: 429,
+    message:
+      'This vendor’s range counts read as many events this second as they may (HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND); retry after 1 s',
+  },
   storage_unavailable: { status: 503, message: 'Storage is unreachable; try again shortly' },
   internal: { status: 500, message: 'Internal server error' },
 } as const satisfies Record<string, { status: number; message: string }>;
@@ -66,6 +76,8 @@ export class ApiError extends Error {
     message: string = ERRORS[code].message,
     /** Fields the body carries beside `error` and `code` (a 409's existing `webhook_id`). */
     readonly details: { webhook_id?: string } = {},
+    /** A 429's Retry-After, in seconds (default 1: the request limits refill each second). */
+    readonly retryAfterS = 1,
   ) {
     super(message);
     this.name = 'ApiError';

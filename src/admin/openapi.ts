@@ -53,6 +53,17 @@ const ADDRESS_LIMIT_DOC: ErrorDoc = {
   message: 'More than 10 requests per second from this address authenticated nothing; retry after 1 s',
 };
 
+/** A range replay refused for the vendor's cap on replays it holds. */
+const REPLAY_QUEUE_FULL_DOC = {
+  code: 'replay_queue_full',
+  when:
+    'The vendor holds HOOKLINE_REPLAY_QUEUED_MAX range replays, waiting or running (10 by default): one more is accepted ' +
+    'once one ends or is cancelled. Retry-After says 10 s.',
+  message:
+    'This vendor has 10 range replays waiting or running; one more would pass its cap (HOOKLINE_REPLAY_QUEUED_MAX). ' +
+    'Wait for one to end, or cancel one (POST /vendors/v1/tasks/{task_id}/cancel)',
+} as const satisfies ErrorDoc;
+
 /** The webhook a registration conflict names in the examples. */
 const EXISTING_WEBHOOK_ID = '3f2c1a9e-8b7d-4c6e-9f1a-2b3c4d5e6f70';
 
@@ -151,13 +162,20 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
   },
   'POST /vendors/v1/webhooks/{webhook_id}/replay': {
     operationId: 'replayEventRange',
-    success: 'Started: the task that replays the range, and how many events it held.',
+    success: 'Started: the task that replays the range, and how many events it held (capped: at least that many).',
     errors: [
       ...webhookLookup,
       { code: 'invalid_request', when: 'A field is missing or wrong, or since is after until.' },
       'event_log_disabled',
+      {
+        code: 'replay_count_limited',
+        when:
+          'The vendor’s range counts read more events this second than HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND allows ' +
+          '(a count takes the webhook’s log size, or HOOKLINE_REPLAY_COUNT_MAX when smaller, before reading).',
+      },
+      REPLAY_QUEUE_FULL_DOC,
     ],
-    others: { 200: 'A dry run: how many events a replay would send.' },
+    others: { 200: 'A dry run: how many events a replay would send (capped: at least that many).' },
   },
   'GET /vendors/v1/webhooks/{webhook_id}/stats': {
     operationId: 'getWebhookStats',
@@ -259,8 +277,12 @@ const OPERATIONS: Readonly<Record<string, OperationDoc>> = {
       { code: 'webhook_not_found', when: 'The vendor has no webhook of that id.' },
       { code: 'invalid_request', when: 'A field is missing or wrong, or since is after until.' },
       'event_log_disabled',
+      {
+        ...REPLAY_QUEUE_FULL_DOC,
+        when: `${REPLAY_QUEUE_FULL_DOC.when} An operator’s replays count toward the vendor they target, all or none.`,
+      },
     ],
-    others: { 200: 'A dry run: how many events a replay would send, per webhook.' },
+    others: { 200: 'A dry run: how many events a replay would send, per webhook (capped: at least that many).' },
   },
   'DELETE /admin/v1/events/{event_id}': {
     operationId: 'eraseEvent',

@@ -209,8 +209,11 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
   app.setErrorHandler(async (error: FastifyError, request, reply) => {
     // Refused unread: the rest is read first, so the producer can read the 413 (see refused-body.ts).
     if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') await discardRestOfBody(request.raw);
-    if (error instanceof ApiError)
+    if (error instanceof ApiError) {
+      // A route's own 429 says when to come back, as the request limits' do.
+      if (error.statusCode === 429) void reply.header('retry-after', String(error.retryAfterS));
       return reply.code(error.statusCode).send({ ...errorBody(error.code, error.message), ...error.details });
+    }
     if (hasZodFastifySchemaValidationErrors(error))
       return reply.code(400).send(errorBody('invalid_request', validationMessage(error)));
     const mapped = error.code ? FASTIFY_CODES[error.code] : undefined;

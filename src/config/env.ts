@@ -223,6 +223,34 @@ export const envSchema = z.object({
     .min(1024, 'expected at least 1024 bytes')
     .max(5 * 1024 * 1024, 'expected at most 5 MiB (the largest ingest request)')
     .default(1024 * 1024),
+  // A range count (a replay's dry run) costs Redis 3-5 µs per event of the range it reads: one count
+  // reads at most this many (answering a lower bound past it)…
+  HOOKLINE_REPLAY_COUNT_MAX: z.coerce
+    .number({ message: 'expected a whole number of events' })
+    .int('expected a whole number of events')
+    .min(100, 'expected at least 100')
+    .max(1_000_000, 'expected at most 1000000')
+    .default(10_000),
+  // …and one vendor's counts read at most this many per second (about 50 ms of Redis at the default).
+  HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND: z.coerce
+    .number({ message: 'expected a whole number of events' })
+    .int('expected a whole number of events')
+    .min(0, 'expected 0 (off) or more')
+    .default(10_000),
+  // Range replays of one vendor running at once (each holds a worker's replay slot while it runs,
+  // and sends a delivery per event), and accepted but not ended, waiting or running.
+  HOOKLINE_REPLAY_RUNNING_MAX: z.coerce
+    .number({ message: 'expected a whole number of replays' })
+    .int('expected a whole number of replays')
+    .min(1, 'expected at least 1')
+    .max(1_000, 'expected at most 1000')
+    .default(2),
+  HOOKLINE_REPLAY_QUEUED_MAX: z.coerce
+    .number({ message: 'expected a whole number of replays' })
+    .int('expected a whole number of replays')
+    .min(1, 'expected at least 1')
+    .max(10_000, 'expected at most 10000')
+    .default(10),
   HOOKLINE_API_BODY_LIMIT_BYTES: z.coerce
     .number({ message: 'expected a number of bytes' })
     .int('expected an integer number of bytes')
@@ -289,6 +317,12 @@ function crossFieldProblems(e: z.infer<typeof envSchema>): { variable: string; m
         'required when HOOKLINE_OPERATIONAL_WEBHOOK_URL is set: operational webhooks are always signed, so their receiver can tell them from forgeries',
     });
   }
+  if (e.HOOKLINE_REPLAY_RUNNING_MAX > e.HOOKLINE_REPLAY_QUEUED_MAX) {
+    problems.push({
+      variable: 'HOOKLINE_REPLAY_RUNNING_MAX',
+      message: `expected at most HOOKLINE_REPLAY_QUEUED_MAX (${e.HOOKLINE_REPLAY_QUEUED_MAX}): the replays a vendor holds, running ones included`,
+    });
+  }
   const tracing = tracingConfigFrom(e);
   if (Array.isArray(tracing)) problems.push(...tracing);
   return problems;
@@ -350,6 +384,14 @@ export interface Config {
   readonly apiBodyLimitBytes: number;
   /** A webhook event larger than this as delivered (its envelope's JSON) is rejected at ingest. */
   readonly maxEventBytes: number;
+  /** Events of a range one count (a dry run) reads at most; past it the count answers a lower bound. */
+  readonly replayCountMax: number;
+  /** Events of ranges one vendor's counts read per second at most (0: no limit). */
+  readonly replayCountBudgetPerSecond: number;
+  /** Range replays of one vendor running at once, at most. */
+  readonly replayRunningMax: number;
+  /** Range replays of one vendor accepted and not ended (waiting or running), at most. */
+  readonly replayQueuedMax: number;
   /** Admin API requests per second per API key (0: no limit); event ingest is exempt. */
   readonly rateLimitPerSecond: number;
   /** Events ingested over HTTP per second per API key (0: no limit). */
@@ -429,6 +471,10 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     embeddedRedisPort: e.HOOKLINE_EMBEDDED_REDIS_PORT,
     apiBodyLimitBytes: e.HOOKLINE_API_BODY_LIMIT_BYTES,
     maxEventBytes: e.HOOKLINE_MAX_EVENT_BYTES,
+    replayCountMax: e.HOOKLINE_REPLAY_COUNT_MAX,
+    replayCountBudgetPerSecond: e.HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND,
+    replayRunningMax: e.HOOKLINE_REPLAY_RUNNING_MAX,
+    replayQueuedMax: e.HOOKLINE_REPLAY_QUEUED_MAX,
     rateLimitPerSecond: e.HOOKLINE_RATE_LIMIT_PER_SECOND,
     ingestRateLimitPerSecond: e.HOOKLINE_INGEST_RATE_LIMIT_PER_SECOND,
     unauthenticatedRateLimitPerSecond: e.HOOKLINE_UNAUTHENTICATED_RATE_LIMIT_PER_SECOND,

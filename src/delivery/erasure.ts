@@ -10,10 +10,13 @@ import { endpointDigest } from '../store/endpoints.js';
 import type { RedisEventLog } from '../store/event-log.js';
 import type { RedisKeys } from '../store/keys.js';
 import type { RedisPortalSessions } from '../store/portal-sessions.js';
+import type { RedisReplayQueue } from '../store/replay-queue.js';
 import { masterNodes, type Redis } from '../store/redis.js';
 import { linesOf, type RedisFifoLines } from '../store/fifo-lines.js';
+import { entriesWhere, eraseFromGroupStream, StreamCompactor, type EntryFields } from '../store/stream-erasure.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { RedisWebhookStore } from '../store/webhooks.js';
+import { STREAM_GROUP_DEFAULT } from '../ingest/stream-source.js';
 import { partitionOf, type EraseJob } from './jobs.js';
 import type { DeliveryQueues } from './queue.js';
 
@@ -34,6 +37,8 @@ export interface ErasureDeps {
   lines: Pick<RedisFifoLines, 'remove' | 'drop'>;
   apiKeys: Pick<RedisApiKeyStore, 'list' | 'revoke'>;
   portalSessions: Pick<RedisPortalSessions, 'revokeVendor'>;
+  /** The range replays' queue: a vendor's replays waiting there (their jobs name its webhooks) leave it. */
+  replayQueue: Pick<RedisReplayQueue, 'withdrawVendor'>;
   tasks: DocWriter<Task>;
   ingestStreams: number;
   /**
@@ -45,26 +50,38 @@ export interface ErasureDeps {
   logger?: Logger;
 }
 
-/** What an erasure removed. */
+/** What an erasure removed, and what it could not. */
 export interface ErasureSummary {
   webhooks: number;
   records: number;
+  /** Log entries, recent events and stream entries. */
   events: number;
   jobs: number;
   keys: number;
+  /**
+   * Ingest streams that still held entries not yet ingested beside the erased ones: Redis keeps the
+   * erased entries' bytes in a node shared with those until they are ingested and the stream is
+   * trimmed past them (within the stream consumer's maintenance interval, 30 s, once ingested).
+   */
+  streamsAwaitingIngest: string[];
 }
 
 /**
  * Erasure: one event's payload and records everywhere, or everything of a vendor (webhooks,
- * deliveries, payloads, portal sessions, API keys, replay tasks), each as a task run by a worker,
- * in two passes: the second, after attempts in flight have finished, removes what they wrote.
+ * deliveries, payloads, stream entries, portal sessions, API keys, replay tasks), each as a task run
+ * by a worker, in two passes: the second, after attempts in flight have finished, removes what they
+ * wrote. Stream entries are erased so that Redis keeps none of their bytes (see stream-erasure.ts).
  * What stays, by design: the ingest dedupe mark of an erased event id (64 bits of a digest of the
  * id, no payload; it keeps a producer's retry from bringing the event back within the window), and
  * the platform's read models (a machine's, deployment's or task's current state, which is the
  * platform's own and no event's).
  */
 export class Eraser {
-  constructor(private readonly deps: ErasureDeps) {}
+  private readonly compactor: StreamCompactor;
+
+  constructor(private readonly deps: ErasureDeps) {
+    this.compactor = new StreamCompactor(deps.redis, deps.keys.streamCompaction);
+  }
 
   /** Starts erasing an event (a task); its id. */
   async startEvent(eventId: string, requestedBy: string): Promise<string> {
@@ -118,11 +135,44 @@ export class Eraser {
     }
   }
 
-  /** Erases one event: its log entries, bodies, delivery records (replays too), queued jobs, and copies kept for filters and dead streams. */
+  /**
+   * Erases one event: its ingest stream entries, log entries, bodies, delivery records (replays too),
+   * queued jobs, and copies kept for filters and dead streams.
+   */
   async eraseEvent(eventId: string, twoPasses = false): Promise<ErasureSummary> {
     const summary = emptySummary();
+    // The streams first: an entry not yet ingested is gone before ingest reads it.
+    const fromIngest = await this.removeFromStreams(summary, (fields) =>
+      fields.some((value) => value.toLowerCase().includes(eventId)),
+    );
+    const hit = await this.eraseEventFromWebhooks(eventId, summary, await this.webhookIdsInRedis());
+    if (twoPasses && (hit.size > 0 || fromIngest > 0)) {
+      await sleep(this.deps.settleMs);
+      for (const webhookId of hit) {
+        summary.jobs += await this.removeJobs(webhookId, (job) => job.eventId === eventId);
+        summary.records += await this.removeRecords(
+          webhookId,
+          await this.recordsOf(webhookId, (fields) => fields.eventId === eventId),
+        );
+      }
+      // An entry a consumer was ingesting as it was removed from its stream reached its webhooks
+      // after the first pass looked: every webhook is looked at again.
+      if (fromIngest > 0)
+        for (const id of await this.eraseEventFromWebhooks(eventId, summary, await this.webhookIdsInRedis()))
+          hit.add(id);
+    }
+    summary.webhooks = hit.size;
+    return summary;
+  }
+
+  /** The first pass of an event's erasure over these webhooks; the ones that held some of it. */
+  private async eraseEventFromWebhooks(
+    eventId: string,
+    summary: ErasureSummary,
+    webhookIds: Iterable<string>,
+  ): Promise<Set<string>> {
     const hit = new Set<string>();
-    for (const webhookId of await this.webhookIdsInRedis()) {
+    for (const webhookId of webhookIds) {
       const first = deliveryIdFor(eventId, webhookId);
       const logged = await this.deps.eventLog.erase(webhookId, [first]);
       const recent = await this.forgetRecentEvent(webhookId, eventId);
@@ -135,24 +185,16 @@ export class Eraser {
       summary.jobs += await this.removeJobs(webhookId, (job) => job.eventId === eventId);
       summary.records += await this.removeRecords(webhookId, records);
     }
-    summary.events += await this.removeFromStreams(eventId);
-    summary.webhooks = hit.size;
-    if (twoPasses && hit.size > 0) {
-      await sleep(this.deps.settleMs);
-      for (const webhookId of hit) {
-        summary.jobs += await this.removeJobs(webhookId, (job) => job.eventId === eventId);
-        summary.records += await this.removeRecords(
-          webhookId,
-          await this.recordsOf(webhookId, (fields) => fields.eventId === eventId),
-        );
-      }
-    }
-    return summary;
+    return hit;
   }
 
-  /** Erases a vendor: its webhooks with everything under them, its queued jobs, sessions, keys, replay tasks and endpoint state. */
+  /**
+   * Erases a vendor: its webhooks with everything under them, its events in the ingest streams and
+   * the dead streams, its queued jobs, sessions, keys, replay tasks and endpoint state.
+   */
   async eraseVendor(vendorId: string, twoPasses = false): Promise<ErasureSummary> {
     const summary = emptySummary();
+    const namesVendor = vendorMatcher(vendorId);
     const webhooks = await this.deps.webhooks.list(vendorId);
     const ids = new Set(webhooks.map((w) => w.id));
     // Endpoint keys are named by the vendor's origins: read them before the webhooks go.
@@ -160,6 +202,7 @@ export class Eraser {
     for (const webhook of webhooks) await this.deps.webhooks.delete(vendorId, webhook.id);
     summary.webhooks = webhooks.length;
     const purge = async () => {
+      await this.removeFromStreams(summary, (fields) => fields.some(namesVendor));
       for (const webhookId of ids) {
         summary.jobs += await this.removeJobs(webhookId, () => true);
         summary.keys += await this.deleteMatching(
@@ -180,6 +223,7 @@ export class Eraser {
       await this.deps.apiKeys.revoke(key.id);
       summary.keys += 1;
     }
+    summary.keys += await this.deps.replayQueue.withdrawVendor(vendorId);
     summary.keys += await this.removeReplayTasks(vendorId);
     if (twoPasses && ids.size > 0) {
       // Deliveries in flight when the webhooks went are dropped by their workers, which write a record.
@@ -272,25 +316,32 @@ export class Eraser {
     return removed;
   }
 
-  /** Deletes the entries naming the event from the ingest dead streams and the first-attempt failed streams. */
-  private async removeFromStreams(eventId: string): Promise<number> {
-    const streams = [
-      ...Array.from({ length: this.deps.ingestStreams }, (_, n) => this.deps.keys.events.deadOf(n)),
-      ...this.deps.queues.partitions.map((_, n) => this.deps.keys.firstAttempts.failedOf(n)),
-    ];
-    let removed = 0;
-    for (const stream of streams) {
-      let start = '-';
-      // Bounded: these streams are capped (about 10,000 entries each).
-      for (let pages = 0; pages < 1_000; pages += 1) {
-        const entries = await this.deps.redis.xrange(stream, start, '+', 'COUNT', 1_000);
-        const naming = entries.filter(([, fields]) => fields.some((value) => value.includes(eventId)));
-        if (naming.length > 0) removed += await this.deps.redis.xdel(stream, ...naming.map(([id]) => id));
-        if (entries.length < 1_000) break;
-        start = `(${entries.at(-1)![0]}`;
-      }
+  /**
+   * Deletes the entries whose fields pass `test` from the ingest streams (acknowledged too, so no
+   * consumer is left holding one), their dead streams and the first-attempt failed streams, so that
+   * Redis keeps none of their bytes (see stream-erasure.ts); notes in the summary what it removed and
+   * the ingest streams where bytes stay until their backlog is ingested. Answers how many entries
+   * left the ingest streams.
+   */
+  private async removeFromStreams(summary: ErasureSummary, test: (fields: EntryFields) => boolean): Promise<number> {
+    const { events, firstAttempts } = this.deps.keys;
+    let fromIngest = 0;
+    for (let n = 0; n < this.deps.ingestStreams; n += 1) {
+      const stream = events.streamOf(n);
+      const ids = await entriesWhere(this.deps.redis, stream, test);
+      if (ids.length === 0) continue;
+      const { deleted, unfinished } = await eraseFromGroupStream(this.deps.redis, stream, STREAM_GROUP_DEFAULT, ids);
+      fromIngest += deleted;
+      if (unfinished > 0 && !summary.streamsAwaitingIngest.includes(stream)) summary.streamsAwaitingIngest.push(stream);
     }
-    return removed;
+    summary.events += fromIngest;
+    const setAside = [
+      ...Array.from({ length: this.deps.ingestStreams }, (_, n) => events.deadOf(n)),
+      ...this.deps.queues.partitions.map((_, n) => firstAttempts.failedOf(n)),
+    ];
+    for (const stream of setAside)
+      summary.events += await this.compactor.erase(stream, await entriesWhere(this.deps.redis, stream, test));
+    return fromIngest;
   }
 
   /** Deletes a vendor's replay tasks: their bookkeeping and documents. */
@@ -346,7 +397,18 @@ const ok = () => 1;
 const failed = () => 0;
 
 function emptySummary(): ErasureSummary {
-  return { webhooks: 0, records: 0, events: 0, jobs: 0, keys: 0 };
+  return { webhooks: 0, records: 0, events: 0, jobs: 0, keys: 0, streamsAwaitingIngest: [] };
+}
+
+/**
+ * Whether a stream entry's field names the vendor: an event's `vendor_id`, or a delivery's
+ * `vendorId` (a first-attempt batch). Matched in the text, so an entry set aside for not being
+ * valid JSON is found too.
+ */
+function vendorMatcher(vendorId: string): (value: string) => boolean {
+  const quoted = JSON.stringify(vendorId).replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  const pattern = new RegExp(`"(?:vendor_id|vendorId)"\\s*:\\s*${quoted}`);
+  return (value) => pattern.test(value);
 }
 
 function eventIdOf(body: string): string | undefined {

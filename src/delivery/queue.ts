@@ -14,7 +14,6 @@ import {
   partitionOf,
   type OperationalWebhookJob,
   type ReplayDeadLettersJob,
-  type ReplayRangeJob,
   type EraseJob,
 } from './jobs.js';
 
@@ -238,11 +237,6 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       removeOnComplete: true,
       removeOnFail: { age: this.failedJobRetentionS },
     };
-  }
-
-  /** Queues a range replay's run (its task was created already). */
-  async addRangeReplay(job: ReplayRangeJob): Promise<void> {
-    await this.control.add(JOBS.replayRange.name, job, this.taskJobOptions(job.taskId));
   }
 
   /** Queues an erasure's run (its task was created already). */

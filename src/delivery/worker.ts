@@ -100,12 +100,14 @@ export class DeliveryWorkerPool {
       new Worker(
         CONTROL_QUEUE_NAME,
         async (job) => {
+          // Range replays wait in the replays' queue now (see replay-runner.ts); one queued here
+          // before that still runs here, once.
           if (job.name === JOBS.replayRange.name)
             return options.rangeReplayer.run(JOBS.replayRange.schema.parse(job.data));
           const data = JOBS.replayDeadLetters.schema.parse(job.data);
           return options.replayer.runReplayAll(data.taskId, data.webhookId);
         },
-        // A few at once: a paced range replay must not hold back the others.
+        // A few at once: one webhook's long replay must not hold back the others.
         { ...common, prefix: options.keys.controlQueuePrefix, concurrency: 4 },
       ),
       new Worker(

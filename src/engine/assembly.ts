@@ -67,18 +67,21 @@ import { SecretBox } from '../store/secret-box.js';
 import { RedisTokenCache } from '../store/receiver-tokens.js';
 import { ReceiverTokens } from '../delivery/receiver-tokens.js';
 import { RedisWebhookChanges } from '../store/webhook-changes.js';
+import { RedisReplayQueue } from '../store/replay-queue.js';
 import { RedisWebhookStore } from '../store/webhooks.js';
 import { VERSION } from '../version.js';
 import { circuitObserver, egressProxyObserver, feedObserver, statsObserver, tracingObserver } from './observers.js';
 import type { Tracing } from '../domain/trace.js';
 import { webhookCopyCaches } from './webhook-copies.js';
 
+/** How long a range replay's run stays to count its replays' outcomes after queueing them all. */
+const RANGE_REPLAY_SETTLE_MAX_MS = 10 * 60_000;
+/** A range replay whose run stopped without ending this often (its worker died, or the run failed) is given up. */
+const REPLAY_TRIES_MAX = 5;
 /**
  * The package's `dist/portal/`, which `npm run build` writes. This module runs from `src/engine/`
  * (tsx) or `dist/engine/` (built): the package root is two folders up either way.
  */
-/** How long a range replay's run stays to count its replays' outcomes after queueing them all. */
-const RANGE_REPLAY_SETTLE_MAX_MS = 10 * 60_000;
 const PORTAL_ASSETS_DIR = fileURLToPath(new URL('../../dist/portal/', import.meta.url));
 
 interface StoreSettings {
@@ -102,6 +105,13 @@ interface StoreSettings {
   eventLog?: boolean;
   /** HOOKLINE_INGEST_STREAMS (erasure looks through each stream's dead letters); default 1. */
   ingestStreams?: number;
+  /** HOOKLINE_REPLAY_COUNT_MAX: events of a range one count reads at most. */
+  replayCountMax: number;
+  /** HOOKLINE_REPLAY_COUNT_BUDGET_PER_SECOND: events of ranges one vendor's counts read per second at most (0: off). */
+  replayCountBudgetPerSecond: number;
+  /** HOOKLINE_REPLAY_RUNNING_MAX and HOOKLINE_REPLAY_QUEUED_MAX: one vendor's range replays running, and held. */
+  replayRunningMax: number;
+  replayQueuedMax: number;
   /** How long an erasure waits for attempts in flight before its second pass; default 35 s. */
   erasureSettleMs?: number;
   /** When given, ingest counts batches into it and logs one line per batch. */
@@ -173,8 +183,19 @@ export function composeStores(settings: StoreSettings) {
   });
   const replayTasks = new RedisReplayTasks(redis, keys, tasks, (refs) => deliveryLog.progressOf(refs), nowMs);
   const replayer = new DeadLetterReplayer({ history: deliveryLog, queues, tasks, replayTasks, nowMs });
+  const replayQueue = new RedisReplayQueue(redis, keys, {
+    runningMax: settings.replayRunningMax,
+    heldMax: settings.replayQueuedMax,
+    triesMax: REPLAY_TRIES_MAX,
+  });
   const rangeReplayer = new RangeReplayer({
+    queue: replayQueue,
     log: eventLog,
+    countLimits: {
+      readMax: settings.replayCountMax,
+      budgetPerSecond: settings.replayCountBudgetPerSecond,
+      budget: new RedisEventBudget(redis, keys, keys.replayCountWindow),
+    },
     history: deliveryLog,
     queues,
     tasks,
@@ -207,6 +228,7 @@ export function composeStores(settings: StoreSettings) {
     lines: fifoLines,
     apiKeys,
     portalSessions,
+    replayQueue,
     tasks,
     ingestStreams: settings.ingestStreams ?? 1,
     settleMs: settings.erasureSettleMs ?? 35_000,
@@ -242,6 +264,7 @@ export function composeStores(settings: StoreSettings) {
     deliveryLog,
     eventLog,
     rangeReplayer,
+    replayQueue,
     retention,
     queues,
     fifoLines,
@@ -324,7 +347,8 @@ export function composeStores(settings: StoreSettings) {
         apiKeys: this.apiKeys,
         webhooks,
         nowMs,
-        tasks: replayTasks,
+        // A cancel of a range replay still waiting takes it out of the replays' queue too.
+        tasks: { view: (taskId: string) => replayTasks.view(taskId), cancel: rangeReplayer.cancel.bind(rangeReplayer) },
         agents,
         machines,
         ingestor,

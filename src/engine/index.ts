@@ -54,7 +54,7 @@ export interface EngineOptions {
   metrics?: Metrics;
   nowMs?: () => number;
   /** What tests and the bench tune about the worker; production uses the defaults. */
-  worker?: Pick<WorkerSettings, 'breaker' | 'webhookCacheTtlMs' | 'onOutcome' | 'extraCa'>;
+  worker?: Pick<WorkerSettings, 'breaker' | 'webhookCacheTtlMs' | 'onOutcome' | 'extraCa' | 'replays'>;
   /** Where the vendor portal's built browser app is; default the package's `dist/portal/`. */
   portalAssetsDir?: string;
   /** Spans go here instead of to the exporter config.tracing describes (tests). */
@@ -158,6 +158,10 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     retentionMs: config.retentionMs,
     eventLog: config.eventLog,
     ingestStreams: config.ingestStreams,
+    replayCountMax: config.replayCountMax,
+    replayCountBudgetPerSecond: config.replayCountBudgetPerSecond,
+    replayRunningMax: config.replayRunningMax,
+    replayQueuedMax: config.replayQueuedMax,
     // A killed worker's attempts return to the queue after its lock, and then end within the timeout.
     erasureSettleMs: config.workerLockDurationMs + config.deliveryTimeoutMs + 1_000,
     ...(config.operationalWebhook ? { operationalWebhooks: { logger } } : {}),
@@ -286,6 +290,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
           ),
         );
         worker.fifo.start();
+        worker.replays.start();
         startWhenRedisAnswers(
           'retention schedule',
           () => stores.queues.scheduleRetention(RETENTION_PASS_EVERY_MS),

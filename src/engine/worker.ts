@@ -3,6 +3,7 @@ import { HttpSender } from '../delivery/http-sender.js';
 import { createOperationalProcessor } from '../delivery/operational.js';
 import { createSingleProcessor } from '../delivery/single-processor.js';
 import { FifoDriver, fifoLeaseMs } from '../delivery/fifo-driver.js';
+import { ReplayRunner } from '../delivery/replay-runner.js';
 import { DeliveryWorkerPool } from '../delivery/worker.js';
 import { fifoObserver } from '../metrics/observers.js';
 import type { Redis } from '../store/redis.js';
@@ -22,7 +23,18 @@ export interface WorkerSettings extends DeliverySettings {
   watchConnection?: (connection: Redis) => void;
   /** The operator's receiver of operational webhooks and its secret; absent: this worker sends none. */
   operationalWebhook?: { url: string; secret: string };
+  /** Range replays this process runs at once (default REPLAY_SLOTS), and each run's time slice (default REPLAY_SLICE_MS). */
+  replays?: { slots?: number; sliceMs?: number };
 }
+
+/** Range replays one worker process runs at once: they mostly wait (paced, or for outcomes), so a few. */
+const REPLAY_SLOTS = 4;
+/**
+ * How long a range replay's run keeps its slot before giving it back to the queue's turn order, when
+ * it is not over: a vendor waits at most about this long per vendor ahead of it, and a run that
+ * goes on costs a few reads of its place per slice.
+ */
+const REPLAY_SLICE_MS = 10_000;
 
 /** The delivery worker of one process over the shared stores. */
 export function composeWorker(stores: Stores, settings: WorkerSettings) {
@@ -55,6 +67,16 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     linesMax: settings.concurrency,
     ...(settings.metrics ? { onHeadBlocked: fifoObserver(settings.metrics) } : {}),
   });
+  const replays = new ReplayRunner({
+    queue: stores.replayQueue,
+    rangeReplayer: stores.rangeReplayer,
+    tasks: stores.tasks,
+    slots: settings.replays?.slots ?? REPLAY_SLOTS,
+    sliceMs: settings.replays?.sliceMs ?? REPLAY_SLICE_MS,
+    leaseMs: settings.lockDurationMs ?? 30_000,
+    logger: settings.logger,
+    nowMs: deps.nowMs,
+  });
   const pool = new DeliveryWorkerPool({
     connection: settings.workerConnection,
     keys: stores.keys,
@@ -75,6 +97,7 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
   return {
     pool,
     fifo,
+    replays,
     /** This process's endpoints: their circuits, limits and waits. */
     endpoints,
     flow,
@@ -86,8 +109,8 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     async close(graceMs: number) {
       detach();
       const startedMs = Date.now();
-      const [pooled, lined] = await Promise.all([pool.close(graceMs), fifo.close(graceMs)]);
-      let result = pooled === 'drained' && lined === 'drained' ? pooled : ('forced' as const);
+      const ends = await Promise.all([pool.close(graceMs), fifo.close(graceMs), replays.close(graceMs)]);
+      let result = ends.every((end) => end === 'drained') ? ('drained' as const) : ('forced' as const);
       // Attempts a batch handed off go on after their job completed; their outcome is recorded too.
       const left = Math.max(0, graceMs - (Date.now() - startedMs));
       const idle = await raceTimer(

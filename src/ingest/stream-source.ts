@@ -7,8 +7,8 @@ import {
   backoffMs,
   BlockingStreamReader,
   claimStale,
+  doneBelow,
   ensureGroup,
-  fieldMap,
   fieldOf,
   leaveGroupIfIdle,
   pruneIdleConsumers,
@@ -112,12 +112,6 @@ function decodeEntry(fields: Buffer[] | null): Decoded {
     // Without JSON.parse's message: it quotes the text, and reasons are logged (the dead-letter stream keeps the text).
     return { ok: false, reason: `the "${STREAM_EVENT_FIELD}" field is not valid JSON` };
   }
-}
-
-function compareIds(a: string, b: string): number {
-  const [aMs = 0n, aSeq = 0n] = a.split('-').map(BigInt);
-  const [bMs = 0n, bSeq = 0n] = b.split('-').map(BigInt);
-  return aMs === bMs ? Number(aSeq - bSeq) : aMs < bMs ? -1 : 1;
 }
 
 /**
@@ -426,24 +420,13 @@ export class StreamIngestSource {
   }
 
   /**
-   * Deletes the entries every consumer is done with: those below the oldest pending entry, or, when
-   * nothing is pending, below the group's last-delivered id. The group is read before its pending
-   * list, so an entry delivered between the two reads has a larger id than the trim bound.
+   * Deletes the entries the group is done with (see doneBelow): those below the oldest pending
+   * entry, or, when nothing is pending, every one delivered, the last one too, so an idle stream
+   * keeps no event (its last node went only when a newer entry came after it).
    */
   private async trim(): Promise<void> {
-    const groups = (await this.redis.xinfo('GROUPS', this.stream)) as unknown[];
-    const ours = groups.map(fieldMap).find((group) => group.get('name') === this.group);
-    const lastDelivered = ours?.get('last-delivered-id');
-    if (typeof lastDelivered !== 'string' || lastDelivered === '0-0') return;
-    const [pendingCount, oldestPending] = (await this.redis.xpending(this.stream, this.group)) as [
-      number,
-      string | null,
-    ];
-    const bound =
-      pendingCount > 0 && oldestPending !== null && compareIds(oldestPending, lastDelivered) < 0
-        ? oldestPending
-        : lastDelivered;
-    await this.redis.xtrim(this.stream, 'MINID', '~', bound);
+    const bound = await doneBelow(this.redis, this.stream, this.group);
+    if (bound !== undefined) await this.redis.xtrim(this.stream, 'MINID', '~', bound);
   }
 
   /** On a clean stop, removes this consumer from the group unless it still holds pending entries. */

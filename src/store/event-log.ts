@@ -28,6 +28,15 @@ export interface EventLogEntry {
   body: string;
 }
 
+/** A count of a log's range (see RedisEventLog.count). */
+export interface LogCount {
+  count: number;
+  /** Entries read. */
+  read: number;
+  /** More entries of the range were left unread: `count` is a lower bound. */
+  capped: boolean;
+}
+
 /** Which events of a log a scan takes. */
 export interface EventLogRange {
   /** Accepted at or after (ms). */
@@ -60,8 +69,12 @@ const TRIM_PER_APPEND_MAX = 32;
 const TRIM_PER_CALL_MAX = 1_000;
 /** Entries an erasure reads per page. */
 const ERASE_PAGE = 1_000;
-/** Entries one counting call reads at most. */
-const COUNT_PER_CALL_MAX = 5_000;
+/**
+ * Entries one counting call reads at most: a call blocks Redis for about 5 ms at most (an entry costs
+ * 3-5 µs: 20,000 were counted in 55 ms, 96 ms with a status filter), so other clients are served
+ * between the calls of a long count.
+ */
+const COUNT_PER_CALL_MAX = 1_000;
 
 // Shared by the scripts: removes up to `max` entries of a log older than `cutoff` (ms), with their
 // bodies and statuses. XDEL of the oldest entries empties the stream's oldest nodes first, which
@@ -127,7 +140,7 @@ return out`;
 
 // Counts the entries from ARGV[1] to ARGV[2] (reading at most ARGV[3]) whose type is among ARGV[5]
 // (a list joined by newlines; empty: any) and whose status is among ARGV[6] (likewise). ARGV[4]: the
-// record key prefix. Returns {count, id of the last entry read or '' when the range ended}.
+// record key prefix. Returns {count, id of the last entry read or '' when the range ended, entries read}.
 const COUNT_LUA = `
 local function setOf(text)
   if text == '' then return nil end
@@ -152,7 +165,7 @@ for _, entry in ipairs(entries) do
 end
 local last = ''
 if #entries == max then last = entries[#entries][1] end
-return {count, last}`;
+return {count, last, #entries}`;
 
 // Maintenance: trims one log to the retention (ARGV[1] ms) by up to ARGV[2] entries. Returns how many went.
 const TRIM_LUA = `${TRIM_FN}
@@ -176,7 +189,7 @@ type PageRow = [
 export class RedisEventLog {
   private readonly appendScript: ScriptCall<[routing: string], ScriptArg[], number>;
   private readonly pageScript: ScriptCall<[log: string, bodies: string, statuses: string], ScriptArg[], PageRow[]>;
-  private readonly countScript: ScriptCall<[log: string, statuses: string], ScriptArg[], [number, string]>;
+  private readonly countScript: ScriptCall<[log: string, statuses: string], ScriptArg[], [number, string, number]>;
   private readonly trimScript: ScriptCall<[log: string, bodies: string, statuses: string], ScriptArg[], number>;
 
   constructor(
@@ -257,26 +270,44 @@ export class RedisEventLog {
     return { events, next };
   }
 
-  /** How many events of the range match its filters (read in bounded calls; nothing held in memory). */
-  async count(webhookId: string, range: EventLogRange): Promise<number> {
+  /**
+   * How many events of the range match its filters, reading at most `readMax` entries of it (in
+   * calls of COUNT_PER_CALL_MAX; nothing held in memory). `capped`: the range holds more entries
+   * than were read, so `count` is a lower bound. `read`: the entries read (what the count cost).
+   */
+  async count(webhookId: string, range: EventLogRange, readMax = Infinity): Promise<LogCount> {
     const [log, , statuses] = this.keysOf(webhookId);
     let [start] = bounds(range);
     const [, end] = bounds(range);
-    let total = 0;
+    let count = 0;
+    let read = 0;
+    // Bounded: each call reads at least one entry more, or the range ended.
     for (;;) {
-      const [count, last] = await this.countScript(
+      const max = Math.min(COUNT_PER_CALL_MAX, readMax - read);
+      if (max <= 0) {
+        // Read as much as allowed: capped, unless the range ends right there.
+        const more = await this.redis.xrange(log, start, end, 'COUNT', 1);
+        return { count, read, capped: more.length > 0 };
+      }
+      const [matched, last, readNow] = await this.countScript(
         [log, statuses],
         start,
         end,
-        COUNT_PER_CALL_MAX,
+        max,
         this.recordPrefix(webhookId),
         (range.eventTypes ?? []).join('\n'),
         (range.statuses ?? []).join('\n'),
       );
-      total += Number(count);
-      if (last === '') return total;
+      count += Number(matched);
+      read += Number(readNow);
+      if (last === '') return { count, read, capped: false };
       start = `(${last}`;
     }
+  }
+
+  /** How many entries the webhook's log holds (an upper bound of any count of it, O(1)). */
+  async size(webhookId: string): Promise<number> {
+    return this.redis.xlen(this.keysOf(webhookId)[0]);
   }
 
   /** Removes the log's events older than `retentionMs` (the webhook's own, or the default); returns how many. */

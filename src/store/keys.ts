@@ -56,6 +56,11 @@ export function redisKeys(prefix: string) {
        */
       deadOf: (n: number) => `${ingestTag(n)}:dead`,
     },
+    /**
+     * The scratch keys of a stream's compaction (see stream-erasure.ts), beside it in its hash tag:
+     * `copy`, the fresh stream that takes its place; `lock`, string with a TTL, the compaction's token
+     */
+    streamCompaction: (stream: string) => ({ copy: `${stream}:compacting`, lock: `${stream}:compacting:lock` }),
     /** BullMQ prefix of delivery queue partition `n`: every key of one queue shares this hash tag */
     deliveryQueuePrefix: (partition: number) => tag(`q${partition}`),
     firstAttempts: {
@@ -155,6 +160,8 @@ export function redisKeys(prefix: string) {
     addressRateWindow: (address: string, second: number) => `${tag(`arl:${address}`)}:${second}`,
     /** counter with a 2 s TTL: events ingested with one API key (by key id) in one second */
     ingestRateWindow: (keyId: string, second: number) => `${tag(`irl:${keyId}`)}:${second}`,
+    /** counter with a 2 s TTL: event log entries one vendor's range counts (dry runs) took in one second */
+    replayCountWindow: (vendorId: string, second: number) => `${tag(`rcl:${vendorId}`)}:${second}`,
     task: (taskId: string) => tag(`task:${taskId}`),
     /** A bulk replay task's bookkeeping, beside its task document (same slot). */
     replayTask: {
@@ -162,6 +169,29 @@ export function redisKeys(prefix: string) {
       state: (taskId: string) => `${tag(`task:${taskId}`)}:replay`,
       /** set of `<deliveryId>` replays still without an outcome */
       open: (taskId: string) => `${tag(`task:${taskId}`)}:open`,
+    },
+    /**
+     * The range replays' queue (see domain/replay-queue.ts), every key under one hash tag so one
+     * script changes any of them. `vendors` is the turn order; each vendor's line and running set are
+     * named by its id.
+     */
+    replayQueue: {
+      /** list: vendor ids with replays waiting, in turn order */
+      vendors: `${tag('replays')}:vendors`,
+      /** list: one vendor's waiting replays (task ids), oldest first */
+      waiting: (vendorId: string) => `${tag('replays')}:waiting:${vendorId}`,
+      /** sorted set: one vendor's running replays (task id → when its lease ends, ms) */
+      running: (vendorId: string) => `${tag('replays')}:running:${vendorId}`,
+      /** sorted set: every running replay (task id → when its lease ends, ms), soonest first */
+      leases: `${tag('replays')}:leases`,
+      /** hash: running task id → the token of its lease */
+      tokens: `${tag('replays')}:tokens`,
+      /** hash: task id → vendor id, while waiting or running */
+      owners: `${tag('replays')}:owners`,
+      /** hash: task id → its lapsed leases, when it had some */
+      tries: `${tag('replays')}:tries`,
+      /** hash: task id → its run's job (JSON of a replay-range job), while waiting or running */
+      jobs: `${tag('replays')}:jobs`,
     },
     agent: (deploymentId: string) => tag(`agent:${deploymentId}`),
     /** string: a known value sealed under the installation's secret key, which every start opens to check its key (see secret-probe.ts) */

@@ -47,23 +47,32 @@ redis.call('PEXPIRE', KEYS[1], 2000)
 return 1`;
 
 /**
- * Fixed one-second windows of events per subject in Redis, shared by every API process: one
- * script call (one round trip) per request, whatever its number of events.
+ * Fixed one-second windows of a cost per subject in Redis, shared by every API process: events an
+ * API key ingests (the default), or log entries a vendor's range counts read (keys.replayCountWindow).
+ * One script call (one round trip) per request, whatever its cost.
  */
 export class RedisEventBudget implements EventBudget {
   /** 1 when the events were counted, 0 when refused. */
   private readonly takeEventsScript: ScriptCall<[key: string], [count: number, limit: number], number>;
 
   constructor(
-    redis: Redis,
-    private readonly keys: RedisKeys,
+    private readonly redis: Redis,
+    keys: RedisKeys,
+    /** The key of a subject's window. */
+    private readonly windowKey: (subject: string, second: number) => string = keys.ingestRateWindow,
   ) {
     this.takeEventsScript = defineScript(redis, { name: 'hooklineTakeEvents', keys: 1, lua: TAKE_EVENTS_LUA });
   }
 
   async take(subject: string, count: number, limit: number, nowMs: number): Promise<boolean> {
-    return (
-      (await this.takeEventsScript([this.keys.ingestRateWindow(subject, Math.floor(nowMs / 1000))], count, limit)) === 1
-    );
+    return (await this.takeEventsScript([this.windowKey(subject, Math.floor(nowMs / 1000))], count, limit)) === 1;
+  }
+
+  /** Gives back what a request took at `nowMs` (the same second's window) and did not use. */
+  async giveBack(subject: string, count: number, nowMs: number): Promise<void> {
+    if (count <= 0) return;
+    const key = this.windowKey(subject, Math.floor(nowMs / 1000));
+    // With the expiry again: the window may have expired meanwhile, and no key may stay for ever.
+    await this.redis.multi().decrby(key, count).pexpire(key, 2_000).exec();
   }
 }

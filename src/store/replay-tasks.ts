@@ -32,6 +32,8 @@ export interface ReplayPlace {
   replayed: number;
   /** The range's count when the run began; absent before. */
   total: number | undefined;
+  /** Until when (ms) a run that queued everything stays to count its replays' outcomes; absent before it first did. */
+  settleUntilMs: number | undefined;
 }
 
 // Counts each replay's outcome once, however many readers race: only the reader whose SREM took the
@@ -60,7 +62,7 @@ export class RedisReplayTasks {
 
   constructor(
     private readonly redis: Redis,
-    private readonly keys: Pick<RedisKeys, 'replayTask'>,
+    private readonly keys: Pick<RedisKeys, 'replayTask' | 'task'>,
     private readonly tasks: TaskStore,
     private readonly progressOf: (
       refs: readonly { webhookId: string; deliveryId: string }[],
@@ -116,18 +118,20 @@ export class RedisReplayTasks {
 
   /** Where a range replay's run stands (see ReplayPlace). */
   async place(taskId: string): Promise<ReplayPlace> {
-    const [cursor, done, replayed, total] = await this.redis.hmget(
+    const [cursor, done, replayed, total, settleUntilMs] = await this.redis.hmget(
       this.keys.replayTask.state(taskId),
       'cursor',
       'done',
       'replayed',
       'total',
+      'settleUntilMs',
     );
     return {
       cursor: cursor ?? undefined,
       done: Number(done ?? 0),
       replayed: Number(replayed ?? 0),
       total: total === null ? undefined : Number(total),
+      settleUntilMs: settleUntilMs === null ? undefined : Number(settleUntilMs),
     };
   }
 
@@ -138,7 +142,14 @@ export class RedisReplayTasks {
       replayed: place.replayed,
       ...(place.cursor === undefined ? {} : { cursor: place.cursor }),
       ...(place.total === undefined ? {} : { total: place.total }),
+      ...(place.settleUntilMs === undefined ? {} : { settleUntilMs: place.settleUntilMs }),
     });
+  }
+
+  /** Deletes a task that never ran (its admission was refused): its bookkeeping and document. */
+  async forget(taskId: string): Promise<void> {
+    const { state, open } = this.keys.replayTask;
+    await this.redis.del(state(taskId), open(taskId), this.keys.task(taskId));
   }
 
   /** Whether the task was cancelled (its run stops before its next page). */

@@ -89,8 +89,37 @@ export async function ensureGroup(redis: Redis, stream: string, group: string): 
   }
 }
 
+/**
+ * The id below which every entry of `stream` is done with by `group`: the oldest pending entry, or,
+ * when nothing older is pending, the one after the group's last-delivered id (every entry up to that
+ * one was delivered and acknowledged). undefined when the group has read nothing. The group is read
+ * before its pending list, so an entry delivered between the two reads lies above the bound.
+ */
+export async function doneBelow(redis: Redis, stream: string, group: string): Promise<string | undefined> {
+  const groups = (await redis.xinfo('GROUPS', stream)) as unknown[];
+  const ours = groups.map(fieldMap).find((g) => g.get('name') === group);
+  const lastDelivered = ours?.get('last-delivered-id');
+  if (typeof lastDelivered !== 'string' || lastDelivered === '0-0') return undefined;
+  const [pendingCount, oldestPending] = (await redis.xpending(stream, group)) as [number, string | null];
+  if (pendingCount > 0 && oldestPending !== null && compareIds(oldestPending, lastDelivered) <= 0) return oldestPending;
+  return nextId(lastDelivered);
+}
+
+/** Compares two stream ids (`<ms>-<seq>`). */
+function compareIds(a: string, b: string): number {
+  const [aMs = 0n, aSeq = 0n] = a.split('-').map(BigInt);
+  const [bMs = 0n, bSeq = 0n] = b.split('-').map(BigInt);
+  return aMs === bMs ? (aSeq === bSeq ? 0 : aSeq < bSeq ? -1 : 1) : aMs < bMs ? -1 : 1;
+}
+
+/** The smallest stream id after `id`. */
+function nextId(id: string): string {
+  const [ms = 0n, seq = 0n] = id.split('-').map(BigInt);
+  return seq === 2n ** 64n - 1n ? `${ms + 1n}-0` : `${ms}-${seq + 1n}`;
+}
+
 /** A flat [name, value, …] reply (XINFO) as a map. */
-export function fieldMap(flat: unknown): Map<string, unknown> {
+function fieldMap(flat: unknown): Map<string, unknown> {
   const map = new Map<string, unknown>();
   if (Array.isArray(flat)) for (let i = 0; i + 1 < flat.length; i += 2) map.set(String(flat[i]), flat[i + 1]);
   return map;

@@ -129,7 +129,7 @@ describe('the event feed and range replays (real Redis, a real receiver, a worke
 
     const dry = await api('POST', `/vendors/v1/webhooks/${webhook.id}/replay`, { since, until, dry_run: true });
     expect(dry.statusCode).toBe(200);
-    expect(dry.json()).toEqual({ count: inRange.length });
+    expect(dry.json()).toEqual({ count: inRange.length, capped: false });
     expect(
       (
         await api('POST', `/vendors/v1/webhooks/${webhook.id}/replay`, {
@@ -139,7 +139,7 @@ describe('the event feed and range replays (real Redis, a real receiver, a worke
           statuses: ['dead'],
         })
       ).json(),
-    ).toEqual({ count: 0 });
+    ).toEqual({ count: 0, capped: false });
 
     const sentBefore = receiver.requests.length;
     const started = await api('POST', `/vendors/v1/webhooks/${webhook.id}/replay`, { since, until });
@@ -191,7 +191,8 @@ describe('the event feed and range replays (real Redis, a real receiver, a worke
     expect(dry.statusCode).toBe(200);
     expect(dry.json()).toEqual({
       count: accepted.length,
-      webhooks: [{ webhook_id: webhook.id, count: accepted.length }],
+      capped: false,
+      webhooks: [{ webhook_id: webhook.id, count: accepted.length, capped: false }],
     });
     expect(
       (await api('POST', '/admin/v1/replays', { vendor_id: VENDOR, since, dry_run: true }, webhook.key)).statusCode,

@@ -6,6 +6,7 @@ import { RangeReplayer } from '../../src/delivery/range-replay.js';
 import { RetentionPass } from '../../src/delivery/retention.js';
 import { deliveryIdFor } from '../../src/domain/ids.js';
 import { RedisEventLog, type EventLogEntry } from '../../src/store/event-log.js';
+import { RedisEventBudget } from '../../src/store/rate-limiter.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { waitFor } from '../helpers/wait.js';
 import { startTestWorker } from '../helpers/worker.js';
@@ -40,16 +41,22 @@ describe('the event log: retention, its memory, and a range replay of 100,000 ev
   });
 
   /** A range replayer over the app's stores whose runs end once everything is queued (no worker here counts outcomes). */
-  const queueingReplayer = () =>
-    new RangeReplayer({
-      log: t.eventLog,
-      history: t.deliveryLog,
-      queues: t.queues,
-      tasks: t.tasks,
-      replayTasks: t.replayTasks,
-      nowMs: Date.now,
-      settleForMs: 0,
-    });
+  const queueingReplayer = () => new RangeReplayer(queueingDeps());
+  const queueingDeps = (): ConstructorParameters<typeof RangeReplayer>[0] => ({
+    queue: t.replayQueue,
+    log: t.eventLog,
+    countLimits: {
+      readMax: t.config.replayCountMax,
+      budgetPerSecond: 0,
+      budget: new RedisEventBudget(t.redis, t.keys, t.keys.replayCountWindow),
+    },
+    history: t.deliveryLog,
+    queues: t.queues,
+    tasks: t.tasks,
+    replayTasks: t.replayTasks,
+    nowMs: Date.now,
+    settleForMs: 0,
+  });
 
   /** Bytes Redis holds for the webhook's log keys (MEMORY USAGE, every element sampled). */
   async function logBytes(webhookId: string): Promise<number> {
@@ -203,12 +210,48 @@ describe('the event log: retention, its memory, and a range replay of 100,000 ev
         },
       ),
     ).rejects.toThrow('worker killed');
-    expect(await replayer.run({ taskId, ...job }, { pageSize: 10 })).toEqual({ replayed: 55 });
+    expect(await replayer.run({ taskId, ...job }, { pageSize: 10 })).toEqual({ replayed: 55, finished: true });
     const after = await t.queues.counts();
     expect((after.waiting ?? 0) - (before.waiting ?? 0)).toBe(55);
     const replayOf = (await t.deliveryLog.recent(webhook.id, 200)).flatMap((d) => (d.replayOf ? [d.replayOf] : []));
     expect(new Set(replayOf).size).toBe(55);
     expect(replayOf).toHaveLength(55);
+  });
+
+  it('a range replay that gives its slot back between pages goes on from there, slice after slice: every event replayed once', async () => {
+    const webhook = await t.register('vendor-slices', 'http://127.0.0.1:9/never');
+    await appendAll(t.eventLog, entries(webhook.id, 45, 200));
+    // It stays to count outcomes for 60 s at most: that deadline is kept across slices.
+    const replayer = new RangeReplayer({ ...queueingDeps(), settleForMs: 60_000 });
+    const job = { vendorId: 'vendor-slices', webhookId: webhook.id, sinceMs: 0, untilMs: Date.now() + 1_000 };
+    const taskId = await replayer.createTask(job.vendorId, job.webhookId);
+    const before = await t.queues.counts();
+    // Each slice stops at its third look (as a worker's slice ends): after two pages, or, once all
+    // is queued, after its first look at the outcomes (nothing delivers the replays here).
+    const slice = () => {
+      let asked = 0;
+      return replayer.run({ taskId, ...job }, { pageSize: 10, shouldStop: () => ++asked > 2 });
+    };
+    const slices = [await slice(), await slice(), await slice()];
+    expect(slices).toEqual([
+      { replayed: 20, finished: false },
+      { replayed: 40, finished: false },
+      { replayed: 45, finished: false },
+    ]);
+    const { settleUntilMs } = await t.replayTasks.place(taskId);
+    expect(settleUntilMs).toBeGreaterThan(Date.now());
+    // The next slice waits for outcomes until the same deadline, not a new one.
+    expect(await slice()).toEqual({ replayed: 45, finished: false });
+    expect((await t.replayTasks.place(taskId)).settleUntilMs).toBe(settleUntilMs);
+    expect(await replayer.run({ taskId, ...job }, { pageSize: 10, settle: false })).toEqual({
+      replayed: 45,
+      finished: true,
+    });
+    const after = await t.queues.counts();
+    expect((after.waiting ?? 0) - (before.waiting ?? 0)).toBe(45);
+    const replayOf = (await t.deliveryLog.recent(webhook.id, 200)).flatMap((d) => (d.replayOf ? [d.replayOf] : []));
+    expect(new Set(replayOf).size).toBe(45);
+    expect(replayOf).toHaveLength(45);
   });
 
   it('replays a range of 100,000 events a page at a time: the count, every replay queued once, memory bounded', async () => {
@@ -219,11 +262,15 @@ describe('the event log: retention, its memory, and a range replay of 100,000 ev
     console.log(`range replay: 100,000 events logged in ${Date.now() - started} ms`);
     const replayer = queueingReplayer();
     const spec = { sinceMs: 0, untilMs: Date.now() + 1_000 };
-    expect(await replayer.count(webhook.id, spec)).toBe(total);
+    // The API's count stops at HOOKLINE_REPLAY_COUNT_MAX (a lower bound); the run's own reads all of it.
+    expect(await replayer.count(webhook.id, spec)).toEqual({ count: t.config.replayCountMax, capped: true });
+    expect(await replayer.count(webhook.id, spec, Infinity)).toEqual({ count: total, capped: false });
 
     const before = await t.queues.counts();
     const queuedBefore = (before.waiting ?? 0) + (before.delayed ?? 0);
-    const taskId = await replayer.start('vendor-100k', webhook.id, spec);
+    const admitted = await replayer.start('vendor-100k', [{ webhookId: webhook.id, spec }]);
+    if (!('taskIds' in admitted)) throw new Error(`the replay was refused: ${JSON.stringify(admitted)}`);
+    const [taskId] = admitted.taskIds as [string];
     // Live memory, not garbage waiting for a collection: the heap is measured after a full GC.
     setFlagsFromString('--expose-gc');
     const gc = runInNewContext('gc') as () => void;

@@ -174,6 +174,11 @@ describe('loadConfig', () => {
       { HOOKLINE_OPERATIONAL_WEBHOOK_URL: 'https://ops.example/hooks' },
       'HOOKLINE_OPERATIONAL_WEBHOOK_SECRET: required when HOOKLINE_OPERATIONAL_WEBHOOK_URL is set',
     ],
+    [
+      { HOOKLINE_REPLAY_RUNNING_MAX: '5', HOOKLINE_REPLAY_QUEUED_MAX: '3' },
+      'HOOKLINE_REPLAY_RUNNING_MAX: expected at most HOOKLINE_REPLAY_QUEUED_MAX (3)',
+    ],
+    [{ HOOKLINE_REPLAY_COUNT_MAX: '10' }, 'HOOKLINE_REPLAY_COUNT_MAX: expected at least 100'],
   ])('rejects %j naming the variable', (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);

@@ -35,9 +35,10 @@ export function erasureRoutes(deps: ErasureRouteDeps): FastifyPluginAsyncZod {
           summary: 'Erase one event everywhere',
           description:
             'Removes the event’s payload and records from every webhook it was matched to: the event feed, delivery records ' +
-            '(its replays’ too), dead letters, queued deliveries, the filter dry run’s recent events and the dead-letter ' +
-            'streams. Runs as a task; a second pass, once attempts in flight have ended, removes what they wrote. Kept: ' +
-            'the ingest dedupe mark of the id (no payload) and the platform’s read models (current state, no event).',
+            '(its replays’ too), dead letters, queued deliveries, the filter dry run’s recent events, and its entries in the ' +
+            'ingest streams (acknowledged, so no consumer holds one) and the dead-letter streams. Runs as a task; a second ' +
+            'pass, once attempts in flight have ended, removes what they wrote. Kept: the ingest dedupe mark of the id (no ' +
+            'payload) and the platform’s read models (current state, no event).',
           params: z.object({ event_id: z.string().describe('The event id (UUID).') }),
           querystring: noQueryParameters,
           response: { 202: taskAnswer, ...errorResponses(400, 401, 403) },
@@ -65,8 +66,9 @@ export function erasureRoutes(deps: ErasureRouteDeps): FastifyPluginAsyncZod {
           summary: 'Erase everything of a vendor',
           description:
             'Deletes the vendor’s webhooks and everything under them (event feed, payloads, delivery records, dead letters, ' +
-            'FIFO lines, stats), its queued deliveries, portal sessions, API keys, replay tasks and endpoint state. Runs as ' +
-            'a task, in two passes like an event’s erasure. Registering webhooks for the vendor again starts afresh.',
+            'FIFO lines, stats), its events in the ingest and dead-letter streams, its queued deliveries, portal sessions, ' +
+            'API keys, replay tasks and endpoint state. Runs as a task, in two passes like an event’s erasure. Registering ' +
+            'webhooks for the vendor again starts afresh.',
           params: z.object({ vendor_id: externalIdSchema.describe('The vendor id.') }),
           querystring: noQueryParameters,
           response: { 202: taskAnswer, ...errorResponses(400, 401, 403) },

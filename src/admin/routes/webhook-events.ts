@@ -104,6 +104,14 @@ const adminReplayBody = z.strictObject(
 
 type ReplayBody = z.infer<typeof replayBody>;
 
+/** A count's `capped`: what a count reads is bounded, so a long range answers a lower bound. */
+const capped = z
+  .boolean()
+  .describe(
+    'true: the count stopped after reading HOOKLINE_REPLAY_COUNT_MAX events of the range (10,000 by default), and ' +
+      'count is a lower bound (at least that many); a replay still sends every event of the range.',
+  );
+
 const webhookParams = z.object({ webhook_id: z.string().describe('Webhook id (UUID).') });
 
 function toLoggedEvent(event: LoggedEvent): z.infer<typeof loggedEventSchema> {
@@ -124,7 +132,7 @@ export interface WebhookEventRouteDeps {
   log: Pick<RedisEventLog, 'page' | 'defaultRetentionMs'>;
   /** false: HOOKLINE_EVENT_LOG=false, and every route here answers 409 event_log_disabled. */
   logOn: boolean;
-  rangeReplayer: Pick<RangeReplayer, 'count' | 'start'>;
+  rangeReplayer: Pick<RangeReplayer, 'count' | 'vendorCount' | 'start'>;
   /** Operator replays are logged, with the key that started them. */
   logger: Logger;
   nowMs: () => number;
@@ -220,29 +228,37 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
           summary: 'Replay the events of a time range',
           description:
             'Sends again every event the webhook’s feed holds from `since` to `until` (those of some statuses or types, if ' +
-            'asked), each as a new delivery whose replay_of names the first. dry_run answers the count and sends nothing. ' +
+            'asked), each as a new delivery whose replay_of names the first. dry_run answers the count and sends nothing; a ' +
+            'count reads at most HOOKLINE_REPLAY_COUNT_MAX events of the range (capped: true past it, count a lower bound), ' +
+            'and a vendor’s counts share a budget of events read per second (429 replay_count_limited past it). ' +
             'Otherwise it runs as a task (GET /rental/v1/tasks/{task_id}, with progress; POST /vendors/v1/tasks/{task_id}/cancel ' +
-            'stops it, and what was sent stays sent). A dead letter replayed this way leaves the dead letters.',
+            'stops it, and what was sent stays sent). A dead letter replayed this way leaves the dead letters. A vendor holds ' +
+            'HOOKLINE_REPLAY_QUEUED_MAX range replays at most, waiting or running (429 replay_queue_full past it), and ' +
+            'HOOKLINE_REPLAY_RUNNING_MAX of them run at once; workers take the vendors’ replays in turn, so the task stays ' +
+            'pending until its turn.',
           params: webhookParams,
           querystring: noQueryParameters,
           body: replayBody,
           response: {
-            200: z.object({ count: z.number().int().describe('Events a replay would send.') }),
+            200: z.object({ count: z.number().int().describe('Events a replay would send.'), capped }),
             202: z.object({
               task_id: z.string(),
               count: z.number().int().describe('Events the range held when the replay was started.'),
+              capped,
             }),
-            ...errorResponses(400, 401, 403, 404, 409, 413, 415),
+            ...errorResponses(400, 401, 403, 404, 409, 413, 415, 429),
           },
         },
       },
       async (request, reply) => {
         const webhook = await vendorWebhook(deps.webhooks, request, request.params.webhook_id);
         const spec = specOf(webhook, request.body);
-        const count = await deps.rangeReplayer.count(webhook.id, spec);
-        if (request.body.dry_run === true) return reply.code(200).send({ count });
-        const taskId = await deps.rangeReplayer.start(webhook.vendorId, webhook.id, spec);
-        return reply.code(202).send({ task_id: taskId, count });
+        const counted = await deps.rangeReplayer.vendorCount(webhook.vendorId, webhook.id, spec);
+        if (counted === 'limited') throw new ApiError('replay_count_limited');
+        if (request.body.dry_run === true) return reply.code(200).send(counted);
+        const started = await deps.rangeReplayer.start(webhook.vendorId, [{ webhookId: webhook.id, spec }]);
+        if ('full' in started) throw queueFull(started.full, 1);
+        return reply.code(202).send({ task_id: started.taskIds[0]!, ...counted });
       },
     );
 
@@ -255,19 +271,24 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
           summary: 'Replay the events of a time range for any vendor',
           description:
             'As POST /vendors/v1/webhooks/{webhook_id}/replay, for the vendor’s webhook named, or each of its webhooks (a task ' +
-            'each, for those with events to replay). Logged with the key as operator.replay_started.',
+            'each, for those with events to replay). They count toward the vendor’s replay caps, all or none (429 ' +
+            'replay_queue_full). Logged with the key as operator.replay_started.',
           querystring: noQueryParameters,
           body: adminReplayBody,
           response: {
             200: z.object({
               count: z.number().int(),
-              webhooks: z.array(z.object({ webhook_id: z.string(), count: z.number().int() })),
+              capped: capped.describe('true: some webhook’s count is capped (see its own), so count is a lower bound.'),
+              webhooks: z.array(z.object({ webhook_id: z.string(), count: z.number().int(), capped })),
             }),
             202: z.object({
               count: z.number().int(),
-              tasks: z.array(z.object({ webhook_id: z.string(), task_id: z.string(), count: z.number().int() })),
+              capped: capped.describe('true: some webhook’s count is capped (see its own), so count is a lower bound.'),
+              tasks: z.array(
+                z.object({ webhook_id: z.string(), task_id: z.string(), count: z.number().int(), capped }),
+              ),
             }),
-            ...errorResponses(400, 401, 403, 404, 409, 413, 415),
+            ...errorResponses(400, 401, 403, 404, 409, 413, 415, 429),
           },
         },
       },
@@ -277,30 +298,57 @@ export function webhookEventRoutes(deps: WebhookEventRouteDeps): FastifyPluginAs
         const counted = await Promise.all(
           webhooks.map(async (webhook) => {
             const spec = specOf(webhook, body);
-            return { webhook, spec, count: await deps.rangeReplayer.count(webhook.id, spec) };
+            return { webhook, spec, ...(await deps.rangeReplayer.count(webhook.id, spec)) };
           }),
         );
         const count = counted.reduce((sum, c) => sum + c.count, 0);
+        const anyCapped = counted.some((c) => c.capped);
         if (body.dry_run === true)
           return reply.code(200).send({
             count,
-            webhooks: counted.map((c) => ({ webhook_id: c.webhook.id, count: c.count })),
+            capped: anyCapped,
+            webhooks: counted.map((c) => ({ webhook_id: c.webhook.id, count: c.count, capped: c.capped })),
           });
-        const tasks = [];
-        for (const c of counted.filter((c) => c.count > 0)) {
-          const taskId = await deps.rangeReplayer.start(vendorId, c.webhook.id, c.spec);
-          tasks.push({ webhook_id: c.webhook.id, task_id: taskId, count: c.count });
-        }
+        // The vendor's replays all, within its caps, or none.
+        const starting = counted.filter((c) => c.count > 0);
+        const started =
+          starting.length === 0
+            ? { taskIds: [] }
+            : await deps.rangeReplayer.start(
+                vendorId,
+                starting.map((c) => ({ webhookId: c.webhook.id, spec: c.spec })),
+              );
+        if ('full' in started) throw queueFull(started.full, starting.length);
+        const tasks = starting.map((c, i) => ({
+          webhook_id: c.webhook.id,
+          task_id: started.taskIds[i]!,
+          count: c.count,
+          capped: c.capped,
+        }));
         logOperator(deps.logger, request, {
           vendorId,
           webhookId: webhookId ?? null,
           count,
           taskIds: tasks.map((t) => t.task_id),
         });
-        return reply.code(202).send({ count, tasks });
+        return reply.code(202).send({ count, capped: anyCapped, tasks });
       },
     );
   };
+}
+
+/** How long a client refused for a full replay queue waits before asking again: replays take a while. */
+const QUEUE_FULL_RETRY_AFTER_S = 10;
+
+/** 429 replay_queue_full: the vendor holds `held` replays, and `more` would take it past its cap. */
+function queueFull(held: number, more: number): ApiError {
+  return new ApiError(
+    'replay_queue_full',
+    `This vendor has ${held} range replays waiting or running; ${more === 1 ? 'one more' : `${more} more`} would pass ` +
+      'its cap (HOOKLINE_REPLAY_QUEUED_MAX). Wait for one to end, or cancel one (POST /vendors/v1/tasks/{task_id}/cancel)',
+    {},
+    QUEUE_FULL_RETRY_AFTER_S,
+  );
 }
 
 /** The vendor's webhook named, or all of its webhooks; 400/404 for a bad or unknown id. */

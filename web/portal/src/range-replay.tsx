@@ -12,6 +12,8 @@ interface Counted {
   form: RangeForm;
   body: RangeReplayBody;
   count: number;
+  /** The count stopped before the range's end: at least `count` events. */
+  capped: boolean;
 }
 
 const eventsText = (count: number) => (count === 1 ? '1 event' : `${count} events`);
@@ -58,8 +60,10 @@ export function RangeReplayForm({
     event.preventDefault();
     return run(async () => {
       const body = rangeReplayBody(form, Date.now());
-      const answer = await call<{ count: number }>('POST', path, { body: { ...body, dry_run: true } });
-      setCounted({ form, body, count: answer.count });
+      const answer = await call<{ count: number; capped?: boolean }>('POST', path, {
+        body: { ...body, dry_run: true },
+      });
+      setCounted({ form, body, count: answer.count, capped: answer.capped === true });
     });
   };
   const start = (body: RangeReplayBody) =>
@@ -136,13 +140,17 @@ export function RangeReplayForm({
         {current !== undefined &&
           (current.count === 0
             ? 'No events in this range: nothing would be sent again.'
-            : `${eventsText(current.count)} would be sent again.`)}
+            : current.capped
+              ? `At least ${eventsText(current.count)} would be sent again (the count stops there; the replay sends every event of the range).`
+              : `${eventsText(current.count)} would be sent again.`)}
       </p>
       {current !== undefined && current.count > 0 ? (
         <Confirm
           question={`From ${current.body.since} to ${current.body.until} (UTC), each as a new delivery; the progress shows here.`}
           label="Confirm the replay"
-          action={`Replay ${eventsText(current.count)}`}
+          action={
+            current.capped ? `Replay at least ${eventsText(current.count)}` : `Replay ${eventsText(current.count)}`
+          }
           busy={busy}
           onConfirm={() => void start(current.body)}
           onCancel={() => setCounted(undefined)}
