@@ -1,7 +1,9 @@
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { TestProject } from 'vitest/node';
+import { withBuildLock } from './build-lock.js';
 import { hasOpenssl, makeTestCa, type TestCa } from './test-ca.js';
 import {
   ensureRedisServerBinary,
@@ -88,7 +90,26 @@ async function fromBinary(): Promise<RunningRedis | undefined> {
   };
 }
 
+const ROOT = path.resolve(import.meta.dirname, '../..');
+
+/**
+ * Engines the tests start from source serve the vendor portal from dist/portal, as `hookline start`
+ * does (an unbuilt portal answers 503 and logs a warning first thing): it is built here, as
+ * `npm run build` builds it, so that `npm test` on a clean clone needs nothing built before it and
+ * no test depends on another having run `npm start`. The build is incremental (nothing is written
+ * when its inputs are unchanged) and takes the build lock, as `npm start` in the tests does.
+ */
+async function buildPortal(): Promise<void> {
+  await withBuildLock(async () => {
+    execFileSync(process.execPath, [path.join(ROOT, 'web/portal/build.mjs')], {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+  });
+}
+
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  await buildPortal();
   const redis =
     (await fromContainer()) ??
     (await fromBinary()) ??
