@@ -46,11 +46,19 @@ afterEach(() => gates.splice(0).forEach((gate) => gate.stop()));
 
 /** An admission over real endpoints, slots and a gate, on a clock the test moves; random is 0.5. */
 function world(
-  options: { slots?: number; suspectMax?: number; sendRate?: SendRateLimiter; answeredElsewhere?: boolean } = {},
+  options: {
+    slots?: number;
+    suspectMax?: number;
+    sendRate?: SendRateLimiter;
+    answeredElsewhere?: boolean;
+    /** The first open period, and the circuit hold with it (as the engine sets them). */
+    openMs?: number;
+  } = {},
 ) {
   const clock = { nowMs: NOW };
   const nowMs = () => clock.nowMs;
-  const endpoints = new EndpointRegistry({ options: OPTIONS, onStateChange: () => undefined }, nowMs);
+  const openMs = options.openMs ?? OPTIONS.openMs;
+  const endpoints = new EndpointRegistry({ options: { ...OPTIONS, openMs }, onStateChange: () => undefined }, nowMs);
   const flow = new EndpointFlow(endpoints, undefined, 'w', nowMs);
   const slots = new SendSlots(options.slots ?? 10, options.suspectMax ?? 2);
   const gate = new StorageGate(async () => false, undefined, 60_000);
@@ -70,7 +78,7 @@ function world(
           },
         }),
     suspectHoldMs: 250,
-    rules: RULES,
+    rules: { ...RULES, circuitHoldMs: options.openMs ?? RULES.circuitHoldMs },
     nowMs,
     random: () => 0.5,
   });
@@ -225,6 +233,26 @@ describe('EndpointAdmission (fixed clock)', () => {
     secondProbe.end();
     expect(w.endpoints.openEndpoints(NOW + 2)).toEqual([]);
     expect(lease(w.admission.admit(w.hook, batch())).slot).toBe('healthy');
+  });
+
+  it('defers a last attempt behind a probe in flight to its answer even past the hold (an open period grown past it)', () => {
+    // A 1 s open period (and hold), doubled by a failed probe: the next probe in flight is looked
+    // at again 2 s on, past the hold.
+    const w = world({ openMs: 1_000 });
+    w.answered('failed');
+    w.answered('failed');
+    const failed = lease(w.admission.admit(w.hook, batch({ forceProbe: true })));
+    failed.settle({ ...OK, health: 'failed' }, NOW);
+    failed.end();
+    const probe = lease(w.admission.admit(w.hook, batch({ forceProbe: true })));
+    expect(w.admission.admit(w.hook, batch({ dueAtMs: NOW - 5_000 }))).toEqual({ kind: 'circuit_open' });
+    expect(w.admission.admit(w.hook, batch({ dueAtMs: NOW - 5_000, lastAttempt: true }))).toEqual({
+      kind: 'deferred',
+      wakeOn: w.endpoint.key,
+      retryAtMs: NOW + 2_000,
+      reason: 'probing',
+    });
+    probe.end();
   });
 
   it('defers behind a slow endpoint', () => {

@@ -263,9 +263,10 @@ export class EndpointAdmission {
         if (held.kind !== 'circuit_open' || options.lastAttempt !== true) return held;
         // A last attempt is sent all the same: as the probe now; or, while a probe is in flight,
         // deferred (holding no slot while it hangs) until that probe has its answer, the wakeups
-        // bringing it back then, past the hold that its due time would otherwise set.
+        // bringing it back then: as if due then, since the hold (how late an attempt may be tried)
+        // no longer applies to it.
         if (pre.reason === 'open') return PROBE_NOW;
-        return this.plan({ by: 'circuit', reason: 'probing', retryAtMs }, endpoint, { ...options, dueAtMs: nowMs });
+        return this.plan({ by: 'circuit', reason: 'probing', retryAtMs }, endpoint, { ...options, dueAtMs: retryAtMs });
       }
       if (options.giveUp.given || nowMs - pre.contactStartedMs >= deps.suspectHoldMs)
         return this.plan({ by: 'unproven', retryAtMs }, endpoint, options);
