@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { partitionOf } from '../../src/delivery/jobs.js';
+import { linesOf } from '../../src/store/fifo-lines.js';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
 import { capturedLogs } from '../helpers/logs.js';
@@ -189,12 +191,17 @@ describe('erasure (real Redis, a real receiver, a worker)', () => {
     const webhook = await t.register(vendor, `${receiver.base}/ok`);
     const second = await t.register(vendor, `${receiver.base}/failing`, { event_type: 'EVENT_TYPE_MACHINE_UPDATED' });
     const kept = await t.register(other, `${receiver.base}/ok`);
-    // A paused FIFO webhook keyed by machine: its deliveries wait in its ordering key's lines.
+    // A paused FIFO webhook keyed by machine: its deliveries wait in its ordering key's lines, each
+    // line's lease held as another worker's turn would hold it (the pause alone holds them only for
+    // their retry window, 20 ms here, and a worker may drain them before they are looked for).
     const lined = await t.register(vendor, `${receiver.base}/ok`, {
       event_type: 'EVENT_TYPE_MACHINE_REMOVED',
       ordering: 'fifo',
       ordering_key: 'data.metadata.machine_id',
     });
+    const partition = partitionOf(lined.id, t.queues.partitions.length);
+    for (const line of linesOf(lined.id))
+      await t.redis.set(t.keys.fifo.lease(partition, line), 'a turn elsewhere', 'PX', 60_000);
     expect(
       (
         await t.app.inject({
