@@ -472,6 +472,9 @@ const SCENARIOS: Scenario[] = [
         events: context.smoke ? 300 : 3_000,
         receivers: context.smoke ? 6 : 36,
         deliveryTimeoutMs: context.smoke ? 1_000 : 5_000,
+        // The smoke run's schedule ends within 2.5 minutes: waiting longer would only let a stuck
+        // delivery hold up CI (the figures then say how many arrived) instead of showing it.
+        waitMs: context.smoke ? 210_000 : setup.timeoutMs + 10 * 60_000,
       });
       return {
         size: `${r.events} events over ${r.receivers} receivers (own origins) that answer 500 to ${r.failRate * 100} % and never answer ${r.hangRate * 100} % of requests; timeout ${r.deliveryTimeoutMs / 1000} s; schedule ${r.retrySchedule}`,
