@@ -155,6 +155,11 @@ export type DeliveryRun = Concluded | Held | Extract<NotAdmitted, { kind: 'defer
 export interface SendTracker {
   started(job: DeliverJob, suspect: boolean): void;
   ended(job: DeliverJob): void;
+  /**
+   * The attempt was made and is about to be recorded: whether, delivered, it may go to the delivery
+   * log's journal (see AttemptWrite.journal); nothing may hand it off from then on.
+   */
+  recording?(job: DeliverJob): boolean;
 }
 
 /** Admission's options for the run, and who is told when its attempt starts and ends. */
@@ -197,7 +202,7 @@ export async function admitAndSend(
     if (tracker === undefined) return send(deps, data, webhook, attemptNo, admitted);
     tracker.started(data, admitted.slot === 'suspect');
     try {
-      return await send(deps, data, webhook, attemptNo, admitted);
+      return await send(deps, data, webhook, attemptNo, admitted, tracker);
     } finally {
       tracker.ended(data);
     }
@@ -326,6 +331,7 @@ async function send(
   webhook: Webhook,
   attemptNo: number,
   lease: Lease,
+  tracker?: SendTracker,
 ): Promise<Concluded> {
   try {
     // One instant for both: the attempt is recorded at startedMs, and signed with its whole seconds,
@@ -376,6 +382,7 @@ async function send(
           ? undefined
           : { ...sentRequest(request, deps.sender.userAgent), ...receiverCredentialFacts(webhook, request) },
         trace?.traceId,
+        tracker?.recording?.(data) === true,
       );
       return concluded;
     } finally {
@@ -416,6 +423,7 @@ async function conclude(
   endedMs: number,
   sent?: SentRequest,
   traceId?: string,
+  journal = false,
 ): Promise<Concluded> {
   const decision = decide({ answer, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, random: deps.random });
   const { outcome } = answer;
@@ -436,6 +444,7 @@ async function conclude(
       },
       status: STATUS_OF[decision.action],
       ...(decision.action === 'retry' ? { nextAttemptAtMs: endedMs + decision.delayMs } : {}),
+      ...(journal ? { journal } : {}),
     }));
   } catch (error) {
     // An attempt that cannot be recorded will be made again: stop sending until storage answers.

@@ -154,6 +154,14 @@ class BatchRun implements SendTracker {
     this.holds.ended(data);
   }
 
+  recording(data: DeliverJob): boolean {
+    if (this.batch.journal !== true || this.holds.isHandedOff(data)) return false;
+    // Recorded within moments: no longer in flight, so no check hands it off to a single job, which
+    // would read its progress before the journal is projected.
+    this.holds.ended(data);
+    return true;
+  }
+
   private leaveAsSingle(data: DeliverJob, delayMs: number): void {
     this.singles.push({ job: data, delayMs: Math.max(0, delayMs) });
   }

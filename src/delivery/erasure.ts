@@ -180,6 +180,9 @@ export class Eraser {
       // A webhook the event never reached has none of it: its records are not read one by one.
       if (logged + recent + recorded === 0) continue;
       const records = await this.recordsOf(webhookId, (fields) => fields.eventId === eventId);
+      // A first attempt delivered without a record of its own (a compact one, erased with the log's
+      // statuses) is still listed among the webhook's recent deliveries.
+      if (logged > 0 && !records.includes(first)) records.push(first);
       hit.add(webhookId);
       summary.events += logged + recent;
       summary.jobs += await this.removeJobs(webhookId, (job) => job.eventId === eventId);

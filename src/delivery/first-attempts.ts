@@ -71,6 +71,11 @@ export interface FirstAttemptBatch {
   deliveries: DeliverJob[];
   /** Run before (this worker failed it, or another died with it): what is finished is skipped. */
   rerun: boolean;
+  /**
+   * A first-attempt stream entry's first run: its deliveries have no record and no job of their
+   * own, so a first attempt delivered may go to the delivery log's journal (AttemptWrite.journal).
+   */
+  journal?: boolean;
 }
 
 export interface FirstAttemptReaderOptions {
@@ -231,7 +236,8 @@ export class FirstAttemptReader {
       const id = `s${this.options.partition}-${entryId}`;
       for (let failures = 0; ;) {
         try {
-          await this.options.run({ id, deliveries: batch, rerun: rerun || failures > 0 });
+          const first = !rerun && failures === 0;
+          await this.options.run({ id, deliveries: batch, rerun: !first, ...(first ? { journal: true } : {}) });
           await this.finish(entryId);
           return;
         } catch (error) {

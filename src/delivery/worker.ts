@@ -142,8 +142,10 @@ export class DeliveryWorkerPool {
         options.logger.warn({ err: error.message }, 'queue worker error (repeats within 10 s are not logged)');
       });
       worker.on('failed', (job, error) => {
-        // A retry the processor chose, or a batch that stopped for a storage outage (already logged once).
-        if (error instanceof RetryLaterError || error instanceof StorageUnavailableError) return;
+        // A retry the processor chose, or a job that stopped for a storage outage (a batch's, or one
+        // whose Redis connection dropped under it: the outage is logged once, and the job runs again).
+        if (error instanceof RetryLaterError || error instanceof StorageUnavailableError || isRedisUnavailable(error))
+          return;
         options.logger.warn({ jobId: job?.id, err: error.message }, 'job failed unexpectedly');
       });
     }

@@ -263,6 +263,8 @@ export function composeStores(settings: StoreSettings) {
     machines,
     deliveryLog,
     eventLog,
+    /** Whether ingest keeps the event log (HOOKLINE_EVENT_LOG), where journaled attempts' compact records live. */
+    eventLogKept: settings.eventLog !== false,
     rangeReplayer,
     replayQueue,
     retention,

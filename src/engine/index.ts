@@ -217,6 +217,9 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         circuitsOpen: () => worker?.endpoints.openEndpoints(nowMs()).length ?? 0,
         fifoLines: () => stores.fifoLines.linesWaiting(),
         fifoOldestHeadAgeMs: () => stores.fifoLines.oldestHeadAgeMs(nowMs()),
+        ...(worker?.journal
+          ? { journalAgeMs: () => worker.journal!.backlog(nowMs()).then((backlog) => backlog.oldestAgeMs) }
+          : {}),
       })
     : undefined;
   const scraped = metrics && collect ? { ...metrics, collect } : undefined;
@@ -284,13 +287,19 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         worker.pool.readers.forEach((reader, n) =>
           startWhenRedisAnswers(
             `first-attempt reader ${n}`,
-            () => reader.start(),
+            // What a dead worker journaled is projected before its batches can be claimed here and
+            // re-run: a re-run reads the delivery log to skip what was delivered.
+            async () => {
+              await worker.journal?.drain();
+              await reader.start();
+            },
             logger,
             () => closing,
           ),
         );
         worker.fifo.start();
         worker.replays.start();
+        worker.journal?.start();
         startWhenRedisAnswers(
           'retention schedule',
           () => stores.queues.scheduleRetention(RETENTION_PASS_EVERY_MS),

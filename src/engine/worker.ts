@@ -6,7 +6,7 @@ import { FifoDriver, fifoLeaseMs } from '../delivery/fifo-driver.js';
 import { ReplayRunner } from '../delivery/replay-runner.js';
 import { DeliveryWorkerPool } from '../delivery/worker.js';
 import { fifoObserver } from '../metrics/observers.js';
-import type { Redis } from '../store/redis.js';
+import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import {
   composeDeliveryDeps,
   lockDurationMsOf,
@@ -15,6 +15,7 @@ import {
   type Stores,
 } from './assembly.js';
 import { raceTimer } from '../lib/timer-race.js';
+import { RedisAttemptJournal } from '../store/attempt-journal.js';
 
 export interface WorkerSettings extends DeliverySettings {
   /** A connection for BullMQ's workers (maxRetriesPerRequest null, no auto-pipelining). */
@@ -36,9 +37,37 @@ const REPLAY_SLOTS = 4;
  */
 const REPLAY_SLICE_MS = 10_000;
 
+/** How often a worker projects the delivery log's journal: the most a delivered first attempt waits to be shown. */
+const JOURNAL_EVERY_MS = 100;
+/** How long a worker's last projection may take at shutdown. */
+const JOURNAL_CLOSE_MS = 5_000;
+
+/**
+ * The delivery log's journal (see store/attempt-journal.ts), when the event log is kept: a shard's
+ * lease is a third of the lock duration (at most 5 s), so a dead worker's journal is projected by
+ * another before its batches are claimed and re-run, which read the projected records.
+ */
+function attemptJournal(stores: Stores, settings: WorkerSettings): RedisAttemptJournal | undefined {
+  if (!stores.eventLogKept) return undefined;
+  const journal = new RedisAttemptJournal(stores.redis, stores.keys, {
+    shards: stores.queues.partitions.length,
+    everyMs: JOURNAL_EVERY_MS,
+    leaseMs: Math.max(1_000, Math.min(5_000, Math.floor(lockDurationMsOf(settings) / 3))),
+    project: (rows) => stores.deliveryLog.project(rows),
+    // Redis down is logged once by the outage log; the projection goes on when it is back.
+    onError: (error) => {
+      if (!isRedisUnavailable(error))
+        settings.logger.warn({ err: error.message }, 'delivery log journal not projected; tried again');
+    },
+  });
+  stores.deliveryLog.journalTo(journal);
+  return journal;
+}
+
 /** The delivery worker of one process over the shared stores. */
 export function composeWorker(stores: Stores, settings: WorkerSettings) {
   const { deps, sender, endpoints, flow, slots, gate, detach } = composeDeliveryDeps(stores, settings);
+  const journal = attemptJournal(stores, settings);
   const runBatch = createBatchRunner(deps);
   const processBatch = batchProcessorOf(runBatch);
   const processSingle = createSingleProcessor(deps);
@@ -98,6 +127,8 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
     pool,
     fifo,
     replays,
+    /** The delivery log's journal this process appends to and projects (absent without the event log). */
+    journal,
     /** This process's endpoints: their circuits, limits and waits. */
     endpoints,
     flow,
@@ -121,6 +152,20 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
       if (!idle) result = 'forced';
       // Requests still in flight past the grace period are abandoned: their jobs run again elsewhere.
       await Promise.all([sender.close(idle ? undefined : 0), operationalSender?.close(0)]);
+      // After the last attempts are recorded: what this process journaled is projected before it goes.
+      if (journal)
+        await raceTimer(
+          journal
+            .close()
+            .catch((error: Error) =>
+              settings.logger.warn(
+                { err: error.message },
+                'delivery log journal not projected at shutdown; another worker will',
+              ),
+            ),
+          JOURNAL_CLOSE_MS,
+          undefined,
+        );
       return result;
     },
   };

@@ -161,6 +161,11 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
       help: 'How long the FIFO line head that has waited longest has been at the head of its line (since it joined an empty line or the delivery before it left; a paused webhook’s heads left out), read from Redis at scrape time; 0 when no line waits.',
       registers,
     }),
+    deliveryJournalAge: new Gauge({
+      name: 'hookline_delivery_journal_age_seconds',
+      help: 'How long the oldest delivered first attempt in the delivery log’s journal has waited to be projected (how far the delivery log lags behind what was delivered), read from Redis at scrape time; 0 when none waits.',
+      registers,
+    }),
     fifoHeadsBlocked: new Counter({
       name: 'hookline_fifo_heads_blocked_total',
       help: 'Times the head of a FIFO line had to wait (a retry or a deferral), holding back the deliveries behind it.',

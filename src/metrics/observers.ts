@@ -124,6 +124,8 @@ export function scrapeCollector(
     fifoLines?: () => Promise<number>;
     /** How long the longest-waiting FIFO line head has been its line's head (ms; 0: none waits). */
     fifoOldestHeadAgeMs?: () => Promise<number>;
+    /** How long the oldest attempt in the delivery log's journal has waited to be projected (ms; 0: none waits). */
+    journalAgeMs?: () => Promise<number>;
   },
 ): () => Promise<void> {
   return async () => {
@@ -137,6 +139,7 @@ export function scrapeCollector(
         metrics.queueJobs.set({ state }, counts[state] ?? 0);
       if (sources.fifoLines) metrics.fifoLines.set(await sources.fifoLines());
       if (sources.fifoOldestHeadAgeMs) metrics.fifoOldestHeadAge.set((await sources.fifoOldestHeadAgeMs()) / 1_000);
+      if (sources.journalAgeMs) metrics.deliveryJournalAge.set((await sources.journalAgeMs()) / 1_000);
     } catch {
       metrics.redisUp.set(0);
     }

@@ -3,6 +3,8 @@ import { DEFAULT_RETENTION_MS } from './event-log.js';
 import type { RedisKeys } from './keys.js';
 import { slotGroups, type Redis } from './redis.js';
 import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
+import type { JournalRow } from './attempt-journal.js';
+import { LruMap } from '../lib/lru-map.js';
 
 export interface DeliverySummary {
   deliveryId: string;
@@ -54,6 +56,17 @@ export interface AttemptWrite {
   attempt: AttemptRecord;
   status: Exclude<DeliveryStatus, 'pending' | 'replayed'>;
   nextAttemptAtMs?: number;
+  /**
+   * The delivery has no record and nothing else will read its progress before the journal is
+   * projected (a fresh batch's first attempt, not handed off): delivered, it may go to the journal
+   * instead of a record of its own (see RedisDeliveryLog.journalTo).
+   */
+  journal?: boolean;
+}
+
+/** Where first attempts delivered without a record go: appended as one batch, projected later. */
+export interface AttemptJournal {
+  append(rows: readonly JournalRow[]): Promise<void>;
 }
 
 /** The worker's side of the log. */
@@ -192,6 +205,61 @@ function toSummary(fields: Record<string, string>): DeliverySummary | undefined 
   };
 }
 
+/**
+ * A first attempt delivered, kept without a record of its own (the journal's projection writes it to
+ * the event log's status hash, which the event feed reads its status from): a header line,
+ * `delivered\t<event type>\t<status code>\t<at ms>`, that the scripts read without decoding
+ * JSON, then JSON of the rest of the record and its attempt.
+ */
+export function compactDelivered(write: AttemptWrite): string {
+  const { job, attempt } = write;
+  const rest = JSON.stringify({ e: job.eventId, v: job.vendorId, c: job.acceptedAtMs, r: attempt });
+  return `delivered\t${job.eventType}\t${attempt.statusCode ?? ''}\t${attempt.atMs}\n${rest}`;
+}
+
+/** A compact delivered record (see compactDelivered) read back; undefined for a plain status or a malformed value. */
+function fromCompact(
+  webhookId: string,
+  deliveryId: string,
+  value: string | null | undefined,
+): { delivery: DeliverySummary; attempt: AttemptRecord } | undefined {
+  const newline = value?.indexOf('\n') ?? -1;
+  if (value == null || newline < 0) return undefined;
+  const [status, eventType] = value.slice(0, newline).split('\t');
+  let rest: { e: string; v: string; c: number; r: AttemptRecord };
+  try {
+    rest = JSON.parse(value.slice(newline + 1)) as typeof rest;
+  } catch {
+    return undefined;
+  }
+  const attempt = rest.r;
+  return {
+    delivery: {
+      deliveryId,
+      eventId: rest.e,
+      eventType: eventType ?? '',
+      webhookId,
+      vendorId: rest.v,
+      status: (status ?? 'delivered') as DeliveryStatus,
+      attempts: attempt.attempt,
+      lastOutcome: attempt.outcome,
+      lastStatusCode: attempt.statusCode,
+      acceptedAtMs: rest.c,
+      updatedAtMs: attempt.atMs,
+      nextAttemptAtMs: undefined,
+      replayOf: undefined,
+    },
+    attempt,
+  };
+}
+
+/**
+ * Which holds a delivery: its record, unless it has none or only the pending one a deferral or a
+ * hand-off left before its first attempt, when a compact record exists (the attempt was journaled).
+ */
+const recordWins = (record: DeliverySummary | undefined, compact: unknown) =>
+  record !== undefined && (compact === undefined || record.status !== 'pending' || record.attempts > 0);
+
 /** Where a delivery stands, as a batch re-run after a crash or a single delivery job needs to know. */
 export interface DeliveryProgress {
   status: DeliveryStatus;
@@ -232,8 +300,36 @@ const FORGET_PER_CALL_MAX = 500;
 
 /** Overflow ids one attempt removes from a recent list at most, so a single call's work stays bounded. */
 const TRIM_IDS_MAX = 64;
+/** Journaled deliveries a process remembers for its own re-runs (see RedisDeliveryLog.journaled): a few MB at most. */
+const JOURNALED_KEPT = 20_000;
 /** Attempts recorded by one script call at most; a full batch is written at once. */
 const RECORDS_PER_CALL_MAX = 128;
+
+// Shared by the attempt scripts: trims a webhook's recent list to `recentMax` ids (at most `trimMax`
+// a call, so a call's work stays bounded). A finished delivery off the list leaves only its status,
+// for the grace period: long enough for a batch re-run after a crash to see it was delivered. A dead
+// letter stays replayable and a retrying one still has attempts to record: those two expire by
+// their TTL. (A compact record, see compactDelivered, lives in the event log's status hash until
+// its event is trimmed from the log.)
+const TRIM_RECENT_FN = `
+local function trimRecent(recent, records, recentMax, trimMax, grace)
+  local over = redis.call('ZCARD', recent) - recentMax
+  if over <= 0 then return end
+  local fallen = redis.call('ZRANGE', recent, 0, math.min(over, trimMax) - 1)
+  redis.call('ZREM', recent, unpack(fallen))
+  for _, id in ipairs(fallen) do
+    -- These ids are known only here, so their keys cannot come as arguments. Every key built from
+    -- the webhook's record key prefix (hash tag included) hashes to the slot of its recent list,
+    -- so the script stays within the call's slot.
+    local key = records .. id
+    local fallenStatus = redis.call('HGET', key, 'status')
+    if fallenStatus == 'delivered' or fallenStatus == 'dropped' or fallenStatus == 'replayed' then
+      redis.call('DEL', key)
+      redis.call('HSET', key, 'status', fallenStatus)
+      redis.call('PEXPIRE', key, grace)
+    end
+  end
+end`;
 
 // Attempts of many deliveries, each atomically (one script for the lot). KEYS[1] is the recent list of
 // the call's first webhook: it routes the call on a Redis Cluster, where a call holds the attempts of
@@ -242,7 +338,7 @@ const RECORDS_PER_CALL_MAX = 128;
 // number of webhooks, each webhook's recent list, dead-letter set, failing-since key, record key
 // prefix, event-log bodies and statuses, then 17 arguments per attempt (its webhook's number, then as `flush` lists them). Returns, per attempt, when its
 // webhook's current run of failures began (ms, as text), or nil once delivered.
-const RECORD_ATTEMPTS_LUA = `
+const RECORD_ATTEMPTS_LUA = `${TRIM_RECENT_FN}
 local retention, deadRetention, recentMax, trimMax, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local webhooks, a = {}, 7
 for i = 1, tonumber(ARGV[6]) do
@@ -289,26 +385,7 @@ while a <= #ARGV do
   if redis.call('ZADD', w.recent, acceptedAtMs, deliveryId) == 1 then redis.call('PEXPIRE', w.recent, deadRetention) end
   if retryUntil and retryUntil > tonumber(deadRetention) then redis.call('PEXPIRE', w.recent, retryUntil, 'GT') end
   -- Trimmed after this record's write, so its new status counts should it be among the oldest.
-  local over = redis.call('ZCARD', w.recent) - recentMax
-  if over > 0 then
-    local fallen = redis.call('ZRANGE', w.recent, 0, math.min(over, trimMax) - 1)
-    redis.call('ZREM', w.recent, unpack(fallen))
-    for _, id in ipairs(fallen) do
-      -- These ids are known only here, so their keys cannot come as arguments. Every key built from
-      -- the webhook's record key prefix (hash tag included) hashes to the slot of its recent list,
-      -- so the script stays within the call's slot.
-      local key = w.records .. id
-      local fallenStatus = redis.call('HGET', key, 'status')
-      -- A finished delivery off the list leaves only its status, for the grace period: long enough
-      -- for a batch re-run after a crash to see it was delivered. A dead letter stays replayable and
-      -- a retrying one still has attempts to record: those two expire by their TTL.
-      if fallenStatus == 'delivered' or fallenStatus == 'dropped' or fallenStatus == 'replayed' then
-        redis.call('DEL', key)
-        redis.call('HSET', key, 'status', fallenStatus)
-        redis.call('PEXPIRE', key, grace)
-      end
-    end
-  end
+  trimRecent(w.recent, w.records, recentMax, trimMax, grace)
 
   -- A final status is noted in the event log (see event-log.ts) for the event it delivers (a
   -- replay's, for the event it replays), while the log still holds that event.
@@ -340,6 +417,47 @@ while a <= #ARGV do
   out[#out + 1] = since
 end
 return out`;
+
+// The journal's projection (see attempt-journal.ts): first attempts delivered without a record,
+// per webhook, written as compact records into the event log's status hash and listed in the recent
+// list; the failure run ends if it began before the latest of them. Idempotent: an entry projected
+// again writes the same. An attempt whose event is no longer in the log (erased meanwhile, or past
+// its retention) is not written, so nothing of an erased event comes back. KEYS[1] routes the call
+// (one slot). ARGV: dead-letter retention, recent list length, trim bound, tombstone grace, then per
+// webhook: recent list, status hash, log bodies, failing-since key, record key prefix, the number of
+// its attempts, then per attempt: delivery id, accepted ms, at ms, compact record. Returns how many
+// attempts it wrote.
+const PROJECT_LUA = `${TRIM_RECENT_FN}
+local deadRetention, recentMax, trimMax, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local a, written = 5, 0
+while a <= #ARGV do
+  local recent, statuses, bodies, failing, records, n = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], tonumber(ARGV[a + 5])
+  a = a + 6
+  local ids = {}
+  for i = 0, n - 1 do ids[i + 1] = ARGV[a + i * 4] end
+  local logged = redis.call('HMGET', bodies, unpack(ids))
+  local members, fields, lastAt = {}, {}, 0
+  for i = 0, n - 1 do
+    local b = a + i * 4
+    if logged[i + 1] then
+      members[#members + 1], members[#members + 2] = ARGV[b + 1], ARGV[b]
+      fields[#fields + 1], fields[#fields + 2] = ARGV[b], ARGV[b + 3]
+      lastAt = math.max(lastAt, tonumber(ARGV[b + 2]))
+    end
+  end
+  a = a + n * 4
+  if #fields > 0 then
+    redis.call('HSET', statuses, unpack(fields))
+    redis.call('PEXPIRE', statuses, deadRetention)
+    if redis.call('ZADD', recent, unpack(members)) > 0 then redis.call('PEXPIRE', recent, deadRetention) end
+    trimRecent(recent, records, recentMax, trimMax, grace)
+    -- A run of failures that began after these deliveries (a later attempt failed) goes on.
+    local since = redis.call('GET', failing)
+    if since and tonumber(since) <= lastAt then redis.call('DEL', failing) end
+    written = written + #fields / 2
+  end
+end
+return written`;
 
 // Deferrals, each atomically: note when the delivery will be tried; create a pending record if it has none.
 // The due time is stored as `<attempt>:<ms>` for the attempt it belongs to, and kept from the first
@@ -395,13 +513,30 @@ for a = 3, #ARGV, 9 do
 end
 return 1`;
 
+// Shared by the read scripts: a delivery's row from its record, or from its compact record in the
+// event log's status hash (see compactDelivered) when it has no record or only the pending one a
+// deferral or hand-off left before its first attempt: {deliveryId, status, eventType, attempts,
+// lastOutcome, lastStatusCode, updatedAtMs}, or nil.
+const ROW_FN = `
+local function rowOf(records, statuses, id)
+  local f = redis.call('HMGET', records .. id, 'deliveryId', 'status', 'eventType', 'attempts', 'lastOutcome', 'lastStatusCode', 'updatedAtMs')
+  if f[1] and ((f[2] or 'pending') ~= 'pending' or (f[4] or '0') ~= '0') then return f end
+  local v = redis.call('HGET', statuses, id)
+  if v then
+    local status, eventType, code, at = string.match(v, '^([^\\t\\n]*)\\t([^\\t\\n]*)\\t([^\\t\\n]*)\\t([^\\t\\n]*)\\n')
+    if status then return {id, status, eventType, '1', 'delivered', code, at} end
+  end
+  if f[1] then return f end
+  return nil
+end`;
+
 // One page of the recent list, newest first, within accepted times [ARGV[5], ARGV[4]], matching a
 // status (ARGV[2]) and event type (ARGV[3]) when given ('' = any), after the cursor id ARGV[6] among
 // entries scored ARGV[4]: one round trip however far the matches lie. ARGV[1] is the webhook's
-// record key prefix, hash tag included, so every key read hashes to the slot of KEYS[1]. A record
-// without a status is pending (as toSummary reads it); an id whose record has expired is skipped.
-// Returns {more (1/0), score of the last id found, ids...}.
-const PAGE_LUA = `
+// record key prefix, hash tag included, so every key read hashes to the slot of KEYS[1]; KEYS[2] the
+// event log's status hash (compact records). A record without a status is pending (as toSummary
+// reads it); an id with neither record is skipped. Returns {more (1/0), score of the last id found, ids...}.
+const PAGE_LUA = `${ROW_FN}
 local limit = tonumber(ARGV[7])
 local entries = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[4], ARGV[5], 'WITHSCORES')
 local found = {}
@@ -411,8 +546,8 @@ while i <= #entries do
   local id, score = entries[i], entries[i + 1]
   i = i + 2
   if not (ARGV[6] ~= '' and tonumber(score) == tonumber(ARGV[4]) and id >= ARGV[6]) then
-    local f = redis.call('HMGET', ARGV[1] .. id, 'deliveryId', 'status', 'eventType')
-    if f[1] and (ARGV[2] == '' or (f[2] or 'pending') == ARGV[2]) and (ARGV[3] == '' or f[3] == ARGV[3]) then
+    local f = rowOf(ARGV[1], KEYS[2], id)
+    if f and (ARGV[2] == '' or (f[2] or 'pending') == ARGV[2]) and (ARGV[3] == '' or f[3] == ARGV[3]) then
       found[#found + 1] = id
       lastScore = score
       if #found >= limit then break end
@@ -425,12 +560,12 @@ return {more, lastScore, unpack(found)}`;
 
 // What an operator view needs of one webhook, in one round trip: when its current run of failures
 // began, its dead-letter count, and the newest of its last 20 deliveries that has an outcome.
-const HEALTH_LUA = `
+const HEALTH_LUA = `${ROW_FN}
 local since = redis.call('GET', KEYS[1]) or ''
 local dead = redis.call('ZCARD', KEYS[2])
 for _, id in ipairs(redis.call('ZREVRANGE', KEYS[3], 0, 19)) do
-  local f = redis.call('HMGET', ARGV[1] .. id, 'lastOutcome', 'lastStatusCode', 'updatedAtMs')
-  if f[1] and f[1] ~= '' then return {since, dead, f[1], f[2] or '', f[3] or ''} end
+  local f = rowOf(ARGV[1], KEYS[4], id)
+  if f and f[5] and f[5] ~= '' then return {since, dead, f[5], f[6] or '', f[7] or ''} end
 end
 return {since, dead}`;
 
@@ -447,7 +582,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   private readonly forgetScript: ScriptCall<[recent: string, dead: string], ScriptArg[], number>;
   /** A page of the recent list (see PAGE_LUA). */
   private readonly pageScript: ScriptCall<
-    [recentKey: string],
+    [recentKey: string, statuses: string],
     [
       recordKeyPrefix: string,
       status: string,
@@ -459,8 +594,9 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     ],
     (string | number)[]
   >;
+  private readonly projectScript: ScriptCall<[routing: string], ScriptArg[], number>;
   private readonly healthScript: ScriptCall<
-    [failingSince: string, dead: string, recent: string],
+    [failingSince: string, dead: string, recent: string, statuses: string],
     [recordKeyPrefix: string],
     (string | number)[]
   >;
@@ -473,6 +609,18 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   /** Attempts waiting to be written together, and the timer that writes them. */
   private pending: { write: AttemptWrite; settle: (failingSince: string | null | Error) => void }[] = [];
   private flushTimer: NodeJS.Timeout | undefined;
+  /** Where delivered first attempts go instead of records (see journalTo); absent: every attempt gets a record. */
+  private journal: AttemptJournal | undefined;
+  /**
+   * Webhooks whose last recorded attempt here failed: a delivery to one of them gets a record, whose
+   * write ends the failure run at once (the journal's projection would end it only later).
+   */
+  private readonly failing = new Set<string>();
+  /**
+   * Deliveries this process journaled lately (their compact records): a batch that runs again in this
+   * process (storage failed) reads them here, as the journal may not be projected yet.
+   */
+  private readonly journaled = new LruMap<string, string>(JOURNALED_KEPT);
 
   constructor(
     private readonly redis: Redis,
@@ -491,13 +639,61 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
       lua: RECORD_DEFERRED_LUA,
     });
     this.recordQueuedScript = defineScript(redis, { name: 'hooklineRecordQueued', keys: 1, lua: RECORD_QUEUED_LUA });
-    this.pageScript = defineScript(redis, { name: 'hooklineDeliveryPage', keys: 1, lua: PAGE_LUA });
-    this.healthScript = defineScript(redis, { name: 'hooklineWebhookHealth', keys: 3, lua: HEALTH_LUA });
+    this.pageScript = defineScript(redis, { name: 'hooklineDeliveryPage', keys: 2, lua: PAGE_LUA });
+    this.healthScript = defineScript(redis, { name: 'hooklineWebhookHealth', keys: 4, lua: HEALTH_LUA });
+    this.projectScript = defineScript(redis, { name: 'hooklineProjectJournal', keys: 1, lua: PROJECT_LUA });
     this.forgetScript = defineScript(redis, { name: 'hooklineForgetBefore', keys: 2, lua: FORGET_BEFORE_LUA });
     this.retentionMsArg = String(this.options.retentionMs);
     this.deadLetterRetentionMsArg = String(this.options.deadLetterRetentionMs);
     this.recentPerWebhookArg = String(this.options.recentPerWebhook);
     this.fallenOffGraceMsArg = String(this.options.fallenOffGraceMs);
+  }
+
+  /**
+   * From now on, a first attempt delivered with no record of its own (AttemptWrite.journal) is
+   * appended to `journal`, in one command with the others of its flush, instead of a record: no
+   * per-delivery key is written on the hot path. The journal's projection (`project`) writes it
+   * later as a compact record in the event log's status hash and lists it in the recent list, so
+   * every read shows it once projected. Only while the event log is kept: the compact record lives
+   * and is trimmed with the event's log entry.
+   */
+  journalTo(journal: AttemptJournal): void {
+    this.journal = journal;
+  }
+
+  /** Writes journaled attempts into the log's shape (the journal's projection; idempotent). */
+  async project(rows: readonly JournalRow[]): Promise<void> {
+    const k = this.keys.deliveries;
+    await Promise.all(
+      slotGroups(this.redis, rows, (row) => k.ofWebhook(row.webhookId), RECORDS_PER_CALL_MAX).map((group) => {
+        const byWebhook = new Map<string, JournalRow[]>();
+        for (const row of group) {
+          const list = byWebhook.get(row.webhookId);
+          if (list) list.push(row);
+          else byWebhook.set(row.webhookId, [row]);
+        }
+        const args: ScriptArg[] = [];
+        for (const [webhookId, list] of byWebhook) {
+          args.push(
+            k.ofWebhook(webhookId),
+            k.logStatuses(webhookId),
+            k.logBodies(webhookId),
+            k.failingSince(webhookId),
+            k.record(webhookId, ''),
+            list.length,
+          );
+          for (const row of list) args.push(row.deliveryId, row.acceptedAtMs, row.atMs, row.value);
+        }
+        return this.projectScript(
+          [k.ofWebhook(group[0]!.webhookId)],
+          this.deadLetterRetentionMsArg,
+          this.recentPerWebhookArg,
+          this.trimIdsMaxArg,
+          this.fallenOffGraceMsArg,
+          ...args,
+        );
+      }),
+    );
   }
 
   /**
@@ -523,8 +719,30 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   private flush(): void {
     clearTimeout(this.flushTimer);
     this.flushTimer = undefined;
-    const batch = this.pending;
+    const all = this.pending;
     this.pending = [];
+    const journaled = this.journal === undefined ? [] : all.filter(({ write }) => this.journals(write));
+    const batch = journaled.length === 0 ? all : all.filter((entry) => !journaled.includes(entry));
+    if (journaled.length > 0)
+      this.journal!.append(
+        journaled.map(({ write }) => ({
+          webhookId: write.job.webhookId,
+          deliveryId: write.job.deliveryId,
+          acceptedAtMs: write.job.acceptedAtMs,
+          atMs: write.attempt.atMs,
+          value: compactDelivered(write),
+        })),
+      ).then(
+        () =>
+          journaled.forEach(({ write, settle }) => {
+            this.journaled.set(write.job.deliveryId, 'delivered');
+            settle(null);
+          }),
+        (error: unknown) => {
+          const failure = error instanceof Error ? error : new Error(String(error));
+          for (const { settle } of journaled) settle(failure);
+        },
+      );
     const k = this.keys.deliveries;
     for (const entries of slotGroups(
       this.redis,
@@ -583,13 +801,30 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
         ...webhookArgs,
         ...recordArgs,
       ).then(
-        (replies) => entries.forEach(({ settle }, i) => settle(replies[i] ?? null)),
+        (replies) =>
+          entries.forEach(({ write, settle }, i) => {
+            const since = replies[i] ?? null;
+            if (since === null) this.failing.delete(write.job.webhookId);
+            else this.failing.add(write.job.webhookId);
+            settle(since);
+          }),
         (error: unknown) => {
           const failure = error instanceof Error ? error : new Error(String(error));
           for (const { settle } of entries) settle(failure);
         },
       );
     }
+  }
+
+  /** Whether an attempt goes to the journal instead of a record (see journalTo). */
+  private journals({ journal, status, attempt, job }: AttemptWrite): boolean {
+    return (
+      journal === true &&
+      status === 'delivered' &&
+      attempt.attempt === 1 &&
+      job.replayOf === undefined &&
+      !this.failing.has(job.webhookId)
+    );
   }
 
   async recordDropped(job: DeliverJob, nowMs: number): Promise<void> {
@@ -662,28 +897,35 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   async progressOf(
     refs: readonly { webhookId: string; deliveryId: string }[],
   ): Promise<(DeliveryProgress | undefined)[]> {
+    const k = this.keys.deliveries;
     return Promise.all(
       refs.map(({ webhookId, deliveryId }) =>
-        this.redis
-          .hmget(
-            this.keys.deliveries.record(webhookId, deliveryId),
+        Promise.all([
+          this.redis.hmget(
+            k.record(webhookId, deliveryId),
             'status',
             'attempts',
             'nextAttemptAtMs',
             'dueAt',
             'parkedIn',
+          ),
+          this.redis.hget(k.logStatuses(webhookId), deliveryId),
+        ]).then(([[status, attempts, nextAttemptAtMs, dueAt, parkedIn], logged]): DeliveryProgress | undefined => {
+          const made = num(attempts) ?? 0;
+          if (
+            (logged?.startsWith('delivered\t') || this.journaled.get(deliveryId) !== undefined) &&
+            (status == null || (status === 'pending' && made === 0))
           )
-          .then(([status, attempts, nextAttemptAtMs, dueAt, parkedIn]) => {
-            if (status == null) return undefined;
-            const made = num(attempts) ?? 0;
-            return {
-              status: status as DeliveryStatus,
-              ...(status === 'pending' && parkedIn ? { parkedIn } : {}),
-              attempts: made,
-              nextAttemptAtMs: num(nextAttemptAtMs),
-              dueAtMs: dueAtFor(dueAt, made + 1),
-            };
-          }),
+            return { status: 'delivered', attempts: 1, nextAttemptAtMs: undefined, dueAtMs: undefined };
+          if (status == null) return undefined;
+          return {
+            status: status as DeliveryStatus,
+            ...(status === 'pending' && parkedIn ? { parkedIn } : {}),
+            attempts: made,
+            nextAttemptAtMs: num(nextAttemptAtMs),
+            dueAtMs: dueAtFor(dueAt, made + 1),
+          };
+        }),
       ),
     );
   }
@@ -702,7 +944,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
           ? String(query.untilMs)
           : '+inf';
     const [more, lastScore, ...ids] = await this.pageScript(
-      [k.ofWebhook(webhookId)],
+      [k.ofWebhook(webhookId), k.logStatuses(webhookId)],
       k.record(webhookId, ''),
       query.status ?? '',
       query.eventType ?? '',
@@ -725,7 +967,9 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   async health(webhookIds: readonly string[]): Promise<WebhookDeliveryHealth[]> {
     const k = this.keys.deliveries;
     const rows = await Promise.all(
-      webhookIds.map((id) => this.healthScript([k.failingSince(id), k.dead(id), k.ofWebhook(id)], k.record(id, ''))),
+      webhookIds.map((id) =>
+        this.healthScript([k.failingSince(id), k.dead(id), k.ofWebhook(id), k.logStatuses(id)], k.record(id, '')),
+      ),
     );
     return rows.map(([since, dead, outcome, statusCode, atMs]) => ({
       failingSinceMs: num(since === undefined ? undefined : String(since)),
@@ -741,8 +985,15 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     webhookId: string,
     deliveryId: string,
   ): Promise<{ delivery: DeliverySummary; attempts: AttemptRecord[]; body: string | undefined } | undefined> {
-    const fields = await this.redis.hgetall(this.keys.deliveries.record(webhookId, deliveryId));
+    const k = this.keys.deliveries;
+    const [fields, logged] = await Promise.all([
+      this.redis.hgetall(k.record(webhookId, deliveryId)),
+      this.redis.hget(k.logStatuses(webhookId), deliveryId),
+    ]);
     const delivery = toSummary(fields);
+    const compact = fromCompact(webhookId, deliveryId, logged);
+    if (compact !== undefined && !recordWins(delivery, compact))
+      return { delivery: compact.delivery, attempts: [compact.attempt], body: undefined };
     if (!delivery) return undefined;
     const attempts = Object.entries(fields)
       .filter(([name]) => name.startsWith('attempt:'))
@@ -842,19 +1093,21 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
       'nextAttemptAtMs',
       'replayOf',
     ] as const;
+    const k = this.keys.deliveries;
     const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hmget(this.keys.deliveries.record(webhookId, id), ...summaryFields);
+    for (const id of ids) pipeline.hmget(k.record(webhookId, id), ...summaryFields);
+    pipeline.hmget(k.logStatuses(webhookId), ...ids);
     const rows = (await pipeline.exec()) ?? [];
-    return rows
-      .map(([, values]) =>
-        toSummary(
-          Object.fromEntries(
-            summaryFields.flatMap((name, i) =>
-              (values as (string | null)[])[i] == null ? [] : [[name, (values as string[])[i]!]],
-            ),
-          ),
-        ),
-      )
+    const logged = (rows.at(-1)?.[1] ?? []) as (string | null)[];
+    return ids
+      .map((id, n) => {
+        const values = (rows[n]?.[1] ?? []) as (string | null)[];
+        const record = toSummary(
+          Object.fromEntries(summaryFields.flatMap((name, i) => (values[i] == null ? [] : [[name, values[i]]]))),
+        );
+        const compact = fromCompact(webhookId, id, logged[n]);
+        return compact !== undefined && !recordWins(record, compact) ? compact.delivery : record;
+      })
       .filter((s): s is DeliverySummary => s !== undefined);
   }
 }

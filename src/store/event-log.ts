@@ -130,8 +130,11 @@ local out = {}
 for i, entry in ipairs(entries) do
   local f = entry[2]
   local d = f[2]
+  -- A compact record (a first attempt delivered without a record of its own, see delivery-log.ts)
+  -- starts with its status.
   local status = redis.call('HGET', KEYS[3], d)
-  if not status then status = redis.call('HGET', ARGV[5] .. d, 'status') end
+  if status then status = string.match(status, '^[^\\t\\n]*')
+  else status = redis.call('HGET', ARGV[5] .. d, 'status') end
   local body = false
   if ARGV[4] == '1' then body = redis.call('HGET', KEYS[2], d) end
   out[i] = {entry[1], d, f[4], f[6], status, body}
@@ -158,7 +161,8 @@ for _, entry in ipairs(entries) do
     if statuses == nil then count = count + 1
     else
       local status = redis.call('HGET', KEYS[2], f[2])
-      if not status then status = redis.call('HGET', ARGV[4] .. f[2], 'status') or 'pending' end
+      if status then status = string.match(status, '^[^\\t\\n]*')
+      else status = redis.call('HGET', ARGV[4] .. f[2], 'status') or 'pending' end
       if statuses[status] then count = count + 1 end
     end
   end

@@ -99,8 +99,19 @@ export function redisKeys(prefix: string) {
       log: (webhookId: string) => `${tag(`wh:${webhookId}`)}:log`,
       /** hash with an expiry: delivery id → the body of each event in the log (apart, so an erasure frees it) */
       logBodies: (webhookId: string) => `${tag(`wh:${webhookId}`)}:log:bodies`,
-      /** hash with an expiry: delivery id → the final status (delivered, dead) of each event in the log that has one */
+      /**
+       * hash with an expiry: delivery id → the final status (delivered, dead) of each event in the log
+       * that has one; a first attempt delivered with no record of its own keeps its record here, compact
+       * (`delivered\t<event type>\t<status code>\t<at ms>\n` and JSON; see delivery-log.ts)
+       */
       logStatuses: (webhookId: string) => `${tag(`wh:${webhookId}`)}:log:status`,
+      /**
+       * stream: journal shard `n` of the delivery log, concluded first attempts that need no record of
+       * their own, one entry per worker flush (see attempt-journal.ts); empty once projected
+       */
+      journal: (shard: number) => `${tag(`q${shard}`)}:attempts`,
+      /** string with a TTL: the process projecting journal shard `n` (its lease) */
+      journalLease: (shard: number) => `${tag(`q${shard}`)}:attempts:lease`,
       /** sorted set with an expiry: the delayed jobs holding deliveries while the webhook is paused (`s:`/`p:` + job id) → when each hold ends (ms) */
       held: (webhookId: string) => `${tag(`wh:${webhookId}`)}:held`,
     },

@@ -89,3 +89,23 @@ export async function queuesDrained(
       `timed out after ${timeoutMs} ms waiting for the delivery queues to drain; left: ${JSON.stringify(last)}`,
     );
 }
+
+/**
+ * Waits until the delivery log shows every attempt made: its journal of delivered first attempts
+ * (projected every 100 ms by the workers; see store/attempt-journal.ts) holds nothing.
+ */
+export async function deliveryLogCaughtUp(
+  app: {
+    redis: { xlen(key: string): Promise<number> };
+    keys: { deliveries: { journal(shard: number): string } };
+    queues: { partitions: readonly unknown[] };
+  },
+  timeoutMs = 5_000,
+): Promise<void> {
+  const shards = Array.from({ length: app.queues.partitions.length }, (_, n) => app.keys.deliveries.journal(n));
+  await waitFor(
+    async () => (await Promise.all(shards.map((key) => app.redis.xlen(key)))).every((n) => n === 0),
+    timeoutMs,
+    'the delivery log’s journal to be projected',
+  );
+}

@@ -1,10 +1,17 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { DeliverJob } from '../../src/domain/delivery.js';
 import type { AttemptRecord } from '../../src/domain/delivery.js';
-import { RedisDeliveryLog, type AttemptWrite, type DeliveryLogOptions } from '../../src/store/delivery-log.js';
+import { RedisAttemptJournal } from '../../src/store/attempt-journal.js';
+import {
+  RedisDeliveryLog,
+  type AttemptWrite,
+  type DeliveryLogOptions,
+  type DeliverySummary,
+} from '../../src/store/delivery-log.js';
 import { RedisEventLog } from '../../src/store/event-log.js';
 import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
 import { testRedis, type TestRedis } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const HOUR_MS = 3_600_000;
 // Tombstones of finished records that fall off the recent list last 1 ms here (5 minutes by default).
@@ -464,5 +471,165 @@ describe('RedisDeliveryLog.recordDeferred', () => {
       nextAttemptAtMs: T0 + 330_000,
       dueAtMs: T0 + 300_000,
     });
+  });
+});
+
+describe('RedisDeliveryLog with the attempt journal', () => {
+  /** A log that journals, the journal (never started: each test projects when it says), and the event log beside them. */
+  function journaling(logOptions: Partial<DeliveryLogOptions> = {}) {
+    const journaled = new RedisDeliveryLog(t.redis, keys, { ...OPTIONS, ...logOptions });
+    const journal = new RedisAttemptJournal(t.redis, keys, {
+      shards: 2,
+      everyMs: 60_000,
+      leaseMs: 2_000,
+      project: (rows) => journaled.project(rows),
+    });
+    journaled.journalTo(journal);
+    return { journaled, journal, eventLog: new RedisEventLog(t.redis, keys, OPTIONS.retentionMs) };
+  }
+  const journalWrite = (target: DeliverJob): AttemptWrite => ({ ...write(target, 1, 'delivered'), journal: true });
+  const recordKeys = async () => (await t.redis.keys(`${keys.deliveries.record('wh-1', '')}*`)).sort();
+
+  it('keeps a delivered first attempt without a key of its own, and every read shows it once projected', async () => {
+    const { journaled, journal, eventLog } = journaling();
+    const d = job('d-1', { body: '{"data":"d-1"}' });
+    await eventLog.append([d]);
+    await journaled.recordAttempt(journalWrite(d));
+
+    // Journaled: no record, and (not projected yet) not listed; its own re-run would still see it delivered.
+    expect(await recordKeys()).toEqual([]);
+    expect(await journaled.recent('wh-1', 10)).toEqual([]);
+    expect((await journaled.progressOf([d]))[0]).toMatchObject({ status: 'delivered', attempts: 1 });
+
+    expect(await journal.drain()).toBe(1);
+    expect(await recordKeys()).toEqual([]);
+    expect(await t.redis.xlen(keys.deliveries.journal(0))).toBe(0);
+    expect(await t.redis.xlen(keys.deliveries.journal(1))).toBe(0);
+    const summary = {
+      deliveryId: 'd-1',
+      eventId: 'evt-d-1',
+      eventType: 'EVENT_TYPE_MACHINE_CREATED',
+      webhookId: 'wh-1',
+      vendorId: 'v1',
+      status: 'delivered',
+      attempts: 1,
+      lastOutcome: 'delivered',
+      lastStatusCode: 200,
+      acceptedAtMs: T0,
+      updatedAtMs: T0 + 1_000,
+      nextAttemptAtMs: undefined,
+      replayOf: undefined,
+    };
+    expect(await journaled.recent('wh-1', 10)).toEqual([summary]);
+    expect(await journaled.page('wh-1', { limit: 10, status: 'delivered' })).toEqual({
+      deliveries: [summary],
+      next: undefined,
+    });
+    expect((await journaled.page('wh-1', { limit: 10, status: 'retrying' })).deliveries).toEqual([]);
+    expect((await journaled.page('wh-1', { limit: 10, eventType: 'EVENT_TYPE_MACHINE_CREATED' })).deliveries).toEqual([
+      summary,
+    ]);
+    expect(await journaled.get('wh-1', 'd-1')).toEqual({
+      delivery: summary,
+      attempts: [write(d, 1, 'delivered').attempt],
+      body: undefined,
+    });
+    expect((await journaled.progressOf([d]))[0]).toEqual({
+      status: 'delivered',
+      attempts: 1,
+      nextAttemptAtMs: undefined,
+      dueAtMs: undefined,
+    });
+    expect(await journaled.health(['wh-1'])).toEqual([
+      { failingSinceMs: undefined, deadLetters: 0, last: { outcome: 'delivered', statusCode: 200, atMs: T0 + 1_000 } },
+    ]);
+    expect(await journaled.eventBodies([summary as DeliverySummary])).toEqual(['{"data":"d-1"}']);
+    // The event feed reads the status the compact record starts with.
+    expect((await eventLog.page('wh-1', { limit: 10 })).events.map((e) => e.status)).toEqual(['delivered']);
+    expect(await eventLog.count('wh-1', { statuses: ['delivered'] })).toMatchObject({ count: 1 });
+  });
+
+  it('records what must have a record: a failure, a replay, an attempt not marked for the journal, and any delivery to a webhook failing here', async () => {
+    const { journaled, journal, eventLog } = journaling();
+    const [failed, replay, unmarked, afterFailure] = [
+      job('d-f'),
+      job('d-r', { replayOf: 'd-0' }),
+      job('d-u'),
+      job('d-a'),
+    ];
+    await eventLog.append([failed, unmarked, afterFailure]);
+    await journaled.recordAttempt(write(unmarked, 1, 'delivered'));
+    await journaled.recordAttempt(journalWrite(replay));
+    await journaled.recordAttempt({ ...write(failed, 1, 'retrying', { nextAttemptAtMs: T0 + 60_000 }), journal: true });
+    expect(await t.redis.exists(keys.deliveries.failingSince('wh-1'))).toBe(1);
+    // Delivered right after a failure recorded by this process: its record ends the failure run at once.
+    await journaled.recordAttempt(journalWrite(afterFailure));
+    expect(await recordKeys()).toEqual(
+      ['d-a', 'd-f', 'd-r', 'd-u'].map((id) => keys.deliveries.record('wh-1', id)).sort(),
+    );
+    expect(await t.redis.exists(keys.deliveries.failingSince('wh-1'))).toBe(0);
+    expect(await journal.drain()).toBe(0);
+  });
+
+  it('ends a failure run that began before the journaled delivery, and keeps one that began after it', async () => {
+    const { journaled, journal, eventLog } = journaling();
+    const early = job('d-early');
+    await eventLog.append([early]);
+    // Another worker recorded a failure before this delivery's attempt (at T0 + 1 s)…
+    await t.redis.set(keys.deliveries.failingSince('wh-1'), String(T0 + 500));
+    await journaled.recordAttempt(journalWrite(early));
+    await journal.drain();
+    expect(await t.redis.get(keys.deliveries.failingSince('wh-1'))).toBeNull();
+
+    // …and one after it: the run goes on, however late the projection.
+    const late = job('d-late');
+    await eventLog.append([late]);
+    await journaled.recordAttempt(journalWrite(late));
+    await t.redis.set(keys.deliveries.failingSince('wh-1'), String(T0 + 2_000));
+    await journal.drain();
+    expect(await t.redis.get(keys.deliveries.failingSince('wh-1'))).toBe(String(T0 + 2_000));
+  });
+
+  it('writes nothing back for an event erased before the projection', async () => {
+    const { journaled, journal, eventLog } = journaling();
+    const d = job('d-erased');
+    await eventLog.append([d]);
+    await journaled.recordAttempt(journalWrite(d));
+    await eventLog.erase('wh-1', ['d-erased']);
+    expect(await journal.drain()).toBe(1);
+    expect(await t.redis.hget(keys.deliveries.logStatuses('wh-1'), 'd-erased')).toBeNull();
+    expect(await journaled.recent('wh-1', 10)).toEqual([]);
+    expect(await journaled.get('wh-1', 'd-erased')).toBeUndefined();
+  });
+
+  it('shows the journaled attempt over the pending record a deferral left before it', async () => {
+    const { journaled, journal, eventLog } = journaling();
+    const d = job('d-deferred');
+    await eventLog.append([d]);
+    await journaled.recordDeferred([{ job: d, nextAttemptAtMs: T0 + 5_000, dueAtMs: T0 }]);
+    await journaled.recordAttempt(journalWrite(d));
+    await journal.drain();
+    expect((await journaled.recent('wh-1', 10)).map((s) => [s.status, s.attempts])).toEqual([['delivered', 1]]);
+    expect((await journaled.get('wh-1', 'd-deferred'))?.attempts).toHaveLength(1);
+    expect((await journaled.progressOf([d]))[0]).toMatchObject({ status: 'delivered' });
+  });
+
+  it('lets one process at a time project a shard: another takes it over once its lease ends', async () => {
+    const { journaled, journal, eventLog } = journaling();
+    const other = new RedisAttemptJournal(t.redis, keys, {
+      shards: 2,
+      everyMs: 60_000,
+      leaseMs: 2_000,
+      project: (rows) => journaled.project(rows),
+    });
+    await journal.drain();
+    const d = job('d-lease');
+    await eventLog.append([d]);
+    await journaled.recordAttempt(journalWrite(d));
+    // The first journal holds both shards' leases (it drained them): the other projects nothing…
+    expect(await other.drain()).toBe(0);
+    // …until the lease ends (the first process died): then it projects what was left.
+    await waitFor(async () => (await other.drain()) === 1, 10_000, 'the lease to end');
+    expect((await journaled.recent('wh-1', 10)).map((s) => s.status)).toEqual(['delivered']);
   });
 });

@@ -3,7 +3,7 @@ import { testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
 import { capturedLogs } from '../helpers/logs.js';
 import { TestReceiver } from '../helpers/receiver.js';
-import { queuesDrained, waitFor } from '../helpers/wait.js';
+import { queuesDrained, waitFor, deliveryLogCaughtUp } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 const VENDOR = 'vendor-feed';
@@ -36,6 +36,7 @@ describe('the event feed and range replays (real Redis, a real receiver, a worke
     }
     await waitFor(() => receiver.requests.length >= accepted.length, 15_000, 'every event delivered');
     await queuesDrained(t.queues, 10_000);
+    await deliveryLogCaughtUp(t);
   });
   afterAll(async () => {
     await worker.close();

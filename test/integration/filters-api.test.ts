@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { testApp, type TestApp } from '../helpers/app.js';
 import { startDeliveryWorld, stopDeliveryWorld, type DeliveryWorld } from '../helpers/delivery-world.js';
 import type { TestReceiver } from '../helpers/receiver.js';
-import { queuesDrained, waitFor } from '../helpers/wait.js';
+import { queuesDrained, waitFor, deliveryLogCaughtUp } from '../helpers/wait.js';
 
 const VENDOR = 'vendor-filters';
 const UNAVAILABLE_GPU = {
@@ -250,6 +250,7 @@ describe('payload filters at ingest (real Redis, real worker and receiver)', () 
     const got = receiver.at('/filtered').map((r) => (JSON.parse(r.body) as { event_id: string }).event_id);
     expect(got.sort()).toEqual([events[0]!.event_id, events[3]!.event_id].sort());
     // Nothing failed and nothing waits: filtered events never became deliveries.
+    await deliveryLogCaughtUp(t);
     const deliveries = await t.deliveryLog.recent(id, 100);
     expect(deliveries.map((d) => d.status)).toEqual(['delivered', 'delivered']);
 
