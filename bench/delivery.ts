@@ -50,6 +50,12 @@ const DEPLOYMENTS_PER_VENDOR = 50;
 const RSS_SAMPLE_MS = 200;
 
 export interface HooklineThroughput extends ThroughputFigures {
+  /**
+   * Accepted → visible in the lookups over the measured run, per projection entry (one ingest
+   * request): the histogram bucket bounds (ms) that the median and the 99th percentile fall in, and
+   * how many entries were projected.
+   */
+  readModelDelay: { p50UpToMs: number; p99UpToMs: number; entries: number };
   /** RSS of this process with the engine started and warm, just before the measured run. */
   rssBeforeBytes: number;
   /** RSS and heap of this process (API + worker + producers) while the run was measured. */
@@ -224,11 +230,13 @@ export async function hooklineThroughput(
     const rssBeforeBytes = process.memoryUsage().rss;
     const sampler = sampleProcessMemory(RSS_SAMPLE_MS);
     await probe?.started();
+    const delays0 = await engine.readModelDelays();
     const cpu = await cpuMeter(setup.infoRedis);
     const startedAtMs = await postBodies(engine, bodies, setup.posters);
     const stats = await run.waitVerified(warmupDeliveries + deliveries, setup.timeoutMs, 'Hookline deliveries');
     const used = await cpu.stop();
     await probe?.finished();
+    const readModelDelay = delayQuantiles(delays0, await engine.readModelDelays());
     const memory = sampler.stop();
     const rss = [...memory.rssBytes].sort((a, b) => a - b);
     return {
@@ -239,11 +247,23 @@ export async function hooklineThroughput(
       heapUsedMaxBytes: Math.max(...memory.heapUsedBytes),
       outcomes: { ...outcomes.counts },
       prefix: engine.prefix,
+      readModelDelay,
     };
   } finally {
     await run.forget();
     await engine.close();
   }
+}
+
+/** The median's and the 99th percentile's bucket bounds (ms) of what a cumulative histogram counted between two reads. */
+function delayQuantiles(
+  before: ReadonlyMap<number, number>,
+  after: ReadonlyMap<number, number>,
+): HooklineThroughput['readModelDelay'] {
+  const counted = [...after].map(([le, n]) => [le, n - (before.get(le) ?? 0)] as const).sort(([a], [b]) => a - b);
+  const entries = counted.at(-1)?.[1] ?? 0;
+  const upTo = (q: number) => (counted.find(([, n]) => n >= q * entries)?.[0] ?? Infinity) * 1_000;
+  return { p50UpToMs: upTo(0.5), p99UpToMs: upTo(0.99), entries };
 }
 
 export interface SplitThroughput extends ThroughputFigures {

@@ -139,6 +139,19 @@ export class BenchEngine {
     return new BenchEngine(prefix, engine, config, client, key, options, secretKey);
   }
 
+  /**
+   * The engine's read-model delay histogram so far (accepted → visible, per projection entry): each
+   * bucket's upper bound in seconds (Infinity last) → how many entries took at most that long.
+   */
+  async readModelDelays(): Promise<Map<number, number>> {
+    const { values } = await this.engine.metrics!.readModelDelay.get();
+    return new Map(
+      values
+        .filter((value) => value.metricName?.endsWith('_bucket'))
+        .map((value) => [Number(value.labels.le), value.value]),
+    );
+  }
+
   /** Registers vendor i's webhook for each of `eventTypes` at `urls[i]` with `secrets[i]`; answers the ids. */
   async registerWebhooks(
     urls: readonly string[],

@@ -149,6 +149,7 @@ const SCENARIOS: Scenario[] = [
           'heap max': mb(hookline.heapUsedMaxBytes),
           'redeliveries (Hookline/lean/naive/bare)': `${hookline.duplicates}/${lean.duplicates}/${naive.duplicates}/${bare.duplicates}`,
           'Redis commands per delivery, incl. those inside scripts (Hookline/lean/naive)': `${hookline.redisCommandsPerDelivery.toFixed(2)} / ${lean.redisCommandsPerDelivery.toFixed(2)} / ${naive.redisCommandsPerDelivery.toFixed(2)}`,
+          'read models, accepted → visible in the lookups (per ingest request)': `p50 ≤ ${hookline.readModelDelay.p50UpToMs} ms, p99 ≤ ${hookline.readModelDelay.p99UpToMs} ms (${hookline.readModelDelay.entries} requests)`,
           'Hookline delivery runs': Object.entries(hookline.outcomes)
             .map(([kind, n]) => `${kind} ${n}`)
             .join(', '),

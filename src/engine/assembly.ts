@@ -59,6 +59,7 @@ import { Eraser } from '../delivery/erasure.js';
 import { RedisMachineStore } from '../store/machines.js';
 import { OperatorViews } from '../store/operator-views.js';
 import { RedisEventBudget, RedisRequestCounter } from '../store/rate-limiter.js';
+import { RedisReadModelFeed } from '../store/read-model-feed.js';
 import { createAgentStatusStore, createTaskStore } from '../store/read-models.js';
 import { pingRedis, type Redis } from '../store/redis.js';
 import { RedisReplayTasks } from '../store/replay-tasks.js';
@@ -237,9 +238,7 @@ export function composeStores(settings: StoreSettings) {
   });
   const ingestor = new Ingestor({
     dedupe,
-    machines,
-    agents,
-    tasks,
+    readModels: new RedisReadModelFeed(redis, keys.readModels.projection),
     subscriptions: webhookCopies.add(new CachedSubscriptions(webhooks, webhookCopies.ttlMs, nowMs)),
     deliveries: queues,
     filters: webhookCopies.add(new IngestFilters(webhooks, webhookCopies.ttlMs, nowMs)),

@@ -5,10 +5,12 @@
 import { RETENTION_PASS_EVERY_MS } from '../delivery/retention.js';
 import { buildAdminServer, buildHealthServer, type AdminServer, type HealthServer } from '../admin/server.js';
 import type { Config } from '../config/env.js';
+import { ReadModelProjector } from '../ingest/read-model-projector.js';
 import { StreamIngestSource } from '../ingest/stream-source.js';
 import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics/metrics.js';
-import { scrapeCollector, seriesAtStart, streamDeadLetterObserver } from '../metrics/observers.js';
+import { projectionObserver, scrapeCollector, seriesAtStart, streamDeadLetterObserver } from '../metrics/observers.js';
+import { projectionBacklog } from '../store/read-model-feed.js';
 import { connectRedis, isRedisUnavailable, pingRedis } from '../store/redis.js';
 import { VERSION } from '../version.js';
 import { hostname } from 'node:os';
@@ -76,15 +78,20 @@ export interface Engine {
   readonly health: HealthServer | undefined;
   /** The delivery worker (roles all and worker). */
   readonly worker: DeliveryWorker | undefined;
+  /**
+   * The read models' projector (every role but tools): applies what ingest appended to the
+   * projection stream, so the lookups see it. start() starts it; a test app starts it alone.
+   */
+  readonly readModels: ReadModelProjector | undefined;
   /** Resolves true when its Redis answers. */
   isReady(): Promise<boolean>;
   /**
-   * Starts listening (when asked), the worker and the ingest-stream consumer; answers where it
+   * Starts listening (when asked), the read models' projector, the worker and the ingest-stream consumer; answers where it
    * listens. Logs nothing: the caller writes the process's start-up line (see `startupLine`).
    */
   start(): Promise<{ api?: string; health?: string }>;
   /**
-   * Stops in order (API; stream consumer; worker, whose attempts in flight get `graceMs`; queues;
+   * Stops in order (API; stream consumer; projector; worker, whose attempts in flight get `graceMs`; queues;
    * connections) and always returns within `graceMs` plus SHUTDOWN_SLACK_MS, whatever Redis is
    * doing: a step that needs Redis gets a moment, and connections are dropped rather than left
    * reconnecting. `forced` when attempts were still in flight past the grace period.
@@ -209,6 +216,23 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         )
       : [];
 
+  // The read models' projector runs in every process that ingests or answers lookups: an API alone
+  // (a deployment whose workers are down or elsewhere) still shows what it accepted, and several
+  // processes share the stream through one consumer group.
+  const readModels = tools
+    ? undefined
+    : new ReadModelProjector({
+        redis,
+        stream: stores.keys.readModels.projection,
+        machines: stores.machines,
+        agents: stores.agents,
+        tasks: stores.tasks,
+        logger,
+        watchConnection: (connection) => outages.watch(connection, 'read models'),
+        ...(metrics ? { observe: projectionObserver(metrics) } : {}),
+        nowMs,
+      });
+
   // 4. The servers: the admin API, a health server (a worker's, or the API's /metrics on a port of its own); none listens yet.
   const collect = metrics
     ? scrapeCollector(metrics, {
@@ -220,6 +244,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         ...(worker?.journal
           ? { journalAgeMs: () => worker.journal!.backlog(nowMs()).then((backlog) => backlog.oldestAgeMs) }
           : {}),
+        projectionBacklog: () => projectionBacklog(redis, stores.keys.readModels.projection, nowMs()),
       })
     : undefined;
   const scraped = metrics && collect ? { ...metrics, collect } : undefined;
@@ -261,6 +286,7 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     api,
     health,
     worker,
+    readModels,
     isReady,
     async start() {
       const addresses: { api?: string; health?: string } = {};
@@ -268,6 +294,13 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
         startWhenRedisAnswers(
           'webhook change feed',
           () => stores.webhookCopies.listen(feedStop.signal),
+          logger,
+          () => closing,
+        );
+      if (readModels)
+        startWhenRedisAnswers(
+          'read-model projector',
+          () => readModels.start(),
           logger,
           () => closing,
         );
@@ -322,8 +355,10 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
       const steps = new ShutdownSteps(Date.now() + graceMs + SHUTDOWN_SLACK_MS - SHUTDOWN_STEP_MS);
       let ended: 'drained' | 'forced' = 'drained';
       await steps.run(api?.close());
+      // The stream consumers first: a batch they ingest while stopping still reaches the projection stream.
+      if (worker) await steps.run(Promise.all(streams.map((stream) => stream.stop())));
+      await steps.run(readModels?.stop());
       if (worker) {
-        await steps.run(Promise.all(streams.map((stream) => stream.stop())));
         if (workerStarted) {
           ended = await worker.close(graceMs);
           logger.info(

@@ -1,4 +1,3 @@
-import type { AgentStatus } from '../domain/agent.js';
 import {
   envelopeOf,
   isWebhookEvent,
@@ -11,12 +10,11 @@ import {
 import type { WebhookEventType } from '../domain/events.js';
 import { newId } from '../domain/ids.js';
 import { orderingBucketOf } from '../domain/ordering-key.js';
-import type { Task } from '../domain/task.js';
 import type { EventDedupe } from '../store/event-dedupe.js';
 import type { RedisEventLog } from '../store/event-log.js';
 import { deliveryIdFor } from '../domain/ids.js';
-import type { MachineChange, MachineWriter } from '../store/machines.js';
-import type { DocWriter } from '../store/versioned-docs.js';
+import { latestPerEntity, readModelChangeOf } from '../domain/read-model-change.js';
+import type { ReadModelFeed } from '../store/read-model-feed.js';
 import type { IngestFilters } from './filters.js';
 import { traceparentOf, type TraceContext, type Tracing } from '../domain/trace.js';
 
@@ -96,9 +94,8 @@ export interface IngestBatchSummary {
 export interface IngestorDeps {
   /** The marks of ingested event ids (the idempotency window). */
   dedupe: EventDedupe;
-  machines: MachineWriter;
-  agents: DocWriter<AgentStatus>;
-  tasks: DocWriter<Task>;
+  /** The projection stream: each batch's read-model changes, applied by the projector off this path. */
+  readModels: ReadModelFeed;
   subscriptions: SubscriptionLookup;
   deliveries: DeliveryEnqueuer;
   /** The webhooks' payload filters; absent: every matched event is delivered. */
@@ -123,14 +120,17 @@ export interface IngestorDeps {
 }
 
 /**
- * Validates, dedupes, projects, matches and enqueues batches of events (docs/architecture.md "The data flow").
+ * Validates, dedupes, matches and enqueues batches of events, and hands their read-model changes to
+ * the projection stream (docs/architecture.md "The data flow").
  *
  * Why the order of the steps is safe: an event id is marked seen (step 7) only after its read-model
- * writes (5) and its deliveries (6) are durable in Redis. A crash or a Redis error anywhere before
+ * changes (5) and its deliveries (6) are durable in Redis. A crash or a Redis error anywhere before
  * step 7 rejects the whole call, so nothing is acknowledged (no 202, no XACK) and the producer or the
- * stream re-sends the batch; re-ingesting then repeats only idempotent work: read-model writes are
- * versioned by event time (the same version is re-applied, an older one is ignored) and the
- * enqueuer creates one delivery per (eventId, webhookId). The reverse order (mark, then work) would
+ * stream re-sends the batch; re-ingesting then repeats only idempotent work: the projector's writes
+ * are versioned by event time (the same version is re-applied, an older one is ignored), so a change
+ * appended twice is applied as once, and the enqueuer creates one delivery per (eventId, webhookId).
+ * Accepted therefore means: durable in the projection stream, visible in the lookups once the
+ * projector applied it (docs/api.md "Read models"). The reverse order (mark, then work) would
  * turn such a crash into a lost event, because the re-sent event would be taken for a duplicate.
  * Two concurrent ingests of one id (a producer retry racing its first try) both pass step 2 and
  * meet at the enqueuer's idempotency. Every call costs a fixed number of Redis round trips, not one
@@ -325,8 +325,10 @@ export class Ingestor {
       });
       taken = refused.size === 0 ? fresh : fresh.filter(({ index }) => !refused.has(index));
 
-      // 5. Project into the read models (versioned by event time, so a late older event is ignored).
-      await this.project(taken.map(({ event }) => event));
+      // 5. The read models' changes, newest per entity (the writes are versioned by event time, so an
+      // older change of the batch would be refused anyway; see domain/read-model-change.ts), go to the
+      // projection stream with step 6: one XADD, applied by the projector off this path.
+      const readModelChanges = latestPerEntity(taken.map(({ event }) => readModelChangeOf(event)));
 
       // 6. Enqueue every delivery of the batch in one call. A held-back event that cannot be
       // serialised is only not kept for the dry run: it has no delivery.
@@ -335,9 +337,10 @@ export class Ingestor {
         const json = body ?? serialised(envelope);
         if (typeof json === 'string') remembered.set(webhookId, json);
       }
-      // The event log shares this step: no round trip of its own, and like the enqueue it is written
-      // once per delivery however often the batch is ingested again.
+      // The event log and the read-model changes share this step: no round trip of their own; the
+      // log is written once per delivery however often the batch is ingested again.
       await Promise.all([
+        this.deps.readModels.append(readModelChanges),
         requests.length > 0 ? this.deps.deliveries.enqueue(requests) : undefined,
         remembered.size > 0 ? this.deps.recentEvents?.remember(remembered) : undefined,
         requests.length > 0 && this.deps.eventLog
@@ -380,41 +383,6 @@ export class Ingestor {
       });
     }
     return results;
-  }
-
-  /** Applies each event to its read model, in batch order, a few round trips in all; stale writes are expected and ignored. */
-  private async project(events: readonly AcceptedEvent[]): Promise<void> {
-    const machines: MachineChange[] = [];
-    const agents: { doc: AgentStatus; versionMs: number }[] = [];
-    const tasks: { doc: Task; versionMs: number }[] = [];
-    for (const event of events) {
-      switch (event.event_type) {
-        case 'EVENT_TYPE_MACHINE_CREATED':
-        case 'EVENT_TYPE_MACHINE_UPDATED':
-          machines.push({ kind: 'upsert', machine: event.data, versionMs: event.timestampMs });
-          break;
-        case 'EVENT_TYPE_MACHINE_REMOVED':
-          machines.push({ kind: 'remove', machineId: event.data.metadata.machine_id, versionMs: event.timestampMs });
-          break;
-        case 'EVENT_TYPE_DEPLOYMENT_CREATED':
-        case 'EVENT_TYPE_DEPLOYMENT_UPDATED':
-        case 'EVENT_TYPE_DEPLOYMENT_STOPPED':
-          agents.push({ doc: event.data, versionMs: event.timestampMs });
-          break;
-        case 'TASK_UPDATED':
-          // The task lookup lower-cases the id it is asked for, so tasks are stored under that form.
-          tasks.push({
-            doc: { ...event.data, task_id: event.data.task_id.toLowerCase() },
-            versionMs: event.timestampMs,
-          });
-          break;
-      }
-    }
-    await Promise.all([
-      machines.length > 0 ? this.deps.machines.apply(machines) : undefined,
-      agents.length > 0 ? this.deps.agents.putMany(agents) : undefined,
-      tasks.length > 0 ? this.deps.tasks.putMany(tasks) : undefined,
-    ]);
   }
 }
 

@@ -7,6 +7,10 @@ const ATTEMPT_DURATION_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 const LAG_BUCKETS_S = [
   0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1_800, 3_600, 21_600, 86_400, 259_200,
 ];
+/** Read-model delay buckets (seconds): from a millisecond to a projector that was down for minutes. */
+const READ_MODEL_DELAY_BUCKETS_S = [
+  0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
+];
 /** Admin API latency buckets (seconds). */
 const HTTP_DURATION_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
@@ -42,9 +46,30 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
     }),
     ingestBatchDuration: new Histogram({
       name: 'hookline_ingest_batch_duration_seconds',
-      help: 'Time to ingest one batch: validate, dedupe, project, match and enqueue.',
+      help: 'Time to ingest one batch: validate, dedupe, match, enqueue and hand the read-model changes to the projection stream.',
       labelNames: ['source'] as const,
       buckets: HTTP_DURATION_BUCKETS_S,
+      registers,
+    }),
+    readModelLag: new Gauge({
+      name: 'hookline_read_model_lag_seconds',
+      help: 'How far the read models (machines, agent statuses, tasks) are behind ingest: the age of the oldest projection stream entry not yet projected, read from Redis at scrape time; 0 when every accepted event is visible in the lookups.',
+      registers,
+    }),
+    readModelBacklog: new Gauge({
+      name: 'hookline_read_model_entries_waiting',
+      help: 'Projection stream entries (one per ingest batch) not yet projected into the read models, read from Redis at scrape time.',
+      registers,
+    }),
+    readModelDelay: new Histogram({
+      name: 'hookline_read_model_delay_seconds',
+      help: 'Per projection stream entry this process projected: from its append by ingest (Redis’s clock) to its changes being visible in the lookups.',
+      buckets: READ_MODEL_DELAY_BUCKETS_S,
+      registers,
+    }),
+    readModelEntriesSkipped: new Counter({
+      name: 'hookline_read_model_entries_skipped_total',
+      help: 'Projection stream entries holding a change that could not be read (malformed), left out of the read models with a log line; the rest of the entry was applied.',
       registers,
     }),
     deliveriesFinished: new Counter({
@@ -233,4 +258,5 @@ export function initialiseSeries(metrics: Metrics): void {
   metrics.deliveriesFiltered.inc(0);
   metrics.concurrencyDecreases.inc(0);
   metrics.endpointPauses.inc(0);
+  metrics.readModelEntriesSkipped.inc(0);
 }

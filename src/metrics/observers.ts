@@ -3,6 +3,7 @@ import type { ConnectionKind } from '../delivery/connector.js';
 import type { FinishedOutcome } from '../delivery/attempt.js';
 import type { FlowEvent } from '../delivery/endpoints/flow.js';
 import type { IngestBatchSummary } from '../ingest/ingest.js';
+import type { ProjectionSummary } from '../ingest/read-model-projector.js';
 import type { StreamDeadLetterCause } from '../ingest/stream-source.js';
 import type { Logger } from '../logger.js';
 import { initialiseSeries, type Metrics } from './metrics.js';
@@ -54,6 +55,14 @@ export function ingestObserver(metrics: Metrics, logger: Logger): (summary: Inge
 /** Counts each ingest stream entry set aside in the dead-letter stream (the entry's own log line is the source's). */
 export function streamDeadLetterObserver(metrics: Metrics): (cause: StreamDeadLetterCause) => void {
   return (cause) => metrics.ingestStreamDeadLetters.inc({ cause });
+}
+
+/** Times each projected entry from its append to its changes being visible, and counts the malformed ones left out. */
+export function projectionObserver(metrics: Metrics): (summary: ProjectionSummary) => void {
+  return (summary) => {
+    for (const delayMs of summary.delaysMs) metrics.readModelDelay.observe(delayMs / 1_000);
+    if (summary.entriesSkipped > 0) metrics.readModelEntriesSkipped.inc(summary.entriesSkipped);
+  };
 }
 
 /** Turns each finished delivery run into counters and histograms. */
@@ -113,7 +122,7 @@ export function flowObserver(metrics: Metrics): (event: FlowEvent) => void {
   };
 }
 
-/** Scrape-time gauges: queue depth by state and Redis reachability (one Redis read per scrape). */
+/** Scrape-time gauges: queue depth by state, the read models' lag and Redis reachability (one Redis read per scrape each). */
 export function scrapeCollector(
   metrics: Metrics,
   sources: {
@@ -126,6 +135,8 @@ export function scrapeCollector(
     fifoOldestHeadAgeMs?: () => Promise<number>;
     /** How long the oldest attempt in the delivery log's journal has waited to be projected (ms; 0: none waits). */
     journalAgeMs?: () => Promise<number>;
+    /** The projection stream's entries not yet projected, and the oldest one's age (ms; 0: none). */
+    projectionBacklog?: () => Promise<{ entries: number; oldestAgeMs: number }>;
   },
 ): () => Promise<void> {
   return async () => {
@@ -140,6 +151,11 @@ export function scrapeCollector(
       if (sources.fifoLines) metrics.fifoLines.set(await sources.fifoLines());
       if (sources.fifoOldestHeadAgeMs) metrics.fifoOldestHeadAge.set((await sources.fifoOldestHeadAgeMs()) / 1_000);
       if (sources.journalAgeMs) metrics.deliveryJournalAge.set((await sources.journalAgeMs()) / 1_000);
+      if (sources.projectionBacklog) {
+        const backlog = await sources.projectionBacklog();
+        metrics.readModelBacklog.set(backlog.entries);
+        metrics.readModelLag.set(backlog.oldestAgeMs / 1_000);
+      }
     } catch {
       metrics.redisUp.set(0);
     }

@@ -42,6 +42,14 @@ export function redisKeys(prefix: string) {
       /** stream of changed machine ids; listing processes tail it to keep their in-memory index fresh */
       changes: `${tag('machines')}:changes`,
     },
+    readModels: {
+      /**
+       * stream: ingest's changes to the read models (machines, agent statuses, tasks), one entry per
+       * ingest batch, read by the projectors' consumer group; an entry is deleted once projected, so
+       * its length is the projection's backlog (see read-model-feed.ts)
+       */
+      projection: `${tag('read-models')}:projection`,
+    },
     events: {
       /** stream producers may XADD events to; consumed by the group below */
       stream: `${ingestTag(0)}:events`,

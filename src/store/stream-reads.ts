@@ -8,7 +8,7 @@ import {
 } from './redis.js';
 
 /**
- * What the two consumer-group readers share (the ingest stream's and the first attempts'): reading
+ * What the consumer-group readers share (the ingest stream's, the first attempts' and the read models'): reading
  * entries with Buffer replies, creating a group, and the replies' shapes.
  */
 

@@ -4,6 +4,7 @@ import { inject } from 'vitest';
 import type { AdminServer } from '../../src/admin/server.js';
 import { loadConfig } from '../../src/config/env.js';
 import type { Role } from '../../src/domain/roles.js';
+import type { ReadModelProjector } from '../../src/ingest/read-model-projector.js';
 import {
   createEngine,
   type Engine,
@@ -22,6 +23,8 @@ export type TestApp = Stores & {
   secretKey: Buffer;
   /** The app's configuration: a worker for it starts from this (see startTestWorker). */
   config: EngineConfig;
+  /** The engine's read-model projector, started with the app (a test may stop it). */
+  readModels: ReadModelProjector;
   /** Issues a real API key with these roles (and vendor) and returns it. */
   keyFor(roles: Role[], vendorId?: string): Promise<string>;
   /** Registers a webhook (EVENT_TYPE_MACHINE_CREATED) through the API, as a vendor would: its id and the vendor's key. */
@@ -124,6 +127,8 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     { role: 'api', ...(options.portalAssetsDir === undefined ? {} : { portalAssetsDir: options.portalAssetsDir }) },
     options.logger,
   );
+  // The read models' projector, as a started API process runs it: lookups see what ingest accepted.
+  await engine.readModels!.start();
   const { stores } = engine;
   return Object.assign(stores, {
     app: engine.api!,
@@ -132,6 +137,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     prefix: t.prefix,
     secretKey: config.secretKey,
     config,
+    readModels: engine.readModels!,
     async keyFor(roles: Role[], vendorId?: string) {
       const { key } = await stores.apiKeys.create({
         name: `test ${roles.join('+')}`,

@@ -5,13 +5,16 @@ import type { WebhookEventType } from '../../src/domain/events.js';
 import type { Machine } from '../../src/domain/machine.js';
 import type { Task } from '../../src/domain/task.js';
 import { Ingestor, type DeliveryEnqueuer, type DeliveryRequest } from '../../src/ingest/ingest.js';
+import { ReadModelProjector } from '../../src/ingest/read-model-projector.js';
 import { RedisEventDedupe } from '../../src/store/event-dedupe.js';
 import { redisKeys, type RedisKeys } from '../../src/store/keys.js';
 import { RedisMachineStore } from '../../src/store/machines.js';
+import { RedisReadModelFeed } from '../../src/store/read-model-feed.js';
 import { createAgentStatusStore, createTaskStore } from '../../src/store/read-models.js';
 import type { Redis } from '../../src/store/redis.js';
 import { SecretBox } from '../../src/store/secret-box.js';
 import { RedisWebhookStore } from '../../src/store/webhooks.js';
+import { readModelsProjected } from './read-models.js';
 import { testRedis, type TestRedis } from './redis.js';
 
 /** Records every enqueue call (a stand-in for the delivery queues, not for Redis); can be made to fail. */
@@ -51,16 +54,24 @@ export interface IngestFixture {
   seen(...eventIds: string[]): Promise<boolean[]>;
   /** The ingestor's clock; tests may move it. */
   clock: { nowMs: number };
-  /** Ingests through the fixture's Ingestor as the HTTP source. */
+  /**
+   * Ingests through the fixture's Ingestor as the HTTP source, then waits (bounded: see
+   * readModelsProjected) until the fixture's projector has made what it accepted visible in the
+   * read models, as a lookup after the call would eventually see it.
+   */
   ingest(events: readonly unknown[]): ReturnType<Ingestor['ingest']>;
   /** Registers a webhook and returns its id. */
   subscribe(vendorId: string, eventType: WebhookEventType): Promise<string>;
+  /** Stops the fixture's projector (a test that runs its own). */
+  stopProjector(): Promise<void>;
+  /** Stops the projector and closes the connection, leaving the data (another fixture or app shares the prefix). */
+  close(): Promise<void>;
   cleanup(): Promise<void>;
 }
 
 /** An Ingestor over the suite's real Redis (fresh key prefix), real stores and a recording enqueuer; `eventBytesMax`: HOOKLINE_MAX_EVENT_BYTES. */
-export function ingestFixture(options: { eventBytesMax?: number } = {}): IngestFixture {
-  const t = testRedis();
+export function ingestFixture(options: { eventBytesMax?: number; prefix?: string } = {}): IngestFixture {
+  const t = testRedis(undefined, options.prefix);
   const keys = redisKeys(t.prefix);
   const machines = new RedisMachineStore(t.redis, keys);
   const agents = createAgentStatusStore(t.redis, keys);
@@ -71,14 +82,22 @@ export function ingestFixture(options: { eventBytesMax?: number } = {}): IngestF
   const dedupe = new RedisEventDedupe(t.redis, t.prefix, { windowMs: DEDUPE_WINDOW_MS });
   const ingestor = new Ingestor({
     dedupe,
-    machines,
-    agents,
-    tasks,
+    readModels: new RedisReadModelFeed(t.redis, keys.readModels.projection),
     subscriptions: webhooks,
     deliveries: enqueuer,
     nowMs: () => clock.nowMs,
     ...(options.eventBytesMax === undefined ? {} : { eventBytesMax: options.eventBytesMax }),
   });
+  // The read models' projector, as every engine process runs one.
+  const projector = new ReadModelProjector({
+    redis: t.redis,
+    stream: keys.readModels.projection,
+    machines,
+    agents,
+    tasks,
+    logger: { info: () => undefined, warn: () => undefined, error: () => undefined },
+  });
+  const started = projector.start();
   return {
     t,
     redis: t.redis,
@@ -92,7 +111,14 @@ export function ingestFixture(options: { eventBytesMax?: number } = {}): IngestF
     dedupe,
     seen: (...eventIds) => dedupe.seen(eventIds, clock.nowMs),
     clock,
-    ingest: (events) => ingestor.ingest(events, 'http'),
+    async ingest(events) {
+      await started;
+      try {
+        return await ingestor.ingest(events, 'http');
+      } finally {
+        await readModelsProjected(t.redis, keys);
+      }
+    },
     async subscribe(vendorId, eventType) {
       const created = await webhooks.create(vendorId, {
         eventType,
@@ -101,7 +127,17 @@ export function ingestFixture(options: { eventBytesMax?: number } = {}): IngestF
       if (!created.ok) throw new Error(`webhook for ${vendorId} ${eventType} already exists`);
       return created.webhook.id;
     },
+    async stopProjector() {
+      await started.catch(() => undefined);
+      await projector.stop();
+    },
+    async close() {
+      await this.stopProjector();
+      machines.close();
+      await t.redis.quit();
+    },
     async cleanup() {
+      await this.stopProjector();
       machines.close();
       await t.cleanup();
     },

@@ -16,6 +16,7 @@ import { startRedisCluster, type RedisClusterHandle } from '../helpers/redis-clu
 import { findRedisServerBinary, freeLoopbackPort } from '../../src/embedded/redis-server.js';
 import { connectRedis, keySlot, masterNodes, type Redis } from '../../src/store/redis.js';
 import { testApp, type TestApp, type TestAppOptions } from '../helpers/app.js';
+import { readModelsProjected } from '../helpers/read-models.js';
 import { RUN_TS, runCli, startCli } from '../helpers/cli.js';
 import { TestReceiver } from '../helpers/receiver.js';
 import { queuesDrained, waitFor } from '../helpers/wait.js';
@@ -327,6 +328,7 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
     await post(...deployments.map((d) => eventOf('EVENT_TYPE_DEPLOYMENT_UPDATED', 'vendor-a', d)));
     // The batch's three agent statuses, each on its own slot, were written by one script per slot.
     const agentsKey = await t!.keyFor(['agents:read']);
+    await readModelsProjected(t!.redis, t!.keys);
     for (const d of deployments) {
       const res = await api('GET', `/rental/v1/machines/agents/${d.deployment_id}`, undefined, agentsKey);
       expect(res.statusCode).toBe(200);
@@ -406,6 +408,7 @@ describe.skipIf(missing.length > 0)('Hookline on a local 3-master Redis Cluster'
       },
       { ...eventOf('EVENT_TYPE_MACHINE_REMOVED', 'vendor-a', { metadata: { machine_id: 'm-02' } }), timestamp: later },
     );
+    await readModelsProjected(t!.redis, t!.keys);
 
     const list = async (query: string) => {
       const res = await api('GET', `/rental/v1/machines${query}`, undefined, machinesKey);

@@ -3,6 +3,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WEBHOOK_EVENT_TYPES } from '../../src/domain/events.js';
 import { testApp, type TestApp } from '../helpers/app.js';
+import { readModelsProjected } from '../helpers/read-models.js';
 import { fakePortalBuild } from '../helpers/portal-build.js';
 import { servedRoutes } from '../helpers/openapi.js';
 
@@ -368,6 +369,7 @@ describe('fuzzing the admin API and ingest (property-based)', () => {
       payload: { events: [{ junk: true }, valid, 42] },
     });
     expect(res.json<{ accepted: number; rejected: number }>()).toMatchObject({ accepted: 1, rejected: 2 });
+    await readModelsProjected(t.redis, t.keys);
     expect((await t.machines.get('fuzz-m-1'))?.metadata.machine_id).toBe('fuzz-m-1');
   });
 });

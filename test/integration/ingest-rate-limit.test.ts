@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/env.js';
 import { testApp, type TestApp } from '../helpers/app.js';
+import { readModelsProjected } from '../helpers/read-models.js';
 import { TestReceiver } from '../helpers/receiver.js';
 import { waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
@@ -131,6 +132,7 @@ describe('ingest rate limit (events per second per key, not requests)', () => {
     expect((await post(t, producerKey, deploymentEvent(300))).statusCode).toBe(429);
     // Each key has its own budget.
     expect((await post(t, otherKey, deploymentEvent(301))).statusCode).toBe(202);
+    await readModelsProjected(t.redis, t.keys);
     expect(await ingested(over)).toBe(0);
     expect(await ingested(first)).toBe(60);
 

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EVENTS_BODY_LIMIT_BYTES } from '../../src/admin/routes/events.js';
 import { testApp, type TestApp } from '../helpers/app.js';
+import { readModelsProjected } from '../helpers/read-models.js';
 
 /** Bytes that are not UTF-8: a lead byte with a bad continuation, then an encoded surrogate. */
 const INVALID_UTF8 = Buffer.from([0xc3, 0x28, 0xed, 0xa0, 0x80]);
@@ -103,6 +104,7 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
       expect(res.json()).toEqual(NOT_UTF8);
     }
     expect(await t.dedupe.seen([eventId, otherId], Date.now())).toEqual([false, false]);
+    await readModelsProjected(t.redis, t.keys);
     expect(await t.machines.get('m-utf8')).toBeUndefined();
     expect(await t.machines.get('m-fine')).toBeUndefined();
   });
@@ -145,6 +147,7 @@ describe('JSON bodies must be UTF-8 (RFC 8259 §8.1)', () => {
       ),
     );
     expect(ingested.statusCode).toBe(202);
+    await readModelsProjected(t.redis, t.keys);
     expect((await t.machines.get('m-utf8-ok'))?.hardware_specs?.gpus?.[0]?.name).toBe(gpu);
   });
 

@@ -8,6 +8,7 @@ import {
   type StreamIngestSourceOptions,
 } from '../../src/ingest/stream-source.js';
 import { ingestFixture, machine, sampleEvent, type IngestFixture } from '../helpers/ingest-app.js';
+import { readModelsProjected } from '../helpers/read-models.js';
 import { quiescent, waitFor } from '../helpers/wait.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
@@ -97,6 +98,7 @@ describe('StreamIngestSource', () => {
     await waitFor(() => f.enqueuer.requests.length === 3, 5_000, 'three deliveries');
     expect(f.enqueuer.requests.map((r) => [r.eventId, r.webhookId])).toEqual([1, 2, 3].map((n) => [id(n), webhookId]));
     await waitFor(async () => (await pendingCount()) === 0, 5_000, 'no pending entries');
+    await readModelsProjected(f.redis, f.keys);
     expect(await f.machines.get('m-1')).toBeDefined();
   });
 
@@ -167,6 +169,7 @@ describe('StreamIngestSource', () => {
         .cuda_version,
     ).toBe('12.4 \ufffd é 🚀 中文');
     expect(await f.seen(id(7))).toEqual([false]);
+    await readModelsProjected(f.redis, f.keys);
     expect(await f.machines.get('m-07')).toBeUndefined();
     const skipped = logs.filter((line) => line.entryId !== undefined).map((line) => [line.entryId, line.reason]);
     expect(skipped).toEqual([[notUtf8, 'the "event" field is not valid UTF-8; JSON must be UTF-8 (RFC 8259)']]);
