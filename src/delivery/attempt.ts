@@ -2,8 +2,8 @@ import type { Webhook } from '../domain/webhook.js';
 import { privateKeyObject } from '../domain/signing-keys.js';
 import { signingSecrets, webhookSigningKeys } from '../domain/webhook.js';
 import type { Logger } from '../logger.js';
-import type { AttemptOutcome, DeliveryStatus, SentRequest } from '../domain/delivery.js';
-import type { DeliveryRecorder } from '../store/delivery-log.js';
+import type { AttemptOutcome, AttemptRecord, DeliveryStatus, SentRequest } from '../domain/delivery.js';
+import type { AttemptWrite, DeliveryRecorder } from '../store/delivery-log.js';
 import type { WebhookSource } from '../store/webhooks.js';
 import { decide, type Decision } from './classify.js';
 import { interpret, type Interpretation } from './interpret.js';
@@ -23,6 +23,7 @@ import {
   deliveryTraceContext,
   parseTraceparent,
   traceparentOf,
+  type AttemptEnd,
   type AttemptSpan,
   type TraceContext,
   type Tracing,
@@ -83,24 +84,39 @@ export interface DeliveryProcessorDeps {
 /** Why a delivery was dead-lettered without a request: its webhook disabled by the engine, or paused past the delivery's retry window. */
 type UnsentOutcome = 'webhook_disabled' | 'paused_expired';
 
+/**
+ * What one attempt came to, made once from the run's result: the delivery log's record, the
+ * attempt's log line, the metrics and the other observers, and its span all read this one value.
+ */
+export interface AttemptFacts {
+  kind: 'attempted';
+  job: DeliverJob;
+  /** Which attempt of the delivery this was (1 = first). */
+  attempt: number;
+  outcome: AttemptOutcome | UnsentOutcome;
+  decision: Decision['action'];
+  durationMs: number;
+  /** When the attempt started (the delivery log's `atMs`; its whole seconds are the signed `webhook-timestamp`). */
+  startedAtMs: number;
+  endedAtMs: number;
+  /** The receiver's HTTP status and the start of its answer, when it answered. */
+  statusCode?: number;
+  responseSnippet?: string;
+  /** Why it failed, when no answer came (or nothing was sent). */
+  error?: string;
+  /** What the request carried, when one was made (see SentRequest). */
+  sent?: SentRequest;
+  /** The trace the attempt belongs to. */
+  traceId?: string;
+  /** When the decision is a retry: in how long. */
+  retryInMs?: number;
+  /** Set when this attempt disabled the webhook (known once it is recorded). */
+  disabled?: 'gone' | 'failing';
+}
+
 /** How a delivery run ended, for the caller and for metrics. */
 export type FinishedOutcome =
-  | {
-      kind: 'attempted';
-      job: DeliverJob;
-      outcome: AttemptOutcome | UnsentOutcome;
-      decision: Decision['action'];
-      durationMs: number;
-      /** When the attempt started (the delivery log's `atMs`). */
-      startedAtMs: number;
-      endedAtMs: number;
-      /** The receiver's HTTP status, when it answered. */
-      statusCode?: number;
-      /** Which attempt of the delivery this was (1 = first). */
-      attempt: number;
-      /** Set when this attempt disabled the webhook. */
-      disabled?: 'gone' | 'failing';
-    }
+  | AttemptFacts
   | { kind: 'dropped'; job: DeliverJob }
   | { kind: 'deferred'; job: DeliverJob; reason: DeferReason }
   /** A delivery found already finished (a batch re-run, a hand-off whose attempt succeeded). */
@@ -207,7 +223,7 @@ export async function admitAndSend(
       tracker.ended(data);
     }
   }
-  if (admitted.kind === 'circuit_open') return recordCircuitOpen(deps, data, webhook, attemptNo);
+  if (admitted.kind === 'circuit_open') return recordCircuitOpen(deps, data, attemptNo);
   return admitted;
 }
 
@@ -223,21 +239,58 @@ export function finish(deps: Pick<DeliveryProcessorDeps, 'onOutcome'>, outcome: 
  * delivery log already (the API, the portal, `hookline deliveries tail`), and its line cost about
  * 10 µs of CPU and an eighth of the engine's allocation per delivery (see docs/operations.md#logs).
  */
-function logAttempt(
-  logger: Logger,
-  data: DeliverJob,
-  fields: { attempt: number; outcome: string; decision: string } & Record<string, unknown>,
-): void {
+function logAttempt(logger: Logger, facts: AttemptFacts, why?: Record<string, unknown>): void {
+  const { job } = facts;
   const line = {
     event: 'delivery.attempted',
-    eventId: data.eventId,
-    eventType: data.eventType,
-    webhookId: data.webhookId,
-    deliveryId: data.deliveryId,
-    ...fields,
+    eventId: job.eventId,
+    eventType: job.eventType,
+    webhookId: job.webhookId,
+    deliveryId: job.deliveryId,
+    attempt: facts.attempt,
+    outcome: facts.outcome,
+    status: facts.statusCode,
+    durationMs: Math.round(facts.durationMs),
+    decision: facts.decision,
+    ...(facts.retryInMs === undefined ? {} : { retryInMs: facts.retryInMs }),
+    ...(facts.disabled === undefined ? {} : { webhookDisabled: facts.disabled }),
+    ...(facts.traceId === undefined ? {} : { traceId: facts.traceId }),
+    ...why,
   };
-  if (fields.decision === 'delivered') logger.debug(line, 'delivery.attempted');
+  if (facts.decision === 'delivered') logger.debug(line, 'delivery.attempted');
   else logger.warn(line, 'delivery.attempted');
+}
+
+/** The delivery log's write of an attempt: its record (what vendors see of it), the delivery's new status and next attempt. */
+function attemptWrite(facts: AttemptFacts, journal: boolean): AttemptWrite {
+  const attempt: AttemptRecord = {
+    attempt: facts.attempt,
+    atMs: facts.startedAtMs,
+    outcome: facts.outcome,
+    durationMs: facts.durationMs,
+    ...(facts.statusCode === undefined ? {} : { statusCode: facts.statusCode, responseSnippet: facts.responseSnippet }),
+    ...(facts.error === undefined ? {} : { error: facts.error }),
+    ...(facts.sent === undefined ? {} : { sent: facts.sent }),
+    ...(facts.traceId === undefined ? {} : { traceId: facts.traceId }),
+  };
+  return {
+    job: facts.job,
+    attempt,
+    status: STATUS_OF[facts.decision],
+    ...(facts.retryInMs === undefined ? {} : { nextAttemptAtMs: facts.endedAtMs + facts.retryInMs }),
+    ...(journal ? { journal } : {}),
+  };
+}
+
+/** How an attempt's span ends: its outcome, decision and answer; `unrecorded` when storage failed and it will be made again. */
+function spanEnd(facts: AttemptFacts, recorded: boolean): AttemptEnd {
+  return {
+    outcome: facts.outcome,
+    decision: recorded ? facts.decision : 'unrecorded',
+    ...(facts.statusCode !== undefined ? { statusCode: facts.statusCode } : { error: facts.error }),
+    ...(recorded && facts.retryInMs !== undefined ? { retryInMs: facts.retryInMs } : {}),
+    endMs: facts.endedAtMs,
+  };
 }
 
 /** Dead-letters a delivery without sending it (its record says why), logs and counts it. */
@@ -250,13 +303,7 @@ async function deadUnsent(
   why: Record<string, unknown>,
 ): Promise<Concluded> {
   const atMs = deps.nowMs();
-  await deps.recorder.recordAttempt({
-    job: data,
-    attempt: { attempt, atMs, outcome, durationMs: 0, error },
-    status: 'dead',
-  });
-  logAttempt(deps.logger, data, { attempt, outcome, durationMs: 0, decision: 'dead', ...why });
-  const finished = finish(deps, {
+  const facts: AttemptFacts = {
     kind: 'attempted',
     job: data,
     attempt,
@@ -264,9 +311,12 @@ async function deadUnsent(
     decision: 'dead',
     durationMs: 0,
     startedAtMs: atMs,
-    endedAtMs: deps.nowMs(),
-  });
-  return { kind: 'concluded', finished, retryDelayMs: undefined };
+    endedAtMs: atMs,
+    error,
+  };
+  await deps.recorder.recordAttempt(attemptWrite(facts, false));
+  logAttempt(deps.logger, facts, why);
+  return { kind: 'concluded', finished: finish(deps, facts), retryDelayMs: undefined };
 }
 
 /**
@@ -363,37 +413,25 @@ async function send(
     const endedMs = deps.nowMs();
     const answer = interpret(result, endedMs);
     lease.settle(answer, endedMs);
-    // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
-    // at most as many attempts as it has slots (sent or answered, but not yet recorded).
-    let concluded: Concluded | undefined;
-    try {
-      concluded = await conclude(
-        deps,
-        data,
-        webhook,
-        attemptNo,
-        result,
-        answer,
-        startedMs,
-        endedMs,
-        // An `auth` failure before any token came sent nothing: no request to show. (One whose token
-        // was refused, and no new one came, did send that request: sendAuthorized set its header.)
+    const facts = attemptFacts(deps, data, attemptNo, result, answer, startedMs, endedMs, {
+      // An `auth` failure before any token came sent nothing: no request to show. (One whose token
+      // was refused, and no new one came, did send that request: sendAuthorized set its header.)
+      sent:
         result.kind === 'error' && result.errorClass === 'auth' && request.headers.authorization === undefined
           ? undefined
           : { ...sentRequest(request, deps.sender.userAgent), ...receiverCredentialFacts(webhook, request) },
-        trace?.traceId,
-        tracker?.recording?.(data) === true,
-      );
+      traceId: trace?.traceId,
+    });
+    // The slot is held until the attempt is recorded: a worker killed at any moment then repeats
+    // at most as many attempts as it has slots (sent or answered, but not yet recorded).
+    let recorded = false;
+    try {
+      const concluded = await conclude(deps, facts, tracker?.recording?.(data) === true);
+      recorded = true;
       return concluded;
     } finally {
-      span?.end({
-        outcome: answer.outcome,
-        // Unrecorded: storage failed, and the attempt will be made again.
-        decision: concluded?.finished.kind === 'attempted' ? concluded.finished.decision : 'unrecorded',
-        ...(result.kind === 'response' ? { statusCode: result.status } : { error: result.message }),
-        ...(concluded?.retryDelayMs === undefined ? {} : { retryInMs: concluded.retryDelayMs }),
-        endMs: endedMs,
-      });
+      // Unrecorded: storage failed, and the attempt will be made again.
+      span?.end(spanEnd(facts, recorded));
     }
   } finally {
     lease.end();
@@ -401,96 +439,72 @@ async function send(
 }
 
 /** Records an attempt that came due while the endpoint's circuit was open, without sending it. */
-function recordCircuitOpen(
-  deps: DeliveryProcessorDeps,
-  data: DeliverJob,
-  webhook: Webhook,
-  attemptNo: number,
-): Promise<Concluded> {
+function recordCircuitOpen(deps: DeliveryProcessorDeps, data: DeliverJob, attemptNo: number): Promise<Concluded> {
   const nowMs = deps.nowMs();
-  return conclude(deps, data, webhook, attemptNo, CIRCUIT_OPEN, interpret(CIRCUIT_OPEN, nowMs), nowMs, nowMs);
+  return conclude(
+    deps,
+    attemptFacts(deps, data, attemptNo, CIRCUIT_OPEN, interpret(CIRCUIT_OPEN, nowMs), nowMs, nowMs, {}),
+    false,
+  );
 }
 
-/** Decides what follows an attempt, records it, disables the webhook when it must be, logs and counts. */
-async function conclude(
-  deps: DeliveryProcessorDeps,
+/** An attempt's facts (see AttemptFacts) from what the send came to, with what follows it decided. */
+function attemptFacts(
+  deps: Pick<DeliveryProcessorDeps, 'retryScheduleMs' | 'random'>,
   data: DeliverJob,
-  webhook: Webhook,
   attemptNo: number,
   result: SendResult,
   answer: Interpretation,
   startedMs: number,
   endedMs: number,
-  sent?: SentRequest,
-  traceId?: string,
-  journal = false,
-): Promise<Concluded> {
+  request: { sent?: SentRequest | undefined; traceId?: string | undefined },
+): AttemptFacts {
   const decision = decide({ answer, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, random: deps.random });
-  const { outcome } = answer;
+  return {
+    kind: 'attempted',
+    job: data,
+    attempt: attemptNo,
+    outcome: answer.outcome,
+    decision: decision.action,
+    durationMs: result.durationMs,
+    startedAtMs: startedMs,
+    endedAtMs: endedMs,
+    ...(result.kind === 'response'
+      ? { statusCode: result.status, responseSnippet: result.bodySnippet }
+      : { error: result.message }),
+    ...(request.sent === undefined ? {} : { sent: request.sent }),
+    ...(request.traceId === undefined ? {} : { traceId: request.traceId }),
+    ...(decision.action === 'retry' ? { retryInMs: decision.delayMs } : {}),
+  };
+}
+
+/**
+ * Records an attempt (`journal`: it may go to the delivery log's journal, see AttemptWrite),
+ * disables the webhook when it must be, logs and counts it.
+ */
+async function conclude(deps: DeliveryProcessorDeps, facts: AttemptFacts, journal: boolean): Promise<Concluded> {
   let failingSinceMs: number | undefined;
   try {
-    ({ failingSinceMs } = await deps.recorder.recordAttempt({
-      job: data,
-      attempt: {
-        attempt: attemptNo,
-        atMs: startedMs,
-        outcome,
-        durationMs: result.durationMs,
-        ...(result.kind === 'response'
-          ? { statusCode: result.status, responseSnippet: result.bodySnippet }
-          : { error: result.message }),
-        ...(sent === undefined ? {} : { sent }),
-        ...(traceId === undefined ? {} : { traceId }),
-      },
-      status: STATUS_OF[decision.action],
-      ...(decision.action === 'retry' ? { nextAttemptAtMs: endedMs + decision.delayMs } : {}),
-      ...(journal ? { journal } : {}),
-    }));
+    ({ failingSinceMs } = await deps.recorder.recordAttempt(attemptWrite(facts, journal)));
   } catch (error) {
     // An attempt that cannot be recorded will be made again: stop sending until storage answers.
     deps.gate.close();
     throw error;
   }
-  const disabled = await disableIfDue(deps, webhook.id, decision, failingSinceMs, endedMs);
-  logAttempt(deps.logger, data, {
-    attempt: attemptNo,
-    outcome,
-    status: result.kind === 'response' ? result.status : undefined,
-    durationMs: Math.round(result.durationMs),
-    decision: decision.action,
-    ...(decision.action === 'retry' ? { retryInMs: decision.delayMs } : {}),
-    ...(disabled === undefined ? {} : { webhookDisabled: disabled }),
-    ...(traceId === undefined ? {} : { traceId }),
-  });
-  const finished = finish(deps, {
-    kind: 'attempted',
-    job: data,
-    outcome,
-    decision: decision.action,
-    durationMs: result.durationMs,
-    startedAtMs: startedMs,
-    endedAtMs: endedMs,
-    attempt: attemptNo,
-    ...(result.kind === 'response' ? { statusCode: result.status } : {}),
-    ...(disabled === undefined ? {} : { disabled }),
-  });
-  return { kind: 'concluded', finished, retryDelayMs: decision.action === 'retry' ? decision.delayMs : undefined };
+  const disabled = await disableIfDue(deps, facts, failingSinceMs);
+  if (disabled !== undefined) facts.disabled = disabled;
+  logAttempt(deps.logger, facts);
+  return { kind: 'concluded', finished: finish(deps, facts), retryDelayMs: facts.retryInMs };
 }
 
 /** Disables the webhook after a 410 Gone, or once its attempts have all failed for `sustainedFailureMs`; why, when this call did it. */
 async function disableIfDue(
   deps: DeliveryProcessorDeps,
-  webhookId: string,
-  decision: Decision,
+  { job: { webhookId }, decision, endedAtMs }: AttemptFacts,
   failingSinceMs: number | undefined,
-  endedMs: number,
 ): Promise<'gone' | 'failing' | undefined> {
-  if (decision.action === 'disable') return (await deps.webhooks.disable(webhookId, 'gone')) ? 'gone' : undefined;
-  if (
-    decision.action === 'delivered' ||
-    failingSinceMs === undefined ||
-    endedMs - failingSinceMs < deps.sustainedFailureMs
-  )
+  if (decision === 'disable') return (await deps.webhooks.disable(webhookId, 'gone')) ? 'gone' : undefined;
+  if (decision === 'delivered' || failingSinceMs === undefined || endedAtMs - failingSinceMs < deps.sustainedFailureMs)
     return undefined;
   return (await deps.webhooks.disable(webhookId, 'failing')) ? 'failing' : undefined;
 }
