@@ -876,9 +876,10 @@ export async function hooklineAimd(
         'deliveries beside a receiver at its capacity',
         () => deadLettered,
       );
-    } catch {
-      // Some never finished: the figures say how many arrived.
+    } catch (error) {
+      // Some never finished: the figures say how many arrived. A failed signature is no figure.
       stats = await run.stats();
+      if (stats.failed > 0) throw error;
     }
     const seen = stats.capacity!;
     const steadyFromMs = seen.firstAtMs + warmUpMs;
