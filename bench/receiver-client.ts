@@ -166,15 +166,24 @@ export class ReceiverRun {
     return this.receiver.times(this.runId);
   }
 
-  /** Waits until `count` distinct deliveries have verified; throws on a failed signature or after `timeoutMs`. */
-  async waitVerified(count: number, timeoutMs: number, what: string): Promise<RunStats> {
+  /**
+   * Waits until `count` distinct deliveries have verified, or have finished without reaching the
+   * receiver (`finishedUnsent`: the engine's dead letters, which no wait would bring); throws on a
+   * failed signature or after `timeoutMs`.
+   */
+  async waitVerified(
+    count: number,
+    timeoutMs: number,
+    what: string,
+    finishedUnsent: () => number = () => 0,
+  ): Promise<RunStats> {
     let last: RunStats | undefined;
     try {
       return await waitUntil(
         async () => {
           last = await this.stats();
           if (last.failed > 0) throw new Error(`${what}: ${last.failed} requests failed signature verification`);
-          return last.verified >= count ? last : undefined;
+          return last.verified + finishedUnsent() >= count ? last : undefined;
         },
         timeoutMs,
         `${what} (${count} verified deliveries)`,

@@ -434,6 +434,11 @@ const SCENARIOS: Scenario[] = [
           `429s after ${r.warmUpMs / 1000} s ${(late429 * 100).toFixed(1)} %; limited ${perSecond(r.steadyPerSecond)} ÷ ${perSecond(r.idealPerSecond)} = ${times(used)}; ` +
           `healthy ${perSecond(r.healthyPerSecond)} ÷ all-healthy ${perSecond(allHealthy)} = ${times(share)}`,
         checks: [
+          {
+            target: 'every delivery verified',
+            value: `${r.verified}/${r.total}, ${r.deadLettered} dead-lettered`,
+            met: r.verified >= r.total,
+          },
           { target: '429s after warm-up < 5 %', value: `${(late429 * 100).toFixed(1)} %`, met: late429 < 0.05 },
           { target: 'limited ÷ capacity/latency ≥ 0.80', value: times(used), met: used >= 0.8 },
           { target: 'healthy ÷ all-healthy ≥ 0.90', value: times(share), met: share >= 0.9 },
