@@ -58,9 +58,9 @@ export function circuitObserver(
 }
 
 /** Publishes every finished attempt to the live feed (`hookline deliveries tail`), which costs nothing while nobody listens. */
-export function feedObserver(feed: Pick<RedisAttemptFeed, 'publish'>): (outcome: FinishedOutcome) => void {
+export function feedObserver(feed: Pick<RedisAttemptFeed, 'publish' | 'wanted'>): (outcome: FinishedOutcome) => void {
   return (outcome) => {
-    if (outcome.kind !== 'attempted') return;
+    if (outcome.kind !== 'attempted' || !feed.wanted()) return;
     const { job } = outcome;
     const entry: FeedEntry = {
       at: new Date(outcome.endedAtMs).toISOString(),

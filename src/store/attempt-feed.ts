@@ -53,6 +53,12 @@ export class RedisAttemptFeed {
     private readonly nowMs: () => number = Date.now,
   ) {}
 
+  /** Whether an entry published now may reach a listener (else building one is wasted work). */
+  wanted(): boolean {
+    this.refresh();
+    return this.checking || this.listening;
+  }
+
   /** Called for every finished attempt; never throws, never waits. */
   publish(entry: FeedEntry): void {
     this.refresh();
