@@ -39,8 +39,8 @@ const REPLAY_SLICE_MS = 10_000;
 
 /** How often a worker projects the delivery log's journal: the most a delivered first attempt waits to be shown. */
 const JOURNAL_EVERY_MS = 100;
-/** How long a worker's last projection may take at shutdown. */
-const JOURNAL_CLOSE_MS = 5_000;
+/** How long a worker's last projection may take at shutdown (what it leaves, another worker projects once its leases end). */
+const JOURNAL_CLOSE_MS = 1_000;
 
 /**
  * The delivery log's journal (see store/attempt-journal.ts), when the event log is kept: a shard's

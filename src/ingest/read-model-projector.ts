@@ -140,6 +140,8 @@ export class ReadModelProjector {
     this.wake?.();
     if (!this.loop || !this.reader) return;
     await this.reader.close(this.loop, this.blockMs);
+    // With Redis unreachable there is no group to leave now: shutdown does not wait on it.
+    if (this.options.redis.status !== 'ready') return;
     await leaveGroupIfIdle(this.options.redis, this.options.stream, READ_MODEL_GROUP, this.consumer).catch(
       (error: Error) => this.options.logger.warn({ err: error }, 'read models: could not leave the consumer group'),
     );

@@ -431,6 +431,8 @@ export class StreamIngestSource {
 
   /** On a clean stop, removes this consumer from the group unless it still holds pending entries. */
   private async leaveGroupIfIdle(): Promise<void> {
+    // With Redis unreachable there is no group to leave now: shutdown does not wait for it to answer.
+    if (this.redis.status !== 'ready') return;
     try {
       await leaveGroupIfIdle(this.redis, this.stream, this.group, this.consumer);
     } catch (error) {

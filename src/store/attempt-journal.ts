@@ -141,10 +141,15 @@ export class RedisAttemptJournal {
     return { entries, oldestAgeMs: Math.max(0, nowMs - oldestMs) };
   }
 
-  /** Stops the ticks, projects what is left (this process's last attempts), and lets go of its leases. */
+  /**
+   * Stops the ticks, projects what is left (this process's last attempts), and lets go of its
+   * leases. With Redis unreachable it only stops: the entries wait in Redis, and the shards' leases
+   * end by themselves, so another worker projects them.
+   */
   async close(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
+    if (this.redis.status !== 'ready') return;
     await this.running;
     try {
       await this.drain();
