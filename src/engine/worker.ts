@@ -52,7 +52,7 @@ function attemptJournal(stores: Stores, settings: WorkerSettings): RedisAttemptJ
   const journal = new RedisAttemptJournal(stores.redis, stores.keys, {
     shards: stores.queues.partitions.length,
     everyMs: JOURNAL_EVERY_MS,
-    leaseMs: Math.max(1_000, Math.min(5_000, Math.floor(lockDurationMsOf(settings) / 3))),
+    leaseMs: Math.max(500, Math.min(5_000, Math.floor(lockDurationMsOf(settings) / 3))),
     project: (rows) => stores.deliveryLog.project(rows),
     // Redis down is logged once by the outage log; the projection goes on when it is back.
     onError: (error) => {
