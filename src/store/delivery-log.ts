@@ -211,7 +211,7 @@ function toSummary(fields: Record<string, string>): DeliverySummary | undefined 
  * `delivered\t<event type>\t<status code>\t<at ms>`, that the scripts read without decoding
  * JSON, then JSON of the rest of the record and its attempt.
  */
-export function compactDelivered(write: AttemptWrite): string {
+function compactDelivered(write: AttemptWrite): string {
   const { job, attempt } = write;
   const rest = JSON.stringify({ e: job.eventId, v: job.vendorId, c: job.acceptedAtMs, r: attempt });
   return `delivered\t${job.eventType}\t${attempt.statusCode ?? ''}\t${attempt.atMs}\n${rest}`;
