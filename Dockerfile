@@ -15,6 +15,8 @@ COPY packages ./packages
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
+# The build step that copies the stores' Lua scripts (src/store/lua/) into dist/ beside their loader.
+COPY tools ./tools
 # The vendor portal's browser app: bundled by esbuild into dist/portal/, which the API serves.
 COPY web ./web
 # The `hookline` command (package.json's bin): a launcher for dist/cli.js that stays executable.

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
-import { defineScript, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptCall } from './scripts.js';
 
 /** One concluded attempt as the journal carries it to its projection. */
 export interface JournalRow {
@@ -33,20 +33,6 @@ const ENTRIES_PER_READ = 100;
 /** Reads of one shard a pass makes at most before it yields to the next tick. */
 const READS_PER_PASS_MAX = 50;
 
-// Takes (or renews) the shard's lease for ARGV[1] (ARGV[2] ms) and, when held, reads up to ARGV[3]
-// of its oldest entries. KEYS[1]: the journal, KEYS[2]: its lease (one hash tag). Returns the
-// entries, or false when another process holds the shard.
-const LEASE_AND_READ_LUA = `
-local holder = redis.call('GET', KEYS[2])
-if holder and holder ~= ARGV[1] then return false end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[3])`;
-
-// Lets go of the shard's lease if ARGV[1] still holds it.
-const RELEASE_LUA = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 0`;
-
 type Entry = [id: string, fields: string[]];
 
 /**
@@ -71,8 +57,8 @@ export class RedisAttemptJournal {
     private readonly keys: Pick<RedisKeys, 'deliveries'>,
     private readonly options: AttemptJournalOptions,
   ) {
-    this.leaseAndRead = defineScript(redis, { name: 'hooklineJournalLeaseRead', keys: 2, lua: LEASE_AND_READ_LUA });
-    this.release = defineScript(redis, { name: 'hooklineJournalRelease', keys: 1, lua: RELEASE_LUA });
+    this.leaseAndRead = defineScriptFile(redis, 'attempt-journal-lease-and-read', 2);
+    this.release = defineScriptFile(redis, 'attempt-journal-release', 1);
     this.shard = options.shard ?? Math.floor(Math.random() * options.shards);
   }
 

@@ -2,7 +2,7 @@ import type { AttemptRecord, DeliverJob, DeliveryStatus } from '../domain/delive
 import { DEFAULT_RETENTION_MS } from './event-log.js';
 import type { RedisKeys } from './keys.js';
 import { slotGroups, type Redis } from './redis.js';
-import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptArg, type ScriptCall } from './scripts.js';
 import type { JournalRow } from './attempt-journal.js';
 import { LruMap } from '../lib/lru-map.js';
 
@@ -211,7 +211,7 @@ function toSummary(fields: Record<string, string>): DeliverySummary | undefined 
  * `delivered\t<event type>\t<status code>\t<at ms>`, that the scripts read without decoding
  * JSON, then JSON of the rest of the record and its attempt.
  */
-export function compactDelivered(write: AttemptWrite): string {
+function compactDelivered(write: AttemptWrite): string {
   const { job, attempt } = write;
   const rest = JSON.stringify({ e: job.eventId, v: job.vendorId, c: job.acceptedAtMs, r: attempt });
   return `delivered\t${job.eventType}\t${attempt.statusCode ?? ''}\t${attempt.atMs}\n${rest}`;
@@ -272,29 +272,6 @@ export interface DeliveryProgress {
   dueAtMs: number | undefined;
 }
 
-// A webhook's own retention: removes finished records accepted before ARGV[2] (from the recent list,
-// KEYS[1]) and dead letters that died before it (KEYS[2]), up to ARGV[3] of each; records still
-// being tried are left (a later attempt would find its record's identity gone). ARGV[1]: the record
-// key prefix. Returns how many records went.
-const FORGET_BEFORE_LUA = `
-local n = 0
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, ARGV[3])
-for _, id in ipairs(old) do
-  local status = redis.call('HGET', ARGV[1] .. id, 'status')
-  if status ~= 'pending' and status ~= 'retrying' and status ~= 'dead' then
-    redis.call('DEL', ARGV[1] .. id)
-    redis.call('ZREM', KEYS[1], id)
-    n = n + 1
-  end
-end
-local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[2], 'LIMIT', 0, ARGV[3])
-for _, id in ipairs(dead) do
-  redis.call('DEL', ARGV[1] .. id)
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('ZREM', KEYS[1], id)
-  n = n + 1
-end
-return n`;
 /** Records one forgetBefore call removes at most (of each set). */
 const FORGET_PER_CALL_MAX = 500;
 
@@ -304,270 +281,6 @@ const TRIM_IDS_MAX = 64;
 const JOURNALED_KEPT = 20_000;
 /** Attempts recorded by one script call at most; a full batch is written at once. */
 const RECORDS_PER_CALL_MAX = 128;
-
-// Shared by the attempt scripts: trims a webhook's recent list to `recentMax` ids (at most `trimMax`
-// a call, so a call's work stays bounded). A finished delivery off the list leaves only its status,
-// for the grace period: long enough for a batch re-run after a crash to see it was delivered. A dead
-// letter stays replayable and a retrying one still has attempts to record: those two expire by
-// their TTL. (A compact record, see compactDelivered, lives in the event log's status hash until
-// its event is trimmed from the log.)
-const TRIM_RECENT_FN = `
-local function trimRecent(recent, records, recentMax, trimMax, grace)
-  local over = redis.call('ZCARD', recent) - recentMax
-  if over <= 0 then return end
-  local fallen = redis.call('ZRANGE', recent, 0, math.min(over, trimMax) - 1)
-  redis.call('ZREM', recent, unpack(fallen))
-  for _, id in ipairs(fallen) do
-    -- These ids are known only here, so their keys cannot come as arguments. Every key built from
-    -- the webhook's record key prefix (hash tag included) hashes to the slot of its recent list,
-    -- so the script stays within the call's slot.
-    local key = records .. id
-    local fallenStatus = redis.call('HGET', key, 'status')
-    if fallenStatus == 'delivered' or fallenStatus == 'dropped' or fallenStatus == 'replayed' then
-      redis.call('DEL', key)
-      redis.call('HSET', key, 'status', fallenStatus)
-      redis.call('PEXPIRE', key, grace)
-    end
-  end
-end`;
-
-// Attempts of many deliveries, each atomically (one script for the lot). KEYS[1] is the recent list of
-// the call's first webhook: it routes the call on a Redis Cluster, where a call holds the attempts of
-// webhooks in one slot (a webhook's keys share its hash tag). ARGV: the fixed arguments (retention,
-// dead-letter retention, recent list length, trim bound, tombstone grace; all ms or counts), the
-// number of webhooks, each webhook's recent list, dead-letter set, failing-since key, record key
-// prefix, event-log bodies and statuses, then 17 arguments per attempt (its webhook's number, then as `flush` lists them). Returns, per attempt, when its
-// webhook's current run of failures began (ms, as text), or nil once delivered.
-const RECORD_ATTEMPTS_LUA = `${TRIM_RECENT_FN}
-local retention, deadRetention, recentMax, trimMax, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local webhooks, a = {}, 7
-for i = 1, tonumber(ARGV[6]) do
-  webhooks[i] = {recent = ARGV[a], dead = ARGV[a + 1], failing = ARGV[a + 2], records = ARGV[a + 3],
-    logBodies = ARGV[a + 4], logStatuses = ARGV[a + 5]}
-  a = a + 6
-end
-local out = {}
-while a <= #ARGV do
-  local w = webhooks[tonumber(ARGV[a])]
-  local status, n, outcome, code, atMs, nextAt, attemptJson, deliveryId, acceptedAtMs, body =
-    ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10]
-  local eventId, eventType, webhookId, vendorId, replayOf = ARGV[a + 11], ARGV[a + 12], ARGV[a + 13], ARGV[a + 14], ARGV[a + 15]
-  local logged = ARGV[a + 16]
-  a = a + 17
-  local record = w.records .. deliveryId
-  local dead = status == 'dead'
-  -- Attempts live in the record itself, one field each: one key per delivery, not two.
-  local fields = {'status', status, 'attempts', n, 'lastOutcome', outcome, 'lastStatusCode', code,
-    'updatedAtMs', atMs, 'nextAttemptAtMs', nextAt, 'attempt:' .. n, attemptJson}
-  if n == '1' then
-    local i = #fields
-    fields[i + 1], fields[i + 2] = 'deliveryId', deliveryId
-    fields[i + 3], fields[i + 4] = 'eventId', eventId
-    fields[i + 5], fields[i + 6] = 'eventType', eventType
-    fields[i + 7], fields[i + 8] = 'webhookId', webhookId
-    fields[i + 9], fields[i + 10] = 'vendorId', vendorId
-    fields[i + 11], fields[i + 12] = 'acceptedAtMs', acceptedAtMs
-    fields[i + 13], fields[i + 14] = 'replayOf', replayOf
-  end
-  -- The body is kept only where a replay may need it: with the dead letter.
-  if dead then
-    local i = #fields
-    fields[i + 1], fields[i + 2] = 'body', body
-  end
-  redis.call('HSET', record, unpack(fields))
-  -- A delivery still being tried keeps its record for the retention after its next attempt: a
-  -- retention shorter than a gap of the schedule must not take the attempts made (the next would
-  -- then start the schedule over). Its webhook's recent list lives as long.
-  local retryUntil = status == 'retrying' and nextAt ~= '' and tonumber(retention) + math.max(0, tonumber(nextAt) - tonumber(atMs))
-  redis.call('PEXPIRE', record, retryUntil or (dead and deadRetention or retention))
-
-  -- The recent list holds dead letters' ids too, so it lives as long as they do after its last addition.
-  if redis.call('ZADD', w.recent, acceptedAtMs, deliveryId) == 1 then redis.call('PEXPIRE', w.recent, deadRetention) end
-  if retryUntil and retryUntil > tonumber(deadRetention) then redis.call('PEXPIRE', w.recent, retryUntil, 'GT') end
-  -- Trimmed after this record's write, so its new status counts should it be among the oldest.
-  trimRecent(w.recent, w.records, recentMax, trimMax, grace)
-
-  -- A final status is noted in the event log (see event-log.ts) for the event it delivers (a
-  -- replay's, for the event it replays), while the log still holds that event.
-  if logged ~= '' and redis.call('HEXISTS', w.logBodies, logged) == 1 then
-    redis.call('HSET', w.logStatuses, logged, status)
-    redis.call('PEXPIRE', w.logStatuses, deadRetention)
-  end
-
-  if dead then
-    redis.call('ZADD', w.dead, atMs, deliveryId)
-    -- Millisecond times have 13 digits: exact through Lua's number-to-string conversion (%.14g).
-    redis.call('ZREMRANGEBYSCORE', w.dead, '-inf', tonumber(atMs) - tonumber(deadRetention))
-    redis.call('PEXPIRE', w.dead, deadRetention)
-  end
-
-  local since = false
-  if status == 'delivered' then
-    redis.call('DEL', w.failing)
-  -- A disabled webhook's dead letter, or a paused one's past its hold, was never sent: it says
-  -- nothing about the endpoint, so it neither starts nor continues the run of failures.
-  elseif outcome ~= 'webhook_disabled' and outcome ~= 'paused_expired' then
-    since = redis.call('GET', w.failing)
-    -- Nor was an attempt held by an open circuit: it continues a run of failures, but cannot start one.
-    if not since and outcome ~= 'circuit_open' then
-      redis.call('SET', w.failing, atMs)
-      since = atMs
-    end
-  end
-  out[#out + 1] = since
-end
-return out`;
-
-// The journal's projection (see attempt-journal.ts): first attempts delivered without a record,
-// per webhook, written as compact records into the event log's status hash and listed in the recent
-// list; the failure run ends if it began before the latest of them. Idempotent: an entry projected
-// again writes the same. An attempt whose event is no longer in the log (erased meanwhile, or past
-// its retention) is not written, so nothing of an erased event comes back. KEYS[1] routes the call
-// (one slot). ARGV: dead-letter retention, recent list length, trim bound, tombstone grace, then per
-// webhook: recent list, status hash, log bodies, failing-since key, record key prefix, the number of
-// its attempts, then per attempt: delivery id, accepted ms, at ms, compact record. Returns how many
-// attempts it wrote.
-const PROJECT_LUA = `${TRIM_RECENT_FN}
-local deadRetention, recentMax, trimMax, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local a, written = 5, 0
-while a <= #ARGV do
-  local recent, statuses, bodies, failing, records, n = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], tonumber(ARGV[a + 5])
-  a = a + 6
-  local ids = {}
-  for i = 0, n - 1 do ids[i + 1] = ARGV[a + i * 4] end
-  local logged = redis.call('HMGET', bodies, unpack(ids))
-  local members, fields, lastAt = {}, {}, 0
-  for i = 0, n - 1 do
-    local b = a + i * 4
-    if logged[i + 1] then
-      members[#members + 1], members[#members + 2] = ARGV[b + 1], ARGV[b]
-      fields[#fields + 1], fields[#fields + 2] = ARGV[b], ARGV[b + 3]
-      lastAt = math.max(lastAt, tonumber(ARGV[b + 2]))
-    end
-  end
-  a = a + n * 4
-  if #fields > 0 then
-    redis.call('HSET', statuses, unpack(fields))
-    redis.call('PEXPIRE', statuses, deadRetention)
-    if redis.call('ZADD', recent, unpack(members)) > 0 then redis.call('PEXPIRE', recent, deadRetention) end
-    trimRecent(recent, records, recentMax, trimMax, grace)
-    -- A run of failures that began after these deliveries (a later attempt failed) goes on.
-    local since = redis.call('GET', failing)
-    if since and tonumber(since) <= lastAt then redis.call('DEL', failing) end
-    written = written + #fields / 2
-  end
-end
-return written`;
-
-// Deferrals, each atomically: note when the delivery will be tried; create a pending record if it has none.
-// The due time is stored as `<attempt>:<ms>` for the attempt it belongs to, and kept from the first
-// deferral of that attempt (the schedule, not the deferrals, says when it was due); a value left by
-// an earlier attempt's deferral is simply stale, so recording an attempt need not clear it.
-// KEYS[1] routes the call (on a Redis Cluster a call holds deferrals of one slot). ARGV: retentionMs,
-// deadLetterRetentionMs, then per deferral: record key, recent list key, nextAttemptAtMs, dueAtMs,
-// deliveryId, eventId, eventType, webhookId, vendorId, acceptedAtMs, replayOf, ifNoRecord ('1' or ''),
-// parkedIn (the parked batch job holding it, or '').
-const RECORD_DEFERRED_LUA = `
-local retention, deadRetention = ARGV[1], ARGV[2]
-local t = redis.call('TIME')
-local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for a = 3, #ARGV, 13 do
-  local record, recent, nextAt, dueAt, deliveryId, acceptedAtMs = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 9]
-  -- Kept for the retention after the attempt it waits for (see RECORD_ATTEMPTS_LUA), never less than it had.
-  local keepMs = tonumber(retention) + math.max(0, tonumber(nextAt) - nowMs)
-  if redis.call('EXISTS', record) == 1 then
-    redis.call('PEXPIRE', record, keepMs, 'GT')
-    if ARGV[a + 11] ~= '1' then
-      local attempt = tostring(tonumber(redis.call('HGET', record, 'attempts') or '0') + 1) .. ':'
-      local due = redis.call('HGET', record, 'dueAt')
-      if not due or string.sub(due, 1, #attempt) ~= attempt then redis.call('HSET', record, 'dueAt', attempt .. dueAt) end
-      redis.call('HSET', record, 'nextAttemptAtMs', nextAt)
-    end
-    redis.call('HSET', record, 'parkedIn', ARGV[a + 12])
-  else
-    redis.call('HSET', record, 'deliveryId', deliveryId, 'eventId', ARGV[a + 5], 'eventType', ARGV[a + 6], 'webhookId', ARGV[a + 7],
-      'vendorId', ARGV[a + 8], 'acceptedAtMs', acceptedAtMs, 'replayOf', ARGV[a + 10], 'status', 'pending', 'attempts', '0',
-      'updatedAtMs', acceptedAtMs, 'nextAttemptAtMs', nextAt, 'dueAt', '1:' .. dueAt, 'parkedIn', ARGV[a + 12])
-    redis.call('PEXPIRE', record, keepMs)
-    if redis.call('ZADD', recent, acceptedAtMs, deliveryId) == 1 then redis.call('PEXPIRE', recent, deadRetention) end
-  end
-  if keepMs > tonumber(deadRetention) then redis.call('PEXPIRE', recent, keepMs, 'GT') end
-end
-return 1`;
-
-// Deliveries just queued by hand, each given a pending record and a place in its webhook's recent
-// list unless it has a record. KEYS[1] routes the call (on a Redis Cluster a call holds deliveries of
-// one slot). ARGV: retentionMs, deadLetterRetentionMs, then per delivery: record key, recent list key,
-// deliveryId, eventId, eventType, webhookId, vendorId, acceptedAtMs, replayOf.
-const RECORD_QUEUED_LUA = `
-local retention, deadRetention = ARGV[1], ARGV[2]
-for a = 3, #ARGV, 9 do
-  local record, recent, deliveryId, acceptedAtMs = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 7]
-  if redis.call('EXISTS', record) == 0 then
-    redis.call('HSET', record, 'deliveryId', deliveryId, 'eventId', ARGV[a + 3], 'eventType', ARGV[a + 4], 'webhookId', ARGV[a + 5],
-      'vendorId', ARGV[a + 6], 'acceptedAtMs', acceptedAtMs, 'replayOf', ARGV[a + 8], 'status', 'pending', 'attempts', '0',
-      'updatedAtMs', acceptedAtMs)
-    redis.call('PEXPIRE', record, retention)
-    if redis.call('ZADD', recent, acceptedAtMs, deliveryId) == 1 then redis.call('PEXPIRE', recent, deadRetention) end
-  end
-end
-return 1`;
-
-// Shared by the read scripts: a delivery's row from its record, or from its compact record in the
-// event log's status hash (see compactDelivered) when it has no record or only the pending one a
-// deferral or hand-off left before its first attempt: {deliveryId, status, eventType, attempts,
-// lastOutcome, lastStatusCode, updatedAtMs}, or nil.
-const ROW_FN = `
-local function rowOf(records, statuses, id)
-  local f = redis.call('HMGET', records .. id, 'deliveryId', 'status', 'eventType', 'attempts', 'lastOutcome', 'lastStatusCode', 'updatedAtMs')
-  if f[1] and ((f[2] or 'pending') ~= 'pending' or (f[4] or '0') ~= '0') then return f end
-  local v = redis.call('HGET', statuses, id)
-  if v then
-    local status, eventType, code, at = string.match(v, '^([^\\t\\n]*)\\t([^\\t\\n]*)\\t([^\\t\\n]*)\\t([^\\t\\n]*)\\n')
-    if status then return {id, status, eventType, '1', 'delivered', code, at} end
-  end
-  if f[1] then return f end
-  return nil
-end`;
-
-// One page of the recent list, newest first, within accepted times [ARGV[5], ARGV[4]], matching a
-// status (ARGV[2]) and event type (ARGV[3]) when given ('' = any), after the cursor id ARGV[6] among
-// entries scored ARGV[4]: one round trip however far the matches lie. ARGV[1] is the webhook's
-// record key prefix, hash tag included, so every key read hashes to the slot of KEYS[1]; KEYS[2] the
-// event log's status hash (compact records). A record without a status is pending (as toSummary
-// reads it); an id with neither record is skipped. Returns {more (1/0), score of the last id found, ids...}.
-const PAGE_LUA = `${ROW_FN}
-local limit = tonumber(ARGV[7])
-local entries = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[4], ARGV[5], 'WITHSCORES')
-local found = {}
-local lastScore = ''
-local i = 1
-while i <= #entries do
-  local id, score = entries[i], entries[i + 1]
-  i = i + 2
-  if not (ARGV[6] ~= '' and tonumber(score) == tonumber(ARGV[4]) and id >= ARGV[6]) then
-    local f = rowOf(ARGV[1], KEYS[2], id)
-    if f and (ARGV[2] == '' or (f[2] or 'pending') == ARGV[2]) and (ARGV[3] == '' or f[3] == ARGV[3]) then
-      found[#found + 1] = id
-      lastScore = score
-      if #found >= limit then break end
-    end
-  end
-end
-local more = 0
-if #found >= limit and i <= #entries then more = 1 end
-return {more, lastScore, unpack(found)}`;
-
-// What an operator view needs of one webhook, in one round trip: when its current run of failures
-// began, its dead-letter count, and the newest of its last 20 deliveries that has an outcome.
-const HEALTH_LUA = `${ROW_FN}
-local since = redis.call('GET', KEYS[1]) or ''
-local dead = redis.call('ZCARD', KEYS[2])
-for _, id in ipairs(redis.call('ZREVRANGE', KEYS[3], 0, 19)) do
-  local f = rowOf(ARGV[1], KEYS[4], id)
-  if f and f[5] and f[5] ~= '' then return {since, dead, f[5], f[6] or '', f[7] or ''} end
-end
-return {since, dead}`;
 
 /**
  * Every delivery's record and attempts, kept under the webhook's hash tag so one attempt is one
@@ -580,7 +293,7 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   private readonly recordDeferredScript: ScriptCall<[routing: string], ScriptArg[], number>;
   private readonly recordQueuedScript: ScriptCall<[routing: string], ScriptArg[], number>;
   private readonly forgetScript: ScriptCall<[recent: string, dead: string], ScriptArg[], number>;
-  /** A page of the recent list (see PAGE_LUA). */
+  /** A page of the recent list (see lua/delivery-log-page.lua). */
   private readonly pageScript: ScriptCall<
     [recentKey: string, statuses: string],
     [
@@ -628,21 +341,13 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     options: Partial<DeliveryLogOptions> = {},
   ) {
     this.options = { ...DEFAULT_DELIVERY_LOG_OPTIONS, ...options };
-    this.recordAttemptsScript = defineScript(redis, {
-      name: 'hooklineRecordAttempts',
-      keys: 1,
-      lua: RECORD_ATTEMPTS_LUA,
-    });
-    this.recordDeferredScript = defineScript(redis, {
-      name: 'hooklineRecordDeferrals',
-      keys: 1,
-      lua: RECORD_DEFERRED_LUA,
-    });
-    this.recordQueuedScript = defineScript(redis, { name: 'hooklineRecordQueued', keys: 1, lua: RECORD_QUEUED_LUA });
-    this.pageScript = defineScript(redis, { name: 'hooklineDeliveryPage', keys: 2, lua: PAGE_LUA });
-    this.healthScript = defineScript(redis, { name: 'hooklineWebhookHealth', keys: 4, lua: HEALTH_LUA });
-    this.projectScript = defineScript(redis, { name: 'hooklineProjectJournal', keys: 1, lua: PROJECT_LUA });
-    this.forgetScript = defineScript(redis, { name: 'hooklineForgetBefore', keys: 2, lua: FORGET_BEFORE_LUA });
+    this.recordAttemptsScript = defineScriptFile(redis, 'delivery-log-record-attempts', 1);
+    this.recordDeferredScript = defineScriptFile(redis, 'delivery-log-record-deferred', 1);
+    this.recordQueuedScript = defineScriptFile(redis, 'delivery-log-record-queued', 1);
+    this.pageScript = defineScriptFile(redis, 'delivery-log-page', 2);
+    this.healthScript = defineScriptFile(redis, 'delivery-log-health', 4);
+    this.projectScript = defineScriptFile(redis, 'delivery-log-project', 1);
+    this.forgetScript = defineScriptFile(redis, 'delivery-log-forget-before', 2);
     this.retentionMsArg = String(this.options.retentionMs);
     this.deadLetterRetentionMsArg = String(this.options.deadLetterRetentionMs);
     this.recentPerWebhookArg = String(this.options.recentPerWebhook);

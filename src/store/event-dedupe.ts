@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto';
 import type { Redis } from './redis.js';
 import { slotGroups, spreadTags } from './redis.js';
-import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptArg, type ScriptCall } from './scripts.js';
 
 /** Which event ids ingest has fully ingested lately: its idempotency window. */
 export interface EventDedupe {
@@ -51,94 +51,10 @@ function placeOf(eventId: string): MarkPlace {
   };
 }
 
-// Both scripts: KEYS[1] is the meta hash of the call's first partition, which routes the call on a
-// cluster, where a call holds one partition (each is its own slot). Per partition, ARGV carries its
-// hash tag, the number of ids, then each id's set hash and member; its meta hash and set keys are
-// built from the tag, so on a cluster they all hash to KEYS[1]'s slot (on one server, where a call
-// may hold every partition, any key may be touched). A bucket's layout lives in its partition's meta hash: `s<b>` the set count of its first
-// generation (a power of two), `g<b>` its newest generation (each has twice the sets of the one
-// before), `n<b>` its marks. Set keys are `<prefix>:<bucket>:<generation>:<set hash mod set count>`.
-
-/** ARGV: current bucket, buckets back, then the partitions. Returns 1 (seen) or 0 per id, in call order. */
-const SEEN_LUA = `
-local bucket, back = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out, a = {}, 3
-while a <= #ARGV do
-  local prefix, count = ARGV[a], tonumber(ARGV[a + 1])
-  a = a + 2
-  local layout = {}
-  for b = bucket - back, bucket do
-    local meta = redis.call('HMGET', prefix .. ':meta', 's' .. b, 'g' .. b)
-    if meta[1] then layout[#layout + 1] = {b, tonumber(meta[1]), tonumber(meta[2] or '0')} end
-  end
-  for _ = 1, count do
-    local setHash, member = tonumber(ARGV[a]), ARGV[a + 1]
-    a = a + 2
-    local found = 0
-    for _, l in ipairs(layout) do
-      local sets = l[2]
-      for g = 0, l[3] do
-        if redis.call('SISMEMBER', prefix .. ':' .. l[1] .. ':' .. g .. ':' .. (setHash % sets), member) == 1 then
-          found = 1
-          break
-        end
-        sets = sets * 2
-      end
-      if found == 1 then break end
-    end
-    out[#out + 1] = found
-  end
-end
-return out`;
-
-/**
- * ARGV: current bucket, the TTL of its sets (ms: they all expire at its end plus the window), marks
- * per set aimed at, the meta hash's TTL (ms),
- * buckets back, then the partitions. A bucket's first mark sizes its first generation from the
- * previous bucket's marks (a quarter of room to grow); when a generation holds what its sets are
- * meant to, the next one, with twice the sets, takes the marks that follow. So sets stay near the
- * target however the rate moves, and a lookup checks a few generations per bucket.
- */
-const MARK_LUA = `
-local bucket, ttl, target, metaTtl, back = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-local a = 6
-while a <= #ARGV do
-  local prefix, count = ARGV[a], tonumber(ARGV[a + 1])
-  a = a + 2
-  local metaKey = prefix .. ':meta'
-  local meta = redis.call('HMGET', metaKey, 's' .. bucket, 'g' .. bucket, 'n' .. bucket)
-  local first, g, n = tonumber(meta[1]), tonumber(meta[2] or '0'), tonumber(meta[3] or '0')
-  if not first then
-    local previous = tonumber(redis.call('HGET', metaKey, 'n' .. (bucket - 1)) or '0')
-    first = 1
-    while first * target < previous * 1.25 do first = first * 2 end
-    local gone = bucket - back - 1
-    redis.call('HDEL', metaKey, 's' .. gone, 'g' .. gone, 'n' .. gone)
-  end
-  local sets = first * 2 ^ g
-  local room = target * first * (2 ^ (g + 1) - 1)
-  local expiring = {}
-  for _ = 1, count do
-    local setHash, member = tonumber(ARGV[a]), ARGV[a + 1]
-    a = a + 2
-    if n >= room then
-      g = g + 1
-      sets = sets * 2
-      room = room + target * sets
-    end
-    local key = prefix .. ':' .. bucket .. ':' .. g .. ':' .. (setHash % sets)
-    if redis.call('SADD', key, member) == 1 then
-      n = n + 1
-      if not expiring[key] then
-        expiring[key] = true
-        redis.call('PEXPIRE', key, ttl)
-      end
-    end
-  end
-  redis.call('HSET', metaKey, 's' .. bucket, first, 'g' .. bucket, g, 'n' .. bucket, n)
-  redis.call('PEXPIRE', metaKey, metaTtl)
-end
-return 1`;
+// A bucket's layout, as the scripts (lua/event-dedupe-seen.lua and -mark.lua) keep it, lives in its
+// partition's meta hash: `s<b>` the set count of its first generation (a power of two), `g<b>` its
+// newest generation (each has twice the sets of the one before), `n<b>` its marks. Set keys are
+// `<prefix>:<bucket>:<generation>:<set hash mod set count>`.
 
 export interface EventDedupeOptions {
   /** How long a marked id is seen (the dedupe window). */
@@ -179,8 +95,8 @@ export class RedisEventDedupe implements EventDedupe {
     this.tags = spreadTags(prefix, 'dd', PARTITIONS);
     this.bucketMs = Math.ceil(options.windowMs / BUCKETS_PER_WINDOW);
     this.setTarget = options.setTarget ?? SET_TARGET_DEFAULT;
-    this.seenScript = defineScript(redis, { name: 'hooklineDedupeSeen', keys: 1, lua: SEEN_LUA });
-    this.markScript = defineScript(redis, { name: 'hooklineDedupeMark', keys: 1, lua: MARK_LUA });
+    this.seenScript = defineScriptFile(redis, 'event-dedupe-seen', 1);
+    this.markScript = defineScriptFile(redis, 'event-dedupe-mark', 1);
   }
 
   async seen(eventIds: readonly string[], nowMs: number): Promise<boolean[]> {

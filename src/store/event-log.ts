@@ -1,7 +1,7 @@
 import type { DeliveryStatus } from '../domain/delivery.js';
 import type { RedisKeys } from './keys.js';
 import { slotGroups, type Redis } from './redis.js';
-import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptArg, type ScriptCall } from './scripts.js';
 
 /** One event in a webhook's log. */
 export interface LoggedEvent {
@@ -76,105 +76,6 @@ const ERASE_PAGE = 1_000;
  */
 const COUNT_PER_CALL_MAX = 1_000;
 
-// Shared by the scripts: removes up to `max` entries of a log older than `cutoff` (ms), with their
-// bodies and statuses. XDEL of the oldest entries empties the stream's oldest nodes first, which
-// Redis then frees, so the memory is given back as the log is trimmed.
-const TRIM_FN = `
-local function trimLog(log, bodies, statuses, cutoff, max)
-  local old = redis.call('XRANGE', log, '-', string.format('%.0f', cutoff - 1), 'COUNT', max)
-  if #old == 0 then return 0 end
-  local ids, refs = {}, {}
-  for i, entry in ipairs(old) do
-    ids[i] = entry[1]
-    refs[i] = entry[2][2]
-  end
-  redis.call('HDEL', bodies, unpack(refs))
-  redis.call('HDEL', statuses, unpack(refs))
-  redis.call('XDEL', log, unpack(ids))
-  return #old
-end
-local function nowMs()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end`;
-
-// Appends events to their webhooks' logs, each once however often ingest runs again for it (the
-// body's HSETNX is the guard); trims what the retention has passed and sets the keys' expiry, so an
-// idle webhook's log goes whole. KEYS[1] routes the call. ARGV: retention (ms), trim bound, then
-// per entry: log, bodies, statuses, delivery id, event id, event type, body.
-const APPEND_LUA = `${TRIM_FN}
-local retention, trimMax = tonumber(ARGV[1]), tonumber(ARGV[2])
-local cutoff = nowMs() - retention
-local seen = {}
-for a = 3, #ARGV, 7 do
-  local log, bodies, statuses = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  if redis.call('HSETNX', bodies, ARGV[a + 3], ARGV[a + 6]) == 1 then
-    redis.call('XADD', log, '*', 'd', ARGV[a + 3], 'e', ARGV[a + 4], 't', ARGV[a + 5])
-  end
-  if not seen[log] then
-    seen[log] = true
-    trimLog(log, bodies, statuses, cutoff, trimMax)
-    redis.call('PEXPIRE', log, retention)
-    redis.call('PEXPIRE', bodies, retention)
-  end
-end
-return 0`;
-
-// A page of a log: entries from ARGV[1] to ARGV[2] (stream ids, inclusive), up to ARGV[3], each with
-// its status (the final one, else the delivery record's, else false) and, when ARGV[4] is 1, its
-// body. ARGV[5]: the prefix of the webhook's delivery record keys. Per entry: id, delivery id, event
-// id, event type, status, body.
-const PAGE_LUA = `
-local entries = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[2], 'COUNT', ARGV[3])
-local out = {}
-for i, entry in ipairs(entries) do
-  local f = entry[2]
-  local d = f[2]
-  -- A compact record (a first attempt delivered without a record of its own, see delivery-log.ts)
-  -- starts with its status.
-  local status = redis.call('HGET', KEYS[3], d)
-  if status then status = string.match(status, '^[^\\t\\n]*')
-  else status = redis.call('HGET', ARGV[5] .. d, 'status') end
-  local body = false
-  if ARGV[4] == '1' then body = redis.call('HGET', KEYS[2], d) end
-  out[i] = {entry[1], d, f[4], f[6], status, body}
-end
-return out`;
-
-// Counts the entries from ARGV[1] to ARGV[2] (reading at most ARGV[3]) whose type is among ARGV[5]
-// (a list joined by newlines; empty: any) and whose status is among ARGV[6] (likewise). ARGV[4]: the
-// record key prefix. Returns {count, id of the last entry read or '' when the range ended, entries read}.
-const COUNT_LUA = `
-local function setOf(text)
-  if text == '' then return nil end
-  local set = {}
-  for item in string.gmatch(text, '[^\\n]+') do set[item] = true end
-  return set
-end
-local types, statuses = setOf(ARGV[5]), setOf(ARGV[6])
-local max = tonumber(ARGV[3])
-local entries = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[2], 'COUNT', max)
-local count = 0
-for _, entry in ipairs(entries) do
-  local f = entry[2]
-  if types == nil or types[f[6]] then
-    if statuses == nil then count = count + 1
-    else
-      local status = redis.call('HGET', KEYS[2], f[2])
-      if status then status = string.match(status, '^[^\\t\\n]*')
-      else status = redis.call('HGET', ARGV[4] .. f[2], 'status') or 'pending' end
-      if statuses[status] then count = count + 1 end
-    end
-  end
-end
-local last = ''
-if #entries == max then last = entries[#entries][1] end
-return {count, last, #entries}`;
-
-// Maintenance: trims one log to the retention (ARGV[1] ms) by up to ARGV[2] entries. Returns how many went.
-const TRIM_LUA = `${TRIM_FN}
-return trimLog(KEYS[1], KEYS[2], KEYS[3], nowMs() - tonumber(ARGV[1]), tonumber(ARGV[2]))`;
-
 type PageRow = [
   id: string,
   deliveryId: string,
@@ -202,10 +103,10 @@ export class RedisEventLog {
     /** How long events are kept (HOOKLINE_RETENTION); a webhook's own shorter retention is applied by `trim`. */
     private readonly retentionMs: number,
   ) {
-    this.appendScript = defineScript(redis, { name: 'hooklineEventLogAppend', keys: 1, lua: APPEND_LUA });
-    this.pageScript = defineScript(redis, { name: 'hooklineEventLogPage', keys: 3, lua: PAGE_LUA });
-    this.countScript = defineScript(redis, { name: 'hooklineEventLogCount', keys: 2, lua: COUNT_LUA });
-    this.trimScript = defineScript(redis, { name: 'hooklineEventLogTrim', keys: 3, lua: TRIM_LUA });
+    this.appendScript = defineScriptFile(redis, 'event-log-append', 1);
+    this.pageScript = defineScriptFile(redis, 'event-log-page', 3);
+    this.countScript = defineScriptFile(redis, 'event-log-count', 2);
+    this.trimScript = defineScriptFile(redis, 'event-log-trim', 3);
   }
 
   private keysOf(webhookId: string): [log: string, bodies: string, statuses: string] {

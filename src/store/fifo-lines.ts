@@ -2,7 +2,7 @@ import { deliverySchema, type DeliverJob } from '../domain/delivery.js';
 import { ORDERING_KEY_BUCKETS } from '../domain/ordering-key.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
-import { defineScript, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptCall } from './scripts.js';
 
 /**
  * The lines of FIFO webhooks in Redis. A line is a sorted set of delivery ids scored by an accept
@@ -104,157 +104,13 @@ export interface LineSummary {
   headAcceptedAtMs: number | undefined;
 }
 
-// Appends deliveries to the lines of one partition, each in the order given, and marks each line
-// ready at ARGV[1] unless it is marked already (a head waiting for its retry keeps its time); a line
-// that was empty has a new head, waiting from ARGV[1]. KEYS[1] is the ready set, KEYS[2] the heads
-// index, then three keys a line: its sequence, its sorted set, its jobs. ARGV after the time, a line
-// after another: its id, how many deliveries follow, then id, job JSON, id, job JSON, ….
-// A delivery already in its line keeps its place (an ingest repeated after a crash appends nothing).
-// Replies how many were new.
-const APPEND_LUA = `
-local added = 0
-local at = 2
-for k = 3, #KEYS, 3 do
-  local lineId, count = ARGV[at], tonumber(ARGV[at + 1])
-  at = at + 2
-  if redis.call('EXISTS', KEYS[k + 1]) == 0 then redis.call('ZADD', KEYS[2], ARGV[1], lineId) end
-  for _ = 1, count do
-    if not redis.call('ZSCORE', KEYS[k + 1], ARGV[at]) then
-      local seq = redis.call('INCR', KEYS[k])
-      redis.call('ZADD', KEYS[k + 1], seq, ARGV[at])
-      redis.call('HSET', KEYS[k + 2], ARGV[at], ARGV[at + 1])
-      added = added + 1
-    end
-    at = at + 2
-  end
-  redis.call('ZADD', KEYS[1], 'NX', ARGV[1], lineId)
-end
-return added`;
-
-// The head's id and job of a line (its sorted set and jobs hash); a head whose job is missing
-// (never written by APPEND_LUA) is dropped. A line found empty has its sequence deleted: it was the
-// line's last key.
-const HEAD_OF = `
-local function headOf(line, jobs, seq)
-  for _ = 1, 100 do
-    local ids = redis.call('ZRANGE', line, 0, 0)
-    if #ids == 0 then
-      redis.call('DEL', seq)
-      return false
-    end
-    local job = redis.call('HGET', jobs, ids[1])
-    if job then return {ids[1], job} end
-    redis.call('ZREM', line, ids[1])
-  end
-  return false
-end`;
-
-// The head of a line (KEYS: its sorted set, jobs, sequence, then the heads index; ARGV: the time,
-// the line id). A head without an entry in the index (its webhook was paused, or the line waits from
-// before the index) waits from now; an empty line has none.
-const HEAD_LUA = `${HEAD_OF}
-local found = headOf(KEYS[1], KEYS[2], KEYS[3])
-if found then redis.call('ZADD', KEYS[4], 'NX', ARGV[1], ARGV[2])
-else redis.call('ZREM', KEYS[4], ARGV[2]) end
-return found`;
-
-// Removes the head ARGV[2] and answers {1, the next head's id, its job} ({1} when the line is now
-// empty), in one round trip; the next head waits from ARGV[3] in the heads index (KEYS[5], line id
-// ARGV[4]), and an emptied line leaves it. Fenced by the lease and the head's id: a worker whose
-// lease expired (another took the line) can never remove what it no longer owns ({0}).
-const ADVANCE_LUA = `${HEAD_OF}
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
-local ids = redis.call('ZRANGE', KEYS[2], 0, 0)
-if ids[1] ~= ARGV[2] then return {0} end
-redis.call('ZREM', KEYS[2], ARGV[2])
-redis.call('HDEL', KEYS[3], ARGV[2])
-local following = headOf(KEYS[2], KEYS[3], KEYS[4])
-if following then
-  redis.call('ZADD', KEYS[5], ARGV[3], ARGV[4])
-  return {1, following[1], following[2]}
-end
-redis.call('ZREM', KEYS[5], ARGV[4])
-return {1}`;
-
-// Claim (ARGV[4] = 'claim': SET NX) or renew (the token must hold): the lease for ARGV[2] ms, and the
-// ready entry hidden until the lease ends (ARGV[3]), so that others skip the line meanwhile and, if
-// this worker dies, it is due when the lease ends.
-const LEASE_LUA = `
-if ARGV[4] == 'claim' then
-  if not redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return 0 end
-else
-  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[5])
-return 1`;
-
-// Fenced by the lease: the ready entry (ARGV[3], the line id) at ARGV[2] (empty: removed when the
-// line is empty, else due now), then the lease deleted. A head held for its webhook's pause
-// (ARGV[4] = 'paused') leaves the heads index (KEYS[4]); an empty line left it when it emptied.
-const RELEASE_LUA = `
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] ~= '' then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-elseif redis.call('ZCARD', KEYS[3]) == 0 then redis.call('ZREM', KEYS[2], ARGV[3])
-else redis.call('ZADD', KEYS[2], 0, ARGV[3]) end
-if ARGV[4] == 'paused' then redis.call('ZREM', KEYS[4], ARGV[3]) end
-redis.call('DEL', KEYS[1])
-return 1`;
-
-// Removes deliveries ARGV[3…] from a line (an erasure; KEYS: the ready set, the heads index, the
-// line's sequence, sorted set and jobs; ARGV[1] the time, ARGV[2] the line id), whoever drives it.
-// A line left empty goes whole (sequence, ready entry, heads entry), as when its last delivery is
-// delivered; a line whose head went has its next head due now, waiting from now (not at the time
-// the removed head was to be retried). A driver that was on a removed head finds it gone when it
-// tries to remove it and leaves the line to its lease's end. Replies how many were removed.
-const REMOVE_LUA = `
-local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-local removed = 0
-for i = 3, #ARGV do
-  removed = removed + redis.call('ZREM', KEYS[4], ARGV[i])
-  redis.call('HDEL', KEYS[5], ARGV[i])
-end
-local after = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-if not after then
-  redis.call('DEL', KEYS[3])
-  redis.call('ZREM', KEYS[1], ARGV[2])
-  redis.call('ZREM', KEYS[2], ARGV[2])
-elseif after ~= head then
-  redis.call('ZADD', KEYS[1], 'XX', 'LT', ARGV[1], ARGV[2])
-  redis.call('ZADD', KEYS[2], 'XX', ARGV[1], ARGV[2])
-end
-return removed`;
-
-// Removes the heads-index entry ARGV[1] (KEYS[1]) while its score is still ARGV[2] and its line's
-// sorted set (KEYS[2]) does not exist: an entry its line outlived (written by a version that kept
-// the index and then removed by one that did not). Fenced so that an append that started the line
-// again meanwhile keeps its entry.
-const CLEAR_STALE_HEAD_LUA = `
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('ZSCORE', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
-return redis.call('ZREM', KEYS[1], ARGV[1])`;
-
-// Over the lines of a webhook (KEYS: each line's sorted set, then its jobs): the deliveries waiting
-// in all, and when the oldest head was accepted (false: no head).
-const SUMMARY_LUA = `
-local n, oldest = 0, false
-for k = 1, #KEYS, 2 do
-  local count = redis.call('ZCARD', KEYS[k])
-  if count > 0 then
-    n = n + count
-    local job = redis.call('HGET', KEYS[k + 1], redis.call('ZRANGE', KEYS[k], 0, 0)[1])
-    local at = job and cjson.decode(job).acceptedAtMs
-    if type(at) == 'number' and (not oldest or at < oldest) then oldest = at end
-  end
-end
-return {n, oldest}`;
-
 type HeadKeys = [line: string, jobs: string, seq: string, heads: string];
 type FencedKeys = [lease: string, line: string, jobs: string, seq: string, heads: string];
 type LeaseKeys = [lease: string, ready: string];
 
 /** The FIFO lines in Redis; `partitionOf` maps a webhook to its queue partition (jobs.ts). */
 export class RedisFifoLines implements FifoLineStore {
-  /** KEYS: the ready set, the heads index, then each line's sequence, sorted set and jobs; see APPEND_LUA. */
+  /** KEYS: the ready set, the heads index, then each line's sequence, sorted set and jobs; see lua/fifo-lines-append.lua. */
   private readonly appendScript: ScriptCall<string[], (string | number)[], number>;
   private readonly headScript: ScriptCall<HeadKeys, [nowMs: number, lineId: string], [string, string] | null>;
   private readonly advanceScript: ScriptCall<
@@ -293,18 +149,14 @@ export class RedisFifoLines implements FifoLineStore {
     private readonly partitionOf: (webhookId: string) => number,
     private readonly partitions: number,
   ) {
-    this.appendScript = defineScript(redis, { name: 'hooklineFifoAppend', keys: 'varying', lua: APPEND_LUA });
-    this.headScript = defineScript(redis, { name: 'hooklineFifoHead', keys: 4, lua: HEAD_LUA });
-    this.advanceScript = defineScript(redis, { name: 'hooklineFifoAdvance', keys: 5, lua: ADVANCE_LUA });
-    this.leaseScript = defineScript(redis, { name: 'hooklineFifoLease', keys: 2, lua: LEASE_LUA });
-    this.releaseScript = defineScript(redis, { name: 'hooklineFifoRelease', keys: 4, lua: RELEASE_LUA });
-    this.removeScript = defineScript(redis, { name: 'hooklineFifoRemove', keys: 5, lua: REMOVE_LUA });
-    this.clearStaleHeadScript = defineScript(redis, {
-      name: 'hooklineFifoClearStaleHead',
-      keys: 2,
-      lua: CLEAR_STALE_HEAD_LUA,
-    });
-    this.summaryScript = defineScript(redis, { name: 'hooklineFifoSummary', keys: 'varying', lua: SUMMARY_LUA });
+    this.appendScript = defineScriptFile(redis, 'fifo-lines-append', 'varying');
+    this.headScript = defineScriptFile(redis, 'fifo-lines-head', 4);
+    this.advanceScript = defineScriptFile(redis, 'fifo-lines-advance', 5);
+    this.leaseScript = defineScriptFile(redis, 'fifo-lines-lease', 2);
+    this.releaseScript = defineScriptFile(redis, 'fifo-lines-release', 4);
+    this.removeScript = defineScriptFile(redis, 'fifo-lines-remove', 5);
+    this.clearStaleHeadScript = defineScriptFile(redis, 'fifo-lines-clear-stale-head', 2);
+    this.summaryScript = defineScriptFile(redis, 'fifo-lines-summary', 'varying');
   }
 
   /**
@@ -416,7 +268,7 @@ export class RedisFifoLines implements FifoLineStore {
 
   /**
    * Removes deliveries from a line, whoever drives it (an erasure), and answers how many were in
-   * it; see REMOVE_LUA for what becomes of the line and its head.
+   * it; see lua/fifo-lines-remove.lua for what becomes of the line and its head.
    */
   async remove(lineId: string, deliveryIds: readonly string[], nowMs: number): Promise<number> {
     if (deliveryIds.length === 0) return 0;

@@ -3,7 +3,7 @@ import { formatDurationMs, parseDurationMs } from '../config/duration.js';
 import { PORTAL_PERMISSIONS, type PortalPermission } from '../domain/roles.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
-import { defineScript, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptCall } from './scripts.js';
 
 /** Session lifetimes an issuer may ask for: 5 minutes to 7 days, 24 h when not given. */
 const PORTAL_TTL_MS = { min: 5 * 60_000, max: 7 * 86_400_000, default: 86_400_000 } as const;
@@ -66,21 +66,6 @@ function sameDigest(a: string | undefined, b: string): boolean {
   return timingSafeEqual(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
 }
 
-/**
- * Exchanges a link's token once: when the stored token digest matches, it is removed (so a second
- * use fails) and the cookie's digest and CSRF token are stored, in one step, so two tabs racing
- * with the same link cannot both get a cookie. Replies with the session's fields, or nil.
- * KEYS[1] session hash; ARGV token digest, cookie digest, CSRF token, now (ms).
- */
-const EXCHANGE_LUA = `
-local stored = redis.call('HGET', KEYS[1], 'tokenHash')
-if not stored or stored ~= ARGV[1] then return nil end
-if tonumber(redis.call('HGET', KEYS[1], 'expiresAtMs')) <= tonumber(ARGV[4]) then return nil end
-redis.call('HDEL', KEYS[1], 'tokenHash')
-redis.call('HSET', KEYS[1], 'cookieHash', ARGV[2], 'csrf', ARGV[3], 'openedAtMs', ARGV[4])
-return redis.call('HGETALL', KEYS[1])
-`;
-
 type ExchangeCall = ScriptCall<
   [session: string],
   [tokenHash: string, cookieHash: string, csrf: string, nowMs: number],
@@ -121,7 +106,7 @@ export class RedisPortalSessions implements PortalSessionLookup {
     private readonly keys: RedisKeys,
     private readonly nowMs: () => number = Date.now,
   ) {
-    this.exchangeScript = defineScript(redis, { name: 'hooklinePortalExchange', keys: 1, lua: EXCHANGE_LUA });
+    this.exchangeScript = defineScriptFile(redis, 'portal-sessions-exchange', 1);
   }
 
   /** Mints a session and its one-time link token; the token is returned once and never stored. */

@@ -1,6 +1,6 @@
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
-import { defineScript, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptCall } from './scripts.js';
 
 /** What the auth hook needs: count a request and learn how many this subject made this second. */
 export interface RequestCounter {
@@ -35,17 +35,6 @@ export interface EventBudget {
   take(subject: string, count: number, limit: number, nowMs: number): Promise<boolean>;
 }
 
-// Check and count in one step, so API processes racing for the same key's budget never both pass
-// the check and then overshoot it. An empty window always admits: a single batch larger than a
-// small limit would otherwise be refused forever.
-const TAKE_EVENTS_LUA = `
-local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-local count = tonumber(ARGV[1])
-if used > 0 and used + count > tonumber(ARGV[2]) then return 0 end
-redis.call('INCRBY', KEYS[1], count)
-redis.call('PEXPIRE', KEYS[1], 2000)
-return 1`;
-
 /**
  * Fixed one-second windows of a cost per subject in Redis, shared by every API process: events an
  * API key ingests (the default), or log entries a vendor's range counts read (keys.replayCountWindow).
@@ -61,7 +50,7 @@ export class RedisEventBudget implements EventBudget {
     /** The key of a subject's window. */
     private readonly windowKey: (subject: string, second: number) => string = keys.ingestRateWindow,
   ) {
-    this.takeEventsScript = defineScript(redis, { name: 'hooklineTakeEvents', keys: 1, lua: TAKE_EVENTS_LUA });
+    this.takeEventsScript = defineScriptFile(redis, 'rate-limiter-take-events', 1);
   }
 
   async take(subject: string, count: number, limit: number, nowMs: number): Promise<boolean> {

@@ -1,6 +1,6 @@
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
-import { defineScript, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptCall } from './scripts.js';
 import type { SecretBox } from './secret-box.js';
 
 /** An OAuth2 access token and when it stops being used (before the endpoint's expiry). */
@@ -9,11 +9,6 @@ export interface CachedToken {
   /** Epoch ms after which a new token is fetched instead. */
   useUntilMs: number;
 }
-
-// Deletes the token only if it is still the one the caller saw: a newer one another worker stored stays.
-const FORGET_LUA = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`;
 
 /**
  * The OAuth2 access tokens every worker shares: one Redis string per client (token URL and
@@ -27,7 +22,7 @@ export class RedisTokenCache {
     private readonly keys: RedisKeys,
     private readonly box: SecretBox,
   ) {
-    this.forgetScript = defineScript(redis, { name: 'hooklineReceiverTokenForget', keys: 1, lua: FORGET_LUA });
+    this.forgetScript = defineScriptFile(redis, 'receiver-tokens-forget', 1);
   }
 
   /** The stored token of `clientId` with the raw value it was read as (for forget), or undefined. */

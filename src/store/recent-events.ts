@@ -1,22 +1,10 @@
 import type { RedisKeys } from './keys.js';
 import { slotGroups, type Redis } from './redis.js';
-import { defineScript, type ScriptArg, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptArg, type ScriptCall } from './scripts.js';
 
 /** How many recent events are kept per webhook, and for how long. */
 const RECENT_EVENTS_MAX = 5;
 const RECENT_EVENTS_TTL_MS = 24 * 3_600_000;
-
-// Pushes each body onto its webhook's list, keeping the newest RECENT_EVENTS_MAX. KEYS[1] routes the
-// call (on a Redis Cluster a call holds the lists of one slot only). ARGV: how many to keep, the
-// lists' TTL (ms), then key and body pairs.
-const REMEMBER_LUA = `
-local keep, ttl = tonumber(ARGV[1]), ARGV[2]
-for a = 3, #ARGV, 2 do
-  redis.call('LPUSH', ARGV[a], ARGV[a + 1])
-  redis.call('LTRIM', ARGV[a], 0, keep - 1)
-  redis.call('PEXPIRE', ARGV[a], ttl)
-end
-return 0`;
 
 /** Lists written by one script call at most. */
 const LISTS_PER_CALL_MAX = 250;
@@ -34,7 +22,7 @@ export class RedisRecentEvents {
     private readonly redis: Redis,
     private readonly keys: Pick<RedisKeys, 'deliveries'>,
   ) {
-    this.rememberScript = defineScript(redis, { name: 'hooklineRememberEvents', keys: 1, lua: REMEMBER_LUA });
+    this.rememberScript = defineScriptFile(redis, 'recent-events-remember', 1);
   }
 
   /** Keeps `body` as the newest of each webhook's recent events. */

@@ -3,7 +3,7 @@ import type { DeliveryStatus } from '../domain/delivery.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
 import type { TaskStore } from './read-models.js';
-import { defineScript, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptCall } from './scripts.js';
 
 /** A replay's outcome once its delivery has one: delivered, or failed (dead again, or dropped with its webhook). */
 const OUTCOME_OF: Partial<Record<DeliveryStatus, 'delivered' | 'failed'>> = {
@@ -36,14 +36,6 @@ export interface ReplayPlace {
   settleUntilMs: number | undefined;
 }
 
-// Counts each replay's outcome once, however many readers race: only the reader whose SREM took the
-// id out of the open set counts it. KEYS share the task's hash tag; ARGV: id, field, id, field, …
-const SETTLE_LUA = `
-for i = 1, #ARGV, 2 do
-  if redis.call('SREM', KEYS[1], ARGV[i]) == 1 then redis.call('HINCRBY', KEYS[2], ARGV[i + 1], 1) end
-end
-return 1`;
-
 /** A replay task as its reader sees it, with the vendor that started it. */
 export interface ReplayTaskView {
   task: Task;
@@ -69,7 +61,7 @@ export class RedisReplayTasks {
     ) => Promise<({ status: DeliveryStatus } | undefined)[]>,
     private readonly nowMs: () => number,
   ) {
-    this.settleScript = defineScript(redis, { name: 'hooklineReplayTaskSettle', keys: 2, lua: SETTLE_LUA });
+    this.settleScript = defineScriptFile(redis, 'replay-tasks-settle', 2);
   }
 
   /** Notes who started a replay task, before anything is queued. */

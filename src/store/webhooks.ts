@@ -30,7 +30,7 @@ import {
 } from '../domain/webhook.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
-import { defineScript, type ScriptCall } from './scripts.js';
+import { defineScriptFile, type ScriptCall } from './scripts.js';
 import type { SecretBox } from './secret-box.js';
 import type { WebhookChange } from './webhook-changes.js';
 
@@ -208,68 +208,6 @@ export interface WebhookRegistry {
 /** A public key of a webhook signing with Ed25519. */
 export type PublicSigningKey = Omit<SigningKey, 'privateKey'> & { webhookId: string };
 
-// One webhook per (vendor, event type): the index field is claimed atomically with the record, and
-// the FIFO set and the ordering keys (ARGV[5], empty: none) written with it.
-const CREATE_LUA = `
-local holder = redis.call('HGET', KEYS[2], ARGV[2])
-if holder then return holder end
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('SADD', KEYS[3], ARGV[1])
-if ARGV[4] == 'fifo' then redis.call('SADD', KEYS[4], ARGV[1]) end
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[1], ARGV[5]) end
-return false`;
-
-// Compare-and-set: the caller computed ARGV[3] from ARGV[2]; if the record moved meanwhile, it retries.
-const UPDATE_LUA = `
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if not current then return 'not_found' end
-if current ~= ARGV[2] then return 'changed' end
-if ARGV[4] ~= ARGV[5] then
-  local holder = redis.call('HGET', KEYS[2], ARGV[5])
-  if holder and holder ~= ARGV[1] then return 'conflict' end
-  if redis.call('HGET', KEYS[2], ARGV[4]) == ARGV[1] then redis.call('HDEL', KEYS[2], ARGV[4]) end
-  redis.call('HSET', KEYS[2], ARGV[5], ARGV[1])
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-if ARGV[6] == 'fifo' then redis.call('SADD', KEYS[3], ARGV[1]) else redis.call('SREM', KEYS[3], ARGV[1]) end
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[4], ARGV[1], ARGV[7]) else redis.call('HDEL', KEYS[4], ARGV[1]) end
-return 'ok'`;
-
-const DELETE_LUA = `
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if not current then return 0 end
-local record = cjson.decode(current)
-if record.vendorId ~= ARGV[2] then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[1])
-local field = record.vendorId .. '\\n' .. record.eventType
-if redis.call('HGET', KEYS[2], field) == ARGV[1] then redis.call('HDEL', KEYS[2], field) end
-redis.call('SREM', KEYS[3], ARGV[1])
-redis.call('SREM', KEYS[4], ARGV[1])
-redis.call('HDEL', KEYS[5], ARGV[1])
-return 1`;
-
-// Each (vendor, event type)'s webhook id, whether it is in the FIFO set, and a FIFO webhook's
-// ordering key when it has one: the matcher's one round trip.
-const MATCH_LUA = `
-local ids = redis.call('HMGET', KEYS[1], unpack(ARGV))
-local reply = {}
-for i, id in ipairs(ids) do
-  if id then
-    local fifo = redis.call('SISMEMBER', KEYS[2], id)
-    local key = fifo == 1 and redis.call('HGET', KEYS[3], id)
-    if key then reply[i] = {id, fifo, key} else reply[i] = {id, fifo} end
-  else
-    reply[i] = false
-  end
-end
-return reply`;
-
-const LIST_LUA = `
-local ids = redis.call('SMEMBERS', KEYS[2])
-if #ids == 0 then return {} end
-return redis.call('HMGET', KEYS[1], unpack(ids))`;
-
 // The scripts' KEYS: the registry's hashes, a vendor's set, the FIFO set and the ordering keys, all under the webhooks hash tag.
 type VendorKeys = [byId: string, byVendorType: string, ofVendor: string, fifo: string, orderingKeys: string];
 type UpdateKeys = [byId: string, byVendorType: string, fifo: string, orderingKeys: string];
@@ -350,11 +288,11 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
      */
     private readonly releaseHeld?: (webhookId: string) => Promise<void>,
   ) {
-    this.createScript = defineScript(redis, { name: 'hooklineWebhookCreate', keys: 5, lua: CREATE_LUA });
-    this.updateScript = defineScript(redis, { name: 'hooklineWebhookUpdate', keys: 4, lua: UPDATE_LUA });
-    this.deleteScript = defineScript(redis, { name: 'hooklineWebhookDelete', keys: 5, lua: DELETE_LUA });
-    this.matchScript = defineScript(redis, { name: 'hooklineWebhookMatch', keys: 3, lua: MATCH_LUA });
-    this.listScript = defineScript(redis, { name: 'hooklineWebhookList', keys: 2, lua: LIST_LUA });
+    this.createScript = defineScriptFile(redis, 'webhooks-create', 5);
+    this.updateScript = defineScriptFile(redis, 'webhooks-update', 4);
+    this.deleteScript = defineScriptFile(redis, 'webhooks-delete', 5);
+    this.matchScript = defineScriptFile(redis, 'webhooks-match', 3);
+    this.listScript = defineScriptFile(redis, 'webhooks-list', 2);
   }
 
   async create(vendorId: string, input: WebhookInput): Promise<CreateResult> {
