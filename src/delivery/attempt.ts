@@ -89,7 +89,7 @@ type UnsentOutcome = 'webhook_disabled' | 'paused_expired';
  * What one attempt came to, made once from the run's result: the delivery log's record, the
  * attempt's log line, the metrics and the other observers, and its span all read this one value.
  */
-export interface AttemptFacts {
+interface AttemptFacts {
   kind: 'attempted';
   job: DeliverJob;
   /** Which attempt of the delivery this was (1 = first). */
