@@ -2,7 +2,7 @@ import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { chromiumMissing, launchChromium } from '../helpers/browser.js';
 import { issueClientCertificate } from '../helpers/test-ca.js';
-import { waitFor } from '../helpers/wait.js';
+import { deliveryLogCaughtUp, waitFor } from '../helpers/wait.js';
 import { HOSTILE_BODY, portalWorld, SECRET, VENDOR, type PortalWorld } from './fixture.js';
 
 const testCa = inject('testCa');
@@ -1087,6 +1087,8 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
       const header = String(w.bad.at('/deployments')[before]?.headers.traceparent);
       expect(header).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/);
       const traceId = header.split('-')[1]!;
+      // The delivery just made is listed once the delivery log's journal is projected.
+      await deliveryLogCaughtUp(w.t);
       const [latest] = await w.t.deliveryLog.recent(w.webhooks.deploymentStopped, 1);
       await page.goto(`${w.baseUrl}/portal/#/deliveries/${w.webhooks.deploymentStopped}/${latest!.deliveryId}`);
       await page.getByRole('article', { name: 'Attempt 1' }).locator('.trace code', { hasText: traceId }).waitFor();

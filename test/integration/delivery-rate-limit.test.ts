@@ -7,7 +7,7 @@ import { testApp, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
 import { receiverPool, type TestReceiver } from '../helpers/receiver.js';
 import { testRedis, type TestRedis } from '../helpers/redis.js';
-import { waitFor } from '../helpers/wait.js';
+import { deliveryLogCaughtUp, waitFor } from '../helpers/wait.js';
 import { startTestWorker, type TestWorker } from '../helpers/worker.js';
 
 /** The most arrivals in any window [a, a + windowMs) (the busiest starts at an arrival). */
@@ -110,6 +110,7 @@ describe('per-webhook rate limit', () => {
     expect(new Set(ids).size).toBe(EVENTS);
     expect(ids).toHaveLength(EVENTS);
     expect(attempted).toHaveLength(EVENTS);
+    await deliveryLogCaughtUp(t);
     const deliveries = await t.deliveryLog.recent(limited.id, 1_000);
     expect(deliveries).toHaveLength(EVENTS);
     expect(deliveries.every((d) => d.status === 'delivered' && d.attempts === 1)).toBe(true);
