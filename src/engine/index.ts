@@ -2,30 +2,21 @@
  * The engine's public entry: `createEngine(config, options)` and the types of what it builds. The
  * CLI, the tests and the bench import from here; the files beside it are its parts.
  */
-import { RETENTION_PASS_EVERY_MS } from '../delivery/retention.js';
-import { buildAdminServer, buildHealthServer, type AdminServer, type HealthServer } from '../admin/server.js';
+import type { AdminServer, HealthServer } from '../admin/server.js';
 import type { Config } from '../config/env.js';
-import { ReadModelProjector } from '../ingest/read-model-projector.js';
-import { StreamIngestSource } from '../ingest/stream-source.js';
+import type { Tracing } from '../domain/trace.js';
+import type { ReadModelProjector } from '../ingest/read-model-projector.js';
 import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics/metrics.js';
-import { projectionObserver, scrapeCollector, seriesAtStart, streamDeadLetterObserver } from '../metrics/observers.js';
-import { projectionBacklog } from '../store/read-model-feed.js';
-import { connectRedis, isRedisUnavailable, pingRedis } from '../store/redis.js';
+import { seriesAtStart } from '../metrics/observers.js';
 import { VERSION } from '../version.js';
-import { hostname } from 'node:os';
-import { startTracing } from '../tracing/tracing.js';
-import type { Tracing } from '../domain/trace.js';
-import { composeStores, type Stores } from './assembly.js';
-import {
-  outageLog,
-  quietListen,
-  SHUTDOWN_SLACK_MS,
-  SHUTDOWN_STEP_MS,
-  ShutdownSteps,
-  startWhenRedisAnswers,
-} from './lifecycle.js';
-import { composeWorker, type DeliveryWorker, type WorkerSettings } from './worker.js';
+import type { Stores } from './assembly.js';
+import { openConnections, traceExport } from './foundation.js';
+import { readModelProjector, streamConsumers } from './intake.js';
+import { Lifecycle } from './lifecycle.js';
+import { serversOf } from './servers.js';
+import { storesOf } from './stores.js';
+import { workerOf, type DeliveryWorker, type WorkerSettings } from './worker.js';
 
 export type { DeliveryWorker } from './worker.js';
 export type { Stores } from './assembly.js';
@@ -103,181 +94,69 @@ export interface Engine {
  * The composition root: builds a whole Hookline process (connections, stores, the admin API, the
  * delivery worker, the ingest-stream consumer, a worker's health server) for `options.role`. The
  * CLI, the tests and the bench all build their engines here, so they run the production assembly.
- * Nothing listens or consumes until `start()`; `close()` owns the shutdown order.
+ * Nothing listens or consumes until `start()`. Each part adds its start and stop to the process's
+ * lifecycle as it is built, in a phase that says when it runs (see Lifecycle in lifecycle.ts), so
+ * `close()` stops them in the reverse order: the API first, the trace export last.
  */
 export async function createEngine(config: EngineConfig, options: EngineOptions): Promise<Engine> {
   const { role, logger } = options;
-  const runsApi = role === 'all' || role === 'api';
-  const runsWorker = role === 'all' || role === 'worker';
   const tools = role === 'tools';
   const nowMs = options.nowMs ?? Date.now;
   if (!tools && config.secretKey === undefined)
     throw new Error(`a ${role} engine needs the secret key of webhook secrets`);
+  const lifecycle = new Lifecycle(logger);
 
-  // 1. Connections: the application's (auto-pipelined, failing fast so requests answer 503), BullMQ's
-  // queues' and, in a worker, BullMQ's workers' (both waiting out an outage). The CLI's tools fail fast everywhere.
-  const name = `hookline-${role}`;
-  const redis = connectRedis(config.redisUrl, { connectionName: name, maxRetriesPerRequest: tools ? 3 : 2 });
-  const queueConnection = connectRedis(config.redisUrl, {
-    connectionName: `${name}-queues`,
-    maxRetriesPerRequest: tools ? 3 : null,
-    autoPipelining: false,
-  });
-  const workerConnection = runsWorker
-    ? connectRedis(config.redisUrl, {
-        connectionName: 'hookline-worker-jobs',
-        maxRetriesPerRequest: null,
-        autoPipelining: false,
-      })
-    : undefined;
-  const outages = outageLog(logger, config.redisUrl);
-  for (const [label, connection] of [
-    ['app', redis],
-    ['queues', queueConnection],
-    ['worker', workerConnection],
-  ] as const) {
-    if (connection) outages.watch(connection, label);
-  }
-  const isReady = () => pingRedis(redis, 1_000);
-
-  // 2. Metrics and stores.
+  // 1. What everything runs on (the trace export first, so it stops last), then metrics and stores.
+  const tracing = await traceExport(config, role, options.tracing, lifecycle);
+  const { redis, queueConnection, workerConnection, outages, isReady } = openConnections(
+    config,
+    role,
+    logger,
+    lifecycle,
+  );
   const metrics = tools ? undefined : (options.metrics ?? createMetrics({ role }));
   if (metrics) seriesAtStart(metrics, VERSION);
-  // Trace export: the SDK loaded only when an endpoint is configured (config/otel.ts).
-  const tracing = tools
-    ? undefined
-    : (options.tracing ??
-      (await startTracing(config.tracing, {
-        serviceVersion: VERSION,
-        instanceId: `${hostname()}:${process.pid}:${role}`,
-      })));
-  const stores = composeStores({
-    ...(metrics ? { observability: { metrics, logger } } : {}),
-    redis,
-    queueConnection,
-    redisPrefix: config.redisPrefix,
-    secretKey: config.secretKey,
-    retryScheduleMs: config.retryScheduleMs,
-    queuePartitions: config.queuePartitions,
-    secretRotationOverlapMs: config.secretRotationOverlapMs,
-    dedupeWindowMs: config.dedupeWindowMs,
-    maxEventBytes: config.maxEventBytes,
-    retentionMs: config.retentionMs,
-    eventLog: config.eventLog,
-    ingestStreams: config.ingestStreams,
-    replayCountMax: config.replayCountMax,
-    replayCountBudgetPerSecond: config.replayCountBudgetPerSecond,
-    replayRunningMax: config.replayRunningMax,
-    replayQueuedMax: config.replayQueuedMax,
-    // A killed worker's attempts return to the queue after its lock, and then end within the timeout.
-    erasureSettleMs: config.workerLockDurationMs + config.deliveryTimeoutMs + 1_000,
-    ...(config.operationalWebhook ? { operationalWebhooks: { logger } } : {}),
-    ...(tracing === undefined ? {} : { tracing }),
-    nowMs,
-  });
+  const stores = storesOf(config, { redis, queueConnection, logger, metrics, tracing, nowMs, tools }, lifecycle);
 
-  // 3. The worker (and the ingest-stream consumer that runs beside it).
-  const worker =
-    runsWorker && workerConnection
-      ? composeWorker(stores, {
+  // 2. The worker (roles all and worker), and what takes work in beside the API.
+  const worker = workerConnection
+    ? workerOf(
+        config,
+        stores,
+        {
           workerConnection,
           logger,
-          concurrency: config.workerConcurrency,
-          tlsSessionCache: config.tlsSessionCache,
-          ...(config.egressProxy === undefined ? {} : { egressProxy: config.egressProxy }),
-          retryScheduleMs: config.retryScheduleMs,
-          deliveryTimeoutMs: config.deliveryTimeoutMs,
-          allowPrivateTargets: config.allowPrivateTargets,
-          sustainedFailureWindowMs: config.sustainedFailureWindowMs,
-          lockDurationMs: config.workerLockDurationMs,
+          metrics,
+          tracing,
           watchConnection: (connection) => outages.watch(connection, 'first attempts'),
-          ...(metrics ? { metrics } : {}),
-          ...(config.operationalWebhook ? { operationalWebhook: config.operationalWebhook } : {}),
-          ...(tracing === undefined ? {} : { tracing }),
-          ...options.worker,
+          tuning: options.worker,
           nowMs,
-        })
-      : undefined;
-  // One consumer per ingest stream, each blocking on a connection of its own.
-  const streams =
-    worker && config.ingestStream
-      ? Array.from(
-          { length: config.ingestStreams },
-          (_, n) =>
-            new StreamIngestSource({
-              redis,
-              stream: stores.keys.events.streamOf(n),
-              deadLetterStream: stores.keys.events.deadOf(n),
-              ...(metrics ? { observeDeadLetter: streamDeadLetterObserver(metrics) } : {}),
-              ingestor: stores.ingestor,
-              logger,
-              watchConnection: (connection) => outages.watch(connection, `stream ${n}`),
-            }),
-        )
-      : [];
-
-  // The read models' projector runs in every process that ingests or answers lookups: an API alone
-  // (a deployment whose workers are down or elsewhere) still shows what it accepted, and several
-  // processes share the stream through one consumer group.
-  const readModels = tools
-    ? undefined
-    : new ReadModelProjector({
-        redis,
-        stream: stores.keys.readModels.projection,
-        machines: stores.machines,
-        agents: stores.agents,
-        tasks: stores.tasks,
-        logger,
-        watchConnection: (connection) => outages.watch(connection, 'read models'),
-        ...(metrics ? { observe: projectionObserver(metrics) } : {}),
-        nowMs,
-      });
-
-  // 4. The servers: the admin API, a health server (a worker's, or the API's /metrics on a port of its own); none listens yet.
-  const collect = metrics
-    ? scrapeCollector(metrics, {
-        queueCounts: () => stores.queues.counts(),
-        ping: isReady,
-        circuitsOpen: () => worker?.endpoints.openEndpoints(nowMs()).length ?? 0,
-        fifoLines: () => stores.fifoLines.linesWaiting(),
-        fifoOldestHeadAgeMs: () => stores.fifoLines.oldestHeadAgeMs(nowMs()),
-        ...(worker?.journal
-          ? { journalAgeMs: () => worker.journal!.backlog(nowMs()).then((backlog) => backlog.oldestAgeMs) }
-          : {}),
-        projectionBacklog: () => projectionBacklog(redis, stores.keys.readModels.projection, nowMs()),
-      })
-    : undefined;
-  const scraped = metrics && collect ? { ...metrics, collect } : undefined;
-  const api = runsApi
-    ? await buildAdminServer(
-        stores.adminDeps({
-          logger,
-          bodyLimitBytes: config.apiBodyLimitBytes,
-          isReady,
-          ...(scraped ? { metrics: scraped } : {}),
-          rateLimitPerSecond: config.rateLimitPerSecond,
-          ingestRateLimitPerSecond: config.ingestRateLimitPerSecond,
-          unauthenticatedRateLimitPerSecond: config.unauthenticatedRateLimitPerSecond,
-          allowPrivateTargets: config.allowPrivateTargets,
-          metricsRoute: config.metricsOnApiPort,
-          ...(config.publicUrl === undefined ? {} : { publicUrl: config.publicUrl }),
-          listenAddress: { host: config.apiHost, port: config.apiPort },
-          trustProxy: config.trustProxy,
-          ...(options.portalAssetsDir === undefined ? {} : { portalAssetsDir: options.portalAssetsDir }),
-        }),
+        },
+        lifecycle,
       )
     : undefined;
-  // A worker's probes and scrapes have a port of their own, and so do an API's scrapes when they must stay off its port.
-  const health =
-    scraped && (role === 'worker' || (runsApi && !config.metricsOnApiPort))
-      ? await buildHealthServer({ logger, isReady, metrics: scraped })
-      : undefined;
+  const intake = { redis, stores, logger, metrics, outages, nowMs };
+  const readModels = tools ? undefined : readModelProjector(intake, lifecycle);
+  if (worker) streamConsumers(config, intake, lifecycle);
 
-  let closing = false;
-  // Whether the worker took work: one that never started (a start that failed, e.g. a port in use) has nothing to drain.
-  let workerStarted = false;
-  // The change feed keeps this process's copies of webhooks current (the CLI's tools keep none).
-  const feedStop = new AbortController();
+  // 3. The servers, built after the worker (their scrapes read it), though they listen before it starts.
+  const { api, health, addresses } = await serversOf(
+    config,
+    {
+      role,
+      redis,
+      stores,
+      worker,
+      metrics,
+      isReady,
+      logger,
+      nowMs,
+      listen: options.listen ?? false,
+      portalAssetsDir: options.portalAssetsDir,
+    },
+    lifecycle,
+  );
+
   return {
     role,
     config,
@@ -289,99 +168,9 @@ export async function createEngine(config: EngineConfig, options: EngineOptions)
     readModels,
     isReady,
     async start() {
-      const addresses: { api?: string; health?: string } = {};
-      if (!tools)
-        startWhenRedisAnswers(
-          'webhook change feed',
-          () => stores.webhookCopies.listen(feedStop.signal),
-          logger,
-          () => closing,
-        );
-      if (readModels)
-        startWhenRedisAnswers(
-          'read-model projector',
-          () => readModels.start(),
-          logger,
-          () => closing,
-        );
-      if (api) {
-        // Load the listing's in-memory index now rather than on the first request (in the background:
-        // with Redis down at start, the API still starts, answers /readyz 503, and recovers by itself).
-        void stores.machines.refresh().catch((error: Error) => {
-          if (!isRedisUnavailable(error))
-            logger.warn({ err: error.message }, 'machine index not loaded yet; the first listing will load it');
-        });
-        if (options.listen) addresses.api = await quietListen(api, config.apiHost, config.apiPort);
-      }
-      if (health && options.listen) addresses.health = await quietListen(health, config.apiHost, config.metricsPort);
-      if (worker) {
-        workerStarted = true;
-        worker.pool.start();
-        worker.pool.readers.forEach((reader, n) =>
-          startWhenRedisAnswers(
-            `first-attempt reader ${n}`,
-            // What a dead worker journaled is projected before its batches can be claimed here and
-            // re-run: a re-run reads the delivery log to skip what was delivered.
-            async () => {
-              await worker.journal?.drain();
-              await reader.start();
-            },
-            logger,
-            () => closing,
-          ),
-        );
-        worker.fifo.start();
-        worker.replays.start();
-        worker.journal?.start();
-        startWhenRedisAnswers(
-          'retention schedule',
-          () => stores.queues.scheduleRetention(RETENTION_PASS_EVERY_MS),
-          logger,
-          () => closing,
-        );
-        for (const stream of streams)
-          startWhenRedisAnswers(
-            'ingest stream consumer',
-            () => stream.start(),
-            logger,
-            () => closing,
-          );
-      }
-      return addresses;
+      await lifecycle.start();
+      return { ...addresses };
     },
-    async close(graceMs = config.shutdownGraceMs) {
-      closing = true;
-      feedStop.abort();
-      const steps = new ShutdownSteps(Date.now() + graceMs + SHUTDOWN_SLACK_MS - SHUTDOWN_STEP_MS);
-      let ended: 'drained' | 'forced' = 'drained';
-      await steps.run(api?.close());
-      // The stream consumers first: a batch they ingest while stopping still reaches the projection stream.
-      if (worker) await steps.run(Promise.all(streams.map((stream) => stream.stop())));
-      await steps.run(readModels?.stop());
-      if (worker) {
-        if (workerStarted) {
-          ended = await worker.close(graceMs);
-          logger.info(
-            { ended },
-            ended === 'drained'
-              ? 'in-flight deliveries finished'
-              : 'grace period over; unfinished deliveries return to the queue',
-          );
-        } else await worker.close(0);
-      }
-      // After the worker: the counts of its last attempts are in the buffer.
-      await steps.run(stores.endpointStats.close());
-      await steps.run(health?.close());
-      stores.machines.close();
-      await steps.run(stores.queues.close());
-      await Promise.all(
-        [redis, queueConnection, ...(workerConnection ? [workerConnection] : [])].map((connection) =>
-          steps.closeConnection(connection),
-        ),
-      );
-      // Last: the spans of the final attempts are exported (bounded by the exporter's timeout).
-      if (options.tracing === undefined) await steps.run(tracing?.shutdown());
-      return ended;
-    },
+    close: (graceMs = config.shutdownGraceMs) => lifecycle.close(graceMs),
   };
 }

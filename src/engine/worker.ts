@@ -1,3 +1,7 @@
+/**
+ * The delivery worker of a process: composeWorker builds it over the shared stores, workerOf from the
+ * process's configuration, with its parts in the lifecycle's work phase.
+ */
 import { batchProcessorOf, createBatchRunner } from '../delivery/batch-processor.js';
 import { HttpSender } from '../delivery/http-sender.js';
 import { createOperationalProcessor } from '../delivery/operational.js';
@@ -16,6 +20,12 @@ import {
 } from './assembly.js';
 import { raceTimer } from '../lib/timer-race.js';
 import { RedisAttemptJournal } from '../store/attempt-journal.js';
+import { RETENTION_PASS_EVERY_MS } from '../delivery/retention.js';
+import type { Tracing } from '../domain/trace.js';
+import type { Logger } from '../logger.js';
+import type { Metrics } from '../metrics/metrics.js';
+import type { EngineConfig, EngineOptions } from './index.js';
+import type { Lifecycle } from './lifecycle.js';
 
 export interface WorkerSettings extends DeliverySettings {
   /** A connection for BullMQ's workers (maxRetriesPerRequest null, no auto-pipelining). */
@@ -65,7 +75,7 @@ function attemptJournal(stores: Stores, settings: WorkerSettings): RedisAttemptJ
 }
 
 /** The delivery worker of one process over the shared stores. */
-export function composeWorker(stores: Stores, settings: WorkerSettings) {
+function composeWorker(stores: Stores, settings: WorkerSettings) {
   const { deps, sender, endpoints, flow, slots, gate, detach } = composeDeliveryDeps(stores, settings);
   const journal = attemptJournal(stores, settings);
   const runBatch = createBatchRunner(deps);
@@ -173,3 +183,92 @@ export function composeWorker(stores: Stores, settings: WorkerSettings) {
 
 /** The delivery worker of a process: its BullMQ pool, endpoints, send slots and storage gate. */
 export type DeliveryWorker = ReturnType<typeof composeWorker>;
+
+/**
+ * The worker of a process (roles all and worker) from its configuration, and its parts: the pool
+ * starts first; the first-attempt readers, the retention schedule (both once Redis answers), the FIFO
+ * driver, the range replays' runner and the delivery log's journal after it. All of them stop in the
+ * worker's close, which drains them together within the grace period (the journal last).
+ */
+export function workerOf(
+  config: EngineConfig,
+  stores: Stores,
+  on: {
+    workerConnection: Redis;
+    logger: Logger;
+    metrics: Metrics | undefined;
+    tracing: Tracing | undefined;
+    watchConnection: (connection: Redis) => void;
+    tuning: EngineOptions['worker'];
+    nowMs: () => number;
+  },
+  lifecycle: Lifecycle,
+): DeliveryWorker {
+  const { logger, metrics, tracing } = on;
+  const worker = composeWorker(stores, {
+    workerConnection: on.workerConnection,
+    logger,
+    concurrency: config.workerConcurrency,
+    tlsSessionCache: config.tlsSessionCache,
+    ...(config.egressProxy === undefined ? {} : { egressProxy: config.egressProxy }),
+    retryScheduleMs: config.retryScheduleMs,
+    deliveryTimeoutMs: config.deliveryTimeoutMs,
+    allowPrivateTargets: config.allowPrivateTargets,
+    sustainedFailureWindowMs: config.sustainedFailureWindowMs,
+    lockDurationMs: config.workerLockDurationMs,
+    watchConnection: on.watchConnection,
+    ...(metrics ? { metrics } : {}),
+    ...(config.operationalWebhook ? { operationalWebhook: config.operationalWebhook } : {}),
+    ...(tracing === undefined ? {} : { tracing }),
+    ...on.tuning,
+    nowMs: on.nowMs,
+  });
+  const { pool, journal } = worker;
+  lifecycle.add({
+    name: 'delivery worker',
+    phase: 'work',
+    start: () => pool.start(),
+    // Bounded by the grace period its attempts in flight get.
+    boundsItself: true,
+    async stop({ started, graceMs }) {
+      // One that never started (a start-up that failed, e.g. a port in use) has nothing to drain.
+      if (!started) {
+        await worker.close(0);
+        return undefined;
+      }
+      const ended = await worker.close(graceMs);
+      logger.info(
+        { ended },
+        ended === 'drained'
+          ? 'in-flight deliveries finished'
+          : 'grace period over; unfinished deliveries return to the queue',
+      );
+      return ended;
+    },
+  });
+  lifecycle.add({
+    name: 'first-attempt readers',
+    phase: 'work',
+    start: ({ whenRedisAnswers }) =>
+      pool.readers.forEach((reader, n) =>
+        whenRedisAnswers(
+          // What a dead worker journaled is projected before its batches can be claimed here and
+          // re-run: a re-run reads the delivery log to skip what was delivered.
+          async () => {
+            await journal?.drain();
+            await reader.start();
+          },
+          `first-attempt reader ${n}`,
+        ),
+      ),
+  });
+  lifecycle.add({ name: 'FIFO driver', phase: 'work', start: () => worker.fifo.start() });
+  lifecycle.add({ name: 'replay runner', phase: 'work', start: () => worker.replays.start() });
+  if (journal) lifecycle.add({ name: 'delivery log journal', phase: 'work', start: () => journal.start() });
+  lifecycle.add({
+    name: 'retention schedule',
+    phase: 'work',
+    start: ({ whenRedisAnswers }) => whenRedisAnswers(() => stores.queues.scheduleRetention(RETENTION_PASS_EVERY_MS)),
+  });
+  return worker;
+}
