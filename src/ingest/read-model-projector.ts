@@ -11,7 +11,7 @@ import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import {
   backoffMs,
   BlockingStreamReader,
-  claimStale,
+  claimStaleRounds,
   ensureGroup,
   leaveGroupIfIdle,
   pruneIdleConsumers,
@@ -83,8 +83,6 @@ export interface ReadModelProjectorOptions {
   nowMs?: () => number;
 }
 
-/** Claim rounds per maintenance pass. */
-const CLAIM_ROUNDS_MAX = 10;
 /** Other consumers with nothing pending and silent this long are removed from the group. */
 const CONSUMER_IDLE_MAX_MS = 24 * 3_600_000;
 const CONSUMERS_PRUNED_MAX = 100;
@@ -258,26 +256,23 @@ export class ReadModelProjector {
   /** Claims (and projects) the entries of consumers presumed dead, then prunes long-idle consumers. */
   private async maintain(): Promise<void> {
     const { redis, stream } = this.options;
-    let cursor = '0-0';
-    for (let round = 0; round < CLAIM_ROUNDS_MAX; round += 1) {
-      const { next, entries } = await claimStale(redis, {
+    await claimStaleRounds(
+      redis,
+      {
         stream,
         group: READ_MODEL_GROUP,
         consumer: this.consumer,
         minIdleMs: this.claimMinIdleMs,
-        cursor,
         count: this.batchSize,
-      });
-      if (entries.length > 0) {
+      },
+      async (entries) => {
         this.options.logger.info(
           { entries: entries.length },
           'read models: claimed stale entries of another projector',
         );
         await this.project(entries);
-      }
-      cursor = next;
-      if (cursor === '0-0') break;
-    }
+      },
+    );
     try {
       await pruneIdleConsumers(redis, {
         stream,

@@ -6,7 +6,7 @@ import { isRedisError, isRedisUnavailable, type Redis } from '../store/redis.js'
 import {
   backoffMs,
   BlockingStreamReader,
-  claimStale,
+  claimStaleRounds,
   doneBelow,
   ensureGroup,
   fieldOf,
@@ -83,8 +83,6 @@ interface SetAside {
 
 /** Entries the dead-letter stream keeps, about (XADD MAXLEN ~): the newest, for an operator to read and re-send. */
 const DEAD_LETTERS_MAX = 10_000;
-/** Claim rounds per maintenance pass, so a huge backlog of stale entries cannot stall reading. */
-const CLAIM_ROUNDS_MAX = 10;
 /** Consumers removed per maintenance pass. */
 const CONSUMERS_PRUNED_MAX = 100;
 
@@ -379,26 +377,23 @@ export class StreamIngestSource {
 
   /** Claims stale entries of dead consumers (and ingests them), then tidies the stream and the group. */
   private async maintain(): Promise<void> {
-    let cursor = '0-0';
-    for (let round = 0; round < CLAIM_ROUNDS_MAX; round += 1) {
-      const { next, entries: claimed } = await claimStale(this.redis, {
+    await claimStaleRounds(
+      this.redis,
+      {
         stream: this.stream,
         group: this.group,
         consumer: this.consumer,
         minIdleMs: this.claimMinIdleMs,
-        cursor,
         count: this.batchSize,
-      });
-      if (claimed.length > 0) {
+      },
+      async (claimed) => {
         this.options.logger.info(
           { entries: claimed.length },
           'ingest stream: claimed stale entries of another consumer',
         );
         await this.process(claimed);
-      }
-      cursor = next;
-      if (cursor === '0-0') break;
-    }
+      },
+    );
     // Housekeeping only: a failure here must not hold up ingest.
     try {
       await this.trim();

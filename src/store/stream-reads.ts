@@ -60,6 +60,33 @@ export async function readGroup(
   return toEntries(stream?.[1]);
 }
 
+/** XAUTOCLAIM rounds one maintenance pass makes at most, so a long backlog of stale entries is taken a bounded share at a time. */
+const CLAIM_ROUNDS_MAX = 10;
+
+/**
+ * Takes over what consumers presumed dead left pending (claimStale, round after round until the
+ * group has none or CLAIM_ROUNDS_MAX rounds), handing each round's entries to `handle`. Answers how
+ * many it took.
+ */
+export async function claimStaleRounds(
+  redis: Redis,
+  claim: { stream: string; group: string; consumer: string; minIdleMs: number; count: number },
+  handle: (entries: StreamEntry[]) => Promise<void>,
+): Promise<number> {
+  let cursor = '0-0';
+  let taken = 0;
+  for (let round = 0; round < CLAIM_ROUNDS_MAX; round += 1) {
+    const { next, entries } = await claimStale(redis, { ...claim, cursor });
+    if (entries.length > 0) {
+      taken += entries.length;
+      await handle(entries);
+    }
+    cursor = next;
+    if (cursor === '0-0') break;
+  }
+  return taken;
+}
+
 /**
  * One XAUTOCLAIM: up to `count` entries pending for longer than `minIdleMs` with any consumer of the
  * group become `consumer`'s, from `cursor` on. Answers them and the cursor to go on from ('0-0': done).
