@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';
+import { projectionBacklog } from './read-model-feed.js';
 import { defineScriptFile, type ScriptCall } from './scripts.js';
 
 /** One concluded attempt as the journal carries it to its projection. */
@@ -112,19 +113,15 @@ export class RedisAttemptJournal {
 
   /** Attempts waiting to be projected, and how old the oldest is (ms; 0 when none wait). */
   async backlog(nowMs: number): Promise<{ entries: number; oldestAgeMs: number }> {
-    let entries = 0;
-    let oldestMs = nowMs;
-    for (let shard = 0; shard < this.options.shards; shard += 1) {
-      const journal = this.keys.deliveries.journal(shard);
-      const [length, first] = await Promise.all([
-        this.redis.xlen(journal),
-        this.redis.xrange(journal, '-', '+', 'COUNT', 1),
-      ]);
-      entries += length;
-      const id = first[0]?.[0];
-      if (id !== undefined) oldestMs = Math.min(oldestMs, Number(id.slice(0, id.indexOf('-'))));
-    }
-    return { entries, oldestAgeMs: Math.max(0, nowMs - oldestMs) };
+    const shards = await Promise.all(
+      Array.from({ length: this.options.shards }, (_, shard) =>
+        projectionBacklog(this.redis, this.keys.deliveries.journal(shard), nowMs),
+      ),
+    );
+    return {
+      entries: shards.reduce((sum, shard) => sum + shard.entries, 0),
+      oldestAgeMs: Math.max(0, ...shards.map((shard) => shard.oldestAgeMs)),
+    };
   }
 
   /**
