@@ -137,11 +137,19 @@ function printCommandStats(
   after: Awaited<ReturnType<typeof redisCommandStats>>,
 ): void {
   const calls = [...after.calls]
-    .map(([command, n]) => [command, n - (before.calls.get(command) ?? 0)] as const)
+    .map(
+      ([command, n]) =>
+        [
+          command,
+          n - (before.calls.get(command) ?? 0),
+          (after.usec.get(command) ?? 0) - (before.usec.get(command) ?? 0),
+        ] as const,
+    )
     .filter(([, n]) => n > 0)
     .sort((a, b) => b[1] - a[1]);
   console.log(
-    `  Redis in this run: ${after.inputBytes - before.inputBytes} bytes read; calls ${calls.map(([c, n]) => `${c} ${n}`).join(', ')}`,
+    `  Redis in this run: ${after.inputBytes - before.inputBytes} bytes read; calls (and µs in them) ` +
+      calls.map(([c, n, us]) => `${c} ${n} (${us})`).join(', '),
   );
 }
 

@@ -20,12 +20,22 @@ export async function redisCommands(redis: Redis): Promise<number> {
   return Number(/^total_commands_processed:(\d+)/m.exec(info)?.[1] ?? 'NaN');
 }
 
-/** Per command (scripts' inner commands included), the calls Redis has processed so far; and the bytes it has read from clients. */
-export async function redisCommandStats(redis: Redis): Promise<{ calls: Map<string, number>; inputBytes: number }> {
+/**
+ * Per command (scripts' inner commands included), the calls Redis has processed so far and the
+ * microseconds it spent in them (a script's own time, `evalsha`, includes its inner commands'); and
+ * the bytes it has read from clients.
+ */
+export async function redisCommandStats(
+  redis: Redis,
+): Promise<{ calls: Map<string, number>; usec: Map<string, number>; inputBytes: number }> {
   const [commandstats, stats] = [await redis.info('commandstats'), await redis.info('stats')];
   const calls = new Map<string, number>();
-  for (const match of commandstats.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls.set(match[1]!, Number(match[2]));
-  return { calls, inputBytes: Number(/^total_net_input_bytes:(\d+)/m.exec(stats)?.[1] ?? 'NaN') };
+  const usec = new Map<string, number>();
+  for (const match of commandstats.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) {
+    calls.set(match[1]!, Number(match[2]));
+    usec.set(match[1]!, Number(match[3]));
+  }
+  return { calls, usec, inputBytes: Number(/^total_net_input_bytes:(\d+)/m.exec(stats)?.[1] ?? 'NaN') };
 }
 
 /** Deletes every key matching `pattern` (SCAN, never KEYS; on each master of a cluster, one UNLINK per slot); answers how many. */

@@ -535,17 +535,19 @@ function buildRequest(
   nowMs: number,
   timeoutMs: number,
 ): SendRequest {
+  // Encoded once: the signatures are made of these bytes, and the sender writes them as they are.
+  const body = Buffer.from(job.body, 'utf8');
   return addReceiverCredentials(
     {
       url: webhook.callbackUrl,
-      body: job.body,
+      body,
       timeoutMs,
       headers: deliveryHeaders({
         webhookId: job.eventId,
         eventType: job.eventType,
         attempt,
         timestampSec: Math.floor(nowMs / 1000),
-        body: job.body,
+        body,
         secrets: signingSecrets(webhook, nowMs),
         signingKeys: webhookSigningKeys(webhook, nowMs).map((key) => privateKeyObject(key.privateKey)),
       }),
@@ -578,7 +580,7 @@ function sentRequest(request: SendRequest, userAgent: string): SentRequest {
   const keySignatures = entries.filter((entry) => entry.startsWith('v1a,')).length;
   return {
     host,
-    bodyBytes: Buffer.byteLength(request.body),
+    bodyBytes: typeof request.body === 'string' ? Buffer.byteLength(request.body) : request.body.length,
     signatures: entries.length - keySignatures,
     ...(keySignatures === 0 ? {} : { keySignatures }),
     userAgent,

@@ -13,7 +13,8 @@ import { createConnector, type ConnectionKind, type ConnectorOptions } from './c
 export interface SendRequest {
   url: string;
   headers: Record<string, string>;
-  body: string;
+  /** The body as sent: its text, or its UTF-8 bytes (encoded once for signing and sending). */
+  body: string | Buffer;
   /** The whole attempt: connecting, sending and reading the response. */
   timeoutMs: number;
   /** mTLS: the certificate to present, and its key; connections are kept apart per certificate. */

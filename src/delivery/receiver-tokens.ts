@@ -131,7 +131,7 @@ export class ReceiverTokens {
 }
 
 /** The client-credentials grant request: the client authenticated by Basic (the default) or in the body. */
-export function tokenRequest(auth: OAuth2Auth, timeoutMs: number): SendRequest {
+export function tokenRequest(auth: OAuth2Auth, timeoutMs: number): SendRequest & { body: string } {
   const form = new URLSearchParams({ grant_type: 'client_credentials' });
   if (auth.scope !== undefined) form.set('scope', auth.scope);
   if (auth.audience !== undefined) form.set('audience', auth.audience);

@@ -20,8 +20,8 @@ export interface SignatureInput {
   webhookId: string;
   /** Unix seconds of this attempt. */
   timestampSec: number;
-  /** The exact body bytes that will be sent. */
-  body: string;
+  /** The exact body that will be sent: its text, or its UTF-8 bytes (then signed and sent without another encoding). */
+  body: string | Buffer;
   /** Current secret first, then the previous one during a rotation; empty when the webhook has none. */
   secrets: readonly string[];
   /** Ed25519 private keys (`signature: "ed25519"`): the current one first, then the previous one during a rotation. */
@@ -49,7 +49,7 @@ export function signatureHeaders(input: SignatureInput): Record<string, string> 
   const signingKeys = input.signingKeys ?? [];
   if (legacySecret === undefined && signingKeys.length === 0) return headers;
   // The body's bytes once, for every signature of this attempt.
-  const bytes = Buffer.from(body, 'utf8');
+  const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
   headers['webhook-signature'] = [
     ...secrets.map((secret) => `v1,${standardSignature(keysOf(secret).standard, webhookId, timestampSec, bytes)}`),
     ...signingKeys.map((key) => `v1a,${asymmetricSignature(key, webhookId, timestampSec, bytes)}`),
@@ -67,9 +67,9 @@ export function signatureHeaders(input: SignatureInput): Record<string, string> 
 export function deliveryHeaders(
   input: SignatureInput & { eventType: string; attempt: number },
 ): Record<string, string> {
-  return {
-    ...signatureHeaders(input),
-    'x-webhook-event': input.eventType,
-    'x-webhook-attempt': String(input.attempt),
-  };
+  // Added to the signature headers' own new object, after them: the order sent.
+  const headers = signatureHeaders(input);
+  headers['x-webhook-event'] = input.eventType;
+  headers['x-webhook-attempt'] = String(input.attempt);
+  return headers;
 }
