@@ -18,8 +18,11 @@ const LAYERS = {
   store: ['./domain', './config'],
   ingest: ['./domain', './store', './logger.ts'],
   delivery: ['./domain', './store', './ingest', './logger.ts'],
+  // Operator tasks (replays, erasure, retention, test events) queue and read deliveries; delivery never
+  // imports them: the composition root hands the worker pool what it runs.
+  tasks: ['./domain', './store', './ingest', './delivery', './logger.ts'],
   metrics: ['./domain', './delivery', './ingest', './logger.ts'],
-  admin: ['./domain', './store', './ingest', './delivery', './metrics', './logger.ts', './version.ts'],
+  admin: ['./domain', './store', './ingest', './delivery', './tasks', './metrics', './logger.ts', './version.ts'],
   // The OpenTelemetry adapter behind domain/trace.ts's port: only the composition root loads it.
   tracing: ['./domain', './config'],
 };
@@ -55,6 +58,12 @@ const rootZones = [
       './src/delivery/worker.ts',
     ],
     message: 'src/delivery/endpoints/ (what is known of endpoints, and admission) imports no delivery run or processor',
+  },
+  {
+    target: './src/delivery/outbound',
+    from: './src/delivery',
+    except: ['./outbound'],
+    message: 'src/delivery/outbound/ (building, signing and sending the request) imports nothing else of src/delivery/',
   },
 ];
 

@@ -138,10 +138,10 @@ const DIRECT_RULES: readonly Rule[] = [
   [
     'sign',
     sourceIn(
-      /^src\/delivery\/(sign|request-headers)\.ts$|^src\/domain\/signing-keys\.ts$|^src\/store\/secret-box\.ts$|^packages\/verify\//,
+      /^src\/delivery\/outbound\/(sign|request-headers)\.ts$|^src\/domain\/signing-keys\.ts$|^src\/store\/secret-box\.ts$|^packages\/verify\//,
     ),
   ],
-  ['send', sourceIn(/^src\/delivery\/http-sender\.ts$|^src\/domain\/ip-policy\.ts$/)],
+  ['send', sourceIn(/^src\/delivery\/outbound\/http-sender\.ts$|^src\/domain\/ip-policy\.ts$/)],
   [
     'admission',
     sourceIn(
@@ -155,7 +155,7 @@ const DIRECT_RULES: readonly Rule[] = [
       /^src\/ingest\/|^src\/admin\/|^src\/domain\/(event|event-catalogue|events|ids|json-depth|json-text|filter|machine|machine-index|agent|task)\.ts$|^src\/store\/(event-dedupe|read-models|versioned-docs|recent-events|machines|api-keys|rate-limiter)\.ts$|^node_modules\/(fastify|@fastify\/[^/]+|find-my-way|avvio|light-my-request|secure-json-parse|fast-json-stringify|fastify-type-provider-zod|fast-querystring|fast-uri)\//,
     ),
   ],
-  ['run', sourceIn(/^src\/delivery\//)],
+  ['run', sourceIn(/^src\/(delivery|tasks)\//)],
   ['engine', sourceIn(/^src\/engine(\.ts$|\/)/)],
   ...(Object.entries(LEAN_FUNCTIONS).map(
     ([name, part]) => [part, (f: Frame) => f.source === LEAN_SOURCE && f.functionName === name] as const,

@@ -11,7 +11,7 @@ import { settle, withStores } from './cli/stores.js';
 import { loadConfig, type Config } from './config/env.js';
 import { DELIVERY_STATUSES, type DeliveryStatus } from './domain/delivery.js';
 import { EXTERNAL_ID_RE } from './domain/ids.js';
-import type { RangeReplaySpec } from './delivery/range-replay.js';
+import type { RangeReplaySpec } from './tasks/range-replay.js';
 import { portalLinkBase } from './domain/portal-link.js';
 import { ROLES, type Role } from './domain/roles.js';
 import { createLogger, type Logger } from './logger.js';

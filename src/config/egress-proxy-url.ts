@@ -1,10 +1,10 @@
 /**
- * HOOKLINE_EGRESS_PROXY: the HTTP proxy every delivery leaves through (delivery/egress-proxy.ts
+ * HOOKLINE_EGRESS_PROXY: the HTTP proxy every delivery leaves through (delivery/outbound/egress-proxy.ts
  * opens the tunnels). Parsed here so a bad value stops the process at start, with a message that
  * never quotes it: it may hold the proxy's password.
  */
 
-/** Where the egress proxy listens, and the credentials it wants (the shape delivery/egress-proxy.ts takes). */
+/** Where the egress proxy listens, and the credentials it wants (the shape delivery/outbound/egress-proxy.ts takes). */
 export interface EgressProxyAddress {
   host: string;
   port: number;

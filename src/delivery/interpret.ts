@@ -1,6 +1,6 @@
 import type { FlowSignal } from '../domain/concurrency-limit.js';
 import type { AttemptErrorClass, AttemptOutcome } from '../domain/delivery.js';
-import type { SendResult } from './http-sender.js';
+import type { SendResult } from './outbound/http-sender.js';
 
 /**
  * What a receiver's answer means, in one table: for the delivery (delivered, disable the webhook,

@@ -26,7 +26,7 @@ export const JOBS = {
     schema: z.object({ taskId: z.string(), vendorId: z.string(), webhookId: z.string() }),
   },
   /**
-   * A replay of the events a webhook's log holds in a time range (see range-replay.ts); its task's
+   * A replay of the events a webhook's log holds in a time range (see src/tasks/range-replay.ts); its task's
    * state hash keeps its place, so a run that starts again goes on from there.
    */
   replayRange: {
@@ -42,7 +42,7 @@ export const JOBS = {
       ratePerSecond: z.number().optional(),
     }),
   },
-  /** An erasure (see erasure.ts): one event's data, or a vendor's; run as a task. */
+  /** An erasure (see src/tasks/erasure.ts): one event's data, or a vendor's; run as a task. */
   erase: {
     name: 'erase',
     schema: z.object({

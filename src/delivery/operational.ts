@@ -4,10 +4,10 @@ import type { Logger } from '../logger.js';
 import type { EngineDisabledReason, TransitionListener, WebhookTransition } from '../store/webhooks.js';
 import { decide } from './classify.js';
 import { interpret } from './interpret.js';
-import type { SendRequest, SendResult } from './http-sender.js';
+import type { SendRequest, SendResult } from './outbound/http-sender.js';
 import { JOBS, type OperationalWebhookJob } from './jobs.js';
 import type { DeliveryQueues } from './queue.js';
-import { deliveryHeaders } from './sign.js';
+import { deliveryHeaders } from './outbound/sign.js';
 import { RetryLaterError } from './signals.js';
 
 /**

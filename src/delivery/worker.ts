@@ -3,7 +3,7 @@ import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
 import { FirstAttemptReader, type FirstAttemptBatch } from './first-attempts.js';
-import { BATCH_MAX, JOBS, type EraseJob } from './jobs.js';
+import { BATCH_MAX, JOBS, type EraseJob, type ReplayRangeJob } from './jobs.js';
 import { backoffFromError, RetryLaterError, StorageUnavailableError } from './signals.js';
 import {
   BATCH_QUEUE_NAME,
@@ -12,8 +12,6 @@ import {
   OPERATIONAL_QUEUE_NAME,
   SINGLE_QUEUE_NAME,
 } from './queue.js';
-import type { DeadLetterReplayer } from './replay.js';
-import type { RangeReplayer } from './range-replay.js';
 import { raceTimer } from '../lib/timer-race.js';
 
 export interface DeliveryWorkerPoolOptions {
@@ -31,8 +29,12 @@ export interface DeliveryWorkerPoolOptions {
   watchConnection?: (connection: Redis) => void;
   /** Runs a single delivery job (retries, deferrals, replays, test events). */
   singleProcessor: (job: Job, token?: string) => Promise<unknown>;
-  replayer: DeadLetterReplayer;
-  rangeReplayer: RangeReplayer;
+  // The operator tasks (src/tasks/) the control and maintenance queues run, as the calls the pool
+  // makes: the composition root passes them in, so delivery never imports tasks (tasks import delivery).
+  /** Replays a webhook's dead letters (src/tasks/replay.ts). */
+  replayer: { runReplayAll(taskId: string, webhookId: string): Promise<unknown> };
+  /** Runs a range replay queued on the control queue (src/tasks/range-replay.ts). */
+  rangeReplayer: { run(job: ReplayRangeJob): Promise<unknown> };
   /** The retention pass (a repeating control job). */
   retention: { run(): Promise<unknown> };
   /** Runs erasure tasks. */
@@ -100,7 +102,7 @@ export class DeliveryWorkerPool {
       new Worker(
         CONTROL_QUEUE_NAME,
         async (job) => {
-          // Range replays wait in the replays' queue now (see replay-runner.ts); one queued here
+          // Range replays wait in the replays' queue now (see src/tasks/replay-runner.ts); one queued here
           // before that still runs here, once.
           if (job.name === JOBS.replayRange.name)
             return options.rangeReplayer.run(JOBS.replayRange.schema.parse(job.data));

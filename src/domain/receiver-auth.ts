@@ -261,7 +261,7 @@ export function toAuthView(auth: ReceiverAuth): z.infer<typeof authViewSchema> {
   }
 }
 
-/** The Authorization header of basic and bearer auth; OAuth2's comes from its token (delivery/receiver-tokens.ts). */
+/** The Authorization header of basic and bearer auth; OAuth2's comes from its token (delivery/outbound/receiver-tokens.ts). */
 export function staticAuthorization(auth: ReceiverAuth): string | undefined {
   if (auth.type === 'basic' && auth.password !== undefined)
     return `Basic ${Buffer.from(`${auth.username}:${auth.password}`, 'utf8').toString('base64')}`;

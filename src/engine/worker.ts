@@ -3,11 +3,11 @@
  * process's configuration, with its parts in the lifecycle's work phase.
  */
 import { batchProcessorOf, createBatchRunner } from '../delivery/batch-processor.js';
-import { HttpSender } from '../delivery/http-sender.js';
+import { HttpSender } from '../delivery/outbound/http-sender.js';
 import { createOperationalProcessor } from '../delivery/operational.js';
 import { createSingleProcessor } from '../delivery/single-processor.js';
 import { FifoDriver, fifoLeaseMs } from '../delivery/fifo-driver.js';
-import { ReplayRunner } from '../delivery/replay-runner.js';
+import { ReplayRunner } from '../tasks/replay-runner.js';
 import { DeliveryWorkerPool } from '../delivery/worker.js';
 import { fifoObserver } from '../metrics/observers.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
@@ -20,7 +20,7 @@ import {
 } from './assembly.js';
 import { raceTimer } from '../lib/timer-race.js';
 import { RedisAttemptJournal } from '../store/attempt-journal.js';
-import { RETENTION_PASS_EVERY_MS } from '../delivery/retention.js';
+import { RETENTION_PASS_EVERY_MS } from '../tasks/retention.js';
 import type { Tracing } from '../domain/trace.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics/metrics.js';

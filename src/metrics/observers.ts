@@ -1,5 +1,5 @@
 import type { CircuitChange } from '../delivery/endpoints/breaker.js';
-import type { ConnectionKind } from '../delivery/connector.js';
+import type { ConnectionKind } from '../delivery/outbound/connector.js';
 import type { FinishedOutcome } from '../delivery/attempt.js';
 import type { FlowEvent } from '../delivery/endpoints/flow.js';
 import type { IngestBatchSummary } from '../ingest/ingest.js';

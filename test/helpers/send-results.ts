@@ -1,4 +1,4 @@
-import type { SendResult } from '../../src/delivery/http-sender.js';
+import type { SendResult } from '../../src/delivery/outbound/http-sender.js';
 import type { AttemptErrorClass } from '../../src/domain/delivery.js';
 
 /** A receiver's answer with `status` (and a Retry-After header when given), as the sender reports it. */

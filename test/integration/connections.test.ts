@@ -6,8 +6,8 @@ import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { afterEach, describe, expect, inject, it } from 'vitest';
-import type { ConnectionKind } from '../../src/delivery/connector.js';
-import { HttpSender, type HttpSenderOptions } from '../../src/delivery/http-sender.js';
+import type { ConnectionKind } from '../../src/delivery/outbound/connector.js';
+import { HttpSender, type HttpSenderOptions } from '../../src/delivery/outbound/http-sender.js';
 import { TEST_DOMAIN } from '../helpers/test-ca.js';
 import { waitFor } from '../helpers/wait.js';
 

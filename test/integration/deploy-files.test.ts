@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vit
 import semver from 'semver';
 import { parse } from 'yaml';
 import { loadConfig } from '../../src/config/env.js';
-import { signatureHeaders } from '../../src/delivery/sign.js';
+import { signatureHeaders } from '../../src/delivery/outbound/sign.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import {
   dashboardExpressions,

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
-import type { ConnectionKind } from '../../src/delivery/connector.js';
+import type { ConnectionKind } from '../../src/delivery/outbound/connector.js';
 import { parseEgressProxyUrl } from '../../src/config/egress-proxy-url.js';
-import { HttpSender, type HttpSenderOptions } from '../../src/delivery/http-sender.js';
+import { HttpSender, type HttpSenderOptions } from '../../src/delivery/outbound/http-sender.js';
 import { testApp } from '../helpers/app.js';
 import { startHttpsReceiver } from '../helpers/https-receiver.js';
 import { machineEvent } from '../helpers/events.js';

@@ -9,7 +9,7 @@ import {
   SsrfBlockedError,
   type HttpSenderOptions,
   type SendResult,
-} from '../../src/delivery/http-sender.js';
+} from '../../src/delivery/outbound/http-sender.js';
 
 const SIGNATURE = 'v1,c2lnbmF0dXJlLXRoYXQtbXVzdC1uZXZlci1iZS1sb2dnZWQ=';
 const BODY = '{"version":"1.0","event_id":"e-1","event_type":"EVENT_TYPE_MACHINE_CREATED","data":{}}';

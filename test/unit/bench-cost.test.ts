@@ -45,7 +45,7 @@ const lib = (file: string) => `file://${ROOT}/node_modules/${file}`;
 
 describe('bench cost attribution', () => {
   it('reads a frame’s source from this checkout, another checkout and the built output', () => {
-    expect(sourceOf(own('src/delivery/http-sender.ts'))).toBe('src/delivery/http-sender.ts');
+    expect(sourceOf(own('src/delivery/outbound/http-sender.ts'))).toBe('src/delivery/outbound/http-sender.ts');
     expect(sourceOf('file:///elsewhere/hookline/dist/src/store/delivery-log.js')).toBe('src/store/delivery-log.ts');
     expect(sourceOf(lib('ioredis/built/Redis.js'))).toBe('node_modules/ioredis/built/Redis.js');
     expect(sourceOf('node:internal/timers')).toBe('node:internal/timers');

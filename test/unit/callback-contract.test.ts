@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { deliveryHeadersSchema, RECEIVER_ANSWERS } from '../../src/delivery/callback-contract.js';
 import { decide } from '../../src/delivery/classify.js';
 import { interpret } from '../../src/delivery/interpret.js';
-import { signatureHeaders } from '../../src/delivery/sign.js';
+import { signatureHeaders } from '../../src/delivery/outbound/sign.js';
 
 const SCHEDULE_MS = [0, 5_000, 300_000];
 const RETRY_AFTER_S = 7;

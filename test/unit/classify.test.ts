@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { decide, jitteredDelayMs, type Decision } from '../../src/delivery/classify.js';
 import { interpret, parseRetryAfterMs } from '../../src/delivery/interpret.js';
-import type { SendResult } from '../../src/delivery/http-sender.js';
+import type { SendResult } from '../../src/delivery/outbound/http-sender.js';
 import { failure, response } from '../helpers/send-results.js';
 
 const S = 1_000;

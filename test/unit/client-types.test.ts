@@ -25,7 +25,7 @@ import {
   type WebhookEvent,
 } from '../../src/domain/event.js';
 import type { Webhook } from '../../src/domain/webhook.js';
-import { TestEventSender } from '../../src/delivery/test-event.js';
+import { TestEventSender } from '../../src/tasks/test-event.js';
 
 /** True only when `A` and `B` are the same type, not merely assignable to each other. */
 type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;

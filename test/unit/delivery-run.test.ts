@@ -10,7 +10,7 @@ import {
 import { GIVE_UP_NOW, Lease, type Admitted, type EndpointAnswer } from '../../src/delivery/endpoints/admission.js';
 import { DEFAULT_BREAKER_OPTIONS } from '../../src/delivery/endpoints/breaker.js';
 import { Endpoint } from '../../src/delivery/endpoints/registry.js';
-import type { SendResult } from '../../src/delivery/http-sender.js';
+import type { SendResult } from '../../src/delivery/outbound/http-sender.js';
 import { StorageGate } from '../../src/delivery/storage-gate.js';
 import type { DeliverJob } from '../../src/domain/delivery.js';
 import type { Webhook } from '../../src/domain/webhook.js';

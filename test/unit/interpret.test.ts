@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { SendResult } from '../../src/delivery/http-sender.js';
+import type { SendResult } from '../../src/delivery/outbound/http-sender.js';
 import { interpret, READINGS, type Interpretation, type Reading } from '../../src/delivery/interpret.js';
 import { failure, response } from '../helpers/send-results.js';
 

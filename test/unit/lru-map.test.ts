@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { serverNameOf } from '../../src/delivery/connector.js';
+import { serverNameOf } from '../../src/delivery/outbound/connector.js';
 import { LruMap } from '../../src/lib/lru-map.js';
 
 describe('LruMap', () => {

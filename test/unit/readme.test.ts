@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/env.js';
 import type { DeliverJob } from '../../src/domain/delivery.js';
 import type { Webhook } from '../../src/domain/webhook.js';
-import { TestEventSender } from '../../src/delivery/test-event.js';
+import { TestEventSender } from '../../src/tasks/test-event.js';
 
 const root = path.resolve(import.meta.dirname, '../..');
 const readme = readFileSync(path.join(root, 'README.md'), 'utf8');

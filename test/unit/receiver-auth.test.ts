@@ -8,8 +8,8 @@ import {
   toAuthView,
   tokenUrlProblem,
 } from '../../src/domain/receiver-auth.js';
-import { readTokenResponse, tokenRequest } from '../../src/delivery/receiver-tokens.js';
-import type { SendResult } from '../../src/delivery/http-sender.js';
+import { readTokenResponse, tokenRequest } from '../../src/delivery/outbound/receiver-tokens.js';
+import type { SendResult } from '../../src/delivery/outbound/http-sender.js';
 
 const response = (status: number, body: unknown): SendResult => ({
   kind: 'response',

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import type { SendRequest, SendResult } from '../../src/delivery/http-sender.js';
-import { sendAuthorized } from '../../src/delivery/receiver-request.js';
-import { ReceiverTokens } from '../../src/delivery/receiver-tokens.js';
+import type { SendRequest, SendResult } from '../../src/delivery/outbound/http-sender.js';
+import { sendAuthorized } from '../../src/delivery/outbound/receiver-request.js';
+import { ReceiverTokens } from '../../src/delivery/outbound/receiver-tokens.js';
 import type { Webhook } from '../../src/domain/webhook.js';
 import type { CachedToken } from '../../src/store/receiver-tokens.js';
 

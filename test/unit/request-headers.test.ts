@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { attemptRequestHeaders, maskSignature } from '../../src/delivery/request-headers.js';
-import { deliveryHeaders } from '../../src/delivery/sign.js';
+import { attemptRequestHeaders, maskSignature } from '../../src/delivery/outbound/request-headers.js';
+import { deliveryHeaders } from '../../src/delivery/outbound/sign.js';
 
 const EVENT_ID = '3f1c8f0e-2b8c-4c7e-9f3a-1234567890ab';
 

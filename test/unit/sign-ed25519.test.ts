@@ -1,7 +1,7 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, verify } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { asymmetricSignature, ed25519PublicKey, publicKeyText, verifyAsymmetricWebhook } from '@hookline/verify';
-import { signatureHeaders } from '../../src/delivery/sign.js';
+import { signatureHeaders } from '../../src/delivery/outbound/sign.js';
 
 /** A private key from RFC 8032's raw seed and public key (hex). */
 function rfcKey(seedHex: string, publicHex: string) {

@@ -2,7 +2,7 @@ import { createHmac } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import { secretKeyBytes } from '@hookline/verify';
-import { signatureHeaders } from '../../src/delivery/sign.js';
+import { signatureHeaders } from '../../src/delivery/outbound/sign.js';
 
 const WHSEC = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const BODY =

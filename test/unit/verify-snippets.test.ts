@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { publicKeyText } from '@hookline/verify';
-import { signatureHeaders } from '../../src/delivery/sign.js';
+import { signatureHeaders } from '../../src/delivery/outbound/sign.js';
 import { SNIPPETS } from '../../web/portal/src/verify-snippets.js';
 
 /** Whether python3 with the `cryptography` package runs here; in CI it must (.ci/run installs python3-cryptography). */

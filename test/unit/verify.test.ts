@@ -1,7 +1,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { describe, expect, it } from 'vitest';
-import { signatureHeaders } from '../../src/delivery/sign.js';
+import { signatureHeaders } from '../../src/delivery/outbound/sign.js';
 import { verifyLegacySignature, verifyStandardWebhook } from '@hookline/verify';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { externalIdSchema, isUuid } from '../../domain/ids.js';
-import type { Eraser } from '../../delivery/erasure.js';
+import type { Eraser } from '../../tasks/erasure.js';
 import type { Logger } from '../../logger.js';
 import { principalOf, type Authorizer } from '../auth.js';
 import { ApiError } from '../errors.js';

@@ -2,7 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { EXTERNAL_ID_RE } from '../../domain/ids.js';
-import type { DeadLetterReplayer } from '../../delivery/replay.js';
+import type { DeadLetterReplayer } from '../../tasks/replay.js';
 import type { Logger } from '../../logger.js';
 import {
   WEBHOOK_STATES,

@@ -5,7 +5,7 @@ import { DELIVERY_STATUSES } from '../../domain/delivery.js';
 import { WEBHOOK_EVENT_TYPES } from '../../domain/events.js';
 import { externalIdSchema } from '../../domain/ids.js';
 import type { Webhook } from '../../domain/webhook.js';
-import type { RangeReplayer, RangeReplaySpec } from '../../delivery/range-replay.js';
+import type { RangeReplayer, RangeReplaySpec } from '../../tasks/range-replay.js';
 import { isLogCursor, type LoggedEvent, type RedisEventLog } from '../../store/event-log.js';
 import type { WebhookRegistry } from '../../store/webhooks.js';
 import type { Logger } from '../../logger.js';

@@ -3,7 +3,7 @@ import { newId } from '../domain/ids.js';
 import type { Webhook } from '../domain/webhook.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { DeliveryHistory } from '../store/delivery-log.js';
-import type { DeliveryQueues } from './queue.js';
+import type { DeliveryQueues } from '../delivery/queue.js';
 
 /** Sends a webhook a test event of its own type, signed and retried like any other delivery. */
 export class TestEventSender {

@@ -1,7 +1,7 @@
 import net, { type LookupFunction } from 'node:net';
 import tls from 'node:tls';
 import { errors, type buildConnector } from 'undici';
-import { LruMap } from '../lib/lru-map.js';
+import { LruMap } from '../../lib/lru-map.js';
 import { connectThroughProxy, unbracketed, type EgressProxy } from './egress-proxy.js';
 
 /** How a new connection to a receiver was made: plain TCP, or TLS with a full handshake or a resumed session. */

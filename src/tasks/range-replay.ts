@@ -8,8 +8,8 @@ import type { RedisEventBudget } from '../store/rate-limiter.js';
 import type { RedisReplayQueue } from '../store/replay-queue.js';
 import type { RedisReplayTasks } from '../store/replay-tasks.js';
 import type { DocWriter } from '../store/versioned-docs.js';
-import type { ReplayRangeJob } from './jobs.js';
-import type { DeliveryQueues } from './queue.js';
+import type { ReplayRangeJob } from '../delivery/jobs.js';
+import type { DeliveryQueues } from '../delivery/queue.js';
 
 /** What a range replay takes from a webhook's event log. */
 export interface RangeReplaySpec {

@@ -4,7 +4,7 @@ import type { DeliveryHistory } from '../store/delivery-log.js';
 import type { RedisReplayTasks } from '../store/replay-tasks.js';
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { DeliverJob } from '../domain/delivery.js';
-import type { DeliveryQueues } from './queue.js';
+import type { DeliveryQueues } from '../delivery/queue.js';
 
 export type ReplayOneResult = { ok: true; deliveryId: string } | { ok: false; reason: 'not_found' | 'not_dead' };
 

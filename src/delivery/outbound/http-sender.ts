@@ -3,10 +3,10 @@ import CacheableLookup from 'cacheable-lookup';
 import type { LookupAddress, LookupOptions } from 'node:dns';
 import type { LookupFunction } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
-import type { AttemptErrorClass } from '../domain/delivery.js';
-import { blockedAddressReason, parseIpLiteralHost } from '../domain/ip-policy.js';
-import { raceTimer } from '../lib/timer-race.js';
-import { LruMap } from '../lib/lru-map.js';
+import type { AttemptErrorClass } from '../../domain/delivery.js';
+import { blockedAddressReason, parseIpLiteralHost } from '../../domain/ip-policy.js';
+import { raceTimer } from '../../lib/timer-race.js';
+import { LruMap } from '../../lib/lru-map.js';
 import { ProxyUnreachableError, type EgressProxy } from './egress-proxy.js';
 import { createConnector, type ConnectionKind, type ConnectorOptions } from './connector.js';
 

@@ -1,7 +1,7 @@
-import { formEncode } from '../domain/credential-redaction.js';
-import type { ReceiverAuth } from '../domain/receiver-auth.js';
-import { LruMap } from '../lib/lru-map.js';
-import type { CachedToken } from '../store/receiver-tokens.js';
+import { formEncode } from '../../domain/credential-redaction.js';
+import type { ReceiverAuth } from '../../domain/receiver-auth.js';
+import { LruMap } from '../../lib/lru-map.js';
+import type { CachedToken } from '../../store/receiver-tokens.js';
 import type { SendRequest, SendResult } from './http-sender.js';
 
 type OAuth2Auth = Extract<ReceiverAuth, { type: 'oauth2_client_credentials' }>;

@@ -17,8 +17,8 @@ import { entriesWhere, eraseFromGroupStream, StreamCompactor, type EntryFields }
 import type { DocWriter } from '../store/versioned-docs.js';
 import type { RedisWebhookStore } from '../store/webhooks.js';
 import { STREAM_GROUP_DEFAULT } from '../ingest/stream-source.js';
-import { partitionOf, type EraseJob } from './jobs.js';
-import type { DeliveryQueues } from './queue.js';
+import { partitionOf, type EraseJob } from '../delivery/jobs.js';
+import type { DeliveryQueues } from '../delivery/queue.js';
 
 /** BullMQ job states that may hold a delivery's body. */
 const JOB_STATES = ['waiting', 'delayed', 'prioritized', 'failed', 'completed'] as const;

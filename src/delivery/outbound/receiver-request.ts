@@ -1,7 +1,7 @@
-import { credentialForms, redactCredentials } from '../domain/credential-redaction.js';
-import { authorizationScheme, staticAuthorization } from '../domain/receiver-auth.js';
-import type { SentRequest } from '../domain/delivery.js';
-import type { Webhook } from '../domain/webhook.js';
+import { credentialForms, redactCredentials } from '../../domain/credential-redaction.js';
+import { authorizationScheme, staticAuthorization } from '../../domain/receiver-auth.js';
+import type { SentRequest } from '../../domain/delivery.js';
+import type { Webhook } from '../../domain/webhook.js';
 import type { SendRequest, SendResult } from './http-sender.js';
 import type { ReceiverTokens } from './receiver-tokens.js';
 

@@ -3,7 +3,7 @@ import type { Logger } from '../logger.js';
 import { raceTimer, wakeableSleep } from '../lib/timer-race.js';
 import type { RedisReplayQueue, TakenReplay } from '../store/replay-queue.js';
 import type { TaskStore } from '../store/read-models.js';
-import { JOBS } from './jobs.js';
+import { JOBS } from '../delivery/jobs.js';
 import type { RangeReplayer } from './range-replay.js';
 
 /**

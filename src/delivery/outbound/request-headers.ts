@@ -1,6 +1,6 @@
 import { generateKeyPairSync, type KeyObject } from 'node:crypto';
-import type { SentRequest } from '../domain/delivery.js';
-import { SECRET_MASK } from '../domain/receiver-auth.js';
+import type { SentRequest } from '../../domain/delivery.js';
+import { SECRET_MASK } from '../../domain/receiver-auth.js';
 import { deliveryHeaders } from './sign.js';
 
 /**

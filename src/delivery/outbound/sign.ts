@@ -1,7 +1,7 @@
 import { createSecretKey, type KeyObject } from 'node:crypto';
 // The signatures are the client package's own functions, so what receivers verify is what is signed.
 import { asymmetricSignature, legacySignature, secretKeyBytes, standardSignature } from '@hookline/verify';
-import { CappedMap } from '../lib/capped-map.js';
+import { CappedMap } from '../../lib/capped-map.js';
 
 /** HMAC keys by secret: importing a key costs more than hashing a small body, and secrets repeat. */
 const keyCache = new CappedMap<string, { standard: KeyObject; legacy: KeyObject }>(10_000);
