@@ -7,7 +7,7 @@ import { percentile, sampleProcessMemory, sleep, waitUntil, wallMs } from './mea
 import { BenchEngine, type PostResult } from './engine.js';
 import { LeanPipeline } from './lean.js';
 import type { ReceiverProcess, ReceiverRun } from './receiver-client.js';
-import { deleteKeys, redisCommandStats, redisCommands, redisCpuUs } from './redis-info.js';
+import { deleteKeys, redisCommandStats, redisCommands, redisCpuUs, writeCosts } from './redis-info.js';
 import {
   BENCH_EVENT_TYPE,
   batchBodies,
@@ -115,6 +115,7 @@ export async function cpuMeter(
   redis: Redis,
 ): Promise<{ stop(): Promise<{ processUs: number; redisUs: number; redisCommands: number }> }> {
   const stats0 = process.env.BENCH_COMMANDSTATS ? await redisCommandStats(redis) : undefined;
+  const writes = process.env.BENCH_WRITE_COSTS ? await writeCosts(redis) : undefined;
   const process0 = process.cpuUsage();
   const [redis0, commands0] = [await redisCpuUs(redis), await redisCommands(redis)];
   return {
@@ -123,6 +124,7 @@ export async function cpuMeter(
       // The two INFO calls of stop() itself are left out.
       const [redisUs, commands] = [await redisCpuUs(redis), await redisCommands(redis)];
       if (stats0) printCommandStats(stats0, await redisCommandStats(redis));
+      if (writes) printWriteCosts(await writes.stop());
       return { processUs: used.user + used.system, redisUs: redisUs - redis0, redisCommands: commands - commands0 - 2 };
     },
   };
@@ -150,6 +152,18 @@ function printCommandStats(
   console.log(
     `  Redis in this run: ${after.inputBytes - before.inputBytes} bytes read; calls (and µs in them) ` +
       calls.map(([c, n, us]) => `${c} ${n} (${us})`).join(', '),
+  );
+}
+
+/**
+ * BENCH_WRITE_COSTS=1: each measured run also prints what each write path cost Redis in it: calls
+ * and µs per script (inner commands included) and per other command and key shape, from SLOWLOG at
+ * a threshold of 0 (divide by the run's deliveries). The log's own cost makes the run slower.
+ */
+function printWriteCosts(costs: Map<string, { calls: number; us: number }>): void {
+  const rows = [...costs].sort((a, b) => b[1].us - a[1].us);
+  console.log(
+    `  Redis's time per write in this run: ${rows.map(([what, { calls, us }]) => `${what} ${calls} calls ${us} µs`).join('; ')}`,
   );
 }
 

@@ -1,4 +1,8 @@
+import { createHash } from 'node:crypto';
+import { readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { keySlot, masterNodes, type Redis } from '../src/store/redis.js';
+import { luaScript } from '../src/store/scripts.js';
 
 /** `INFO memory` figures in bytes: used_memory and the client buffers inside it. */
 export async function redisMemory(redis: Redis): Promise<{ usedBytes: number; clientsBytes: number }> {
@@ -127,4 +131,62 @@ export async function keyBreakdown(
     } while (cursor !== '0');
   }
   return totals;
+}
+
+/** The stores' scripts by SHA1, as the server knows them (name: the file's, without `.lua`). */
+function scriptNamesBySha(): Map<string, string> {
+  const dir = fileURLToPath(new URL('../src/store/lua/', import.meta.url));
+  const names = new Map<string, string>();
+  for (const file of readdirSync(dir).filter((name) => name.endsWith('.lua'))) {
+    const name = file.slice(0, -'.lua'.length);
+    names.set(createHash('sha1').update(luaScript(name)).digest('hex'), name);
+  }
+  return names;
+}
+
+/** A key with its run-specific parts (the bench's prefix, ids, numbers) made generic, to group by. */
+function keyShape(key: string): string {
+  return key
+    .replace(/bench[0-9a-f]{8}/g, '<p>')
+    .replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g, '<id>')
+    .replace(/\d+/g, 'N');
+}
+
+/**
+ * Every command Redis runs from here on is logged with its duration (SLOWLOG at a threshold of 0),
+ * until `stop`, which answers the calls and Redis's µs per write: per script by its name (its inner
+ * commands included) and per other command by its name and key's shape. A bench-only probe: the log
+ * holds each call's first arguments, so the server must be the bench's own.
+ */
+export async function writeCosts(
+  redis: Redis,
+): Promise<{ stop(): Promise<Map<string, { calls: number; us: number }>> }> {
+  const [, threshold] = (await redis.config('GET', 'slowlog-log-slower-than')) as [string, string];
+  const [, maxLength] = (await redis.config('GET', 'slowlog-max-len')) as [string, string];
+  await redis.config('SET', 'slowlog-max-len', '1000000');
+  await redis.slowlog('RESET');
+  await redis.config('SET', 'slowlog-log-slower-than', '0');
+  const scripts = scriptNamesBySha();
+  return {
+    async stop() {
+      await redis.config('SET', 'slowlog-log-slower-than', threshold);
+      const entries = (await redis.slowlog('GET', -1)) as [number, number, number, string[]][];
+      await redis.slowlog('RESET');
+      await redis.config('SET', 'slowlog-max-len', maxLength);
+      const costs = new Map<string, { calls: number; us: number }>();
+      for (const [, , us, args] of entries) {
+        const command = (args[0] ?? '').toLowerCase();
+        if (command === 'slowlog' || command === 'config') continue;
+        const what =
+          command === 'evalsha'
+            ? `script ${scripts.get(args[1] ?? '') ?? (args[1] ?? '').slice(0, 8)}`
+            : `${command} ${keyShape(args[1] ?? '')}`;
+        const cost = costs.get(what) ?? { calls: 0, us: 0 };
+        cost.calls += 1;
+        cost.us += us;
+        costs.set(what, cost);
+      }
+      return costs;
+    },
+  };
 }
