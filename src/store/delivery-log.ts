@@ -369,8 +369,11 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
   /** Writes journaled attempts into the log's shape (the journal's projection; idempotent). */
   async project(rows: readonly JournalRow[]): Promise<void> {
     const k = this.keys.deliveries;
+    // A webhook's attempts side by side (the sort is stable), so that a call holds all of them and
+    // pays its per-webhook commands (the recent list, the TTLs, the trim, the failure run) once.
+    const byWebhook = [...rows].sort((a, b) => (a.webhookId < b.webhookId ? -1 : a.webhookId > b.webhookId ? 1 : 0));
     await Promise.all(
-      slotGroups(this.redis, rows, (row) => k.ofWebhook(row.webhookId), RECORDS_PER_CALL_MAX).map((group) => {
+      slotGroups(this.redis, byWebhook, (row) => k.ofWebhook(row.webhookId), RECORDS_PER_CALL_MAX).map((group) => {
         const byWebhook = new Map<string, JournalRow[]>();
         for (const row of group) {
           const list = byWebhook.get(row.webhookId);

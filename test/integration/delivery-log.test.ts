@@ -490,6 +490,39 @@ describe('RedisDeliveryLog with the attempt journal', () => {
   const journalWrite = (target: DeliverJob): AttemptWrite => ({ ...write(target, 1, 'delivered'), journal: true });
   const recordKeys = async () => (await t.redis.keys(`${keys.deliveries.record('wh-1', '')}*`)).sort();
 
+  it("projects all of a webhook's attempts of a pass in one call, however the journal interleaved them with another's", async () => {
+    const { journaled, journal, eventLog } = journaling();
+    // 200 attempts alternating between two webhooks: more than one call holds (128), so calls that
+    // took them in journal order would each hold both webhooks and pay each one's commands again.
+    const deliveries = Array.from({ length: 200 }, (_, n) =>
+      job(`d-${n}`, { webhookId: n % 2 === 0 ? 'wh-a' : 'wh-b' }),
+    );
+    await eventLog.append(deliveries);
+    await Promise.all(deliveries.map((d) => journaled.recordAttempt(journalWrite(d))));
+    const monitor = await t.redis.monitor();
+    const recentListAdds: string[] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (args[0]?.toLowerCase() === 'zadd' && args[1]?.startsWith(`{${t.prefix}`)) recentListAdds.push(args[1]);
+    });
+    try {
+      expect(await journal.drain()).toBe(200);
+      // MONITOR reports a command once it ran; the PING after the drain comes back after them.
+      await t.redis.ping();
+      await waitFor(() => recentListAdds.length >= 3, 5_000);
+    } finally {
+      monitor.disconnect();
+    }
+    // Sorted by webhook: wh-a's 100 in the first call with 28 of wh-b's, the other 72 in the second.
+    expect(recentListAdds.sort()).toEqual([
+      keys.deliveries.ofWebhook('wh-a'),
+      keys.deliveries.ofWebhook('wh-b'),
+      keys.deliveries.ofWebhook('wh-b'),
+    ]);
+    // Every attempt projected: a compact record each in its webhook's event log statuses.
+    expect(await t.redis.hlen(keys.deliveries.logStatuses('wh-a'))).toBe(100);
+    expect(await t.redis.hlen(keys.deliveries.logStatuses('wh-b'))).toBe(100);
+  });
+
   it('keeps a delivered first attempt without a key of its own, and every read shows it once projected', async () => {
     const { journaled, journal, eventLog } = journaling();
     const d = job('d-1', { body: '{"data":"d-1"}' });
