@@ -1,3 +1,4 @@
+import { Redis as IORedis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { DeliverJob } from '../../src/domain/delivery.js';
 import type { AttemptRecord } from '../../src/domain/delivery.js';
@@ -499,7 +500,8 @@ describe('RedisDeliveryLog with the attempt journal', () => {
     );
     await eventLog.append(deliveries);
     await Promise.all(deliveries.map((d) => journaled.recordAttempt(journalWrite(d))));
-    const monitor = await t.redis.monitor();
+    const client = new IORedis(t.url);
+    const monitor = await client.monitor();
     const recentListAdds: string[] = [];
     monitor.on('monitor', (_time: string, args: string[]) => {
       if (args[0]?.toLowerCase() === 'zadd' && args[1]?.startsWith(`{${t.prefix}`)) recentListAdds.push(args[1]);
@@ -511,6 +513,7 @@ describe('RedisDeliveryLog with the attempt journal', () => {
       await waitFor(() => recentListAdds.length >= 3, 5_000);
     } finally {
       monitor.disconnect();
+      client.disconnect();
     }
     // Sorted by webhook: wh-a's 100 in the first call with 28 of wh-b's, the other 72 in the second.
     expect(recentListAdds.sort()).toEqual([
