@@ -117,7 +117,7 @@ describe('OAuth2 tokens for receivers', () => {
         // An endpoint that quotes what it got: the Authorization header, the form body, and the header value besides.
         sender: {
           send: (request: SendRequest): Promise<SendResult> => {
-            const description = `bad client gateway-key-1234; you sent ${JSON.stringify(request.headers)} ${request.body} ${'z'.repeat(400)}`;
+            const description = `bad client gateway-key-1234; you sent ${JSON.stringify(request.headers)} ${request.body.toString()} ${'z'.repeat(400)}`;
             const body = JSON.stringify({ error: 'invalid_client', error_description: description });
             return Promise.resolve({
               kind: 'response',
