@@ -116,22 +116,26 @@ export class RedisEventLog {
 
   /** Appends ingest's matched events; idempotent per delivery id. */
   async append(entries: readonly EventLogEntry[]): Promise<void> {
-    const rows = entries.map((entry) => ({ entry, keys: this.keysOf(entry.webhookId) }));
+    // A webhook's entries side by side (the sort is stable, so each keeps its accept order), so that
+    // a call names the webhook's keys and pays its trim and TTLs once for all of them.
+    const byWebhook = [...entries].sort((a, b) => (a.webhookId < b.webhookId ? -1 : a.webhookId > b.webhookId ? 1 : 0));
+    const { log } = this.keys.deliveries;
     await Promise.all(
-      slotGroups(this.redis, rows, (row) => row.keys[0], ENTRIES_PER_CALL_MAX).map((group) =>
-        this.appendScript(
-          [group[0]!.keys[0]],
-          this.retentionMs,
-          TRIM_PER_APPEND_MAX,
-          ...group.flatMap(({ entry, keys }) => [
-            ...keys,
-            entry.deliveryId,
-            entry.eventId,
-            entry.eventType,
-            entry.body,
-          ]),
-        ),
-      ),
+      slotGroups(this.redis, byWebhook, (entry) => log(entry.webhookId), ENTRIES_PER_CALL_MAX).map((group) => {
+        const args: ScriptArg[] = [this.retentionMs, TRIM_PER_APPEND_MAX];
+        for (let start = 0; start < group.length;) {
+          const { webhookId } = group[start]!;
+          let end = start + 1;
+          while (end < group.length && group[end]!.webhookId === webhookId) end += 1;
+          args.push(...this.keysOf(webhookId), end - start);
+          for (let i = start; i < end; i += 1) {
+            const entry = group[i]!;
+            args.push(entry.deliveryId, entry.eventId, entry.eventType, entry.body);
+          }
+          start = end;
+        }
+        return this.appendScript([log(group[0]!.webhookId)], ...args);
+      }),
     );
   }
 

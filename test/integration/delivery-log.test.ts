@@ -585,6 +585,52 @@ describe('RedisDeliveryLog with the attempt journal', () => {
     expect(await eventLog.count('wh-1', { statuses: ['delivered'] })).toMatchObject({ count: 1 });
   });
 
+  it('keeps a journaled attempt in its compact form and reads back exactly what was recorded, the rarer facts too', async () => {
+    const { journaled, journal, eventLog } = journaling();
+    const sent = { host: 'hooks.example.com', bodyBytes: 14, signatures: 1, userAgent: 'Hookline/test' };
+    const cases: [DeliverJob, AttemptRecord, 'positional' | 'json'][] = [
+      [job('d-plain'), { ...write(job('d-plain'), 1, 'delivered').attempt, responseSnippet: '', sent }, 'positional'],
+      [
+        job('d-rich'),
+        {
+          ...write(job('d-rich'), 1, 'delivered').attempt,
+          responseSnippet: 'ok\tthen\na second line',
+          traceId: '4bf92f3577b34da6a3ce929d0e0e4736',
+          sent: {
+            ...sent,
+            keySignatures: 2,
+            headerNames: ['X-Tenant'],
+            authScheme: 'Bearer',
+            traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+          },
+        },
+        'positional',
+      ],
+      // A tab in a positional value, or no answer kept: the JSON form.
+      [
+        job('d-tab', { eventId: 'evt\twith-tab' }),
+        { ...write(job('d-tab'), 1, 'delivered').attempt, responseSnippet: '', sent },
+        'json',
+      ],
+      [job('d-nosnippet'), { ...write(job('d-nosnippet'), 1, 'delivered').attempt, sent }, 'json'],
+    ];
+    await eventLog.append(cases.map(([d]) => d));
+    await Promise.all(cases.map(([d, attempt]) => journaled.recordAttempt({ ...journalWrite(d), attempt })));
+    expect(await journal.drain()).toBe(cases.length);
+    for (const [d, attempt, form] of cases) {
+      const value = await t.redis.hget(keys.deliveries.logStatuses('wh-1'), d.deliveryId);
+      const rest = value!.slice(value!.indexOf('\n') + 1);
+      expect(rest.startsWith('2\t') ? 'positional' : rest.startsWith('{') ? 'json' : rest).toBe(form);
+      const read = await journaled.get('wh-1', d.deliveryId);
+      expect(read?.attempts).toEqual([attempt]);
+      expect(read?.delivery).toMatchObject({ eventId: d.eventId, vendorId: d.vendorId, acceptedAtMs: d.acceptedAtMs });
+    }
+    // The positional form is what keeps the hot path's bytes down: well under the JSON's.
+    const plain = await t.redis.hget(keys.deliveries.logStatuses('wh-1'), 'd-plain');
+    const json = await t.redis.hget(keys.deliveries.logStatuses('wh-1'), 'd-nosnippet');
+    expect(plain!.length).toBeLessThan(json!.length * 0.6);
+  });
+
   it('records what must have a record: a failure, a replay, an attempt not marked for the journal, and any delivery to a webhook failing here', async () => {
     const { journaled, journal, eventLog } = journaling();
     const [failed, replay, unmarked, afterFailure] = [
