@@ -321,6 +321,32 @@ async function deadUnsent(
 }
 
 /**
+ * Why a delivery was dropped, unsent: its webhook was deleted, or its event's body was gone before
+ * its first attempt (erased, or the installation's retention passed while it waited).
+ */
+export type DropReason = 'webhook_deleted' | 'event_gone';
+
+/**
+ * Ends a delivery unsent and without a dead letter, with one log line; recorded as dropped when its
+ * webhook was deleted. An event gone from the log leaves no record: an erasure must not see a record
+ * of the erased event come back, and a retention that passed keeps nothing.
+ */
+export async function drop(deps: DeliveryProcessorDeps, data: DeliverJob, reason: DropReason): Promise<Concluded> {
+  if (reason === 'webhook_deleted') await deps.recorder.recordDropped(data, deps.nowMs());
+  deps.logger.info(
+    {
+      event: 'delivery.dropped',
+      reason,
+      eventId: data.eventId,
+      webhookId: data.webhookId,
+      deliveryId: data.deliveryId,
+    },
+    'delivery.dropped',
+  );
+  return { kind: 'concluded', finished: finish(deps, { kind: 'dropped', job: data }), retryDelayMs: undefined };
+}
+
+/**
  * The delivery's webhook; or the run's end when there is nothing to send (dropped, dead-lettered);
  * or, while its webhook is paused by its vendor, when its hold ends (see pause-holds.ts).
  */
@@ -337,14 +363,7 @@ export async function prepare(
     throw error;
   }
   // A deleted webhook's deliveries are dropped.
-  if (!webhook) {
-    await deps.recorder.recordDropped(data, deps.nowMs());
-    deps.logger.info(
-      { event: 'delivery.dropped', eventId: data.eventId, webhookId: data.webhookId, deliveryId: data.deliveryId },
-      'delivery.dropped',
-    );
-    return { kind: 'concluded', finished: finish(deps, { kind: 'dropped', job: data }), retryDelayMs: undefined };
-  }
+  if (!webhook) return drop(deps, data, 'webhook_deleted');
   // A paused webhook's deliveries wait, unsent and without spending attempts, to the end of their retry window.
   if (webhook.disabled?.reason === 'paused') {
     const heldUntilMs = pauseHoldEndMs(data, deps.retryScheduleMs);

@@ -1,7 +1,15 @@
 import { wakeableSleep } from '../lib/timer-race.js';
 import type { Job } from 'bullmq';
 import type { DeferralWrite } from '../store/delivery-log.js';
-import { admitAndSend, finish, prepare, recheckHold, type DeliveryProcessorDeps, type SendTracker } from './attempt.js';
+import {
+  admitAndSend,
+  drop,
+  finish,
+  prepare,
+  recheckHold,
+  type DeliveryProcessorDeps,
+  type SendTracker,
+} from './attempt.js';
 import { BatchHolds, type BatchHoldRules } from './batch-holds.js';
 import type { DeferredRef } from './endpoints/wakeups.js';
 import { giveUpRound } from './endpoints/admission.js';
@@ -206,7 +214,8 @@ class BatchRun implements SendTracker {
   private async runOne(data: DeliverJob): Promise<void> {
     const { deps } = this;
     const dueAtMs = data.acceptedAtMs + this.firstDelayMs;
-    const prepared = await prepare(deps, data, 1);
+    // Its entry referred to the event log for a body the log no longer holds: nothing to send.
+    const prepared = this.batch.gone?.has(data) ? await drop(deps, data, 'event_gone') : await prepare(deps, data, 1);
     // Options made once prepared: the delivery joins the round of first-contact waits under way when
     // its admission starts. Not spread: the wakeups bring a batch's deferrals back when their
     // endpoint answers.

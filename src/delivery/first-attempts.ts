@@ -32,16 +32,28 @@ export const FIRST_ATTEMPTS_GROUP = 'hookline-deliveries';
  * An entry's fields, per delivery in batch order: `d`, the delivery without its body as JSON, then
  * `p`, the body as it will be sent. The body travels as a field of its own rather than escaped
  * inside the batch's JSON: no escaping at ingest, no unescaping and no second copy at the worker,
- * and fewer bytes in Redis while it waits.
+ * and fewer bytes in Redis while it waits. A delivery whose body ingest wrote to its webhook's
+ * event log is `l` instead, the delivery without a body: the reader takes the body from the log
+ * (one script call per batch), so a body goes to Redis once, not twice.
  */
 const DELIVERY_FIELD = 'd';
 const BODY_FIELD = 'p';
+const LOGGED_FIELD = 'l';
 
-/** Appends a batch of first attempts to a partition's stream: one XADD. */
-export function appendBatch(redis: Redis, stream: string, deliveries: readonly DeliverJob[]): Promise<unknown> {
+/**
+ * Appends a batch of first attempts to a partition's stream: one XADD. `bodiesLogged`: the event
+ * log holds every body of the batch already (its write has completed), so the entry refers to it.
+ */
+export function appendBatch(
+  redis: Redis,
+  stream: string,
+  deliveries: readonly DeliverJob[],
+  bodiesLogged = false,
+): Promise<unknown> {
   const fields: string[] = [];
   for (const { body, ...delivery } of deliveries)
-    fields.push(DELIVERY_FIELD, JSON.stringify(delivery), BODY_FIELD, body);
+    if (bodiesLogged) fields.push(LOGGED_FIELD, JSON.stringify(delivery));
+    else fields.push(DELIVERY_FIELD, JSON.stringify(delivery), BODY_FIELD, body);
   return redis.xadd(stream, '*', ...fields);
 }
 
@@ -76,6 +88,12 @@ export interface FirstAttemptBatch {
    * own, so a first attempt delivered may go to the delivery log's journal (AttemptWrite.journal).
    */
   journal?: boolean;
+  /**
+   * Deliveries of `deliveries` whose entry referred to the event log for a body the log no longer
+   * holds (the event was erased, or the installation's retention passed before the first attempt):
+   * nothing can be sent, so they are dropped (their body is empty here).
+   */
+  gone?: ReadonlySet<DeliverJob>;
 }
 
 export interface FirstAttemptReaderOptions {
@@ -87,6 +105,8 @@ export interface FirstAttemptReaderOptions {
   failedStream: string;
   /** Runs one batch; resolves once every delivery in it has an outcome or has left for a job of its own. */
   run: (batch: FirstAttemptBatch) => Promise<unknown>;
+  /** The bodies of deliveries whose entry refers to the event log, in input order (undefined: none is kept). */
+  loggedBodies: (refs: readonly { webhookId: string; deliveryId: string }[]) => Promise<(string | undefined)[]>;
   /** Batches this reader runs at once. */
   inFlightMax: number;
   /** A batch pending this long with a consumer that stopped renewing it is claimed (a dead worker's). */
@@ -237,7 +257,14 @@ export class FirstAttemptReader {
       for (let failures = 0; ;) {
         try {
           const first = !rerun && failures === 0;
-          await this.options.run({ id, deliveries: batch, rerun: !first, ...(first ? { journal: true } : {}) });
+          const gone = await this.withLoggedBodies(batch);
+          await this.options.run({
+            id,
+            deliveries: batch.map(({ delivery }) => delivery),
+            rerun: !first,
+            ...(first ? { journal: true } : {}),
+            ...(gone.size > 0 ? { gone } : {}),
+          });
           await this.finish(entryId);
           return;
         } catch (error) {
@@ -257,6 +284,28 @@ export class FirstAttemptReader {
       this.wake();
     });
     this.running.set(entryId, running);
+  }
+
+  /**
+   * Gives the deliveries whose entry refers to the event log their bodies from it (in place, so a
+   * re-run asks again only for the ones still missing), and answers those the log no longer holds.
+   */
+  private async withLoggedBodies(batch: DecodedDelivery[]): Promise<Set<DeliverJob>> {
+    const gone = new Set<DeliverJob>();
+    const missing = batch.filter((entry) => entry.logged && entry.delivery.body === '');
+    if (missing.length === 0) return gone;
+    let bodies: (string | undefined)[];
+    try {
+      bodies = await this.options.loggedBodies(missing.map(({ delivery }) => delivery));
+    } catch (error) {
+      throw isRedisUnavailable(error as Error) ? new StorageUnavailableError() : error;
+    }
+    missing.forEach(({ delivery }, i) => {
+      const body = bodies[i];
+      if (body === undefined) gone.add(delivery);
+      else delivery.body = body;
+    });
+    return gone;
   }
 
   /** Acknowledges and deletes a finished entry, in one transaction on the stream's slot. */
@@ -348,17 +397,32 @@ export class FirstAttemptReader {
   }
 }
 
+/** A delivery of an entry; `logged`: its body is in the event log (empty until read from there). */
+interface DecodedDelivery {
+  delivery: DeliverJob;
+  logged: boolean;
+}
+
 /** The deliveries of an entry's batch, or why there are none. */
-function decodeBatch(fields: readonly Buffer[]): DeliverJob[] | string {
+function decodeBatch(fields: readonly Buffer[]): DecodedDelivery[] | string {
   const deliveries: unknown[] = [];
+  const logged = new Set<number>();
   for (let i = 0; i + 1 < fields.length; i += 2) {
     const name = fields[i]!.toString();
-    if (name === DELIVERY_FIELD) {
+    if (name === DELIVERY_FIELD || name === LOGGED_FIELD) {
+      let delivery: unknown;
       try {
-        deliveries.push(JSON.parse(fields[i + 1]!.toString('utf8')));
+        delivery = JSON.parse(fields[i + 1]!.toString('utf8'));
       } catch {
-        return `delivery ${deliveries.length + 1}: the "${DELIVERY_FIELD}" field is not valid JSON`;
+        return `delivery ${deliveries.length + 1}: the "${name}" field is not valid JSON`;
       }
+      if (name === LOGGED_FIELD) {
+        if (typeof delivery !== 'object' || delivery === null || 'body' in delivery)
+          return `delivery ${deliveries.length + 1}: the "${LOGGED_FIELD}" field holds a body or is not an object`;
+        logged.add(deliveries.length);
+        (delivery as Record<string, unknown>).body = '';
+      }
+      deliveries.push(delivery);
     } else if (name === BODY_FIELD) {
       const last = deliveries.at(-1) as Record<string, unknown> | undefined;
       if (typeof last !== 'object' || last === null || 'body' in last)
@@ -367,7 +431,7 @@ function decodeBatch(fields: readonly Buffer[]): DeliverJob[] | string {
     } else return `an unknown field "${name.slice(0, 40)}"`;
   }
   const parsed = JOBS.deliverBatch.schema.safeParse({ deliveries });
-  if (parsed.success) return parsed.data.deliveries;
+  if (parsed.success) return parsed.data.deliveries.map((delivery, n) => ({ delivery, logged: logged.has(n) }));
   const [issue] = parsed.error.issues;
   return `the batch is not valid: ${issue ? `${issue.path.join('.')}: ${issue.message}` : 'no deliveries'}`;
 }

@@ -114,7 +114,7 @@ export class DeliveryQueues implements DeliveryEnqueuer {
    * to their lines instead (the webhook's own, or the bucket ingest found for their ordering key), in
    * the order given (the accept order): one script per partition for all of them.
    */
-  async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
+  async enqueue(requests: readonly DeliveryRequest[], options: { bodiesLogged?: boolean } = {}): Promise<void> {
     // A schedule whose first attempt waits (HOOKLINE_RETRY_SCHEDULE not starting at 0s) needs a
     // delayed job; a stream entry is read at once.
     const firstDelayMs = this.options.retryScheduleMs[0] ?? 0;
@@ -129,7 +129,12 @@ export class DeliveryQueues implements DeliveryEnqueuer {
       ...[...this.byPartition(unordered, (d) => d)].flatMap(([n, list]) =>
         batchesOf(list).map((batch) =>
           firstDelayMs === 0
-            ? appendBatch(this.options.connection, this.options.keys.firstAttempts.streamOf(n), batch)
+            ? appendBatch(
+                this.options.connection,
+                this.options.keys.firstAttempts.streamOf(n),
+                batch,
+                options.bodiesLogged === true,
+              )
             : this.partitions[n]!.batches.addBulk([
                 {
                   name: JOBS.deliverBatch.name,

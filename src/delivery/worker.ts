@@ -2,7 +2,7 @@ import { Worker, type Job } from 'bullmq';
 import type { Logger } from '../logger.js';
 import type { RedisKeys } from '../store/keys.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
-import { FirstAttemptReader, type FirstAttemptBatch } from './first-attempts.js';
+import { FirstAttemptReader, type FirstAttemptBatch, type FirstAttemptReaderOptions } from './first-attempts.js';
 import { BATCH_MAX, JOBS, type EraseJob, type ReplayRangeJob } from './jobs.js';
 import { backoffFromError, RetryLaterError, StorageUnavailableError } from './signals.js';
 import {
@@ -25,6 +25,8 @@ export interface DeliveryWorkerPoolOptions {
   batchProcessor: (job: Job, token?: string) => Promise<unknown>;
   /** Runs a batch of a first-attempt stream. */
   batchRunner: (batch: FirstAttemptBatch) => Promise<unknown>;
+  /** The event log's bodies, for first-attempt entries that refer to it (see first-attempts.ts). */
+  loggedBodies: FirstAttemptReaderOptions['loggedBodies'];
   /** Told about each first-attempt reader's connection (outages logged with the process's others). */
   watchConnection?: (connection: Redis) => void;
   /** Runs a single delivery job (retries, deferrals, replays, test events). */
@@ -82,6 +84,7 @@ export class DeliveryWorkerPool {
           stream: options.keys.firstAttempts.streamOf(n),
           failedStream: options.keys.firstAttempts.failedOf(n),
           run: options.batchRunner,
+          loggedBodies: options.loggedBodies,
           inFlightMax: batchesPerPartition,
           claimMinIdleMs: options.lockDurationMs,
           logger: options.logger,

@@ -123,6 +123,7 @@ function composeWorker(stores: Stores, settings: WorkerSettings) {
     concurrency: settings.concurrency,
     batchProcessor: processBatch,
     batchRunner: runBatch,
+    loggedBodies: (refs) => stores.eventLog.bodiesOf(refs),
     ...(settings.watchConnection ? { watchConnection: settings.watchConnection } : {}),
     singleProcessor: processSingle,
     replayer: stores.replayer,

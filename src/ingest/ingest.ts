@@ -45,7 +45,11 @@ export interface DeliveryRequest {
 
 /** The delivery side's intake. Durable when it resolves; idempotent per (eventId, webhookId). */
 export interface DeliveryEnqueuer {
-  enqueue(requests: readonly DeliveryRequest[]): Promise<void>;
+  /**
+   * `bodiesLogged`: the event log holds every request's body already (its write completed), so a
+   * first attempt may refer to it instead of carrying the body.
+   */
+  enqueue(requests: readonly DeliveryRequest[], options?: { bodiesLogged?: boolean }): Promise<void>;
 }
 
 /** A subscription found: the webhook, whether its deliveries keep accept order, and by which key when it has one. */
@@ -337,23 +341,29 @@ export class Ingestor {
         const json = body ?? serialised(envelope);
         if (typeof json === 'string') remembered.set(webhookId, json);
       }
-      // The event log and the read-model changes share this step: no round trip of their own; the
-      // log is written once per delivery however often the batch is ingested again.
+      // The event log and the read-model changes share this step; the log is written once per
+      // delivery however often the batch is ingested again. With the event log, the deliveries are
+      // enqueued once it holds their bodies (one round trip after it), and refer to them there
+      // rather than carry a second copy to Redis (see delivery/first-attempts.ts).
+      const { eventLog } = this.deps;
       await Promise.all([
         this.deps.readModels.append(readModelChanges),
-        requests.length > 0 ? this.deps.deliveries.enqueue(requests) : undefined,
         remembered.size > 0 ? this.deps.recentEvents?.remember(remembered) : undefined,
-        requests.length > 0 && this.deps.eventLog
-          ? this.deps.eventLog.append(
-              requests.map((r) => ({
-                webhookId: r.webhookId,
-                deliveryId: r.deliveryId,
-                eventId: r.eventId,
-                eventType: r.eventType,
-                body: r.body,
-              })),
-            )
-          : undefined,
+        requests.length === 0
+          ? undefined
+          : eventLog === undefined
+            ? this.deps.deliveries.enqueue(requests)
+            : eventLog
+                .append(
+                  requests.map((r) => ({
+                    webhookId: r.webhookId,
+                    deliveryId: r.deliveryId,
+                    eventId: r.eventId,
+                    eventType: r.eventType,
+                    body: r.body,
+                  })),
+                )
+                .then(() => this.deps.deliveries.enqueue(requests, { bodiesLogged: true })),
       ]);
 
       // 7. Only now remember the ids: everything above is durable, so a re-send may be skipped.

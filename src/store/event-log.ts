@@ -61,6 +61,8 @@ export function isLogCursor(text: string): boolean {
 }
 const UINT64_MAX = 2n ** 64n - 1n;
 
+const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
 /** Entries appended by one script call at most. */
 const ENTRIES_PER_CALL_MAX = 500;
 /** Entries past the retention one append removes per webhook at most, so a call's work stays bounded. */
@@ -96,6 +98,7 @@ export class RedisEventLog {
   private readonly pageScript: ScriptCall<[log: string, bodies: string, statuses: string], ScriptArg[], PageRow[]>;
   private readonly countScript: ScriptCall<[log: string, statuses: string], ScriptArg[], [number, string, number]>;
   private readonly trimScript: ScriptCall<[log: string, bodies: string, statuses: string], ScriptArg[], number>;
+  private readonly bodiesScript: ScriptCall<[routing: string], ScriptArg[], (string | null)[]>;
 
   constructor(
     private readonly redis: Redis,
@@ -107,6 +110,7 @@ export class RedisEventLog {
     this.pageScript = defineScriptFile(redis, 'event-log-page', 3);
     this.countScript = defineScriptFile(redis, 'event-log-count', 2);
     this.trimScript = defineScriptFile(redis, 'event-log-trim', 3);
+    this.bodiesScript = defineScriptFile(redis, 'event-log-bodies', 1);
   }
 
   private keysOf(webhookId: string): [log: string, bodies: string, statuses: string] {
@@ -118,7 +122,7 @@ export class RedisEventLog {
   async append(entries: readonly EventLogEntry[]): Promise<void> {
     // A webhook's entries side by side (the sort is stable, so each keeps its accept order), so that
     // a call names the webhook's keys and pays its trim and TTLs once for all of them.
-    const byWebhook = [...entries].sort((a, b) => (a.webhookId < b.webhookId ? -1 : a.webhookId > b.webhookId ? 1 : 0));
+    const byWebhook = [...entries].sort((a, b) => compare(a.webhookId, b.webhookId));
     const { log } = this.keys.deliveries;
     await Promise.all(
       slotGroups(this.redis, byWebhook, (entry) => log(entry.webhookId), ENTRIES_PER_CALL_MAX).map((group) => {
@@ -137,6 +141,33 @@ export class RedisEventLog {
         return this.appendScript([log(group[0]!.webhookId)], ...args);
       }),
     );
+  }
+
+  /**
+   * The bodies the logs hold for these deliveries, in input order (undefined where none is: the
+   * event was erased, or its retention passed): one script call per slot, each webhook's asked
+   * once. First attempts read their bodies here when their stream entry refers to the log.
+   */
+  async bodiesOf(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<(string | undefined)[]> {
+    const { logBodies } = this.keys.deliveries;
+    const order = refs.map((_, i) => i).sort((a, b) => compare(refs[a]!.webhookId, refs[b]!.webhookId));
+    const out: (string | undefined)[] = new Array<string | undefined>(refs.length);
+    await Promise.all(
+      slotGroups(this.redis, order, (i) => logBodies(refs[i]!.webhookId), ENTRIES_PER_CALL_MAX).map(async (group) => {
+        const args: ScriptArg[] = [];
+        for (let start = 0; start < group.length;) {
+          const { webhookId } = refs[group[start]!]!;
+          let end = start + 1;
+          while (end < group.length && refs[group[end]!]!.webhookId === webhookId) end += 1;
+          args.push(logBodies(webhookId), end - start);
+          for (let i = start; i < end; i += 1) args.push(refs[group[i]!]!.deliveryId);
+          start = end;
+        }
+        const bodies = await this.bodiesScript([logBodies(refs[group[0]!]!.webhookId)], ...args);
+        group.forEach((i, n) => (out[i] = bodies[n] ?? undefined));
+      }),
+    );
+    return out;
   }
 
   /**
@@ -219,13 +250,24 @@ export class RedisEventLog {
     return this.redis.xlen(this.keysOf(webhookId)[0]);
   }
 
-  /** Removes the log's events older than `retentionMs` (the webhook's own, or the default); returns how many. */
+  /**
+   * Removes the log's events older than `retentionMs` (the webhook's own, or the default); returns
+   * how many. A webhook's own retention, shorter than the installation's, keeps an event whose first
+   * attempt has not been made (its first-attempt entry may read its body here) until the
+   * installation's retention has passed too.
+   */
   async trim(webhookId: string, retentionMs = this.retentionMs): Promise<number> {
     let removed = 0;
     // Bounded: a log holds what was appended within its retention, removed a call's worth at a time.
     for (let calls = 0; calls < 10_000; calls += 1) {
       const n = Number(
-        await this.trimScript(this.keysOf(webhookId), Math.min(retentionMs, this.retentionMs), TRIM_PER_CALL_MAX),
+        await this.trimScript(
+          this.keysOf(webhookId),
+          Math.min(retentionMs, this.retentionMs),
+          TRIM_PER_CALL_MAX,
+          this.retentionMs,
+          this.recordPrefix(webhookId),
+        ),
       );
       removed += n;
       if (n < TRIM_PER_CALL_MAX) break;

@@ -6,6 +6,7 @@ import { partitionOf } from '../../src/delivery/jobs.js';
 import { deliveryIdFor } from '../../src/domain/ids.js';
 import { testApp, testEngine, type TestApp } from '../helpers/app.js';
 import { machineEvent } from '../helpers/events.js';
+import { capturedLogs } from '../helpers/logs.js';
 import { firstAttemptBatches } from '../helpers/first-attempts.js';
 import { receiverPool } from '../helpers/receiver.js';
 import { queuesDrained, waitFor } from '../helpers/wait.js';
@@ -98,6 +99,51 @@ describe('batch delivery jobs (real Redis, real receivers on 127.0.0.1)', () => 
       'every delivery shown as delivered',
     );
     expect(await t.redis.keys(`${t.keys.deliveries.record(created.webhook.id, '')}*`)).toEqual([]);
+  });
+
+  it('sends a first attempt the body its webhook’s event log holds, and nothing for an event erased while it waited', async () => {
+    t = await testApp({ retryScheduleMs: [0, 1_000], queuePartitions: 2 });
+    const r = await receiver();
+    const created = await t.webhooks.create('v-erased', { eventType: EVENT_TYPE, callbackUrl: `${r.base}/in` });
+    if (!created.ok) throw new Error('webhook not created');
+    const webhookId = created.webhook.id;
+    const events = Array.from({ length: 3 }, () => machineEvent('v-erased'));
+    await t.ingestor.ingest(events, 'http');
+    // The stream entry refers to the log: the body went to Redis once.
+    const partition = partitionOf(webhookId, 2);
+    const [[, fields]] = (await t.redis.xrange(t.keys.firstAttempts.streamOf(partition), '-', '+')) as [
+      [string, string[]],
+    ];
+    expect(fields.filter((_, i) => i % 2 === 0)).toEqual(['l', 'l', 'l']);
+    const erased = events[1]!.event_id;
+    await t.eraser.eraseEvent(erased);
+
+    const logs = capturedLogs();
+    worker = await startTestWorker(t, { logger: logs.logger() });
+    await waitFor(() => r.requests.length >= 2, 10_000, 'the two events not erased');
+    await waitFor(
+      async () => (await t!.redis.xlen(t!.keys.firstAttempts.streamOf(partition))) === 0,
+      5_000,
+      'the entry done',
+    );
+    await waitFor(
+      () => logs.lines.some((line) => line.event === 'delivery.dropped'),
+      5_000,
+      'the erased event’s delivery dropped',
+    );
+    // Each sent with its own body, signed; the erased one never sent, and nothing of it recorded.
+    expect(r.requests.map((q) => (JSON.parse(q.body) as { event_id: string }).event_id).sort()).toEqual(
+      [events[0]!.event_id, events[2]!.event_id].sort(),
+    );
+    expect(r.requests.every((q) => typeof q.headers['webhook-signature'] === 'string')).toBe(true);
+    const erasedDelivery = deliveryIdFor(erased, webhookId);
+    expect(logs.lines.find((line) => line.event === 'delivery.dropped')).toMatchObject({
+      reason: 'event_gone',
+      deliveryId: erasedDelivery,
+    });
+    expect(await t.redis.exists(t.keys.deliveries.record(webhookId, erasedDelivery))).toBe(0);
+    expect(await t.redis.hexists(t.keys.deliveries.logStatuses(webhookId), erasedDelivery)).toBe(0);
+    await queuesDrained(t.queues);
   });
 
   it('queues first attempts as delayed batch jobs when the schedule’s first attempt waits, and sends none before it is due', async () => {

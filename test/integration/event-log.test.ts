@@ -168,6 +168,39 @@ describe('the event log: retention, its memory, and a range replay of 100,000 ev
     // The feed's status came from the records while they lived.
   });
 
+  it('a webhook’s shorter retention keeps an event whose first attempt is not made yet, until the installation’s retention passes', async () => {
+    const installation = 7 * 24 * 3_600_000;
+    const log = new RedisEventLog(t.redis, t.keys, installation);
+    const webhookId = randomUUID();
+    const [projected, recorded, waiting, alsoWaiting] = entries(webhookId, 4, 300);
+    await log.append([projected!, recorded!, waiting!, alsoWaiting!]);
+    const { logStatuses, logBodies, record } = t.keys.deliveries;
+    // Attempted: one journaled (its compact record in the statuses), one with a record of its own.
+    await t.redis.hset(
+      logStatuses(webhookId),
+      projected!.deliveryId,
+      'delivered\tEVENT_TYPE_MACHINE_CREATED\t200\t1\n{}',
+    );
+    await t.redis.hset(record(webhookId, recorded!.deliveryId), 'status', 'retrying');
+    const bornAt = Date.now();
+    await waitFor(() => Date.now() > bornAt + 5, 1_000, 'the entries older than the webhook’s retention');
+
+    expect(await log.trim(webhookId, 1)).toBe(2);
+    expect(await t.redis.hkeys(logBodies(webhookId))).toEqual([waiting!.deliveryId, alsoWaiting!.deliveryId]);
+    expect((await log.page(webhookId, { limit: 10 })).events.map((e) => e.deliveryId)).toEqual([
+      waiting!.deliveryId,
+      alsoWaiting!.deliveryId,
+    ]);
+    // Its first attempt made, the next trim takes it.
+    await t.redis.hset(record(webhookId, waiting!.deliveryId), 'status', 'dead');
+    expect(await log.trim(webhookId, 1)).toBe(1);
+    expect(await t.redis.hkeys(logBodies(webhookId))).toEqual([alsoWaiting!.deliveryId]);
+    // The installation's retention takes what is left, attempted or not.
+    expect(await new RedisEventLog(t.redis, t.keys, 1).trim(webhookId)).toBe(1);
+    expect(await t.redis.exists(logBodies(webhookId))).toBe(0);
+    await t.redis.del(record(webhookId, recorded!.deliveryId), record(webhookId, waiting!.deliveryId));
+  });
+
   it('a worker runs the retention pass on its schedule; it also trims the dead-letter streams past the retention', async () => {
     // HOOKLINE_RETENTION's floor is 1h; the assembly takes any value, so a second here.
     const app = await testApp({ retentionMs: 1_000 });

@@ -9,11 +9,14 @@ import {
 } from '../../src/delivery/first-attempts.js';
 import { deliveryIdFor } from '../../src/domain/ids.js';
 import { StorageUnavailableError } from '../../src/delivery/signals.js';
+import { RedisEventLog } from '../../src/store/event-log.js';
 import { redisKeys } from '../../src/store/keys.js';
 import { ensureGroup } from '../../src/store/stream-reads.js';
 import { capturedLogs } from '../helpers/logs.js';
 import { testRedis, type TestRedis } from '../helpers/redis.js';
 import { quiescent, waitFor } from '../helpers/wait.js';
+
+const DAY_MS = 24 * 3_600_000;
 
 function delivery(n: number): DeliverJob {
   const eventId = `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
@@ -49,6 +52,7 @@ describe('first-attempt streams (real Redis)', () => {
       stream: keys.firstAttempts.streamOf(0),
       failedStream: keys.firstAttempts.failedOf(0),
       run,
+      loggedBodies: (refs) => new RedisEventLog(r.redis, keys, DAY_MS).bodiesOf(refs),
       inFlightMax: overrides.inFlightMax ?? 2,
       claimMinIdleMs: overrides.claimMinIdleMs ?? 30_000,
       logger: logs.logger(),
@@ -155,6 +159,56 @@ describe('first-attempt streams (real Redis)', () => {
       release();
     }
     await waitFor(async () => (await r.redis.xlen(stream())) === 0, 5_000, 'the entry finished');
+  });
+
+  it('reads the bodies of an entry that refers to the event log from there, and flags the ones the log no longer holds', async () => {
+    r = testRedis();
+    const keys = redisKeys(r.prefix);
+    const log = new RedisEventLog(r.redis, keys, DAY_MS);
+    const [kept, erased, inline] = [delivery(1), delivery(2), delivery(3)];
+    const other = { ...delivery(4), webhookId: 'wh-2' };
+    await log.append([kept, erased, other].map((d) => ({ ...d })));
+    await log.erase('wh-1', [erased.deliveryId]);
+    await appendBatch(r.redis, stream(), [kept, erased, other], true);
+    await appendBatch(r.redis, stream(), [inline]);
+    // The referring entry holds no body: the body went to Redis once, with the log.
+    const [[, fields]] = (await r.redis.xrange(stream(), '-', '+', 'COUNT', 1)) as [[string, string[]]];
+    expect(fields.filter((_, i) => i % 2 === 0)).toEqual(['l', 'l', 'l']);
+    expect(fields.some((value) => value.includes('"n":'))).toBe(false);
+
+    const runs: FirstAttemptBatch[] = [];
+    const { reader: started } = reader(async (batch) => void runs.push(batch));
+    await started.start();
+    await waitFor(() => runs.length === 2, 5_000, 'both batches');
+    // Two at once: the one that reads its bodies first may end second.
+    const referring = runs.find((b) => b.deliveries.length === 3)!;
+    const carrying = runs.find((b) => b.deliveries.length === 1)!;
+    expect(referring.deliveries.map((d) => d.body)).toEqual([kept.body, '', other.body]);
+    expect([...(referring.gone ?? [])].map((d) => d.deliveryId)).toEqual([erased.deliveryId]);
+    expect(referring.deliveries.map(({ body: _body, ...d }) => d)).toEqual(
+      [kept, erased, other].map(({ body: _body, ...d }) => d),
+    );
+    expect(carrying.deliveries).toEqual([inline]);
+    expect(carrying.gone).toBeUndefined();
+  });
+
+  it('sets an entry aside that refers to the log but carries a body, or is not an object', async () => {
+    r = testRedis();
+    const keys = redisKeys(r.prefix);
+    const { body: _body, ...bare } = delivery(1);
+    await r.redis.xadd(stream(), '*', 'l', JSON.stringify({ ...bare, body: 'x' }));
+    await r.redis.xadd(stream(), '*', 'l', '"text"');
+    await appendBatch(r.redis, stream(), [delivery(2)]);
+    const runs: FirstAttemptBatch[] = [];
+    const { reader: started } = reader(async (batch) => void runs.push(batch));
+    await started.start();
+    await waitFor(async () => (await r.redis.xlen(stream())) === 0, 5_000, 'every entry finished or set aside');
+    expect(runs.map((b) => b.deliveries.map((d) => d.eventId.slice(-1)))).toEqual([['2']]);
+    const failed = await r.redis.xrange(keys.firstAttempts.failedOf(0), '-', '+');
+    expect(failed.map(([, f]) => f[f.indexOf('reason') + 1])).toEqual([
+      'delivery 1: the "l" field holds a body or is not an object',
+      'delivery 1: the "l" field holds a body or is not an object',
+    ]);
   });
 
   it('sets an entry without a readable batch aside with its reason, and goes on with the next', async () => {
