@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
+import type { Redis as RedisServer } from 'ioredis';
 import { connectRedis, keySlot, masterNodes, type Redis } from '../../src/store/redis.js';
 import { redisKeys } from '../../src/store/keys.js';
 import { waitFor } from './wait.js';
@@ -56,7 +57,7 @@ export function testRedis(url: string = inject('redisUrl'), prefix = `t${randomB
 export async function commandsNaming(redis: Redis, needle: string, work: () => Promise<unknown>): Promise<string[]> {
   const [server, ...others] = await masterNodes(redis);
   if (others.length > 0) throw new Error('commandsNaming watches a single server');
-  const monitor = await server!.monitor();
+  const { monitor, failures } = await monitorOf(server!);
   const marker = `hookline-test-commands-counted-${randomBytes(5).toString('hex')}`;
   const names: string[] = [];
   let done = false;
@@ -72,5 +73,38 @@ export async function commandsNaming(redis: Redis, needle: string, work: () => P
   } finally {
     monitor.disconnect();
   }
+  if (failures.length > 0) throw failures[0]!;
   return names;
+}
+
+/**
+ * A MONITOR connection to `server`, once it monitors (ioredis's `monitor()`, with the start-up race
+ * below taken care of), and the errors it has had since.
+ *
+ * On a server other clients keep busy (test files running beside this one), the first lines MONITOR
+ * sends can arrive in the same read as its OK, before ioredis counts the connection as monitoring:
+ * ioredis takes each for the reply to a command it never sent and emits "Command queue state
+ * error" (ioredis's `monitor()` rejects on the first). Those lines are commands that ran before
+ * MONITOR answered, so before the caller's work began: they are let go. Any other error is a
+ * failure, answered in `failures`.
+ */
+async function monitorOf(server: RedisServer): Promise<{ monitor: RedisServer; failures: Error[] }> {
+  const monitor = server.duplicate({ monitor: true, lazyConnect: false });
+  const failures: Error[] = [];
+  let monitoring = false;
+  monitor.on('error', (error: Error) => {
+    if (!monitoring && error.message.startsWith('Command queue state error')) return;
+    failures.push(error);
+  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      monitor.once('monitoring', () => resolve());
+      monitor.once('end', () => reject(failures[0] ?? new Error('the MONITOR connection ended before it monitored')));
+    });
+  } catch (error) {
+    monitor.disconnect();
+    throw error;
+  }
+  monitoring = true;
+  return { monitor, failures };
 }

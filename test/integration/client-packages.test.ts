@@ -11,6 +11,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WEBHOOK_EVENT_TYPES } from '../../src/domain/events.js';
 import { testApp, type TestApp } from '../helpers/app.js';
+import { withBuildLock } from '../helpers/build-lock.js';
 import { cleanEnv } from '../helpers/processes.js';
 import { TestReceiver, type ReceivedRequest } from '../helpers/receiver.js';
 import { waitFor } from '../helpers/wait.js';
@@ -98,8 +99,11 @@ describe('the client packages, packed and installed in a project of their own', 
   beforeAll(async () => {
     scratch = mkdtempSync(path.join(tmpdir(), 'hookline-clients-'));
     const project = async () => {
-      for (const [name, result] of await Promise.all(
-        PACKAGES.map(async (name) => [name, await pack(name, scratch)] as const),
+      // Packing builds each package into its dist/ (deleted first): not while another test builds the
+      // checkout, whose build reads those folders (`npm start` builds the packages, then the engine
+      // against their declarations).
+      for (const [name, result] of await withBuildLock(() =>
+        Promise.all(PACKAGES.map(async (name) => [name, await pack(name, scratch)] as const)),
       ))
         packed.set(name, result);
       writeFileSync(
@@ -143,7 +147,8 @@ describe('the client packages, packed and installed in a project of their own', 
       testEventId = answer.json<{ event_id: string }>().event_id;
     };
     await Promise.all([project(), engine()]);
-  }, 120_000);
+    // Longer than the work: the build lock may be held by another test's build for minutes.
+  }, 420_000);
 
   afterAll(async () => {
     await worker?.close();
