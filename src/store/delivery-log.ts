@@ -219,19 +219,47 @@ function toSummary(fields: Record<string, string>): DeliverySummary | undefined 
  */
 function compactDelivered(write: AttemptWrite): string {
   const { job, attempt } = write;
+  const { sent } = attempt;
   const header = `delivered\t${job.eventType}\t${attempt.statusCode ?? ''}\t${attempt.atMs}\n`;
-  const { attempt: number, atMs: _at, outcome, statusCode: _code, durationMs, sent, ...rarer } = attempt;
-  if (sent !== undefined && outcome === 'delivered' && rarer.responseSnippet !== undefined) {
-    const { host, bodyBytes, signatures, userAgent, ...rarerSent } = sent;
-    const positional = [job.eventId, job.vendorId, host, userAgent];
-    if (!positional.some((value) => /[\t\n]/.test(value))) {
+  if (
+    sent !== undefined &&
+    attempt.outcome === 'delivered' &&
+    attempt.responseSnippet !== undefined &&
+    plain(job.eventId) &&
+    plain(job.vendorId) &&
+    plain(sent.host) &&
+    plain(sent.userAgent)
+  ) {
+    // The rarer facts, when there are any (checked by name first: most attempts have none, and
+    // building the object for each would be garbage on the hot path).
+    let tail = '';
+    if (hasOtherThan(attempt, ATTEMPT_POSITIONAL) || hasOtherThan(sent, SENT_POSITIONAL)) {
+      const { attempt: _n, atMs: _at, outcome: _o, statusCode: _c, durationMs: _d, sent: _s, ...rarer } = attempt;
+      const { host: _h, bodyBytes: _b, signatures: _g, userAgent: _u, ...rarerSent } = sent;
       const extra = { ...rarer, ...(Object.keys(rarerSent).length > 0 ? { sent: rarerSent } : {}) };
       if (extra.responseSnippet === '') delete extra.responseSnippet;
-      const tail = Object.keys(extra).length > 0 ? JSON.stringify(extra) : '';
-      return `${header}${COMPACT_FORMAT}\t${job.eventId}\t${job.vendorId}\t${job.acceptedAtMs}\t${number}\t${durationMs}\t${host}\t${bodyBytes}\t${signatures}\t${userAgent}\t${tail}`;
+      tail = JSON.stringify(extra);
     }
+    return `${header}${COMPACT_FORMAT}\t${job.eventId}\t${job.vendorId}\t${job.acceptedAtMs}\t${attempt.attempt}\t${attempt.durationMs}\t${sent.host}\t${sent.bodyBytes}\t${sent.signatures}\t${sent.userAgent}\t${tail}`;
   }
   return `${header}${JSON.stringify({ e: job.eventId, v: job.vendorId, c: job.acceptedAtMs, r: attempt })}`;
+}
+
+/** Whether a positional value holds neither a tab nor a line break. */
+const plain = (value: string) => !value.includes('\t') && !value.includes('\n');
+
+/** What the positional form keeps of an attempt (an empty response excerpt is its default) and of its request. */
+const ATTEMPT_POSITIONAL = new Set(['attempt', 'atMs', 'outcome', 'statusCode', 'durationMs', 'sent']);
+const SENT_POSITIONAL = new Set(['host', 'bodyBytes', 'signatures', 'userAgent']);
+
+/** Whether `value` has a defined property outside `names` (a non-empty response excerpt counts). */
+function hasOtherThan(value: object, names: ReadonlySet<string>): boolean {
+  for (const key in value) {
+    const field = (value as Record<string, unknown>)[key];
+    if (names.has(key) || field === undefined || (key === 'responseSnippet' && field === '')) continue;
+    return true;
+  }
+  return false;
 }
 
 /** The tag that starts the rest of a positional compact record (see compactDelivered). */
