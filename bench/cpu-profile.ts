@@ -327,7 +327,9 @@ export async function profileRun<T>(
           await session.post('HeapProfiler.startSampling', {
             samplingInterval: 32_768,
             includeObjectsCollectedByMajorGC: true,
-            includeObjectsCollectedByMinorGC: true,
+            // BENCH_ALLOCATION_SURVIVORS=1: only what outlived the young generation (promoted, or
+            // still alive at the end), the allocations that make the old generation's collections.
+            includeObjectsCollectedByMinorGC: process.env.BENCH_ALLOCATION_SURVIVORS !== '1',
           } as never);
         await session.post('Profiler.start');
         process0 = process.cpuUsage();

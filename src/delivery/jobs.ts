@@ -1,5 +1,6 @@
 import { createHash, hash } from 'node:crypto';
 import { z } from 'zod';
+import { bodyBytesEstimate, chunksOf, COMMAND_BYTES_MAX } from '../lib/chunks.js';
 import { DELIVERY_STATUSES, deliverySchema } from '../domain/delivery.js';
 
 /**
@@ -79,32 +80,20 @@ export const BATCH_MAX = 100;
 
 /**
  * Bytes of bodies per batch job at most (each body counted with BATCH_DELIVERY_OVERHEAD_BYTES for its
- * other fields and JSON escaping). A batch job's data travels as one string (into the job, out of
- * Redis, into JSON.parse); past about 128 KB V8 keeps such a string in its large-object space, each
- * allocated and faulted in from the system on its own, which measured 50 times slower per byte
- * than a smaller one on the benchmark machine.
+ * other fields and JSON escaping): a batch's data travels as one string, kept under
+ * COMMAND_BYTES_MAX (see src/lib/chunks.ts).
  */
-export const BATCH_BYTES_MAX = 96 * 1024;
+export const BATCH_BYTES_MAX = COMMAND_BYTES_MAX;
 const BATCH_DELIVERY_OVERHEAD_BYTES = 400;
 
 /** Splits a partition's deliveries into batches of at most BATCH_MAX deliveries and BATCH_BYTES_MAX bytes, in order. */
 export function batchesOf<T extends { body: string }>(deliveries: readonly T[]): T[][] {
-  const batches: T[][] = [];
-  let current: T[] = [];
-  let bytes = 0;
-  for (const delivery of deliveries) {
-    // The body's length in UTF-16 units: bytes for the ASCII JSON bodies usually are, an undercount otherwise.
-    const size = delivery.body.length * 1.1 + BATCH_DELIVERY_OVERHEAD_BYTES;
-    if (current.length > 0 && (current.length >= BATCH_MAX || bytes + size > BATCH_BYTES_MAX)) {
-      batches.push(current);
-      current = [];
-      bytes = 0;
-    }
-    current.push(delivery);
-    bytes += size;
-  }
-  if (current.length > 0) batches.push(current);
-  return batches;
+  return chunksOf(
+    deliveries,
+    (delivery) => bodyBytesEstimate(delivery.body) + BATCH_DELIVERY_OVERHEAD_BYTES,
+    BATCH_BYTES_MAX,
+    BATCH_MAX,
+  );
 }
 
 /** The job id of a batch: derived from its deliveries, so re-enqueueing the same batch adds nothing. */

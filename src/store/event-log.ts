@@ -1,4 +1,5 @@
 import type { DeliveryStatus } from '../domain/delivery.js';
+import { bodyBytesEstimate, chunksOf, COMMAND_BYTES_MAX } from '../lib/chunks.js';
 import type { RedisKeys } from './keys.js';
 import { slotGroups, type Redis } from './redis.js';
 import { defineScriptFile, type ScriptArg, type ScriptCall } from './scripts.js';
@@ -63,8 +64,10 @@ const UINT64_MAX = 2n ** 64n - 1n;
 
 const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
-/** Entries appended by one script call at most. */
+/** Entries appended by one script call at most (and COMMAND_BYTES_MAX of them: see src/lib/chunks.ts). */
 const ENTRIES_PER_CALL_MAX = 500;
+/** An entry's bytes in an append: its body, and about 200 for its keys and ids. */
+const entryBytes = (entry: EventLogEntry) => bodyBytesEstimate(entry.body) + 200;
 /** Entries past the retention one append removes per webhook at most, so a call's work stays bounded. */
 const TRIM_PER_APPEND_MAX = 32;
 /** Entries one maintenance call removes at most; maintenance calls again until nothing is left. */
@@ -125,21 +128,23 @@ export class RedisEventLog {
     const byWebhook = [...entries].sort((a, b) => compare(a.webhookId, b.webhookId));
     const { log } = this.keys.deliveries;
     await Promise.all(
-      slotGroups(this.redis, byWebhook, (entry) => log(entry.webhookId), ENTRIES_PER_CALL_MAX).map((group) => {
-        const args: ScriptArg[] = [this.retentionMs, TRIM_PER_APPEND_MAX];
-        for (let start = 0; start < group.length;) {
-          const { webhookId } = group[start]!;
-          let end = start + 1;
-          while (end < group.length && group[end]!.webhookId === webhookId) end += 1;
-          args.push(...this.keysOf(webhookId), end - start);
-          for (let i = start; i < end; i += 1) {
-            const entry = group[i]!;
-            args.push(entry.deliveryId, entry.eventId, entry.eventType, entry.body);
+      slotGroups(this.redis, byWebhook, (entry) => log(entry.webhookId))
+        .flatMap((group) => chunksOf(group, entryBytes, COMMAND_BYTES_MAX, ENTRIES_PER_CALL_MAX))
+        .map((group) => {
+          const args: ScriptArg[] = [this.retentionMs, TRIM_PER_APPEND_MAX];
+          for (let start = 0; start < group.length;) {
+            const { webhookId } = group[start]!;
+            let end = start + 1;
+            while (end < group.length && group[end]!.webhookId === webhookId) end += 1;
+            args.push(...this.keysOf(webhookId), end - start);
+            for (let i = start; i < end; i += 1) {
+              const entry = group[i]!;
+              args.push(entry.deliveryId, entry.eventId, entry.eventType, entry.body);
+            }
+            start = end;
           }
-          start = end;
-        }
-        return this.appendScript([log(group[0]!.webhookId)], ...args);
-      }),
+          return this.appendScript([log(group[0]!.webhookId)], ...args);
+        }),
     );
   }
 
