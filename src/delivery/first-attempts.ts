@@ -4,6 +4,7 @@ import type { DeliverJob } from '../domain/delivery.js';
 import { wakeableSleep } from '../lib/timer-race.js';
 import type { Logger } from '../logger.js';
 import { isRedisUnavailable, type Redis } from '../store/redis.js';
+import { defineScriptFile, type ScriptCall } from '../store/scripts.js';
 import {
   backoffMs,
   BlockingStreamReader,
@@ -131,8 +132,10 @@ const CLAIM_ROUNDS_MAX = 10;
 /** Consumers silent this long with nothing pending are removed from the group. */
 const CONSUMER_IDLE_MAX_MS = 24 * 3_600_000;
 const CONSUMERS_PRUNED_MAX = 100;
-/** Idle consumers are looked for every this many maintenance passes. */
+/** Idle consumers, and set-aside entries this version can read, are looked for every this many maintenance passes. */
 const PRUNE_EVERY = 20;
+/** Set-aside entries looked at per such pass at most. */
+const REDRIVE_LOOKS_MAX = 100;
 
 /**
  * Reads one partition's first-attempt stream through the workers' consumer group and runs each
@@ -158,6 +161,9 @@ export class FirstAttemptReader {
   private wake: () => void = () => undefined;
   /** Wakes every re-run waiting out its back-off (stop()). */
   private readonly sleepers = new Set<() => void>();
+  /** Where the next look at the failed stream starts (see redrive). */
+  private redriveCursor = '-';
+  private readonly redriveScript: ScriptCall<[failed: string, stream: string], [id: string], number>;
 
   constructor(private readonly options: FirstAttemptReaderOptions) {
     this.consumer = options.consumer ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
@@ -165,6 +171,7 @@ export class FirstAttemptReader {
     // Three renewals per claim time: one delayed by a busy event loop still comes in time.
     this.maintenanceIntervalMs = Math.max(50, Math.floor(options.claimMinIdleMs / 3));
     this.nowMs = options.nowMs ?? Date.now;
+    this.redriveScript = defineScriptFile(options.redis, 'first-attempts-redrive', 2);
   }
 
   get consumerName(): string {
@@ -371,6 +378,7 @@ export class FirstAttemptReader {
       cursor = next;
       if (cursor === '0-0') break;
     }
+    if (prune) await this.redrive().catch(() => undefined);
     if (prune)
       await pruneIdleConsumers(redis, {
         stream,
@@ -379,6 +387,36 @@ export class FirstAttemptReader {
         idleMaxMs: CONSUMER_IDLE_MAX_MS,
         max: CONSUMERS_PRUNED_MAX,
       }).catch(() => undefined);
+  }
+
+  /**
+   * Puts set-aside entries that this version reads back on the stream, to run as any entry. During a
+   * rolling upgrade an older worker sets aside what it cannot read (an entry that refers to the
+   * event log for its bodies, `l`); the newer workers run it then, so nothing is stranded. Looks at
+   * REDRIVE_LOOKS_MAX entries a pass, going on from where the last pass stopped; an entry this
+   * version cannot read either stays where it is, with its reason.
+   */
+  private async redrive(): Promise<void> {
+    const { redis, stream, failedStream, logger, partition } = this.options;
+    const entries = (await redis.xrangeBuffer(
+      failedStream,
+      this.redriveCursor,
+      '+',
+      'COUNT',
+      REDRIVE_LOOKS_MAX,
+    )) as unknown as [Buffer, Buffer[]][];
+    this.redriveCursor = entries.length < REDRIVE_LOOKS_MAX ? '-' : `(${entries.at(-1)![0].toString()}`;
+    for (const [rawId, fields] of entries) {
+      const meta = fields.slice(0, 6).map((field) => field.toString());
+      if (meta[0] !== 'reason' || meta[2] !== 'failed_at' || meta[4] !== 'entry_id') continue;
+      if (typeof decodeBatch(fields.slice(6)) === 'string') continue;
+      const id = rawId.toString();
+      if (Number(await this.redriveScript([failedStream, stream], id)) === 1)
+        logger.info(
+          { partition, failedEntryId: id, entryId: meta[5], reason: meta[1] },
+          'first attempts: an entry set aside elsewhere is readable here; it runs again',
+        );
+    }
   }
 
   private backoffMs(failures: number): number {

@@ -211,6 +211,40 @@ describe('first-attempt streams (real Redis)', () => {
     ]);
   });
 
+  it('runs an entry an older worker set aside for a field it did not know, once however many workers look, and leaves unreadable ones', async () => {
+    r = testRedis();
+    const keys = redisKeys(r.prefix);
+    const failed = keys.firstAttempts.failedOf(0);
+    const d = delivery(1);
+    await new RedisEventLog(r.redis, keys, DAY_MS).append([{ ...d }]);
+    const { body: _body, ...bare } = d;
+    // As an older version sets aside an entry that refers to the event log for its bodies.
+    const aside = (reason: string, ...fields: string[]) =>
+      r.redis.xadd(failed, '*', 'reason', reason, 'failed_at', new Date().toISOString(), 'entry_id', '1-1', ...fields);
+    await aside('an unknown field "l"', 'l', JSON.stringify(bare));
+    await aside('delivery 1: the "d" field is not valid JSON', 'd', '[ not json', 'p', '{}');
+    await ensureGroup(r.redis, stream(), FIRST_ATTEMPTS_GROUP);
+
+    const runs: FirstAttemptBatch[] = [];
+    const first = reader(async (batch) => void runs.push(batch), { consumer: 'a' });
+    const second = reader(async (batch) => void runs.push(batch), { consumer: 'b' });
+    await Promise.all([first.reader.start(), second.reader.start()]);
+    await waitFor(() => runs.length >= 1, 5_000, 'the set-aside entry run');
+    expect(runs[0]!.deliveries).toEqual([d]);
+    expect(runs[0]!.gone).toBeUndefined();
+    await waitFor(async () => (await r.redis.xlen(stream())) === 0, 5_000, 'the entry done');
+    // Once, though both workers looked; the unreadable one stays with its reason.
+    await quiescent(() => runs.length, 600);
+    expect(runs).toHaveLength(1);
+    const left = await r.redis.xrange(failed, '-', '+');
+    expect(left.map(([, f]) => f[1])).toEqual(['delivery 1: the "d" field is not valid JSON']);
+    expect(
+      [...first.lines(), ...second.lines()].filter((l) =>
+        String(l.message).includes('set aside elsewhere is readable here'),
+      ),
+    ).toHaveLength(1);
+  });
+
   it('sets an entry without a readable batch aside with its reason, and goes on with the next', async () => {
     r = testRedis();
     const keys = redisKeys(r.prefix);
