@@ -321,8 +321,9 @@ async function deadUnsent(
 }
 
 /**
- * Why a delivery was dropped, unsent: its webhook was deleted, or its event's body was gone before
- * its first attempt (erased, or the installation's retention passed while it waited).
+ * Why a delivery was dropped, unsent: its webhook was deleted (found at its run), or the event log
+ * no longer held its body when its first attempt came to read it (the event was erased, its
+ * webhook deleted with its log, or the installation's retention passed while it waited).
  */
 export type DropReason = 'webhook_deleted' | 'event_gone';
 
