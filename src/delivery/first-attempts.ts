@@ -378,15 +378,15 @@ export class FirstAttemptReader {
       cursor = next;
       if (cursor === '0-0') break;
     }
-    if (prune) await this.redrive().catch(() => undefined);
-    if (prune)
-      await pruneIdleConsumers(redis, {
-        stream,
-        group: FIRST_ATTEMPTS_GROUP,
-        self: this.consumer,
-        idleMaxMs: CONSUMER_IDLE_MAX_MS,
-        max: CONSUMERS_PRUNED_MAX,
-      }).catch(() => undefined);
+    if (!prune) return;
+    await this.redrive().catch(() => undefined);
+    await pruneIdleConsumers(redis, {
+      stream,
+      group: FIRST_ATTEMPTS_GROUP,
+      self: this.consumer,
+      idleMaxMs: CONSUMER_IDLE_MAX_MS,
+      max: CONSUMERS_PRUNED_MAX,
+    }).catch(() => undefined);
   }
 
   /**

@@ -199,6 +199,27 @@ export class Ingestor {
    * or undefined: within HOOKLINE_MAX_EVENT_BYTES, or no limit, or a body that cannot be written
    * (no delivery, so nothing to refuse; one with a delivery is refused for that).
    */
+  /**
+   * Enqueues a batch's deliveries. With the event log, once it holds their bodies (one round trip
+   * after it), so that first attempts refer to them there rather than carry a second copy to Redis
+   * (see delivery/first-attempts.ts); the log is written once per delivery however often the batch
+   * is ingested again.
+   */
+  private async enqueue(requests: readonly DeliveryRequest[]): Promise<void> {
+    const { eventLog, deliveries } = this.deps;
+    if (eventLog === undefined) return deliveries.enqueue(requests);
+    await eventLog.append(
+      requests.map((r) => ({
+        webhookId: r.webhookId,
+        deliveryId: r.deliveryId,
+        eventId: r.eventId,
+        eventType: r.eventType,
+        body: r.body,
+      })),
+    );
+    await deliveries.enqueue(requests, { bodiesLogged: true });
+  }
+
   private sizeProblem(body: string | ReturnType<typeof envelopeOf>): string | undefined {
     const max = this.deps.eventBytesMax;
     if (max === undefined) return undefined;
@@ -341,29 +362,11 @@ export class Ingestor {
         const json = body ?? serialised(envelope);
         if (typeof json === 'string') remembered.set(webhookId, json);
       }
-      // The event log and the read-model changes share this step; the log is written once per
-      // delivery however often the batch is ingested again. With the event log, the deliveries are
-      // enqueued once it holds their bodies (one round trip after it), and refer to them there
-      // rather than carry a second copy to Redis (see delivery/first-attempts.ts).
-      const { eventLog } = this.deps;
+      // The event log and the read-model changes share this step (see enqueue below).
       await Promise.all([
         this.deps.readModels.append(readModelChanges),
         remembered.size > 0 ? this.deps.recentEvents?.remember(remembered) : undefined,
-        requests.length === 0
-          ? undefined
-          : eventLog === undefined
-            ? this.deps.deliveries.enqueue(requests)
-            : eventLog
-                .append(
-                  requests.map((r) => ({
-                    webhookId: r.webhookId,
-                    deliveryId: r.deliveryId,
-                    eventId: r.eventId,
-                    eventType: r.eventType,
-                    body: r.body,
-                  })),
-                )
-                .then(() => this.deps.deliveries.enqueue(requests, { bodiesLogged: true })),
+        requests.length > 0 ? this.enqueue(requests) : undefined,
       ]);
 
       // 7. Only now remember the ids: everything above is durable, so a re-send may be skipped.

@@ -35,3 +35,23 @@ export const COMMAND_BYTES_MAX = 96 * 1024;
 
 /** A body's bytes as the chunking counts them: its UTF-16 length with room for escaping and non-ASCII text. */
 export const bodyBytesEstimate = (body: string): number => body.length * 1.1;
+
+/** A copy of `items` sorted by `keyOf` (stable: items of one key keep their order), so each key's items are side by side. */
+export function sortedBy<T>(items: readonly T[], keyOf: (item: T) => string): T[] {
+  return [...items].sort((a, b) => {
+    const [x, y] = [keyOf(a), keyOf(b)];
+    return x < y ? -1 : x > y ? 1 : 0;
+  });
+}
+
+/** The runs of consecutive items with the same key, in order, each with its key. */
+export function runsOf<T>(items: readonly T[], keyOf: (item: T) => string): [key: string, run: T[]][] {
+  const runs: [string, T[]][] = [];
+  for (const item of items) {
+    const key = keyOf(item);
+    const last = runs.at(-1);
+    if (last !== undefined && last[0] === key) last[1].push(item);
+    else runs.push([key, [item]]);
+  }
+  return runs;
+}

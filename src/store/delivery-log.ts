@@ -5,6 +5,7 @@ import { slotGroups, type Redis } from './redis.js';
 import { defineScriptFile, type ScriptArg, type ScriptCall } from './scripts.js';
 import type { JournalRow } from './attempt-journal.js';
 import { LruMap } from '../lib/lru-map.js';
+import { runsOf, sortedBy } from '../lib/chunks.js';
 
 export interface DeliverySummary {
   deliveryId: string;
@@ -464,36 +465,32 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     const k = this.keys.deliveries;
     // A webhook's attempts side by side (the sort is stable), so that a call holds all of them and
     // pays its per-webhook commands (the recent list, the TTLs, the trim, the failure run) once.
-    const byWebhook = [...rows].sort((a, b) => (a.webhookId < b.webhookId ? -1 : a.webhookId > b.webhookId ? 1 : 0));
+    const webhookOf = (row: JournalRow) => row.webhookId;
     await Promise.all(
-      slotGroups(this.redis, byWebhook, (row) => k.ofWebhook(row.webhookId), RECORDS_PER_CALL_MAX).map((group) => {
-        const byWebhook = new Map<string, JournalRow[]>();
-        for (const row of group) {
-          const list = byWebhook.get(row.webhookId);
-          if (list) list.push(row);
-          else byWebhook.set(row.webhookId, [row]);
-        }
-        const args: ScriptArg[] = [];
-        for (const [webhookId, list] of byWebhook) {
-          args.push(
-            k.ofWebhook(webhookId),
-            k.logStatuses(webhookId),
-            k.logBodies(webhookId),
-            k.failingSince(webhookId),
-            k.record(webhookId, ''),
-            list.length,
+      slotGroups(this.redis, sortedBy(rows, webhookOf), (row) => k.ofWebhook(row.webhookId), RECORDS_PER_CALL_MAX).map(
+        (group) => {
+          const args: ScriptArg[] = [];
+          for (const [webhookId, list] of runsOf(group, webhookOf)) {
+            args.push(
+              k.ofWebhook(webhookId),
+              k.logStatuses(webhookId),
+              k.logBodies(webhookId),
+              k.failingSince(webhookId),
+              k.record(webhookId, ''),
+              list.length,
+            );
+            for (const row of list) args.push(row.deliveryId, row.acceptedAtMs, row.atMs, row.value);
+          }
+          return this.projectScript(
+            [k.ofWebhook(group[0]!.webhookId)],
+            this.deadLetterRetentionMsArg,
+            this.recentPerWebhookArg,
+            this.trimIdsMaxArg,
+            this.fallenOffGraceMsArg,
+            ...args,
           );
-          for (const row of list) args.push(row.deliveryId, row.acceptedAtMs, row.atMs, row.value);
-        }
-        return this.projectScript(
-          [k.ofWebhook(group[0]!.webhookId)],
-          this.deadLetterRetentionMsArg,
-          this.recentPerWebhookArg,
-          this.trimIdsMaxArg,
-          this.fallenOffGraceMsArg,
-          ...args,
-        );
-      }),
+        },
+      ),
     );
   }
 

@@ -1,5 +1,5 @@
 import type { DeliveryStatus } from '../domain/delivery.js';
-import { bodyBytesEstimate, chunksOf, COMMAND_BYTES_MAX } from '../lib/chunks.js';
+import { bodyBytesEstimate, chunksOf, COMMAND_BYTES_MAX, runsOf, sortedBy } from '../lib/chunks.js';
 import type { RedisKeys } from './keys.js';
 import { slotGroups, type Redis } from './redis.js';
 import { defineScriptFile, type ScriptArg, type ScriptCall } from './scripts.js';
@@ -62,8 +62,6 @@ export function isLogCursor(text: string): boolean {
 }
 const UINT64_MAX = 2n ** 64n - 1n;
 
-const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
-
 /** Entries appended by one script call at most (and COMMAND_BYTES_MAX of them: see src/lib/chunks.ts). */
 const ENTRIES_PER_CALL_MAX = 500;
 /** An entry's bytes in an append: its body, and about 200 for its keys and ids. */
@@ -123,25 +121,18 @@ export class RedisEventLog {
 
   /** Appends ingest's matched events; idempotent per delivery id. */
   async append(entries: readonly EventLogEntry[]): Promise<void> {
-    // A webhook's entries side by side (the sort is stable, so each keeps its accept order), so that
-    // a call names the webhook's keys and pays its trim and TTLs once for all of them.
-    const byWebhook = [...entries].sort((a, b) => compare(a.webhookId, b.webhookId));
+    // A webhook's entries side by side (each keeps its accept order), so that a call names the
+    // webhook's keys and pays its trim and TTLs once for all of them.
     const { log } = this.keys.deliveries;
+    const webhookOf = (entry: EventLogEntry) => entry.webhookId;
     await Promise.all(
-      slotGroups(this.redis, byWebhook, (entry) => log(entry.webhookId))
+      slotGroups(this.redis, sortedBy(entries, webhookOf), (entry) => log(entry.webhookId))
         .flatMap((group) => chunksOf(group, entryBytes, COMMAND_BYTES_MAX, ENTRIES_PER_CALL_MAX))
         .map((group) => {
           const args: ScriptArg[] = [this.retentionMs, TRIM_PER_APPEND_MAX];
-          for (let start = 0; start < group.length;) {
-            const { webhookId } = group[start]!;
-            let end = start + 1;
-            while (end < group.length && group[end]!.webhookId === webhookId) end += 1;
-            args.push(...this.keysOf(webhookId), end - start);
-            for (let i = start; i < end; i += 1) {
-              const entry = group[i]!;
-              args.push(entry.deliveryId, entry.eventId, entry.eventType, entry.body);
-            }
-            start = end;
+          for (const [webhookId, run] of runsOf(group, webhookOf)) {
+            args.push(...this.keysOf(webhookId), run.length);
+            for (const entry of run) args.push(entry.deliveryId, entry.eventId, entry.eventType, entry.body);
           }
           return this.appendScript([log(group[0]!.webhookId)], ...args);
         }),
@@ -155,20 +146,18 @@ export class RedisEventLog {
    */
   async bodiesOf(refs: readonly { webhookId: string; deliveryId: string }[]): Promise<(string | undefined)[]> {
     const { logBodies } = this.keys.deliveries;
-    const order = refs.map((_, i) => i).sort((a, b) => compare(refs[a]!.webhookId, refs[b]!.webhookId));
-    const out: (string | undefined)[] = new Array<string | undefined>(refs.length);
+    const webhookOf = (i: number) => refs[i]!.webhookId;
+    const order = sortedBy(
+      refs.map((_, i) => i),
+      webhookOf,
+    );
+    const out = new Array<string | undefined>(refs.length);
     await Promise.all(
-      slotGroups(this.redis, order, (i) => logBodies(refs[i]!.webhookId), ENTRIES_PER_CALL_MAX).map(async (group) => {
+      slotGroups(this.redis, order, (i) => logBodies(webhookOf(i)), ENTRIES_PER_CALL_MAX).map(async (group) => {
         const args: ScriptArg[] = [];
-        for (let start = 0; start < group.length;) {
-          const { webhookId } = refs[group[start]!]!;
-          let end = start + 1;
-          while (end < group.length && refs[group[end]!]!.webhookId === webhookId) end += 1;
-          args.push(logBodies(webhookId), end - start);
-          for (let i = start; i < end; i += 1) args.push(refs[group[i]!]!.deliveryId);
-          start = end;
-        }
-        const bodies = await this.bodiesScript([logBodies(refs[group[0]!]!.webhookId)], ...args);
+        for (const [webhookId, run] of runsOf(group, webhookOf))
+          args.push(logBodies(webhookId), run.length, ...run.map((i) => refs[i]!.deliveryId));
+        const bodies = await this.bodiesScript([logBodies(webhookOf(group[0]!))], ...args);
         group.forEach((i, n) => (out[i] = bodies[n] ?? undefined));
       }),
     );
