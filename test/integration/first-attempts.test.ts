@@ -8,6 +8,7 @@ import {
   type FirstAttemptBatch,
 } from '../../src/delivery/first-attempts.js';
 import { deliveryIdFor } from '../../src/domain/ids.js';
+import { BATCH_MAX } from '../../src/delivery/jobs.js';
 import { StorageUnavailableError } from '../../src/delivery/signals.js';
 import { RedisEventLog } from '../../src/store/event-log.js';
 import { redisKeys } from '../../src/store/keys.js';
@@ -243,6 +244,60 @@ describe('first-attempt streams (real Redis)', () => {
         String(l.message).includes('set aside elsewhere is readable here'),
       ),
     ).toHaveLength(1);
+  });
+
+  it('runs small batches several at once where full ones run one at a time: a trickle of events does not wait on batch places', async () => {
+    r = testRedis();
+    let release: () => void = () => undefined;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const running: number[] = [];
+    let now = 0;
+    const { reader: started } = reader(
+      async (batch) => {
+        now += 1;
+        running.push(now);
+        await released;
+        now -= 1;
+        return batch;
+      },
+      { inFlightMax: 1 },
+    );
+    // Six entries of one delivery: up to 4 × inFlightMax at once.
+    for (let n = 1; n <= 6; n += 1) await appendBatch(r.redis, stream(), [delivery(n)]);
+    await started.start();
+    await waitFor(() => now === 4, 5_000, 'four small batches at once');
+    await quiescent(() => running.length, 300);
+    expect(Math.max(...running)).toBe(4);
+    release();
+    await waitFor(async () => (await r.redis.xlen(stream())) === 0, 5_000, 'every entry done');
+    await started.stop();
+
+    // Full batches: one at a time (their deliveries fill inFlightMax's room).
+    const full = (from: number) => Array.from({ length: BATCH_MAX }, (_, i) => delivery(from + i));
+    let gate: () => void = () => undefined;
+    let fullNow = 0;
+    let fullMax = 0;
+    let fullRuns = 0;
+    const { reader: second } = reader(
+      async () => {
+        fullNow += 1;
+        fullRuns += 1;
+        fullMax = Math.max(fullMax, fullNow);
+        await new Promise<void>((resolve) => (gate = resolve));
+        fullNow -= 1;
+      },
+      { inFlightMax: 1, consumer: 'full' },
+    );
+    await appendBatch(r.redis, stream(), full(1_000));
+    await appendBatch(r.redis, stream(), full(2_000));
+    await second.start();
+    await waitFor(() => fullRuns === 1, 5_000, 'the first full batch');
+    await quiescent(() => fullRuns, 300);
+    expect(fullMax).toBe(1);
+    gate();
+    await waitFor(() => fullRuns === 2, 5_000, 'the second full batch, after the first');
+    gate();
+    expect(fullMax).toBe(1);
   });
 
   it('sets an entry without a readable batch aside with its reason, and goes on with the next', async () => {
