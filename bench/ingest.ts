@@ -34,6 +34,8 @@ const BATCH_SIZE = 1_000;
  */
 export async function ingestThroughput(setup: DeliveryBenchSetup, events: number): Promise<IngestFigures> {
   const factory = new EventFactory(setup.payloadBytes, 50);
+  // Both sides warm up on as many events (the delivery runs' warm-up), so each is measured compiled.
+  const warm = Math.max(2 * BATCH_SIZE, Math.ceil(setup.warmup / BATCH_SIZE) * BATCH_SIZE);
   const hookline = await (async () => {
     const engine = await BenchEngine.start({
       redisUrl: setup.redisUrl,
@@ -50,8 +52,8 @@ export async function ingestThroughput(setup: DeliveryBenchSetup, events: number
       return await postMeasured(
         engine,
         setup,
-        batchBodies(eventsFor(factory, 2 * BATCH_SIZE, setup.vendors), BATCH_SIZE),
-        batchBodies(eventsFor(factory, events, setup.vendors, 2 * BATCH_SIZE), BATCH_SIZE),
+        batchBodies(eventsFor(factory, warm, setup.vendors), BATCH_SIZE),
+        batchBodies(eventsFor(factory, events, setup.vendors, warm), BATCH_SIZE),
         events,
       );
     } finally {
@@ -101,8 +103,8 @@ export async function ingestThroughput(setup: DeliveryBenchSetup, events: number
       await queue.addBulk(batch);
     };
     try {
-      await runParallel(batches(jobs(BATCH_SIZE, 0)), setup.posters, add);
-      const measured = batches(jobs(events, BATCH_SIZE));
+      await runParallel(batches(jobs(warm, 0)), setup.posters, add);
+      const measured = batches(jobs(events, warm));
       const cpu = await cpuMeter(setup.infoRedis);
       const startMs = wallMs();
       await runParallel(measured, setup.posters, add);
