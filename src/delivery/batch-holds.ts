@@ -34,6 +34,8 @@ export class BatchHolds<T> {
   private waitingCount = 0;
   private readonly inflight = new Map<T, { startedMs: number; suspect: boolean }>();
   private readonly handedOff = new Set<T>();
+  /** Attempts in flight to suspect endpoints and not handed off: kept as a count, read after every settle. */
+  private suspectInflight = 0;
   private holdStartedMs: number;
   private lastOnlySuspect: boolean;
 
@@ -54,12 +56,17 @@ export class BatchHolds<T> {
 
   /** An attempt started (`suspect`: to a suspect endpoint). */
   started(item: T, suspect: boolean): void {
+    this.ended(item);
     this.inflight.set(item, { startedMs: this.nowMs(), suspect });
+    if (suspect && !this.handedOff.has(item)) this.suspectInflight += 1;
   }
 
   /** An attempt ended (answered, failed or timed out). */
   ended(item: T): void {
+    const entry = this.inflight.get(item);
+    if (entry === undefined) return;
     this.inflight.delete(item);
+    if (entry.suspect && !this.handedOff.has(item)) this.suspectInflight -= 1;
   }
 
   /** A delivery is done with, whatever its outcome; one handed off was already counted. */
@@ -85,6 +92,15 @@ export class BatchHolds<T> {
     return Math.max(0, this.holdStartedMs + holdMs - this.nowMs());
   }
 
+  /**
+   * Whether the batch's wait must look again now: nothing is pending, or what is left changed between
+   * "only suspect endpoints" and not (which changes the hold). Anything else leaves the wait as it is,
+   * so a settle need not cost the waiting loop a timer.
+   */
+  needsLook(): boolean {
+    return this.pendingCount === 0 || this.lastOnlySuspect !== this.onlySuspectLeft();
+  }
+
   /** Something changed before the check was due: a hold that no longer applies starts over. */
   changed(): void {
     if (this.lastOnlySuspect !== this.onlySuspectLeft()) this.holdStartedMs = this.nowMs();
@@ -102,6 +118,7 @@ export class BatchHolds<T> {
       if (nowMs - startedMs < holdMs || this.handedOff.has(item)) continue;
       this.settled(item);
       this.handedOff.add(item);
+      if (suspect) this.suspectInflight -= 1;
       handOff.push({ item, dueAtMs: startedMs + this.rules.deliveryTimeoutMs + 1_000 });
     }
     return { giveUpWaiters: true, handOff };
@@ -109,8 +126,6 @@ export class BatchHolds<T> {
 
   /** Everything left waits on suspect endpoints: nothing healthy is left to wait for. */
   private onlySuspectLeft(): boolean {
-    let suspectInflight = 0;
-    for (const [item, { suspect }] of this.inflight) if (suspect && !this.handedOff.has(item)) suspectInflight += 1;
-    return this.pendingCount > 0 && this.pendingCount === this.waitingCount + suspectInflight;
+    return this.pendingCount > 0 && this.pendingCount === this.waitingCount + this.suspectInflight;
   }
 }

@@ -103,11 +103,11 @@ class BatchRun implements SendTracker {
   private parkedCount = 0;
   private attempted = 0;
   private giveUp = giveUpRound();
-  /** Woken whenever a delivery settles or starts or stops waiting, to look again at what holds the batch. */
+  /** Wakes the wait for the batch's deliveries (see nudge). */
   private wake: () => void = () => undefined;
   private readonly onWaiting = (waiting: boolean) => {
     this.holds.waiting(waiting);
-    this.wake();
+    this.nudge();
   };
   private failure: Error | undefined;
   /** Settled once this batch's single jobs exist (or adding them failed). */
@@ -155,7 +155,7 @@ class BatchRun implements SendTracker {
   started(data: DeliverJob, suspect: boolean): void {
     this.holds.started(data, suspect);
     this.attempted += 1;
-    this.wake();
+    this.nudge();
   }
 
   ended(data: DeliverJob): void {
@@ -270,7 +270,12 @@ class BatchRun implements SendTracker {
 
   private settle(data: DeliverJob): void {
     this.holds.settled(data);
-    this.wake();
+    this.nudge();
+  }
+
+  /** A delivery settled, started or stopped waiting: the wait looks again when that changes what holds the batch. */
+  private nudge(): void {
+    if (this.holds.needsLook()) this.wake();
   }
 
   /** Waits for every delivery of the batch, handing off those that hold it up (see BatchHolds). */

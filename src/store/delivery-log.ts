@@ -519,8 +519,9 @@ export class RedisDeliveryLog implements DeliveryRecorder, DeliveryHistory {
     this.flushTimer = undefined;
     const all = this.pending;
     this.pending = [];
-    const journaled = this.journal === undefined ? [] : all.filter(({ write }) => this.journals(write));
-    const batch = journaled.length === 0 ? all : all.filter((entry) => !journaled.includes(entry));
+    const journaled: typeof all = [];
+    const batch: typeof all = [];
+    for (const entry of all) (this.journal !== undefined && this.journals(entry.write) ? journaled : batch).push(entry);
     if (journaled.length > 0)
       this.journal!.append(
         journaled.map(({ write }) => ({

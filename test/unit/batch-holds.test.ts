@@ -18,6 +18,46 @@ function batch(n: number, rules = RULES) {
 }
 
 describe('BatchHolds (fixed clock)', () => {
+  it('asks the wait to look again only when nothing is pending or "only suspect deliveries left" flips', () => {
+    const { holds } = batch(3);
+    holds.started('a', false);
+    holds.started('b', true);
+    holds.started('c', false);
+    expect(holds.nextCheckInMs()).toBe(250);
+    expect(holds.needsLook()).toBe(false);
+    holds.ended('a');
+    holds.settled('a');
+    // 'b' (suspect) and 'c' (healthy) left: nothing the hold depends on changed.
+    expect(holds.needsLook()).toBe(false);
+    holds.ended('c');
+    holds.settled('c');
+    // Only the suspect delivery is left: the hold shortens, so the wait must look.
+    expect(holds.needsLook()).toBe(true);
+    expect(holds.nextCheckInMs()).toBe(50);
+    expect(holds.needsLook()).toBe(false);
+    holds.ended('b');
+    holds.settled('b');
+    expect(holds.needsLook()).toBe(true);
+  });
+
+  it('counts a suspect attempt handed off no longer as holding the batch', () => {
+    const { holds, after } = batch(2);
+    holds.started('s', true);
+    holds.waiting(true);
+    expect(holds.nextCheckInMs()).toBe(50);
+    after(50);
+    const check = holds.check(true);
+    expect(check.handOff.map(({ item }) => item)).toEqual(['s']);
+    // Handed off, then it ends: the count of suspect attempts holding the batch does not go below zero.
+    holds.ended('s');
+    holds.settled('s');
+    expect(holds.pending).toBe(1);
+    holds.waiting(false);
+    holds.settled('w');
+    expect(holds.pending).toBe(0);
+    expect(holds.needsLook()).toBe(true);
+  });
+
   it('checks every 250 ms while healthy deliveries are pending, and gives up on first-contact waits at the check', () => {
     const { holds, after } = batch(3);
     holds.started('a', false);

@@ -26,6 +26,44 @@ describe('LruMap', () => {
     expect(map.size).toBe(1);
   });
 
+  it('agrees with a model of recency over many mixed operations, evicting oldest first and telling onEvict', () => {
+    const evicted: string[] = [];
+    const map = new LruMap<string, number>(50, (key) => evicted.push(key));
+    // The model: keys oldest first.
+    let model: string[] = [];
+    const modelEvicted: string[] = [];
+    // xorshift32: the same operations every run.
+    let seed = 7;
+    const next = () => {
+      seed ^= seed << 13;
+      seed ^= seed >>> 17;
+      seed ^= seed << 5;
+      return seed >>> 0;
+    };
+    for (let i = 0; i < 20_000; i += 1) {
+      const key = `k${next() % 120}`;
+      const op = next() % 10;
+      if (op < 5) {
+        const had = model.includes(key);
+        model = model.filter((k) => k !== key);
+        if (!had && model.length >= 50) modelEvicted.push(model.shift()!);
+        model.push(key);
+        map.set(key, i);
+      } else if (op < 9) {
+        const found = map.get(key);
+        expect(found !== undefined).toBe(model.includes(key));
+        if (found !== undefined) model = [...model.filter((k) => k !== key), key];
+      } else {
+        expect(map.delete(key)).toBe(model.includes(key));
+        model = model.filter((k) => k !== key);
+      }
+    }
+    expect(map.size).toBe(model.length);
+    expect(evicted).toEqual(modelEvicted);
+    expect(evicted.length).toBeGreaterThan(1_000);
+    expect([...map.values()].length).toBe(model.length);
+  });
+
   it('keeps nothing with a bound of 0, and refuses a bound that is not an integer of 0 or more', () => {
     const none = new LruMap<string, number>(0);
     none.set('a', 1);
