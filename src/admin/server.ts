@@ -87,6 +87,8 @@ export interface AdminDeps {
   isReady: () => Promise<boolean>;
   /** false (production's default): registration refuses callback URLs on loopback, private or reserved addresses. */
   allowPrivateTargets: boolean;
+  /** The installation's retry schedule (HOOKLINE_RETRY_SCHEDULE): webhooks' retry policies stay within it. */
+  retryScheduleMs: readonly number[];
   /** Clock, Unix ms (whether a secret rotation is still in its overlap); default Date.now. */
   nowMs?: () => number;
   /** When given: request metrics, and `GET /metrics` (after `collect` refreshes scrape-time gauges). */
@@ -263,6 +265,7 @@ export async function buildAdminServer(deps: AdminDeps): Promise<AdminServer> {
       webhooks: deps.webhooks,
       allowPrivateTargets: deps.allowPrivateTargets,
       retentionMs: deps.eventLog.defaultRetentionMs,
+      retryScheduleMs: deps.retryScheduleMs,
       nowMs: deps.nowMs ?? Date.now,
     }),
   );

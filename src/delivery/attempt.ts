@@ -1,6 +1,6 @@
 import type { Webhook } from '../domain/webhook.js';
 import { privateKeyObject } from '../domain/signing-keys.js';
-import { signingSecrets, webhookSigningKeys } from '../domain/webhook.js';
+import { formatRetryDuration, retryScheduleOf, signingSecrets, webhookSigningKeys } from '../domain/webhook.js';
 import type { Logger } from '../logger.js';
 import type { AttemptOutcome, AttemptRecord, DeliveryStatus, SentRequest } from '../domain/delivery.js';
 import type { AttemptWrite, DeliveryRecorder } from '../store/delivery-log.js';
@@ -83,7 +83,7 @@ export interface DeliveryProcessorDeps {
 }
 
 /** Why a delivery was dead-lettered without a request: its webhook disabled by the engine, or paused past the delivery's retry window. */
-type UnsentOutcome = 'webhook_disabled' | 'paused_expired';
+type UnsentOutcome = 'webhook_disabled' | 'paused_expired' | 'max_age_expired';
 
 /**
  * What one attempt came to, made once from the run's result: the delivery log's record, the
@@ -211,7 +211,7 @@ export async function admitAndSend(
   // attempt is always sent (see AdmitOptions.lastAttempt).
   let admitted = deps.admission.admit(
     webhook,
-    attemptNo >= deps.retryScheduleMs.length ? { ...options, lastAttempt: true } : options,
+    attemptNo >= retryScheduleOf(webhook, deps.retryScheduleMs).length ? { ...options, lastAttempt: true } : options,
   );
   if (admitted instanceof Promise) admitted = await admitted;
   if (admitted instanceof Lease) {
@@ -224,7 +224,10 @@ export async function admitAndSend(
       tracker.ended(data);
     }
   }
-  if (admitted.kind === 'circuit_open') return recordCircuitOpen(deps, data, attemptNo);
+  if (admitted.kind === 'circuit_open') return recordCircuitOpen(deps, data, webhook, attemptNo);
+  // Held back past its max_age: it comes back when that passes, to be dead-lettered then.
+  const deadlineMs = maxAgeDeadlineMs(data, webhook);
+  if (admitted.kind === 'deferred' && admitted.retryAtMs > deadlineMs) return { ...admitted, retryAtMs: deadlineMs };
   return admitted;
 }
 
@@ -365,9 +368,17 @@ export async function prepare(
   }
   // A deleted webhook's deliveries are dropped.
   if (!webhook) return drop(deps, data, 'webhook_deleted');
-  // A paused webhook's deliveries wait, unsent and without spending attempts, to the end of their retry window.
+  // Past the webhook's max_age, whatever held the delivery: dead-lettered unsent, its state gone stale.
+  const deadlineMs = maxAgeDeadlineMs(data, webhook);
+  if (deps.nowMs() >= deadlineMs) {
+    const maxAgeMs = deadlineMs - data.acceptedAtMs;
+    const error = `not sent: older than the webhook's max_age (${formatRetryDuration(maxAgeMs)} after acceptance)`;
+    return deadUnsent(deps, data, attempt, 'max_age_expired', error, { maxAgeMs });
+  }
+  // A paused webhook's deliveries wait, unsent and without spending attempts, to the end of their
+  // retry window (or their max_age, when that comes first).
   if (webhook.disabled?.reason === 'paused') {
-    const heldUntilMs = pauseHoldEndMs(data, deps.retryScheduleMs);
+    const heldUntilMs = Math.min(pauseHoldEndMs(data, retryScheduleOf(webhook, deps.retryScheduleMs)), deadlineMs);
     if (deps.nowMs() < heldUntilMs) return { kind: 'held', heldUntilMs };
     const error = `not sent: the webhook was paused past the end of the delivery's retry window (${new Date(heldUntilMs).toISOString()})`;
     return deadUnsent(deps, data, attempt, 'paused_expired', error, { pausedAtMs: webhook.disabled.atMs });
@@ -434,7 +445,7 @@ async function send(
     const endedMs = deps.nowMs();
     const answer = interpret(result, endedMs);
     lease.settle(answer, endedMs);
-    const facts = attemptFacts(deps, data, attemptNo, result, answer, startedMs, endedMs, {
+    const facts = attemptFacts(deps, data, webhook, attemptNo, result, answer, startedMs, endedMs, {
       // An `auth` failure before any token came sent nothing: no request to show. (One whose token
       // was refused, and no new one came, did send that request: sendAuthorized set its header.)
       sent:
@@ -460,11 +471,16 @@ async function send(
 }
 
 /** Records an attempt that came due while the endpoint's circuit was open, without sending it. */
-function recordCircuitOpen(deps: DeliveryProcessorDeps, data: DeliverJob, attemptNo: number): Promise<Concluded> {
+function recordCircuitOpen(
+  deps: DeliveryProcessorDeps,
+  data: DeliverJob,
+  webhook: Webhook,
+  attemptNo: number,
+): Promise<Concluded> {
   const nowMs = deps.nowMs();
   return conclude(
     deps,
-    attemptFacts(deps, data, attemptNo, CIRCUIT_OPEN, interpret(CIRCUIT_OPEN, nowMs), nowMs, nowMs, {}),
+    attemptFacts(deps, data, webhook, attemptNo, CIRCUIT_OPEN, interpret(CIRCUIT_OPEN, nowMs), nowMs, nowMs, {}),
     false,
   );
 }
@@ -473,6 +489,7 @@ function recordCircuitOpen(deps: DeliveryProcessorDeps, data: DeliverJob, attemp
 function attemptFacts(
   deps: Pick<DeliveryProcessorDeps, 'retryScheduleMs' | 'random'>,
   data: DeliverJob,
+  webhook: Webhook,
   attemptNo: number,
   result: SendResult,
   answer: Interpretation,
@@ -480,7 +497,15 @@ function attemptFacts(
   endedMs: number,
   request: { sent?: SentRequest | undefined; traceId?: string | undefined },
 ): AttemptFacts {
-  const decision = decide({ answer, attemptsMade: attemptNo, scheduleMs: deps.retryScheduleMs, random: deps.random });
+  const decision = withinMaxAge(
+    decide({
+      answer,
+      attemptsMade: attemptNo,
+      scheduleMs: retryScheduleOf(webhook, deps.retryScheduleMs),
+      random: deps.random,
+    }),
+    maxAgeDeadlineMs(data, webhook) - endedMs,
+  );
   return {
     kind: 'attempted',
     job: data,
@@ -497,6 +522,23 @@ function attemptFacts(
     ...(request.traceId === undefined ? {} : { traceId: request.traceId }),
     ...(decision.action === 'retry' ? { retryInMs: decision.delayMs } : {}),
   };
+}
+
+/** When a delivery passes its webhook's max_age (Infinity without one): counted from its acceptance (a replay's own). */
+function maxAgeDeadlineMs(data: DeliverJob, webhook: Webhook): number {
+  const maxAgeMs = webhook.retry?.maxAgeMs;
+  return maxAgeMs === undefined ? Number.POSITIVE_INFINITY : data.acceptedAtMs + maxAgeMs;
+}
+
+/**
+ * A retry due after the webhook's max_age (`leftMs` from the attempt's end) is made when the max_age
+ * passes instead: that run finds the delivery expired and dead-letters it, unsent, as
+ * `max_age_expired` (prepare), so it is a dead letter when its max_age says, not at its next
+ * retry's time.
+ */
+function withinMaxAge(decision: Decision, leftMs: number): Decision {
+  if (decision.action !== 'retry' || decision.delayMs <= leftMs) return decision;
+  return { action: 'retry', delayMs: Math.max(0, Math.ceil(leftMs)) };
 }
 
 /**

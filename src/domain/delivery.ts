@@ -48,6 +48,19 @@ export type AttemptErrorClass =
 export type AttemptOutcome = 'delivered' | 'http_3xx' | 'http_4xx' | 'http_5xx' | AttemptErrorClass;
 
 /**
+ * Outcomes of attempts recorded without a request: due while the endpoint's circuit was open, or
+ * dead-lettered unsent (the webhook disabled by the engine, paused past the delivery's retry
+ * window, or the delivery past the webhook's max_age). They say nothing about the receiver: no
+ * duration, no endpoint stats, a zero-length span.
+ */
+export const UNSENT_OUTCOMES: ReadonlySet<string> = new Set([
+  'circuit_open',
+  'webhook_disabled',
+  'paused_expired',
+  'max_age_expired',
+]);
+
+/**
  * What an attempt's request headers depend on beyond the delivery record (event id and type) and the
  * attempt (its number, and `atMs`, whose whole seconds are the signed `webhook-timestamp`): recorded
  * with each attempt that made a request, so the delivery log can show its headers exactly.

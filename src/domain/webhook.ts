@@ -209,6 +209,121 @@ const retentionSchema = z
       'retention. A delivery still being tried keeps its record until its retention after its last attempt.',
   );
 
+/** A webhook's retry policy (API `retry`): its own delays between attempts, and the age past which a delivery is dead-lettered. */
+export interface RetryPolicy {
+  /** Delays before the 2nd, 3rd, … attempt (ms); undefined: the installation's schedule. */
+  scheduleMs?: number[];
+  /** A delivery not delivered this long after its acceptance is dead-lettered (`max_age_expired`); undefined: no bound but the schedule's. */
+  maxAgeMs?: number;
+}
+
+/** Retry delays and max_age are whole seconds, minutes, hours or days: `30s`, `5m`, `2h`, `1d`. */
+const RETRY_DURATION_RE = /^([1-9][0-9]{0,6})(s|m|h|d)$/;
+const RETRY_UNIT_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+/** Retries a webhook's own schedule lists at most (the installation's schedule bounds it further). */
+const RETRY_SCHEDULE_MAX = 50;
+
+/** Milliseconds of a retry duration as the API writes it (`30s`, `5m`, `2h`, `1d`), or undefined when it is not one. */
+export function parseRetryDurationMs(text: string): number | undefined {
+  const match = RETRY_DURATION_RE.exec(text);
+  return match ? Number(match[1]) * RETRY_UNIT_MS[match[2] as keyof typeof RETRY_UNIT_MS] : undefined;
+}
+
+/** A retry duration as the API writes it: the largest whole unit. */
+export function formatRetryDuration(ms: number): string {
+  for (const unit of ['d', 'h', 'm'] as const)
+    if (ms % RETRY_UNIT_MS[unit] === 0) return `${ms / RETRY_UNIT_MS[unit]}${unit}`;
+  return `${Math.round(ms / 1_000)}s`;
+}
+
+const retryDurationProblem = (field: string) =>
+  `${field} must be a whole number of seconds, minutes, hours or days, such as "30s", "5m", "2h" or "1d"`;
+const retryDurationSchema = (field: string) =>
+  z
+    .string({ error: retryDurationProblem(field) })
+    .refine((text) => parseRetryDurationMs(text) !== undefined, { error: retryDurationProblem(field) });
+
+const retrySchema = z
+  .strictObject(
+    {
+      schedule: z
+        .array(retryDurationSchema('each retry.schedule entry'), {
+          error: 'retry.schedule must be a list of durations',
+        })
+        .min(1, { error: 'retry.schedule must list at least one retry' })
+        .max(RETRY_SCHEDULE_MAX, { error: `retry.schedule lists at most ${RETRY_SCHEDULE_MAX} retries` })
+        .optional()
+        .describe(
+          'The delays before the 2nd, 3rd, … attempt after a failed one, such as ["30s", "5m", "1h"]: as many retries as ' +
+            'listed, each delay spread ±20 % as the installation’s are. The first attempt goes as the installation’s schedule ' +
+            'says (HOOKLINE_RETRY_SCHEDULE’s first entry). At most as many retries as the installation’s schedule, and a sum ' +
+            'no longer than its (400 otherwise). Absent: the installation’s schedule.',
+        ),
+      max_age: retryDurationSchema('retry.max_age')
+        .optional()
+        .describe(
+          'A delivery not delivered this long after its event was accepted is dead-lettered, unsent, as max_age_expired ' +
+            '(replayable), whatever held it (retries, an open circuit, a rate limit, a pause); a retry due later is made at ' +
+            'that moment instead, to be dead-lettered then. For events whose state goes stale: a MACHINE_UPDATED an hour old ' +
+            'is better not sent. At most the installation’s whole retry window (400 otherwise). Absent: no bound but the schedule’s.',
+        ),
+    },
+    {
+      error: (issue) =>
+        issue.code === 'unrecognized_keys'
+          ? `unknown field ${issue.keys.map((k) => `"retry.${k}"`).join(', ')}`
+          : 'retry must be an object with schedule and/or max_age',
+    },
+  )
+  .refine((retry) => retry.schedule !== undefined || retry.max_age !== undefined, {
+    error: 'retry must set schedule, max_age or both (null removes the policy)',
+    // Only for an object that is otherwise valid: an unknown field is the one problem to name then.
+    when: (payload) => payload.issues.length === 0,
+  })
+  .describe('This webhook’s retry policy: its own retry delays and the age past which a delivery is not sent.');
+
+/** The retry policy of a request body, in milliseconds (already checked by the schema). */
+export function retryPolicyOf(input: { schedule?: string[] | undefined; max_age?: string | undefined }): RetryPolicy {
+  return {
+    ...(input.schedule === undefined ? {} : { scheduleMs: input.schedule.map((d) => parseRetryDurationMs(d)!) }),
+    ...(input.max_age === undefined ? {} : { maxAgeMs: parseRetryDurationMs(input.max_age)! }),
+  };
+}
+
+/** Why `policy` is not within the installation's schedule `installationMs`, or undefined when it is. */
+export function retryPolicyProblem(policy: RetryPolicy, installationMs: readonly number[]): string | undefined {
+  const window = installationMs.reduce((sum, ms) => sum + ms, 0);
+  const retries = installationMs.length - 1;
+  if (policy.scheduleMs !== undefined) {
+    if (policy.scheduleMs.length > retries)
+      return `retry.schedule lists at most the installation's ${retries} retries (HOOKLINE_RETRY_SCHEDULE)`;
+    const sum = (installationMs[0] ?? 0) + policy.scheduleMs.reduce((total, ms) => total + ms, 0);
+    if (sum > window)
+      return `retry.schedule must add up to at most the installation's retry window, ${formatRetryDuration(window)}`;
+  }
+  if (policy.maxAgeMs !== undefined && policy.maxAgeMs > window)
+    return `retry.max_age must be at most the installation's retry window, ${formatRetryDuration(window)}`;
+  return undefined;
+}
+
+/** Effective schedules, per webhook copy (a copy is immutable; a changed webhook is a new copy). */
+const schedules = new WeakMap<Webhook, readonly number[]>();
+
+/**
+ * The schedule a webhook's deliveries follow: the installation's first delay (the first attempt),
+ * then the webhook's own retry delays; the installation's schedule when the webhook has none.
+ */
+export function retryScheduleOf(webhook: Webhook, installationMs: readonly number[]): readonly number[] {
+  const own = webhook.retry?.scheduleMs;
+  if (own === undefined) return installationMs;
+  let schedule = schedules.get(webhook);
+  if (schedule === undefined) {
+    schedule = [installationMs[0] ?? 0, ...own];
+    schedules.set(webhook, schedule);
+  }
+  return schedule;
+}
+
 export const WEBHOOK_ORDERINGS = ['fifo', 'none'] as const;
 export type WebhookOrdering = (typeof WEBHOOK_ORDERINGS)[number];
 
@@ -245,6 +360,7 @@ export const webhookCreateSchema = z
       ordering_key: orderingKeySchema.optional(),
       max_concurrency: maxConcurrencySchema.optional(),
       retention: retentionSchema.optional(),
+      retry: retrySchema.optional(),
       propagate_trace: propagateTraceSchema.optional(),
       headers: headersInputSchema.optional(),
       auth: authInputSchema.optional(),
@@ -328,6 +444,13 @@ export const webhookPatchSchema = z
         .describe(
           'A new retention; null returns to the installation’s. A shorter one removes what it no longer covers within minutes.',
         ),
+      retry: retrySchema
+        .nullable()
+        .optional()
+        .describe(
+          'A new retry policy (replacing the old as a whole); null returns to the installation’s schedule. Deliveries already ' +
+            'waiting follow it from their next attempt.',
+        ),
       propagate_trace: propagateTraceSchema.optional(),
       headers: headersPatchSchema.nullable().optional(),
       auth: authInputSchema
@@ -348,7 +471,7 @@ export const webhookPatchSchema = z
   )
   .refine(
     (body) => Object.keys(body).length > 0,
-    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, propagate_trace, ordering, ordering_key, signature, filter, headers, auth, tls_client_certificate',
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, retry, propagate_trace, ordering, ordering_key, signature, filter, headers, auth, tls_client_certificate',
   );
 
 export const webhookResourceSchema = z
@@ -409,6 +532,21 @@ export const webhookResourceSchema = z
       .string()
       .nullable()
       .describe('How long its events, payloads and delivery records are kept; null: the installation’s retention.'),
+    retry: z
+      .object({
+        schedule: z
+          .array(z.string())
+          .nullable()
+          .describe('The delays before the 2nd, 3rd, … attempt; null: the installation’s schedule.'),
+        max_age: z
+          .string()
+          .nullable()
+          .describe(
+            'Deliveries not delivered this long after acceptance are dead-lettered (max_age_expired); null: no bound.',
+          ),
+      })
+      .nullable()
+      .describe('The webhook’s retry policy; null: the installation’s schedule and no max_age.'),
     propagate_trace: z
       .boolean()
       .describe('Each request carries a W3C traceparent header naming the attempt in the event’s trace.'),
@@ -452,6 +590,8 @@ export interface Webhook {
   maxConcurrency: number | undefined;
   /** How long its events and delivery records are kept (ms); undefined: the installation's retention. */
   retentionMs: number | undefined;
+  /** Its own retry delays and max age; undefined: the installation's schedule, no max age. */
+  retry: RetryPolicy | undefined;
   /** Each attempt's request carries a W3C `traceparent` (the attempt's span in the event's trace). */
   propagateTrace: boolean;
   /** Custom request headers in the order given; values undefined in a process without the key. */
@@ -502,6 +642,13 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
     ordering_key: webhook.orderingKey ?? null,
     max_concurrency: webhook.maxConcurrency ?? null,
     retention: webhook.retentionMs === undefined ? null : formatRetention(webhook.retentionMs),
+    retry:
+      webhook.retry === undefined
+        ? null
+        : {
+            schedule: webhook.retry.scheduleMs?.map(formatRetryDuration) ?? null,
+            max_age: webhook.retry.maxAgeMs === undefined ? null : formatRetryDuration(webhook.retry.maxAgeMs),
+          },
     propagate_trace: webhook.propagateTrace,
     headers: maskedHeaders(webhook.headers),
     auth: webhook.auth === undefined ? null : toAuthView(webhook.auth),

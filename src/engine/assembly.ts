@@ -323,6 +323,7 @@ export function composeStores(settings: StoreSettings) {
       return {
         ...rest,
         allowPrivateTargets: allowPrivateTargets ?? false,
+        retryScheduleMs: settings.retryScheduleMs,
         portalAssetsDir: portalAssetsDir ?? PORTAL_ASSETS_DIR,
         ...(rateLimitPerSecond
           ? { rateLimit: { counter: new RedisRequestCounter(redis, keys), perSecond: rateLimitPerSecond, nowMs } }

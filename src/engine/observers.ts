@@ -4,6 +4,7 @@
  * finished attempts published to the live feed and counted into their webhook's stats. Each is a
  * plain callback the assembly hands to a stage.
  */
+import { UNSENT_OUTCOMES } from '../domain/delivery.js';
 import type { CircuitChange } from '../delivery/endpoints/breaker.js';
 import type { FinishedOutcome } from '../delivery/attempt.js';
 import { endpointParts } from '../domain/endpoint.js';
@@ -88,9 +89,6 @@ export function statsObserver(stats: EndpointStatsRecorder): (outcome: FinishedO
   };
 }
 
-/** Outcomes of attempts that sent nothing: each a zero-length span in the event's trace. */
-const UNSENT: ReadonlySet<string> = new Set(['circuit_open', 'webhook_disabled', 'paused_expired']);
-
 /**
  * The spans of a delivery's steps that send nothing (sent attempts make their own CLIENT spans):
  * each deferral (`hookline.delivery.deferred`, with its reason), each attempt not sent
@@ -112,7 +110,7 @@ export function tracingObserver(
         tracing.note(outcome.job, 'hookline.delivery.dropped', nowMs(), {});
         return;
       case 'attempted':
-        if (UNSENT.has(outcome.outcome))
+        if (UNSENT_OUTCOMES.has(outcome.outcome))
           tracing.note(outcome.job, 'hookline.delivery.not_sent', outcome.startedAtMs, {
             'hookline.attempt': outcome.attempt,
             'hookline.outcome': outcome.outcome,

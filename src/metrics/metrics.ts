@@ -80,7 +80,7 @@ export function createMetrics(options: { role: string; defaultMetrics?: boolean 
     }),
     deliveryAttempts: new Counter({
       name: 'hookline_delivery_attempts_total',
-      help: 'Delivery attempts by event type and outcome (delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, auth; circuit_open, webhook_disabled and paused_expired were not sent).',
+      help: 'Delivery attempts by event type and outcome (delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, auth; circuit_open, webhook_disabled, paused_expired and max_age_expired were not sent).',
       labelNames: ['event_type', 'outcome'] as const,
       registers,
     }),

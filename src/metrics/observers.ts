@@ -1,3 +1,4 @@
+import { UNSENT_OUTCOMES } from '../domain/delivery.js';
 import type { CircuitChange } from '../delivery/endpoints/breaker.js';
 import type { ConnectionKind } from '../delivery/outbound/connector.js';
 import type { FinishedOutcome } from '../delivery/attempt.js';
@@ -73,8 +74,7 @@ export function deliveryObserver(metrics: Metrics): (outcome: FinishedOutcome) =
     if (o.kind === 'deferred') return void metrics.deliveriesDeferred.inc({ reason: o.reason });
     if (o.kind === 'dropped') return void metrics.deliveriesFinished.inc({ event_type: eventType, outcome: 'dropped' });
     metrics.deliveryAttempts.inc({ event_type: eventType, outcome: o.outcome });
-    if (o.outcome !== 'webhook_disabled' && o.outcome !== 'paused_expired' && o.outcome !== 'circuit_open')
-      metrics.attemptDuration.observe({ outcome: o.outcome }, o.durationMs / 1000);
+    if (!UNSENT_OUTCOMES.has(o.outcome)) metrics.attemptDuration.observe({ outcome: o.outcome }, o.durationMs / 1000);
     if (o.outcome === 'ssrf_blocked') metrics.ssrfBlocked.inc();
     if (o.disabled) metrics.webhooksDisabled.inc({ reason: o.disabled });
     if (o.decision === 'retry') metrics.deliveryRetries.inc({ event_type: eventType });

@@ -1,3 +1,4 @@
+import { UNSENT_OUTCOMES } from '../domain/delivery.js';
 import type { RedisKeys } from './keys.js';
 import { slotGroups, type Redis } from './redis.js';
 import { defineScriptFile, type ScriptArg, type ScriptCall } from './scripts.js';
@@ -95,11 +96,8 @@ const UNANSWERED_FAILED: Tally = { field: 'f', timed: false };
 
 /** How an attempt's outcome counts: undefined for one that was never sent. */
 function tallyOf(outcome: string): Tally | undefined {
+  if (UNSENT_OUTCOMES.has(outcome)) return undefined;
   switch (outcome) {
-    case 'circuit_open':
-    case 'webhook_disabled':
-    case 'paused_expired':
-      return undefined;
     case 'delivered':
       return DELIVERED;
     case 'http_3xx':

@@ -25,6 +25,7 @@ import {
   newWebhookSecret,
   ORDERING_KEY_NEEDS_FIFO,
   type DisabledReason,
+  type RetryPolicy,
   type Webhook,
   type WebhookOrdering,
 } from '../domain/webhook.js';
@@ -66,6 +67,8 @@ const recordSchema = z.object({
   orderingKey: z.string().optional(),
   maxConcurrency: z.number().optional(),
   retentionMs: z.number().optional(),
+  /** Checked against the installation's schedule when it was stored (retryPolicyProblem). */
+  retry: z.object({ scheduleMs: z.array(z.number()).optional(), maxAgeMs: z.number().optional() }).optional(),
   propagateTrace: z.literal(true).optional(),
   /** Custom headers: the names in the clear (reads need no key), the [name, value] pairs sealed together. */
   headerNames: z.array(z.string()).optional(),
@@ -156,6 +159,8 @@ export interface WebhookChanges {
   maxConcurrency?: number | null;
   /** A new retention (ms); null returns to the installation's. */
   retentionMs?: number | null;
+  /** A new retry policy (checked by the caller); null returns to the installation's schedule. */
+  retry?: RetryPolicy | null;
   propagateTrace?: boolean;
   /** Merged into the custom headers (names case-insensitive): a value sets one, null removes one; null removes them all. */
   headers?: Record<string, string | null> | null;
@@ -179,6 +184,8 @@ export interface WebhookInput {
   orderingKey?: string;
   maxConcurrency?: number;
   retentionMs?: number;
+  /** Checked by the caller (retryPolicyProblem). */
+  retry?: RetryPolicy;
   propagateTrace?: boolean;
   headers?: Record<string, string>;
   auth?: ReceiverAuth;
@@ -315,6 +322,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       ...(input.orderingKey === undefined ? {} : { orderingKey: input.orderingKey }),
       ...(input.maxConcurrency === undefined ? {} : { maxConcurrency: input.maxConcurrency }),
       ...(input.retentionMs === undefined ? {} : { retentionMs: input.retentionMs }),
+      ...(input.retry === undefined ? {} : { retry: input.retry }),
       ...(input.propagateTrace === true ? { propagateTrace: true as const } : {}),
       createdAt: at,
       updatedAt: at,
@@ -572,6 +580,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     else if (changes.maxConcurrency !== undefined) next.maxConcurrency = changes.maxConcurrency;
     if (changes.retentionMs === null) delete next.retentionMs;
     else if (changes.retentionMs !== undefined) next.retentionMs = changes.retentionMs;
+    if (changes.retry === null) delete next.retry;
+    else if (changes.retry !== undefined) next.retry = changes.retry;
     if (changes.propagateTrace === true) next.propagateTrace = true;
     else if (changes.propagateTrace === false) delete next.propagateTrace;
     if (changes.secret === null) {
@@ -740,6 +750,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       orderingKey: record.orderingKey,
       maxConcurrency: record.maxConcurrency,
       retentionMs: record.retentionMs,
+      retry: record.retry,
       propagateTrace: record.propagateTrace === true,
       headers: this.box.hasKey
         ? this.openHeaders(record).map(([name, value]) => ({ name, value }))

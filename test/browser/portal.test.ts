@@ -1132,6 +1132,44 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     }
   });
 
+  it('manage: a retry policy shows on the card and in the edit form; one past the installation’s schedule is refused with why; emptied, the installation’s applies again', async () => {
+    // This installation's schedule is one attempt and no retry (the fixture's [0]): the API refuses any
+    // policy from the form, so the stored one is written to the store directly, as a wider installation
+    // would have allowed it.
+    const stored = await w.t.webhooks.update(VENDOR, w.webhooks.deploymentStopped, {
+      retry: { scheduleMs: [30_000, 60_000], maxAgeMs: 120_000 },
+    });
+    expect(stored.ok).toBe(true);
+    try {
+      const { page, problems } = await open((await mint('manage')).url);
+      const stopped = card(page, 'Deployment stopped');
+      const shown = stopped.locator('dt:text-is("Retries") + dd');
+      await shown.filter({ hasText: /^Retries after 30s, 1m; not sent after 2m$/ }).waitFor();
+      const form = stopped.getByRole('form', { name: 'Edit webhook' });
+      const delays = form.getByLabel('Retry delays (empty: the installation’s)');
+      const maxAge = form.getByLabel('Max age (empty: none)');
+      await stopped.getByRole('button', { name: 'Edit' }).click();
+      expect([await delays.inputValue(), await maxAge.inputValue()]).toEqual(['30s, 1m', '2m']);
+
+      await delays.fill('30s');
+      const refused = page.waitForRequest((r) => r.method() === 'PATCH');
+      await form.getByRole('button', { name: 'Save' }).click();
+      expect((await refused).postDataJSON()).toEqual({ retry: { schedule: ['30s'], max_age: '2m' } });
+      await form.getByRole('alert').filter({ hasText: "at most the installation's 0 retries" }).waitFor();
+
+      await delays.fill('');
+      await maxAge.fill('');
+      const emptied = page.waitForRequest((r) => r.method() === 'PATCH');
+      await form.getByRole('button', { name: 'Save' }).click();
+      expect((await emptied).postDataJSON()).toEqual({ retry: null });
+      await shown.filter({ hasText: /^The installation’s schedule$/ }).waitFor();
+      expect((await w.t.webhooks.get(VENDOR, w.webhooks.deploymentStopped))?.retry).toBeUndefined();
+      expect(problems).toEqual([]);
+    } finally {
+      await patchStopped({ retry: null });
+    }
+  });
+
   // Last: it changes the Machine created webhook the other tests read.
   it('manage: delivery controls are set in the edit form, shown on the card, and the Ed25519 key is shown and rotated', async () => {
     const { page, problems } = await open((await mint('manage')).url);

@@ -18,6 +18,7 @@ export function webhookFixture(over: Partial<Webhook> = {}): Webhook {
     orderingKey: undefined,
     maxConcurrency: undefined,
     retentionMs: undefined,
+    retry: undefined,
     propagateTrace: false,
     headers: [],
     auth: undefined,

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { isoFromLocal, localFromMs } from '../../web/portal/src/local-time.js';
 import { newRangeForm, rangeReplayBody, type RangeForm } from '../../web/portal/src/range-replay-body.js';
 import { retentionChange } from '../../web/portal/src/retention.js';
+import { retryChange, retryText, scheduleOf } from '../../web/portal/src/retry-policy.js';
 import { DELIVERY_STATUSES } from '../../web/portal/src/types.js';
 
 /*
@@ -137,5 +138,37 @@ describe('the webhook form’s retention field → what a save sends', () => {
 
   it('an engine that answers no retention has the installation’s: an empty field sends nothing', () => {
     expect(retentionChange({} as { retention: string | null }, '')).toBeUndefined();
+  });
+});
+
+describe('the webhook form’s retry fields', () => {
+  it('reads delays separated by commas or spaces', () => {
+    expect(scheduleOf(' 30s, 5m  1h,')).toEqual(['30s', '5m', '1h']);
+    expect(scheduleOf(' , ')).toBeNull();
+  });
+
+  it('a new webhook: the policy typed, or nothing when both fields are empty', () => {
+    expect(retryChange(undefined, '', ' ')).toBeUndefined();
+    expect(retryChange(undefined, '30s, 5m', '')).toEqual({ schedule: ['30s', '5m'] });
+    expect(retryChange(undefined, '', '1h')).toEqual({ max_age: '1h' });
+  });
+
+  it('an edit: the whole policy when either field changed, null when both are emptied, nothing when unchanged', () => {
+    const current = { retry: { schedule: ['30s', '5m'], max_age: '1h' } };
+    expect(retryChange(current, '30s,5m', '1h')).toBeUndefined();
+    expect(retryChange(current, '30s, 5m', '2h')).toEqual({ schedule: ['30s', '5m'], max_age: '2h' });
+    expect(retryChange(current, '', '1h')).toEqual({ max_age: '1h' });
+    expect(retryChange(current, '', '')).toBeNull();
+    expect(retryChange({ retry: null }, '', '')).toBeUndefined();
+    expect(retryChange({}, '', '')).toBeUndefined();
+    expect(retryChange({ retry: null }, '1m', '')).toEqual({ schedule: ['1m'] });
+  });
+
+  it('says the policy in words on the card', () => {
+    expect(retryText({ retry: null })).toBe('The installation’s schedule');
+    expect(retryText({ retry: { schedule: ['30s', '5m'], max_age: null } })).toBe('Retries after 30s, 5m');
+    expect(retryText({ retry: { schedule: null, max_age: '1h' } })).toBe(
+      'The installation’s schedule; not sent after 1h',
+    );
   });
 });

@@ -2,11 +2,17 @@ import { describe, expect, it } from 'vitest';
 import {
   callbackTargetProblem,
   callbackUrlProblem,
+  formatRetryDuration,
   ORDERING_KEY_NEEDS_FIFO,
+  parseRetryDurationMs,
+  retryPolicyOf,
+  retryPolicyProblem,
+  retryScheduleOf,
   secretProblem,
   webhookCreateSchema,
   webhookPatchSchema,
 } from '../../src/domain/webhook.js';
+import { webhookFixture } from '../helpers/webhook-fixture.js';
 
 describe('callbackUrlProblem', () => {
   it.each([
@@ -179,5 +185,55 @@ describe('ordering_key', () => {
       expect(result.success).toBe(false);
       expect(messages(result)?.[0]).toContain(problem);
     }
+  });
+});
+
+describe('retry policies (retry.schedule, retry.max_age)', () => {
+  const INSTALLATION = [0, 5_000, 300_000, 1_800_000];
+
+  it.each([
+    ['30s', 30_000],
+    ['5m', 300_000],
+    ['2h', 7_200_000],
+    ['1d', 86_400_000],
+  ])('reads %s as %d ms and writes it back', (text, ms) => {
+    expect(parseRetryDurationMs(text)).toBe(ms);
+    expect(formatRetryDuration(ms)).toBe(text);
+  });
+
+  it.each(['0s', '5', '1.5m', ' 5m', '5 m', '500ms', '-1s', '1w', '12345678s'])('refuses %j', (text) =>
+    expect(parseRetryDurationMs(text)).toBeUndefined(),
+  );
+
+  it('bounds a policy by the installation’s retries and window', () => {
+    const policy = (input: { schedule?: string[]; max_age?: string }) =>
+      retryPolicyProblem(retryPolicyOf(input), INSTALLATION);
+    expect(policy({ schedule: ['1s', '1m', '30m'], max_age: '35m' })).toBeUndefined();
+    expect(policy({ schedule: ['1s', '1s', '1s', '1s'] })).toContain("at most the installation's 3 retries");
+    expect(policy({ schedule: ['1h'] })).toContain('retry window, 2105s');
+    expect(policy({ max_age: '1h' })).toContain("max_age must be at most the installation's retry window");
+  });
+
+  it('follows the installation’s first delay, then the webhook’s own retries; the installation’s schedule without one', () => {
+    const own = webhookFixture({ retry: { scheduleMs: [1_000, 2_000] } });
+    expect(retryScheduleOf(own, INSTALLATION)).toEqual([0, 1_000, 2_000]);
+    // The same array for the same copy: no allocation per attempt.
+    expect(retryScheduleOf(own, INSTALLATION)).toBe(retryScheduleOf(own, INSTALLATION));
+    expect(retryScheduleOf(webhookFixture({ retry: { maxAgeMs: 60_000 } }), INSTALLATION)).toBe(INSTALLATION);
+    expect(retryScheduleOf(webhookFixture(), INSTALLATION)).toBe(INSTALLATION);
+  });
+
+  it('takes retry on registration and PATCH (null removes it), refusing a policy that sets nothing or an unknown field', () => {
+    const base = { event_type: 'EVENT_TYPE_MACHINE_CREATED', callback_url: 'https://example.com/h' };
+    expect(webhookCreateSchema.safeParse({ ...base, retry: { schedule: ['1m'] } }).success).toBe(true);
+    expect(webhookPatchSchema.safeParse({ retry: null }).success).toBe(true);
+    const problems = (retry: unknown) =>
+      webhookPatchSchema.safeParse({ retry }).error?.issues.map((issue) => issue.message) ?? [];
+    expect(problems({})).toEqual(['retry must set schedule, max_age or both (null removes the policy)']);
+    expect(problems({ attempts: 3 })).toEqual(['unknown field "retry.attempts"']);
+    expect(problems({ schedule: '1m' })).toEqual(['retry.schedule must be a list of durations']);
+    expect(problems({ schedule: Array.from({ length: 51 }, () => '1s') })).toEqual([
+      'retry.schedule lists at most 50 retries',
+    ]);
   });
 });

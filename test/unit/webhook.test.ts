@@ -40,6 +40,7 @@ describe('toWebhookResource', () => {
       ordering_key: null,
       max_concurrency: null,
       retention: null,
+      retry: null,
       propagate_trace: false,
       headers: {},
       auth: null,

@@ -30,7 +30,8 @@ export const deliverySchema = z
       .nullable()
       .describe(
         'delivered, http_3xx, http_4xx, http_5xx, timeout, dns, connect, tls, ssrf_blocked, network, auth (no OAuth2 token; not sent), circuit_open (due while the endpoint’s circuit was open; not sent), ' +
-          'webhook_disabled (disabled by the engine; not sent) or paused_expired (its webhook paused past the end of its retry window; not sent).',
+          'webhook_disabled (disabled by the engine; not sent), paused_expired (its webhook paused past the end of its retry window; not sent) ' +
+          'or max_age_expired (older than its webhook’s retry.max_age; not sent).',
       ),
     last_status_code: z.number().int().nullable(),
     created_at: z.string().describe('When the event was accepted.'),
@@ -84,7 +85,7 @@ const attemptSchema = z
           '(host, connection, webhook-id, webhook-timestamp, webhook-signature, x-webhook-signature, x-webhook-event, ' +
           'x-webhook-attempt, content-type, user-agent, content-length). Signature values are masked to their scheme ' +
           'prefix (`v1,••••`, two entries during a secret rotation; `sha256=••••`). null when no request was made ' +
-          '(circuit_open, webhook_disabled, paused_expired, and auth when no token came for it); for a connection that failed (dns, connect, tls, ssrf_blocked), the headers it would have sent.',
+          '(circuit_open, webhook_disabled, paused_expired, max_age_expired, and auth when no token came for it); for a connection that failed (dns, connect, tls, ssrf_blocked), the headers it would have sent.',
       ),
   })
   .meta({ id: 'DeliveryAttempt' });

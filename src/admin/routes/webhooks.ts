@@ -6,10 +6,13 @@ import {
   formatRetention,
   newWebhookSecret,
   parseRetentionMs,
+  retryPolicyOf,
+  retryPolicyProblem,
   toWebhookResource,
   webhookCreateSchema,
   webhookPatchSchema,
   webhookResourceSchema,
+  type RetryPolicy,
   type WebhookResource,
 } from '../../domain/webhook.js';
 import {
@@ -68,6 +71,8 @@ export interface WebhookRouteDeps {
   allowPrivateTargets: boolean;
   /** The installation's retention (HOOKLINE_RETENTION): a webhook's own may not be longer. */
   retentionMs: number;
+  /** The installation's retry schedule (HOOKLINE_RETRY_SCHEDULE): a webhook's retry policy stays within it. */
+  retryScheduleMs: readonly number[];
   nowMs: () => number;
 }
 
@@ -104,6 +109,14 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
     if (ms > deps.retentionMs)
       throw invalid(`retention must be at most the installation's retention, ${formatRetention(deps.retentionMs)}`);
     return ms;
+  };
+  /** A webhook's retry policy (ms), within the installation's schedule. */
+  const checkedRetry = (input: { schedule?: string[]; max_age?: string } | null): RetryPolicy | null => {
+    if (input === null) return null;
+    const policy = retryPolicyOf(input);
+    const problem = retryPolicyProblem(policy, deps.retryScheduleMs);
+    if (problem !== undefined) throw invalid(problem);
+    return policy;
   };
 
   return async (app) => {
@@ -152,6 +165,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.ordering_key === undefined ? {} : { orderingKey: body.ordering_key }),
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
           ...(body.retention === undefined ? {} : { retentionMs: checkedRetention(body.retention)! }),
+          ...(body.retry === undefined ? {} : { retry: checkedRetry(body.retry)! }),
           ...(body.propagate_trace === undefined ? {} : { propagateTrace: body.propagate_trace }),
           ...(body.headers === undefined ? {} : { headers: body.headers }),
           ...(body.auth === undefined ? {} : { auth: checkedAuth(body.auth) as ReceiverAuth }),
@@ -252,6 +266,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): FastifyPluginAsyncZod {
           ...(body.ordering_key === undefined ? {} : { orderingKey: body.ordering_key }),
           ...(body.max_concurrency === undefined ? {} : { maxConcurrency: body.max_concurrency }),
           ...(body.retention === undefined ? {} : { retentionMs: checkedRetention(body.retention) }),
+          ...(body.retry === undefined ? {} : { retry: checkedRetry(body.retry) }),
           ...(body.propagate_trace === undefined ? {} : { propagateTrace: body.propagate_trace }),
           ...(body.headers === undefined ? {} : { headers: body.headers }),
           ...(body.auth === undefined ? {} : { auth: checkedAuth(body.auth) }),

@@ -68,6 +68,7 @@ const OUTCOME_TEXT: Record<string, string> = {
   circuit_open: 'Held back: circuit open',
   webhook_disabled: 'Webhook disabled',
   paused_expired: 'Not sent: paused past its retry window',
+  max_age_expired: 'Not sent: older than the webhook’s max age',
 };
 
 /** An attempt's outcome in words, with its status code when there is one. */

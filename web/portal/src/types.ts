@@ -49,6 +49,8 @@ export interface Webhook {
   tls_client_certificate: ClientCertificate | null;
   /** How long its events and delivery records are kept (`24h`, `3d`); null: the installation's retention. */
   retention: string | null;
+  /** Its own retry delays and max age (engines from the version that has them; absent before); null: the installation's schedule. */
+  retry?: { schedule: string[] | null; max_age: string | null } | null;
   /** Each request carries a W3C traceparent (engines from the version that traces; absent before). */
   propagate_trace?: boolean;
   created_at: string;

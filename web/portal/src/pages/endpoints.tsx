@@ -16,6 +16,7 @@ import { useAction, useEvery, useResource } from '../hooks';
 import { fieldId, ReceiverAuthFacts, ReceiverAuthSection } from '../receiver-auth';
 import { hasReceiverAuth, originMoved, receiverChanges, receiverForm } from '../receiver-auth-changes';
 import { retentionChange } from '../retention';
+import { retryChange, retryText, scheduleText } from '../retry-policy';
 import { href } from '../router';
 import { can } from '../session';
 import {
@@ -367,6 +368,10 @@ function WebhookCard({
           <dt>Retention</dt>
           <dd>{webhook.retention ?? 'Installation default'}</dd>
         </div>
+        <div>
+          <dt>Retries</dt>
+          <dd>{retryText(webhook)}</dd>
+        </div>
         {webhook.propagate_trace === true && (
           <div>
             <dt>Trace propagation</dt>
@@ -664,6 +669,8 @@ function WebhookForm({
   const [maxConcurrency, setMaxConcurrency] = useState(webhook?.max_concurrency?.toString() ?? '');
   const [filterText, setFilterText] = useState(webhook?.filter ? JSON.stringify(webhook.filter, null, 2) : '');
   const [retention, setRetention] = useState(webhook?.retention ?? '');
+  const [retrySchedule, setRetrySchedule] = useState(() => scheduleText(webhook));
+  const [maxAge, setMaxAge] = useState(webhook?.retry?.max_age ?? '');
   const [propagateTrace, setPropagateTrace] = useState(webhook?.propagate_trace === true);
   const [dryRun, setDryRun] = useState<DryRun>();
   const [trying, setTrying] = useState(false);
@@ -696,6 +703,7 @@ function WebhookForm({
       const ceiling = numberOrNull(maxConcurrency);
       const filter = filterOrNull(filterText);
       const kept = retentionChange(webhook, retention);
+      const retry = retryChange(webhook, retrySchedule, maxAge);
       // A key orders FIFO deliveries only: switching to concurrent removes it.
       const key = ordering === 'fifo' && orderingKey.trim() !== '' ? orderingKey.trim() : null;
       if (webhook) {
@@ -710,6 +718,7 @@ function WebhookForm({
         if (ceiling !== webhook.max_concurrency) changes.max_concurrency = ceiling;
         if (JSON.stringify(filter) !== JSON.stringify(webhook.filter)) changes.filter = filter;
         if (kept !== undefined) changes.retention = kept;
+        if (retry !== undefined) changes.retry = retry;
         if (propagateTrace !== (webhook.propagate_trace === true)) changes.propagate_trace = propagateTrace;
         Object.assign(changes, receiverResult.body);
         if (Object.keys(changes).length === 0) return onDone();
@@ -728,6 +737,7 @@ function WebhookForm({
           ...(key === null ? {} : { ordering_key: key }),
           ...(filter === null ? {} : { filter }),
           ...(kept === undefined ? {} : { retention: kept }),
+          ...(retry === undefined ? {} : { retry }),
           ...(propagateTrace ? { propagate_trace: true } : {}),
           ...receiverResult.body,
         };
@@ -903,6 +913,34 @@ function WebhookForm({
         How long this webhook’s events, their payloads and delivery records are kept (its event feed and range replays
         reach that far back): whole minutes, hours or days, such as 30m, 24h or 3d; at least 1m, at most the
         installation’s retention (7d unless your platform set another).
+      </p>
+      <label for={`retry-schedule-${id}`}>Retry delays (empty: the installation’s)</label>
+      <input
+        id={`retry-schedule-${id}`}
+        type="text"
+        autoComplete="off"
+        spellcheck={false}
+        placeholder="30s, 5m, 1h"
+        value={retrySchedule}
+        aria-describedby={`retry-hint-${id}`}
+        onInput={(e) => setRetrySchedule(e.currentTarget.value)}
+      />
+      <label for={`max-age-${id}`}>Max age (empty: none)</label>
+      <input
+        id={`max-age-${id}`}
+        type="text"
+        autoComplete="off"
+        spellcheck={false}
+        placeholder="1h"
+        value={maxAge}
+        aria-describedby={`retry-hint-${id}`}
+        onInput={(e) => setMaxAge(e.currentTarget.value)}
+      />
+      <p class="hint" id={`retry-hint-${id}`}>
+        After a failed attempt, the next one waits the first delay, then the second, and so on (whole seconds, minutes,
+        hours or days, such as 30s, 5m, 1h); after the last, the delivery is a dead letter. A delivery not delivered
+        within the max age of its event is not sent: it becomes a dead letter (max_age_expired), replayable. Both stay
+        within the installation’s schedule.
       </p>
       <label class="check">
         <input
