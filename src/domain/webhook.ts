@@ -4,6 +4,7 @@ import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
 import { parseFilter, type FilterNode } from './filter.js';
 import { MAX_CONCURRENCY_MAX } from './concurrency-limit.js';
+import { IDENTIFIER_PATHS, INCLUDE_FIELDS_MAX, includeFieldProblem } from './field-selection.js';
 import { ORDERING_KEY_BUCKETS, orderingKeyProblem } from './ordering-key.js';
 import { RATE_LIMIT_PER_SECOND_MAX } from './rate-limit.js';
 import { SIGNATURE_SCHEMES, signingKeysAt, type SignatureScheme, type SigningKey } from './signing-keys.js';
@@ -324,6 +325,24 @@ export function retryScheduleOf(webhook: Webhook, installationMs: readonly numbe
   return schedule;
 }
 
+const includeFieldsSchema = z
+  .array(z.unknown(), { error: 'include_fields must be a list of paths' })
+  .min(1, { error: 'include_fields must name at least one path (null sends every field)' })
+  .max(INCLUDE_FIELDS_MAX, { error: `include_fields names at most ${INCLUDE_FIELDS_MAX} paths` })
+  .transform((paths, ctx) => {
+    paths.forEach((path, i) => {
+      const problem = includeFieldProblem(path, `include_fields[${i}]`);
+      if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+    });
+    return [...new Set(paths as string[])];
+  })
+  .describe(
+    'Only these paths of data are sent, such as ["data.status", "data.pricing"] (paths named as payload filters name them; ' +
+      'a list at a path is sent whole); the rest of data is left out. The envelope (version, event_id, event_type, timestamp) ' +
+      `and the event's identifiers (${IDENTIFIER_PATHS.join(', ')}) are always sent. The signature covers the body as sent. ` +
+      'Absent: every field.',
+  );
+
 export const WEBHOOK_ORDERINGS = ['fifo', 'none'] as const;
 export type WebhookOrdering = (typeof WEBHOOK_ORDERINGS)[number];
 
@@ -361,6 +380,7 @@ export const webhookCreateSchema = z
       max_concurrency: maxConcurrencySchema.optional(),
       retention: retentionSchema.optional(),
       retry: retrySchema.optional(),
+      include_fields: includeFieldsSchema.optional(),
       propagate_trace: propagateTraceSchema.optional(),
       headers: headersInputSchema.optional(),
       auth: authInputSchema.optional(),
@@ -451,6 +471,12 @@ export const webhookPatchSchema = z
           'A new retry policy (replacing the old as a whole); null returns to the installation’s schedule. Deliveries already ' +
             'waiting follow it from their next attempt.',
         ),
+      include_fields: includeFieldsSchema
+        .nullable()
+        .optional()
+        .describe(
+          'New paths (replacing the old); null sends every field again. Applies to events accepted from then on.',
+        ),
       propagate_trace: propagateTraceSchema.optional(),
       headers: headersPatchSchema.nullable().optional(),
       auth: authInputSchema
@@ -471,7 +497,7 @@ export const webhookPatchSchema = z
   )
   .refine(
     (body) => Object.keys(body).length > 0,
-    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, retry, propagate_trace, ordering, ordering_key, signature, filter, headers, auth, tls_client_certificate',
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, retry, include_fields, propagate_trace, ordering, ordering_key, signature, filter, headers, auth, tls_client_certificate',
   );
 
 export const webhookResourceSchema = z
@@ -547,6 +573,10 @@ export const webhookResourceSchema = z
       })
       .nullable()
       .describe('The webhook’s retry policy; null: the installation’s schedule and no max_age.'),
+    include_fields: z
+      .array(z.string())
+      .nullable()
+      .describe('The paths of data its deliveries carry (with the identifiers); null: every field.'),
     propagate_trace: z
       .boolean()
       .describe('Each request carries a W3C traceparent header naming the attempt in the event’s trace.'),
@@ -592,6 +622,8 @@ export interface Webhook {
   retentionMs: number | undefined;
   /** Its own retry delays and max age; undefined: the installation's schedule, no max age. */
   retry: RetryPolicy | undefined;
+  /** The paths of `data` its deliveries carry (domain/field-selection.ts); undefined: every field. */
+  includeFields: string[] | undefined;
   /** Each attempt's request carries a W3C `traceparent` (the attempt's span in the event's trace). */
   propagateTrace: boolean;
   /** Custom request headers in the order given; values undefined in a process without the key. */
@@ -649,6 +681,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
             schedule: webhook.retry.scheduleMs?.map(formatRetryDuration) ?? null,
             max_age: webhook.retry.maxAgeMs === undefined ? null : formatRetryDuration(webhook.retry.maxAgeMs),
           },
+    include_fields: webhook.includeFields ?? null,
     propagate_trace: webhook.propagateTrace,
     headers: maskedHeaders(webhook.headers),
     auth: webhook.auth === undefined ? null : toAuthView(webhook.auth),

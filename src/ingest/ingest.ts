@@ -103,7 +103,7 @@ export interface IngestorDeps {
   subscriptions: SubscriptionLookup;
   deliveries: DeliveryEnqueuer;
   /** The webhooks' payload filters; absent: every matched event is delivered. */
-  filters?: Pick<IngestFilters, 'checksOf'>;
+  filters?: Pick<IngestFilters, 'rulesOf'>;
   /** Keeps the last events of webhooks with a filter, for the filter dry run. */
   recentEvents?: { remember(entries: ReadonlyMap<string, string>): Promise<void> };
   /** Each webhook's event log (the event feed, range replays); idempotent per delivery id. */
@@ -297,8 +297,8 @@ export class Ingestor {
           : await this.deps.subscriptions.matchMany(
               webhookEvents.map(({ event }) => ({ vendorId: event.vendor_id, eventType: event.event_type })),
             );
-      const checks = this.deps.filters
-        ? await this.deps.filters.checksOf(
+      const rules = this.deps.filters
+        ? await this.deps.filters.rulesOf(
             subscriptions.flatMap((found) => (found === undefined ? [] : [found.webhookId])),
           )
         : [];
@@ -321,7 +321,8 @@ export class Ingestor {
       const recent = new Map<string, { envelope: ReturnType<typeof envelopeOf>; body?: string }>();
       webhookEvents.forEach(({ index, event }, i) => {
         const subscription = subscriptions[i];
-        const check = subscription === undefined ? undefined : checks[checked++];
+        const rule = subscription === undefined ? undefined : rules[checked++];
+        const check = rule?.check;
         if (subscription === undefined && this.deps.eventBytesMax === undefined) return;
         const envelope = envelopeOf(sentEnvelopeSource(event));
         if (subscription === undefined || (check !== undefined && !check(envelope))) {
@@ -333,13 +334,17 @@ export class Ingestor {
           filtered += 1;
           return;
         }
-        const body = serialised(envelope);
+        // The webhook's include_fields cut data; the filter and the ordering key saw all of it.
+        const pick = rule?.pick;
+        const body = serialised(pick === undefined ? envelope : { ...envelope, data: pick(envelope.data) });
         if (typeof body !== 'string')
           return refuse(index, event, `data: cannot be serialised as JSON (${body.message})`);
-        const tooLarge = this.sizeProblem(body);
+        // Measured whole, cut or not: whether an event is taken never depends on who subscribes.
+        const tooLarge = this.sizeProblem(pick === undefined ? body : envelope);
         if (tooLarge !== undefined) return refuse(index, event, tooLarge);
-        // The envelope the filter saw is the body: serialised once, for the delivery and the dry run.
-        if (check !== undefined) recent.set(subscription.webhookId, { envelope, body });
+        // The envelope the filter saw is the body (unless cut): serialised once, for the delivery and the dry run.
+        if (check !== undefined)
+          recent.set(subscription.webhookId, pick === undefined ? { envelope, body } : { envelope });
         const own = contexts.perEvent?.[index];
         const trace =
           own === undefined

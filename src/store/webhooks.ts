@@ -20,6 +20,7 @@ import {
   type ClientCertificate,
   type ReceiverAuth,
 } from '../domain/receiver-auth.js';
+import type { DeliveryShape } from '../domain/field-selection.js';
 import {
   DISABLED_REASONS,
   newWebhookSecret,
@@ -69,6 +70,8 @@ const recordSchema = z.object({
   retentionMs: z.number().optional(),
   /** Checked against the installation's schedule when it was stored (retryPolicyProblem). */
   retry: z.object({ scheduleMs: z.array(z.number()).optional(), maxAgeMs: z.number().optional() }).optional(),
+  /** Checked when it was stored (includeFieldProblem). */
+  includeFields: z.array(z.string()).optional(),
   propagateTrace: z.literal(true).optional(),
   /** Custom headers: the names in the clear (reads need no key), the [name, value] pairs sealed together. */
   headerNames: z.array(z.string()).optional(),
@@ -161,6 +164,8 @@ export interface WebhookChanges {
   retentionMs?: number | null;
   /** A new retry policy (checked by the caller); null returns to the installation's schedule. */
   retry?: RetryPolicy | null;
+  /** New paths of data to send; null sends every field. */
+  includeFields?: string[] | null;
   propagateTrace?: boolean;
   /** Merged into the custom headers (names case-insensitive): a value sets one, null removes one; null removes them all. */
   headers?: Record<string, string | null> | null;
@@ -186,6 +191,7 @@ export interface WebhookInput {
   retentionMs?: number;
   /** Checked by the caller (retryPolicyProblem). */
   retry?: RetryPolicy;
+  includeFields?: string[];
   propagateTrace?: boolean;
   headers?: Record<string, string>;
   auth?: ReceiverAuth;
@@ -323,6 +329,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       ...(input.maxConcurrency === undefined ? {} : { maxConcurrency: input.maxConcurrency }),
       ...(input.retentionMs === undefined ? {} : { retentionMs: input.retentionMs }),
       ...(input.retry === undefined ? {} : { retry: input.retry }),
+      ...(input.includeFields === undefined ? {} : { includeFields: input.includeFields }),
       ...(input.propagateTrace === true ? { propagateTrace: true as const } : {}),
       createdAt: at,
       updatedAt: at,
@@ -387,10 +394,14 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
   }
 
   /** Each webhook's payload filter (undefined: none, or no such webhook), in one round trip; no secret is opened. */
-  async filtersOf(webhookIds: readonly string[]): Promise<(FilterNode | undefined)[]> {
+  async shapesOf(webhookIds: readonly string[]): Promise<(DeliveryShape | undefined)[]> {
     if (webhookIds.length === 0) return [];
     const rows = await this.redis.hmget(this.keys.webhooks.byId, ...webhookIds);
-    return rows.map((row) => (row === null ? undefined : recordSchema.parse(JSON.parse(row)).filter));
+    return rows.map((row) => {
+      if (row === null) return undefined;
+      const { filter, includeFields } = recordSchema.parse(JSON.parse(row));
+      return { filter, includeFields };
+    });
   }
 
   async get(vendorId: string, webhookId: string): Promise<Webhook | undefined> {
@@ -582,6 +593,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     else if (changes.retentionMs !== undefined) next.retentionMs = changes.retentionMs;
     if (changes.retry === null) delete next.retry;
     else if (changes.retry !== undefined) next.retry = changes.retry;
+    if (changes.includeFields === null) delete next.includeFields;
+    else if (changes.includeFields !== undefined) next.includeFields = changes.includeFields;
     if (changes.propagateTrace === true) next.propagateTrace = true;
     else if (changes.propagateTrace === false) delete next.propagateTrace;
     if (changes.secret === null) {
@@ -751,6 +764,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       maxConcurrency: record.maxConcurrency,
       retentionMs: record.retentionMs,
       retry: record.retry,
+      includeFields: record.includeFields,
       propagateTrace: record.propagateTrace === true,
       headers: this.box.hasKey
         ? this.openHeaders(record).map(([name, value]) => ({ name, value }))

@@ -1170,6 +1170,37 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     }
   });
 
+  it('manage: the fields sent, set in the webhook form, show on the card; a path outside data is refused; emptied, every field is sent', async () => {
+    const { page, problems } = await open((await mint('manage')).url);
+    const stopped = card(page, 'Deployment stopped');
+    const form = stopped.getByRole('form', { name: 'Edit webhook' });
+    const field = form.getByLabel('Fields sent (empty: every field)');
+    const shown = stopped.locator('dt:text-is("Fields sent") + dd');
+    try {
+      await stopped.getByRole('button', { name: 'Edit' }).click();
+      await field.fill('event_type');
+      await form.getByRole('button', { name: 'Save' }).click();
+      await form.getByRole('alert').filter({ hasText: 'must name a field under data' }).waitFor();
+      await field.fill('data.status, data.image');
+      const saving = page.waitForRequest((r) => r.method() === 'PATCH');
+      await form.getByRole('button', { name: 'Save' }).click();
+      expect((await saving).postDataJSON()).toEqual({ include_fields: ['data.status', 'data.image'] });
+      await shown.filter({ hasText: 'data.status, data.image and the identifiers' }).waitFor();
+
+      await stopped.getByRole('button', { name: 'Edit' }).click();
+      expect(await field.inputValue()).toBe('data.status, data.image');
+      await field.fill('');
+      const emptied = page.waitForRequest((r) => r.method() === 'PATCH');
+      await form.getByRole('button', { name: 'Save' }).click();
+      expect((await emptied).postDataJSON()).toEqual({ include_fields: null });
+      await shown.waitFor({ state: 'detached' });
+      expect((await w.t.webhooks.get(VENDOR, w.webhooks.deploymentStopped))?.includeFields).toBeUndefined();
+      expect(problems).toEqual([]);
+    } finally {
+      await patchStopped({ include_fields: null });
+    }
+  });
+
   // Last: it changes the Machine created webhook the other tests read.
   it('manage: delivery controls are set in the edit form, shown on the card, and the Ed25519 key is shown and rotated', async () => {
     const { page, problems } = await open((await mint('manage')).url);

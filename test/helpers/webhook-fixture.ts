@@ -19,6 +19,7 @@ export function webhookFixture(over: Partial<Webhook> = {}): Webhook {
     maxConcurrency: undefined,
     retentionMs: undefined,
     retry: undefined,
+    includeFields: undefined,
     propagateTrace: false,
     headers: [],
     auth: undefined,

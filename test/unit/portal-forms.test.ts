@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { isoFromLocal, localFromMs } from '../../web/portal/src/local-time.js';
 import { newRangeForm, rangeReplayBody, type RangeForm } from '../../web/portal/src/range-replay-body.js';
 import { retentionChange } from '../../web/portal/src/retention.js';
-import { retryChange, retryText, scheduleOf } from '../../web/portal/src/retry-policy.js';
+import { includeFieldsChange, retryChange, retryText, scheduleOf } from '../../web/portal/src/retry-policy.js';
 import { DELIVERY_STATUSES } from '../../web/portal/src/types.js';
 
 /*
@@ -170,5 +170,16 @@ describe('the webhook form’s retry fields', () => {
     expect(retryText({ retry: { schedule: null, max_age: '1h' } })).toBe(
       'The installation’s schedule; not sent after 1h',
     );
+  });
+});
+
+describe('the webhook form’s fields-sent field', () => {
+  it('sends the paths typed, only when changed, and null when emptied', () => {
+    expect(includeFieldsChange(undefined, '')).toBeUndefined();
+    expect(includeFieldsChange(undefined, 'data.status, data.pricing')).toEqual(['data.status', 'data.pricing']);
+    expect(includeFieldsChange({ include_fields: ['data.status'] }, ' data.status ')).toBeUndefined();
+    expect(includeFieldsChange({ include_fields: ['data.status'] }, '')).toBeNull();
+    expect(includeFieldsChange({ include_fields: null }, '')).toBeUndefined();
+    expect(includeFieldsChange({}, 'data.a')).toEqual(['data.a']);
   });
 });

@@ -12,6 +12,7 @@ import {
   webhookCreateSchema,
   webhookPatchSchema,
 } from '../../src/domain/webhook.js';
+import { compileFieldSelection, includeFieldProblem } from '../../src/domain/field-selection.js';
 import { webhookFixture } from '../helpers/webhook-fixture.js';
 
 describe('callbackUrlProblem', () => {
@@ -235,5 +236,43 @@ describe('retry policies (retry.schedule, retry.max_age)', () => {
     expect(problems({ schedule: Array.from({ length: 51 }, () => '1s') })).toEqual([
       'retry.schedule lists at most 50 retries',
     ]);
+  });
+});
+
+describe('include_fields (field selection)', () => {
+  it('keeps the named paths and the identifiers, in the data’s own key order; a list at a path whole; nothing else', () => {
+    const pick = compileFieldSelection(['data.pricing', 'data.hardware_specs.gpus', 'data.absent.deep']);
+    const data = {
+      status: 'available',
+      hardware_specs: { gpus: [{ name: 'A' }, { name: 'B' }], cpu_cores: 64 },
+      metadata: { machine_id: 'm-1', hostname: 'h' },
+      pricing: { per_hour: 2 },
+    };
+    expect(pick(data)).toEqual({
+      hardware_specs: { gpus: [{ name: 'A' }, { name: 'B' }] },
+      metadata: { machine_id: 'm-1' },
+      pricing: { per_hour: 2 },
+    });
+    expect(Object.keys(pick(data) as object)).toEqual(['hardware_specs', 'metadata', 'pricing']);
+    // A deployment event's identifiers.
+    expect(
+      compileFieldSelection(['data.status'])({ deployment_id: 'd-1', machine_id: 'm-1', image: 'x', status: 'up' }),
+    ).toEqual({
+      deployment_id: 'd-1',
+      machine_id: 'm-1',
+      status: 'up',
+    });
+    // A path through a list, or data that is not an object, keeps nothing there.
+    expect(compileFieldSelection(['data.gpus.name'])({ gpus: [{ name: 'A' }] })).toEqual({});
+    expect(compileFieldSelection(['data.status'])('text')).toEqual({});
+  });
+
+  it('takes only paths under data', () => {
+    expect(includeFieldProblem('data.status', 'include_fields[0]')).toBeUndefined();
+    expect(includeFieldProblem('event_type', 'include_fields[0]')).toBe(
+      'include_fields[0]: must name a field under data, such as "data.status"',
+    );
+    expect(includeFieldProblem('data', 'include_fields[0]')).toContain('must name a field under data');
+    expect(includeFieldProblem('data.a b', 'include_fields[2]')).toContain('include_fields[2]: "a b" is not a key');
   });
 });

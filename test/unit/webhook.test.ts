@@ -41,6 +41,7 @@ describe('toWebhookResource', () => {
       max_concurrency: null,
       retention: null,
       retry: null,
+      include_fields: null,
       propagate_trace: false,
       headers: {},
       auth: null,

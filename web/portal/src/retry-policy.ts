@@ -46,6 +46,22 @@ export function retryChange(
   return same ? undefined : typed;
 }
 
+/** The paths typed in the form (`data.status, data.pricing`), or null when none is. */
+function fieldsOf(text: string): string[] | null {
+  const paths = text.split(/[\s,]+/).filter((path) => path !== '');
+  return paths.length === 0 ? null : paths;
+}
+
+/** What a save sends for the include_fields field: as retryChange, for a list of paths. */
+export function includeFieldsChange(
+  webhook: Pick<Webhook, 'include_fields'> | undefined,
+  text: string,
+): string[] | null | undefined {
+  const typed = fieldsOf(text);
+  if (webhook === undefined) return typed ?? undefined;
+  return (typed ?? []).join(',') === (webhook.include_fields ?? []).join(',') ? undefined : typed;
+}
+
 /** The webhook's retry policy in words, for its card. */
 export function retryText(webhook: Pick<Webhook, 'retry'>): string {
   const retry = webhook.retry ?? null;

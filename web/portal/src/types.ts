@@ -51,6 +51,8 @@ export interface Webhook {
   retention: string | null;
   /** Its own retry delays and max age (engines from the version that has them; absent before); null: the installation's schedule. */
   retry?: { schedule: string[] | null; max_age: string | null } | null;
+  /** The paths of data its deliveries carry, with the identifiers (absent before the version that has them); null: every field. */
+  include_fields?: string[] | null;
   /** Each request carries a W3C traceparent (engines from the version that traces; absent before). */
   propagate_trace?: boolean;
   created_at: string;

@@ -16,7 +16,7 @@ import { useAction, useEvery, useResource } from '../hooks';
 import { fieldId, ReceiverAuthFacts, ReceiverAuthSection } from '../receiver-auth';
 import { hasReceiverAuth, originMoved, receiverChanges, receiverForm } from '../receiver-auth-changes';
 import { retentionChange } from '../retention';
-import { retryChange, retryText, scheduleText } from '../retry-policy';
+import { includeFieldsChange, retryChange, retryText, scheduleText } from '../retry-policy';
 import { href } from '../router';
 import { can } from '../session';
 import {
@@ -197,6 +197,35 @@ function signedText(webhook: Webhook): string {
   return webhook.has_secret ? 'signed with the secret (HMAC)' : 'unsigned: no secret';
 }
 
+/**
+ * A labelled one-line text field for a setting written as code (durations, paths): no autocomplete
+ * or spell check, its hint (a paragraph of the caller's, by id) read with it.
+ */
+function CodeField(props: {
+  label: string;
+  id: string;
+  placeholder: string;
+  value: string;
+  hint: string;
+  onInput: (value: string) => void;
+}) {
+  return (
+    <>
+      <label for={props.id}>{props.label}</label>
+      <input
+        id={props.id}
+        type="text"
+        autoComplete="off"
+        spellcheck={false}
+        placeholder={props.placeholder}
+        value={props.value}
+        aria-describedby={props.hint}
+        onInput={(e) => props.onInput(e.currentTarget.value)}
+      />
+    </>
+  );
+}
+
 /** The webhook's flow-control settings in words. */
 function controlsText(webhook: Webhook): string {
   const parts = [
@@ -372,6 +401,14 @@ function WebhookCard({
           <dt>Retries</dt>
           <dd>{retryText(webhook)}</dd>
         </div>
+        {(webhook.include_fields ?? null) !== null && (
+          <div>
+            <dt>Fields sent</dt>
+            <dd>
+              <code class="wrap">{webhook.include_fields!.join(', ')}</code> and the identifiers
+            </dd>
+          </div>
+        )}
         {webhook.propagate_trace === true && (
           <div>
             <dt>Trace propagation</dt>
@@ -671,6 +708,7 @@ function WebhookForm({
   const [retention, setRetention] = useState(webhook?.retention ?? '');
   const [retrySchedule, setRetrySchedule] = useState(() => scheduleText(webhook));
   const [maxAge, setMaxAge] = useState(webhook?.retry?.max_age ?? '');
+  const [includeFields, setIncludeFields] = useState(webhook?.include_fields?.join(', ') ?? '');
   const [propagateTrace, setPropagateTrace] = useState(webhook?.propagate_trace === true);
   const [dryRun, setDryRun] = useState<DryRun>();
   const [trying, setTrying] = useState(false);
@@ -704,6 +742,7 @@ function WebhookForm({
       const filter = filterOrNull(filterText);
       const kept = retentionChange(webhook, retention);
       const retry = retryChange(webhook, retrySchedule, maxAge);
+      const fields = includeFieldsChange(webhook, includeFields);
       // A key orders FIFO deliveries only: switching to concurrent removes it.
       const key = ordering === 'fifo' && orderingKey.trim() !== '' ? orderingKey.trim() : null;
       if (webhook) {
@@ -719,6 +758,7 @@ function WebhookForm({
         if (JSON.stringify(filter) !== JSON.stringify(webhook.filter)) changes.filter = filter;
         if (kept !== undefined) changes.retention = kept;
         if (retry !== undefined) changes.retry = retry;
+        if (fields !== undefined) changes.include_fields = fields;
         if (propagateTrace !== (webhook.propagate_trace === true)) changes.propagate_trace = propagateTrace;
         Object.assign(changes, receiverResult.body);
         if (Object.keys(changes).length === 0) return onDone();
@@ -738,6 +778,7 @@ function WebhookForm({
           ...(filter === null ? {} : { filter }),
           ...(kept === undefined ? {} : { retention: kept }),
           ...(retry === undefined ? {} : { retry }),
+          ...(fields === undefined ? {} : { include_fields: fields }),
           ...(propagateTrace ? { propagate_trace: true } : {}),
           ...receiverResult.body,
         };
@@ -898,49 +939,53 @@ function WebhookForm({
           code.
         </p>
       </fieldset>
-      <label for={`retention-${id}`}>Retention (empty: the installation’s)</label>
-      <input
+      <CodeField
+        label="Retention (empty: the installation’s)"
         id={`retention-${id}`}
-        type="text"
-        autoComplete="off"
-        spellcheck={false}
         placeholder="3d"
         value={retention}
-        aria-describedby={`retention-hint-${id}`}
-        onInput={(e) => setRetention(e.currentTarget.value)}
+        hint={`retention-hint-${id}`}
+        onInput={setRetention}
       />
       <p class="hint" id={`retention-hint-${id}`}>
         How long this webhook’s events, their payloads and delivery records are kept (its event feed and range replays
         reach that far back): whole minutes, hours or days, such as 30m, 24h or 3d; at least 1m, at most the
         installation’s retention (7d unless your platform set another).
       </p>
-      <label for={`retry-schedule-${id}`}>Retry delays (empty: the installation’s)</label>
-      <input
+      <CodeField
+        label="Retry delays (empty: the installation’s)"
         id={`retry-schedule-${id}`}
-        type="text"
-        autoComplete="off"
-        spellcheck={false}
         placeholder="30s, 5m, 1h"
         value={retrySchedule}
-        aria-describedby={`retry-hint-${id}`}
-        onInput={(e) => setRetrySchedule(e.currentTarget.value)}
+        hint={`retry-hint-${id}`}
+        onInput={setRetrySchedule}
       />
-      <label for={`max-age-${id}`}>Max age (empty: none)</label>
-      <input
+      <CodeField
+        label="Max age (empty: none)"
         id={`max-age-${id}`}
-        type="text"
-        autoComplete="off"
-        spellcheck={false}
         placeholder="1h"
         value={maxAge}
-        aria-describedby={`retry-hint-${id}`}
-        onInput={(e) => setMaxAge(e.currentTarget.value)}
+        hint={`retry-hint-${id}`}
+        onInput={setMaxAge}
       />
       <p class="hint" id={`retry-hint-${id}`}>
         After a failed attempt, the next one waits the first delay, then the second, and so on (whole seconds, minutes,
         hours or days, such as 30s, 5m, 1h); after the last, the delivery is a dead letter. A delivery not delivered
         within the max age of its event is not sent: it becomes a dead letter (max_age_expired), replayable. Both stay
         within the installation’s schedule.
+      </p>
+      <CodeField
+        label="Fields sent (empty: every field)"
+        id={`include-fields-${id}`}
+        placeholder="data.status, data.pricing"
+        value={includeFields}
+        hint={`include-fields-hint-${id}`}
+        onInput={setIncludeFields}
+      />
+      <p class="hint" id={`include-fields-hint-${id}`}>
+        Only these paths of the event’s data are sent (named as in filters; a list is sent whole), with the envelope and
+        the identifiers (machine_id, deployment_id, task_id) always. Events accepted from then on are cut; the signature
+        covers what is sent.
       </p>
       <label class="check">
         <input
