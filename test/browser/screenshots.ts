@@ -23,7 +23,11 @@ describe.skipIf(skip !== undefined)('portal screenshots', () => {
       method: 'PATCH',
       url: `/vendors/v1/webhooks/${w.webhooks.machineCreated}`,
       headers: { 'x-api-key': w.vendorKey },
-      payload: { rate_limit_per_second: 50, signature: 'ed25519' },
+      payload: {
+        rate_limit_per_second: 50,
+        signature: 'ed25519',
+        include_fields: ['data.status', 'data.hardware_specs'],
+      },
     });
     expect(patched.statusCode).toBe(200);
     await w.ingest('EVENT_TYPE_MACHINE_CREATED', 6);
