@@ -225,10 +225,11 @@ export async function admitAndSend(
     }
   }
   if (admitted.kind === 'circuit_open') return recordCircuitOpen(deps, data, webhook, attemptNo);
+  if (admitted.kind !== 'deferred') return admitted;
   // Held back past its max_age: it comes back when that passes, to be dead-lettered then.
   const deadlineMs = maxAgeDeadlineMs(data, webhook);
-  if (admitted.kind === 'deferred' && admitted.retryAtMs > deadlineMs) return { ...admitted, retryAtMs: deadlineMs };
-  return admitted;
+  const deferred = admitted.retryAtMs > deadlineMs ? { ...admitted, retryAtMs: deadlineMs } : admitted;
+  return webhook.priority === 'high' ? { ...deferred, high: true } : deferred;
 }
 
 /** Reports a finished run (metrics, the attempt feed, endpoint stats) and returns it. */

@@ -76,6 +76,8 @@ interface BatchDeferral {
   dueAtMs: number;
   /** Parked with the others behind its endpoint (false: leaves alone, as behind a concurrency limit). */
   parkable: boolean;
+  /** Of a high-priority webhook (see DeferredRef.high). */
+  high: boolean;
 }
 
 /** A delayed batch job holding deliveries that leave together. */
@@ -252,6 +254,7 @@ class BatchRun implements SendTracker {
           retryAtMs: run.retryAtMs,
           dueAtMs,
           parkable: run.reason !== 'concurrency',
+          high: run.high === true,
         });
         finish(deps, { kind: 'deferred', job: data, reason: run.reason });
         return;
@@ -318,28 +321,36 @@ class BatchRun implements SendTracker {
    * deferrals to wake, by endpoint.
    */
   private planDeferrals(nowMs: number) {
-    const parks = new Map<string, Omit<Park, 'jobId'>>();
+    // By endpoint and priority: a high-priority webhook's deferrals are a park of their own, woken first.
+    const parks = new Map<string, Omit<Park, 'jobId'> & { endpoint: string; high: boolean }>();
     const marks: DeferralWrite[] = [...this.handOffs];
     const alone = new Map<string, { refs: DeferredRef[]; untilMs: number }>();
-    for (const { data, wakeOn, retryAtMs, dueAtMs, parkable } of this.deferred) {
+    for (const { data, wakeOn, retryAtMs, dueAtMs, parkable, high } of this.deferred) {
       if (wakeOn === undefined || !parkable) {
         this.leaveAsSingle(data, retryAtMs - nowMs);
         marks.push({ job: data, nextAttemptAtMs: retryAtMs, dueAtMs });
         if (wakeOn !== undefined) {
           const entry = alone.get(wakeOn) ?? { refs: [], untilMs: 0 };
-          entry.refs.push({ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false });
+          entry.refs.push({
+            webhookId: data.webhookId,
+            jobId: data.deliveryId,
+            deliveries: 1,
+            parked: false,
+            ...(high ? { high: true as const } : {}),
+          });
           entry.untilMs = Math.max(entry.untilMs, retryAtMs);
           alone.set(wakeOn, entry);
         }
         continue;
       }
-      const park = parks.get(wakeOn) ?? { deliveries: [], dueAtMs: [], untilMs: retryAtMs };
+      const key = high ? `${wakeOn} high` : wakeOn;
+      const park = parks.get(key) ?? { endpoint: wakeOn, high, deliveries: [], dueAtMs: [], untilMs: retryAtMs };
       park.deliveries.push(data);
       park.dueAtMs.push(dueAtMs);
       park.untilMs = Math.min(park.untilMs, retryAtMs);
-      parks.set(wakeOn, park);
+      parks.set(key, park);
     }
-    const parked = [...parks].map(([endpoint, park]) => ({ endpoint, jobId: this.parkId(park.deliveries), ...park }));
+    const parked = [...parks.values()].map((park) => ({ jobId: this.parkId(park.deliveries), ...park }));
     // A paused webhook's deliveries are parked too, one park per webhook, due when the earliest
     // hold ends (the park then holds the rest again).
     const pausedParks = [...this.paused].map(([webhookId, hold]) => ({
@@ -399,10 +410,18 @@ class BatchRun implements SendTracker {
       pausedParks.map(({ webhookId, jobId }) => recheckHold(deps, webhookId, [{ jobId, parked: true }])),
     );
     // Only now are the parks and single jobs in the queue to be woken.
-    for (const { endpoint, jobId, deliveries: held, untilMs } of parked) {
+    for (const { endpoint, high, jobId, deliveries: held, untilMs } of parked) {
       deps.wakeups.register(
         endpoint,
-        [{ webhookId: held[0]!.webhookId, jobId, deliveries: held.length, parked: true }],
+        [
+          {
+            webhookId: held[0]!.webhookId,
+            jobId,
+            deliveries: held.length,
+            parked: true,
+            ...(high ? { high: true as const } : {}),
+          },
+        ],
         untilMs,
       );
     }

@@ -95,7 +95,15 @@ export function createSingleProcessor(
           if (wakeOn !== undefined)
             deps.wakeups.register(
               wakeOn,
-              [{ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false }],
+              [
+                {
+                  webhookId: data.webhookId,
+                  jobId: data.deliveryId,
+                  deliveries: 1,
+                  parked: false,
+                  ...(run.high ? { high: true as const } : {}),
+                },
+              ],
               retryAtMs,
             );
         });

@@ -343,6 +343,18 @@ const includeFieldsSchema = z
       'Absent: every field.',
   );
 
+const WEBHOOK_PRIORITIES = ['high', 'normal'] as const;
+export type WebhookPriority = (typeof WEBHOOK_PRIORITIES)[number];
+
+const prioritySchema = z
+  .enum(WEBHOOK_PRIORITIES, { error: 'priority must be "high" or "normal"' })
+  .describe(
+    'high: when the endpoint (this vendor’s callback origin) is held back (its adaptive concurrency limit reached, its ' +
+      'circuit letting deliveries back after an outage, a first contact), this webhook’s deliveries go before the normal ' +
+      'ones of the vendor’s other webhooks on that origin, so a DEPLOYMENT_STOPPED is not stuck behind a backlog of ' +
+      'MACHINE_UPDATED. A rate limit is the webhook’s own and is not shared. normal (the default): in the order they came.',
+  );
+
 export const WEBHOOK_ORDERINGS = ['fifo', 'none'] as const;
 export type WebhookOrdering = (typeof WEBHOOK_ORDERINGS)[number];
 
@@ -381,6 +393,7 @@ export const webhookCreateSchema = z
       retention: retentionSchema.optional(),
       retry: retrySchema.optional(),
       include_fields: includeFieldsSchema.optional(),
+      priority: prioritySchema.optional(),
       propagate_trace: propagateTraceSchema.optional(),
       headers: headersInputSchema.optional(),
       auth: authInputSchema.optional(),
@@ -477,6 +490,7 @@ export const webhookPatchSchema = z
         .describe(
           'New paths (replacing the old); null sends every field again. Applies to events accepted from then on.',
         ),
+      priority: prioritySchema.optional(),
       propagate_trace: propagateTraceSchema.optional(),
       headers: headersPatchSchema.nullable().optional(),
       auth: authInputSchema
@@ -497,7 +511,7 @@ export const webhookPatchSchema = z
   )
   .refine(
     (body) => Object.keys(body).length > 0,
-    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, retry, include_fields, propagate_trace, ordering, ordering_key, signature, filter, headers, auth, tls_client_certificate',
+    'the body must set at least one of event_type, callback_url, secret, enabled, rate_limit_per_second, max_concurrency, retention, retry, include_fields, priority, propagate_trace, ordering, ordering_key, signature, filter, headers, auth, tls_client_certificate',
   );
 
 export const webhookResourceSchema = z
@@ -577,6 +591,11 @@ export const webhookResourceSchema = z
       .array(z.string())
       .nullable()
       .describe('The paths of data its deliveries carry (with the identifiers); null: every field.'),
+    priority: z
+      .enum(WEBHOOK_PRIORITIES)
+      .describe(
+        'high: its deliveries go first where its endpoint holds deliveries back; normal: in the order they came.',
+      ),
     propagate_trace: z
       .boolean()
       .describe('Each request carries a W3C traceparent header naming the attempt in the event’s trace.'),
@@ -624,6 +643,8 @@ export interface Webhook {
   retry: RetryPolicy | undefined;
   /** The paths of `data` its deliveries carry (domain/field-selection.ts); undefined: every field. */
   includeFields: string[] | undefined;
+  /** high: admitted before the vendor's normal deliveries where their endpoint holds deliveries back. */
+  priority: WebhookPriority;
   /** Each attempt's request carries a W3C `traceparent` (the attempt's span in the event's trace). */
   propagateTrace: boolean;
   /** Custom request headers in the order given; values undefined in a process without the key. */
@@ -682,6 +703,7 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
             max_age: webhook.retry.maxAgeMs === undefined ? null : formatRetryDuration(webhook.retry.maxAgeMs),
           },
     include_fields: webhook.includeFields ?? null,
+    priority: webhook.priority,
     propagate_trace: webhook.propagateTrace,
     headers: maskedHeaders(webhook.headers),
     auth: webhook.auth === undefined ? null : toAuthView(webhook.auth),

@@ -27,6 +27,7 @@ import {
   ORDERING_KEY_NEEDS_FIFO,
   type DisabledReason,
   type RetryPolicy,
+  type WebhookPriority,
   type Webhook,
   type WebhookOrdering,
 } from '../domain/webhook.js';
@@ -72,6 +73,7 @@ const recordSchema = z.object({
   retry: z.object({ scheduleMs: z.array(z.number()).optional(), maxAgeMs: z.number().optional() }).optional(),
   /** Checked when it was stored (includeFieldProblem). */
   includeFields: z.array(z.string()).optional(),
+  priority: z.literal('high').optional(),
   propagateTrace: z.literal(true).optional(),
   /** Custom headers: the names in the clear (reads need no key), the [name, value] pairs sealed together. */
   headerNames: z.array(z.string()).optional(),
@@ -166,6 +168,7 @@ export interface WebhookChanges {
   retry?: RetryPolicy | null;
   /** New paths of data to send; null sends every field. */
   includeFields?: string[] | null;
+  priority?: WebhookPriority;
   propagateTrace?: boolean;
   /** Merged into the custom headers (names case-insensitive): a value sets one, null removes one; null removes them all. */
   headers?: Record<string, string | null> | null;
@@ -192,6 +195,7 @@ export interface WebhookInput {
   /** Checked by the caller (retryPolicyProblem). */
   retry?: RetryPolicy;
   includeFields?: string[];
+  priority?: WebhookPriority;
   propagateTrace?: boolean;
   headers?: Record<string, string>;
   auth?: ReceiverAuth;
@@ -330,6 +334,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       ...(input.retentionMs === undefined ? {} : { retentionMs: input.retentionMs }),
       ...(input.retry === undefined ? {} : { retry: input.retry }),
       ...(input.includeFields === undefined ? {} : { includeFields: input.includeFields }),
+      ...(input.priority === 'high' ? { priority: 'high' as const } : {}),
       ...(input.propagateTrace === true ? { propagateTrace: true as const } : {}),
       createdAt: at,
       updatedAt: at,
@@ -595,6 +600,8 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
     else if (changes.retry !== undefined) next.retry = changes.retry;
     if (changes.includeFields === null) delete next.includeFields;
     else if (changes.includeFields !== undefined) next.includeFields = changes.includeFields;
+    if (changes.priority === 'high') next.priority = 'high';
+    else if (changes.priority === 'normal') delete next.priority;
     if (changes.propagateTrace === true) next.propagateTrace = true;
     else if (changes.propagateTrace === false) delete next.propagateTrace;
     if (changes.secret === null) {
@@ -765,6 +772,7 @@ export class RedisWebhookStore implements WebhookRegistry, WebhookSource {
       retentionMs: record.retentionMs,
       retry: record.retry,
       includeFields: record.includeFields,
+      priority: record.priority ?? 'normal',
       propagateTrace: record.propagateTrace === true,
       headers: this.box.hasKey
         ? this.openHeaders(record).map(([name, value]) => ({ name, value }))

@@ -1201,6 +1201,33 @@ describe.skipIf(skip !== undefined)('the vendor portal in Chromium (real API, wo
     }
   });
 
+  it('manage: a priority set in the webhook form shows on the card and is stored; set back, it is gone from the card', async () => {
+    const { page, problems } = await open((await mint('manage')).url);
+    const stopped = card(page, 'Deployment stopped');
+    const form = stopped.getByRole('form', { name: 'Edit webhook' });
+    const controls = stopped.locator('dt:text-is("Delivery controls") + dd');
+    try {
+      await stopped.getByRole('button', { name: 'Edit' }).click();
+      await form.getByLabel('Priority').selectOption('high');
+      const saving = page.waitForRequest((r) => r.method() === 'PATCH');
+      await form.getByRole('button', { name: 'Save' }).click();
+      expect((await saving).postDataJSON()).toEqual({ priority: 'high' });
+      await controls.filter({ hasText: /; high priority$/ }).waitFor();
+      expect((await w.t.webhooks.get(VENDOR, w.webhooks.deploymentStopped))?.priority).toBe('high');
+
+      await stopped.getByRole('button', { name: 'Edit' }).click();
+      expect(await form.getByLabel('Priority').inputValue()).toBe('high');
+      await form.getByLabel('Priority').selectOption('normal');
+      const back = page.waitForRequest((r) => r.method() === 'PATCH');
+      await form.getByRole('button', { name: 'Save' }).click();
+      expect((await back).postDataJSON()).toEqual({ priority: 'normal' });
+      await controls.filter({ hasText: /\(HMAC\)$/ }).waitFor();
+      expect(problems).toEqual([]);
+    } finally {
+      await patchStopped({ priority: 'normal' });
+    }
+  });
+
   // Last: it changes the Machine created webhook the other tests read.
   it('manage: delivery controls are set in the edit form, shown on the card, and the Ed25519 key is shown and rotated', async () => {
     const { page, problems } = await open((await mint('manage')).url);

@@ -20,6 +20,7 @@ export function webhookFixture(over: Partial<Webhook> = {}): Webhook {
     retentionMs: undefined,
     retry: undefined,
     includeFields: undefined,
+    priority: 'normal',
     propagateTrace: false,
     headers: [],
     auth: undefined,

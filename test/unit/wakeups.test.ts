@@ -48,6 +48,34 @@ describe('DeferralWakeups', () => {
     expect(wakeups.pending('e')).toBe(0);
   });
 
+  it('brings high-priority deliveries back first, in their own order, ahead of every normal one registered before', async () => {
+    const { state, endpoints } = fakeEndpoint();
+    const promoted: DeferredRef[][] = [];
+    let room = 0;
+    const wakeups = new DeferralWakeups(
+      endpoints,
+      async (refs) => void promoted.push([...refs]),
+      () => 0,
+      undefined,
+      () => room,
+    );
+    const high = (n: number): DeferredRef => ({ ...ref(n), high: true });
+    wakeups.register('e', [ref(1), ref(2)], 15_000);
+    wakeups.register('e', [high(3)], 15_000);
+    wakeups.register('e', [ref(4), high(5)], 15_000);
+    await flush();
+    // Healthy, with room for two: the two high-priority ones go first, then the normal ones in their order.
+    state.admission = { admitted: true, probe: false, lane: 'healthy' };
+    room = 2;
+    state.settle();
+    await flush();
+    expect(promoted[0]).toEqual([high(3), high(5)]);
+    state.inflight = true;
+    state.settle();
+    await flush();
+    expect(promoted[1]).toEqual([ref(1), ref(2)]);
+  });
+
   it('promotes at once when the endpoint is already healthy at registration', async () => {
     const { state, endpoints } = fakeEndpoint();
     state.admission = { admitted: true, probe: false, lane: 'healthy' };

@@ -42,6 +42,7 @@ describe('toWebhookResource', () => {
       retention: null,
       retry: null,
       include_fields: null,
+      priority: 'normal',
       propagate_trace: false,
       headers: {},
       auth: null,

@@ -273,9 +273,13 @@ export class EndpointAdmission {
       options.onWaiting?.(true);
       return Promise.race([pre.settled, options.giveUp.when]).then(() => options.onWaiting?.(false));
     }
-    // 4. The flow.
+    // 4. The flow. A normal delivery takes no room that high-priority ones wait for.
     const ceiling = Math.min(webhook.maxConcurrency ?? deps.slots.total, deps.slots.total);
-    const flow = deps.flow.tryStart(endpoint, ceiling);
+    const high = webhook.priority === 'high';
+    const flow =
+      high || endpoint.highWaiting === 0
+        ? deps.flow.tryStart(endpoint, ceiling)
+        : ({ started: false, reason: 'full' } as const);
     if (flow.started) return new Lease(this, endpoint, flow.ticket, ceiling);
     if (flow.reason === 'paused') return this.plan({ by: 'paused', untilMs: flow.untilMs }, endpoint, options);
     // An endpoint held only by the worker's own slots (it never pushed back, no max_concurrency) is
@@ -284,7 +288,7 @@ export class EndpointAdmission {
     const bySlotsOnly = ceiling >= deps.slots.total && deps.flow.limitOf(endpoint) >= ceiling;
     const waitMs = bySlotsOnly ? ROOM_RECHECK_MS : roomWaitEndMs - nowMs;
     if (waitMs <= 0) return this.plan({ by: 'concurrency' }, endpoint, options);
-    return deps.flow.waitForRoom(endpoint, waitMs);
+    return deps.flow.waitForRoom(endpoint, waitMs, high);
   }
 
   /** Steps 5 (with the slot held) and 6: the lease itself when the attempt may start. */

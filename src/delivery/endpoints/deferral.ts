@@ -21,7 +21,14 @@ export type DeferReason = 'open' | 'probing' | 'slow' | 'rate_limited' | 'concur
  * webhook's tokens, or the end of the pause.
  */
 export type NotAdmitted =
-  | { kind: 'deferred'; wakeOn: string | undefined; retryAtMs: number; reason: DeferReason }
+  | {
+      kind: 'deferred';
+      wakeOn: string | undefined;
+      retryAtMs: number;
+      reason: DeferReason;
+      /** Of a high-priority webhook: woken before the normal deliveries deferred behind the same endpoint. */
+      high?: true;
+    }
   | { kind: 'circuit_open' }
   | { kind: 'storage' };
 

@@ -120,17 +120,24 @@ export class EndpointFlow {
   /**
    * Waits, at most `timeoutMs`, for room at `endpoint`: each attempt that ends (or is taken back)
    * wakes one waiter, the longest waiting, not all of them (thousands may wait behind one endpoint,
-   * and all but one would find it full again).
+   * and all but one would find it full again). A `high`-priority waiter is in line ahead of every
+   * normal one (behind the high ones already waiting).
    */
-  waitForRoom(endpoint: Endpoint, timeoutMs: number): Promise<void> {
+  waitForRoom(endpoint: Endpoint, timeoutMs: number, high = false): Promise<void> {
     return new Promise<void>((resolve) => {
-      const waiter: RoomWaiter = { resolve, live: true, timer: undefined };
-      (endpoint.roomWaiters ??= []).push(waiter);
+      const waiter: RoomWaiter = { resolve, live: true, timer: undefined, high };
+      const queue = (endpoint.roomWaiters ??= []);
+      if (!high) queue.push(waiter);
+      else {
+        const firstNormal = queue.findIndex((waiting) => waiting.live && !waiting.high);
+        queue.splice(firstNormal === -1 ? queue.length : firstNormal, 0, waiter);
+        endpoint.highWaiting += 1;
+      }
       endpoint.roomWaiting += 1;
       waiter.timer = setTimeout(() => {
         // Gone by itself: a wakeup must not be spent on it.
         waiter.live = false;
-        this.gone(endpoint);
+        this.gone(endpoint, waiter);
         resolve();
       }, timeoutMs);
     });
@@ -208,7 +215,7 @@ export class EndpointFlow {
       if (!waiter.live) continue;
       waiter.live = false;
       clearTimeout(waiter.timer);
-      this.gone(endpoint);
+      this.gone(endpoint, waiter);
       waiter.resolve();
       woken += 1;
     }
@@ -235,7 +242,8 @@ export class EndpointFlow {
   }
 
   /** A waiter left (woken, or gone by itself); with none left, the queue of those that left goes too. */
-  private gone(endpoint: Endpoint): void {
+  private gone(endpoint: Endpoint, waiter: RoomWaiter): void {
+    if (waiter.high) endpoint.highWaiting -= 1;
     endpoint.roomWaiting -= 1;
     if (endpoint.roomWaiting === 0) endpoint.roomWaiters = undefined;
   }

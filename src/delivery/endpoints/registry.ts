@@ -29,6 +29,8 @@ export interface RoomWaiter {
   /** False once woken or gone by itself. */
   live: boolean;
   timer: NodeJS.Timeout | undefined;
+  /** Of a high-priority webhook: in line ahead of every normal waiter. */
+  high: boolean;
 }
 
 /** One endpoint as this process knows it. */
@@ -47,6 +49,8 @@ export class Endpoint {
   roomWaiters: RoomWaiter[] | undefined = undefined;
   /** How many of them still wait. */
   roomWaiting = 0;
+  /** How many of those are of high-priority webhooks (a normal delivery does not take room before them). */
+  highWaiting = 0;
   /** Deliveries deferred behind it, for the wakeups to bring back. */
   deferred: DeferredDeliveries | undefined = undefined;
   /** Forgotten by the registry: whoever still holds it looks it up again. */

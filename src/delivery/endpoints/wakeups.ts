@@ -12,6 +12,8 @@ export interface DeferredRef {
   parked: boolean;
   /** A FIFO line whose head waits (`jobId` is the line's id): woken by making the line due now. */
   line?: true;
+  /** Of a high-priority webhook: woken before the normal ones waiting behind the endpoint. */
+  high?: true;
 }
 
 /** Moves deferred jobs back to the front of their queue (a job no longer delayed is left alone). */
@@ -86,7 +88,15 @@ export class DeferralWakeups<E extends WakeupEndpoint> {
     if (refs.length === 0) return;
     const endpoint = this.endpoints.ensure(key);
     const entry = (endpoint.deferred ??= { refs: [], watching: false });
-    for (const ref of refs) if (entry.refs.length < WAITING_MAX) entry.refs.push({ ref, untilMs });
+    for (const ref of refs) {
+      if (entry.refs.length >= WAITING_MAX) break;
+      if (ref.high !== true) entry.refs.push({ ref, untilMs });
+      else {
+        // In line behind the high-priority ones already waiting, ahead of every normal one.
+        const firstNormal = entry.refs.findIndex((waiting) => waiting.ref.high !== true);
+        entry.refs.splice(firstNormal === -1 ? entry.refs.length : firstNormal, 0, { ref, untilMs });
+      }
+    }
     if (!entry.watching) {
       entry.watching = true;
       void this.watch(endpoint, entry).catch((error: Error) => this.onError(error));

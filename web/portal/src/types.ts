@@ -18,6 +18,8 @@ export interface Session {
 
 export type DisabledReason = 'gone' | 'failing' | 'paused';
 
+export type Priority = 'high' | 'normal';
+
 export interface Webhook {
   webhook_id: string;
   event_type: EventType;
@@ -53,6 +55,8 @@ export interface Webhook {
   retry?: { schedule: string[] | null; max_age: string | null } | null;
   /** The paths of data its deliveries carry, with the identifiers (absent before the version that has them); null: every field. */
   include_fields?: string[] | null;
+  /** high: its deliveries go first where the endpoint holds deliveries back (absent before the version that has it). */
+  priority?: Priority;
   /** Each request carries a W3C traceparent (engines from the version that traces; absent before). */
   propagate_trace?: boolean;
   created_at: string;

@@ -23,6 +23,7 @@ import {
   EVENT_TYPES,
   type EventType,
   type FilterExplanation,
+  type Priority,
   type PublicKey,
   type Session,
   type Webhook,
@@ -240,6 +241,7 @@ function controlsText(webhook: Webhook): string {
         ? 'concurrent'
         : `up to ${webhook.max_concurrency} at once per worker`,
     signedText(webhook),
+    ...(webhook.priority === 'high' ? ['high priority'] : []),
   ];
   return parts.join('; ');
 }
@@ -709,6 +711,7 @@ function WebhookForm({
   const [retrySchedule, setRetrySchedule] = useState(() => scheduleText(webhook));
   const [maxAge, setMaxAge] = useState(webhook?.retry?.max_age ?? '');
   const [includeFields, setIncludeFields] = useState(webhook?.include_fields?.join(', ') ?? '');
+  const [priority, setPriority] = useState<Priority>(webhook?.priority ?? 'normal');
   const [propagateTrace, setPropagateTrace] = useState(webhook?.propagate_trace === true);
   const [dryRun, setDryRun] = useState<DryRun>();
   const [trying, setTrying] = useState(false);
@@ -759,6 +762,7 @@ function WebhookForm({
         if (kept !== undefined) changes.retention = kept;
         if (retry !== undefined) changes.retry = retry;
         if (fields !== undefined) changes.include_fields = fields;
+        if (priority !== (webhook.priority ?? 'normal')) changes.priority = priority;
         if (propagateTrace !== (webhook.propagate_trace === true)) changes.propagate_trace = propagateTrace;
         Object.assign(changes, receiverResult.body);
         if (Object.keys(changes).length === 0) return onDone();
@@ -779,6 +783,7 @@ function WebhookForm({
           ...(kept === undefined ? {} : { retention: kept }),
           ...(retry === undefined ? {} : { retry }),
           ...(fields === undefined ? {} : { include_fields: fields }),
+          ...(priority === 'high' ? { priority } : {}),
           ...(propagateTrace ? { propagate_trace: true } : {}),
           ...receiverResult.body,
         };
@@ -896,6 +901,20 @@ function WebhookForm({
             </p>
           </>
         )}
+        <label for={`priority-${id}`}>Priority</label>
+        <select
+          id={`priority-${id}`}
+          value={priority}
+          aria-describedby={`priority-hint-${id}`}
+          onChange={(e) => setPriority(e.currentTarget.value as Priority)}
+        >
+          <option value="normal">Normal</option>
+          <option value="high">High: ahead of your other webhooks’ deliveries to this host</option>
+        </select>
+        <p class="hint" id={`priority-hint-${id}`}>
+          When your endpoint holds deliveries back (its concurrency, after an outage, at first contact), a high-priority
+          webhook’s deliveries go first, so a deployment stopping is not stuck behind a backlog of machine updates.
+        </p>
         <label for={`filter-${id}`}>Payload filter (JSON; empty: every event of the type)</label>
         <textarea
           id={`filter-${id}`}
