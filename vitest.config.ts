@@ -14,6 +14,7 @@ const TIMED = [
   'test/integration/delivery-batch.test.ts',
   'test/integration/delivery-concurrency.test.ts',
   'test/integration/delivery-first-contact.test.ts',
+  'test/integration/delivery-priority.test.ts',
   'test/integration/delivery-rate-limit.test.ts',
   'test/integration/http-sender.test.ts',
   'test/integration/ingest-rate-limit.test.ts',

@@ -56,9 +56,9 @@ describe('priority: a high-priority webhook’s deliveries go first where their 
     const before = atMachines();
     await waitFor(() => receiver.requests.some((r) => r.path === '/deployments'), 20_000, 'the high-priority delivery');
     const passed = atMachines() - before;
-    // At most the attempt in flight and the few the worker had admitted when it arrived went first,
-    // not the backlog behind them.
-    expect(passed).toBeLessThanOrEqual(5);
+    // The attempt in flight, and those sent while the worker read the new event's batch (50 ms
+    // each), went first; not the backlog behind them (about 100 without priority).
+    expect(passed).toBeLessThanOrEqual(10);
     expect(atMachines()).toBeLessThan(BACKLOG / 2);
   });
 

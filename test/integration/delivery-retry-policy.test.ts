@@ -139,6 +139,26 @@ describe('a webhook’s own retry policy: its schedule and max_age (real Redis, 
     expect(receiver.requests[2]!.headers['x-webhook-attempt']).toBe('1');
   });
 
+  it('a FIFO line’s failing head is dead-lettered at its max_age and the line goes on, in order', async () => {
+    const { t, receiver } = await started([0, 1_500, 60_000]);
+    // The head fails until its max_age passes (attempts at 0 and about 1.5 s, dead at 3 s); the two
+    // behind it, accepted after its second attempt, wait in line with time to spare, then go.
+    receiver.script('/in', { status: 500 }, { status: 500 }, { status: 200 });
+    const webhook = await t.register(VENDOR, `${receiver.base}/in`, { ordering: 'fifo', retry: { max_age: '3s' } });
+    const head = await ingestOne(t);
+    await waitFor(() => receiver.requests.length === 2, 10_000, 'the head’s second attempt');
+    const behind = [await ingestOne(t), await ingestOne(t)];
+
+    const { attempts } = await deadLetterOf(t, webhook.id);
+    expect(attempts.map((a) => a.outcome)).toEqual(['http_5xx', 'http_5xx', 'max_age_expired']);
+    await waitFor(() => receiver.requests.length === 4, 20_000, 'the two behind the head');
+    expect(receiver.requests.map((r) => (JSON.parse(r.body) as { event_id: string }).event_id)).toEqual([
+      head,
+      head,
+      ...behind,
+    ]);
+  });
+
   it('dead-letters a paused webhook’s delivery at its max_age, not at the end of its retry window', async () => {
     const { t, receiver } = await started([0, 60_000]);
     const webhook = await t.register(VENDOR, `${receiver.base}/in`, { retry: { max_age: '1s' } });
