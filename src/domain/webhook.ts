@@ -312,14 +312,16 @@ const schedules = new WeakMap<Webhook, readonly number[]>();
 
 /**
  * The schedule a webhook's deliveries follow: the installation's first delay (the first attempt),
- * then the webhook's own retry delays; the installation's schedule when the webhook has none.
+ * then the webhook's own retry delays; the installation's schedule when the webhook has none. A
+ * policy stored under a longer installation schedule keeps no more retries than the current one
+ * allows (the queue's attempts are sized by it).
  */
 export function retryScheduleOf(webhook: Webhook, installationMs: readonly number[]): readonly number[] {
   const own = webhook.retry?.scheduleMs;
   if (own === undefined) return installationMs;
   let schedule = schedules.get(webhook);
   if (schedule === undefined) {
-    schedule = [installationMs[0] ?? 0, ...own];
+    schedule = [installationMs[0] ?? 0, ...own.slice(0, Math.max(0, installationMs.length - 1))];
     schedules.set(webhook, schedule);
   }
   return schedule;

@@ -222,6 +222,9 @@ describe('retry policies (retry.schedule, retry.max_age)', () => {
     expect(retryScheduleOf(own, INSTALLATION)).toBe(retryScheduleOf(own, INSTALLATION));
     expect(retryScheduleOf(webhookFixture({ retry: { maxAgeMs: 60_000 } }), INSTALLATION)).toBe(INSTALLATION);
     expect(retryScheduleOf(webhookFixture(), INSTALLATION)).toBe(INSTALLATION);
+    // Stored when the installation allowed more retries than it does now: cut to what it allows.
+    const longer = webhookFixture({ retry: { scheduleMs: [1_000, 2_000, 3_000, 4_000, 5_000] } });
+    expect(retryScheduleOf(longer, INSTALLATION)).toEqual([0, 1_000, 2_000, 3_000]);
   });
 
   it('takes retry on registration and PATCH (null removes it), refusing a policy that sets nothing or an unknown field', () => {
