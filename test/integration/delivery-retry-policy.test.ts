@@ -101,6 +101,23 @@ describe('a webhook’s own retry policy: its schedule and max_age (real Redis, 
     }
   });
 
+  it('a policy set while a delivery waits applies from its next attempt', async () => {
+    const { t, receiver } = await started([0, 1_000, 60_000]);
+    receiver.script('/in', { status: 500 });
+    const webhook = await t.register(VENDOR, `${receiver.base}/in`);
+    await ingestOne(t);
+    await waitFor(() => receiver.requests.length === 1, 10_000, 'the first attempt');
+    // Its retry is due in a second, the one after in a minute: the new schedule makes that a second.
+    const patched = await call(t, webhook.key, 'PATCH', `/vendors/v1/webhooks/${webhook.id}`, {
+      retry: { schedule: ['1s', '1s'] },
+    });
+    expect(patched.statusCode, patched.body).toBe(200);
+
+    const { attempts } = await deadLetterOf(t, webhook.id);
+    expect(attempts.map((a) => a.outcome)).toEqual(['http_5xx', 'http_5xx', 'http_5xx']);
+    expect(attempts[2]!.atMs - attempts[1]!.atMs).toBeLessThan(10_000);
+  });
+
   it('dead-letters a failing delivery as max_age_expired when its max_age passes, unsent, instead of waiting for a retry due later; a replay counts afresh', async () => {
     // After a quick retry, the installation's next one is a minute away: past the webhook's max_age of 2 s.
     const { t, receiver } = await started([0, 500, 60_000]);
