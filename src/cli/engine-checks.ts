@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
-import { formatDurationMs } from '../config/duration.js';
+import { formatDurationMs } from '../lib/duration.js';
 import type { Config } from '../config/env.js';
 import { redisUrlForLog } from '../config/redis-url.js';
 import type { RedisEndpoint } from '../embedded/defaults.js';

@@ -1,4 +1,4 @@
-import { formatDurationMs } from '../config/duration.js';
+import { formatDurationMs } from '../lib/duration.js';
 import { redisUrlForLog } from '../config/redis-url.js';
 import type { RedisEndpoint } from '../embedded/defaults.js';
 import type { EngineConfig, EngineRole } from '../engine/index.js';

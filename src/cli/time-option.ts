@@ -1,4 +1,4 @@
-import { parseDurationMs } from '../config/duration.js';
+import { parseDurationMs } from '../lib/duration.js';
 
 /** What a time option accepts, as its usage error says it. */
 export const TIME_OPTION_FORMS = 'an ISO 8601 time (e.g. 2026-11-24T10:00:00Z) or a time ago (30m, 2h, 3d)';

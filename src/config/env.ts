@@ -3,7 +3,7 @@ import { isIP } from 'node:net';
 import { homedir } from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
-import { parseDurationMs } from './duration.js';
+import { parseDurationMs } from '../lib/duration.js';
 import { parseRedisUrl } from './redis-url.js';
 import { tracingConfigFrom, type TracingConfig } from './otel.js';
 

@@ -1,6 +1,7 @@
 import type { Webhook } from '../domain/webhook.js';
 import { privateKeyObject } from '../domain/signing-keys.js';
-import { formatRetryDuration, retryScheduleOf, signingSecrets, webhookSigningKeys } from '../domain/webhook.js';
+import { retryScheduleOf, signingSecrets, webhookSigningKeys } from '../domain/webhook.js';
+import { formatDurationMs } from '../lib/duration.js';
 import type { Logger } from '../logger.js';
 import type { AttemptOutcome, AttemptRecord, DeliveryStatus, SentRequest } from '../domain/delivery.js';
 import type { AttemptWrite, DeliveryRecorder } from '../store/delivery-log.js';
@@ -373,7 +374,7 @@ export async function prepare(
   const deadlineMs = maxAgeDeadlineMs(data, webhook);
   if (deps.nowMs() >= deadlineMs) {
     const maxAgeMs = deadlineMs - data.acceptedAtMs;
-    const error = `not sent: older than the webhook's max_age (${formatRetryDuration(maxAgeMs)} after acceptance)`;
+    const error = `not sent: older than the webhook's max_age (${formatDurationMs(maxAgeMs)} after acceptance)`;
     return deadUnsent(deps, data, attempt, 'max_age_expired', error, { maxAgeMs });
   }
   // A paused webhook's deliveries wait, unsent and without spending attempts, to the end of their

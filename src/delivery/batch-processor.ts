@@ -11,7 +11,7 @@ import {
   type SendTracker,
 } from './attempt.js';
 import { BatchHolds, type BatchHoldRules } from './batch-holds.js';
-import type { DeferredRef } from './endpoints/wakeups.js';
+import { withPriority, type DeferredRef } from './endpoints/wakeups.js';
 import { giveUpRound } from './endpoints/admission.js';
 import type { DeliverJob } from '../domain/delivery.js';
 import type { FirstAttemptBatch } from './first-attempts.js';
@@ -331,13 +331,9 @@ class BatchRun implements SendTracker {
         marks.push({ job: data, nextAttemptAtMs: retryAtMs, dueAtMs });
         if (wakeOn !== undefined) {
           const entry = alone.get(wakeOn) ?? { refs: [], untilMs: 0 };
-          entry.refs.push({
-            webhookId: data.webhookId,
-            jobId: data.deliveryId,
-            deliveries: 1,
-            parked: false,
-            ...(high ? { high: true as const } : {}),
-          });
+          entry.refs.push(
+            withPriority({ webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false }, high),
+          );
           entry.untilMs = Math.max(entry.untilMs, retryAtMs);
           alone.set(wakeOn, entry);
         }
@@ -413,15 +409,7 @@ class BatchRun implements SendTracker {
     for (const { endpoint, high, jobId, deliveries: held, untilMs } of parked) {
       deps.wakeups.register(
         endpoint,
-        [
-          {
-            webhookId: held[0]!.webhookId,
-            jobId,
-            deliveries: held.length,
-            parked: true,
-            ...(high ? { high: true as const } : {}),
-          },
-        ],
+        [withPriority({ webhookId: held[0]!.webhookId, jobId, deliveries: held.length, parked: true }, high)],
         untilMs,
       );
     }

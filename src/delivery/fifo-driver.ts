@@ -1,3 +1,4 @@
+import { withPriority } from './endpoints/wakeups.js';
 import { raceTimer, wakeableSleep } from '../lib/timer-race.js';
 import { randomUUID } from 'node:crypto';
 import type { DeliverJob } from '../domain/delivery.js';
@@ -94,13 +95,14 @@ export interface FifoDriverOptions {
  * webhook's pause; `wakeOn`: held back behind that endpoint, and woken as soon as it takes
  * deliveries again); or storage failed.
  */
-type HeadEnd = { kind: 'next' } | { kind: 'wait'; untilMs: number; held?: true; wakeOn?: string } | { kind: 'storage' };
+type HeadEnd =
+  { kind: 'next' } | { kind: 'wait'; untilMs: number; held?: true; wakeOn?: string; high?: true } | { kind: 'storage' };
 
 /**
  * Where a turn left its line: ready again at `readyAtMs` (undefined: empty), `held` for a pause,
  * woken early by `wakeOn`'s endpoint; or `lost` to another worker.
  */
-type LineEnd = { readyAtMs: number | undefined; held: boolean; wakeOn?: string } | 'lost';
+type LineEnd = { readyAtMs: number | undefined; held: boolean; wakeOn?: string; high?: true } | 'lost';
 
 /** The FIFO driver of one worker process (see the top of this file). */
 export class FifoDriver {
@@ -238,7 +240,12 @@ export class FifoDriver {
         if (end.wakeOn !== undefined && end.readyAtMs !== undefined)
           deps.wakeups.register(
             end.wakeOn,
-            [{ webhookId: webhookOfLine(lineId), jobId: lineId, deliveries: 1, parked: false, line: true }],
+            [
+              withPriority(
+                { webhookId: webhookOfLine(lineId), jobId: lineId, deliveries: 1, parked: false, line: true },
+                end.high,
+              ),
+            ],
             end.readyAtMs,
           );
       }
@@ -287,6 +294,7 @@ export class FifoDriver {
           readyAtMs: end.untilMs,
           held: end.held === true,
           ...(end.wakeOn === undefined ? {} : { wakeOn: end.wakeOn }),
+          ...(end.high === true ? { high: true as const } : {}),
         };
       const advanced = await lines.advance(lineId, token, head.job.deliveryId, deps.nowMs());
       // Not removed: the lease was lost, and its new holder goes on from this head.
@@ -329,7 +337,12 @@ export class FifoDriver {
       finish(deps, { kind: 'deferred', job, reason: run.kind === 'held' ? 'webhook_paused' : run.reason });
       onHeadBlocked?.();
       if (run.kind === 'held') return { kind: 'wait', untilMs, held: true };
-      return { kind: 'wait', untilMs, ...(run.wakeOn === undefined ? {} : { wakeOn: run.wakeOn }) };
+      return {
+        kind: 'wait',
+        untilMs,
+        ...(run.wakeOn === undefined ? {} : { wakeOn: run.wakeOn }),
+        ...(run.high === true ? { high: true as const } : {}),
+      };
     }
     const { finished, retryDelayMs } = run;
     if (retryDelayMs === undefined) return { kind: 'next' };

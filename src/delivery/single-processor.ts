@@ -1,3 +1,4 @@
+import { withPriority } from './endpoints/wakeups.js';
 import { DelayedError, type Job } from 'bullmq';
 import type { DeliveryProgress } from '../store/delivery-log.js';
 import {
@@ -96,13 +97,10 @@ export function createSingleProcessor(
             deps.wakeups.register(
               wakeOn,
               [
-                {
-                  webhookId: data.webhookId,
-                  jobId: data.deliveryId,
-                  deliveries: 1,
-                  parked: false,
-                  ...(run.high ? { high: true as const } : {}),
-                },
+                withPriority(
+                  { webhookId: data.webhookId, jobId: data.deliveryId, deliveries: 1, parked: false },
+                  run.high,
+                ),
               ],
               retryAtMs,
             );

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from './events.js';
 import { blockedAddressReason, parseIpLiteralHost } from './ip-policy.js';
 import { parseFilter, type FilterNode } from './filter.js';
+import { describeDurationMs, formatDurationMs } from '../lib/duration.js';
 import { MAX_CONCURRENCY_MAX } from './concurrency-limit.js';
 import { IDENTIFIER_PATHS, INCLUDE_FIELDS_MAX, includeFieldProblem } from './field-selection.js';
 import { ORDERING_KEY_BUCKETS, orderingKeyProblem } from './ordering-key.js';
@@ -230,13 +231,6 @@ export function parseRetryDurationMs(text: string): number | undefined {
   return match ? Number(match[1]) * RETRY_UNIT_MS[match[2] as keyof typeof RETRY_UNIT_MS] : undefined;
 }
 
-/** A retry duration as the API writes it: the largest whole unit. */
-export function formatRetryDuration(ms: number): string {
-  for (const unit of ['d', 'h', 'm'] as const)
-    if (ms % RETRY_UNIT_MS[unit] === 0) return `${ms / RETRY_UNIT_MS[unit]}${unit}`;
-  return `${Math.round(ms / 1_000)}s`;
-}
-
 const retryDurationProblem = (field: string) =>
   `${field} must be a whole number of seconds, minutes, hours or days, such as "30s", "5m", "2h" or "1d"`;
 const retryDurationSchema = (field: string) =>
@@ -300,10 +294,10 @@ export function retryPolicyProblem(policy: RetryPolicy, installationMs: readonly
       return `retry.schedule lists at most the installation's ${retries} retries (HOOKLINE_RETRY_SCHEDULE)`;
     const sum = (installationMs[0] ?? 0) + policy.scheduleMs.reduce((total, ms) => total + ms, 0);
     if (sum > window)
-      return `retry.schedule must add up to at most the installation's retry window, ${formatRetryDuration(window)}`;
+      return `retry.schedule must add up to at most the installation's retry window, ${describeDurationMs(window)}`;
   }
   if (policy.maxAgeMs !== undefined && policy.maxAgeMs > window)
-    return `retry.max_age must be at most the installation's retry window, ${formatRetryDuration(window)}`;
+    return `retry.max_age must be at most the installation's retry window, ${describeDurationMs(window)}`;
   return undefined;
 }
 
@@ -701,8 +695,8 @@ export function toWebhookResource(webhook: Webhook, nowMs: number): WebhookResou
       webhook.retry === undefined
         ? null
         : {
-            schedule: webhook.retry.scheduleMs?.map(formatRetryDuration) ?? null,
-            max_age: webhook.retry.maxAgeMs === undefined ? null : formatRetryDuration(webhook.retry.maxAgeMs),
+            schedule: webhook.retry.scheduleMs?.map((ms) => formatDurationMs(ms)) ?? null,
+            max_age: webhook.retry.maxAgeMs === undefined ? null : formatDurationMs(webhook.retry.maxAgeMs),
           },
     include_fields: webhook.includeFields ?? null,
     priority: webhook.priority,

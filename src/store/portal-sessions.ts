@@ -1,5 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { formatDurationMs, parseDurationMs } from '../config/duration.js';
+import { formatDurationMs, parseDurationMs } from '../lib/duration.js';
 import { PORTAL_PERMISSIONS, type PortalPermission } from '../domain/roles.js';
 import type { RedisKeys } from './keys.js';
 import type { Redis } from './redis.js';

@@ -63,8 +63,8 @@ describe('a webhook’s own retry policy: its schedule and max_age (real Redis, 
 
     const refused: [object, string][] = [
       [{ schedule: ['1s', '1s', '1s'] }, "at most the installation's 2 retries"],
-      [{ schedule: ['1s', '2h'] }, "add up to at most the installation's retry window, 305s"],
-      [{ max_age: '6m' }, "max_age must be at most the installation's retry window, 305s"],
+      [{ schedule: ['1s', '2h'] }, "add up to at most the installation's retry window, 5m 5s"],
+      [{ max_age: '6m' }, "max_age must be at most the installation's retry window, 5m 5s"],
       [{ schedule: ['5 s'] }, 'whole number of seconds, minutes, hours or days'],
       [{ schedule: [] }, 'at least one retry'],
       [{ max_age: '0s' }, 'whole number of seconds'],

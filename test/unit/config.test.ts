@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatDurationMs, parseDurationMs } from '../../src/config/duration.js';
+import { describeDurationMs, formatDurationMs, parseDurationMs } from '../../src/lib/duration.js';
 import path from 'node:path';
 import { ConfigError, defaultDataDir, loadConfig } from '../../src/config/env.js';
 
@@ -241,4 +241,14 @@ describe('loadConfig', () => {
       expect(message).not.toContain('sekrit-value');
     }
   });
+});
+
+describe('describeDurationMs', () => {
+  it.each([
+    [272_105_000, '3d 3h 35m 5s'],
+    [305_000, '5m 5s'],
+    [3_600_000, '1h'],
+    [1_500, '1s 500ms'],
+    [0, '0ms'],
+  ])('%d → %s', (ms, text) => expect(describeDurationMs(ms)).toBe(text));
 });

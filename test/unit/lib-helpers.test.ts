@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { CappedMap } from '../../src/lib/capped-map.js';
 import { ExpiringCopies } from '../../src/lib/expiring-copies.js';
+import { enterAhead } from '../../src/lib/priority-line.js';
 import { raceTimer, wakeableSleep } from '../../src/lib/timer-race.js';
 
 describe('raceTimer', () => {
@@ -120,5 +121,19 @@ describe('ExpiringCopies', () => {
     copies.storeMany(copies.ticket(), ['a', 'b'], () => 1, 1_000);
     copies.storeMany(copies.ticket(), ['c', 'd'], () => 2, 1_000);
     expect(['a', 'b', 'c', 'd'].map((key) => copies.fresh(key, 0)?.value)).toEqual([undefined, undefined, 2, 2]);
+  });
+});
+
+describe('enterAhead (a line where high-priority items go first)', () => {
+  it('puts each high item behind the high ones and ahead of the first normal one; each class keeps its order', () => {
+    const line: string[] = ['n1', 'n2'];
+    const isNormal = (item: string) => item.startsWith('n');
+    enterAhead(line, 'h1', isNormal);
+    line.push('n3');
+    enterAhead(line, 'h2', isNormal);
+    expect(line).toEqual(['h1', 'h2', 'n1', 'n2', 'n3']);
+    const highs: string[] = [];
+    enterAhead(highs, 'h1', isNormal);
+    expect(highs).toEqual(['h1']);
   });
 });

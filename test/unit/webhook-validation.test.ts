@@ -2,7 +2,6 @@ import { describe, expect, it } from 'vitest';
 import {
   callbackTargetProblem,
   callbackUrlProblem,
-  formatRetryDuration,
   ORDERING_KEY_NEEDS_FIFO,
   parseRetryDurationMs,
   retryPolicyOf,
@@ -12,6 +11,7 @@ import {
   webhookCreateSchema,
   webhookPatchSchema,
 } from '../../src/domain/webhook.js';
+import { formatDurationMs } from '../../src/lib/duration.js';
 import { compileFieldSelection, includeFieldProblem } from '../../src/domain/field-selection.js';
 import { webhookFixture } from '../helpers/webhook-fixture.js';
 
@@ -199,7 +199,7 @@ describe('retry policies (retry.schedule, retry.max_age)', () => {
     ['1d', 86_400_000],
   ])('reads %s as %d ms and writes it back', (text, ms) => {
     expect(parseRetryDurationMs(text)).toBe(ms);
-    expect(formatRetryDuration(ms)).toBe(text);
+    expect(formatDurationMs(ms)).toBe(text);
   });
 
   it.each(['0s', '5', '1.5m', ' 5m', '5 m', '500ms', '-1s', '1w', '12345678s'])('refuses %j', (text) =>
@@ -211,7 +211,7 @@ describe('retry policies (retry.schedule, retry.max_age)', () => {
       retryPolicyProblem(retryPolicyOf(input), INSTALLATION);
     expect(policy({ schedule: ['1s', '1m', '30m'], max_age: '35m' })).toBeUndefined();
     expect(policy({ schedule: ['1s', '1s', '1s', '1s'] })).toContain("at most the installation's 3 retries");
-    expect(policy({ schedule: ['1h'] })).toContain('retry window, 2105s');
+    expect(policy({ schedule: ['1h'] })).toContain('retry window, 35m 5s');
     expect(policy({ max_age: '1h' })).toContain("max_age must be at most the installation's retry window");
   });
 

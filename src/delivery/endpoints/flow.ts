@@ -1,4 +1,5 @@
 import { PAUSE_MS_MAX, type FlowAdmission, type FlowView } from '../../domain/concurrency-limit.js';
+import { enterAhead } from '../../lib/priority-line.js';
 import type { WorkerFlow } from '../../store/endpoint-flow.js';
 import type { Interpretation } from '../interpret.js';
 import type { Endpoint, EndpointRegistry, RoomWaiter } from './registry.js';
@@ -127,12 +128,10 @@ export class EndpointFlow {
     return new Promise<void>((resolve) => {
       const waiter: RoomWaiter = { resolve, live: true, timer: undefined, high };
       const queue = (endpoint.roomWaiters ??= []);
-      if (!high) queue.push(waiter);
-      else {
-        const firstNormal = queue.findIndex((waiting) => waiting.live && !waiting.high);
-        queue.splice(firstNormal === -1 ? queue.length : firstNormal, 0, waiter);
+      if (high) {
+        enterAhead(queue, waiter, (waiting) => waiting.live && !waiting.high);
         endpoint.highWaiting += 1;
-      }
+      } else queue.push(waiter);
       endpoint.roomWaiting += 1;
       waiter.timer = setTimeout(() => {
         // Gone by itself: a wakeup must not be spent on it.

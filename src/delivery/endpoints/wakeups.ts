@@ -1,3 +1,4 @@
+import { enterAhead } from '../../lib/priority-line.js';
 import { raceTimer } from '../../lib/timer-race.js';
 import type { Circuit } from './breaker.js';
 
@@ -14,6 +15,11 @@ export interface DeferredRef {
   line?: true;
   /** Of a high-priority webhook: woken before the normal ones waiting behind the endpoint. */
   high?: true;
+}
+
+/** `ref`, marked high-priority when `high` (see DeferredRef.high). */
+export function withPriority(ref: DeferredRef, high: boolean | undefined): DeferredRef {
+  return high === true ? { ...ref, high: true } : ref;
 }
 
 /** Moves deferred jobs back to the front of their queue (a job no longer delayed is left alone). */
@@ -90,12 +96,8 @@ export class DeferralWakeups<E extends WakeupEndpoint> {
     const entry = (endpoint.deferred ??= { refs: [], watching: false });
     for (const ref of refs) {
       if (entry.refs.length >= WAITING_MAX) break;
-      if (ref.high !== true) entry.refs.push({ ref, untilMs });
-      else {
-        // In line behind the high-priority ones already waiting, ahead of every normal one.
-        const firstNormal = entry.refs.findIndex((waiting) => waiting.ref.high !== true);
-        entry.refs.splice(firstNormal === -1 ? entry.refs.length : firstNormal, 0, { ref, untilMs });
-      }
+      if (ref.high === true) enterAhead(entry.refs, { ref, untilMs }, (waiting) => waiting.ref.high !== true);
+      else entry.refs.push({ ref, untilMs });
     }
     if (!entry.watching) {
       entry.watching = true;

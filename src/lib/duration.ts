@@ -16,3 +16,16 @@ export function formatDurationMs(ms: number): string {
   }
   return ms === 0 ? '0s' : `${ms}ms`;
 }
+
+/** Milliseconds for a person to read, every unit that is not zero: `272105000` → `3d 3h 35m 5s`. */
+export function describeDurationMs(ms: number): string {
+  const parts: string[] = [];
+  let rest = Math.round(ms);
+  for (const unit of ['d', 'h', 'm', 's'] as const) {
+    const count = Math.floor(rest / UNIT_MS[unit]);
+    if (count > 0) parts.push(`${count}${unit}`);
+    rest -= count * UNIT_MS[unit];
+  }
+  if (rest > 0 || parts.length === 0) parts.push(`${rest}ms`);
+  return parts.join(' ');
+}
