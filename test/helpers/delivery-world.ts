@@ -1,3 +1,4 @@
+import { afterEach } from 'vitest';
 import { testApp, type TestApp, type TestAppOptions } from './app.js';
 import { TestReceiver } from './receiver.js';
 import { startTestWorker, type TestWorker } from './worker.js';
@@ -25,4 +26,17 @@ export async function stopDeliveryWorld(world: DeliveryWorld): Promise<void> {
   await world.worker.close();
   await world.receiver.close();
   await world.t.close();
+}
+
+/**
+ * A suite's delivery world, one per test: `start` begins it (as startDeliveryWorld), and it is stopped
+ * after each test that started one.
+ */
+export function useDeliveryWorld(vendorId: string): (options?: TestAppOptions) => Promise<DeliveryWorld> {
+  let world: DeliveryWorld | undefined;
+  afterEach(async () => {
+    if (world) await stopDeliveryWorld(world);
+    world = undefined;
+  });
+  return async (options = {}) => (world = await startDeliveryWorld(vendorId, options));
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { afterEach, describe, expect, it } from 'vitest';
-import { startDeliveryWorld, stopDeliveryWorld, type DeliveryWorld } from '../helpers/delivery-world.js';
+import { describe, expect, it } from 'vitest';
+import { useDeliveryWorld } from '../helpers/delivery-world.js';
 import { machineEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -20,15 +20,10 @@ const deploymentStopped = () => ({
 });
 
 describe('priority: a high-priority webhook’s deliveries go first where their endpoint holds deliveries back (real Redis, real receivers)', () => {
-  let world: DeliveryWorld | undefined;
-  afterEach(async () => {
-    if (world) await stopDeliveryWorld(world);
-    world = undefined;
-  });
+  const start = useDeliveryWorld(VENDOR);
 
   it('a DEPLOYMENT_STOPPED reaches an endpoint taking one request at a time ahead of a backlog of MACHINE_CREATED', async () => {
-    world = await startDeliveryWorld(VENDOR);
-    const { t, receiver } = world;
+    const { t, receiver } = await start();
     // One origin, two webhooks: the endpoint (vendor and origin) takes one request at a time, 50 ms each.
     receiver.script('/machines', { status: 200, delayMs: 50 });
     receiver.script('/deployments', { status: 200, delayMs: 50 });
@@ -63,8 +58,7 @@ describe('priority: a high-priority webhook’s deliveries go first where their 
   });
 
   it('is set and shown through the API: high or normal, anything else refused', async () => {
-    world = await startDeliveryWorld(VENDOR);
-    const { t, receiver } = world;
+    const { t, receiver } = await start();
     const webhook = await t.register(VENDOR, `${receiver.base}/in`);
     const patch = (payload: object) =>
       t.app.inject({

@@ -1,22 +1,15 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { TestApp } from '../helpers/app.js';
-import { startDeliveryWorld, stopDeliveryWorld, type DeliveryWorld } from '../helpers/delivery-world.js';
+import { useDeliveryWorld } from '../helpers/delivery-world.js';
 import { machineEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/wait.js';
 
 const VENDOR = 'vendor-retry-policy';
 
 describe('a webhook’s own retry policy: its schedule and max_age (real Redis, real receivers)', () => {
-  let world: DeliveryWorld | undefined;
-  afterEach(async () => {
-    if (world) await stopDeliveryWorld(world);
-    world = undefined;
-  });
+  const start = useDeliveryWorld(VENDOR);
   /** The test's app, worker and receiver on an installation with this retry schedule. */
-  const started = async (retryScheduleMs: number[]) => {
-    world = await startDeliveryWorld(VENDOR, { retryScheduleMs });
-    return world;
-  };
+  const started = (retryScheduleMs: number[]) => start({ retryScheduleMs });
 
   /** A request to the vendor API with the webhook's key. */
   const call = (app: TestApp, key: string, method: 'GET' | 'POST' | 'PATCH', url: string, payload?: object) =>

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
-import { afterEach, describe, expect, it } from 'vitest';
-import { startDeliveryWorld, stopDeliveryWorld, type DeliveryWorld } from '../helpers/delivery-world.js';
+import { describe, expect, it } from 'vitest';
+import { useDeliveryWorld } from '../helpers/delivery-world.js';
 import { waitFor } from '../helpers/wait.js';
 
 const VENDOR = 'vendor-include-fields';
@@ -21,15 +21,10 @@ const fullEvent = () => ({
 });
 
 describe('include_fields: a webhook is sent only the paths of data it names, and the identifiers (real Redis, real receivers)', () => {
-  let world: DeliveryWorld | undefined;
-  afterEach(async () => {
-    if (world) await stopDeliveryWorld(world);
-    world = undefined;
-  });
+  const start = useDeliveryWorld(VENDOR);
 
   it('sends the named paths and the identifiers, signed as sent; the event log keeps what was sent; null sends every field again', async () => {
-    world = await startDeliveryWorld(VENDOR);
-    const { t, receiver } = world;
+    const { t, receiver } = await start();
     const webhook = await t.register(VENDOR, `${receiver.base}/in`, {
       secret: WHSEC,
       include_fields: ['data.status', 'data.hardware_specs.gpus', 'data.status'],
@@ -85,8 +80,7 @@ describe('include_fields: a webhook is sent only the paths of data it names, and
   });
 
   it('refuses paths outside data, malformed ones and an empty list, naming the one at fault', async () => {
-    world = await startDeliveryWorld(VENDOR);
-    const { t, receiver } = world;
+    const { t, receiver } = await start();
     const webhook = await t.register(VENDOR, `${receiver.base}/in`);
     const cases: [unknown, string][] = [
       [['event_type'], 'include_fields[0]: must name a field under data'],
@@ -94,6 +88,7 @@ describe('include_fields: a webhook is sent only the paths of data it names, and
       [[], 'include_fields must name at least one path'],
       ['data.status', 'include_fields must be a list of paths'],
       [[7], 'include_fields[0]: must be a dotted path'],
+      [Array.from({ length: 51 }, (_, i) => `data.f${i}`), 'include_fields names at most 50 paths'],
     ];
     for (const [include_fields, message] of cases) {
       const res = await t.app.inject({
